@@ -1,0 +1,193 @@
+"""`ds-doctor`: run, list, env. Usage errors are one line on stderr and exit code 2; a failure of
+the doctor itself is one line and exit code 3 (the traceback only with --debug)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+import click
+
+import doctor
+from doctor.outcomes import ExitCode
+
+_DEBUG = {"on": bool(os.environ.get("DS_DOCTOR_DEBUG"))}
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(doctor.__version__, prog_name="ds-doctor")
+@click.option("--debug", is_flag=True, help="Show tracebacks of the doctor's own errors.")
+def cli(debug: bool) -> None:
+    """Runtime diagnostics for distributed PyTorch training (DeepSpeed, Accelerate, FSDP).
+
+    Brings up tiny real models on this node's GPUs (or CPU), records where every parameter,
+    gradient, partition and optimizer-state tensor lives, and checks it against invariants.
+    """
+    _DEBUG["on"] = _DEBUG["on"] or debug
+
+
+def _writable_dir(path: Path) -> Path:
+    if path.exists() and not path.is_dir():
+        raise click.BadParameter(f"{path} exists and is not a directory", param_hint="--out")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise click.BadParameter(f"cannot create {path}: {exc.strerror}", param_hint="--out") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise click.BadParameter(f"{path} is not writable", param_hint="--out")
+    return path
+
+
+def _check_selection(level: int, keyword: str | None) -> None:
+    import probes
+    from doctor.plan import KeywordError, select_cases
+
+    try:
+        selected = select_cases(probes.all_cases(), level=3, keyword=keyword)
+    except KeywordError as exc:
+        raise click.BadParameter(str(exc), param_hint="-k") from None
+    if keyword and not selected:
+        names = ", ".join(spec.name for spec in probes.specs())
+        raise click.BadParameter(f"{keyword!r} selects no case; probe families: {names} (see `ds-doctor list`)",
+                                 param_hint="-k")
+    if keyword and level >= 2 and not select_cases(probes.all_cases(), level=level, keyword=keyword):
+        raise click.BadParameter(f"{keyword!r} selects only level-3 cases; add --level 3", param_hint="-k")
+
+
+@cli.command()
+@click.option("--level", type=click.IntRange(1, 3), default=2, show_default=True,
+              help="1: environment and hardware only; 2: one representative case per family; 3: every case.")
+@click.option("-k", "keyword", metavar="EXPR", help="Select cases by name: substrings with and/or/not, as pytest -k.")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("ds-doctor-reports"),
+              show_default=True, help="Directory for the JSON and Markdown reports and the run directory.")
+@click.option("--json", "json_stdout", is_flag=True, help="Also print the JSON report to stdout.")
+@click.option("--nproc", type=click.IntRange(min=1), help="Ranks for multi-rank cases (default: GPUs, or 2 on CPU).")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True),
+              help="Per-case timeout in seconds, overriding each family's own.")
+def run(level: int, keyword: str | None, out_dir: Path, json_stdout: bool, nproc: int | None,
+        timeout_s: float | None) -> int:
+    """Run the probes that fit this node and write the report."""
+    from rich.console import Console
+
+    from doctor import runner
+    from doctor.plan import detect_hardware
+    from reports.console import LiveProgress, print_summary
+
+    _check_selection(level, keyword)
+    out_dir = _writable_dir(out_dir)
+    if nproc is not None and level >= 2:
+        hardware = detect_hardware()
+        if hardware.device_kind == "cuda" and nproc > hardware.gpu_count:
+            raise click.BadParameter(f"{nproc} ranks but only {hardware.gpu_count} GPU(s) visible", param_hint="--nproc")
+    console = Console(stderr=json_stdout)
+    options = runner.RunOptions(level=level, keyword=keyword, out_dir=out_dir, nproc=nproc, timeout_s=timeout_s,
+                                argv=tuple(sys.argv[1:]))
+    progress: list[LiveProgress] = []
+
+    def on_plan(run_plan: runner.RunPlan) -> None:
+        total = sum(len(g.cases) for g in run_plan.groups)
+        kind = run_plan.hardware.device_kind if run_plan.hardware else "-"
+        console.print(f"ds-doctor {doctor.__version__}: level {level}, {total} case(s) to run on {kind}"
+                      + (f" with up to {run_plan.nproc} ranks" if total else "")
+                      + (f", {len(run_plan.skips)} skipped" if run_plan.skips else ""))
+        if total:
+            progress.append(LiveProgress(console, total).__enter__())
+
+    def on_event(kind: str, payload: dict[str, Any]) -> None:
+        if progress:
+            progress[0].on_event(kind, payload)
+
+    try:
+        report, paths = runner.run(options, on_plan=on_plan, on_event=on_event)
+    finally:
+        if progress:
+            progress[0].__exit__(None, None, None)
+    print_summary(report, console)
+    console.print(f"JSON report: {paths['json']}", markup=False, highlight=False)
+    console.print(f"Markdown report: {paths['markdown']}", markup=False, highlight=False)
+    if json_stdout:
+        click.echo(report.to_json())
+    return int(runner.exit_code(report))
+
+
+@cli.command(name="list")
+@click.option("--level", type=click.IntRange(1, 3), default=3, show_default=True, help="Show cases up to this level.")
+@click.option("-k", "keyword", metavar="EXPR", help="Filter cases by name, as pytest -k.")
+def list_cases(level: int, keyword: str | None) -> int:
+    """List probe families and their cases: scenario, level, world size, requirements."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    import probes
+    from doctor.plan import missing_requirements, select_cases
+
+    _check_selection(3, keyword)
+    specs = {spec.name: spec for spec in probes.specs()}
+    table = Table(title="ds-doctor cases")
+    table.add_column("case", no_wrap=True)
+    for column in ("scenario", "level", "ranks"):
+        table.add_column(column)
+    for case in select_cases(probes.all_cases(), level=level, keyword=keyword):
+        table.add_row(escape(case.id), case.scenario, str(case.level), str(case.world_size))
+    Console().print(table)
+    for spec in specs.values():
+        missing = missing_requirements(spec)
+        requires = ", ".join(r.module for r in spec.requires) or "nothing"
+        click.echo(f"{spec.name} ({spec.scenario}, timeout {spec.timeout_s:g} s, needs {requires}"
+                   + (f"; missing: {'; '.join(missing)}" if missing else "") + f"): {spec.description}")
+    return 0
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the environment section as JSON.")
+def env(as_json: bool) -> int:
+    """The environment and hardware sections alone (fast: imports neither torch nor deepspeed)."""
+    from doctor.env import collect_environment
+    from doctor.redact import scrub
+
+    environment, hardware = scrub(collect_environment())
+    if as_json:
+        click.echo(json.dumps({"env": environment, "hardware": hardware}, indent=2))
+        return 0
+    click.echo(f"host: {hardware['host']}  cpus: {hardware['cpus']}  "
+               f"memory: {(hardware['memory_bytes'] or 0) / 2**30:.1f} GiB")
+    for gpu in hardware["gpus"]:
+        click.echo(f"gpu {gpu['index']}: {gpu['name']} {gpu['memory_total_bytes'] / 2**30:.0f} GiB {gpu['uuid']}")
+    if not hardware["gpus"]:
+        click.echo(f"gpus: none ({hardware['gpus_reason']})")
+    click.echo(f"python: {environment['python']}  platform: {environment['platform']}")
+    click.echo(f"cuda (torch build): {environment['cuda']}  nccl: {environment['nccl']}  driver: {environment['driver']}")
+    for name, version in environment["packages"].items():
+        click.echo(f"{name}: {version or 'not installed'}")
+    for name, value in environment["variables"].items():
+        click.echo(f"{name}={value}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        result = cli.main(args=argv, prog_name="ds-doctor", standalone_mode=False)
+    except click.exceptions.Exit as exc:  # --help, --version
+        return int(exc.exit_code)
+    except click.UsageError as exc:
+        click.echo(f"ds-doctor: error: {exc.format_message()}", err=True)
+        return int(ExitCode.USAGE_ERROR)
+    except click.exceptions.Abort:
+        click.echo("ds-doctor: aborted", err=True)
+        return int(ExitCode.INTERNAL_ERROR)
+    except Exception as exc:
+        if _DEBUG["on"]:
+            traceback.print_exc()
+        message = str(exc).splitlines()[0] if str(exc) else ""
+        click.echo(f"ds-doctor: internal error: {type(exc).__name__}: {message} (rerun with --debug)", err=True)
+        return int(ExitCode.INTERNAL_ERROR)
+    return int(result or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

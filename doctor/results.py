@@ -1,0 +1,90 @@
+"""Merge per-rank lines into one case result, and give it its known-issue verdict."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from doctor import known_issues
+from doctor.devicemap import TensorRecord
+from doctor.invariants import ERROR, Finding
+from doctor.outcomes import Outcome, worst
+from probes.base import Case, ProbeSpec
+from reports.model import CaseResult, RankSummary
+
+
+def rank_summary(line: Mapping[str, Any]) -> RankSummary:
+    error = line.get("error") or {}
+    return RankSummary(
+        rank=int(line["rank"]),
+        outcome=line["outcome"],
+        stage=line.get("stage"),
+        reason=line.get("reason"),
+        exit_code=line.get("exit_code"),
+        signal=line.get("signal"),
+        stderr_tail=line.get("stderr_tail"),
+        traceback=error.get("traceback"),
+    )
+
+
+def error_text(lines: list[Mapping[str, Any]]) -> str:
+    """Everything the classifier may match: reasons, tracebacks, stderr tails of every rank."""
+    parts = []
+    for line in lines:
+        error = line.get("error") or {}
+        parts += [line.get("reason") or "", error.get("traceback") or "", line.get("stderr_tail") or ""]
+    return "\n".join(p for p in parts if p)
+
+
+def known_issue_for(spec: ProbeSpec, outcome: Outcome, findings: list[Finding], text: str,
+                    versions: Mapping[str, str | None]) -> dict[str, Any] | None:
+    """An error matched against every known issue; otherwise the family's own issue and its verdict.
+
+    The verdict is `affected` where the failure showed here (a matched error, or an error finding
+    from an invariant that detects the issue); else it follows the installed version.
+    """
+    if outcome in (Outcome.ERROR, Outcome.TIMEOUT):
+        hits = known_issues.classify(text)
+        if hits:
+            return hits[0].to_ref(known_issues.AFFECTED)
+    for issue_id in spec.known_issues:
+        issue = known_issues.get(issue_id)
+        shown = any(f.severity == ERROR and f.invariant in issue.invariants for f in findings)
+        return issue.to_ref(known_issues.AFFECTED if shown else issue.version_verdict(versions))
+    return None
+
+
+def merge_case(case: Case, spec: ProbeSpec, lines: list[Mapping[str, Any]], device_kind: str,
+               versions: Mapping[str, str | None]) -> CaseResult:
+    outcomes = [Outcome(line["outcome"]) for line in lines]
+    outcome = worst(outcomes)
+    findings = [Finding.from_dict(f) for line in lines for f in line.get("findings", [])]
+    records = [TensorRecord.from_dict(r) for line in lines for r in line.get("device_map", [])]
+    reason = next((line.get("reason") for line in lines if Outcome(line["outcome"]) == outcome and line.get("reason")), None)
+    notes: dict[str, Any] = {}
+    for line in sorted(lines, key=lambda entry: int(entry["rank"])):
+        for key, value in (line.get("notes") or {}).items():
+            notes.setdefault(key, value)
+    return CaseResult(
+        probe=case.probe,
+        case=case.id,
+        scenario=case.scenario,
+        level=case.level,
+        world_size=case.world_size,
+        device_kind=device_kind,
+        outcome=outcome,
+        duration_s=max((float(line.get("duration_s") or 0.0) for line in lines), default=0.0),
+        reason=reason,
+        known_issue=known_issue_for(spec, outcome, findings, error_text(lines), versions),
+        findings=tuple(findings),
+        device_map=tuple(records),
+        ranks=tuple(rank_summary(line) for line in sorted(lines, key=lambda entry: int(entry["rank"]))),
+        notes=notes,
+    )
+
+
+def skipped_case(case: Case, device_kind: str, reason: str) -> CaseResult:
+    return CaseResult(
+        probe=case.probe, case=case.id, scenario=case.scenario, level=case.level, world_size=case.world_size,
+        device_kind=device_kind, outcome=Outcome.SKIP, duration_s=0.0, reason=reason,
+    )

@@ -1,0 +1,184 @@
+"""The per-rank entry point that `torchrun` starts: runs many cases in one process group.
+
+Each rank writes a heartbeat (case and stage, replaced atomically) and one JSON line per case
+to its own file, flushed and fsynced, so a hang is pinned to a stage and a killed launch loses
+nothing that finished. A case's exception is that case's `error`, never the launch's end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from doctor.context import ProbeContext, SkipCase
+from doctor.invariants import ERROR
+from doctor.outcomes import Outcome
+
+TRACEBACK_CHARS = 8000
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+class Heartbeat:
+    def __init__(self, path: Path, rank: int) -> None:
+        self.path = path
+        self.rank = rank
+        self.case = ""
+        self.case_started = time.time()
+
+    def start_case(self, case: str, stage: str = "start") -> None:
+        self.case = case
+        self.case_started = time.time()
+        self.beat(stage)
+
+    def beat(self, stage: str) -> None:
+        write_json_atomic(
+            self.path,
+            {"rank": self.rank, "case": self.case, "stage": stage, "case_started": self.case_started, "time": time.time()},
+        )
+
+
+class ResultWriter:
+    """One JSON line per case, flushed and fsynced before the next case starts."""
+
+    def __init__(self, path: Path) -> None:
+        self.file = path.open("a", encoding="utf-8")
+
+    def write(self, line: dict[str, Any]) -> None:
+        self.file.write(json.dumps(line, default=str) + "\n")
+        self.file.flush()
+        os.fsync(self.file.fileno())
+
+
+def error_info(exc: BaseException) -> dict[str, str]:
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return {"type": type(exc).__name__, "message": str(exc), "traceback": text[-TRACEBACK_CHARS:]}
+
+
+def rank_outcome(findings_failed: bool, reproduce: bool) -> Outcome:
+    if reproduce:
+        return Outcome.XFAIL if findings_failed else Outcome.XPASS
+    return Outcome.FAIL if findings_failed else Outcome.PASS
+
+
+def run_case(module: Any, ctx: ProbeContext, reproduce: bool) -> dict[str, Any]:
+    """Run one case on this rank and return its result line."""
+    started = time.perf_counter()
+    error = None
+    reason = None
+    try:
+        module.run(ctx)
+        failed = any(f.severity == ERROR for f in ctx.findings)
+        outcome = rank_outcome(failed, reproduce)
+        if failed:
+            reason = "; ".join(f.message for f in ctx.findings if f.severity == ERROR)[:2000]
+    except SkipCase as exc:
+        outcome, reason = Outcome.SKIP, str(exc)
+    except Exception as exc:  # every exception of a case becomes its result
+        outcome, error = Outcome.ERROR, error_info(exc)
+        reason = f"{error['type']}: {error['message']}"[:2000]
+    return {
+        "case": ctx.case_id,
+        "rank": ctx.rank,
+        "world_size": ctx.world_size,
+        "device": ctx.device,
+        "outcome": outcome.value,
+        "reason": reason,
+        "stage": ctx.stage,
+        "duration_s": round(time.perf_counter() - started, 3),
+        "findings": [f.to_dict() for f in ctx.findings],
+        "device_map": [r.to_dict() for r in ctx.records],
+        "notes": ctx.notes,
+        "error": error,
+    }
+
+
+def setup_failure_line(ctx: ProbeContext, failure: dict[str, str]) -> dict[str, Any]:
+    return {
+        "case": ctx.case_id, "rank": ctx.rank, "world_size": ctx.world_size, "device": ctx.device,
+        "outcome": Outcome.ERROR.value, "reason": f"probe setup failed: {failure['type']}: {failure['message']}"[:2000],
+        "stage": "setup", "duration_s": 0.0, "findings": [], "device_map": [], "notes": {}, "error": failure,
+    }
+
+
+def redirect_output(log_path: Path) -> None:
+    """Send this rank's stdout/stderr (libraries print a lot) to its own log file."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def init_distributed(backend: str, local_rank: int) -> str:
+    import torch
+    import torch.distributed as dist
+
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank)
+        device = f"cuda:{local_rank}"
+    else:
+        device = "cpu"
+    dist.init_process_group(backend=backend)
+    return device
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="ds-doctor rank worker (started by torchrun)")
+    parser.add_argument("--launch-dir", required=True, type=Path)
+    parser.add_argument("--backend", required=True, choices=("gloo", "nccl"))
+    args = parser.parse_args(argv)
+
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    launch_dir: Path = args.launch_dir
+    redirect_output(launch_dir / f"rank{rank}.log")
+    case_ids: list[str] = json.loads((launch_dir / "cases.json").read_text())["cases"]
+    heartbeat = Heartbeat(launch_dir / f"heartbeat-rank{rank}.json", rank)
+    heartbeat.start_case("<launch>", "init_process_group")
+    device = init_distributed(args.backend, local_rank)
+    writer = ResultWriter(launch_dir / f"rank{rank}.jsonl")
+
+    import torch.distributed as dist
+
+    import probes
+
+    done_setup: dict[str, dict[str, str] | None] = {}
+    for case_id in case_ids:
+        case = probes.find_case(case_id)
+        module = probes.get(case.probe)
+        ctx = ProbeContext(
+            case_id=case.id, params=case.params, rank=rank, world_size=world_size, local_rank=local_rank,
+            device=device, backend=args.backend, heartbeat=heartbeat.beat,
+        )
+        if case.probe not in done_setup:
+            heartbeat.start_case(f"<setup {case.probe}>", "setup")
+            try:
+                if hasattr(module, "setup"):
+                    module.setup(ctx)
+                done_setup[case.probe] = None
+            except Exception as exc:
+                done_setup[case.probe] = error_info(exc)
+        heartbeat.start_case(case.id)
+        failure = done_setup[case.probe]
+        writer.write(setup_failure_line(ctx, failure) if failure else run_case(module, ctx, case.reproduce))
+        heartbeat.beat("finished")
+        dist.barrier()
+    heartbeat.start_case("<launch>", "shutdown")
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

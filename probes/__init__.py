@@ -1,0 +1,70 @@
+"""The probe registry: an explicit list of probe modules.
+
+A probe module defines `SPEC` (a `ProbeSpec`), `variants()`, `run(ctx)` and optionally
+`setup(ctx)` (one-off work per launch). Importing a probe module must stay cheap: heavy
+imports live inside `setup`/`run`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from probes.base import Case, ProbeSpec
+
+PROBE_MODULES = ("probes.zero_offload",)
+
+
+def load_modules() -> dict[str, ModuleType]:
+    modules: dict[str, ModuleType] = {}
+    for dotted in PROBE_MODULES:
+        module = importlib.import_module(dotted)
+        name = module.SPEC.name
+        if name in modules:
+            raise RuntimeError(f"duplicate probe name {name!r} in {dotted}")
+        modules[name] = module
+    return modules
+
+
+def specs() -> list[ProbeSpec]:
+    return [module.SPEC for module in load_modules().values()]
+
+
+def get(name: str) -> ModuleType:
+    """The probe module called `name`; an unknown name lists the valid ones."""
+    modules = load_modules()
+    if name not in modules:
+        raise KeyError(f"unknown probe {name!r}; known probes: {', '.join(sorted(modules))}")
+    return modules[name]
+
+
+def cases_of(module: ModuleType) -> list[Case]:
+    spec: ProbeSpec = module.SPEC
+    return [
+        Case(
+            probe=spec.name,
+            scenario=spec.scenario,
+            variant=variant.name,
+            world_size=world_size,
+            level=variant.level,
+            params=dict(variant.params),
+            reproduce=variant.reproduce,
+        )
+        for variant in module.variants()
+        for world_size in spec.world_sizes
+    ]
+
+
+def all_cases() -> list[Case]:
+    cases = [case for module in load_modules().values() for case in cases_of(module)]
+    ids = [case.id for case in cases]
+    if len(ids) != len(set(ids)):
+        raise RuntimeError("duplicate case ids in the registry")
+    return cases
+
+
+def find_case(case_id: str) -> Case:
+    for case in all_cases():
+        if case.id == case_id:
+            return case
+    raise KeyError(f"unknown case {case_id!r}")

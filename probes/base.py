@@ -1,0 +1,66 @@
+"""What a probe declares: a frozen spec, its variants, and the cases they expand to."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+SCENARIOS = ("S0", "S1", "S2", "S3", "S4", "smoke")
+DEVICE_KINDS = ("cpu", "cuda")
+
+
+@dataclasses.dataclass(frozen=True)
+class Requirement:
+    """An optional package a probe needs: found with find_spec, never imported to find out."""
+
+    module: str
+    pip: str
+
+    @property
+    def install_line(self) -> str:
+        return f"pip install {self.pip}"
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbeSpec:
+    name: str
+    scenario: str
+    description: str
+    world_sizes: tuple[int, ...] = (1, 2)
+    device_kinds: tuple[str, ...] = DEVICE_KINDS
+    requires: tuple[Requirement, ...] = ()
+    timeout_s: float = 120.0
+    setup_timeout_s: float = 600.0  # one-off work per launch, e.g. JIT-building DeepSpeed ops
+    known_issues: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.scenario not in SCENARIOS:
+            raise ValueError(f"{self.name}: scenario {self.scenario!r} is not one of {SCENARIOS}")
+        if not self.world_sizes or min(self.world_sizes) < 1:
+            raise ValueError(f"{self.name}: world sizes must be >= 1, got {self.world_sizes}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """One configuration of a probe; it runs at each of the probe's world sizes."""
+
+    name: str
+    params: Mapping[str, Any]
+    level: int = 3  # 2: the family's representative case, 3: every other case
+    reproduce: bool = False  # reproduces a known issue on purpose: xfail / xpass
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    probe: str
+    scenario: str
+    variant: str
+    world_size: int
+    level: int
+    params: Mapping[str, Any] = dataclasses.field(compare=False, hash=False)
+    reproduce: bool = False
+
+    @property
+    def id(self) -> str:
+        return f"{self.probe}[{self.variant}-ws{self.world_size}]"

@@ -1,0 +1,129 @@
+"""S2: DeepSpeed ZeRO 1/2/3 with and without CPU offload: where every fp32 partition, its gradient
+and its optimizer state live, and what `unscale_and_clip_grads` multiplies together.
+
+Every case trains a tiny MLP through `deepspeed.initialize` with an AdamW defined in the config,
+gradient accumulation over 4 micro steps and a clipping threshold so small that clipping always
+fires (the S2 crash sits on the clipping line). Device maps are taken after init, after the
+first micro step's backward, inside each `unscale_and_clip_grads` call, and after the step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from doctor.context import ProbeContext
+from doctor.invariants import ZeroPromise, zero_invariants
+from doctor.observe import observe_unscale_and_clip
+from probes.base import ProbeSpec, Requirement, Variant
+from probes.models import batch, build_mlp
+
+SPEC = ProbeSpec(
+    name="zero_offload",
+    scenario="S2",
+    description="ZeRO 1/2/3 x offload x dtype: fp32 partitions, gradients and optimizer state on the promised device",
+    world_sizes=(1, 2),
+    requires=(Requirement("torch", "torch"), Requirement("deepspeed", "deepspeed")),
+    timeout_s=180.0,
+    known_issues=("ds_z3_offload_gradnorm_device_mismatch",),
+)
+
+MICRO_BATCH = 2
+ACCUMULATION = 4
+CLIP = 1e-4  # far below any real gradient norm here, so the clipping branch always runs
+OFFLOADS = {"none": (False, False), "opt": (True, False), "opt+param": (True, True)}
+REPRESENTATIVE = "z3-opt+param-bf16"
+
+
+def variants() -> list[Variant]:
+    out = []
+    for stage in (1, 2, 3):
+        for offload, (_, offload_param) in OFFLOADS.items():
+            if offload_param and stage != 3:
+                continue  # parameter offload exists only in ZeRO-3
+            for dtype in ("bf16", "fp32"):
+                name = f"z{stage}-{offload}-{dtype}"
+                out.append(
+                    Variant(
+                        name=name,
+                        params={"stage": stage, "offload": offload, "dtype": dtype},
+                        level=2 if name == REPRESENTATIVE else 3,
+                    )
+                )
+    return out
+
+
+def build_config(params: dict[str, Any]) -> dict[str, Any]:
+    offload_optimizer, offload_param = OFFLOADS[params["offload"]]
+    zero: dict[str, Any] = {"stage": params["stage"]}
+    if offload_optimizer:
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": False}
+    if offload_param:
+        zero["offload_param"] = {"device": "cpu", "pin_memory": False}
+    return {
+        "train_micro_batch_size_per_gpu": MICRO_BATCH,
+        "gradient_accumulation_steps": ACCUMULATION,
+        "gradient_clipping": CLIP,
+        "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "weight_decay": 0.01}},
+        "zero_optimization": zero,
+        "bf16": {"enabled": params["dtype"] == "bf16"},
+        "steps_per_print": 10**9,
+        "wall_clock_breakdown": False,
+    }
+
+
+def setup(ctx: ProbeContext) -> None:
+    """Build or load DeepSpeed's optimizer ops once per launch, not inside a case's timeout."""
+    from deepspeed.accelerator import get_accelerator
+
+    for builder_name in ("CPUAdamBuilder", "FusedAdamBuilder"):
+        builder = get_accelerator().create_op_builder(builder_name)
+        if builder is not None and builder.is_compatible(verbose=False):
+            ctx.enter(f"build {builder_name}")
+            builder.load()
+
+
+def run(ctx: ProbeContext) -> None:
+    import deepspeed
+    import torch
+
+    config = build_config(dict(ctx.params))
+    promise = ZeroPromise.from_config(config, accelerator=ctx.device)
+    ctx.note("deepspeed_config", config)
+    ctx.enter("initialize")
+    model = build_mlp()
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+    try:
+        ctx.note("optimizer", type(engine.optimizer).__name__)
+        ctx.note("inner_optimizer", type(getattr(engine.optimizer, "optimizer", None)).__name__)
+        ctx.snapshot("after_init", engine=engine)
+        dtype = torch.bfloat16 if config["bf16"]["enabled"] else torch.float32
+        with observe_unscale_and_clip(engine.optimizer, ctx.rank, ctx.add_records) as calls:
+            for micro in range(ACCUMULATION):
+                ctx.enter(f"micro_step {micro}")
+                x, y = batch(MICRO_BATCH, dtype=dtype, device=engine.device, seed=1000 * ctx.rank + micro)
+                loss = torch.nn.functional.mse_loss(engine(x), y)
+                engine.backward(loss)
+                if micro == 0:
+                    ctx.snapshot("after_backward", engine=engine)
+                engine.step()
+        ctx.snapshot("after_step", engine=engine)
+        _check_the_step_ran(ctx, engine, calls[0])
+        ctx.check(zero_invariants(ctx.records, promise))
+    finally:
+        engine.destroy()
+
+
+def _check_the_step_ran(ctx: ProbeContext, engine: Any, clip_calls: int) -> None:
+    """The case only proves something if the boundary step ran and clipping fired."""
+    norm = engine.get_global_grad_norm()
+    norm_value = float(norm) if norm is not None else None
+    ctx.note("global_steps", int(engine.global_steps))
+    ctx.note("global_grad_norm", norm_value)
+    ctx.note("unscale_and_clip_grads_calls", clip_calls)
+    if engine.global_steps != 1 or clip_calls == 0:
+        raise RuntimeError(
+            f"the accumulation boundary did not run as planned: global_steps={engine.global_steps}, "
+            f"unscale_and_clip_grads calls={clip_calls} (expected 1 step and >= 1 call)"
+        )
+    if norm_value is None or not norm_value > CLIP:
+        raise RuntimeError(f"clipping did not fire: grad norm {norm_value} <= gradient_clipping {CLIP}")

@@ -1,0 +1,1 @@
+"""Reports: the plain-data report model, its JSON schema, and renderers that only read it."""
