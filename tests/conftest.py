@@ -1,0 +1,67 @@
+"""Shared fixtures. DeepSpeed unit tests run in this process on a real one-rank gloo group."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+HAS_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
+requires_deepspeed = pytest.mark.skipif(not HAS_DEEPSPEED, reason="deepspeed not installed: pip install deepspeed")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def dist_group() -> Iterator[None]:
+    """A real single-rank gloo process group, as torchrun would set it up."""
+    import torch.distributed as dist
+
+    saved = {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    if not dist.is_initialized():
+        dist.init_process_group("gloo")
+    yield
+    dist.destroy_process_group()
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def build_engine(params: dict[str, Any]) -> Any:
+    """A real DeepSpeed engine over the probes' tiny MLP, with the zero_offload probe's config."""
+    import deepspeed
+
+    from probes.models import build_mlp
+    from probes.zero_offload import build_config
+
+    model = build_mlp()
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=build_config(params))
+    return engine
+
+
+def train_one_step(engine: Any, sink: Any = None) -> int:
+    """Run one accumulation window; returns how many unscale_and_clip_grads calls were seen."""
+    import torch
+
+    from doctor.observe import observe_unscale_and_clip
+    from probes.models import batch
+    from probes.zero_offload import ACCUMULATION, MICRO_BATCH
+
+    dtype = torch.bfloat16 if engine.bfloat16_enabled() else torch.float32
+    with observe_unscale_and_clip(engine.optimizer, 0, sink or (lambda _r: None)) as calls:
+        for micro in range(ACCUMULATION):
+            x, y = batch(MICRO_BATCH, dtype=dtype, device=engine.device, seed=micro)
+            engine.backward(torch.nn.functional.mse_loss(engine(x), y))
+            engine.step()
+    return calls[0]
