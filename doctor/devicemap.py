@@ -154,7 +154,7 @@ def collect_optimizer(
     for gi, group in enumerate(optimizer.param_groups):
         params = list(group.get("params", []))
         group_names = [names.get(id(p), f"{prefix}.param_groups[{gi}].params[{pi}]") for pi, p in enumerate(params)]
-        for param, name in zip(params, group_names):
+        for param, name in zip(params, group_names, strict=True):
             seen.add(id(param))
             _collect_state(rec, optimizer.state.get(param, {}), prefix, name)
         for key, value in group.items():

@@ -71,7 +71,8 @@ ISSUES: tuple[KnownIssue, ...] = (
         id="ds_z3_offload_gradnorm_device_mismatch",
         title="ZeRO-3 + optimizer offload: grad norm on the GPU, gradients on the CPU in unscale_and_clip_grads",
         package=_DS,
-        patterns=(r"Expected all tensors to be on the same device, but found at least two devices, (cuda|xpu|npu|hpu)(:\d+)? and cpu",
+        patterns=(r"Expected all tensors to be on the same device, but found at least two devices, "
+                  r"(cuda|xpu|npu|hpu)(:\d+)? and cpu",
                   r"Expected all tensors to be on the same device, but found at least two devices, cpu and (cuda|xpu|npu|hpu)"),
         requires=(r"stage3\.py.*(unscale_and_clip_grads|step)|unscale_and_clip_grads",),
         cause="DeepSpeed 0.14.1-0.14.2 computed the scaled global grad norm as a 0-dim accelerator tensor "
@@ -115,7 +116,8 @@ ISSUES: tuple[KnownIssue, ...] = (
         id="ds_op_builder_cuda_mismatch",
         title="DeepSpeed op builder: system CUDA does not match torch's CUDA",
         package=_DS,
-        patterns=(r"Installed CUDA version \S+ does not match the version torch was compiled with \S+(?!.*accepting this combination)",
+        patterns=(r"Installed CUDA version \S+ does not match the version torch was compiled with \S+"
+                  r"(?!.*accepting this combination)",
                   r"CUDA_HOME does not exist, unable to compile CUDA op"),
         cause="The nvcc under CUDA_HOME has another CUDA major version than the torch wheel, so DeepSpeed refuses "
         "to JIT-compile its ops.",
@@ -177,7 +179,8 @@ ISSUES: tuple[KnownIssue, ...] = (
         id="torchrun_port_in_use",
         title="Rendezvous port already in use",
         package="torch",
-        patterns=(r"server socket has failed to (listen on any local network address|bind to).*(EADDRINUSE|Address already in use)",),
+        patterns=(r"server socket has failed to (listen on any local network address|bind to)"
+                  r".*(EADDRINUSE|Address already in use)",),
         cause="Another process on the host already holds the master/rendezvous port (torchrun's default is 29500).",
         remedy="Pick a free --master-port, or --rdzv-endpoint localhost:0 on a single node; kill stale processes.",
         refs=("https://github.com/pytorch/pytorch/issues/73320",),

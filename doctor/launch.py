@@ -94,7 +94,7 @@ def log_tail(path: Path, lines: int = TAIL_LINES) -> str:
 def exit_codes(torchrun_log: str) -> dict[int, int]:
     """Per-rank exit codes from torchrun's failure summary."""
     codes = {}
-    for match in re.finditer(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", torchrun_log, re.S):
+    for match in re.finditer(r"^\s+rank\s+:\s*(\d+).*\n\s+exitcode\s+:\s*(-?\d+)", torchrun_log, re.M):
         codes.setdefault(int(match.group(1)), int(match.group(2)))
     return codes
 
@@ -133,7 +133,8 @@ def synthesized_line(case: Case, rank: int, outcome: Outcome, reason: str, stage
 class Launch:
     """One torchrun process running some cases of a group."""
 
-    def __init__(self, group: LaunchGroup, cases: list[Case], launch_dir: Path, timeout_override: float | None, on_event: EventSink) -> None:
+    def __init__(self, group: LaunchGroup, cases: list[Case], launch_dir: Path, timeout_override: float | None,
+                 on_event: EventSink) -> None:
         self.group = group
         self.cases = cases
         self.dir = launch_dir
@@ -250,7 +251,8 @@ class Launch:
         return synthesized_line(case, rank, Outcome.ERROR, reason, stage, exit_code=code, signal=sig, stderr_tail=tail)
 
 
-def run_group(group: LaunchGroup, run_dir: Path, *, timeout_override: float | None, on_event: EventSink) -> dict[str, list[dict[str, Any]]]:
+def run_group(group: LaunchGroup, run_dir: Path, *, timeout_override: float | None,
+              on_event: EventSink) -> dict[str, list[dict[str, Any]]]:
     """Run every case of a group, relaunching after a timeout or crash; per-rank lines by case id."""
     pending = list(group.cases)
     results: dict[str, list[dict[str, Any]]] = {}

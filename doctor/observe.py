@@ -62,7 +62,7 @@ def observe_unscale_and_clip(
         call = next(counter)
         calls[0] = call + 1
         rec = Recorder(rank, CLIP_STAGE)
-        record_clip_call(rec, optimizer, call, {**dict(zip(names, args)), **kwargs})
+        record_clip_call(rec, optimizer, call, {**dict(zip(names, args, strict=False)), **kwargs})
         sink(rec.records)
         return original(*args, **kwargs)
 

@@ -134,7 +134,8 @@ def plan(cases: Iterable[Case], hardware: Hardware, nproc: int) -> tuple[list[La
         if missing:
             skips.append(Skip(case, hardware.device_kind, "missing optional dependency: " + "; ".join(missing)))
         elif hardware.device_kind not in spec.device_kinds:
-            skips.append(Skip(case, hardware.device_kind, f"needs {' or '.join(spec.device_kinds)}; this node has {hardware.device_kind}"))
+            needs = " or ".join(spec.device_kinds)
+            skips.append(Skip(case, hardware.device_kind, f"needs {needs}; this node has {hardware.device_kind}"))
         elif case.world_size > nproc:
             what = "GPU(s)" if hardware.device_kind == "cuda" else "ranks (--nproc)"
             skips.append(Skip(case, hardware.device_kind, f"needs {case.world_size} ranks; this run has {nproc} {what}"))

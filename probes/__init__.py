@@ -8,16 +8,26 @@ imports live inside `setup`/`run`.
 from __future__ import annotations
 
 import importlib
+import os
 from types import ModuleType
 
 from probes.base import Case, ProbeSpec
 
 PROBE_MODULES = ("probes.zero_offload",)
 
+#: Comma-separated extra probe modules (the tests' fault probes, or a site's own probes); the
+#: variable reaches the torchrun workers through the environment, so both sides see one registry.
+EXTRA_ENV = "DS_DOCTOR_EXTRA_PROBES"
+
+
+def module_names() -> tuple[str, ...]:
+    extra = tuple(name.strip() for name in os.environ.get(EXTRA_ENV, "").split(",") if name.strip())
+    return PROBE_MODULES + extra
+
 
 def load_modules() -> dict[str, ModuleType]:
     modules: dict[str, ModuleType] = {}
-    for dotted in PROBE_MODULES:
+    for dotted in module_names():
         module = importlib.import_module(dotted)
         name = module.SPEC.name
         if name in modules:

@@ -22,8 +22,8 @@ class LiveProgress:
     """Shows which case and stage each launch is in; fed by the runner's events."""
 
     def __init__(self, console: Console, total: int) -> None:
-        self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                                 MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True)
+        columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        self.progress = Progress(*columns, console=console, transient=True)
         self.task = self.progress.add_task("starting", total=total)
         self.done: set[str] = set()
 

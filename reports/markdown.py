@@ -103,7 +103,7 @@ def render_device_map(result: CaseResult) -> list[str]:
     rows = _record_rows(result.device_map[:MAX_MAP_ROWS])
     more = len(result.device_map) - len(rows)
     return [f"<details><summary>Device map of <code>{result.case}</code> ({len(result.device_map)} records)</summary>",
-            "", *_table(RECORD_HEADERS, rows), *([f"", f"... {more} more in the JSON report"] if more > 0 else []),
+            "", *_table(RECORD_HEADERS, rows), *(["", f"... {more} more in the JSON report"] if more > 0 else []),
             "", "</details>", ""]
 
 

@@ -1,0 +1,35 @@
+"""Pieces of the launcher that parse what torchrun and the ranks leave behind."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from doctor.launch import JsonlTail, exit_codes, free_port, signal_name
+
+RESOURCES = Path(__file__).parent / "resources"
+
+
+def test_exit_codes_are_read_per_rank_from_torchrun_summary() -> None:
+    # Recorded from a real launch where rank 1 was SIGKILLed and rank 0 then exited with 1.
+    assert exit_codes((RESOURCES / "torchrun_sigkill.log").read_text()) == {1: -9, 0: 1}
+
+
+def test_signal_names() -> None:
+    assert signal_name(-9) == "SIGKILL" and signal_name(-11) == "SIGSEGV" and signal_name(-6) == "SIGABRT"
+    assert signal_name(3) is None and signal_name(None) is None
+
+
+def test_jsonl_tail_waits_for_a_line_to_end(tmp_path: Path) -> None:
+    path = tmp_path / "rank0.jsonl"
+    tail = JsonlTail(path)
+    assert tail.read_new() == []
+    path.write_text('{"case": "a"}\n{"case": ')
+    assert tail.read_new() == [{"case": "a"}]
+    with path.open("a") as handle:
+        handle.write('"b"}\n')
+    assert tail.read_new() == [{"case": "b"}]
+    assert tail.read_new() == []
+
+
+def test_free_port_is_a_loopback_port() -> None:
+    assert 1024 < free_port() < 65536

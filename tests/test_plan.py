@@ -1,0 +1,58 @@
+"""Selection (-k, level), requirement checks and grouping into launches."""
+
+from __future__ import annotations
+
+import pytest
+
+import probes
+from doctor.plan import Hardware, KeywordError, compile_keyword, missing_requirements, plan, select_cases
+from probes.base import ProbeSpec, Requirement
+
+
+@pytest.mark.parametrize(
+    ("expr", "name", "expected"),
+    [
+        ("z3", "zero_offload[z3-opt-bf16-ws2]", True),
+        ("Z3 and BF16", "zero_offload[z3-opt-bf16-ws2]", True),
+        ("z3 and not bf16", "zero_offload[z3-opt-bf16-ws2]", False),
+        ("z1 or (z3 and ws2)", "zero_offload[z3-opt-bf16-ws2]", True),
+        ("not (z1 or z2)", "zero_offload[z2-opt-bf16-ws1]", False),
+        ("opt+param", "zero_offload[z3-opt+param-bf16-ws1]", True),
+    ],
+)
+def test_keyword_expressions(expr, name, expected) -> None:
+    assert compile_keyword(expr)(name) is expected
+
+
+@pytest.mark.parametrize("expr", ["", "(z3", "z3 and", "and z3", "z3 )", "not"])
+def test_bad_keyword_expressions_raise(expr) -> None:
+    with pytest.raises(KeywordError):
+        compile_keyword(expr)
+
+
+def test_levels() -> None:
+    cases = probes.all_cases()
+    assert select_cases(cases, level=1, keyword=None) == []
+    level2 = select_cases(cases, level=2, keyword=None)
+    assert {c.variant for c in level2} == {"z3-opt+param-bf16"} and {c.world_size for c in level2} == {1, 2}
+    assert len(select_cases(cases, level=3, keyword="zero_offload")) == 28
+
+
+def test_cases_are_grouped_by_world_size_and_too_large_ones_skip() -> None:
+    cases = select_cases(probes.all_cases(), level=3, keyword="z3")
+    groups, skips = plan(cases, Hardware("cpu", 0), nproc=2)
+    assert [(g.world_size, g.backend, len(g.cases)) for g in groups] == [(1, "gloo", 6), (2, "gloo", 6)]
+    assert skips == []
+    groups, skips = plan(cases, Hardware("cuda", 1), nproc=1)
+    assert [(g.world_size, g.backend) for g in groups] == [(1, "nccl")]
+    assert len(skips) == 6 and all("needs 2 ranks" in s.reason for s in skips)
+
+
+def test_a_missing_optional_package_gives_its_install_line() -> None:
+    spec = ProbeSpec(name="x", scenario="smoke", description="", requires=(Requirement("no_such_pkg_ds_doctor", "nspd"),))
+    assert missing_requirements(spec) == ["pip install nspd"]
+
+
+def test_registry_rejects_unknown_names_with_the_valid_ones() -> None:
+    with pytest.raises(KeyError, match="zero_offload"):
+        probes.get("nope")
