@@ -39,7 +39,8 @@ class LiveProgress:
             self.done.add(payload["case"])
             self.progress.update(self.task, completed=len(self.done))
         elif kind == "stage":
-            self.progress.update(self.task, description=escape(f"{payload['case']} · rank {payload['rank']} · {payload['stage']}"))
+            where = f"{payload['case']} · rank {payload['rank']} · {payload['stage']}"
+            self.progress.update(self.task, description=escape(where))
 
 
 def summary_table(report: Report) -> Table:
