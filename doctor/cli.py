@@ -16,6 +16,7 @@ import doctor
 from doctor.outcomes import ExitCode
 
 _DEBUG = {"on": bool(os.environ.get("DS_DOCTOR_DEBUG"))}
+_ARGV: list[list[str]] = [[]]  # the arguments `main` was given, recorded in the report
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -85,7 +86,7 @@ def run(level: int, keyword: str | None, out_dir: Path, json_stdout: bool, nproc
             raise click.BadParameter(f"{nproc} ranks but only {hardware.gpu_count} GPU(s) visible", param_hint="--nproc")
     console = Console(stderr=json_stdout)
     options = runner.RunOptions(level=level, keyword=keyword, out_dir=out_dir, nproc=nproc, timeout_s=timeout_s,
-                                argv=tuple(sys.argv[1:]))
+                                argv=tuple(_ARGV[0]))
     progress: list[LiveProgress] = []
 
     def on_plan(run_plan: runner.RunPlan) -> None:
@@ -170,6 +171,7 @@ def env(as_json: bool) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    _ARGV[0] = list(sys.argv[1:] if argv is None else argv)
     try:
         result = cli.main(args=argv, prog_name="ds-doctor", standalone_mode=False)
     except click.exceptions.Exit as exc:  # --help, --version

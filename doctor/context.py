@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -60,7 +61,7 @@ class ProbeContext:
         """Keep findings, stamped with this rank where the invariant did not know it."""
         for finding in findings:
             if finding.rank is None:
-                finding = Finding(**{**finding.__dict__, "rank": self.rank})
+                finding = dataclasses.replace(finding, rank=self.rank)
             self.findings.append(finding)
 
     def note(self, key: str, value: Any) -> None:

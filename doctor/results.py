@@ -47,11 +47,11 @@ def known_issue_for(spec: ProbeSpec, outcome: Outcome, findings: list[Finding], 
         hits = known_issues.classify(text)
         if hits:
             return hits[0].to_ref(known_issues.AFFECTED)
-    for issue_id in spec.known_issues:
-        issue = known_issues.get(issue_id)
-        shown = any(f.severity == ERROR and f.invariant in issue.invariants for f in findings)
-        return issue.to_ref(known_issues.AFFECTED if shown else issue.version_verdict(versions))
-    return None
+    if not spec.known_issues:
+        return None
+    issue = known_issues.get(spec.known_issues[0])  # the family's own issue
+    shown = any(f.severity == ERROR and f.invariant in issue.invariants for f in findings)
+    return issue.to_ref(known_issues.AFFECTED if shown else issue.version_verdict(versions))
 
 
 def merge_case(case: Case, spec: ProbeSpec, lines: list[Mapping[str, Any]], device_kind: str,

@@ -97,6 +97,25 @@ def render_case(result: CaseResult) -> list[str]:
     return lines
 
 
+def render_warnings(report: Report) -> list[str]:
+    """Warnings and infos once each, with the cases that showed them (a per-case list would repeat them)."""
+    seen: dict[tuple[str, str, str], list[str]] = {}
+    for result in report.results:
+        for finding in result.findings:
+            if finding.severity != "error":
+                key = (finding.severity, finding.invariant, finding.message)
+                cases = seen.setdefault(key, [])
+                if result.case not in cases:
+                    cases.append(result.case)
+    if not seen:
+        return []
+    lines = ["## Warnings", ""]
+    for (severity, invariant, message), cases in seen.items():
+        lines.append(f"- **{severity}** `{invariant}`: {_cell(message)} — {len(cases)} case(s): "
+                     + ", ".join(f"`{c}`" for c in cases))
+    return [*lines, ""]
+
+
 def render_device_map(result: CaseResult) -> list[str]:
     if not result.device_map:
         return []
@@ -113,11 +132,13 @@ def render_markdown(report: Report) -> str:
              "", f"Command: `{' '.join(report.command)}`", ""]
     lines += render_summary(report)
     lines += render_environment(report)
-    attention = [r for r in report.results if r.outcome not in (Outcome.PASS, Outcome.SKIP) or r.findings]
+    attention = [r for r in report.results
+                 if r.outcome not in (Outcome.PASS, Outcome.SKIP) or any(f.severity == "error" for f in r.findings)]
     if attention:
         lines += ["## Cases that need a look", ""]
         for result in attention:
             lines += render_case(result)
+    lines += render_warnings(report)
     skipped = [r for r in report.results if r.outcome == Outcome.SKIP]
     if skipped:
         lines += ["## Skipped", "", *[f"- `{r.case}`: {r.reason}" for r in skipped], ""]

@@ -75,3 +75,24 @@ def test_schema_rejects_malformed_reports(bad) -> None:
 
 def test_all_pass_exits_zero() -> None:
     assert exit_code(a_report([])) == 0
+
+
+def test_warnings_are_listed_once_with_their_cases() -> None:
+    warning = Finding("grad_accum_dtype", "warning", "bf16 accumulates in bf16", 0)
+    passed = [CaseResult(probe="zero_offload", case=f"zero_offload[z3-{i}-ws1]", scenario="S2", level=3, world_size=1,
+                         device_kind="cpu", outcome=Outcome.PASS, duration_s=1.0, findings=(warning, warning))
+              for i in range(3)]
+    text = render_markdown(a_report(passed))
+    assert text.count("bf16 accumulates in bf16") == 1 and "3 case(s)" in text
+    assert "Cases that need a look" not in text
+
+
+def test_report_records_the_arguments_main_was_given(capsys, tmp_path) -> None:
+    import json
+
+    from doctor.cli import main
+
+    assert main(["run", "--level", "1", "--out", str(tmp_path)]) == 0
+    capsys.readouterr()
+    data = json.loads(next(tmp_path.glob("*.json")).read_text())
+    assert data["command"] == ["ds-doctor", "run", "--level", "1", "--out", str(tmp_path)]
