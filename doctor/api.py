@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from doctor.devicemap import Recorder, TensorRecord, collect
+from doctor.files import write_atomic
 from doctor.invariants import (
     Finding,
     ZeroPromise,
@@ -41,8 +42,6 @@ class Inspection:
         return scrub({"device_map": [r.to_dict() for r in self.records], "findings": [f.to_dict() for f in self.findings]})
 
     def write(self, path: str | Path) -> Path:
-        from doctor.runner import write_atomic
-
         path = Path(path)
         write_atomic(path, json.dumps(self.to_dict(), indent=2) + "\n")
         return path

@@ -23,6 +23,7 @@ from typing import Any
 
 from doctor.outcomes import Outcome
 from doctor.plan import LaunchGroup, timeout_for
+from doctor.worker import result_line, setup_name, setup_probe
 from probes.base import Case
 
 LAUNCH_TIMEOUT_S = 180.0  # process start, imports and process-group set-up
@@ -123,13 +124,6 @@ def kill_tree(proc: subprocess.Popen[bytes]) -> None:
             continue
 
 
-def synthesized_line(case: Case, rank: int, outcome: Outcome, reason: str, stage: str | None, **extra: Any) -> dict[str, Any]:
-    return {
-        "case": case.id, "rank": rank, "world_size": case.world_size, "outcome": outcome.value, "reason": reason,
-        "stage": stage, "duration_s": 0.0, "findings": [], "device_map": [], "notes": {}, "error": None, **extra,
-    }
-
-
 class Launch:
     """One torchrun process running some cases of a group."""
 
@@ -223,9 +217,9 @@ class Launch:
     def _victims(self, culprit: str | None, unfinished: list[Case]) -> list[Case]:
         if culprit is None or culprit == "<launch>":
             return unfinished  # died before any case started: nothing to gain by relaunching
-        setup = re.match(r"<setup (\w+)>$", culprit)
-        if setup:
-            return [c for c in unfinished if c.probe == setup.group(1)]
+        probe = setup_probe(culprit)
+        if probe:
+            return [c for c in unfinished if c.probe == probe]
         return [c for c in unfinished if c.id == culprit] or unfinished
 
     def _line_for(self, case: Case, rank: int, beats: dict[int, dict[str, Any]]) -> dict[str, Any]:
@@ -233,14 +227,14 @@ class Launch:
         if existing is not None:
             return existing
         beat = beats.get(rank, {})
-        stage = beat.get("stage") if beat.get("case") in (case.id, f"<setup {case.probe}>", "<launch>") else "not started"
-        if beat.get("case") == f"<setup {case.probe}>":
+        stage = beat.get("stage") if beat.get("case") in (case.id, setup_name(case.probe), "<launch>") else "not started"
+        if beat.get("case") == setup_name(case.probe):
             stage = f"setup: {beat.get('stage')}"
         tail = log_tail(self.dir / f"rank{rank}.log")
         if self.timed_out:
             limit = timeout_for(self.timed_out[0], self.timeout_override) if self.timed_out[0] != "<launch>" else LAUNCH_TIMEOUT_S
             reason = f"timed out after {limit:g} s on rank {rank} in stage {stage!r}"
-            return synthesized_line(case, rank, Outcome.TIMEOUT, reason, stage, stderr_tail=tail)
+            return result_line(case.id, rank, case.world_size, Outcome.TIMEOUT, reason, stage, stderr_tail=tail)
         torchrun_log = (self.dir / "torchrun.log").read_text(errors="replace")
         code = exit_codes(torchrun_log).get(rank, self.returncode)
         sig = signal_name(code)
@@ -248,7 +242,8 @@ class Launch:
         reason = f"rank {rank} {how} in stage {stage!r}"
         if not tail:
             tail = log_tail(self.dir / "torchrun.log")
-        return synthesized_line(case, rank, Outcome.ERROR, reason, stage, exit_code=code, signal=sig, stderr_tail=tail)
+        return result_line(case.id, rank, case.world_size, Outcome.ERROR, reason, stage, exit_code=code, signal=sig,
+                           stderr_tail=tail)
 
 
 def run_group(group: LaunchGroup, run_dir: Path, *, timeout_override: float | None,

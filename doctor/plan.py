@@ -150,9 +150,11 @@ def plan(cases: Iterable[Case], hardware: Hardware, nproc: int) -> tuple[list[La
 
 def timeout_for(case_or_setup: str, override: float | None) -> float:
     """The timeout of a case id or of `<setup PROBE>`: `--timeout` wins, else the probe's spec."""
-    match = re.match(r"<setup (\w+)>$", case_or_setup)
-    if match:
-        return probes.get(match.group(1)).SPEC.setup_timeout_s
+    from doctor.worker import setup_probe
+
+    probe = setup_probe(case_or_setup)
+    if probe:
+        return probes.get(probe).SPEC.setup_timeout_s
     if override is not None:
         return override
     return probes.get(case_or_setup.split("[", 1)[0]).SPEC.timeout_s

@@ -15,6 +15,7 @@ from typing import Any
 import doctor
 import probes
 from doctor import env as envmod
+from doctor.files import write_atomic
 from doctor.launch import EventSink, run_group
 from doctor.outcomes import FAILING, ExitCode
 from doctor.plan import Hardware, LaunchGroup, Skip, default_nproc, detect_hardware, plan, select_cases
@@ -94,16 +95,6 @@ def build_report(*, started: dt.datetime, finished: dt.datetime, level: int, arg
         "results": [r.to_dict() for r in results],
     }
     return Report.from_dict(scrub(raw))
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write to a temp file beside `path` and rename: a reader never sees half a file."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with tmp.open("w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
 
 
 def report_basename(report: Report, started: dt.datetime) -> str:

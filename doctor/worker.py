@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 import traceback
@@ -17,16 +18,31 @@ from pathlib import Path
 from typing import Any
 
 from doctor.context import ProbeContext, SkipCase
+from doctor.files import write_atomic
 from doctor.invariants import ERROR
 from doctor.outcomes import Outcome
 
 TRACEBACK_CHARS = 8000
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
+def setup_name(probe: str) -> str:
+    """The heartbeat name of a probe's one-off setup (it runs outside any case)."""
+    return f"<setup {probe}>"
+
+
+def setup_probe(name: str) -> str | None:
+    """The probe whose setup a heartbeat name stands for, or None."""
+    match = re.match(r"<setup (\w+)>$", name)
+    return match.group(1) if match else None
+
+
+def result_line(case_id: str, rank: int, world_size: int, outcome: Outcome, reason: str | None, stage: str | None,
+                **fields: Any) -> dict[str, Any]:
+    """One rank's JSON line for one case; `fields` fill or override the empty defaults."""
+    return {
+        "case": case_id, "rank": rank, "world_size": world_size, "outcome": outcome.value, "reason": reason,
+        "stage": stage, "duration_s": 0.0, "findings": [], "device_map": [], "notes": {}, "error": None, **fields,
+    }
 
 
 class Heartbeat:
@@ -42,10 +58,8 @@ class Heartbeat:
         self.beat(stage)
 
     def beat(self, stage: str) -> None:
-        write_json_atomic(
-            self.path,
-            {"rank": self.rank, "case": self.case, "stage": stage, "case_started": self.case_started, "time": time.time()},
-        )
+        beat = {"rank": self.rank, "case": self.case, "stage": stage, "case_started": self.case_started, "time": time.time()}
+        write_atomic(self.path, json.dumps(beat), fsync=False)
 
 
 class ResultWriter:
@@ -87,28 +101,21 @@ def run_case(module: Any, ctx: ProbeContext, reproduce: bool) -> dict[str, Any]:
     except Exception as exc:  # every exception of a case becomes its result
         outcome, error = Outcome.ERROR, error_info(exc)
         reason = f"{error['type']}: {error['message']}"[:2000]
-    return {
-        "case": ctx.case_id,
-        "rank": ctx.rank,
-        "world_size": ctx.world_size,
-        "device": ctx.device,
-        "outcome": outcome.value,
-        "reason": reason,
-        "stage": ctx.stage,
-        "duration_s": round(time.perf_counter() - started, 3),
-        "findings": [f.to_dict() for f in ctx.findings],
-        "device_map": [r.to_dict() for r in ctx.records],
-        "notes": ctx.notes,
-        "error": error,
-    }
+    return result_line(
+        ctx.case_id, ctx.rank, ctx.world_size, outcome, reason, ctx.stage,
+        device=ctx.device,
+        duration_s=round(time.perf_counter() - started, 3),
+        findings=[f.to_dict() for f in ctx.findings],
+        device_map=[r.to_dict() for r in ctx.records],
+        notes=ctx.notes,
+        error=error,
+    )
 
 
 def setup_failure_line(ctx: ProbeContext, failure: dict[str, str]) -> dict[str, Any]:
-    return {
-        "case": ctx.case_id, "rank": ctx.rank, "world_size": ctx.world_size, "device": ctx.device,
-        "outcome": Outcome.ERROR.value, "reason": f"probe setup failed: {failure['type']}: {failure['message']}"[:2000],
-        "stage": "setup", "duration_s": 0.0, "findings": [], "device_map": [], "notes": {}, "error": failure,
-    }
+    reason = f"probe setup failed: {failure['type']}: {failure['message']}"[:2000]
+    return result_line(ctx.case_id, ctx.rank, ctx.world_size, Outcome.ERROR, reason, "setup", device=ctx.device,
+                       error=failure)
 
 
 def redirect_output(log_path: Path) -> None:
@@ -163,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             device=device, backend=args.backend, heartbeat=heartbeat.beat,
         )
         if case.probe not in done_setup:
-            heartbeat.start_case(f"<setup {case.probe}>", "setup")
+            heartbeat.start_case(setup_name(case.probe), "setup")
             try:
                 if hasattr(module, "setup"):
                     module.setup(ctx)

@@ -1,0 +1,17 @@
+"""Atomic file writes: a reader never sees half a file."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def write_atomic(path: Path, text: str, *, fsync: bool = True) -> None:
+    """Write to a temp file beside `path`, then rename over it (fsync off for frequent heartbeats)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with tmp.open("w", encoding="utf-8") as handle:
+        handle.write(text)
+        if fsync:
+            handle.flush()
+            os.fsync(handle.fileno())
+    os.replace(tmp, path)
