@@ -23,7 +23,7 @@ from typing import Any
 
 from doctor.outcomes import Outcome
 from doctor.plan import LaunchGroup, timeout_for
-from doctor.worker import result_line, setup_name, setup_probe
+from doctor.worker import LAUNCH, result_line, setup_name, setup_probe
 from probes.base import Case
 
 LAUNCH_TIMEOUT_S = 180.0  # process start, imports and process-group set-up
@@ -137,7 +137,12 @@ class Launch:
         self.lines: dict[str, dict[int, dict[str, Any]]] = {}
         self.tails = {r: JsonlTail(launch_dir / f"rank{r}.jsonl") for r in range(group.world_size)}
         self.timed_out: tuple[str, dict[int, dict[str, Any]]] | None = None
+        self.returncode: int | None = None
         self.last_stage: dict[int, tuple[str, str]] = {}
+
+    def limit_for(self, name: str) -> float:
+        """Seconds a heartbeat name may stay unfinished: the launch's own, a setup's, or a case's."""
+        return LAUNCH_TIMEOUT_S if name == LAUNCH else timeout_for(name, self.timeout_override)
 
     def complete(self, case_id: str) -> bool:
         return len(self.lines.get(case_id, {})) == self.group.world_size
@@ -178,7 +183,7 @@ class Launch:
         beats = read_heartbeats(self.dir, self.group.world_size)
         now = time.time()
         if not beats and now - started > LAUNCH_TIMEOUT_S:
-            self.timed_out = ("<launch>", beats)
+            self.timed_out = (LAUNCH, beats)
             return True
         for rank, beat in beats.items():
             name, stage = beat["case"], beat["stage"]
@@ -187,8 +192,7 @@ class Launch:
                 self.on_event("stage", {"case": name, "stage": stage, "rank": rank})
             if stage == "finished" or rank in self.lines.get(name, {}):
                 continue
-            limit = LAUNCH_TIMEOUT_S if name == "<launch>" else timeout_for(name, self.timeout_override)
-            if now - float(beat["case_started"]) > limit:
+            if now - float(beat["case_started"]) > self.limit_for(name):
                 self.timed_out = (name, beats)
                 return True
         return False
@@ -215,7 +219,7 @@ class Launch:
         return names[0] if names else None
 
     def _victims(self, culprit: str | None, unfinished: list[Case]) -> list[Case]:
-        if culprit is None or culprit == "<launch>":
+        if culprit is None or culprit == LAUNCH:
             return unfinished  # died before any case started: nothing to gain by relaunching
         probe = setup_probe(culprit)
         if probe:
@@ -227,13 +231,12 @@ class Launch:
         if existing is not None:
             return existing
         beat = beats.get(rank, {})
-        stage = beat.get("stage") if beat.get("case") in (case.id, setup_name(case.probe), "<launch>") else "not started"
+        stage = beat.get("stage") if beat.get("case") in (case.id, setup_name(case.probe), LAUNCH) else "not started"
         if beat.get("case") == setup_name(case.probe):
             stage = f"setup: {beat.get('stage')}"
         tail = log_tail(self.dir / f"rank{rank}.log")
         if self.timed_out:
-            limit = timeout_for(self.timed_out[0], self.timeout_override) if self.timed_out[0] != "<launch>" else LAUNCH_TIMEOUT_S
-            reason = f"timed out after {limit:g} s on rank {rank} in stage {stage!r}"
+            reason = f"timed out after {self.limit_for(self.timed_out[0]):g} s on rank {rank} in stage {stage!r}"
             return result_line(case.id, rank, case.world_size, Outcome.TIMEOUT, reason, stage, stderr_tail=tail)
         torchrun_log = (self.dir / "torchrun.log").read_text(errors="replace")
         code = exit_codes(torchrun_log).get(rank, self.returncode)

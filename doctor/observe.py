@@ -6,7 +6,6 @@ They call the real method unchanged; they only look at its operands first (metad
 from __future__ import annotations
 
 import contextlib
-import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -55,12 +54,11 @@ def observe_unscale_and_clip(
     had_own = "unscale_and_clip_grads" in vars(optimizer)
     # Bound by position: DeepSpeed decorates the stage-3 method, hiding its signature.
     names = ("sub_group_id", "total_norm") if is_zero3_optimizer(optimizer) else ("grad_groups_flat", "total_norm")
-    counter = itertools.count()
     calls = [0]
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        call = next(counter)
-        calls[0] = call + 1
+        call = calls[0]
+        calls[0] += 1
         rec = Recorder(rank, CLIP_STAGE)
         record_clip_call(rec, optimizer, call, {**dict(zip(names, args, strict=False)), **kwargs})
         sink(rec.records)

@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable, Iterable
 
 import probes
+from doctor.worker import setup_probe
 from probes.base import Case, ProbeSpec
 
 
@@ -150,8 +151,6 @@ def plan(cases: Iterable[Case], hardware: Hardware, nproc: int) -> tuple[list[La
 
 def timeout_for(case_or_setup: str, override: float | None) -> float:
     """The timeout of a case id or of `<setup PROBE>`: `--timeout` wins, else the probe's spec."""
-    from doctor.worker import setup_probe
-
     probe = setup_probe(case_or_setup)
     if probe:
         return probes.get(probe).SPEC.setup_timeout_s

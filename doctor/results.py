@@ -56,13 +56,14 @@ def known_issue_for(spec: ProbeSpec, outcome: Outcome, findings: list[Finding], 
 
 def merge_case(case: Case, spec: ProbeSpec, lines: list[Mapping[str, Any]], device_kind: str,
                versions: Mapping[str, str | None]) -> CaseResult:
+    lines = sorted(lines, key=lambda entry: int(entry["rank"]))
     outcomes = [Outcome(line["outcome"]) for line in lines]
     outcome = worst(outcomes)
     findings = [Finding.from_dict(f) for line in lines for f in line.get("findings", [])]
     records = [TensorRecord.from_dict(r) for line in lines for r in line.get("device_map", [])]
     reason = next((line.get("reason") for line in lines if Outcome(line["outcome"]) == outcome and line.get("reason")), None)
     notes: dict[str, Any] = {}
-    for line in sorted(lines, key=lambda entry: int(entry["rank"])):
+    for line in lines:
         for key, value in (line.get("notes") or {}).items():
             notes.setdefault(key, value)
     return CaseResult(
@@ -78,7 +79,7 @@ def merge_case(case: Case, spec: ProbeSpec, lines: list[Mapping[str, Any]], devi
         known_issue=known_issue_for(spec, outcome, findings, error_text(lines), versions),
         findings=tuple(findings),
         device_map=tuple(records),
-        ranks=tuple(rank_summary(line) for line in sorted(lines, key=lambda entry: int(entry["rank"]))),
+        ranks=tuple(rank_summary(line) for line in lines),
         notes=notes,
     )
 

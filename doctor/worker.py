@@ -25,6 +25,10 @@ from doctor.outcomes import Outcome
 TRACEBACK_CHARS = 8000
 
 
+#: The heartbeat name outside any case: start-up (process group) and shutdown.
+LAUNCH = "<launch>"
+
+
 def setup_name(probe: str) -> str:
     """The heartbeat name of a probe's one-off setup (it runs outside any case)."""
     return f"<setup {probe}>"
@@ -153,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     redirect_output(launch_dir / f"rank{rank}.log")
     case_ids: list[str] = json.loads((launch_dir / "cases.json").read_text())["cases"]
     heartbeat = Heartbeat(launch_dir / f"heartbeat-rank{rank}.json", rank)
-    heartbeat.start_case("<launch>", "init_process_group")
+    heartbeat.start_case(LAUNCH, "init_process_group")
     device = init_distributed(args.backend, local_rank)
     writer = ResultWriter(launch_dir / f"rank{rank}.jsonl")
 
@@ -182,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         writer.write(setup_failure_line(ctx, failure) if failure else run_case(module, ctx, case.reproduce))
         heartbeat.beat("finished")
         dist.barrier()
-    heartbeat.start_case("<launch>", "shutdown")
+    heartbeat.start_case(LAUNCH, "shutdown")
     dist.destroy_process_group()
     return 0
 

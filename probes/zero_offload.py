@@ -9,6 +9,7 @@ first micro step's backward, inside each `unscale_and_clip_grads` call, and afte
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from doctor.context import ProbeContext
@@ -84,7 +85,6 @@ def setup(ctx: ProbeContext) -> None:
 
 def run(ctx: ProbeContext) -> None:
     import deepspeed
-    import torch
 
     config = build_config(dict(ctx.params))
     promise = ZeroPromise.from_config(config, accelerator=ctx.device)
@@ -96,21 +96,30 @@ def run(ctx: ProbeContext) -> None:
         ctx.note("optimizer", type(engine.optimizer).__name__)
         ctx.note("inner_optimizer", type(getattr(engine.optimizer, "optimizer", None)).__name__)
         ctx.snapshot("after_init", engine=engine)
-        dtype = torch.bfloat16 if config["bf16"]["enabled"] else torch.float32
         with observe_unscale_and_clip(engine.optimizer, ctx.rank, ctx.add_records) as calls:
-            for micro in range(ACCUMULATION):
-                ctx.enter(f"micro_step {micro}")
-                x, y = batch(MICRO_BATCH, dtype=dtype, device=engine.device, seed=1000 * ctx.rank + micro)
-                loss = torch.nn.functional.mse_loss(engine(x), y)
-                engine.backward(loss)
-                if micro == 0:
-                    ctx.snapshot("after_backward", engine=engine)
-                engine.step()
+            train_window(engine, seed=1000 * ctx.rank, enter=ctx.enter,
+                         after_first_backward=lambda: ctx.snapshot("after_backward", engine=engine))
         ctx.snapshot("after_step", engine=engine)
         _check_the_step_ran(ctx, engine, calls[0])
         ctx.check(zero_invariants(ctx.records, promise))
     finally:
         engine.destroy()
+
+
+def train_window(engine: Any, *, seed: int, enter: Callable[[str], None] | None = None,
+                 after_first_backward: Callable[[], object] | None = None) -> None:
+    """One accumulation window: ACCUMULATION micro steps, the last of them the boundary step."""
+    import torch
+
+    dtype = torch.bfloat16 if engine.bfloat16_enabled() else torch.float32
+    for micro in range(ACCUMULATION):
+        if enter is not None:
+            enter(f"micro_step {micro}")
+        x, y = batch(MICRO_BATCH, dtype=dtype, device=engine.device, seed=seed + micro)
+        engine.backward(torch.nn.functional.mse_loss(engine(x), y))
+        if micro == 0 and after_first_backward is not None:
+            after_first_backward()
+        engine.step()
 
 
 def _check_the_step_ran(ctx: ProbeContext, engine: Any, clip_calls: int) -> None:

@@ -52,16 +52,9 @@ def build_engine(params: dict[str, Any]) -> Any:
 
 def train_one_step(engine: Any, sink: Any = None) -> int:
     """Run one accumulation window; returns how many unscale_and_clip_grads calls were seen."""
-    import torch
-
     from doctor.observe import observe_unscale_and_clip
-    from probes.models import batch
-    from probes.zero_offload import ACCUMULATION, MICRO_BATCH
+    from probes.zero_offload import train_window
 
-    dtype = torch.bfloat16 if engine.bfloat16_enabled() else torch.float32
     with observe_unscale_and_clip(engine.optimizer, 0, sink or (lambda _r: None)) as calls:
-        for micro in range(ACCUMULATION):
-            x, y = batch(MICRO_BATCH, dtype=dtype, device=engine.device, seed=micro)
-            engine.backward(torch.nn.functional.mse_loss(engine(x), y))
-            engine.step()
+        train_window(engine, seed=0)
     return calls[0]

@@ -38,10 +38,6 @@ def test_promise_follows_the_config() -> None:
     assert nvme.optimizer_device == "cpu"
 
 
-def record(rec: Recorder, tensor: torch.Tensor, **kw: str) -> None:
-    rec.add(tensor, **kw)
-
-
 def test_fp32_partition_off_the_offload_device_is_flagged_with_path_rank_stage() -> None:
     rec = Recorder(rank=1, stage="after_step")
     rec.add(torch.zeros(8), role="fp32_partition", path="optimizer.fp32_partitioned_groups_flat[0]")
