@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from doctor.devicemap import Recorder, TensorRecord, collect
@@ -26,6 +28,7 @@ class ProbeContext:
         device: str,
         backend: str,
         heartbeat: Callable[[str], None] | None = None,
+        scratch: Path | None = None,
     ) -> None:
         self.case_id = case_id
         self.params = params
@@ -39,7 +42,10 @@ class ProbeContext:
         self.records: list[TensorRecord] = []
         self.findings: list[Finding] = []
         self.notes: dict[str, Any] = {}
+        self.shown: list[str] = []
+        self.issue: dict[str, Any] | None = None
         self._heartbeat = heartbeat
+        self._scratch = scratch
 
     def enter(self, stage: str) -> None:
         """Mark the stage the probe is in, so a hang is reported with it."""
@@ -70,3 +76,26 @@ class ProbeContext:
 
     def skip(self, reason: str) -> None:
         raise SkipCase(reason)
+
+    def showed(self, what: str) -> None:
+        """The failure a reproduce case is after showed for real (a raise, lost data, a parameter that
+        stopped training). With no error finding caught before it, the case is a `fail`: the
+        invariants missed it."""
+        self.shown.append(what)
+        self.notes.setdefault("showed", []).append(what)
+
+    def known_issue(self, issue_id: str, *, shown: bool) -> None:
+        """The known issue this case is about, and whether it showed here (verdict `affected`)."""
+        self.issue = {"id": issue_id, "shown": shown}
+
+    @property
+    def has_error_findings(self) -> bool:
+        return any(f.severity == "error" for f in self.findings)
+
+    def scratch_dir(self) -> Path:
+        """A directory for this case's files (checkpoints), the same path on every rank of the node."""
+        if self._scratch is None:
+            raise RuntimeError("this context has no scratch directory")
+        path = self._scratch / re.sub(r"[^A-Za-z0-9_.+-]", "_", self.case_id)
+        path.mkdir(parents=True, exist_ok=True)
+        return path

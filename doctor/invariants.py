@@ -32,6 +32,7 @@ class Finding:
     stage: str | None = None
     expected: str | None = None
     evidence: tuple[TensorRecord, ...] = ()
+    remedy: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -42,6 +43,7 @@ class Finding:
             "stage": self.stage,
             "expected": self.expected,
             "evidence": [r.to_dict() for r in self.evidence],
+            "remedy": self.remedy,
         }
 
     @classmethod
@@ -54,6 +56,7 @@ class Finding:
             stage=data.get("stage"),
             expected=data.get("expected"),
             evidence=tuple(TensorRecord.from_dict(r) for r in data.get("evidence", [])),
+            remedy=data.get("remedy"),
         )
 
 

@@ -65,6 +65,7 @@ class KnownIssue:
 
 
 _DS = "deepspeed"
+_ACC = "accelerate"
 
 ISSUES: tuple[KnownIssue, ...] = (
     KnownIssue(
@@ -174,6 +175,291 @@ ISSUES: tuple[KnownIssue, ...] = (
         refs=("https://github.com/deepspeedai/DeepSpeed/pull/6751", "https://github.com/deepspeedai/DeepSpeed/issues/8500"),
         affected="<0.16.0",
         fixed_in="0.16.0",
+    ),
+    KnownIssue(
+        id="ds_frozen_param_not_in_param_names",
+        title="Checkpoint save: a frozen parameter is missing from the engine's name map",
+        package=_DS,
+        patterns=(r"failed to find frozen .* in named params",),
+        cause="deepspeed.initialize builds engine.param_names keyed by Parameter object. Replacing parameter objects "
+        "afterwards (accelerate.dispatch_model, set_module_tensor_to_device(value=...), load_state_dict(assign=True)) "
+        "leaves the map stale; ZeRO >= 2 looks every frozen parameter up in it when saving "
+        "(_get_zero_frozen_param_attributes) and raises.",
+        remedy="Place or dispatch the model before deepspeed.initialize / accelerator.prepare. If parameters must be "
+        "replaced afterwards, rebuild the map: engine.param_names = {p: n for n, p in engine.module.named_parameters()}; "
+        "or save with save_checkpoint(..., exclude_frozen_parameters=True) and keep the frozen weights elsewhere.",
+        refs=("https://github.com/deepspeedai/DeepSpeed/issues/6620", "https://github.com/deepspeedai/DeepSpeed/pull/3205",
+              "https://github.com/deepspeedai/DeepSpeed/pull/3953", "https://github.com/deepspeedai/DeepSpeed/issues/5439"),
+        families=("frozen_param_names",),
+        invariants=("param_name_map",),
+    ),
+    KnownIssue(
+        id="ds_z3_param_replaced_after_init",
+        title="ZeRO-3: a parameter replaced after initialize is not a ZeRO-3 parameter",
+        package=_DS,
+        patterns=(r"'Parameter' object has no attribute 'ds_(active_sub_modules|status|id|numel|shape|tensor|summary)'",),
+        cause="ZeRO-3 attaches its partitioning state (ds_id, ds_status, ds_tensor, ds_active_sub_modules) to the "
+        "Parameter objects it saw at initialize. A Parameter put in their place later (dispatch_model, "
+        "set_module_tensor_to_device(value=...), load_state_dict(assign=True)) has none of it, and the next gather, "
+        "release or checkpoint save fails on it.",
+        remedy="Do every parameter replacement (device dispatch, weight loading with assign=True, PEFT surgery) before "
+        "deepspeed.initialize / accelerator.prepare; to change values afterwards, copy in place inside "
+        "deepspeed.zero.GatheredParameters(params, modifier_rank=0).",
+        refs=("https://github.com/deepspeedai/DeepSpeed/issues/6620", "https://github.com/deepspeedai/DeepSpeed/issues/846"),
+        families=("frozen_param_names",),
+        invariants=("param_name_map", "optimizer_params_live"),
+    ),
+    KnownIssue(
+        id="ds_ckpt_meta_params_saved",
+        title="Checkpoint holds meta tensors: weights dispatched to disk after initialize are saved without data",
+        package=_DS,
+        patterns=(),  # silent: found by the no_meta_params invariant and by reading the saved file
+        cause="accelerate.dispatch_model with a \"disk\" entry leaves meta placeholders on the module (the data lives in "
+        "the offload folder, loaded by hooks at forward). ZeRO 0/1 save module.state_dict() as it is, so the "
+        "checkpoint stores meta tensors: no data, no error.",
+        remedy="Dispatch before deepspeed.initialize, or do not offload a model you train to disk; materialise the "
+        "offloaded weights before saving (remove the hooks and load them from the offload folder).",
+        refs=("https://github.com/huggingface/accelerate/issues/3866", "https://github.com/huggingface/accelerate/pull/4261",
+              "https://github.com/deepspeedai/DeepSpeed/issues/6620"),
+        families=("frozen_param_names",),
+        invariants=("no_meta_params",),
+    ),
+    KnownIssue(
+        id="ds_replaced_trainable_param_not_trained",
+        title="A trainable parameter replaced after initialize stops training (silently, or ZeRO 1/2 cannot reduce)",
+        package="torch",
+        # mostly silent (the optimizer_params_live invariant and a step that changes nothing find it); with every
+        # trainable parameter replaced, ZeRO 1/2's gradient reduction finds an empty bucket list:
+        patterns=(r"IndexError: list index out of range",),
+        requires=(r"reduce_ipg_grads",),
+        cause="The optimizer (and ZeRO's bit16 groups and gradient hooks) keep the Parameter objects they were given; "
+        "after load_state_dict(assign=True) or set_module_tensor_to_device(value=...) the module computes with new "
+        "objects the optimizer never sees, so steps update an orphan and the model's weights stay put (or, with no "
+        "hooked parameter left, ZeRO 1/2 fails in reduce_ipg_grads).",
+        remedy="Load or move weights before building the optimizer / engine; afterwards copy values in place "
+        "(load_state_dict without assign, or `with torch.no_grad(): p.copy_(value)`).",
+        refs=("https://pytorch.org/docs/stable/generated/torch.nn.Module.html#torch.nn.Module.load_state_dict",
+              "https://github.com/huggingface/accelerate/issues/3256"),
+        families=("frozen_param_names",),
+        invariants=("optimizer_params_live",),
+    ),
+    KnownIssue(
+        id="ds_z3_free_param_still_active",
+        title="ZeRO-3 frees a parameter a submodule still holds",
+        package=_DS,
+        patterns=(r"assert not param\.ds_active_sub_modules", r"Cannot free a ZeRO-3 parameter while it is still active",
+                  r"'active_sub_modules': \{\d+"),
+        cause="A parameter was re-partitioned while a submodule still used it, typically after modifying parameters "
+        "inside GatheredParameters with modifier_rank=None.",
+        remedy="Pass modifier_rank=0 (or another rank) to GatheredParameters when modifying; use the engine's save APIs "
+        "rather than gathering by hand.",
+        refs=("https://github.com/deepspeedai/DeepSpeed/issues/7811", "https://github.com/deepspeedai/DeepSpeed/pull/7817"),
+    ),
+    KnownIssue(
+        id="ds_z3_param_not_available_on_fetch",
+        title="ZeRO-3 fetched a parameter that was not gathered",
+        package=_DS,
+        patterns=(r"assert param\.ds_status == ZeroParamStatus\.AVAILABLE", r"'status': 'NOT_AVAILABLE'.*'active_sub_modules'"),
+        cause="The prefetch trace expected another submodule order (generation loops, several forwards per step, "
+        "conditional branches), or a zero-sized trainable parameter was never all-gathered.",
+        remedy="Keep extra forwards inside the engine's module order; look for zero-sized parameters; no maintainer fix "
+        "is stated upstream.",
+        refs=("https://github.com/deepspeedai/DeepSpeed/issues/4533", "https://github.com/deepspeedai/DeepSpeed/pull/6557"),
+    ),
+    KnownIssue(
+        id="ds_ckpt_dp_world_size_changed",
+        title="ZeRO checkpoint resumed with another data-parallel size",
+        package=_DS,
+        patterns=(r"The checkpoint being loaded used a DP world size of \d+ but the current world size is \d+",),
+        cause="ZeRO optimizer state is saved per data-parallel rank and cannot be resumed at another size unless it is "
+        "loaded as a universal checkpoint.",
+        remedy="Resume with the same DP size; or load weights only (load_optimizer_states=False); or convert with "
+        "ds_to_universal.py and set checkpoint.load_universal.",
+        refs=("https://github.com/deepspeedai/DeepSpeed/issues/3810", "https://github.com/deepspeedai/DeepSpeed/pull/4516"),
+    ),
+    KnownIssue(
+        id="ds_z3_ds_grads_remaining_attr_missing",
+        title="ZeRO-3 hooks on attribute-delegating wrappers (PEFT modules_to_save)",
+        package=_DS,
+        patterns=(r"object has no attribute 'ds_grads_remaining'",),
+        cause="Hook registration tested hasattr(module, 'post_bwd_fn'); wrappers that forward __getattr__ to a child "
+        "looked already hooked and read the child's uninitialised counter.",
+        remedy="Upgrade DeepSpeed to >= 0.19.3 (PR #8144).",
+        refs=("https://github.com/deepspeedai/DeepSpeed/issues/7203", "https://github.com/deepspeedai/DeepSpeed/pull/8144"),
+        affected="<0.19.3",
+        fixed_in="0.19.3",
+    ),
+    KnownIssue(
+        id="acc_ds_placeholder_used_before_prepare",
+        title="Accelerate + DeepSpeed: DummyOptim / DummyScheduler used where the real one was expected",
+        package=_ACC,
+        patterns=(r"'Dummy(Optim|Scheduler)' object has no attribute '\w+'",),
+        cause="When the DeepSpeed config owns the optimizer or scheduler, DummyOptim / DummyScheduler are placeholders "
+        "that DeepSpeed replaces inside accelerator.prepare. Code that builds a scheduler on DummyOptim, or steps a "
+        "placeholder, before (or without) prepare returning the real object finds no param_groups / step.",
+        remedy="Order the steps model -> DummyOptim -> (DummyScheduler) -> one accelerator.prepare(model, optimizer, "
+        "dataloader, scheduler) -> use what prepare returned. Build a torch scheduler only after prepare, on the "
+        "prepared optimizer, and check hasattr(obj, 'param_groups') in trainers that support both paths.",
+        refs=("https://github.com/bghira/SimpleTuner/issues/796", "https://github.com/huggingface/transformers/issues/24640",
+              "https://github.com/LlamaChinese/Llama-Chinese/issues/163"),
+        families=("accelerate_deepspeed_lifecycle",),
+    ),
+    KnownIssue(
+        id="acc_ds_optimizer_defined_twice",
+        title="Accelerate + DeepSpeed: optimizer in both the DeepSpeed config and code, or DummyOptim with none in the config",
+        package=_ACC,
+        patterns=(r"You cannot specify an optimizer in the config file and in the code at the same time",
+                  r"You cannot create a .DummyOptim. without specifying an optimizer in the config file",
+                  r"You can only specify .accelerate\.utils\.DummyScheduler. in the code when using"),
+        cause="The DeepSpeed JSON has an \"optimizer\" block while the code passes a torch optimizer to prepare(), or "
+        "the code passes DummyOptim while the JSON has no optimizer.",
+        remedy="Either drop the optimizer from the DeepSpeed config and pass your own, or keep it in the config and pass "
+        "accelerate.utils.DummyOptim(params, lr=...); pair DummyScheduler only with DummyOptim.",
+        refs=("https://github.com/huggingface/trl/issues/636", "https://github.com/modelscope/ms-swift/issues/1763"),
+        families=("accelerate_deepspeed_lifecycle",),
+    ),
+    KnownIssue(
+        id="acc_ds_scheduler_defined_twice",
+        title="Accelerate + DeepSpeed: scheduler both in the DeepSpeed config and in code",
+        package=_ACC,
+        patterns=(r"You cannot specify a scheduler in the config file and in the code at the same time",),
+        cause="The DeepSpeed JSON has a \"scheduler\" block while the code passes a torch LR scheduler to prepare().",
+        remedy="Keep the scheduler in one place: the config with accelerate.utils.DummyScheduler in code, or your own "
+        "scheduler with no scheduler block in the config.",
+        refs=("https://github.com/huggingface/accelerate/pull/1909",),
+        families=("accelerate_deepspeed_lifecycle",),
+    ),
+    KnownIssue(
+        id="acc_ds_scheduler_missing",
+        title="Accelerate + DeepSpeed: DummyScheduler with no scheduler in the config",
+        package=_ACC,
+        patterns=(r"Either specify a scheduler in the config file or pass in the .lr_scheduler_callable. parameter",
+                  r"You cannot create a .DummyScheduler. without specifying a scheduler in the config file",
+                  r"Found .optimizer. configured in the DeepSpeed config, but no .scheduler."),
+        cause="The code passes DummyScheduler but the DeepSpeed config has no scheduler block and no "
+        "lr_scheduler_callable was given.",
+        remedy="Add a scheduler block to the DeepSpeed config, or DummyScheduler(optimizer, lr_scheduler_callable=...), "
+        "or pass no scheduler; accelerate >= 0.23 also accepts a torch scheduler with a config optimizer.",
+        refs=("https://github.com/huggingface/accelerate/pull/1909", "https://github.com/huggingface/transformers/issues/24359"),
+        families=("accelerate_deepspeed_lifecycle",),
+    ),
+    KnownIssue(
+        id="acc_ds_auto_batch_needs_dataloader",
+        title="Accelerate + DeepSpeed: an 'auto' micro batch size and no dataloader in prepare",
+        package=_ACC,
+        patterns=(r"requires you to pass at least one of training or evaluation dataloaders with .batch_size.",),
+        cause="train_micro_batch_size_per_gpu is \"auto\": Accelerate fills it from a dataloader passed to the same "
+        "prepare call; none was passed.",
+        remedy="Pass the training dataloader in the same accelerator.prepare call as the model, or set an integer "
+        "train_micro_batch_size_per_gpu in the DeepSpeed config.",
+        refs=("https://github.com/huggingface/accelerate/blob/main/src/accelerate/accelerator.py",),
+        families=("accelerate_deepspeed_lifecycle",),
+    ),
+    KnownIssue(
+        id="acc_ds_auto_value_unfilled",
+        title="Accelerate + DeepSpeed: an 'auto' config value Accelerate could not fill",
+        package=_ACC,
+        patterns=(r"`[\w.]+` not found in kwargs\. Please specify `[\w.]+` without `auto`",),
+        cause="Accelerate fills \"auto\" entries from the objects passed to one prepare call (optimizer lr from "
+        "DummyOptim, scheduler steps from DummyScheduler, batch size from the dataloader); the one it needed was "
+        "not in that call, e.g. the scheduler prepared in a later prepare call.",
+        remedy="Prepare model, optimizer, dataloader and scheduler in one accelerator.prepare call, or write the value "
+        "into the DeepSpeed config instead of \"auto\".",
+        refs=("https://github.com/huggingface/accelerate/blob/main/src/accelerate/utils/dataclasses.py",),
+        families=("accelerate_deepspeed_lifecycle",),
+    ),
+    KnownIssue(
+        id="acc_ds_dummy_lr_overrides_config",
+        title="Accelerate + DeepSpeed: the config lr and DummyOptim's lr disagree; the schedule peaks at DummyOptim's",
+        package=_ACC,
+        patterns=(),  # silent: found by the lr_agreement invariant
+        cause="With a concrete optimizer lr in the DeepSpeed config and warmup_max_lr: auto, Accelerate keeps the "
+        "config lr but fills warmup_max_lr from DummyOptim(lr=...), and the scheduler sets the lr it trains with.",
+        remedy="Set the lr in one place: \"lr\": \"auto\" in the config (filled from DummyOptim), or the same value in "
+        "both, and write warmup_max_lr explicitly when they must differ.",
+        refs=("https://github.com/huggingface/accelerate/blob/main/src/accelerate/utils/dataclasses.py",),
+        families=("accelerate_deepspeed_lifecycle",),
+        invariants=("lr_agreement", "lr_schedule"),
+    ),
+    KnownIssue(
+        id="acc_cpu_process_count_mismatch",
+        title="Accelerate on CPU under torchrun: one process reported while DeepSpeed runs data-parallel",
+        package=_ACC,
+        patterns=(),  # silent: found by the world_size_agreement invariant
+        cause="Without a GPU, Accelerate picks no distributed backend unless told (PartialState._prepare_backend), so "
+        "it reports num_processes == 1 on every rank while the process group, and DeepSpeed with it, spans them all: "
+        "per-process batch and step arithmetic, gather and is_main_process are then wrong.",
+        remedy="Pass kwargs_handlers=[InitProcessGroupKwargs(backend=\"gloo\")] to Accelerator on CPU nodes (or launch "
+        "with accelerate launch --cpu).",
+        refs=("https://github.com/huggingface/accelerate/blob/main/src/accelerate/state.py",),
+        families=("accelerate_deepspeed_lifecycle",),
+        invariants=("world_size_agreement",),
+    ),
+    KnownIssue(
+        id="acc_mixed_precision_conflicts_ds_config",
+        title="Accelerate: --mixed_precision disagrees with the DeepSpeed config",
+        package=_ACC,
+        patterns=(r"--mixed_precision. arg cannot be set to .\w+. when .\w+. is set in the DeepSpeed config file",),
+        cause="The precision from the accelerate config, ACCELERATE_MIXED_PRECISION or TrainingArguments differs from "
+        "fp16/bf16 enabled in the DeepSpeed JSON (transformers 4.54 set bf16 by default, #39849).",
+        remedy="Make them agree, or set \"fp16\": {\"enabled\": \"auto\"}, \"bf16\": {\"enabled\": \"auto\"} "
+        "in the DeepSpeed config.",
+        refs=("https://github.com/huggingface/transformers/issues/39849", "https://github.com/huggingface/transformers/pull/39856"),
+    ),
+    KnownIssue(
+        id="acc_fsdp_plugin_not_configured",
+        title="Accelerate: no fsdp_plugin (FSDP not enabled by the launch)",
+        package=_ACC,
+        patterns=(r"'AcceleratorState' object has no attribute 'fsdp_plugin'",),
+        cause="AcceleratorState creates fsdp_plugin only when ACCELERATE_USE_FSDP=true (set by accelerate launch) or a "
+        "FullyShardedDataParallelPlugin is passed; plain torchrun runs without FSDP.",
+        remedy="accelerate launch --config_file fsdp.yaml, or Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin(...)).",
+        refs=("https://github.com/huggingface/accelerate/issues/1893", "https://github.com/huggingface/accelerate/issues/2973"),
+    ),
+    KnownIssue(
+        id="acc_quantized_model_wrong_device",
+        title="Accelerate: a 4/8-bit model loaded on another device than the rank trains on",
+        package=_ACC,
+        patterns=(r"You can't train a model that has been loaded in (8-bit|8-bit or 4-bit) precision "
+                  r"(on a different device|on multiple devices|with CPU or disk offload)",),
+        cause="Under DDP each rank needs a full quantized copy on its own GPU, but the model was loaded with "
+        "device_map=\"auto\" (spread over GPUs or all on GPU 0).",
+        remedy="Load per rank with device_map={\"\": accelerator.process_index}; for a model larger than one GPU run one "
+        "process with device_map=\"auto\" and no distributed launcher.",
+        refs=("https://github.com/huggingface/accelerate/issues/1840", "https://github.com/huggingface/accelerate/pull/1523"),
+    ),
+    KnownIssue(
+        id="acc_fsdp_optimizer_created_before_prepare",
+        title="Accelerate + FSDP1 (use_orig_params=False): optimizer built before prepare trains nothing",
+        package=_ACC,
+        patterns=(),  # silent: a no-learning heuristic, checked by optimizer-coverage invariants
+        cause="FSDP1 replaces the parameters with FlatParameters on wrap and prepare does not remap an optimizer built "
+        "on the originals when use_orig_params is False, so step() updates orphans.",
+        remedy="fsdp_use_orig_params: true, or prepare the model first and build the optimizer from the prepared "
+        "model's parameters.",
+        refs=("https://github.com/huggingface/accelerate/issues/3256", "https://github.com/facebookresearch/fairscale/issues/423"),
+    ),
+    KnownIssue(
+        id="hf_trainer_ds_config_mismatch",
+        title="transformers Trainer: DeepSpeed config values disagree with TrainingArguments",
+        package="transformers",
+        patterns=(r"Please correct the following DeepSpeed config values that mismatch TrainingArguments values",),
+        cause="Hard-coded values in the DeepSpeed JSON (batch sizes, accumulation, clipping, lr, precision) differ from "
+        "TrainingArguments; quoted numbers (\"8\") count as different.",
+        remedy="Set those DeepSpeed keys to \"auto\" or make them equal (as numbers).",
+        refs=("https://github.com/huggingface/transformers/pull/12021", "https://github.com/hiyouga/LlamaFactory/issues/1116"),
+    ),
+    KnownIssue(
+        id="torchrun_rendezvous_unreachable",
+        title="torchrun rendezvous endpoint unreachable",
+        package="torch",
+        patterns=(r"RendezvousConnectionError: The connection to the C10d store has failed", r"RendezvousTimeoutError",
+                  r"client socket has timed out after \d+s while trying to connect to"),
+        cause="The nodes cannot reach the rendezvous address (firewall, wrong interface, unresolvable host name) or "
+        "did not start within the join timeout.",
+        remedy="Check `nc -z <endpoint> <port>` from every node; use an IP reachable from all nodes; start all nodes "
+        "with identical --nnodes/--rdzv-id/--rdzv-backend.",
+        refs=("https://github.com/pytorch/pytorch/issues/64926", "https://github.com/pytorch/pytorch/pull/139702"),
     ),
     KnownIssue(
         id="torchrun_port_in_use",

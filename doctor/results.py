@@ -36,22 +36,40 @@ def error_text(lines: list[Mapping[str, Any]]) -> str:
     return "\n".join(p for p in parts if p)
 
 
-def known_issue_for(spec: ProbeSpec, outcome: Outcome, findings: list[Finding], text: str,
-                    versions: Mapping[str, str | None]) -> dict[str, Any] | None:
-    """An error matched against every known issue; otherwise the family's own issue and its verdict.
+def case_issue(lines: list[Mapping[str, Any]]) -> tuple[str, bool] | None:
+    """The known issue a probe named for its case (`ctx.known_issue`), shown if any rank saw it."""
+    named = [line["known_issue"] for line in lines if line.get("known_issue")]
+    if not named:
+        return None
+    shown = [entry for entry in named if entry.get("shown")]
+    return (shown or named)[0]["id"], bool(shown)
 
-    The verdict is `affected` where the failure showed here (a matched error, or an error finding
-    from an invariant that detects the issue); else it follows the installed version.
+
+def known_issue_for(spec: ProbeSpec, case: Case, outcome: Outcome, findings: list[Finding], text: str,
+                    versions: Mapping[str, str | None], named: tuple[str, bool] | None = None) -> dict[str, Any] | None:
+    """An error matched against every known issue; else the issue the probe named for the case, or
+    the family's own issue, with its verdict.
+
+    The verdict is `affected` where the failure showed here (a matched error, an issue the probe
+    saw, or an error finding from an invariant that detects the issue); `not_affected` where a
+    reproduce case ran and it did not show; else it follows the installed version.
     """
     if outcome in (Outcome.ERROR, Outcome.TIMEOUT):
         hits = known_issues.classify(text)
         if hits:
             return hits[0].to_ref(known_issues.AFFECTED)
-    if not spec.known_issues:
+    if named is not None:
+        issue, shown = known_issues.get(named[0]), named[1]
+    elif spec.known_issues:
+        issue = known_issues.get(spec.known_issues[0])  # the family's own issue
+        shown = any(f.severity == ERROR and f.invariant in issue.invariants for f in findings)
+    else:
         return None
-    issue = known_issues.get(spec.known_issues[0])  # the family's own issue
-    shown = any(f.severity == ERROR and f.invariant in issue.invariants for f in findings)
-    return issue.to_ref(known_issues.AFFECTED if shown else issue.version_verdict(versions))
+    if shown or outcome == Outcome.XFAIL:
+        return issue.to_ref(known_issues.AFFECTED)
+    if case.reproduce and outcome == Outcome.XPASS:
+        return issue.to_ref(known_issues.NOT_AFFECTED)
+    return issue.to_ref(issue.version_verdict(versions))
 
 
 def merge_case(case: Case, spec: ProbeSpec, lines: list[Mapping[str, Any]], device_kind: str,
@@ -76,7 +94,7 @@ def merge_case(case: Case, spec: ProbeSpec, lines: list[Mapping[str, Any]], devi
         outcome=outcome,
         duration_s=max((float(line.get("duration_s") or 0.0) for line in lines), default=0.0),
         reason=reason,
-        known_issue=known_issue_for(spec, outcome, findings, error_text(lines), versions),
+        known_issue=known_issue_for(spec, case, outcome, findings, error_text(lines), versions, case_issue(lines)),
         findings=tuple(findings),
         device_map=tuple(records),
         ranks=tuple(rank_summary(line) for line in lines),

@@ -83,9 +83,13 @@ def error_info(exc: BaseException) -> dict[str, str]:
     return {"type": type(exc).__name__, "message": str(exc), "traceback": text[-TRACEBACK_CHARS:]}
 
 
-def rank_outcome(findings_failed: bool, reproduce: bool) -> Outcome:
+def rank_outcome(findings_failed: bool, reproduce: bool, shown: bool = False) -> Outcome:
+    """pass/fail from the error findings; for a reproduce case: xfail when the invariants caught
+    it, fail when it showed (`ctx.showed`) and they did not, xpass when it did not show."""
     if reproduce:
-        return Outcome.XFAIL if findings_failed else Outcome.XPASS
+        if findings_failed:
+            return Outcome.XFAIL
+        return Outcome.FAIL if shown else Outcome.XPASS
     return Outcome.FAIL if findings_failed else Outcome.PASS
 
 
@@ -97,9 +101,11 @@ def run_case(module: Any, ctx: ProbeContext, reproduce: bool) -> dict[str, Any]:
     try:
         module.run(ctx)
         failed = any(f.severity == ERROR for f in ctx.findings)
-        outcome = rank_outcome(failed, reproduce)
+        outcome = rank_outcome(failed, reproduce, bool(ctx.shown))
         if failed:
             reason = "; ".join(f.message for f in ctx.findings if f.severity == ERROR)[:2000]
+        elif outcome == Outcome.FAIL:
+            reason = "showed, but no invariant caught it first: " + "; ".join(ctx.shown)[:2000]
     except SkipCase as exc:
         outcome, reason = Outcome.SKIP, str(exc)
     except Exception as exc:  # every exception of a case becomes its result
@@ -112,6 +118,8 @@ def run_case(module: Any, ctx: ProbeContext, reproduce: bool) -> dict[str, Any]:
         findings=[f.to_dict() for f in ctx.findings],
         device_map=[r.to_dict() for r in ctx.records],
         notes=ctx.notes,
+        shown=ctx.shown,
+        known_issue=ctx.issue,
         error=error,
     )
 
@@ -171,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         module = probes.get(case.probe)
         ctx = ProbeContext(
             case_id=case.id, params=case.params, rank=rank, world_size=world_size, local_rank=local_rank,
-            device=device, backend=args.backend, heartbeat=heartbeat.beat,
+            device=device, backend=args.backend, heartbeat=heartbeat.beat, scratch=launch_dir / "scratch",
         )
         if case.probe not in done_setup:
             heartbeat.start_case(setup_name(case.probe), "setup")

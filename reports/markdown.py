@@ -70,6 +70,10 @@ def render_summary(report: Report) -> list[str]:
     return lines
 
 
+#: Notes a probe writes for the reader of a case that needs a look (the JSON has every note).
+SHOWN_NOTES = ("route", "ordering", "route_refused")
+
+
 def render_case(result: CaseResult) -> list[str]:
     lines = [f"### `{result.case}` — {result.outcome.value}", ""]
     if result.reason:
@@ -85,8 +89,16 @@ def render_case(result: CaseResult) -> list[str]:
                   f"{_cell(finding.message)}"]
         if finding.expected:
             lines += [f"  expected: {_cell(finding.expected)}"]
+        if finding.remedy:
+            lines += [f"  remedy: {_cell(finding.remedy)}"]
         if finding.evidence:
             lines += ["", *["  " + row for row in _table(RECORD_HEADERS, _record_rows(finding.evidence))], ""]
+    showed = result.notes.get("showed")
+    if showed:
+        lines += ["**What went wrong for real:**", "", *[f"- {_cell(str(item))}" for item in showed], ""]
+    for key in SHOWN_NOTES:
+        if key in result.notes:
+            lines += [f"**{key.replace('_', ' ').capitalize()}:** {_cell(str(result.notes[key]))}", ""]
     for rank in result.ranks:
         if rank.traceback or rank.stderr_tail:
             lines += [f"<details><summary>rank {rank.rank}: {rank.outcome} in stage {rank.stage!r}"
