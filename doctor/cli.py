@@ -1,4 +1,4 @@
-"""`ds-doctor`: run, list, env. Usage errors are one line on stderr and exit code 2; a failure of
+"""`ds-doctor`: run, list, env, triage. Usage errors are one line on stderr and exit code 2; a failure of
 the doctor itself is one line and exit code 3 (the traceback only with --debug)."""
 
 from __future__ import annotations
@@ -168,6 +168,40 @@ def env(as_json: bool) -> int:
     for name, value in environment["variables"].items():
         click.echo(f"{name}={value}")
     return 0
+
+
+@cli.command()
+@click.argument("source", metavar="FILE|-", type=click.Path(dir_okay=False, allow_dash=True, path_type=str))
+@click.option("--json", "as_json", is_flag=True, help="Print the matches as JSON.")
+def triage(source: str, as_json: bool) -> int:
+    """Match a log or traceback (a file, or - for stdin) against the known issues.
+
+    Exit code 0 when something matched, 1 when nothing did.
+    """
+    from doctor.env import package_versions
+    from doctor.triage import MAX_INPUT_BYTES, render
+    from doctor.triage import triage as match_issues
+
+    if source == "-":
+        data = sys.stdin.buffer.read()
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise click.BadParameter(f"{source}: no such file", param_hint="FILE")
+        try:
+            with path.open("rb") as handle:
+                size = path.stat().st_size
+                handle.seek(max(0, size - MAX_INPUT_BYTES))
+                data = handle.read()
+        except OSError as exc:
+            raise click.BadParameter(f"{source}: {exc.strerror}", param_hint="FILE") from None
+    text = data[-MAX_INPUT_BYTES:].decode("utf-8", errors="replace")
+    matches = match_issues(text, package_versions())
+    if as_json:
+        click.echo(json.dumps({"matches": [m.to_dict() for m in matches]}, indent=2))
+    else:
+        click.echo(render(matches))
+    return 0 if matches else 1
 
 
 def main(argv: list[str] | None = None) -> int:

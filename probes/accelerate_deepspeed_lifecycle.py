@@ -20,6 +20,7 @@ from doctor import known_issues
 from doctor.context import ProbeContext
 from doctor.invariants import ERROR, Finding
 from doctor.lifecycle import PreparedFacts, lifecycle_invariants
+from doctor.worker import TRACEBACK_CHARS
 from probes import zero_offload
 from probes.base import ProbeSpec, Requirement, Variant
 from probes.models import IN_FEATURES, OUT_FEATURES, build_mlp
@@ -159,7 +160,7 @@ def _diagnose(ctx: ProbeContext, exc: Exception, what: str, fix: str, issue_id: 
         raise exc
     hit = hits[0]
     first_line = (str(exc).splitlines() or [""])[0][:300]
-    ctx.note("raised", text[-4000:])
+    ctx.note("raised", text[-TRACEBACK_CHARS:])
     ctx.check([Finding("prepare_order", ERROR,
                        f"{what}: {type(exc).__name__}: {first_line} (known issue {hit.id})",
                        stage=ctx.stage, expected="model -> DummyOptim -> DummyScheduler -> one prepare call",

@@ -26,6 +26,7 @@ from doctor import known_issues
 from doctor.context import ProbeContext
 from doctor.identity import identity_invariants
 from doctor.invariants import ERROR, WARNING, Finding
+from doctor.worker import TRACEBACK_CHARS
 from probes import zero_offload
 from probes.base import ProbeSpec, Requirement, Variant
 from probes.models import build_frozen_model, token_batch
@@ -257,7 +258,7 @@ def _attempt(ctx: ProbeContext, problems: list[Problem], what: str, action: Call
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         hits = known_issues.classify(text)
         first_line = str(exc).splitlines()[0] if str(exc) else ""
-        ctx.note(f"raised in {what}", text[-4000:])
+        ctx.note(f"raised in {what}", text[-TRACEBACK_CHARS:])
         problems.append(Problem(f"{what} raised {type(exc).__name__}: {first_line[:300]}",
                                 hits[0].id if hits else None))
         return False

@@ -84,3 +84,91 @@ def test_hang_and_crash_are_attributed_and_the_rest_still_runs(tmp_path: Path) -
     assert raised["outcome"] == "error" and "ValueError: planted failure on rank 1" in raised["reason"]
     assert "Traceback" in {r["rank"]: r for r in raised["ranks"]}[1]["traceback"]
     assert elapsed < 120, f"the run took {elapsed:.0f} s"
+
+
+S1_SELECTION = "frozen_param_names and (z0 or z2 or z3-dispatch or z3-assign)"
+
+
+@requires_deepspeed
+def test_frozen_param_names_catches_replaced_parameters_before_the_save(tmp_path: Path) -> None:
+    proc = ds_doctor("run", "--level", "3", "-k", S1_SELECTION, "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]  # xfail/xpass never fail the run
+    data = read_report(tmp_path)
+    results = {r["case"].removeprefix("frozen_param_names[").removesuffix("]"): r for r in data["results"]}
+    assert len(results) == 24
+
+    def outcome(name: str) -> tuple[str, str, str]:
+        result = results[name]
+        return result["outcome"], result["known_issue"]["id"], result["known_issue"]["verdict"]
+
+    for ws in (1, 2):
+        for stage in (0, 2):
+            assert results[f"z{stage}-healthy-ws{ws}"]["outcome"] == "pass"
+            assert results[f"z{stage}-healthy-ws{ws}"]["notes"]["reloaded"] == ["emb.weight", "head.bias", "head.weight"]
+        # stage 0 saves the disk-dispatched embedding as a meta tensor: silent data loss, flagged before the save
+        assert outcome(f"z0-dispatch-disk-ws{ws}") == ("xfail", "ds_ckpt_meta_params_saved", "affected")
+        meta = [f for f in results[f"z0-dispatch-disk-ws{ws}"]["findings"] if f["invariant"] == "no_meta_params"]
+        assert {(f["rank"], f["stage"], f["evidence"][0]["path"], f["evidence"][0]["device"]) for f in meta} == {
+            (rank, "before_save", "emb.weight", "meta") for rank in range(ws)}
+        assert any("meta tensors" in s for s in results[f"z0-dispatch-disk-ws{ws}"]["notes"]["showed"])
+        # stage 2 raises at save; the stale name map was reported before it
+        for route in ("dispatch-disk", "set-tensor"):
+            assert outcome(f"z2-{route}-ws{ws}") == ("xfail", "ds_frozen_param_not_in_param_names", "affected")
+            stale = [f for f in results[f"z2-{route}-ws{ws}"]["findings"] if f["invariant"] == "param_name_map"]
+            assert stale and all(f["stage"] == "before_save" and f["severity"] == "error" and f["remedy"] for f in stale)
+        # a replaced trainable parameter stops training
+        for name in (f"z0-set-tensor-trainable-ws{ws}", f"z2-set-tensor-trainable-ws{ws}", f"z0-assign-ws{ws}"):
+            assert outcome(name) == ("xfail", "ds_replaced_trainable_param_not_trained", "affected")
+            assert {f["invariant"] for f in results[name]["findings"]} == {"param_name_map", "optimizer_params_live"}
+        # stage 0 never reads the map for frozen weights: a stale map, nothing lost -> xpass with a warning
+        assert outcome(f"z0-set-tensor-ws{ws}") == ("xpass", "ds_frozen_param_not_in_param_names", "not_affected")
+        assert {f["severity"] for f in results[f"z0-set-tensor-ws{ws}"]["findings"]} == {"warning"}
+        # ZeRO-3 fails another way, and refuses full-size values up front
+        assert outcome(f"z3-dispatch-disk-ws{ws}") == ("xfail", "ds_z3_param_replaced_after_init", "affected")
+        assert outcome(f"z3-assign-ws{ws}")[0] == "xpass"
+        assert "size mismatch" in results[f"z3-assign-ws{ws}"]["notes"]["route_refused"]
+    affecting = {issue["id"] for issue in data["affecting_issues"]}
+    assert affecting >= {"ds_frozen_param_not_in_param_names", "ds_ckpt_meta_params_saved",
+                         "ds_replaced_trainable_param_not_trained", "ds_z3_param_replaced_after_init"}
+    markdown = next(tmp_path.glob("ds-doctor-*.md")).read_text()
+    assert "What went wrong for real" in markdown and "remedy: Place or dispatch the model before" in markdown
+
+
+@requires_deepspeed
+def test_accelerate_deepspeed_lifecycle_orderings(tmp_path: Path) -> None:
+    proc = ds_doctor("run", "--level", "3", "-k", "accelerate_deepspeed", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
+    data = read_report(tmp_path)
+    results = {r["case"].removeprefix("accelerate_deepspeed_lifecycle[").removesuffix("]"): r for r in data["results"]}
+    assert len(results) == 24
+    expected = {
+        "scheduler-before-prepare": "acc_ds_placeholder_used_before_prepare",
+        "real-optimizer": "acc_ds_optimizer_defined_twice",
+        "real-scheduler": "acc_ds_scheduler_defined_twice",
+        "dummy-scheduler-no-config": "acc_ds_scheduler_missing",
+        "dummy-optim-no-config": "acc_ds_optimizer_defined_twice",
+        "no-dataloader": "acc_ds_auto_batch_needs_dataloader",
+        "scheduler-second-prepare": "acc_ds_placeholder_used_before_prepare",
+        "scheduler-second-prepare-auto": "acc_ds_auto_value_unfilled",
+        "lr-mismatch": "acc_ds_dummy_lr_overrides_config",
+    }
+    for ws in (1, 2):
+        for stage in (2, 3):
+            healthy = results[f"z{stage}-healthy-ws{ws}"]
+            assert healthy["outcome"] == "pass" and healthy["findings"] == []
+            prepared = healthy["notes"]["prepared"]
+            assert prepared["optimizer_wraps_engine"] and prepared["scheduler_wraps_engine"]
+            assert prepared["num_processes"] == prepared["dist_world_size"] == prepared["dp_world_size"] == ws
+            assert max(prepared["lr_trace"]) == prepared["warmup_max_lr"] == prepared["dummy_lr"]
+        for ordering, issue in expected.items():
+            result = results[f"{ordering}-ws{ws}"]
+            assert (result["outcome"], result["known_issue"]["id"], result["known_issue"]["verdict"]) == (
+                "xfail", issue, "affected"), (ordering, result["reason"])
+            assert result["notes"]["ordering"] in result["findings"][0]["message"] or ordering == "lr-mismatch"
+            assert result["findings"][0]["remedy"]
+    # without InitProcessGroupKwargs(backend="gloo") Accelerate says 1 process on a 2-rank group
+    assert results["no-backend-kwargs-ws1"]["outcome"] == "xpass"
+    mismatch = results["no-backend-kwargs-ws2"]
+    assert mismatch["outcome"] == "xfail" and mismatch["known_issue"]["id"] == "acc_cpu_process_count_mismatch"
+    assert [f["invariant"] for f in mismatch["findings"]] == ["world_size_agreement", "world_size_agreement"]
+    assert "accelerator.num_processes = 1, dist world size = 2" in mismatch["findings"][0]["message"]
