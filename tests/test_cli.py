@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +19,8 @@ def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, s
     return code, out, err
 
 
-@pytest.mark.parametrize("args", [["--help"], ["run", "--help"], ["list", "--help"], ["env", "--help"], ["--version"]])
+@pytest.mark.parametrize("args", [["--help"], ["run", "--help"], ["list", "--help"], ["env", "--help"], ["triage", "--help"],
+                                  ["--version"]])
 def test_help_and_version_exit_zero(capsys, args) -> None:
     code, out, _ = run_cli(capsys, *args)
     assert code == 0 and out
@@ -81,3 +84,19 @@ def test_level_1_writes_an_environment_only_report(capsys, tmp_path: Path) -> No
     validate(data)
     assert data["results"] == [] and data["hardware"]["cpus"] and data["env"]["packages"]["ds-doctor"]
     assert (tmp_path / reports[0].name.replace(".json", ".md")).read_text().startswith("# ds-doctor report")
+
+
+def test_a_missing_transformers_skips_the_accelerate_family_with_the_install_line(tmp_path: Path) -> None:
+    """transformers hidden the way Python hides a module (sys.modules entry None): find_spec says missing."""
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text("import sys\nsys.modules['transformers'] = None\n")
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": f"{shim}:{root}"}
+    proc = subprocess.run([sys.executable, "-m", "doctor.cli", "run", "--level", "3", "-k", "accelerate_deepspeed",
+                           "--out", str(tmp_path / "out"), "--json"], capture_output=True, text=True, env=env,
+                          cwd=root, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = json.loads(proc.stdout)["results"]
+    assert len(results) == 24 and {r["outcome"] for r in results} == {"skip"}
+    assert {r["reason"] for r in results} == {"missing optional dependency: pip install transformers"}
