@@ -429,17 +429,6 @@ ISSUES: tuple[KnownIssue, ...] = (
         refs=("https://github.com/huggingface/accelerate/issues/1840", "https://github.com/huggingface/accelerate/pull/1523"),
     ),
     KnownIssue(
-        id="acc_fsdp_optimizer_created_before_prepare",
-        title="Accelerate + FSDP1 (use_orig_params=False): optimizer built before prepare trains nothing",
-        package=_ACC,
-        patterns=(),  # silent: a no-learning heuristic, checked by optimizer-coverage invariants
-        cause="FSDP1 replaces the parameters with FlatParameters on wrap and prepare does not remap an optimizer built "
-        "on the originals when use_orig_params is False, so step() updates orphans.",
-        remedy="fsdp_use_orig_params: true, or prepare the model first and build the optimizer from the prepared "
-        "model's parameters.",
-        refs=("https://github.com/huggingface/accelerate/issues/3256", "https://github.com/facebookresearch/fairscale/issues/423"),
-    ),
-    KnownIssue(
         id="hf_trainer_ds_config_mismatch",
         title="transformers Trainer: DeepSpeed config values disagree with TrainingArguments",
         package="transformers",

@@ -34,12 +34,15 @@ def test_levels() -> None:
     cases = probes.all_cases()
     assert select_cases(cases, level=1, keyword=None) == []
     level2 = select_cases(cases, level=2, keyword=None)
-    assert {c.variant for c in level2} == {"z3-opt+param-bf16"} and {c.world_size for c in level2} == {1, 2}
+    assert {(c.probe, c.variant) for c in level2} == {
+        ("zero_offload", "z3-opt+param-bf16"), ("frozen_param_names", "z2-healthy"),
+        ("frozen_param_names", "z2-dispatch-disk"), ("accelerate_deepspeed_lifecycle", "z2-healthy")}
+    assert {c.world_size for c in level2} == {1, 2}
     assert len(select_cases(cases, level=3, keyword="zero_offload")) == 28
 
 
 def test_cases_are_grouped_by_world_size_and_too_large_ones_skip() -> None:
-    cases = select_cases(probes.all_cases(), level=3, keyword="z3")
+    cases = select_cases(probes.all_cases(), level=3, keyword="zero_offload and z3")
     groups, skips = plan(cases, Hardware("cpu", 0), nproc=2)
     assert [(g.world_size, g.backend, len(g.cases)) for g in groups] == [(1, "gloo", 6), (2, "gloo", 6)]
     assert skips == []
