@@ -519,3 +519,25 @@ def classify(text: str, issues: Iterable[KnownIssue] = ISSUES) -> list[KnownIssu
     """Known issues whose signature matches an error text, most specific (most patterns required) first."""
     hits = [issue for issue in issues if text and issue.matches(text)]
     return sorted(hits, key=lambda issue: -len(issue.requires))
+
+
+@dataclasses.dataclass(frozen=True)
+class RaisedError:
+    """An exception a probe caught on purpose, as text and as what the classifier made of it."""
+
+    type: str
+    first_line: str  # the message's first line, at most 300 characters
+    traceback: str
+    hits: tuple[KnownIssue, ...]
+
+    @classmethod
+    def of(cls, exc: BaseException) -> RaisedError:
+        import traceback
+
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        first_line = (str(exc).splitlines() or [""])[0][:300]
+        return cls(type(exc).__name__, first_line, text, tuple(classify(text)))
+
+    @property
+    def summary(self) -> str:
+        return f"{self.type}: {self.first_line}"

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import copy
 import os
-import traceback
 from typing import Any
 
 from doctor import known_issues
@@ -154,18 +153,15 @@ def _same(a: float, b: float) -> bool:
 
 def _diagnose(ctx: ProbeContext, exc: Exception, what: str, fix: str, issue_id: str | None) -> None:
     """An ordering raised: recognised -> an error finding with the ordering and the fix (xfail); else re-raise."""
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    hits = known_issues.classify(text)
-    if not hits or issue_id is None:
+    raised = known_issues.RaisedError.of(exc)
+    if not raised.hits or issue_id is None:
         raise exc
-    hit = hits[0]
-    first_line = (str(exc).splitlines() or [""])[0][:300]
-    ctx.note("raised", text[-TRACEBACK_CHARS:])
-    ctx.check([Finding("prepare_order", ERROR,
-                       f"{what}: {type(exc).__name__}: {first_line} (known issue {hit.id})",
+    hit = raised.hits[0]
+    ctx.note("raised", raised.traceback[-TRACEBACK_CHARS:])
+    ctx.check([Finding("prepare_order", ERROR, f"{what}: {raised.summary} (known issue {hit.id})",
                        stage=ctx.stage, expected="model -> DummyOptim -> DummyScheduler -> one prepare call",
                        remedy=f"{fix[0].upper()}{fix[1:]}. {hit.remedy}" if fix else hit.remedy)])
-    ctx.showed(f"{type(exc).__name__} in stage {ctx.stage!r}: {first_line}")
+    ctx.showed(f"{raised.summary} in stage {ctx.stage!r}")
     ctx.known_issue(hit.id, shown=True)
 
 

@@ -249,18 +249,13 @@ def _consequences(ctx: ProbeContext, engine: Any, named: list[tuple[str, Any]], 
 
 def _attempt(ctx: ProbeContext, problems: list[Problem], what: str, action: Callable[[], object]) -> bool:
     """Run `action`; a raise is a problem, classified against the known issues."""
-    import traceback
-
     try:
         action()
         return True
     except Exception as exc:
-        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        hits = known_issues.classify(text)
-        first_line = str(exc).splitlines()[0] if str(exc) else ""
-        ctx.note(f"raised in {what}", text[-TRACEBACK_CHARS:])
-        problems.append(Problem(f"{what} raised {type(exc).__name__}: {first_line[:300]}",
-                                hits[0].id if hits else None))
+        raised = known_issues.RaisedError.of(exc)
+        ctx.note(f"raised in {what}", raised.traceback[-TRACEBACK_CHARS:])
+        problems.append(Problem(f"{what} raised {raised.summary}", raised.hits[0].id if raised.hits else None))
         return False
 
 

@@ -12,6 +12,9 @@ import pytest
 
 HAS_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
 requires_deepspeed = pytest.mark.skipif(not HAS_DEEPSPEED, reason="deepspeed not installed: pip install deepspeed")
+HAS_ACCELERATE = all(importlib.util.find_spec(m) is not None for m in ("accelerate", "transformers"))
+requires_accelerate = pytest.mark.skipif(not HAS_ACCELERATE,
+                                         reason="accelerate/transformers not installed: pip install accelerate transformers")
 
 
 def _free_port() -> int:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from reports.model import validate
-from tests.conftest import requires_deepspeed
+from tests.conftest import requires_accelerate, requires_deepspeed
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.multirank
@@ -90,6 +90,7 @@ S1_SELECTION = "frozen_param_names and (z0 or z2 or z3-dispatch or z3-assign)"
 
 
 @requires_deepspeed
+@requires_accelerate
 def test_frozen_param_names_catches_replaced_parameters_before_the_save(tmp_path: Path) -> None:
     proc = ds_doctor("run", "--level", "3", "-k", S1_SELECTION, "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]  # xfail/xpass never fail the run
@@ -135,6 +136,7 @@ def test_frozen_param_names_catches_replaced_parameters_before_the_save(tmp_path
 
 
 @requires_deepspeed
+@requires_accelerate
 def test_accelerate_deepspeed_lifecycle_orderings(tmp_path: Path) -> None:
     proc = ds_doctor("run", "--level", "3", "-k", "accelerate_deepspeed", "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]

@@ -12,7 +12,7 @@ from doctor.identity import held_parameters, identity_invariants, no_meta_params
 from doctor.invariants import ERROR
 from probes.frozen_param_names import build_config, full_values, meta_entries
 from probes.models import build_frozen_model
-from tests.conftest import requires_deepspeed
+from tests.conftest import requires_accelerate, requires_deepspeed
 
 
 def engine_for(stage: int) -> Any:
@@ -42,6 +42,7 @@ def test_a_fresh_engine_satisfies_every_identity_invariant(dist_group: None, sta
 
 
 @requires_deepspeed
+@requires_accelerate
 def test_set_module_tensor_to_device_breaks_the_name_map(dist_group: None) -> None:
     from accelerate.utils import set_module_tensor_to_device
 
@@ -87,6 +88,7 @@ def test_load_state_dict_assign_leaves_the_optimizer_with_orphans() -> None:
 
 
 @requires_deepspeed
+@requires_accelerate
 def test_dispatch_to_disk_puts_a_meta_parameter_where_the_save_reads(dist_group: None, tmp_path: Any) -> None:
     from accelerate import dispatch_model
 
