@@ -12,7 +12,6 @@ ordering and its fix), `error` when not, `xpass` when this stack no longer fails
 from __future__ import annotations
 
 import copy
-import os
 from typing import Any
 
 from doctor import known_issues
@@ -22,6 +21,7 @@ from doctor.lifecycle import PreparedFacts, lifecycle_invariants
 from doctor.worker import TRACEBACK_CHARS
 from probes import zero_offload
 from probes.base import ProbeSpec, Requirement, Variant
+from probes.common import accelerate_session
 from probes.models import IN_FEATURES, OUT_FEATURES, build_mlp
 
 SPEC = ProbeSpec(
@@ -125,26 +125,20 @@ def run(ctx: ProbeContext) -> None:
     config = build_config(ordering, stage)
     ctx.note("ordering", what)
     ctx.note("deepspeed_config", copy.deepcopy(config))
-    saved_env = dict(os.environ)  # the DeepSpeed plugin exports ACCELERATE_* variables
-    try:
+    with accelerate_session():
         try:
             facts = _drive(ctx, ordering, config)
         except Exception as exc:
             _diagnose(ctx, exc, what, fix, issue_id)
             return
         ctx.note("prepared", facts.to_dict())
-        findings = lifecycle_invariants(facts)
-        ctx.check(findings)
+        ctx.check(lifecycle_invariants(facts))
         if ordering == "lr-mismatch" and facts.lr_trace and not _same(max(facts.lr_trace), LR):
             ctx.showed(f"the lr peaked at {max(facts.lr_trace):g}, while the DeepSpeed config sets lr {LR:g}")
         if ordering == "no-backend-kwargs" and facts.num_processes != facts.dist_world_size:
             ctx.showed(f"accelerator.num_processes is {facts.num_processes} on a {facts.dist_world_size}-rank group")
         if issue_id:
             ctx.known_issue(issue_id, shown=bool(ctx.shown))
-    finally:
-        _reset_accelerate()
-        os.environ.clear()
-        os.environ.update(saved_env)
 
 
 def _same(a: float, b: float) -> bool:
@@ -163,14 +157,6 @@ def _diagnose(ctx: ProbeContext, exc: Exception, what: str, fix: str, issue_id: 
                        remedy=f"{fix[0].upper()}{fix[1:]}. {hit.remedy}" if fix else hit.remedy)])
     ctx.showed(f"{raised.summary} in stage {ctx.stage!r}")
     ctx.known_issue(hit.id, shown=True)
-
-
-def _reset_accelerate() -> None:
-    """Accelerate keeps process-wide singletons; the next case must start from a clean state."""
-    from accelerate.state import AcceleratorState, GradientState
-
-    AcceleratorState._reset_state(reset_partial_state=True)
-    GradientState._reset_state()
 
 
 def _drive(ctx: ProbeContext, ordering: str, config: dict[str, Any]) -> PreparedFacts:
