@@ -13,7 +13,12 @@ from types import ModuleType
 
 from probes.base import Case, ProbeSpec
 
-PROBE_MODULES = ("probes.zero_offload", "probes.frozen_param_names", "probes.accelerate_deepspeed_lifecycle")
+PROBE_MODULES = (
+    "probes.zero_offload",
+    "probes.frozen_param_names",
+    "probes.accelerate_deepspeed_lifecycle",
+    "probes.optimizer_coverage",
+)
 
 #: Comma-separated extra probe modules (the tests' fault probes, or a site's own probes); the
 #: variable reaches the torchrun workers through the environment, so both sides see one registry.

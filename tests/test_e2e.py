@@ -174,3 +174,31 @@ def test_accelerate_deepspeed_lifecycle_orderings(tmp_path: Path) -> None:
     assert mismatch["outcome"] == "xfail" and mismatch["known_issue"]["id"] == "acc_cpu_process_count_mismatch"
     assert [f["invariant"] for f in mismatch["findings"]] == ["world_size_agreement", "world_size_agreement"]
     assert "accelerator.num_processes = 1, dist world size = 2" in mismatch["findings"][0]["message"]
+
+
+def test_optimizer_coverage_every_wrapper_route(tmp_path: Path) -> None:
+    proc = ds_doctor("run", "--level", "3", "-k", "optimizer_coverage", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
+    data = read_report(tmp_path)
+    results = {r["case"].removeprefix("optimizer_coverage[").removesuffix("]"): r for r in data["results"]}
+    assert len(results) == 26
+    intended = ["a.bias", "a.weight", "head.bias", "head.weight"]
+    has_ds = {"deepspeed", "accelerate", "transformers"} <= {k for k, v in data["env"]["packages"].items() if v}
+    for ws in (1, 2):
+        recommended = ["fsdp1-orig", "fsdp1-orig-opt-before-wrap", "fsdp1-flat", "fsdp2"]
+        if has_ds:
+            recommended += ["deepspeed-z0", "deepspeed-z1", "deepspeed-z2", "deepspeed-z3", "accelerate-deepspeed"]
+        for route in recommended:
+            result = results[f"{route}-ws{ws}"]
+            assert result["outcome"] == "pass", (route, result["reason"])
+            assert result["notes"]["tracked_after"] == intended and result["notes"]["changed_by_step"] == intended
+        for route in ("fsdp1-flat-opt-before-wrap", "fsdp2-opt-before-wrap"):  # orphans, and nothing trains
+            result = results[f"{route}-ws{ws}"]
+            assert (result["outcome"], result["known_issue"]["id"], result["known_issue"]["verdict"]) == (
+                "xfail", "fsdp_optimizer_built_before_wrap", "affected")
+            assert result["notes"]["changed_by_step"] == [] and len(result["notes"]["showed"]) == 4
+            invariants = {f["invariant"] for f in result["findings"]}
+            assert invariants == {"tracked_set", "tracked_live"}  # both caught before the step
+        assert results[f"accelerate-fsdp-ws{ws}"]["outcome"] == "skip"
+        assert "ignored the FSDP plugin" in results[f"accelerate-fsdp-ws{ws}"]["reason"]
+        assert results[f"composer-ws{ws}"]["outcome"] == "skip" and "3493" in results[f"composer-ws{ws}"]["reason"]

@@ -81,6 +81,16 @@ SAMPLES = [
      "cuda/cpp extensions without a matching cuda version.", "ds_op_builder_cuda_mismatch"),
     ('  File "/opt/venv/lib/python3.10/site-packages/torch/utils/file_baton.py", line 43, in wait\n'
      "    time.sleep(self.wait_seconds)\nKeyboardInterrupt", "ds_jit_build_stale_lock"),
+    ("ValueError: Must flatten tensors with uniform requires_grad when use_orig_params=False",
+     "fsdp1_flatparam_mixed_requires_grad"),
+    ("ValueError: Must flatten tensors with uniform dtype but got torch.bfloat16 and torch.float32",
+     "fsdp1_flatparam_mixed_dtype"),
+    ('  File "torch/distributed/fsdp/fully_sharded_data_parallel.py", line 849, in forward\n'
+     "RuntimeError: 'weight' must be 2-D", "fsdp1_submodule_called_outside_root_forward"),
+    ("RuntimeError: aten.mul.Tensor: got mixed torch.Tensor and DTensor, need to convert all torch.Tensor to DTensor "
+     "before calling distributed operators!", "fsdp2_mixed_tensor_dtensor"),
+    ("RuntimeError: ``sharded_state_dict`` can only be used when parameters are flatten and sharded.",
+     "fsdp1_sharded_state_dict_with_no_shard"),
 ]
 
 
