@@ -13,7 +13,7 @@ $(BIN)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q "$(TORCH)"
-	$(BIN)/python -m pip install -q -e ".[deepspeed,accelerate,dev]"
+	$(BIN)/python -m pip install -q -e ".[deepspeed,accelerate,optimizers,dev]"
 	touch $@
 
 run: $(BIN)/.installed

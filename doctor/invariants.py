@@ -218,8 +218,10 @@ def _compare_grad(partition: TensorRecord, grad: TensorRecord | None, stage: str
 def optimizer_state_colocation(records: Iterable[TensorRecord]) -> list[Finding]:
     """(I3) every optimizer state and group tensor sits on the device of the tensor it belongs to.
 
-    0-dim CPU tensors are exempt: torch keeps AdamW's `step` there on purpose and lets it mix
-    with any device.
+    0-dim CPU tensors of per-parameter `state` are exempt: torch keeps AdamW's `step` there on
+    purpose and lets it mix with any device. Tensors kept in `param_groups` are not: optimizers
+    update them in place with device tensors (Prodigy's `running_d_denom.add_(...)`), which a CPU
+    tensor cannot take from a GPU one.
     """
     findings = []
     for (rank, stage), group in sorted(by_rank_stage(records).items()):
@@ -228,7 +230,8 @@ def optimizer_state_colocation(records: Iterable[TensorRecord]) -> list[Finding]
         anchor_of: dict[str, TensorRecord] = {}
         for record in select(group, role=("optim_state", "optim_group_tensor")):
             anchor = anchors.get(record.owner or "")
-            if anchor is None or record.is_cpu_scalar or record.device == anchor.device:
+            exempt = record.role == "optim_state" and record.is_cpu_scalar
+            if anchor is None or exempt or record.device == anchor.device:
                 continue
             wrong.append(record)
             anchor_of[record.path] = anchor

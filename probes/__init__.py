@@ -18,6 +18,7 @@ PROBE_MODULES = (
     "probes.frozen_param_names",
     "probes.accelerate_deepspeed_lifecycle",
     "probes.optimizer_coverage",
+    "probes.optimizer_state_placement",
 )
 
 #: Comma-separated extra probe modules (the tests' fault probes, or a site's own probes); the

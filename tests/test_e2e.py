@@ -202,3 +202,27 @@ def test_optimizer_coverage_every_wrapper_route(tmp_path: Path) -> None:
         assert results[f"accelerate-fsdp-ws{ws}"]["outcome"] == "skip"
         assert "ignored the FSDP plugin" in results[f"accelerate-fsdp-ws{ws}"]["reason"]
         assert results[f"composer-ws{ws}"]["outcome"] == "skip" and "3493" in results[f"composer-ws{ws}"]["reason"]
+
+
+def test_optimizer_state_placement_round_trip_on_cpu(tmp_path: Path) -> None:
+    proc = ds_doctor("run", "--level", "3", "-k", "optimizer_state_placement", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
+    data = read_report(tmp_path)
+    results = {r["case"].removeprefix("optimizer_state_placement[").removesuffix("]"): r for r in data["results"]}
+    installed = {k for k, v in data["env"]["packages"].items() if v}
+    for ws in (1, 2):
+        for name, dist in (("adamw", "torch"), ("prodigy", "prodigyopt"),
+                           ("prodigy-plus-schedule-free", "prodigy-plus-schedule-free")):
+            result = results[f"{name}-ws{ws}"]
+            if dist not in installed:
+                assert result["outcome"] == "skip" and f"pip install {dist}" in result["reason"]
+                continue
+            assert result["outcome"] == "pass" and result["findings"] == [], (name, result["reason"])
+            stages = {(r["stage"], r["role"]) for r in result["device_map"]}
+            assert {("after_prepare", "optim_state"), ("after_load", "optim_state"), ("after_step", "optim_state")} <= stages
+            assert {r["rank"] for r in result["device_map"]} == set(range(ws))
+        if "prodigy-plus-schedule-free" in installed:
+            ppsf = results[f"prodigy-plus-schedule-free-ws{ws}"]
+            groups = {r["path"] for r in ppsf["device_map"] if r["role"] == "optim_group_tensor" and r["stage"] == "after_load"}
+            assert groups == {"optimizer.param_groups[0].running_d_numerator", "optimizer.param_groups[0].running_d_denom"}
+            assert ppsf["known_issue"]["id"] == "prodigy_group_tensors_left_on_cpu"

@@ -37,7 +37,8 @@ def test_levels() -> None:
     assert {(c.probe, c.variant) for c in level2} == {
         ("zero_offload", "z3-opt+param-bf16"), ("frozen_param_names", "z2-healthy"),
         ("frozen_param_names", "z2-dispatch-disk"), ("accelerate_deepspeed_lifecycle", "z2-healthy"),
-        ("optimizer_coverage", "fsdp2"), ("optimizer_coverage", "deepspeed-z2")}
+        ("optimizer_coverage", "fsdp2"), ("optimizer_coverage", "deepspeed-z2"),
+        ("optimizer_state_placement", "prodigy-plus-schedule-free")}
     assert {c.world_size for c in level2} == {1, 2}
     assert len(select_cases(cases, level=3, keyword="zero_offload")) == 28
 

@@ -1,0 +1,136 @@
+"""S4: where an optimizer's tensors are after an Accelerate `save_state` / `load_state` round trip.
+
+For torch AdamW, prodigyopt's Prodigy and prodigy-plus-schedule-free (which keeps
+`running_d_numerator` / `running_d_denom` as tensors inside `param_groups`): prepare, one step,
+`save_state`; a fresh model and optimizer, prepare, `load_state` (the recommended resume path,
+default `map_location`), one more step. Device maps at `after_prepare`, `after_load`,
+`after_step`. Invariant: every tensor reachable from the optimizer (per-parameter `state`, and
+everything nested in each `param_groups[i]` but `params`) is on the device of that group's
+parameters. A misplacement right after `load_state` is a warning when the next step copes with
+it, an error when the step raises; one still there after the step is an error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+from typing import Any
+
+from doctor.context import ProbeContext
+from doctor.invariants import ERROR, WARNING, Finding, optimizer_state_colocation
+from probes.base import ProbeSpec, Requirement, Variant
+from probes.common import accelerate_session
+from probes.models import batch, build_mlp
+
+SPEC = ProbeSpec(
+    name="optimizer_state_placement",
+    scenario="S4",
+    description="Accelerate save_state/load_state: optimizer state and param_group tensors on their parameters' device",
+    world_sizes=(1, 2),
+    requires=(Requirement("torch", "torch"), Requirement("accelerate", "accelerate")),
+    timeout_s=120.0,
+)
+
+#: variant -> (module to import, pip name, known issue named for the case)
+OPTIMIZERS: dict[str, tuple[str, str, str | None]] = {
+    "adamw": ("torch", "torch", None),
+    "prodigy": ("prodigyopt", "prodigyopt", None),
+    "prodigy-plus-schedule-free": ("prodigyplus", "prodigy-plus-schedule-free", "prodigy_group_tensors_left_on_cpu"),
+}
+MICRO_BATCH = 4
+REMEDY = ("After accelerator.load_state move each param group's tensors to the device of the group's first "
+          "parameter; or load_state(dir, map_location=\"on_device\"); or upgrade an optimizer that has no guard "
+          "(prodigy-plus-schedule-free >= 1.9.2 moves them back on access).")
+
+
+def variants() -> list[Variant]:
+    return [Variant(name=name, params={"optimizer": name}, level=2 if name == "prodigy-plus-schedule-free" else 3)
+            for name in OPTIMIZERS]
+
+
+def make_optimizer(name: str, params: Any) -> Any:
+    import torch
+
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=1e-3)
+    if name == "prodigy":
+        from prodigyopt import Prodigy
+
+        return Prodigy(params, lr=1.0)
+    from prodigyplus import ProdigyPlusScheduleFree
+
+    return ProdigyPlusScheduleFree(params, lr=1.0)
+
+
+def placement(records: list[Any], severity: str) -> list[Finding]:
+    """I3 over one stage's records, with a remedy; `severity` for a misplacement the next step may survive."""
+    return [dataclasses.replace(f, severity=severity, remedy=REMEDY) for f in optimizer_state_colocation(records)]
+
+
+def run(ctx: ProbeContext) -> None:
+    name = str(ctx.params["optimizer"])
+    module, pip, issue_id = OPTIMIZERS[name]
+    if importlib.util.find_spec(module) is None:
+        ctx.skip(f"missing optional dependency: pip install {pip}")
+    ctx.note("optimizer_version", _version(pip))
+    with accelerate_session():
+        checkpoint = ctx.scratch_dir() / "state"
+        ctx.enter("prepare")
+        accelerator, model, optimizer = _prepared(ctx, name)
+        ctx.note("accelerate_distributed_type", accelerator.distributed_type.value)
+        _step(ctx, accelerator, model, optimizer, seed=0)
+        ctx.check(placement(ctx.snapshot("after_prepare", module=model, optimizer=optimizer), ERROR))
+        ctx.enter("save_state")
+        accelerator.save_state(str(checkpoint))
+        accelerator.wait_for_everyone()
+
+        accelerator, model, optimizer = _prepared(ctx, name)  # a fresh run resuming from the checkpoint
+        ctx.enter("load_state")
+        accelerator.load_state(str(checkpoint))
+        after_load = ctx.snapshot("after_load", module=model, optimizer=optimizer)
+        misplaced = placement(after_load, ERROR)
+        try:
+            _step(ctx, accelerator, model, optimizer, seed=1)
+        except Exception:
+            ctx.check(misplaced)  # the step after load_state raised: the misplacement is why (or it is an error)
+            if issue_id:
+                ctx.known_issue(issue_id, shown=bool(misplaced))
+            if misplaced:
+                ctx.showed("the first step after load_state raised")
+                return
+            raise
+        ctx.check(dataclasses.replace(f, severity=WARNING, message=f.message + " (the next step coped with it)")
+                  for f in misplaced)
+        ctx.check(placement(ctx.snapshot("after_step", module=model, optimizer=optimizer), ERROR))
+        if issue_id:
+            ctx.known_issue(issue_id, shown=False)
+
+
+def _prepared(ctx: ProbeContext, name: str) -> tuple[Any, Any, Any]:
+    """A new Accelerator (as a new run has) with a prepared model and optimizer."""
+    from accelerate import Accelerator
+    from accelerate.utils import InitProcessGroupKwargs
+
+    accelerator = Accelerator(kwargs_handlers=[InitProcessGroupKwargs(backend=ctx.backend)])
+    model = build_mlp(seed=0)
+    model, optimizer = accelerator.prepare(model, make_optimizer(name, model.parameters()))
+    return accelerator, model, optimizer
+
+
+def _step(ctx: ProbeContext, accelerator: Any, model: Any, optimizer: Any, *, seed: int) -> None:
+    import torch
+
+    ctx.enter(f"step {seed}")
+    x, y = batch(MICRO_BATCH, dtype=torch.float32, device=accelerator.device, seed=100 * ctx.rank + seed)
+    accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+    optimizer.step()
+    optimizer.zero_grad()
+
+
+def _version(dist: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
