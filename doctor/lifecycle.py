@@ -75,17 +75,24 @@ def wraps_engine(facts: PreparedFacts) -> list[Finding]:
 
 def world_size_agreement(facts: PreparedFacts) -> list[Finding]:
     """accelerator.num_processes == torch.distributed world size == engine.dp_world_size."""
-    sizes = {"accelerator.num_processes": facts.num_processes, "dist world size": facts.dist_world_size,
-             "engine.dp_world_size": facts.dp_world_size}
+    return process_count_agreement(facts.num_processes, facts.dist_world_size, facts.dp_world_size)
+
+
+def process_count_agreement(num_processes: int, dist_world_size: int | None, dp_world_size: int | None = None, *,
+                            stage: str = STAGE) -> list[Finding]:
+    """Accelerate, the process group and (where there is one) the engine count the same processes."""
+    sizes = {"accelerator.num_processes": num_processes, "dist world size": dist_world_size,
+             "engine.dp_world_size": dp_world_size}
     known = {k: v for k, v in sizes.items() if v is not None}
     if len(set(known.values())) <= 1:
         return []
     listed = ", ".join(f"{k} = {v}" for k, v in known.items())
     return [Finding("world_size_agreement", ERROR,
-                    f"Accelerate and the process group disagree on the number of processes: {listed}", stage=STAGE,
+                    f"Accelerate and the process group disagree on the number of processes: {listed}", stage=stage,
                     expected="one number of processes everywhere",
-                    remedy="On CPU pass kwargs_handlers=[InitProcessGroupKwargs(backend=\"gloo\")] to Accelerator "
-                    "(without it Accelerate picks no backend and reports one process per rank).")]
+                    remedy="On CPU pass cpu=True, or kwargs_handlers=[InitProcessGroupKwargs(backend=\"gloo\")] with a "
+                    "DeepSpeed plugin, to Accelerator (otherwise Accelerate picks no backend and reports one process per "
+                    "rank, and every rank acts as the main process).")]
 
 
 def lr_agreement(facts: PreparedFacts) -> list[Finding]:

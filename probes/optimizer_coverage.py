@@ -18,6 +18,7 @@ from typing import Any
 
 from doctor.context import ProbeContext
 from doctor.coverage import Tracked, optimizer_groups, step_changes, tracked_live, tracked_names, tracked_set
+from doctor.lifecycle import process_count_agreement
 from probes import zero_offload
 from probes.base import ProbeSpec, Requirement, Variant
 from probes.common import accelerate_session
@@ -133,6 +134,12 @@ def _equal(a: Any, b: Any) -> bool:
     import torch
 
     return a.shape == b.shape and torch.equal(a, b)
+
+
+def _world_size() -> int | None:
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_initialized() else None
 
 
 def _tracked_everywhere(tracked: Tracked) -> Tracked:
@@ -288,6 +295,7 @@ def _accelerate_deepspeed(ctx: ProbeContext, cleanup: contextlib.ExitStack) -> W
     loader = torch.utils.data.DataLoader(data, batch_size=MICRO_BATCH)
     engine, _, _ = accelerator.prepare(model, make_optimizer(model), loader)
     cleanup.callback(engine.destroy)
+    ctx.check(process_count_agreement(accelerator.num_processes, _world_size(), engine.dp_world_size))
     return Wrapped(engine.module, engine.optimizer, _engine_step(ctx, engine), _engine_values(engine))
 
 

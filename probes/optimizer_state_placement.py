@@ -18,6 +18,7 @@ from typing import Any
 
 from doctor.context import ProbeContext
 from doctor.invariants import ERROR, WARNING, Finding, optimizer_state_colocation
+from doctor.lifecycle import process_count_agreement
 from probes.base import ProbeSpec, Requirement, Variant
 from probes.common import accelerate_session
 from probes.models import batch, build_mlp
@@ -78,6 +79,9 @@ def run(ctx: ProbeContext) -> None:
         ctx.enter("prepare")
         accelerator, model, optimizer = _prepared(ctx, name)
         ctx.note("accelerate_distributed_type", accelerator.distributed_type.value)
+        ctx.check(process_count_agreement(accelerator.num_processes, _world_size()))
+        if ctx.has_error_findings:
+            return  # every rank would act as the main process and write the same checkpoint files
         _step(ctx, accelerator, model, optimizer, seed=0)
         ctx.check(placement(ctx.snapshot("after_prepare", module=model, optimizer=optimizer), ERROR))
         ctx.enter("save_state")
@@ -111,7 +115,8 @@ def _prepared(ctx: ProbeContext, name: str) -> tuple[Any, Any, Any]:
     from accelerate import Accelerator
     from accelerate.utils import InitProcessGroupKwargs
 
-    accelerator = Accelerator(kwargs_handlers=[InitProcessGroupKwargs(backend=ctx.backend)])
+    # on CPU, Accelerate needs cpu=True to see the process group (without it: one process per rank, measured)
+    accelerator = Accelerator(cpu=ctx.device_kind == "cpu", kwargs_handlers=[InitProcessGroupKwargs(backend=ctx.backend)])
     model = build_mlp(seed=0)
     model, optimizer = accelerator.prepare(model, make_optimizer(name, model.parameters()))
     return accelerator, model, optimizer
@@ -125,6 +130,12 @@ def _step(ctx: ProbeContext, accelerator: Any, model: Any, optimizer: Any, *, se
     accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
     optimizer.step()
     optimizer.zero_grad()
+
+
+def _world_size() -> int | None:
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_initialized() else None
 
 
 def _version(dist: str) -> str | None:

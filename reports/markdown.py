@@ -71,7 +71,7 @@ def render_summary(report: Report) -> list[str]:
 
 
 #: Notes a probe writes for the reader of a case that needs a look (the JSON has every note).
-SHOWN_NOTES = ("route", "ordering", "route_refused")
+SHOWN_NOTES = ("route", "ordering", "route_refused", "tracked_before", "tracked_after", "changed_by_step")
 
 
 def render_case(result: CaseResult) -> list[str]:
