@@ -52,6 +52,8 @@ ROUTES: dict[str, tuple[str, bool, int]] = {
     "deepspeed-z1": ("deepspeed.initialize(model, optimizer=AdamW(group)), ZeRO stage 1", False, 3),
     "deepspeed-z2": ("deepspeed.initialize(model, optimizer=AdamW(group)), ZeRO stage 2", False, 2),
     "deepspeed-z3": ("deepspeed.initialize(model, optimizer=AdamW(group)), ZeRO stage 3", False, 3),
+    "deepspeed-z2-frozen-in-group": ("deepspeed.initialize, ZeRO stage 2, with the frozen c in the optimizer's group "
+                                     "(ZeRO drops it on purpose: an info)", False, 3),
     "accelerate-deepspeed": ("Accelerator(deepspeed_plugin) prepare(model, AdamW(group), dataloader), ZeRO 2",
                              False, 3),
     "accelerate-fsdp": ("Accelerator(fsdp_plugin) prepare(model, AdamW(group)), optimizer built before prepare",
@@ -61,7 +63,8 @@ ROUTES: dict[str, tuple[str, bool, int]] = {
 
 
 def variants() -> list[Variant]:
-    return [Variant(name=name, params={"route": name}, level=level, reproduce=reproduce)
+    return [Variant(name=name, params={"route": name, "parts": ("a", "c", "head") if "frozen-in-group" in name else GROUP},
+                    level=level, reproduce=reproduce)
             for name, (_, reproduce, level) in ROUTES.items()]
 
 
@@ -82,17 +85,16 @@ def build_model(seed: int = 0) -> Any:
     return model
 
 
-def in_group(name: str) -> bool:
-    """The optimizer's one group: `a` and `head` (by original name)."""
-    from doctor.coverage import clean_name
-
-    return clean_name(name).split(".")[0] in ("a", "head")
+GROUP = ("a", "head")
 
 
-def make_optimizer(module: Any) -> Any:
+def make_optimizer(module: Any, parts: tuple[str, ...] = GROUP) -> Any:
+    """One AdamW group over the parameters of `parts` (by original name)."""
     import torch
 
-    return torch.optim.AdamW([p for n, p in module.named_parameters() if in_group(n)], lr=1e-2)
+    from doctor.coverage import clean_name
+
+    return torch.optim.AdamW([p for n, p in module.named_parameters() if clean_name(n).split(".")[0] in parts], lr=1e-2)
 
 
 @dataclasses.dataclass
@@ -108,10 +110,11 @@ def run(ctx: ProbeContext) -> None:
     what, reproduce, _ = ROUTES[route]
     ctx.note("route", what)
     reference = build_model()
-    before = tracked_names(optimizer_groups(make_optimizer(reference)), reference)
+    parts = tuple(ctx.params.get("parts", GROUP))
+    before = tracked_names(optimizer_groups(make_optimizer(reference, parts)), reference)
     ctx.note("tracked_before", sorted(before.groups))
     with contextlib.ExitStack() as cleanup:
-        wrapped = _wrap(ctx, route, cleanup)
+        wrapped = _wrap(ctx, route.removesuffix("-frozen-in-group"), cleanup, parts)
         ctx.enter("after_wrap")
         after = _tracked_everywhere(tracked_names(optimizer_groups(wrapped.optimizer), wrapped.module))
         ctx.note("tracked_after", sorted(after.groups))
@@ -156,13 +159,13 @@ def _tracked_everywhere(tracked: Tracked) -> Tracked:
     return Tracked(groups, tracked.orphans)  # orphans are this rank's own
 
 
-def _wrap(ctx: ProbeContext, route: str, cleanup: contextlib.ExitStack) -> Wrapped:
+def _wrap(ctx: ProbeContext, route: str, cleanup: contextlib.ExitStack, parts: tuple[str, ...]) -> Wrapped:
     if route.startswith("fsdp1"):
         return _fsdp1(ctx, orig=route.startswith("fsdp1-orig"), before=route.endswith("opt-before-wrap"))
     if route.startswith("fsdp2"):
         return _fsdp2(ctx, before=route.endswith("opt-before-wrap"))
     if route.startswith("deepspeed"):
-        return _deepspeed(ctx, cleanup, stage=int(route[-1]))
+        return _deepspeed(ctx, cleanup, parts, stage=int(route[-1]))
     if route == "accelerate-deepspeed":
         return _accelerate_deepspeed(ctx, cleanup)
     if route == "accelerate-fsdp":
@@ -269,13 +272,14 @@ def _need(ctx: ProbeContext, *modules: str) -> None:
         ctx.skip("missing optional dependency: pip install " + " ".join(missing))
 
 
-def _deepspeed(ctx: ProbeContext, cleanup: contextlib.ExitStack, *, stage: int) -> Wrapped:
+def _deepspeed(ctx: ProbeContext, cleanup: contextlib.ExitStack, parts: tuple[str, ...], *, stage: int) -> Wrapped:
     _need(ctx, "deepspeed")
     import deepspeed
 
     ctx.enter("wrap")
     model = build_model()
-    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=make_optimizer(model), config=_ds_config(stage))
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=make_optimizer(model, parts),
+                                           config=_ds_config(stage))
     cleanup.callback(engine.destroy)
     return Wrapped(engine.module, engine.optimizer, _engine_step(ctx, engine), _engine_values(engine))
 

@@ -181,7 +181,7 @@ def test_optimizer_coverage_every_wrapper_route(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
     data = read_report(tmp_path)
     results = {r["case"].removeprefix("optimizer_coverage[").removesuffix("]"): r for r in data["results"]}
-    assert len(results) == 26
+    assert len(results) == 28
     intended = ["a.bias", "a.weight", "head.bias", "head.weight"]
     has_ds = {"deepspeed", "accelerate", "transformers"} <= {k for k, v in data["env"]["packages"].items() if v}
     for ws in (1, 2):
@@ -199,6 +199,11 @@ def test_optimizer_coverage_every_wrapper_route(tmp_path: Path) -> None:
             assert result["notes"]["changed_by_step"] == [] and len(result["notes"]["showed"]) == 4
             invariants = {f["invariant"] for f in result["findings"]}
             assert invariants == {"tracked_set", "tracked_live"}  # both caught before the step
+        if has_ds:  # ZeRO drops a frozen parameter from the optimizer on purpose: an info, and the case passes
+            dropped = results[f"deepspeed-z2-frozen-in-group-ws{ws}"]
+            assert dropped["outcome"] == "pass" and "c.weight" in dropped["notes"]["tracked_before"]
+            assert {(f["severity"], f["message"].split(" ")[0]) for f in dropped["findings"]} == {
+                ("info", "c.bias"), ("info", "c.weight")}
         assert results[f"accelerate-fsdp-ws{ws}"]["outcome"] == "skip"
         assert "ignored the FSDP plugin" in results[f"accelerate-fsdp-ws{ws}"]["reason"]
         assert results[f"composer-ws{ws}"]["outcome"] == "skip" and "3493" in results[f"composer-ws{ws}"]["reason"]
