@@ -15,3 +15,15 @@ def write_atomic(path: Path, text: str, *, fsync: bool = True) -> None:
             handle.flush()
             os.fsync(handle.fileno())
     os.replace(tmp, path)
+
+
+TAIL_LINES = 40
+
+
+def log_tail(path: Path, lines: int = TAIL_LINES) -> str:
+    """The last lines of a log (at most 4000 characters); "" when there is none."""
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])[-4000:]

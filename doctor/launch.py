@@ -21,15 +21,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from doctor.files import log_tail
 from doctor.outcomes import Outcome
 from doctor.plan import LaunchGroup, timeout_for
+from doctor.procs import die_with_parent, kill_tree
 from doctor.worker import LAUNCH, result_line, setup_name, setup_probe
 from probes.base import Case
 
 LAUNCH_TIMEOUT_S = 180.0  # process start, imports and process-group set-up
 POLL_S = 0.2
-KILL_GRACE_S = 3.0
-TAIL_LINES = 40
 
 #: on_event(kind, payload): kind is "stage" (case id, stage) or "case_done" (case id)
 EventSink = Callable[[str, dict[str, Any]], None]
@@ -84,14 +84,6 @@ def read_heartbeats(launch_dir: Path, world_size: int) -> dict[int, dict[str, An
     return beats
 
 
-def log_tail(path: Path, lines: int = TAIL_LINES) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except FileNotFoundError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])[-4000:]
-
-
 def exit_codes(torchrun_log: str) -> dict[int, int]:
     """Per-rank exit codes from torchrun's failure summary."""
     codes = {}
@@ -107,21 +99,6 @@ def signal_name(code: int | None) -> str | None:
         return signal.Signals(-code).name
     except ValueError:
         return f"signal {-code}"
-
-
-def kill_tree(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the launch's process group, then SIGKILL what is left."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig)
-        try:
-            proc.wait(timeout=KILL_GRACE_S)
-            if sig == signal.SIGTERM:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)  # stragglers that ignored SIGTERM
-                return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 class Launch:
@@ -157,7 +134,7 @@ class Launch:
         started = time.time()
         with (self.dir / "torchrun.log").open("wb") as log:
             proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env=env, start_new_session=True)
+                                    env=env, start_new_session=True, preexec_fn=die_with_parent)
             try:
                 while proc.poll() is None:
                     self._gather()

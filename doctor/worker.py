@@ -8,6 +8,7 @@ nothing that finished. A case's exception is that case's `error`, never the laun
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import re
@@ -18,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from doctor.context import ProbeContext, SkipCase
-from doctor.files import write_atomic
+from doctor.files import log_tail, write_atomic
 from doctor.invariants import ERROR
 from doctor.outcomes import Outcome
+from doctor.procs import die_with_parent
 
 TRACEBACK_CHARS = 8000
 
@@ -93,11 +95,12 @@ def rank_outcome(findings_failed: bool, reproduce: bool, shown: bool = False) ->
     return Outcome.FAIL if findings_failed else Outcome.PASS
 
 
-def run_case(module: Any, ctx: ProbeContext, reproduce: bool) -> dict[str, Any]:
-    """Run one case on this rank and return its result line."""
+def run_case(module: Any, ctx: ProbeContext, reproduce: bool, log_path: Path | None = None) -> dict[str, Any]:
+    """Run one case on this rank and return its result line (with this rank's log tail on an error)."""
     started = time.perf_counter()
     error = None
     reason = None
+    tail = None
     try:
         module.run(ctx)
         failed = any(f.severity == ERROR for f in ctx.findings)
@@ -111,6 +114,10 @@ def run_case(module: Any, ctx: ProbeContext, reproduce: bool) -> dict[str, Any]:
     except Exception as exc:  # every exception of a case becomes its result
         outcome, error = Outcome.ERROR, error_info(exc)
         reason = f"{error['type']}: {error['message']}"[:2000]
+        if log_path is not None:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            tail = log_tail(log_path) or None
     return result_line(
         ctx.case_id, ctx.rank, ctx.world_size, outcome, reason, ctx.stage,
         device=ctx.device,
@@ -121,6 +128,7 @@ def run_case(module: Any, ctx: ProbeContext, reproduce: bool) -> dict[str, Any]:
         shown=ctx.shown,
         known_issue=ctx.issue,
         error=error,
+        stderr_tail=tail,
     )
 
 
@@ -163,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     launch_dir: Path = args.launch_dir
     redirect_output(launch_dir / f"rank{rank}.log")
+    faulthandler.enable()  # a segfault or abort leaves the Python stack in this rank's log
+    die_with_parent()  # torchrun SIGKILLed: this rank goes too
     case_ids: list[str] = json.loads((launch_dir / "cases.json").read_text())["cases"]
     heartbeat = Heartbeat(launch_dir / f"heartbeat-rank{rank}.json", rank)
     heartbeat.start_case(LAUNCH, "init_process_group")
@@ -191,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
                 done_setup[case.probe] = error_info(exc)
         heartbeat.start_case(case.id)
         failure = done_setup[case.probe]
-        writer.write(setup_failure_line(ctx, failure) if failure else run_case(module, ctx, case.reproduce))
+        log_path = launch_dir / f"rank{rank}.log"
+        writer.write(setup_failure_line(ctx, failure) if failure else run_case(module, ctx, case.reproduce, log_path))
         heartbeat.beat("finished")
         dist.barrier()
     heartbeat.start_case(LAUNCH, "shutdown")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -58,12 +59,25 @@ def test_zero_offload_level3_every_cpu_case_passes(tmp_path: Path) -> None:
     assert [f["invariant"] for f in s2["findings"]] == ["grad_accum_dtype", "grad_accum_dtype"]  # a warning per rank
 
 
+def leftover_processes(marker: str) -> list[str]:
+    """Processes (any depth, any session) whose command line mentions `marker` (a run's --out path)."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            if marker in " ".join(proc.info["cmdline"] or []):
+                found.append(f"{proc.info['pid']}: {' '.join(proc.info['cmdline'])[:200]}")
+    return found
+
+
 def test_hang_and_crash_are_attributed_and_the_rest_still_runs(tmp_path: Path) -> None:
     started = time.monotonic()
     proc = ds_doctor("run", "--level", "3", "-k", "faults", "--out", str(tmp_path),
                      extra_env={"DS_DOCTOR_EXTRA_PROBES": "tests.resources.fault_probes"}, timeout=300)
     elapsed = time.monotonic() - started
     assert proc.returncode == 1, proc.stderr[-3000:]
+    assert leftover_processes(str(tmp_path)) == []  # the whole tree, ranks in their own sessions included
     results = {r["case"]: r for r in read_report(tmp_path)["results"]}
     assert results["faults[ok-ws2]"]["outcome"] == "pass"
     assert results["faults[ok-after-ws2]"]["outcome"] == "pass"
@@ -73,6 +87,14 @@ def test_hang_and_crash_are_attributed_and_the_rest_still_runs(tmp_path: Path) -
     stuck = {r["rank"]: r for r in hang["ranks"]}
     assert stuck[1]["outcome"] == "timeout" and stuck[1]["stage"] == "stuck on purpose"
     assert "timed out after 6 s on rank 1" in hang["reason"]
+    # the hung case cost at most its timeout + 5 s: from its start (heartbeat) to the relaunch of the rest
+    launches = sorted((tmp_path / p for p in os.listdir(tmp_path) if p.startswith("run-")), key=str)[0]
+    attempts = sorted(launches.iterdir(), key=lambda d: int(d.name.rsplit("-", 1)[1]))
+    hung_at = next(i for i, d in enumerate(attempts)
+                   if json.loads((d / "heartbeat-rank1.json").read_text())["case"] == "faults[hang-ws2]")
+    case_started = json.loads((attempts[hung_at] / "heartbeat-rank1.json").read_text())["case_started"]
+    relaunched = (attempts[hung_at + 1] / "command.txt").stat().st_mtime
+    assert relaunched - case_started - 6 <= 5, f"overran its timeout by {relaunched - case_started - 6:.1f} s"
 
     killed = results["faults[sigkill-ws2]"]
     assert killed["outcome"] == "error"
@@ -83,7 +105,23 @@ def test_hang_and_crash_are_attributed_and_the_rest_still_runs(tmp_path: Path) -
     raised = results["faults[raise-ws2]"]
     assert raised["outcome"] == "error" and "ValueError: planted failure on rank 1" in raised["reason"]
     assert "Traceback" in {r["rank"]: r for r in raised["ranks"]}[1]["traceback"]
-    assert elapsed < 120, f"the run took {elapsed:.0f} s"
+
+    for case, signal_name, code, stage, said in [
+        ("segfault", "SIGSEGV", -11, "dereferencing NULL", "rank 1 about to segfault"),
+        ("abort", "SIGABRT", -6, "aborting", "rank 1 about to abort"),
+        ("exit3", None, 3, "exiting", "rank 1 calls sys.exit(3)"),
+    ]:
+        result = results[f"faults[{case}-ws2]"]
+        rank1 = {r["rank"]: r for r in result["ranks"]}[1]
+        assert result["outcome"] == "error", case
+        assert (rank1["signal"], rank1["exit_code"], rank1["stage"]) == (signal_name, code, stage), case
+        assert said in rank1["stderr_tail"], case  # the tail of that rank's own stderr
+    segv = {r["rank"]: r for r in results["faults[segfault-ws2]"]["ranks"]}[1]["stderr_tail"]
+    assert "Fatal Python error: Segmentation fault" in segv  # faulthandler left the stack in the rank's log
+    oom = results["faults[oom-ws2]"]
+    assert oom["outcome"] == "error" and "DefaultCPUAllocator: can't allocate memory" in oom["reason"]
+    assert "rank 1 asks for 4 EiB" in {r["rank"]: r for r in oom["ranks"]}[1]["stderr_tail"]
+    assert elapsed < 180, f"the run took {elapsed:.0f} s"
 
 
 S1_SELECTION = "frozen_param_names and (z0 or z2 or z3-dispatch or z3-assign)"

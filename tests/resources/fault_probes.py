@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
+import sys
 import time
 
 from doctor.context import ProbeContext
@@ -14,7 +16,10 @@ SPEC = ProbeSpec(name="faults", scenario="smoke", description="planted faults fo
 
 
 def variants() -> list[Variant]:
-    return [Variant(name, {"fault": name}) for name in ("ok", "hang", "sigkill", "raise", "ok-after")]
+    return [Variant(name, {"fault": name}) for name in FAULTS]
+
+
+FAULTS = ("ok", "hang", "sigkill", "raise", "segfault", "abort", "exit3", "oom", "ok-after")
 
 
 def run(ctx: ProbeContext) -> None:
@@ -37,3 +42,19 @@ def run(ctx: ProbeContext) -> None:
     elif fault == "raise":
         ctx.enter("raising")
         raise ValueError("planted failure on rank 1")
+    elif fault == "segfault":
+        ctx.enter("dereferencing NULL")
+        print("rank 1 about to segfault", file=sys.stderr, flush=True)
+        ctypes.string_at(0)
+    elif fault == "abort":
+        ctx.enter("aborting")
+        print("rank 1 about to abort", file=sys.stderr, flush=True)
+        os.abort()
+    elif fault == "exit3":
+        ctx.enter("exiting")
+        print("rank 1 calls sys.exit(3)", file=sys.stderr, flush=True)
+        sys.exit(3)
+    elif fault == "oom":
+        ctx.enter("allocating")
+        print("rank 1 asks for 4 EiB", file=sys.stderr, flush=True)
+        torch.empty(2**62, dtype=torch.uint8)  # the allocator refuses: a real out-of-memory error
