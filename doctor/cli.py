@@ -1,4 +1,4 @@
-"""`ds-doctor`: run, list, env, triage. Usage errors are one line on stderr and exit code 2; a failure of
+"""`ds-doctor`: run, list, env, triage, report. Usage errors are one line on stderr and exit code 2; a failure of
 the doctor itself is one line and exit code 3 (the traceback only with --debug)."""
 
 from __future__ import annotations
@@ -168,6 +168,45 @@ def env(as_json: bool) -> int:
     for name, value in environment["variables"].items():
         click.echo(f"{name}={value}")
     return 0
+
+
+@cli.command()
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--out", "out_dir", type=click.Path(path_type=Path),
+              help="Where to write the rebuilt report (default: beside PATH).")
+@click.option("--json", "json_stdout", is_flag=True, help="Also print the JSON report to stdout.")
+def report(path: Path, out_dir: Path | None, json_stdout: bool) -> int:
+    """Render a report from a run directory (also one whose run was killed) or from a report JSON.
+
+    Cases that never finished are marked; truncated result lines are skipped with a warning.
+    Exit code as for `run`: 0 nothing failed, 1 a case failed, errored, timed out or never finished.
+    """
+    from rich.console import Console
+
+    from doctor import recover, runner
+    from reports.console import print_summary
+
+    if not path.exists():
+        raise click.BadParameter(f"{path}: no such file or directory", param_hint="PATH")
+    try:
+        if path.is_dir():
+            built, warnings = recover.report_from_run_dir(path)
+        else:
+            built, warnings = recover.load_report_file(path), []
+    except recover.InputError as exc:
+        raise click.BadParameter(str(exc), param_hint="PATH") from None
+    for warning in warnings:
+        click.echo(f"ds-doctor: warning: {warning}", err=True)
+    target = _writable_dir(out_dir or path.parent)
+    started = runner.parse_iso(built.started_at)
+    paths = runner.write_reports(built, target, started, suffix="-report")
+    console = Console(stderr=json_stdout)
+    print_summary(built, console)
+    console.print(f"JSON report: {paths['json']}", markup=False, highlight=False)
+    console.print(f"Markdown report: {paths['markdown']}", markup=False, highlight=False)
+    if json_stdout:
+        click.echo(built.to_json())
+    return int(runner.exit_code(built))
 
 
 @cli.command()

@@ -15,6 +15,7 @@ from typing import Any
 import doctor
 import probes
 from doctor import env as envmod
+from doctor import recover
 from doctor.files import write_atomic
 from doctor.launch import EventSink, run_group
 from doctor.outcomes import FAILING, ExitCode
@@ -101,9 +102,14 @@ def report_basename(report: Report, started: dt.datetime) -> str:
     return f"ds-doctor-{report.hardware['host']}-{started.strftime('%Y%m%dT%H%M%SZ')}"
 
 
-def write_reports(report: Report, out_dir: Path, started: dt.datetime) -> dict[str, Path]:
-    base = report_basename(report, started)
-    if (out_dir / f"{base}.json").exists():
+def parse_iso(text: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def write_reports(report: Report, out_dir: Path, started: dt.datetime, suffix: str = "") -> dict[str, Path]:
+    """Write the JSON and Markdown reports atomically; never over an existing report."""
+    base = report_basename(report, started) + suffix
+    if (out_dir / f"{base}.json").exists() or (out_dir / f"{base}.md").exists():
         base = f"{base}-{os.getpid()}"
     paths = {"json": out_dir / f"{base}.json", "markdown": out_dir / f"{base}.md"}
     write_atomic(paths["json"], report.to_json() + "\n")
@@ -128,6 +134,11 @@ def run(options: RunOptions, *, on_plan: Callable[[RunPlan], None] | None = None
     if run_plan.groups or run_plan.skips:
         run_dir = options.out_dir / f"run-{hardware['host']}-{started.strftime('%Y%m%dT%H%M%SZ')}-{os.getpid()}"
         run_dir.mkdir(parents=True)
+        recover.write_manifest(
+            run_dir, started=iso(started), level=options.level, argv=options.argv, env=scrub(env),
+            hardware=scrub(hardware),
+            planned=[recover.case_entry(c, g.device_kind) for g in run_plan.groups for c in g.cases],
+            skips=[{**recover.case_entry(s.case, s.device_kind), "reason": s.reason} for s in run_plan.skips])
         results = execute(run_plan, run_dir, env["packages"], options, on_event or (lambda _k, _p: None))
     report = build_report(started=started, finished=utc_now(), level=options.level, argv=options.argv,
                           env=env, hardware=hardware, results=results, run_dir=run_dir)

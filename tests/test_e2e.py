@@ -269,3 +269,51 @@ def test_optimizer_state_placement_round_trip_on_cpu(tmp_path: Path) -> None:
             groups = {r["path"] for r in ppsf["device_map"] if r["role"] == "optim_group_tensor" and r["stage"] == "after_load"}
             assert groups == {"optimizer.param_groups[0].running_d_numerator", "optimizer.param_groups[0].running_d_denom"}
             assert ppsf["known_issue"]["id"] == "prodigy_group_tensors_left_on_cpu"
+
+
+def test_a_killed_doctor_leaves_a_run_dir_that_report_renders(tmp_path: Path) -> None:
+    """SIGKILL `ds-doctor run` while a case hangs: what finished is in the run directory, nothing is left running,
+    and `ds-doctor report RUN_DIR` renders the partial report, marking the cases that never finished."""
+    import signal
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DS_DOCTOR_EXTRA_PROBES": "tests.resources.fault_probes"}
+    out = tmp_path / "out"
+    doctor_proc = subprocess.Popen([sys.executable, "-m", "doctor.cli", "run", "--level", "3", "-k",
+                                    "faults and (ok or hang)", "--out", str(out), "--timeout", "60"],
+                                   env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    beat = out.glob("run-*/ws2-cpu-0/heartbeat-rank1.json")
+    while time.monotonic() < deadline:
+        beats = list(out.glob("run-*/ws2-cpu-0/heartbeat-rank1.json"))
+        if beats and "stuck on purpose" in beats[0].read_text():
+            break
+        time.sleep(0.2)
+    else:
+        doctor_proc.kill()
+        raise AssertionError(f"the hang case never started: {list(beat)}")
+    doctor_proc.send_signal(signal.SIGKILL)
+    doctor_proc.wait(timeout=30)
+    deadline = time.monotonic() + 15  # torchrun gets SIGTERM from the kernel (PDEATHSIG) and takes its ranks along
+    while leftover_processes(str(out)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert leftover_processes(str(out)) == []
+    assert list(out.glob("ds-doctor-*.json")) == []  # the killed run wrote no report
+
+    run_dir = next(out.glob("run-*"))
+    with (run_dir / "ws2-cpu-0" / "rank0.jsonl").open("a") as handle:  # a rank killed in the middle of a line
+        handle.write('{"case": "faults[hang-ws2]", "rank": 0, "outc')
+    proc = ds_doctor("report", str(run_dir), "--json")
+    assert proc.returncode == 1, proc.stderr
+    assert "rank0.jsonl: line 3 is truncated or not a result line; skipped" in proc.stderr  # after ok and hang
+    data = json.loads(proc.stdout)
+    validate(data)
+    results = {r["case"]: r for r in data["results"]}
+    assert list(results) == ["faults[ok-ws2]", "faults[hang-ws2]", "faults[ok-after-ws2]"]
+    assert results["faults[ok-ws2]"]["outcome"] == "pass"
+    for case in ("faults[hang-ws2]", "faults[ok-after-ws2]"):
+        assert results[case]["outcome"] == "error" and results[case]["reason"].startswith("did not finish")
+        assert results[case]["notes"] == {"unfinished": True}
+    written = sorted(p.name for p in out.glob("ds-doctor-*"))
+    assert len(written) == 2 and all("-report." in name for name in written)  # JSON and Markdown, beside the run
+    markdown = next(out.glob("ds-doctor-*.md")).read_text()
+    assert "did not finish" in markdown and "faults[hang-ws2]" in markdown
