@@ -188,6 +188,7 @@ def report(path: Path, out_dir: Path | None, json_stdout: bool) -> int:
 
     if not path.exists():
         raise click.BadParameter(f"{path}: no such file or directory", param_hint="PATH")
+    target = _writable_dir(out_dir or path.parent)
     try:
         if path.is_dir():
             built, warnings = recover.report_from_run_dir(path)
@@ -197,7 +198,6 @@ def report(path: Path, out_dir: Path | None, json_stdout: bool) -> int:
         raise click.BadParameter(str(exc), param_hint="PATH") from None
     for warning in warnings:
         click.echo(f"ds-doctor: warning: {warning}", err=True)
-    target = _writable_dir(out_dir or path.parent)
     started = runner.parse_iso(built.started_at)
     paths = runner.write_reports(built, target, started, suffix="-report")
     console = Console(stderr=json_stdout)

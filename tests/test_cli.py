@@ -39,36 +39,78 @@ def test_env_json_has_no_torch_import() -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-@pytest.mark.parametrize(
-    ("args", "needle"),
-    [
-        (["run", "--level", "7"], "--level"),
-        (["run", "--level", "abc"], "--level"),
-        (["run", "-k", "no_such_case_anywhere"], "zero_offload"),
-        (["run", "-k", "(z3"], "-k"),
-        (["run", "-k", "z2-opt"], "--level 3"),
-        (["run", "--nproc", "0"], "--nproc"),
-        (["run", "--nproc", "-1"], "--nproc"),
-        (["run", "--timeout", "abc"], "--timeout"),
-        (["run", "--timeout", "0"], "--timeout"),
-        (["run", "--bogus"], "--bogus"),
-        (["frobnicate"], "frobnicate"),
-        (["list", "-k", "nothing_matches_this"], "zero_offload"),
-    ],
-)
-def test_usage_errors_are_one_line_and_exit_2(capsys, tmp_path, args, needle) -> None:
-    out_args = ["--out", str(tmp_path)] if args[0] == "run" and "--bogus" not in args else []
-    code, _, err = run_cli(capsys, *args, *out_args)
-    assert code == 2
-    assert len(err.strip().splitlines()) == 1 and err.startswith("ds-doctor: error:") and needle in err
-    assert "Traceback" not in err and not list(tmp_path.glob("*.json"))
+def make_inputs(tmp: Path) -> None:
+    """The files and directories the bad-input table points at."""
+    (tmp / "a_file").write_text("x")
+    (tmp / "empty.json").write_text("")
+    (tmp / "malformed.json").write_text('{"schema_version": 1, "tool": ')
+    (tmp / "other.json").write_text(json.dumps({"name": "some other tool", "results": []}))
+    (tmp / "newer.json").write_text(json.dumps({"schema_version": 99, "tool": {"name": "ds-doctor", "version": "9"}}))
+    (tmp / "broken-report.json").write_text(json.dumps({"schema_version": 1, "tool": {"name": "ds-doctor"},
+                                                        "results": "not a list"}))
+    (tmp / "plain_dir").mkdir()
+    (tmp / "bad_run").mkdir()
+    (tmp / "bad_run" / "run.json").write_text("{not json")
+    (tmp / "newer_run").mkdir()
+    (tmp / "newer_run" / "run.json").write_text(json.dumps({"manifest_version": 7, "planned": []}))
+    (tmp / "gutted_run").mkdir()
+    (tmp / "gutted_run" / "run.json").write_text(json.dumps(
+        {"manifest_version": 1, "started_at": "2026-11-21T00:00:00Z", "level": 2, "argv": [], "env": {},
+         "hardware": {}, "planned": [{"case": "x[y-ws1]"}], "skips": []}))
 
 
-def test_out_must_be_a_writable_directory(capsys, tmp_path: Path) -> None:
-    a_file = tmp_path / "file"
-    a_file.write_text("x")
-    code, _, err = run_cli(capsys, "run", "--level", "1", "--out", str(a_file))
-    assert code == 2 and "not a directory" in err and len(err.strip().splitlines()) == 1
+#: (arguments, a word the one-line message must contain); {tmp} is the test's directory, made by make_inputs
+BAD_INPUTS = [
+    (["run", "--level", "7"], "--level"),
+    (["run", "--level", "0"], "--level"),
+    (["run", "--level", "abc"], "--level"),
+    (["run", "-k", "no_such_case_anywhere"], "zero_offload"),
+    (["run", "-k", "(z3"], "-k"),
+    (["run", "-k", "z2-opt"], "--level 3"),
+    (["run", "--nproc", "0"], "--nproc"),
+    (["run", "--nproc", "-1"], "--nproc"),
+    (["run", "--nproc", "two"], "--nproc"),
+    (["run", "--timeout", "abc"], "--timeout"),
+    (["run", "--timeout", "0"], "--timeout"),
+    (["run", "--timeout", "-5"], "--timeout"),
+    (["run", "--out", "{tmp}/a_file"], "not a directory"),
+    (["run", "--out", "{tmp}/a_file/below"], "--out"),
+    (["run", "--out", "/proc/ds-doctor-cannot-write-here"], "--out"),
+    (["run", "--bogus"], "--bogus"),
+    (["frobnicate"], "frobnicate"),
+    (["list", "-k", "nothing_matches_this"], "zero_offload"),
+    (["triage", "{tmp}/missing.log"], "no such file"),
+    (["triage", "{tmp}/plain_dir"], "directory"),
+    (["report", "{tmp}/missing"], "no such file"),
+    (["report", "{tmp}/empty.json"], "empty file"),
+    (["report", "{tmp}/malformed.json"], "not valid JSON"),
+    (["report", "{tmp}/other.json"], "not a ds-doctor report"),
+    (["report", "{tmp}/newer.json"], "newer"),
+    (["report", "{tmp}/broken-report.json"], "not a valid ds-doctor report"),
+    (["report", "{tmp}/plain_dir"], "not a ds-doctor run directory"),
+    (["report", "{tmp}/bad_run"], "not valid JSON"),
+    (["report", "{tmp}/newer_run"], "newer ds-doctor"),
+    (["report", "{tmp}/gutted_run"], "incomplete"),
+    (["report", "{tmp}/gutted_run", "--out", "{tmp}/a_file"], "not a directory"),
+]
+
+
+@pytest.mark.parametrize(("args", "needle"), BAD_INPUTS, ids=[" ".join(a) for a, _ in BAD_INPUTS])
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(capsys, tmp_path, args, needle) -> None:
+    make_inputs(tmp_path)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    if args[0] == "run" and "--out" not in args and "--bogus" not in args:
+        args += ["--out", str(tmp_path / "out")]
+    code, out, err = run_cli(capsys, *args)
+    assert code == 2, (out, err)
+    assert len(err.strip().splitlines()) == 1 and err.startswith("ds-doctor: error:") and needle in err, err
+    assert "Traceback" not in err
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # nothing half-written
+
+
+def test_bad_input_table_has_at_least_20_cases() -> None:
+    assert len(BAD_INPUTS) >= 20
 
 
 def test_level_1_writes_an_environment_only_report(capsys, tmp_path: Path) -> None:
