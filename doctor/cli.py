@@ -31,6 +31,14 @@ def cli(debug: bool) -> None:
     _DEBUG["on"] = _DEBUG["on"] or debug
 
 
+def print_paths(console: Any, paths: dict[str, Path]) -> None:
+    """Where the reports went (scrubbed like the report: a directory name can look like a token)."""
+    from doctor.redact import scrub_text
+
+    console.print(f"JSON report: {scrub_text(str(paths['json']))}", markup=False, highlight=False)
+    console.print(f"Markdown report: {scrub_text(str(paths['markdown']))}", markup=False, highlight=False)
+
+
 def _writable_dir(path: Path) -> Path:
     if path.exists() and not path.is_dir():
         raise click.BadParameter(f"{path} exists and is not a directory", param_hint="--out")
@@ -69,8 +77,9 @@ def _check_selection(level: int, keyword: str | None) -> None:
 @click.option("--nproc", type=click.IntRange(min=1), help="Ranks for multi-rank cases (default: GPUs, or 2 on CPU).")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True),
               help="Per-case timeout in seconds, overriding each family's own.")
+@click.option("--anonymize", is_flag=True, help="Also replace host and user names, IP addresses and GPU UUIDs.")
 def run(level: int, keyword: str | None, out_dir: Path, json_stdout: bool, nproc: int | None,
-        timeout_s: float | None) -> int:
+        timeout_s: float | None, anonymize: bool) -> int:
     """Run the probes that fit this node and write the report."""
     from rich.console import Console
 
@@ -86,7 +95,7 @@ def run(level: int, keyword: str | None, out_dir: Path, json_stdout: bool, nproc
             raise click.BadParameter(f"{nproc} ranks but only {hardware.gpu_count} GPU(s) visible", param_hint="--nproc")
     console = Console(stderr=json_stdout)
     options = runner.RunOptions(level=level, keyword=keyword, out_dir=out_dir, nproc=nproc, timeout_s=timeout_s,
-                                argv=tuple(_ARGV[0]))
+                                argv=tuple(_ARGV[0]), anonymize=anonymize)
     progress: list[LiveProgress] = []
 
     def on_plan(run_plan: runner.RunPlan) -> None:
@@ -108,8 +117,7 @@ def run(level: int, keyword: str | None, out_dir: Path, json_stdout: bool, nproc
         if progress:
             progress[0].__exit__(None, None, None)
     print_summary(report, console)
-    console.print(f"JSON report: {paths['json']}", markup=False, highlight=False)
-    console.print(f"Markdown report: {paths['markdown']}", markup=False, highlight=False)
+    print_paths(console, paths)
     if json_stdout:
         click.echo(report.to_json())
     return int(runner.exit_code(report))
@@ -175,7 +183,8 @@ def env(as_json: bool) -> int:
 @click.option("--out", "out_dir", type=click.Path(path_type=Path),
               help="Where to write the rebuilt report (default: beside PATH).")
 @click.option("--json", "json_stdout", is_flag=True, help="Also print the JSON report to stdout.")
-def report(path: Path, out_dir: Path | None, json_stdout: bool) -> int:
+@click.option("--anonymize", is_flag=True, help="Also replace host and user names, IP addresses and GPU UUIDs.")
+def report(path: Path, out_dir: Path | None, json_stdout: bool, anonymize: bool) -> int:
     """Render a report from a run directory (also one whose run was killed) or from a report JSON.
 
     Cases that never finished are marked; truncated result lines are skipped with a warning.
@@ -184,6 +193,7 @@ def report(path: Path, out_dir: Path | None, json_stdout: bool) -> int:
     from rich.console import Console
 
     from doctor import recover, runner
+    from doctor.redact import scrub_text
     from reports.console import print_summary
 
     if not path.exists():
@@ -191,19 +201,18 @@ def report(path: Path, out_dir: Path | None, json_stdout: bool) -> int:
     target = _writable_dir(out_dir or path.parent)
     try:
         if path.is_dir():
-            built, warnings = recover.report_from_run_dir(path)
+            built, warnings = recover.report_from_run_dir(path, anonymize=anonymize)
         else:
-            built, warnings = recover.load_report_file(path), []
+            built, warnings = recover.load_report_file(path, anonymize=anonymize), []
     except recover.InputError as exc:
         raise click.BadParameter(str(exc), param_hint="PATH") from None
     for warning in warnings:
-        click.echo(f"ds-doctor: warning: {warning}", err=True)
+        click.echo(f"ds-doctor: warning: {scrub_text(warning)}", err=True)
     started = runner.parse_iso(built.started_at)
     paths = runner.write_reports(built, target, started, suffix="-report")
     console = Console(stderr=json_stdout)
     print_summary(built, console)
-    console.print(f"JSON report: {paths['json']}", markup=False, highlight=False)
-    console.print(f"Markdown report: {paths['markdown']}", markup=False, highlight=False)
+    print_paths(console, paths)
     if json_stdout:
         click.echo(built.to_json())
     return int(runner.exit_code(built))

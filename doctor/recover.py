@@ -86,7 +86,7 @@ def _load_manifest(run_dir: Path) -> dict[str, Any]:
     return manifest
 
 
-def report_from_run_dir(run_dir: Path) -> tuple[Report, list[str]]:
+def report_from_run_dir(run_dir: Path, *, anonymize: bool = False) -> tuple[Report, list[str]]:
     """Rebuild the report of a run from its directory; returns the report and the warnings."""
     from doctor.results import merge_case, skipped_case
     from doctor.runner import build_report, parse_iso
@@ -118,7 +118,7 @@ def report_from_run_dir(run_dir: Path) -> tuple[Report, list[str]]:
     started = parse_iso(manifest["started_at"])
     report = build_report(started=started, finished=finished, level=int(manifest["level"]),
                           argv=tuple(manifest["argv"]), env=manifest["env"], hardware=manifest["hardware"],
-                          results=results, run_dir=run_dir)
+                          results=results, run_dir=run_dir, anonymize=anonymize)
     return report, warnings
 
 
@@ -136,7 +136,7 @@ def _unfinished(case: Any, device_kind: str, lines: Mapping[int, Mapping[str, An
                       reason=UNFINISHED, ranks=tuple(ranks), notes={"unfinished": True})
 
 
-def load_report_file(path: Path) -> Report:
+def load_report_file(path: Path, *, anonymize: bool = False) -> Report:
     """A report JSON, checked: empty, malformed, another schema and a newer schema are input errors."""
     import jsonschema
 
@@ -163,4 +163,9 @@ def load_report_file(path: Path) -> Report:
     except jsonschema.ValidationError as exc:
         where = "/".join(str(p) for p in exc.absolute_path) or "top level"
         raise InputError(f"{path}: not a valid ds-doctor report at {where}: {exc.message[:200]}") from None
+    from doctor.redact import Anonymizer, scrub
+
+    data = scrub(data)  # a report written by an older ds-doctor may predate a pattern
+    if anonymize:
+        data = Anonymizer.for_this_machine(extra_hosts=[str(data["hardware"].get("host") or "")])(data)
     return Report.from_dict(data)

@@ -20,7 +20,7 @@ from doctor.files import write_atomic
 from doctor.launch import EventSink, run_group
 from doctor.outcomes import FAILING, ExitCode
 from doctor.plan import Hardware, LaunchGroup, Skip, default_nproc, detect_hardware, plan, select_cases
-from doctor.redact import scrub
+from doctor.redact import Anonymizer, scrub
 from doctor.results import merge_case, skipped_case
 from probes.base import Case
 from reports.markdown import render_markdown
@@ -35,6 +35,7 @@ class RunOptions:
     nproc: int | None = None
     timeout_s: float | None = None
     argv: tuple[str, ...] = ()
+    anonymize: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,8 +82,9 @@ def execute(run_plan: RunPlan, run_dir: Path, versions: dict[str, str | None], o
 
 def build_report(*, started: dt.datetime, finished: dt.datetime, level: int, argv: tuple[str, ...],
                  env: dict[str, Any], hardware: dict[str, Any], results: list[CaseResult],
-                 run_dir: Path | None) -> Report:
-    """The one place a report is built: every string is scrubbed here, before any renderer sees it."""
+                 run_dir: Path | None, anonymize: bool = False) -> Report:
+    """The one place a report is built: every string is scrubbed here (and with `anonymize`, host and user
+    names, IPs and GPU UUIDs replaced), before any renderer sees it."""
     raw = {
         "schema_version": 1,
         "tool": {"name": "ds-doctor", "version": doctor.__version__},
@@ -95,7 +97,10 @@ def build_report(*, started: dt.datetime, finished: dt.datetime, level: int, arg
         "hardware": hardware,
         "results": [r.to_dict() for r in results],
     }
-    return Report.from_dict(scrub(raw))
+    clean = scrub(raw)
+    if anonymize:
+        clean = Anonymizer.for_this_machine(extra_hosts=[str(hardware.get("host") or "")])(clean)
+    return Report.from_dict(clean)
 
 
 def report_basename(report: Report, started: dt.datetime) -> str:
@@ -141,5 +146,5 @@ def run(options: RunOptions, *, on_plan: Callable[[RunPlan], None] | None = None
             skips=[{**recover.case_entry(s.case, s.device_kind), "reason": s.reason} for s in run_plan.skips])
         results = execute(run_plan, run_dir, env["packages"], options, on_event or (lambda _k, _p: None))
     report = build_report(started=started, finished=utc_now(), level=options.level, argv=options.argv,
-                          env=env, hardware=hardware, results=results, run_dir=run_dir)
+                          env=env, hardware=hardware, results=results, run_dir=run_dir, anonymize=options.anonymize)
     return report, write_reports(report, options.out_dir, started)

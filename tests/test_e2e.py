@@ -317,3 +317,57 @@ def test_a_killed_doctor_leaves_a_run_dir_that_report_renders(tmp_path: Path) ->
     assert len(written) == 2 and all("-report." in name for name in written)  # JSON and Markdown, beside the run
     markdown = next(out.glob("ds-doctor-*.md")).read_text()
     assert "did not finish" in markdown and "faults[hang-ws2]" in markdown
+
+
+def test_thirty_planted_secrets_never_reach_any_output(tmp_path: Path) -> None:
+    """Secrets planted in allowlisted variables, a path, command lines, an exception and a stderr tail: none comes
+    out in the JSON, the Markdown, the console, or a re-rendered report; ordinary values survive untouched."""
+    from tests.resources import secret_probes as leaky
+
+    secrets = leaky.SECRETS
+    env_vars = {f"NCCL_PLANTED_{i}": f"value {secrets[k][0]} end" for i, k in enumerate(leaky.IN_ENV)}
+    env_vars["DS_ACCESS_TOKEN"] = "plainvalue-by-name-0042"  # masked for its name whatever its shape
+    env_vars["TORCH_EXTENSIONS_DIR"] = leaky.ORDINARY[0]
+    out = tmp_path / secrets["ghp"][0] / "reports"  # a directory name that looks like a token
+    proc = ds_doctor("run", "--level", "3", "-k", "leaky", "--out", str(out),
+                     extra_env={"DS_DOCTOR_EXTRA_PROBES": "tests.resources.secret_probes", **env_vars})
+    assert proc.returncode == 1, proc.stderr[-2000:]  # the probe raises on purpose
+    run_dir = next(out.glob("run-*"))
+    again = ds_doctor("report", str(run_dir), "--json", "--out", str(tmp_path / "again"))
+    assert again.returncode == 1, again.stderr[-2000:]
+    outputs = {
+        "json": next(out.glob("ds-doctor-*.json")).read_text(),
+        "markdown": next(out.glob("ds-doctor-*.md")).read_text(),
+        "console": proc.stdout + proc.stderr,
+        "report console": again.stdout + again.stderr,
+        "report markdown": next((tmp_path / "again").glob("*.md")).read_text(),
+    }
+    planted = [value for _, value in secrets.values()] + ["plainvalue-by-name-0042"]
+    assert len(planted) >= 30
+    for name, text in outputs.items():
+        leaked = [value for value in planted if value in text]
+        assert leaked == [], f"{name} leaked {leaked}"
+    report = json.loads(outputs["json"])
+    result = report["results"][0]
+    assert result["outcome"] == "error" and "could not reach the hub" in result["reason"]
+    assert "stderr of a job" in result["ranks"][0]["stderr_tail"]  # the channels were really there, scrubbed
+    for value in leaky.ORDINARY:
+        assert value in outputs["json"], value
+    assert report["env"]["variables"]["TORCH_EXTENSIONS_DIR"] == leaky.ORDINARY[0]
+    assert report["env"]["variables"]["DS_ACCESS_TOKEN"] == "<redacted>"
+    assert set(report["env"]["variables"]) >= set(env_vars)
+
+
+def test_anonymize_replaces_host_user_ip(tmp_path: Path) -> None:
+    import getpass
+
+    proc = ds_doctor("run", "--level", "1", "--out", str(tmp_path), "--anonymize", "--json",
+                     extra_env={"NCCL_COMM_ID": "10.20.30.40:29500", "TORCH_HOME": f"/home/{getpass.getuser()}/t",
+                                "MASTER_ADDR": "127.0.0.1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    variables = report["env"]["variables"]
+    assert report["hardware"]["host"] == "host-1"
+    assert variables["NCCL_COMM_ID"] == "ip-1:29500" and variables["MASTER_ADDR"] == "127.0.0.1"
+    assert variables["TORCH_HOME"] == "/home/user-1/t"
+    assert all("host-1" in p.name for p in tmp_path.glob("ds-doctor-*"))  # file names carry no host name

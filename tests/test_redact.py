@@ -50,3 +50,32 @@ def test_env_section_is_an_allowlist_and_masks_secret_names() -> None:
     env = {"NCCL_DEBUG": "INFO", "HF_TOKEN": "hf_x", "HOME": "/root", "DS_API_KEY": "x", "MASTER_PORT": "29500",
            "AWS_SECRET_ACCESS_KEY": "y"}
     assert relevant_variables(env) == {"DS_API_KEY": MASK, "MASTER_PORT": "29500", "NCCL_DEBUG": "INFO"}
+
+
+def test_anonymizer_replaces_identifiers_with_stable_placeholders() -> None:
+    from doctor.redact import Anonymizer
+
+    anon = Anonymizer(hosts=["gpu-node-12", "gpu-node-12.cluster.local"], users=["alice"])
+    data = {
+        "host": "gpu-node-12",
+        "fqdn": "ssh gpu-node-12.cluster.local failed",
+        "run_dir": "/scratch/alice/out/run-gpu-node-12-20261121T000000Z-42",
+        "other_node": "gpu-node-123 stays",  # another host, not a prefix match
+        "gpus": [{"uuid": "GPU-3f2a1b4c-5d6e-7f80-9a1b-2c3d4e5f6a7b"}, {"uuid": "GPU-3f2a1b4c-5d6e-7f80-9a1b-2c3d4e5f6a7b"}],
+        "addrs": "10.0.0.7 and 10.0.0.8 and 127.0.0.1 and fe80:0:0:0:202:b3ff:fe1e:8329",
+        "version": "2.13.0", "driver": "550.54.15", "cmd": "torchrun --nproc-per-node=8",
+    }
+    out = anon(data)
+    assert out["host"] == "host-1" and out["fqdn"] == "ssh host-2 failed"
+    assert out["run_dir"] == "/scratch/user-1/out/run-host-1-20261121T000000Z-42"
+    assert out["other_node"] == "gpu-node-123 stays"
+    assert [g["uuid"] for g in out["gpus"]] == ["gpu-uuid-1", "gpu-uuid-1"]  # the same value, the same placeholder
+    assert out["addrs"] == "ip-1 and ip-2 and 127.0.0.1 and ip-3"
+    assert (out["version"], out["driver"], out["cmd"]) == ("2.13.0", "550.54.15", "torchrun --nproc-per-node=8")
+
+
+def test_a_common_word_host_is_replaced_only_as_a_whole_value() -> None:
+    from doctor.redact import Anonymizer
+
+    out = Anonymizer(hosts=["vm"], users=[])({"host": "vm", "text": "vm.max_map_count is low on this vm"})
+    assert out == {"host": "host-1", "text": "vm.max_map_count is low on this vm"}
