@@ -41,6 +41,16 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def loopback_interfaces() -> dict[str, str]:
+    """Pin gloo's and NCCL's sockets to the loopback interface: a single-node run talks to nobody else."""
+    import psutil
+
+    for name, addresses in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and a.address.startswith("127.") for a in addresses):
+            return {"GLOO_SOCKET_IFNAME": name, "NCCL_SOCKET_IFNAME": name}
+    return {}
+
+
 def torchrun_command(group: LaunchGroup, launch_dir: Path, port: int) -> list[str]:
     return [
         sys.executable, "-m", "torch.distributed.run",
@@ -129,7 +139,7 @@ class Launch:
         (self.dir / "cases.json").write_text(json.dumps({"cases": [c.id for c in self.cases]}))
         command = torchrun_command(self.group, self.dir, free_port())
         (self.dir / "command.txt").write_text(" ".join(command) + "\n")
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **loopback_interfaces()}
         env.setdefault("OMP_NUM_THREADS", "1")
         started = time.time()
         with (self.dir / "torchrun.log").open("wb") as log:

@@ -112,14 +112,20 @@ def parse_iso(text: str) -> dt.datetime:
 
 
 def write_reports(report: Report, out_dir: Path, started: dt.datetime, suffix: str = "") -> dict[str, Path]:
-    """Write the JSON and Markdown reports atomically; never over an existing report."""
+    """Write the JSON and Markdown reports atomically, never over an existing report (a second run
+    writing into the same directory in the same second gets its own names)."""
     base = report_basename(report, started) + suffix
-    if (out_dir / f"{base}.json").exists() or (out_dir / f"{base}.md").exists():
-        base = f"{base}-{os.getpid()}"
-    paths = {"json": out_dir / f"{base}.json", "markdown": out_dir / f"{base}.md"}
-    write_atomic(paths["json"], report.to_json() + "\n")
-    write_atomic(paths["markdown"], render_markdown(report))
-    return paths
+    text = {"json": report.to_json() + "\n", "markdown": render_markdown(report)}
+    for attempt in range(100):
+        name = base if attempt == 0 else f"{base}-{os.getpid()}-{attempt}"
+        paths = {"json": out_dir / f"{name}.json", "markdown": out_dir / f"{name}.md"}
+        try:
+            write_atomic(paths["json"], text["json"], exclusive=True)
+        except FileExistsError:
+            continue
+        write_atomic(paths["markdown"], text["markdown"])
+        return paths
+    raise RuntimeError(f"could not find a free report name for {base} in {out_dir}")
 
 
 def exit_code(report: Report) -> ExitCode:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -371,3 +372,64 @@ def test_anonymize_replaces_host_user_ip(tmp_path: Path) -> None:
     assert variables["NCCL_COMM_ID"] == "ip-1:29500" and variables["MASTER_ADDR"] == "127.0.0.1"
     assert variables["TORCH_HOME"] == "/home/user-1/t"
     assert all("host-1" in p.name for p in tmp_path.glob("ds-doctor-*"))  # file names carry no host name
+
+
+def listeners(marker: str) -> dict[str, list[tuple[str, int]]]:
+    """Listening sockets of every process whose command line mentions `marker`, by command (torchrun / worker)."""
+    import psutil
+
+    found: dict[str, list[tuple[str, int]]] = {}
+    for proc in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            cmd = " ".join(proc.info["cmdline"] or [])
+            if marker in cmd:
+                kind = "worker" if "doctor.worker" in cmd else "torchrun" if "torch.distributed.run" in cmd else "doctor"
+                found.setdefault(kind, []).extend(
+                    (c.laddr.ip, c.laddr.port) for c in proc.net_connections("inet") if c.status == psutil.CONN_LISTEN)
+    return found
+
+
+def test_a_shared_node_port_29500_taken_and_two_runs_at_once(tmp_path: Path) -> None:
+    import socket
+
+    holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    with contextlib.suppress(OSError):  # if something else holds it already, it is taken all the same
+        holder.bind(("0.0.0.0", 29500))
+        holder.listen()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DS_DOCTOR_EXTRA_PROBES": "tests.resources.fault_probes"}
+    out = tmp_path / "shared"
+    command = [sys.executable, "-m", "doctor.cli", "run", "--level", "3", "--out", str(out), "--json", "-k"]
+    hanging = subprocess.Popen([*command, "faults and hang"], env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    quick = subprocess.Popen([*command, "faults and ok and not after"], env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            beats = list(out.glob(f"run-*-{hanging.pid}/ws2-cpu-0/heartbeat-rank1.json"))
+            if beats and "stuck on purpose" in beats[0].read_text():
+                break
+            time.sleep(0.2)
+        seen = listeners(f"-{hanging.pid}/")
+        master_port = int(re.search(r"--master-port=(\d+)", next(out.glob(f"run-*-{hanging.pid}/ws2-cpu-0/command.txt"))
+                                    .read_text()).group(1))
+        hang_out, hang_err = hanging.communicate(timeout=120)
+        quick_out, quick_err = quick.communicate(timeout=120)
+    finally:
+        holder.close()
+        for proc in (hanging, quick):
+            if proc.poll() is None:
+                proc.kill()
+    # gloo's sockets listen on loopback only; the one exception is torch's TCPStore on the launch's master port (hosted
+    # by torchrun or rank 0), which binds every interface whatever the master address (torch has no bind option;
+    # measured on 2.13), on a free port of its own, never 29500
+    everything = [addr for addrs in seen.values() for addr in addrs]
+    assert any(ip == "127.0.0.1" for ip, _ in seen["worker"]), seen
+    assert {port for ip, port in everything if ip not in ("127.0.0.1", "::1")} <= {master_port}, (seen, master_port)
+    assert master_port != 29500
+    assert hanging.returncode == 1 and quick.returncode == 0, hang_err[-2000:] + quick_err[-2000:]
+    hang_report, quick_report = json.loads(hang_out), json.loads(quick_out)
+    assert [r["outcome"] for r in hang_report["results"]] == ["timeout"]
+    assert [r["outcome"] for r in quick_report["results"]] == ["pass"]
+    assert hang_report["run_dir"] != quick_report["run_dir"]  # a private run directory each
+    assert len(list(out.glob("ds-doctor-*.json"))) == 2 and len(list(out.glob("ds-doctor-*.md"))) == 2
