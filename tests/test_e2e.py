@@ -90,7 +90,7 @@ def test_hang_and_crash_are_attributed_and_the_rest_still_runs(tmp_path: Path) -
     assert "timed out after 6 s on rank 1" in hang["reason"]
     # the hung case cost at most its timeout + 5 s: from its start (heartbeat) to the relaunch of the rest
     launches = sorted((tmp_path / p for p in os.listdir(tmp_path) if p.startswith("run-")), key=str)[0]
-    attempts = sorted(launches.iterdir(), key=lambda d: int(d.name.rsplit("-", 1)[1]))
+    attempts = sorted((d for d in launches.iterdir() if d.is_dir()), key=lambda d: int(d.name.rsplit("-", 1)[1]))
     hung_at = next(i for i, d in enumerate(attempts)
                    if json.loads((d / "heartbeat-rank1.json").read_text())["case"] == "faults[hang-ws2]")
     case_started = json.loads((attempts[hung_at] / "heartbeat-rank1.json").read_text())["case_started"]
