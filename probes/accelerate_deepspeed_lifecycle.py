@@ -21,7 +21,7 @@ from doctor.lifecycle import PreparedFacts, lifecycle_invariants
 from doctor.worker import TRACEBACK_CHARS
 from probes import zero_offload
 from probes.base import ProbeSpec, Requirement, Variant
-from probes.common import accelerate_session
+from probes.common import accelerate_session, dist_world_size
 from probes.models import IN_FEATURES, OUT_FEATURES, build_mlp
 
 SPEC = ProbeSpec(
@@ -162,7 +162,6 @@ def _diagnose(ctx: ProbeContext, exc: Exception, what: str, fix: str, issue_id: 
 def _drive(ctx: ProbeContext, ordering: str, config: dict[str, Any]) -> PreparedFacts:
     """Run the user's code for `ordering` up to and through a few steps; collect what prepare returned."""
     import torch
-    import torch.distributed as dist
     from accelerate import Accelerator
     from accelerate.utils import DeepSpeedPlugin, DummyOptim, DummyScheduler, InitProcessGroupKwargs
 
@@ -219,7 +218,7 @@ def _drive(ctx: ProbeContext, ordering: str, config: dict[str, Any]) -> Prepared
         optimizer_wraps_engine=getattr(optimizer, "optimizer", None) is getattr(engine, "optimizer", object()),
         scheduler_wraps_engine=getattr(scheduler, "scheduler", None) is getattr(engine, "lr_scheduler", object()),
         num_processes=int(accelerator.num_processes),
-        dist_world_size=dist.get_world_size() if dist.is_initialized() else None,
+        dist_world_size=dist_world_size(),
         dp_world_size=getattr(engine, "dp_world_size", None),
         config_lr=config.get("optimizer", {}).get("params", {}).get("lr"),
         dummy_lr=dummy_lr if used_dummy else None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
+from typing import Any
 
 
 @contextlib.contextmanager
@@ -21,3 +22,25 @@ def accelerate_session() -> Iterator[None]:
         GradientState._reset_state()
         os.environ.clear()
         os.environ.update(saved_env)
+
+
+def dist_world_size() -> int | None:
+    """The torch.distributed world size, None outside a process group."""
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_initialized() else None
+
+
+def full_values(module: Any) -> dict[str, Any]:
+    """Each parameter's full value as a detached CPU copy (ZeRO-3 partitions gathered on every rank);
+    a parameter on meta stays on meta: it has no value."""
+
+    params = dict(module.named_parameters())
+    partitioned = [p for p in params.values() if hasattr(p, "ds_id")]
+    if partitioned:
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters(partitioned):
+            return {name: p.detach().to("cpu" if p.device.type != "meta" else "meta", copy=True)
+                    for name, p in params.items()}
+    return {name: p.detach().to("cpu" if p.device.type != "meta" else "meta", copy=True) for name, p in params.items()}

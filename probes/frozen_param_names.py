@@ -29,6 +29,7 @@ from doctor.invariants import ERROR, WARNING, Finding
 from doctor.worker import TRACEBACK_CHARS
 from probes import zero_offload
 from probes.base import ProbeSpec, Requirement, Variant
+from probes.common import full_values
 from probes.models import build_frozen_model, token_batch
 
 SPEC = ProbeSpec(
@@ -177,21 +178,6 @@ def _replace(module: Any, route: str, ctx: ProbeContext) -> None:
         module.load_state_dict(values, assign=True)
     else:  # pragma: no cover - variants() only makes the routes above
         raise ValueError(f"unknown route {route!r}")
-
-
-def full_values(module: Any) -> dict[str, Any]:
-    """Each parameter's full value as a detached CPU copy (ZeRO-3 partitions gathered on every rank);
-    a parameter on meta stays on meta: it has no value."""
-
-    params = dict(module.named_parameters())
-    partitioned = [p for p in params.values() if hasattr(p, "ds_id")]
-    if partitioned:
-        import deepspeed
-
-        with deepspeed.zero.GatheredParameters(partitioned):
-            return {name: p.detach().to("cpu" if p.device.type != "meta" else "meta", copy=True)
-                    for name, p in params.items()}
-    return {name: p.detach().to("cpu" if p.device.type != "meta" else "meta", copy=True) for name, p in params.items()}
 
 
 def _differs(a: Any, b: Any) -> bool | None:

@@ -21,7 +21,8 @@ from doctor.coverage import Tracked, optimizer_groups, step_changes, tracked_liv
 from doctor.lifecycle import process_count_agreement
 from probes import zero_offload
 from probes.base import ProbeSpec, Requirement, Variant
-from probes.common import accelerate_session
+from probes.common import accelerate_session, dist_world_size
+from probes.common import full_values as gathered_values
 
 SPEC = ProbeSpec(
     name="optimizer_coverage",
@@ -68,7 +69,10 @@ def variants() -> list[Variant]:
             for name, (_, reproduce, level) in ROUTES.items()]
 
 
-setup = zero_offload.setup  # DeepSpeed's ops where DeepSpeed is installed (the DeepSpeed routes need them)
+def setup(ctx: ProbeContext) -> None:
+    """DeepSpeed's optimizer ops, once per launch, where DeepSpeed is installed (only its routes need them)."""
+    if importlib.util.find_spec("deepspeed") is not None:
+        zero_offload.setup(ctx)
 
 
 def build_model(seed: int = 0) -> Any:
@@ -139,19 +143,13 @@ def _equal(a: Any, b: Any) -> bool:
     return a.shape == b.shape and torch.equal(a, b)
 
 
-def _world_size() -> int | None:
-    import torch.distributed as dist
-
-    return dist.get_world_size() if dist.is_initialized() else None
-
-
 def _tracked_everywhere(tracked: Tracked) -> Tracked:
     """A FlatParameter shard holds some names on each rank: the union over ranks is what is tracked."""
     import torch.distributed as dist
 
-    if not dist.is_initialized() or dist.get_world_size() == 1:
+    if not dist.is_initialized() or dist.getdist_world_size() == 1:
         return tracked
-    gathered: list[Any] = [None] * dist.get_world_size()
+    gathered: list[Any] = [None] * dist.getdist_world_size()
     dist.all_gather_object(gathered, (tracked.groups, tracked.orphans))
     groups: dict[str, int] = {}
     for rank_groups, _ in gathered:
@@ -243,9 +241,7 @@ def _fsdp2(ctx: ProbeContext, *, before: bool) -> Wrapped:
 
 def _engine_values(engine: Any) -> Callable[[], dict[str, Any]]:
     def full_values() -> dict[str, Any]:
-        from probes.frozen_param_names import full_values as gathered
-
-        return gathered(engine.module)
+        return gathered_values(engine.module)
 
     return full_values
 
@@ -299,7 +295,7 @@ def _accelerate_deepspeed(ctx: ProbeContext, cleanup: contextlib.ExitStack) -> W
     loader = torch.utils.data.DataLoader(data, batch_size=MICRO_BATCH)
     engine, _, _ = accelerator.prepare(model, make_optimizer(model), loader)
     cleanup.callback(engine.destroy)
-    ctx.check(process_count_agreement(accelerator.num_processes, _world_size(), engine.dp_world_size))
+    ctx.check(process_count_agreement(accelerator.num_processes, dist_world_size(), engine.dp_world_size))
     return Wrapped(engine.module, engine.optimizer, _engine_step(ctx, engine), _engine_values(engine))
 
 

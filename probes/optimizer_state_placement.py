@@ -20,7 +20,7 @@ from doctor.context import ProbeContext
 from doctor.invariants import ERROR, WARNING, Finding, optimizer_state_colocation
 from doctor.lifecycle import process_count_agreement
 from probes.base import ProbeSpec, Requirement, Variant
-from probes.common import accelerate_session
+from probes.common import accelerate_session, dist_world_size
 from probes.models import batch, build_mlp
 
 SPEC = ProbeSpec(
@@ -79,7 +79,7 @@ def run(ctx: ProbeContext) -> None:
         ctx.enter("prepare")
         accelerator, model, optimizer = _prepared(ctx, name)
         ctx.note("accelerate_distributed_type", accelerator.distributed_type.value)
-        ctx.check(process_count_agreement(accelerator.num_processes, _world_size()))
+        ctx.check(process_count_agreement(accelerator.num_processes, dist_world_size()))
         if ctx.has_error_findings:
             return  # every rank would act as the main process and write the same checkpoint files
         _step(ctx, accelerator, model, optimizer, seed=0)
@@ -130,12 +130,6 @@ def _step(ctx: ProbeContext, accelerator: Any, model: Any, optimizer: Any, *, se
     accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
     optimizer.step()
     optimizer.zero_grad()
-
-
-def _world_size() -> int | None:
-    import torch.distributed as dist
-
-    return dist.get_world_size() if dist.is_initialized() else None
 
 
 def _version(dist: str) -> str | None:

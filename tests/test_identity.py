@@ -10,7 +10,8 @@ import torch
 from doctor.devicemap import Recorder, collect
 from doctor.identity import held_parameters, identity_invariants, no_meta_params, optimizer_params_live, param_name_map
 from doctor.invariants import ERROR
-from probes.frozen_param_names import build_config, full_values, meta_entries
+from probes.common import full_values
+from probes.frozen_param_names import build_config, meta_entries
 from probes.models import build_frozen_model
 from tests.conftest import requires_accelerate, requires_deepspeed
 
