@@ -147,9 +147,9 @@ def _tracked_everywhere(tracked: Tracked) -> Tracked:
     """A FlatParameter shard holds some names on each rank: the union over ranks is what is tracked."""
     import torch.distributed as dist
 
-    if not dist.is_initialized() or dist.getdist_world_size() == 1:
+    if not dist.is_initialized() or dist.get_world_size() == 1:
         return tracked
-    gathered: list[Any] = [None] * dist.getdist_world_size()
+    gathered: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, (tracked.groups, tracked.orphans))
     groups: dict[str, int] = {}
     for rank_groups, _ in gathered:
