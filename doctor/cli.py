@@ -35,8 +35,28 @@ def print_paths(console: Any, paths: dict[str, Path]) -> None:
     """Where the reports went (scrubbed like the report: a directory name can look like a token)."""
     from doctor.redact import scrub_text
 
-    console.print(f"JSON report: {scrub_text(str(paths['json']))}", markup=False, highlight=False)
-    console.print(f"Markdown report: {scrub_text(str(paths['markdown']))}", markup=False, highlight=False)
+    for key, label in (("json", "JSON report"), ("markdown", "Markdown report"), ("junit", "JUnit XML")):
+        if key in paths:
+            console.print(f"{label}: {scrub_text(str(paths[key]))}", markup=False, highlight=False)
+
+
+def _check_writable_file(path: Path | None, option: str) -> None:
+    """An output file's directory must exist and be writable, and the path must not be a directory."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise click.BadParameter(f"{path} is a directory", param_hint=option)
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise click.BadParameter(f"cannot write {path}: {parent} is not a writable directory", param_hint=option)
+
+
+def write_junit(report: Any, path: Path) -> Path:
+    from doctor.files import write_atomic
+    from reports.junit import render_junit
+
+    write_atomic(path, render_junit(report))
+    return path
 
 
 def _writable_dir(path: Path) -> Path:
@@ -78,8 +98,9 @@ def _check_selection(level: int, keyword: str | None) -> None:
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True),
               help="Per-case timeout in seconds, overriding each family's own.")
 @click.option("--anonymize", is_flag=True, help="Also replace host and user names, IP addresses and GPU UUIDs.")
+@click.option("--junit", "junit_file", type=click.Path(path_type=Path), help="Also write JUnit XML (Jenkins, GitLab).")
 def run(level: int, keyword: str | None, out_dir: Path, json_stdout: bool, nproc: int | None,
-        timeout_s: float | None, anonymize: bool) -> int:
+        timeout_s: float | None, anonymize: bool, junit_file: Path | None) -> int:
     """Run the probes that fit this node and write the report."""
     from rich.console import Console
 
@@ -89,6 +110,7 @@ def run(level: int, keyword: str | None, out_dir: Path, json_stdout: bool, nproc
 
     _check_selection(level, keyword)
     out_dir = _writable_dir(out_dir)
+    _check_writable_file(junit_file, "--junit")
     if nproc is not None and level >= 2:
         hardware = detect_hardware()
         if hardware.device_kind == "cuda" and nproc > hardware.gpu_count:
@@ -116,6 +138,8 @@ def run(level: int, keyword: str | None, out_dir: Path, json_stdout: bool, nproc
     finally:
         if progress:
             progress[0].__exit__(None, None, None)
+    if junit_file is not None:
+        paths["junit"] = write_junit(report, junit_file)
     print_summary(report, console)
     print_paths(console, paths)
     if json_stdout:
@@ -184,7 +208,8 @@ def env(as_json: bool) -> int:
               help="Where to write the rebuilt report (default: beside PATH).")
 @click.option("--json", "json_stdout", is_flag=True, help="Also print the JSON report to stdout.")
 @click.option("--anonymize", is_flag=True, help="Also replace host and user names, IP addresses and GPU UUIDs.")
-def report(path: Path, out_dir: Path | None, json_stdout: bool, anonymize: bool) -> int:
+@click.option("--junit", "junit_file", type=click.Path(path_type=Path), help="Also write JUnit XML (Jenkins, GitLab).")
+def report(path: Path, out_dir: Path | None, json_stdout: bool, anonymize: bool, junit_file: Path | None) -> int:
     """Render a report from a run directory (also one whose run was killed) or from a report JSON.
 
     Cases that never finished are marked; truncated result lines are skipped with a warning.
@@ -199,6 +224,7 @@ def report(path: Path, out_dir: Path | None, json_stdout: bool, anonymize: bool)
     if not path.exists():
         raise click.BadParameter(f"{path}: no such file or directory", param_hint="PATH")
     target = _writable_dir(out_dir or path.parent)
+    _check_writable_file(junit_file, "--junit")
     try:
         if path.is_dir():
             built, warnings = recover.report_from_run_dir(path, anonymize=anonymize)
@@ -210,6 +236,8 @@ def report(path: Path, out_dir: Path | None, json_stdout: bool, anonymize: bool)
         click.echo(f"ds-doctor: warning: {scrub_text(warning)}", err=True)
     started = runner.parse_iso(built.started_at)
     paths = runner.write_reports(built, target, started, suffix="-report")
+    if junit_file is not None:
+        paths["junit"] = write_junit(built, junit_file)
     console = Console(stderr=json_stdout)
     print_summary(built, console)
     print_paths(console, paths)

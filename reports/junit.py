@@ -1,0 +1,67 @@
+"""JUnit XML from a report (`ds-doctor run --junit FILE`): one testsuite per probe family, one testcase per case.
+
+`fail` is a <failure>; `error` and `timeout` are <error>; `skip` is <skipped> with its reason; `pass`,
+`xfail` and `xpass` pass (xfail/xpass never fail a run), the last two with a <system-out> saying what
+they found. Built from the report, so every string is already scrubbed.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+
+from doctor.outcomes import Outcome
+from reports.model import CaseResult, Report
+
+MESSAGE_CHARS = 500
+
+
+def _problem(result: CaseResult) -> tuple[str, str, str] | None:
+    """(element, type, body) for a case that did not pass, else None."""
+    reason = result.reason or result.outcome.value
+    if result.outcome == Outcome.FAIL:
+        body = "\n".join(f"[{f.severity}] {f.invariant} (rank {f.rank}, {f.stage}): {f.message}" for f in result.findings)
+        return "failure", "fail", body or reason
+    if result.outcome in (Outcome.ERROR, Outcome.TIMEOUT):
+        tails = [r.traceback or r.stderr_tail or "" for r in result.ranks]
+        body = "\n\n".join(f"rank {r.rank}: {r.reason or r.outcome}\n{t}" for r, t in zip(result.ranks, tails, strict=True))
+        return "error", result.outcome.value, body or reason
+    return None
+
+
+def render_junit(report: Report) -> str:
+    by_probe: dict[str, list[CaseResult]] = defaultdict(list)
+    for result in report.results:
+        by_probe[result.probe].append(result)
+    host = str(report.hardware.get("host") or "")
+    timestamp = report.started_at.removesuffix("Z")
+    root = ET.Element("testsuites", name="ds-doctor")
+    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0, "time": 0.0}
+    for probe, results in by_probe.items():
+        counts = {
+            "tests": len(results),
+            "failures": sum(r.outcome == Outcome.FAIL for r in results),
+            "errors": sum(r.outcome in (Outcome.ERROR, Outcome.TIMEOUT) for r in results),
+            "skipped": sum(r.outcome == Outcome.SKIP for r in results),
+            "time": sum(r.duration_s for r in results),
+        }
+        suite = ET.SubElement(root, "testsuite", name=probe, timestamp=timestamp, hostname=host,
+                              **{k: (f"{v:.3f}" if k == "time" else str(v)) for k, v in counts.items()})
+        for result in results:
+            case = ET.SubElement(suite, "testcase", name=result.case, classname=f"ds-doctor.{probe}",
+                                 time=f"{result.duration_s:.3f}")
+            problem = _problem(result)
+            if problem is not None:
+                element, kind, body = problem
+                ET.SubElement(case, element, message=(result.reason or kind)[:MESSAGE_CHARS], type=kind).text = body
+            elif result.outcome == Outcome.SKIP:
+                ET.SubElement(case, "skipped", message=(result.reason or "skipped")[:MESSAGE_CHARS])
+            elif result.outcome in (Outcome.XFAIL, Outcome.XPASS):
+                issue = result.known_issue or {}
+                ET.SubElement(case, "system-out").text = (
+                    f"{result.outcome.value}: {result.reason or ''} known issue {issue.get('id')}: {issue.get('verdict')}")
+        for key, value in counts.items():
+            totals[key] += value
+    root.attrib.update({k: (f"{v:.3f}" if k == "time" else str(int(v))) for k, v in totals.items()})
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
