@@ -35,7 +35,8 @@ def print_paths(console: Any, paths: dict[str, Path]) -> None:
     """Where the reports went (scrubbed like the report: a directory name can look like a token)."""
     from doctor.redact import scrub_text
 
-    for key, label in (("json", "JSON report"), ("markdown", "Markdown report"), ("junit", "JUnit XML")):
+    for key, label in (("json", "JSON report"), ("markdown", "Markdown report"), ("junit", "JUnit XML"),
+                       ("prometheus", "Prometheus metrics")):
         if key in paths:
             console.print(f"{label}: {scrub_text(str(paths[key]))}", markup=False, highlight=False)
 
@@ -51,12 +52,20 @@ def _check_writable_file(path: Path | None, option: str) -> None:
         raise click.BadParameter(f"cannot write {path}: {parent} is not a writable directory", param_hint=option)
 
 
-def write_junit(report: Any, path: Path) -> Path:
+def write_extra_formats(report: Any, junit_file: Path | None, prom_file: Path | None) -> dict[str, Path]:
+    """JUnit XML and Prometheus metrics, each written atomically, from the already scrubbed report."""
     from doctor.files import write_atomic
     from reports.junit import render_junit
+    from reports.prometheus import render_prometheus
 
-    write_atomic(path, render_junit(report))
-    return path
+    written = {}
+    if junit_file is not None:
+        write_atomic(junit_file, render_junit(report))
+        written["junit"] = junit_file
+    if prom_file is not None:
+        write_atomic(prom_file, render_prometheus(report))
+        written["prometheus"] = prom_file
+    return written
 
 
 def _writable_dir(path: Path) -> Path:
@@ -99,8 +108,10 @@ def _check_selection(level: int, keyword: str | None) -> None:
               help="Per-case timeout in seconds, overriding each family's own.")
 @click.option("--anonymize", is_flag=True, help="Also replace host and user names, IP addresses and GPU UUIDs.")
 @click.option("--junit", "junit_file", type=click.Path(path_type=Path), help="Also write JUnit XML (Jenkins, GitLab).")
+@click.option("--prometheus", "prom_file", type=click.Path(path_type=Path),
+              help="Also write node_exporter textfile-collector metrics.")
 def run(level: int, keyword: str | None, out_dir: Path, json_stdout: bool, nproc: int | None,
-        timeout_s: float | None, anonymize: bool, junit_file: Path | None) -> int:
+        timeout_s: float | None, anonymize: bool, junit_file: Path | None, prom_file: Path | None) -> int:
     """Run the probes that fit this node and write the report."""
     from rich.console import Console
 
@@ -111,6 +122,7 @@ def run(level: int, keyword: str | None, out_dir: Path, json_stdout: bool, nproc
     _check_selection(level, keyword)
     out_dir = _writable_dir(out_dir)
     _check_writable_file(junit_file, "--junit")
+    _check_writable_file(prom_file, "--prometheus")
     if nproc is not None and level >= 2:
         hardware = detect_hardware()
         if hardware.device_kind == "cuda" and nproc > hardware.gpu_count:
@@ -138,8 +150,7 @@ def run(level: int, keyword: str | None, out_dir: Path, json_stdout: bool, nproc
     finally:
         if progress:
             progress[0].__exit__(None, None, None)
-    if junit_file is not None:
-        paths["junit"] = write_junit(report, junit_file)
+    paths.update(write_extra_formats(report, junit_file, prom_file))
     print_summary(report, console)
     print_paths(console, paths)
     if json_stdout:
@@ -209,7 +220,10 @@ def env(as_json: bool) -> int:
 @click.option("--json", "json_stdout", is_flag=True, help="Also print the JSON report to stdout.")
 @click.option("--anonymize", is_flag=True, help="Also replace host and user names, IP addresses and GPU UUIDs.")
 @click.option("--junit", "junit_file", type=click.Path(path_type=Path), help="Also write JUnit XML (Jenkins, GitLab).")
-def report(path: Path, out_dir: Path | None, json_stdout: bool, anonymize: bool, junit_file: Path | None) -> int:
+@click.option("--prometheus", "prom_file", type=click.Path(path_type=Path),
+              help="Also write node_exporter textfile-collector metrics.")
+def report(path: Path, out_dir: Path | None, json_stdout: bool, anonymize: bool, junit_file: Path | None,
+           prom_file: Path | None) -> int:
     """Render a report from a run directory (also one whose run was killed) or from a report JSON.
 
     Cases that never finished are marked; truncated result lines are skipped with a warning.
@@ -225,6 +239,7 @@ def report(path: Path, out_dir: Path | None, json_stdout: bool, anonymize: bool,
         raise click.BadParameter(f"{path}: no such file or directory", param_hint="PATH")
     target = _writable_dir(out_dir or path.parent)
     _check_writable_file(junit_file, "--junit")
+    _check_writable_file(prom_file, "--prometheus")
     try:
         if path.is_dir():
             built, warnings = recover.report_from_run_dir(path, anonymize=anonymize)
@@ -236,8 +251,7 @@ def report(path: Path, out_dir: Path | None, json_stdout: bool, anonymize: bool,
         click.echo(f"ds-doctor: warning: {scrub_text(warning)}", err=True)
     started = runner.parse_iso(built.started_at)
     paths = runner.write_reports(built, target, started, suffix="-report")
-    if junit_file is not None:
-        paths["junit"] = write_junit(built, junit_file)
+    paths.update(write_extra_formats(built, junit_file, prom_file))
     console = Console(stderr=json_stdout)
     print_summary(built, console)
     print_paths(console, paths)

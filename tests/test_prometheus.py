@@ -1,0 +1,41 @@
+"""Prometheus textfile metrics: parsed back with prometheus_client's own text-format parser."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from doctor.cli import main
+from doctor.outcomes import Outcome
+from reports.prometheus import render_prometheus
+from tests.test_junit import case, every_outcome
+from tests.test_report import a_report
+
+parser = pytest.importorskip("prometheus_client.parser")
+
+
+def families(text: str) -> dict[str, list]:
+    return {f.name: f.samples for f in parser.text_string_to_metric_families(text)}
+
+
+def test_metrics_parse_and_carry_outcomes_findings_and_measures() -> None:
+    results = [*every_outcome(), case(Outcome.PASS, 'quote"and\\slash', probe="comm", notes={"busbw_gbps": 12.5})]
+    metrics = families(render_prometheus(a_report(results)))
+    counts = {s.labels["outcome"]: s.value for s in metrics["ds_doctor_cases"]}
+    assert counts["fail"] == 1 and counts["error"] == 1 and counts["timeout"] == 1 and counts["pass"] == 2
+    one_hot = [s for s in metrics["ds_doctor_case_outcome"] if s.labels["case"] == "zero_offload[z3-opt-bf16-ws2]"]
+    assert {s.labels["outcome"]: s.value for s in one_hot if s.value} == {"fail": 1.0} and len(one_hot) == len(Outcome)
+    assert all(s.labels["host"] == "node1" for s in metrics["ds_doctor_case_outcome"])
+    errors = {s.labels["case"]: s.value for s in metrics["ds_doctor_case_findings"] if s.labels["severity"] == "error"}
+    assert errors["zero_offload[z3-opt-bf16-ws2]"] == 1
+    (bandwidth,) = metrics["ds_doctor_busbw_gbps"]
+    assert bandwidth.value == 12.5 and bandwidth.labels["case"] == 'comm[quote"and\\slash-ws1]'  # escaped, parsed back
+    assert "ds_doctor_tflops" not in metrics  # nothing measured, no family
+
+
+def test_run_writes_the_textfile(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    prom = tmp_path / "ds_doctor.prom"
+    assert main(["run", "--level", "1", "--out", str(tmp_path), "--prometheus", str(prom)]) == 0
+    assert "ds_doctor_run_duration_seconds" in families(prom.read_text())
+    assert main(["run", "--level", "1", "--out", str(tmp_path), "--prometheus", str(tmp_path)]) == 2
