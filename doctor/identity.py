@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from doctor.coverage import optimizer_groups
 from doctor.devicemap import Recorder, TensorRecord
 from doctor.invariants import ERROR, INFO, Finding
 
@@ -61,12 +62,8 @@ def param_name_map(named_params: NamedParams, param_names: Mapping[Any, str] | N
 
 
 def held_parameters(optimizer: Any) -> list[Any]:
-    """The module parameters an optimizer holds: ZeRO's low-precision groups, else its param_groups."""
-    for attr in ("bit16_groups", "fp16_groups", "bf16_groups"):  # ZeRO 1/2, ZeRO-3, BF16_Optimizer
-        groups = getattr(optimizer, attr, None)
-        if groups:
-            return [p for group in groups for p in group]
-    return [p for group in getattr(optimizer, "param_groups", []) for p in group["params"]]
+    """The module parameters an optimizer holds, all groups together (see `coverage.optimizer_groups`)."""
+    return [p for group in optimizer_groups(optimizer) for p in group]
 
 
 def optimizer_params_live(named_params: NamedParams, held: Iterable[Any], *, rank: int, stage: str) -> list[Finding]:
