@@ -10,6 +10,7 @@ from typing import Any
 
 from doctor.devicemap import Recorder, TensorRecord, collect
 from doctor.invariants import Finding
+from probes.base import Requirement, missing_dependency
 
 
 class SkipCase(Exception):
@@ -76,6 +77,12 @@ class ProbeContext:
 
     def skip(self, reason: str) -> None:
         raise SkipCase(reason)
+
+    def require(self, *requirements: Requirement) -> None:
+        """Skip this case, with the install lines, unless every requirement is installed."""
+        reason = missing_dependency(requirements)
+        if reason:
+            self.skip(reason)
 
     def showed(self, what: str) -> None:
         """The failure a reproduce case is after showed for real (a raise, lost data, a parameter that

@@ -7,13 +7,12 @@ set-up are paid once per group, not once per case.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import re
 from collections.abc import Callable, Iterable
 
 import probes
 from doctor.worker import setup_probe
-from probes.base import Case, ProbeSpec
+from probes.base import Case, ProbeSpec, missing_dependency, missing_install_lines
 
 
 class KeywordError(ValueError):
@@ -106,7 +105,7 @@ def default_nproc(hardware: Hardware) -> int:
 
 
 def missing_requirements(spec: ProbeSpec) -> list[str]:
-    return [req.install_line for req in spec.requires if importlib.util.find_spec(req.module) is None]
+    return missing_install_lines(spec.requires)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,9 +130,9 @@ def plan(cases: Iterable[Case], hardware: Hardware, nproc: int) -> tuple[list[La
     skips: list[Skip] = []
     for case in cases:
         spec = specs[case.probe]
-        missing = missing_requirements(spec)
-        if missing:
-            skips.append(Skip(case, hardware.device_kind, "missing optional dependency: " + "; ".join(missing)))
+        reason = missing_dependency(spec.requires)
+        if reason:
+            skips.append(Skip(case, hardware.device_kind, reason))
         elif hardware.device_kind not in spec.device_kinds:
             needs = " or ".join(spec.device_kinds)
             skips.append(Skip(case, hardware.device_kind, f"needs {needs}; this node has {hardware.device_kind}"))

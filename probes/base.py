@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import importlib.util
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 SCENARIOS = ("S0", "S1", "S2", "S3", "S4", "smoke")
@@ -20,6 +21,17 @@ class Requirement:
     @property
     def install_line(self) -> str:
         return f"pip install {self.pip}"
+
+
+def missing_install_lines(requirements: Iterable[Requirement]) -> list[str]:
+    """Install lines of the requirements not installed here."""
+    return [req.install_line for req in requirements if importlib.util.find_spec(req.module) is None]
+
+
+def missing_dependency(requirements: Iterable[Requirement]) -> str | None:
+    """The skip reason for requirements not installed here, or None when all are."""
+    lines = missing_install_lines(requirements)
+    return "missing optional dependency: " + "; ".join(lines) if lines else None
 
 
 @dataclasses.dataclass(frozen=True)

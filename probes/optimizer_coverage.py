@@ -34,6 +34,9 @@ SPEC = ProbeSpec(
     known_issues=("fsdp_optimizer_built_before_wrap",),
 )
 
+DEEPSPEED = Requirement("deepspeed", "deepspeed")
+ACCELERATE = Requirement("accelerate", "accelerate")
+TRANSFORMERS = Requirement("transformers", "transformers")
 WIDTH = 8
 OUT = 4
 MICRO_BATCH = 2
@@ -262,14 +265,8 @@ def _ds_config(stage: int) -> dict[str, Any]:
             "zero_optimization": {"stage": stage}, "steps_per_print": 10**9, "wall_clock_breakdown": False}
 
 
-def _need(ctx: ProbeContext, *modules: str) -> None:
-    missing = [m for m in modules if importlib.util.find_spec(m) is None]
-    if missing:
-        ctx.skip("missing optional dependency: pip install " + " ".join(missing))
-
-
 def _deepspeed(ctx: ProbeContext, cleanup: contextlib.ExitStack, parts: tuple[str, ...], *, stage: int) -> Wrapped:
-    _need(ctx, "deepspeed")
+    ctx.require(DEEPSPEED)
     import deepspeed
 
     ctx.enter("wrap")
@@ -281,7 +278,7 @@ def _deepspeed(ctx: ProbeContext, cleanup: contextlib.ExitStack, parts: tuple[st
 
 
 def _accelerate_deepspeed(ctx: ProbeContext, cleanup: contextlib.ExitStack) -> Wrapped:
-    _need(ctx, "deepspeed", "accelerate", "transformers")
+    ctx.require(DEEPSPEED, ACCELERATE, TRANSFORMERS)
     import torch
     from accelerate import Accelerator
     from accelerate.utils import DeepSpeedPlugin, InitProcessGroupKwargs
@@ -300,7 +297,7 @@ def _accelerate_deepspeed(ctx: ProbeContext, cleanup: contextlib.ExitStack) -> W
 
 
 def _accelerate_fsdp(ctx: ProbeContext, cleanup: contextlib.ExitStack) -> Wrapped:
-    _need(ctx, "accelerate")
+    ctx.require(ACCELERATE)
     from accelerate import Accelerator
     from accelerate.utils import FullyShardedDataParallelPlugin, InitProcessGroupKwargs
 

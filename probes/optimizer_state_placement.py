@@ -13,7 +13,6 @@ it, an error when the step raises; one still there after the step is an error.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 from typing import Any
 
 from doctor.context import ProbeContext
@@ -71,8 +70,7 @@ def placement(records: list[Any], severity: str) -> list[Finding]:
 def run(ctx: ProbeContext) -> None:
     name = str(ctx.params["optimizer"])
     module, pip, issue_id = OPTIMIZERS[name]
-    if importlib.util.find_spec(module) is None:
-        ctx.skip(f"missing optional dependency: pip install {pip}")
+    ctx.require(Requirement(module, pip))
     ctx.note("optimizer_version", _version(pip))
     with accelerate_session():
         checkpoint = ctx.scratch_dir() / "state"
