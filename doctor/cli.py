@@ -201,11 +201,13 @@ def env(as_json: bool) -> int:
     click.echo(f"host: {hardware['host']}  cpus: {hardware['cpus']}  "
                f"memory: {(hardware['memory_bytes'] or 0) / 2**30:.1f} GiB")
     for gpu in hardware["gpus"]:
-        click.echo(f"gpu {gpu['index']}: {gpu['name']} {gpu['memory_total_bytes'] / 2**30:.0f} GiB {gpu['uuid']}")
+        click.echo(f"gpu {gpu['index']}: {gpu.get('name')} {(gpu.get('memory_total_bytes') or 0) / 2**30:.0f} GiB "
+                   f"{gpu.get('uuid')}")
     if not hardware["gpus"]:
         click.echo(f"gpus: none ({hardware['gpus_reason']})")
     click.echo(f"python: {environment['python']}  platform: {environment['platform']}")
-    click.echo(f"cuda (torch build): {environment['cuda']}  nccl: {environment['nccl']}  driver: {environment['driver']}")
+    click.echo(f"cuda (torch build): {environment['cuda']}  nccl: {environment['nccl']}  driver: {environment['driver']} "
+               f"(CUDA {environment['cuda_driver']})")
     for name, version in environment["packages"].items():
         click.echo(f"{name}: {version or 'not installed'}")
     for name, value in environment["variables"].items():

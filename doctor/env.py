@@ -1,4 +1,4 @@
-"""The environment and hardware sections: package metadata, NVML, psutil. No torch import.
+"""The environment and hardware sections: package metadata, NVML (doctor/health.py), psutil. No torch import.
 
 Kept fast on purpose (`ds-doctor env` is measured against `ds_report` in bench/): versions come
 from installed package metadata and torch's own `version.py` is read as text.
@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from doctor.health import read_gpus
 from doctor.redact import MASK, is_secret_name
 
 PACKAGES = (
@@ -71,43 +72,6 @@ def relevant_variables(environ: dict[str, str] | None = None) -> dict[str, str]:
     return {k: (MASK if is_secret_name(k) else v) for k, v in sorted(chosen.items())}
 
 
-def nvml_gpus() -> tuple[list[dict[str, Any]], str | None, str | None]:
-    """(gpus, reason when empty, driver version) through NVML; never raises."""
-    try:
-        import pynvml
-    except ImportError:
-        return [], "NVML not available: pip install nvidia-ml-py", None
-    try:
-        pynvml.nvmlInit()
-    except Exception as exc:
-        return [], f"NVML could not initialise ({exc}): no NVIDIA driver or GPU", None
-    try:
-        driver = _text(pynvml.nvmlSystemGetDriverVersion())
-        gpus = []
-        for index in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
-            gpus.append({
-                "index": index,
-                "name": _text(pynvml.nvmlDeviceGetName(handle)),
-                "uuid": _text(pynvml.nvmlDeviceGetUUID(handle)),
-                "memory_total_bytes": int(memory.total),
-                "memory_used_bytes": int(memory.used),
-            })
-        return gpus, None if gpus else "NVML reports no GPUs", driver
-    except Exception as exc:
-        return [], f"NVML query failed: {exc}", None
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:
-            pass
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def memory_bytes() -> int | None:
     try:
         import psutil
@@ -119,7 +83,7 @@ def memory_bytes() -> int | None:
 
 def collect_environment() -> tuple[dict[str, Any], dict[str, Any]]:
     """(env, hardware) sections of a report."""
-    gpus, gpus_reason, driver = nvml_gpus()
+    gpus, gpus_reason, drivers = read_gpus()
     env = {
         "python": platform.python_version(),
         "executable": sys.executable,
@@ -127,7 +91,8 @@ def collect_environment() -> tuple[dict[str, Any], dict[str, Any]]:
         "packages": package_versions(),
         "cuda": torch_cuda_version(),
         "nccl": nccl_version(),
-        "driver": driver,
+        "driver": drivers["driver"],
+        "cuda_driver": drivers["cuda_driver"],
         "variables": relevant_variables(),
     }
     hardware = {

@@ -17,9 +17,10 @@ import probes
 from doctor import env as envmod
 from doctor import recover
 from doctor.files import write_atomic
+from doctor.health import health_results
 from doctor.launch import EventSink, run_group
 from doctor.outcomes import FAILING, ExitCode
-from doctor.plan import Hardware, LaunchGroup, Skip, default_nproc, detect_hardware, plan, select_cases
+from doctor.plan import Hardware, LaunchGroup, Skip, compile_keyword, default_nproc, detect_hardware, plan, select_cases
 from doctor.redact import Anonymizer, scrub
 from doctor.results import merge_case, skipped_case
 from probes.base import Case
@@ -57,11 +58,14 @@ def iso(moment: dt.datetime) -> str:
 
 def make_plan(options: RunOptions, hardware: Hardware | None = None) -> RunPlan:
     """Which cases run where. Level 1 plans nothing (environment and hardware only)."""
-    cases = select_cases(probes.all_cases(), level=options.level, keyword=options.keyword)
-    if options.level < 2 or not cases:
-        return RunPlan(cases, hardware, 0, [], [])
+    if options.level < 2:
+        return RunPlan([], hardware, 0, [], [])
     hardware = hardware or detect_hardware()
     nproc = options.nproc or default_nproc(hardware)
+    node_world_size = nproc if hardware.device_kind == "cuda" else None  # a CPU node has no GPUs to cover
+    cases = select_cases(probes.all_cases(node_world_size), level=options.level, keyword=options.keyword)
+    if not cases:
+        return RunPlan(cases, hardware, 0, [], [])
     groups, skips = plan(cases, hardware, nproc)
     return RunPlan(cases, hardware, nproc, groups, skips)
 
@@ -78,6 +82,12 @@ def execute(run_plan: RunPlan, run_dir: Path, versions: dict[str, str | None], o
         for case in group.cases:
             by_id[case.id] = merge_case(case, specs[case.probe], lines[case.id], group.device_kind, versions)
     return [by_id[case.id] for case in run_plan.cases if case.id in by_id]
+
+
+def selected_health(hardware: dict[str, Any], keyword: str | None) -> list[CaseResult]:
+    """The GPU health results (level 1 and up), filtered by `-k` like every other case."""
+    matcher = compile_keyword(keyword) if keyword else (lambda _s: True)
+    return [r for r in health_results(hardware["gpus"], hardware.get("gpus_reason")) if matcher(r.case)]
 
 
 def build_report(*, started: dt.datetime, finished: dt.datetime, level: int, argv: tuple[str, ...],
@@ -151,6 +161,7 @@ def run(options: RunOptions, *, on_plan: Callable[[RunPlan], None] | None = None
             planned=[recover.case_entry(c, g.device_kind) for g in run_plan.groups for c in g.cases],
             skips=[{**recover.case_entry(s.case, s.device_kind), "reason": s.reason} for s in run_plan.skips])
         results = execute(run_plan, run_dir, env["packages"], options, on_event or (lambda _k, _p: None))
+    results = selected_health(hardware, options.keyword) + results
     report = build_report(started=started, finished=utc_now(), level=options.level, argv=options.argv,
                           env=env, hardware=hardware, results=results, run_dir=run_dir, anonymize=options.anonymize)
     return report, write_reports(report, options.out_dir, started)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 from types import ModuleType
 
 from probes.base import Case, ProbeSpec
@@ -19,6 +20,8 @@ PROBE_MODULES = (
     "probes.accelerate_deepspeed_lifecycle",
     "probes.optimizer_coverage",
     "probes.optimizer_state_placement",
+    "probes.comm",
+    "probes.compute",
 )
 
 #: Comma-separated extra probe modules (the tests' fault probes, or a site's own probes); the
@@ -54,7 +57,8 @@ def get(name: str) -> ModuleType:
     return modules[name]
 
 
-def cases_of(module: ModuleType) -> list[Case]:
+def cases_of(module: ModuleType, node_world_size: int | None = None) -> list[Case]:
+    """A probe's cases: each variant at each world size (the node's too, for `scale_to_node` probes)."""
     spec: ProbeSpec = module.SPEC
     return [
         Case(
@@ -67,12 +71,12 @@ def cases_of(module: ModuleType) -> list[Case]:
             reproduce=variant.reproduce,
         )
         for variant in module.variants()
-        for world_size in spec.world_sizes
+        for world_size in spec.world_sizes_for(node_world_size)
     ]
 
 
-def all_cases() -> list[Case]:
-    cases = [case for module in load_modules().values() for case in cases_of(module)]
+def all_cases(node_world_size: int | None = None) -> list[Case]:
+    cases = [case for module in load_modules().values() for case in cases_of(module, node_world_size)]
     ids = [case.id for case in cases]
     if len(ids) != len(set(ids)):
         raise RuntimeError("duplicate case ids in the registry")
@@ -80,7 +84,9 @@ def all_cases() -> list[Case]:
 
 
 def find_case(case_id: str) -> Case:
-    for case in all_cases():
+    """A case by id; a node-scaled one is found from the world size its id carries."""
+    match = re.search(r"-ws(\d+)\]$", case_id)
+    for case in all_cases(int(match.group(1)) if match else None):
         if case.id == case_id:
             return case
     raise KeyError(f"unknown case {case_id!r}")

@@ -45,6 +45,15 @@ class ProbeSpec:
     timeout_s: float = 120.0
     setup_timeout_s: float = 600.0  # one-off work per launch, e.g. JIT-building DeepSpeed ops
     known_issues: tuple[str, ...] = ()
+    #: Also run at the node's world size (all its GPUs, or --nproc): the hardware families, where
+    #: an 8-GPU node must be measured at 8 ranks, not only at the declared ones.
+    scale_to_node: bool = False
+
+    def world_sizes_for(self, node_world_size: int | None) -> tuple[int, ...]:
+        """The declared world sizes, plus the node's where the probe scales to it."""
+        if self.scale_to_node and node_world_size and node_world_size not in self.world_sizes:
+            return tuple(sorted((*self.world_sizes, node_world_size)))
+        return self.world_sizes
 
     def __post_init__(self) -> None:
         if self.scenario not in SCENARIOS:

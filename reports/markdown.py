@@ -4,6 +4,7 @@ findings and evidence, and device maps folded in <details>."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from doctor.devicemap import TensorRecord
 from doctor.outcomes import Outcome
@@ -31,6 +32,27 @@ def _record_rows(records: Iterable[TensorRecord]) -> list[list[object]]:
 RECORD_HEADERS = ["rank", "stage", "role", "path", "owner", "device", "dtype", "shape", "numel"]
 
 
+GPU_HEADERS = ["gpu", "name", "memory used/total", "temp", "power/limit", "PCIe now/max", "ECC uncorr. (vol/agg)",
+               "remap pending", "throttle", "processes"]
+
+
+def _or_na(value: Any, unit: str = "") -> str:
+    return "n/a" if value is None else f"{value}{unit}"
+
+
+def gpu_row(g: dict[str, Any]) -> list[Any]:
+    used, total = g.get("memory_used_bytes"), g.get("memory_total_bytes")
+    memory = "n/a" if used is None or total is None else f"{used / 2**30:.1f}/{total / 2**30:.0f} GiB"
+    pcie = f"gen{_or_na(g.get('pcie_gen'))} x{_or_na(g.get('pcie_width'))} / " \
+           f"gen{_or_na(g.get('pcie_gen_max'))} x{_or_na(g.get('pcie_width_max'))}"
+    processes = g.get("processes")
+    return [g.get("index"), g.get("name"), memory, _or_na(g.get("temperature_c"), " C"),
+            f"{_or_na(g.get('power_draw_w'))}/{_or_na(g.get('power_limit_w'), ' W')}", pcie,
+            f"{_or_na(g.get('ecc_uncorrected_volatile'))}/{_or_na(g.get('ecc_uncorrected_aggregate'))}",
+            _or_na(g.get("remapped_rows_pending")), ", ".join(g.get("throttle_reasons") or []) or "-",
+            "n/a" if processes is None else len(processes)]
+
+
 def render_environment(report: Report) -> list[str]:
     env, hw = report.env, report.hardware
     gpus = hw.get("gpus") or []
@@ -41,9 +63,15 @@ def render_environment(report: Report) -> list[str]:
         ["gpus", gpu_text or f"none ({hw.get('gpus_reason')})"],
         ["python", env.get("python")], ["platform", env.get("platform")],
         ["cuda (torch build)", env.get("cuda")], ["nccl", env.get("nccl")], ["driver", env.get("driver")],
+        ["CUDA (driver)", env.get("cuda_driver")],
     ]
     rows += [[name, version] for name, version in (env.get("packages") or {}).items() if version]
     lines = ["## Environment", "", *_table(["", ""], rows), ""]
+    if gpus:
+        lines += ["### GPUs (NVML)", "", *_table(GPU_HEADERS, [gpu_row(g) for g in gpus]), ""]
+        missing = sorted({f"{field}: {why}" for g in gpus for field, why in (g.get("unavailable") or {}).items()})
+        if missing:
+            lines += ["Not available from NVML here: " + "; ".join(missing), ""]
     variables = env.get("variables") or {}
     if variables:
         lines += ["<details><summary>Environment variables (allowlisted, redacted)</summary>", "",

@@ -6,6 +6,7 @@ import pytest
 
 import probes
 from doctor.plan import Hardware, KeywordError, compile_keyword, missing_requirements, plan, select_cases
+from doctor.runner import RunOptions, make_plan
 from probes.base import ProbeSpec, Requirement
 
 
@@ -38,9 +39,29 @@ def test_levels() -> None:
         ("zero_offload", "z3-opt+param-bf16"), ("frozen_param_names", "z2-healthy"),
         ("frozen_param_names", "z2-dispatch-disk"), ("accelerate_deepspeed_lifecycle", "z2-healthy"),
         ("optimizer_coverage", "fsdp2"), ("optimizer_coverage", "deepspeed-z2"),
-        ("optimizer_state_placement", "prodigy-plus-schedule-free")}
+        ("optimizer_state_placement", "prodigy-plus-schedule-free"),
+        *(("comm", name) for name in ("all_reduce", "all_gather", "reduce_scatter", "broadcast")),
+        *(("compute", name) for name in ("matmul-bf16", "matmul-fp16", "matmul-fp32", "memory"))}
     assert {c.world_size for c in level2} == {1, 2}
     assert len(select_cases(cases, level=3, keyword="zero_offload")) == 28
+
+
+def test_hardware_families_scale_to_the_node() -> None:
+    """comm and compute also run at the node's world size (all 8 GPUs); the others keep their own."""
+    cases = probes.all_cases(8)
+    sizes = {probe: sorted({c.world_size for c in cases if c.probe == probe}) for probe in ("comm", "compute", "zero_offload")}
+    assert sizes == {"comm": [1, 2, 8], "compute": [1, 8], "zero_offload": [1, 2]}
+    assert probes.all_cases(1) == probes.all_cases()  # already declared: nothing added
+    assert [c.id for c in probes.all_cases(2) if c not in probes.all_cases()] == [
+        f"compute[{name}-ws2]" for name in ("matmul-bf16", "matmul-fp16", "matmul-fp32", "memory")]
+    # a worker finds a node-scaled case from the world size in its id
+    assert probes.find_case("comm[all_gather-ws8]").world_size == 8
+    with pytest.raises(KeyError):
+        probes.find_case("zero_offload[z1-none-bf16-ws8]")
+    run_plan = make_plan(RunOptions(level=2, keyword="compute"), Hardware("cuda", 4))
+    assert sorted({c.world_size for c in run_plan.cases}) == [1, 4] and run_plan.skips == []
+    run_plan = make_plan(RunOptions(level=2, keyword="compute", nproc=4), Hardware("cpu", 0))
+    assert sorted({c.world_size for c in run_plan.cases}) == [1]  # a CPU node has no GPUs to cover
 
 
 def test_cases_are_grouped_by_world_size_and_too_large_ones_skip() -> None:

@@ -1,0 +1,144 @@
+"""Collectives as nccl-tests measures them, and the exact values each one must produce.
+
+Bandwidth follows nccl-tests (src/*.cu `*GetBw`, explained in its doc/PERFORMANCE.md):
+`algbw = S / t` with S the size of the collective's largest buffer (the whole gathered output for
+all_gather, the whole input for reduce_scatter) and t the time of one operation averaged over the
+ranks; `busbw = algbw * factor`, the factor that makes every collective comparable with the
+hardware's peak link bandwidth:
+
+    all_reduce      2 (n - 1) / n
+    all_gather      (n - 1) / n
+    reduce_scatter  (n - 1) / n
+    broadcast       1
+
+GB/s are 1e9 bytes per second, as there. The data are small integers in fp32, so every sum is
+exact and a result is compared element for element, with no tolerance.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
+PATTERN = 13  # values cycle through 1..PATTERN: sums over up to 1024 ranks stay below 2**24, exact in fp32
+
+
+def bus_factor(collective: str, world_size: int) -> float:
+    """nccl-tests' busbw factor for `collective` at `world_size` ranks."""
+    n = world_size
+    if n < 1:
+        raise ValueError(f"world size must be >= 1, got {n}")
+    factors = {
+        "all_reduce": 2 * (n - 1) / n,
+        "all_gather": (n - 1) / n,
+        "reduce_scatter": (n - 1) / n,
+        "broadcast": 1.0,
+    }
+    if collective not in factors:
+        raise ValueError(f"unknown collective {collective!r}; known: {', '.join(COLLECTIVES)}")
+    return factors[collective]
+
+
+def bandwidths(collective: str, nbytes: int, seconds: float, world_size: int) -> tuple[float, float]:
+    """(algbw, busbw) in GB/s for one operation on `nbytes` (the largest buffer) taking `seconds`."""
+    if seconds <= 0:
+        raise ValueError(f"time must be positive, got {seconds}")
+    algbw = nbytes / 1e9 / seconds
+    return algbw, algbw * bus_factor(collective, world_size)
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """How one collective's result compared with the exact expected values on one rank."""
+
+    wrong: int
+    numel: int
+    first_index: int | None = None
+    got: float | None = None
+    expected: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.wrong == 0
+
+    def describe(self) -> str:
+        if self.ok:
+            return f"all {self.numel} elements exact"
+        return (f"{self.wrong} of {self.numel} elements wrong (first at index {self.first_index}: "
+                f"got {self.got:g}, expected {self.expected:g})")
+
+
+def pattern(numel: int, *, device: Any, scale: float = 1.0, offset: float = 0.0) -> Any:
+    """`offset + scale * (1 + i % PATTERN)` for i in 0..numel-1, in fp32."""
+    import torch
+
+    base = torch.arange(numel, device=device, dtype=torch.int64).remainder_(PATTERN).add_(1).to(torch.float32)
+    return base.mul_(scale).add_(offset)
+
+
+def inputs(collective: str, numel: int, rank: int, world_size: int, *, device: Any) -> tuple[Any, Any]:
+    """(input, output) tensors for one check of `collective`; `numel` is the largest buffer's length."""
+    import torch
+
+    per_rank = numel // world_size
+    if collective == "all_reduce":
+        return pattern(numel, device=device, scale=rank + 1), None
+    if collective == "all_gather":
+        return pattern(per_rank, device=device, offset=100.0 * rank), torch.empty(per_rank * world_size, device=device)
+    if collective == "reduce_scatter":
+        return pattern(per_rank * world_size, device=device, scale=rank + 1), torch.empty(per_rank, device=device)
+    if collective == "broadcast":
+        source = pattern(numel, device=device, offset=7.0)
+        return (source if rank == 0 else torch.zeros(numel, device=device)), None
+    raise ValueError(f"unknown collective {collective!r}")
+
+
+def expected(collective: str, numel: int, rank: int, world_size: int, *, device: Any) -> Any:
+    """The exact values `collective` must leave on `rank` (in its output, or in place)."""
+    import torch
+
+    per_rank = numel // world_size
+    rank_sum = world_size * (world_size + 1) / 2  # sum of (r + 1) over the ranks
+    if collective == "all_reduce":
+        return pattern(numel, device=device, scale=rank_sum)
+    if collective == "all_gather":
+        return torch.cat([pattern(per_rank, device=device, offset=100.0 * r) for r in range(world_size)])
+    if collective == "reduce_scatter":
+        return pattern(per_rank * world_size, device=device, scale=rank_sum)[rank * per_rank:(rank + 1) * per_rank]
+    if collective == "broadcast":
+        return pattern(numel, device=device, offset=7.0)
+    raise ValueError(f"unknown collective {collective!r}")
+
+
+def compare(result: Any, want: Any) -> Check:
+    """Element-for-element comparison of a collective's result with the exact expected values."""
+    import torch
+
+    if tuple(result.shape) != tuple(want.shape):
+        raise ValueError(f"result shape {tuple(result.shape)} != expected {tuple(want.shape)}")
+    bad = torch.nonzero(result != want).flatten()
+    if bad.numel() == 0:
+        return Check(0, result.numel())
+    first = int(bad[0])
+    return Check(int(bad.numel()), result.numel(), first, float(result[first]), float(want[first]))
+
+
+def run_once(collective: str, tensors: tuple[Any, Any]) -> Any:
+    """Run `collective` once on (input, output) and return the tensor holding the result."""
+    import torch.distributed as dist
+
+    source, out = tensors
+    if collective == "all_reduce":
+        dist.all_reduce(source)
+        return source
+    if collective == "all_gather":
+        dist.all_gather_into_tensor(out, source)
+        return out
+    if collective == "reduce_scatter":
+        dist.reduce_scatter_tensor(out, source)
+        return out
+    if collective == "broadcast":
+        dist.broadcast(source, src=0)
+        return source
+    raise ValueError(f"unknown collective {collective!r}")

@@ -1,0 +1,117 @@
+"""Hardware smoke, collectives: all_reduce, all_gather, reduce_scatter and broadcast over a range of
+sizes, each result checked on every rank against the exact expected values, with algorithm and
+bus bandwidth as nccl-tests defines them (doctor/collectives.py). nccl on GPUs, gloo on CPU.
+
+Per size: one checked run on fresh data, a few warm-up runs, then timed runs whose mean time is
+averaged over the ranks (as nccl-tests does), then a second checked run on fresh data. A wrong
+element on any rank is an error finding: the case fails with the size, rank and first bad index.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from doctor import collectives
+from doctor.context import ProbeContext
+from doctor.invariants import ERROR, Finding
+from probes.base import ProbeSpec, Requirement, Variant
+
+SPEC = ProbeSpec(
+    name="comm",
+    scenario="smoke",
+    description="collectives checked element for element on every rank; algbw/busbw as nccl-tests defines them",
+    world_sizes=(1, 2),
+    requires=(Requirement("torch", "torch"),),
+    timeout_s=300.0,
+    scale_to_node=True,
+)
+
+#: Sizes of the largest buffer in bytes: small on CPU (gloo over loopback), up to 1 GiB on GPUs.
+SIZES = {"cpu": (1 << 12, 1 << 16, 1 << 20, 1 << 22), "cuda": (1 << 20, 1 << 24, 1 << 27, 1 << 30)}
+ITERS = {"cpu": (2, 5), "cuda": (5, 20)}  # (warm-up, timed) runs per size
+
+#: A test hook: called with (collective, rank, result) after each checked run. The tests' faulty
+#: probe uses it to plant a wrong element, as a bad link would; None in real runs.
+AfterRun = Callable[[str, int, Any], None]
+
+
+def variants() -> list[Variant]:
+    return [Variant(name=name, params={"collective": name}, level=2) for name in collectives.COLLECTIVES]
+
+
+def run(ctx: ProbeContext, after_run: AfterRun | None = None) -> None:
+    import torch
+
+    collective = str(ctx.params["collective"])
+    device = torch.device(ctx.device)
+    warmup, iters = ITERS[ctx.device_kind]
+    rows = []
+    for size in SIZES[ctx.device_kind]:
+        numel = max(ctx.world_size, size // 4 // ctx.world_size * ctx.world_size)
+        ctx.enter(f"{collective} {numel * 4} B: check")
+        _check(ctx, collective, numel, device, after_run, when="before timing")
+        ctx.enter(f"{collective} {numel * 4} B: timing")
+        seconds = _time(collective, numel, ctx, device, warmup, iters)
+        ctx.enter(f"{collective} {numel * 4} B: check again")
+        _check(ctx, collective, numel, device, after_run, when="after timing")
+        algbw, busbw = collectives.bandwidths(collective, numel * 4, seconds, ctx.world_size)
+        rows.append({"bytes": numel * 4, "time_us": round(seconds * 1e6, 2),
+                     "algbw_gbps": round(algbw, 4), "busbw_gbps": round(busbw, 4)})
+    ctx.note("backend", ctx.backend)
+    ctx.note("dtype", "float32")
+    ctx.note("sizes", rows)
+    ctx.note("bus_factor", collectives.bus_factor(collective, ctx.world_size))
+    # The headline numbers are the largest size's, where the link, not the latency, sets the time.
+    ctx.note("algbw_gbps", rows[-1]["algbw_gbps"])
+    ctx.note("busbw_gbps", rows[-1]["busbw_gbps"])
+
+
+def _check(ctx: ProbeContext, collective: str, numel: int, device: Any, after_run: AfterRun | None,
+           *, when: str) -> None:
+    tensors = collectives.inputs(collective, numel, ctx.rank, ctx.world_size, device=device)
+    result = collectives.run_once(collective, tensors)
+    if after_run is not None:
+        after_run(collective, ctx.rank, result)
+    check = collectives.compare(result, collectives.expected(collective, numel, ctx.rank, ctx.world_size,
+                                                             device=device))
+    if not check.ok:
+        ctx.check([Finding(
+            invariant="collective_result",
+            severity=ERROR,
+            message=f"{collective} of {numel * 4} B over {ctx.world_size} rank(s), {when}: {check.describe()}",
+            stage=ctx.stage,
+            expected="every element equal to the exact reduction of the ranks' inputs",
+            remedy="a wrong collective result is a hardware or transport fault: rerun with NCCL_DEBUG=INFO, "
+                   "check the GPUs' health section and the links (nvidia-smi topo -m, nvidia-smi nvlink -s), "
+                   "and drain the node if it repeats",
+        )])
+
+
+def _time(collective: str, numel: int, ctx: ProbeContext, device: Any, warmup: int, iters: int) -> float:
+    """Mean seconds of one operation, averaged over the ranks (nccl-tests' `Allreduce(..., average)`)."""
+    import torch
+    import torch.distributed as dist
+
+    tensors = collectives.inputs(collective, numel, ctx.rank, ctx.world_size, device=device)
+    if collective == "all_reduce":
+        tensors[0].zero_()  # summed in place over and over: zeros stay finite
+    for _ in range(warmup):
+        collectives.run_once(collective, tensors)
+    _sync(device)
+    dist.barrier()
+    started = time.perf_counter()
+    for _ in range(iters):
+        collectives.run_once(collective, tensors)
+    _sync(device)
+    elapsed = torch.tensor([(time.perf_counter() - started) / iters], dtype=torch.float64, device=device)
+    dist.all_reduce(elapsed)
+    return float(elapsed) / ctx.world_size
+
+
+def _sync(device: Any) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

@@ -1,0 +1,183 @@
+"""Hardware smoke, compute: on every rank's device, matmuls in bf16, fp16 and fp32 checked against
+an fp64 reference within tolerances set by each dtype's precision, the TFLOP/s they reach, and an
+allocation of a large share of free GPU memory written and read back. On CPU the same checks run
+at a small size (correctness, not speed).
+
+The reference is the fp64 product of the same (already rounded) inputs for a slice of rows, so the
+error measured is the matmul's own: accumulation and output rounding. The tolerance on the
+relative Frobenius error is a few output roundings of the dtype (bf16 2**-8, fp16 2**-11); fp32
+runs with TF32 off (torch's default for matmul), and its tolerance allows for accumulation order.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from doctor.context import ProbeContext
+from doctor.invariants import ERROR, Finding
+from probes.base import ProbeSpec, Requirement, Variant
+
+SPEC = ProbeSpec(
+    name="compute",
+    scenario="smoke",
+    description="bf16/fp16/fp32 matmul checked against fp64, TFLOP/s, and a large allocation written and read back",
+    world_sizes=(1,),
+    requires=(Requirement("torch", "torch"),),
+    timeout_s=300.0,
+    scale_to_node=True,
+)
+
+DTYPES = ("bf16", "fp16", "fp32")
+TOLERANCE = {"bf16": 1.6e-2, "fp16": 5e-3, "fp32": 1e-4}  # relative Frobenius error vs fp64
+SIZE = {"cpu": 256, "cuda": 8192}  # square matmul size
+ITERS = {"cpu": (1, 3), "cuda": (3, 20)}  # (warm-up, timed)
+REFERENCE_ROWS = 256
+#: GPU: allocate this share of the free memory; CPU: a fixed small block.
+MEMORY_SHARE = 0.85
+CPU_MEMORY_BYTES = 64 << 20
+
+
+def variants() -> list[Variant]:
+    out = [Variant(name=f"matmul-{dtype}", params={"kind": "matmul", "dtype": dtype}, level=2) for dtype in DTYPES]
+    return [*out, Variant(name="memory", params={"kind": "memory"}, level=2)]
+
+
+def run(ctx: ProbeContext) -> None:
+    if ctx.params["kind"] == "memory":
+        _memory(ctx)
+    else:
+        _matmul(ctx, str(ctx.params["dtype"]))
+
+
+def relative_error(result: Any, reference: Any) -> float:
+    """||result - reference|| / ||reference|| in fp64 (Frobenius)."""
+    import torch
+
+    result64 = result.to(torch.float64)
+    return float(torch.linalg.norm(result64 - reference) / torch.linalg.norm(reference))
+
+
+def _matmul(ctx: ProbeContext, dtype_name: str) -> None:
+    import torch
+
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype_name]
+    device = torch.device(ctx.device)
+    n = SIZE[ctx.device_kind]
+    warmup, iters = ITERS[ctx.device_kind]
+    ctx.enter(f"matmul {dtype_name} {n}x{n}: inputs")
+    generator = torch.Generator(device="cpu").manual_seed(1234 + ctx.rank)
+    a = torch.randn(n, n, generator=generator).to(device=device, dtype=dtype)
+    b = torch.randn(n, n, generator=generator).to(device=device, dtype=dtype)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    ctx.enter(f"matmul {dtype_name} {n}x{n}: check")
+    product = a @ b
+    reference = a[:REFERENCE_ROWS].to(torch.float64) @ b.to(torch.float64)
+    error = relative_error(product[:REFERENCE_ROWS], reference)
+    finite = bool(torch.isfinite(product).all())
+    ctx.enter(f"matmul {dtype_name} {n}x{n}: timing")
+    for _ in range(warmup):
+        a @ b
+    _sync(device)
+    started = time.perf_counter()
+    for _ in range(iters):
+        a @ b
+    _sync(device)
+    seconds = (time.perf_counter() - started) / iters
+    tflops = 2 * n**3 / seconds / 1e12
+    ctx.note("dtype", dtype_name)
+    ctx.note("size", n)
+    ctx.note("relative_error", error)
+    ctx.note("tolerance", TOLERANCE[dtype_name])
+    ctx.note("tflops", round(_weakest(ctx, tflops, device), 4))
+    ctx.note("tflops_by_rank", _all_ranks(ctx, round(tflops, 4)))
+    if ctx.device_kind == "cuda":
+        ctx.note("gpu", torch.cuda.get_device_name(device))
+    if not finite or not error <= TOLERANCE[dtype_name]:
+        what = "non-finite values in the product" if not finite else f"relative error {error:.3g}"
+        ctx.check([Finding(
+            invariant="matmul_result",
+            severity=ERROR,
+            message=f"{dtype_name} {n}x{n} matmul on {ctx.device}: {what} > tolerance {TOLERANCE[dtype_name]:g}",
+            stage=ctx.stage,
+            expected=f"relative error vs fp64 <= {TOLERANCE[dtype_name]:g}",
+            remedy="a wrong matmul is a faulty GPU (or a broken math library): rerun on this GPU alone, check its "
+                   "health section (ECC, remapped rows, throttling), and drain the node if it repeats",
+        )])
+
+
+def _memory(ctx: ProbeContext) -> None:
+    import torch
+
+    device = torch.device(ctx.device)
+    if device.type == "cuda":
+        free, total = torch.cuda.mem_get_info(device)
+        nbytes = int(free * MEMORY_SHARE) // 4 * 4
+        ctx.note("free_bytes", int(free))
+        ctx.note("total_bytes", int(total))
+    else:
+        nbytes = CPU_MEMORY_BYTES
+    ctx.enter(f"allocate {nbytes} B")
+    block = torch.empty(nbytes // 4, dtype=torch.int32, device=device)
+    try:
+        ctx.enter(f"write and read back {nbytes} B")
+        # each element holds its index within its chunk plus a per-chunk offset: a flipped bit, a lost
+        # write or an aliased page shows. Chunked, so the check needs little memory beyond the block.
+        for number, chunk in enumerate(_chunks(block)):
+            chunk.copy_(_chunk_pattern(number, chunk.numel(), device))
+        wrong = sum(int((chunk != _chunk_pattern(number, chunk.numel(), device)).sum())
+                    for number, chunk in enumerate(_chunks(block)))
+        ctx.note("allocated_bytes", nbytes)
+        ctx.note("wrong_elements", wrong)
+        if wrong:
+            ctx.check([Finding(
+                invariant="memory_readback",
+                severity=ERROR,
+                message=f"{wrong} of {block.numel()} int32 elements read back wrong from {nbytes} B on {ctx.device}",
+                stage=ctx.stage,
+                expected="every element reads back the value written",
+                remedy="memory that does not read back is a hardware fault: check ECC and remapped rows in the "
+                       "health section, reset the GPU, and drain the node if it repeats",
+            )])
+    finally:
+        del block
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+CHUNK_ELEMENTS = 1 << 26
+
+
+def _chunks(block: Any) -> list[Any]:
+    return [block[start:start + CHUNK_ELEMENTS] for start in range(0, block.numel(), CHUNK_ELEMENTS)]
+
+
+def _chunk_pattern(number: int, numel: int, device: Any) -> Any:
+    import torch
+
+    return torch.arange(numel, dtype=torch.int32, device=device).add_((number * 7919) % (1 << 20))
+
+
+def _weakest(ctx: ProbeContext, value: float, device: Any) -> float:
+    """The lowest value over the ranks: the slowest GPU decides what a job on this node gets."""
+    import torch
+    import torch.distributed as dist
+
+    tensor = torch.tensor([value], dtype=torch.float64, device=device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MIN)
+    return float(tensor)
+
+
+def _all_ranks(ctx: ProbeContext, value: float) -> list[float]:
+    import torch.distributed as dist
+
+    gathered: list[Any] = [None] * ctx.world_size
+    dist.all_gather_object(gathered, value)
+    return [float(v) for v in gathered]
+
+
+def _sync(device: Any) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

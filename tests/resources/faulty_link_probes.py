@@ -1,0 +1,27 @@
+"""A comm family with a planted bad link (DS_DOCTOR_EXTRA_PROBES): the real collectives run, then
+one element of rank 1's result is changed, as a flipped bit on the wire would, so the tests can
+show that the checks catch it. Only the tests register this module."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from doctor.context import ProbeContext
+from probes import comm
+from probes.base import Variant
+
+SPEC = dataclasses.replace(comm.SPEC, name="faulty_link", world_sizes=(2,), scale_to_node=False)
+
+
+def variants() -> list[Variant]:
+    return [Variant("all_reduce", {"collective": "all_reduce"}), Variant("all_gather", {"collective": "all_gather"})]
+
+
+def flip_one_element(collective: str, rank: int, result: Any) -> None:
+    if rank == 1 and result.numel() > 3:
+        result[3] += 1.0
+
+
+def run(ctx: ProbeContext) -> None:
+    comm.run(ctx, after_run=flip_one_element)
