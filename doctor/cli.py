@@ -1,4 +1,4 @@
-"""`ds-doctor`: run, list, env, triage, report. Usage errors are one line on stderr and exit code 2; a failure of
+"""`ds-doctor`: run, list, env, triage, report, diff. Usage errors are one line on stderr and exit code 2; a failure of
 the doctor itself is one line and exit code 3 (the traceback only with --debug)."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def print_paths(console: Any, paths: dict[str, Path]) -> None:
     from doctor.redact import scrub_text
 
     for key, label in (("json", "JSON report"), ("markdown", "Markdown report"), ("junit", "JUnit XML"),
-                       ("prometheus", "Prometheus metrics")):
+                       ("prometheus", "Prometheus metrics"), ("diff", "Diff against the baseline")):
         if key in paths:
             console.print(f"{label}: {scrub_text(str(paths[key]))}", markup=False, highlight=False)
 
@@ -66,6 +66,10 @@ def write_extra_formats(report: Any, junit_file: Path | None, prom_file: Path | 
         write_atomic(prom_file, render_prometheus(report))
         written["prometheus"] = prom_file
     return written
+
+
+#: --tolerance: percent, 0 <= t < 100 (100 % would accept a bandwidth of zero)
+TOLERANCE = click.FloatRange(min=0, max=100, max_open=True)
 
 
 def _writable_dir(path: Path) -> Path:
@@ -110,9 +114,14 @@ def _check_selection(level: int, keyword: str | None) -> None:
 @click.option("--junit", "junit_file", type=click.Path(path_type=Path), help="Also write JUnit XML (Jenkins, GitLab).")
 @click.option("--prometheus", "prom_file", type=click.Path(path_type=Path),
               help="Also write node_exporter textfile-collector metrics.")
+@click.option("--baseline", "baseline_file", type=click.Path(path_type=Path),
+              help="A report of this node to diff the run against (exit 1 on a regression).")
+@click.option("--tolerance", "tolerance_pct", type=TOLERANCE, default=10.0, show_default=True,
+              help="With --baseline: percent a bandwidth or TFLOP/s may drop before it is a regression.")
 def run(level: int, keyword: str | None, out_dir: Path, json_stdout: bool, nproc: int | None,
-        timeout_s: float | None, anonymize: bool, junit_file: Path | None, prom_file: Path | None) -> int:
-    """Run the probes that fit this node and write the report."""
+        timeout_s: float | None, anonymize: bool, junit_file: Path | None, prom_file: Path | None,
+        baseline_file: Path | None, tolerance_pct: float) -> int:
+    """Run the probes that fit this node and write the report (and, with --baseline, the diff)."""
     from rich.console import Console
 
     from doctor import runner
@@ -120,6 +129,7 @@ def run(level: int, keyword: str | None, out_dir: Path, json_stdout: bool, nproc
     from reports.console import LiveProgress, print_summary
 
     _check_selection(level, keyword)
+    baseline = _load_report(baseline_file, "--baseline") if baseline_file is not None else None
     out_dir = _writable_dir(out_dir)
     _check_writable_file(junit_file, "--junit")
     _check_writable_file(prom_file, "--prometheus")
@@ -151,11 +161,62 @@ def run(level: int, keyword: str | None, out_dir: Path, json_stdout: bool, nproc
         if progress:
             progress[0].__exit__(None, None, None)
     paths.update(write_extra_formats(report, junit_file, prom_file))
+    regressed = False
+    if baseline is not None:
+        from doctor.diff import diff_reports, render_diff
+        from doctor.files import write_atomic
+
+        diff = diff_reports(baseline, report, tolerance_pct)
+        paths["diff"] = paths["json"].with_suffix(".diff.md")
+        write_atomic(paths["diff"], render_diff(diff))
+        regressed = bool(diff.regressions)
     print_summary(report, console)
+    if baseline is not None:
+        console.print(render_diff(diff), markup=False, highlight=False, soft_wrap=True)
     print_paths(console, paths)
     if json_stdout:
         click.echo(report.to_json())
-    return int(runner.exit_code(report))
+    return max(int(runner.exit_code(report)), int(ExitCode.CASES_FAILED) if regressed else 0)
+
+
+def _load_report(path: Path, hint: str) -> Any:
+    """A report JSON for diffing; anything else is a usage error naming the option or argument."""
+    from doctor import recover
+
+    if path.is_dir():
+        raise click.BadParameter(f"{path} is a directory; give a report JSON (ds-doctor-*.json)", param_hint=hint)
+    if not path.exists():
+        raise click.BadParameter(f"{path}: no such file", param_hint=hint)
+    try:
+        return recover.load_report_file(path)
+    except recover.InputError as exc:
+        raise click.BadParameter(str(exc), param_hint=hint) from None
+
+
+@cli.command(name="diff")
+@click.argument("baseline_file", metavar="BASELINE", type=click.Path(path_type=Path))
+@click.argument("new_file", metavar="NEW", type=click.Path(path_type=Path))
+@click.option("--tolerance", "tolerance_pct", type=TOLERANCE, default=10.0, show_default=True,
+              help="Percent a bandwidth or TFLOP/s may drop before it is a regression.")
+@click.option("--json", "as_json", is_flag=True, help="Print the diff as JSON.")
+@click.option("--out", "out_file", type=click.Path(path_type=Path), help="Also write the diff (Markdown) here.")
+def diff_command(baseline_file: Path, new_file: Path, tolerance_pct: float, as_json: bool, out_file: Path | None) -> int:
+    """Compare two reports of a node: outcome changes, new findings, version and hardware changes,
+    bandwidth and TFLOP/s drops beyond --tolerance.
+
+    Exit code 0 when nothing regressed, 1 on a regression.
+    """
+    from doctor.diff import diff_reports, render_diff
+    from doctor.files import write_atomic
+
+    _check_writable_file(out_file, "--out")
+    base, new = _load_report(baseline_file, "BASELINE"), _load_report(new_file, "NEW")
+    diff = diff_reports(base, new, tolerance_pct)
+    text = render_diff(diff)
+    if out_file is not None:
+        write_atomic(out_file, text)
+    click.echo(json.dumps(diff.to_dict(), indent=2) if as_json else text)
+    return int(ExitCode.CASES_FAILED) if diff.regressions else 0
 
 
 @cli.command(name="list")

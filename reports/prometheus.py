@@ -1,7 +1,8 @@
 """node_exporter textfile-collector metrics from a report (`--prometheus FILE`), written atomically.
 
 One gauge per case and outcome (1 for the outcome it had, so alerts can match `outcome="fail"`),
-counts per outcome, findings per severity, the run's start time and duration, and any measured
+counts per outcome, findings per severity, each GPU health finding by rule, the run's start time and
+duration, and any measured
 bandwidth (GB/s) or TFLOP/s a probe put in its notes (`busbw_gbps`, `algbw_gbps`, `tflops`).
 Labels carry host, probe and case; values are escaped as the text format requires.
 """
@@ -50,6 +51,10 @@ def render_prometheus(report: Report) -> str:
                      [(_labels(host=host, probe=r.probe, case=r.case, severity=s),
                        sum(f.severity == s for f in r.findings))
                       for r in report.results for s in ("error", "warning", "info")])
+    health = [(_labels(host=host, gpu=r.case, rule=f.invariant, severity=f.severity), 1.0)
+              for r in report.results if r.probe == "gpu_health" for f in r.findings]
+    if health:
+        lines += _family("gpu_health_finding", "1 per GPU health finding (NVML) in the last run, by rule.", health)
     for key, help_text in MEASURES.items():
         samples = [(_labels(host=host, probe=r.probe, case=r.case), float(r.notes[key]))
                    for r in report.results if isinstance(r.notes.get(key), (int, float))]

@@ -39,6 +39,16 @@ def test_env_json_has_no_torch_import() -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def good_report_json() -> str:
+    """A valid (empty) report, the other side of the diff cases."""
+    from doctor.runner import build_report, utc_now
+
+    now = utc_now()
+    return build_report(started=now, finished=now, level=1, argv=(), env={"python": "3.11", "packages": {}},
+                        hardware={"host": "h", "cpus": 1, "memory_bytes": 1, "gpus": []}, results=[],
+                        run_dir=None).to_json()
+
+
 def make_inputs(tmp: Path) -> None:
     """The files and directories the bad-input table points at."""
     (tmp / "a_file").write_text("x")
@@ -53,6 +63,7 @@ def make_inputs(tmp: Path) -> None:
     (tmp / "bad_run" / "run.json").write_text("{not json")
     (tmp / "newer_run").mkdir()
     (tmp / "newer_run" / "run.json").write_text(json.dumps({"manifest_version": 7, "planned": []}))
+    (tmp / "good.json").write_text(good_report_json())
     (tmp / "gutted_run").mkdir()
     (tmp / "gutted_run" / "run.json").write_text(json.dumps(
         {"manifest_version": 1, "started_at": "2026-11-21T00:00:00Z", "level": 2, "argv": [], "env": {},
@@ -92,6 +103,22 @@ BAD_INPUTS = [
     (["report", "{tmp}/newer_run"], "newer ds-doctor"),
     (["report", "{tmp}/gutted_run"], "incomplete"),
     (["report", "{tmp}/gutted_run", "--out", "{tmp}/a_file"], "not a directory"),
+    (["diff", "{tmp}/missing.json", "{tmp}/good.json"], "no such file"),
+    (["diff", "{tmp}/good.json"], "Missing argument"),
+    (["diff", "{tmp}/plain_dir", "{tmp}/good.json"], "directory"),
+    (["diff", "{tmp}/empty.json", "{tmp}/good.json"], "empty file"),
+    (["diff", "{tmp}/good.json", "{tmp}/malformed.json"], "not valid JSON"),
+    (["diff", "{tmp}/other.json", "{tmp}/good.json"], "not a ds-doctor report"),
+    (["diff", "{tmp}/good.json", "{tmp}/newer.json"], "newer"),
+    (["diff", "{tmp}/good.json", "{tmp}/broken-report.json"], "not a valid ds-doctor report"),
+    (["diff", "{tmp}/good.json", "{tmp}/good.json", "--tolerance", "100"], "--tolerance"),
+    (["diff", "{tmp}/good.json", "{tmp}/good.json", "--tolerance", "-1"], "--tolerance"),
+    (["diff", "{tmp}/good.json", "{tmp}/good.json", "--tolerance", "ten"], "--tolerance"),
+    (["diff", "{tmp}/good.json", "{tmp}/good.json", "--out", "{tmp}/plain_dir"], "directory"),
+    (["run", "--baseline", "{tmp}/missing.json"], "--baseline"),
+    (["run", "--baseline", "{tmp}/malformed.json"], "not valid JSON"),
+    (["run", "--baseline", "{tmp}/plain_dir"], "directory"),
+    (["run", "--baseline", "{tmp}/good.json", "--tolerance", "150"], "--tolerance"),
 ]
 
 

@@ -433,3 +433,78 @@ def test_a_shared_node_port_29500_taken_and_two_runs_at_once(tmp_path: Path) -> 
     assert [r["outcome"] for r in quick_report["results"]] == ["pass"]
     assert hang_report["run_dir"] != quick_report["run_dir"]  # a private run directory each
     assert len(list(out.glob("ds-doctor-*.json"))) == 2 and len(list(out.glob("ds-doctor-*.md"))) == 2
+
+
+def test_nightly_smoke_comm_compute_junit_prometheus_and_a_baseline_diff(tmp_path: Path) -> None:
+    """The hardware families at world size 2 over gloo, every collective checked on every rank; then a
+    second run with a planted bad link against a baseline with a planted bandwidth drop."""
+    xmlschema = pytest.importorskip("xmlschema")
+    prom_parser = pytest.importorskip("prometheus_client.parser")
+    from importlib import resources
+
+    from doctor import collectives
+
+    extra = {"DS_DOCTOR_EXTRA_PROBES": "tests.resources.faulty_link_probes"}
+    first, second = tmp_path / "first", tmp_path / "second"
+    proc = ds_doctor("run", "-k", "comm or compute or faulty_link", "--out", str(first), "--junit",
+                     str(tmp_path / "first.xml"), "--prometheus", str(tmp_path / "first.prom"), extra_env=extra,
+                     timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
+    data = read_report(first)
+    results = {r["case"]: r for r in data["results"]}
+    assert set(results) == {*(f"comm[{c}-ws{n}]" for c in collectives.COLLECTIVES for n in (1, 2)),
+                            *(f"compute[{v}-ws1]" for v in ("matmul-bf16", "matmul-fp16", "matmul-fp32", "memory")),
+                            "faulty_link[all_reduce-ws2]", "faulty_link[all_gather-ws2]"}
+    assert {r["outcome"] for r in results.values()} == {"pass"}
+    for collective in collectives.COLLECTIVES:
+        notes = results[f"comm[{collective}-ws2]"]["notes"]
+        assert notes["backend"] == "gloo" and notes["bus_factor"] == collectives.bus_factor(collective, 2)
+        assert [row["bytes"] for row in notes["sizes"]] == [4096, 65536, 1048576, 4194304]
+        for row in notes["sizes"]:  # algbw = bytes / time, busbw = algbw * factor, as nccl-tests
+            assert row["algbw_gbps"] == pytest.approx(row["bytes"] / 1e9 / (row["time_us"] / 1e6), rel=0.02, abs=1e-4)
+            assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * notes["bus_factor"], rel=0.01, abs=1e-4)
+        assert notes["busbw_gbps"] == notes["sizes"][-1]["busbw_gbps"] > 0
+    for dtype in ("bf16", "fp16", "fp32"):
+        notes = results[f"compute[matmul-{dtype}-ws1]"]["notes"]
+        assert 0 <= notes["relative_error"] <= notes["tolerance"] and notes["tflops"] > 0
+    assert results["compute[memory-ws1]"]["notes"] == {"allocated_bytes": 64 << 20, "wrong_elements": 0}
+    xmlschema.XMLSchema(str(resources.files("reports").joinpath("junit.xsd"))).validate(str(tmp_path / "first.xml"))
+    metrics = {f.name: f.samples for f in prom_parser.text_string_to_metric_families((tmp_path / "first.prom").read_text())}
+    assert {s.labels["case"] for s in metrics["ds_doctor_busbw_gbps"]} >= {"comm[all_reduce-ws2]", "comm[broadcast-ws1]"}
+    matmuls = {f"compute[matmul-{d}-ws1]" for d in ("bf16", "fp16", "fp32")}
+    assert {s.labels["case"] for s in metrics["ds_doctor_tflops"]} == matmuls
+
+    # the baseline claims all_reduce once ran 1000x faster: a planted bandwidth regression
+    (report_file,) = first.glob("ds-doctor-*.json")
+    planted = json.loads(report_file.read_text())
+    for result in planted["results"]:
+        if result["case"] == "comm[all_reduce-ws2]":
+            result["notes"]["busbw_gbps"] *= 1000
+            result["notes"]["algbw_gbps"] *= 1000
+    baseline = tmp_path / "baseline.json"
+    baseline.write_text(json.dumps(planted))
+    proc = ds_doctor("run", "-k", "comm or compute or faulty_link", "--out", str(second), "--baseline", str(baseline),
+                     "--tolerance", "90", extra_env={**extra, "DS_DOCTOR_TEST_BAD_LINK": "1"}, timeout=600)
+    assert proc.returncode == 1, proc.stderr[-3000:] + proc.stdout[-3000:]
+    data = read_report(second)
+    bad = {r["case"]: r for r in data["results"] if r["outcome"] != "pass"}
+    assert set(bad) == {"faulty_link[all_reduce-ws2]", "faulty_link[all_gather-ws2]"}
+    for result in bad.values():
+        assert result["outcome"] == "fail"
+        findings = result["findings"]
+        assert {(f["invariant"], f["rank"]) for f in findings} == {("collective_result", 1)}  # only rank 1's copy
+        assert "1 of " in findings[0]["message"] and "elements wrong (first at index 3" in findings[0]["message"]
+    assert "REGRESSED" in proc.stdout and "faulty_link[all_reduce-ws2]" in proc.stdout
+    (diff_md,) = second.glob("ds-doctor-*.diff.md")
+    assert "| REGRESSION | comm[all_reduce-ws2] busbw_gbps |" in diff_md.read_text()
+
+    (new_file,) = second.glob("ds-doctor-*.json")
+    proc = ds_doctor("diff", str(baseline), str(new_file), "--tolerance", "90", "--json")
+    assert proc.returncode == 1, proc.stderr
+    regressions = {(c["kind"], c["subject"]) for c in json.loads(proc.stdout)["changes"] if c["regression"]}
+    assert {("outcome", "faulty_link[all_reduce-ws2]"), ("outcome", "faulty_link[all_gather-ws2]"),
+            ("finding", "faulty_link[all_reduce-ws2]"), ("finding", "faulty_link[all_gather-ws2]"),
+            ("measure", "comm[all_reduce-ws2] busbw_gbps"), ("measure", "comm[all_reduce-ws2] algbw_gbps")} <= regressions
+    assert {kind for kind, _ in regressions} <= {"outcome", "finding", "measure"}  # no hardware or version change
+    proc = ds_doctor("diff", str(report_file), str(report_file))
+    assert proc.returncode == 0 and "Nothing changed." in proc.stdout

@@ -39,3 +39,16 @@ def test_run_writes_the_textfile(capsys: pytest.CaptureFixture[str], tmp_path: P
     assert main(["run", "--level", "1", "--out", str(tmp_path), "--prometheus", str(prom)]) == 0
     assert "ds_doctor_run_duration_seconds" in families(prom.read_text())
     assert main(["run", "--level", "1", "--out", str(tmp_path), "--prometheus", str(tmp_path)]) == 2
+
+
+def test_gpu_health_findings_become_one_sample_per_rule() -> None:
+    from doctor import health
+    from tests.test_health import AnsweringNVML, answers
+
+    gpus, _, _ = health.read_gpus(AnsweringNVML(answers("h100_node_sick.json")))
+    metrics = families(render_prometheus(a_report(health.health_results(gpus, None))))
+    rules = {(s.labels["gpu"], s.labels["rule"], s.labels["severity"]) for s in metrics["ds_doctor_gpu_health_finding"]}
+    assert ("gpu_health[gpu1]", "remapped_rows_pending", "error") in rules
+    assert ("gpu_health[gpu2]", "pcie_width_downgraded", "warning") in rules
+    fails = {s.labels["case"] for s in metrics["ds_doctor_case_outcome"] if s.labels["outcome"] == "fail" and s.value}
+    assert fails == {"gpu_health[gpu1]", "gpu_health[gpu2]"}

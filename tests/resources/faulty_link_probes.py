@@ -1,10 +1,12 @@
-"""A comm family with a planted bad link (DS_DOCTOR_EXTRA_PROBES): the real collectives run, then
-one element of rank 1's result is changed, as a flipped bit on the wire would, so the tests can
-show that the checks catch it. Only the tests register this module."""
+"""A comm family with a planted bad link (DS_DOCTOR_EXTRA_PROBES): the real collectives run, then,
+with DS_DOCTOR_TEST_BAD_LINK=1 in the environment, one element of rank 1's result is changed, as a
+flipped bit on the wire would, so the tests can show that the checks catch it. Only the tests
+register this module."""
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any
 
 from doctor.context import ProbeContext
@@ -15,7 +17,7 @@ SPEC = dataclasses.replace(comm.SPEC, name="faulty_link", world_sizes=(2,), scal
 
 
 def variants() -> list[Variant]:
-    return [Variant("all_reduce", {"collective": "all_reduce"}), Variant("all_gather", {"collective": "all_gather"})]
+    return [Variant(name, {"collective": name}, level=2) for name in ("all_reduce", "all_gather")]
 
 
 def flip_one_element(collective: str, rank: int, result: Any) -> None:
@@ -24,4 +26,4 @@ def flip_one_element(collective: str, rank: int, result: Any) -> None:
 
 
 def run(ctx: ProbeContext) -> None:
-    comm.run(ctx, after_run=flip_one_element)
+    comm.run(ctx, after_run=flip_one_element if os.environ.get("DS_DOCTOR_TEST_BAD_LINK") == "1" else None)
