@@ -49,9 +49,10 @@ def _case_and_spec(entry: Mapping[str, Any]) -> tuple[Case, ProbeSpec]:
 
 
 def write_manifest(run_dir: Path, *, started: str, level: int, argv: tuple[str, ...], env: Mapping[str, Any],
-                   hardware: Mapping[str, Any], planned: list[dict[str, Any]], skips: list[dict[str, Any]]) -> None:
+                   hardware: Mapping[str, Any], planned: list[dict[str, Any]], skips: list[dict[str, Any]],
+                   keyword: str | None = None) -> None:
     manifest = {"manifest_version": MANIFEST_VERSION, "started_at": started, "level": level, "argv": list(argv),
-                "env": env, "hardware": hardware, "planned": planned, "skips": skips}
+                "keyword": keyword, "env": env, "hardware": hardware, "planned": planned, "skips": skips}
     write_atomic(run_dir / MANIFEST, json.dumps(manifest, indent=1, default=str))
 
 
@@ -89,7 +90,7 @@ def _load_manifest(run_dir: Path) -> dict[str, Any]:
 def report_from_run_dir(run_dir: Path, *, anonymize: bool = False) -> tuple[Report, list[str]]:
     """Rebuild the report of a run from its directory; returns the report and the warnings."""
     from doctor.results import merge_case, skipped_case
-    from doctor.runner import build_report, parse_iso
+    from doctor.runner import build_report, parse_iso, selected_health
 
     manifest = _load_manifest(run_dir)
     warnings: list[str] = []
@@ -113,6 +114,7 @@ def report_from_run_dir(run_dir: Path, *, anonymize: bool = False) -> tuple[Repo
         raise InputError(f"{run_dir / MANIFEST}: a planned case is incomplete ({type(exc).__name__}: {exc})") from None
     order = [e["case"] for e in manifest["planned"]] + [e["case"] for e in manifest["skips"]]
     results.sort(key=lambda r: order.index(r.case))
+    results = selected_health(manifest["hardware"], manifest.get("keyword")) + results  # as `run` puts them
     mtimes = [p.stat().st_mtime for p in run_dir.rglob("*") if p.is_file()]
     finished = dt.datetime.fromtimestamp(max(mtimes), dt.timezone.utc)
     started = parse_iso(manifest["started_at"])

@@ -87,7 +87,7 @@ def execute(run_plan: RunPlan, run_dir: Path, versions: dict[str, str | None], o
 def selected_health(hardware: dict[str, Any], keyword: str | None) -> list[CaseResult]:
     """The GPU health results (level 1 and up), filtered by `-k` like every other case."""
     matcher = compile_keyword(keyword) if keyword else (lambda _s: True)
-    return [r for r in health_results(hardware["gpus"], hardware.get("gpus_reason")) if matcher(r.case)]
+    return [r for r in health_results(hardware.get("gpus") or [], hardware.get("gpus_reason")) if matcher(r.case)]
 
 
 def build_report(*, started: dt.datetime, finished: dt.datetime, level: int, argv: tuple[str, ...],
@@ -159,7 +159,8 @@ def run(options: RunOptions, *, on_plan: Callable[[RunPlan], None] | None = None
             run_dir, started=iso(started), level=options.level, argv=options.argv, env=scrub(env),
             hardware=scrub(hardware),
             planned=[recover.case_entry(c, g.device_kind) for g in run_plan.groups for c in g.cases],
-            skips=[{**recover.case_entry(s.case, s.device_kind), "reason": s.reason} for s in run_plan.skips])
+            skips=[{**recover.case_entry(s.case, s.device_kind), "reason": s.reason} for s in run_plan.skips],
+            keyword=options.keyword)
         results = execute(run_plan, run_dir, env["packages"], options, on_event or (lambda _k, _p: None))
     results = selected_health(hardware, options.keyword) + results
     report = build_report(started=started, finished=utc_now(), level=options.level, argv=options.argv,

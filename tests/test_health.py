@@ -235,3 +235,18 @@ def test_a_node_with_device_files_but_no_nvml_is_an_error(tmp_path: Path) -> Non
     device_file.write_text("")
     (result,) = health.health_results([], "NVML could not initialise", device_file=str(device_file))
     assert result.outcome == Outcome.ERROR and "NVML finds no GPU" in result.reason
+
+
+def test_a_run_directory_report_judges_the_gpus_it_recorded(tmp_path: Path) -> None:
+    """`ds-doctor report RUN_DIR` (a killed run) gives the same health results `run` gives, -k included."""
+    from doctor import recover
+    from doctor.env import collect_environment
+
+    env, hardware = collect_environment()
+    hardware["gpus"], _, _ = health.read_gpus(AnsweringNVML(answers("h100_node_sick.json")))
+    recover.write_manifest(tmp_path, started="2026-11-21T03:30:00Z", level=2, argv=("run",), env=env,
+                           hardware=hardware, planned=[], skips=[], keyword="gpu1 or gpu2")
+    report, warnings = recover.report_from_run_dir(tmp_path)
+    assert warnings == []
+    assert [(r.case, r.outcome) for r in report.results] == [("gpu_health[gpu1]", Outcome.FAIL),
+                                                             ("gpu_health[gpu2]", Outcome.FAIL)]
