@@ -31,6 +31,7 @@ class AnsweringNVML:
         self.answers = answers
         self.fail_init = fail_init
         self.open = False
+        self.NVMLError = pynvml.NVMLError
         for name in dir(pynvml):
             if name.startswith("NVML_"):
                 setattr(self, name, getattr(pynvml, name))
@@ -250,3 +251,19 @@ def test_a_run_directory_report_judges_the_gpus_it_recorded(tmp_path: Path) -> N
     assert warnings == []
     assert [(r.case, r.outcome) for r in report.results] == [("gpu_health[gpu1]", Outcome.FAIL),
                                                              ("gpu_health[gpu2]", Outcome.FAIL)]
+
+
+@pytest.mark.parametrize("name", ["h100_node_sick.json", "t4_container.json"])
+def test_the_recorder_writes_what_the_replayer_reads(name: str) -> None:
+    """tests/resources/nvml/record.py (for a GPU session) round-trips every fixture through AnsweringNVML."""
+    from tests.resources.nvml.record import record
+
+    original = answers(name)
+    recorded = record(AnsweringNVML(original), original["_about"])
+    for gpu in original["gpus"]:
+        gpu.setdefault("unsupported", [])
+    for gpu in recorded["gpus"]:
+        gpu["unsupported"] = sorted(gpu["unsupported"])
+    for gpu in original["gpus"]:
+        gpu["unsupported"] = sorted(gpu["unsupported"])
+    assert recorded == original
