@@ -84,19 +84,28 @@ def _writable_dir(path: Path) -> Path:
     return path
 
 
-def _check_selection(level: int, keyword: str | None) -> None:
+def _check_selection(level: int, keyword: str | None, nproc: int | None = None) -> None:
+    """A `-k` that parses and selects something: a probe case or a GPU health result of this node."""
     import probes
-    from doctor.plan import KeywordError, select_cases
+    from doctor.health import PROBE as HEALTH
+    from doctor.plan import KeywordError, compile_keyword, detect_hardware, select_cases
+    from doctor.runner import node_world_size
 
+    if keyword is None:
+        return
     try:
-        selected = select_cases(probes.all_cases(), level=3, keyword=keyword)
+        matcher = compile_keyword(keyword)
     except KeywordError as exc:
         raise click.BadParameter(str(exc), param_hint="-k") from None
-    if keyword and not selected:
-        names = ", ".join(spec.name for spec in probes.specs())
+    hardware = detect_hardware()
+    # on a GPU node the hardware families also have cases at its world size (`-k "comm and ws8"`)
+    cases = probes.all_cases(node_world_size(hardware, nproc))
+    health = any(matcher(f"{HEALTH}[gpu{index}]") for index in range(hardware.gpu_count))
+    if not health and not select_cases(cases, level=3, keyword=keyword):
+        names = ", ".join([spec.name for spec in probes.specs()] + ([HEALTH] if hardware.gpu_count else []))
         raise click.BadParameter(f"{keyword!r} selects no case; probe families: {names} (see `ds-doctor list`)",
                                  param_hint="-k")
-    if keyword and level >= 2 and not select_cases(probes.all_cases(), level=level, keyword=keyword):
+    if level >= 2 and not health and not select_cases(cases, level=level, keyword=keyword):
         raise click.BadParameter(f"{keyword!r} selects only level-3 cases; add --level 3", param_hint="-k")
 
 
@@ -128,7 +137,7 @@ def run(level: int, keyword: str | None, out_dir: Path, json_stdout: bool, nproc
     from doctor.plan import detect_hardware
     from reports.console import LiveProgress, print_summary
 
-    _check_selection(level, keyword)
+    _check_selection(level, keyword, nproc)
     baseline = _load_report(baseline_file, "--baseline") if baseline_file is not None else None
     out_dir = _writable_dir(out_dir)
     _check_writable_file(junit_file, "--junit")
@@ -229,7 +238,8 @@ def list_cases(level: int, keyword: str | None) -> int:
     from rich.table import Table
 
     import probes
-    from doctor.plan import missing_requirements, select_cases
+    from doctor.plan import detect_hardware, missing_requirements, select_cases
+    from doctor.runner import node_world_size
 
     _check_selection(3, keyword)
     specs = {spec.name: spec for spec in probes.specs()}
@@ -237,7 +247,7 @@ def list_cases(level: int, keyword: str | None) -> int:
     table.add_column("case", no_wrap=True)
     for column in ("scenario", "level", "ranks"):
         table.add_column(column)
-    for case in select_cases(probes.all_cases(), level=level, keyword=keyword):
+    for case in select_cases(probes.all_cases(node_world_size(detect_hardware())), level=level, keyword=keyword):
         table.add_row(escape(case.id), case.scenario, str(case.level), str(case.world_size))
     Console().print(table)
     for spec in specs.values():

@@ -56,14 +56,21 @@ def iso(moment: dt.datetime) -> str:
     return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
+def node_world_size(hardware: Hardware, nproc: int | None = None) -> int | None:
+    """The world size the hardware families add: all the GPUs (or --nproc); none on a CPU node."""
+    if hardware.device_kind != "cuda":
+        return None
+    return nproc or default_nproc(hardware)
+
+
 def make_plan(options: RunOptions, hardware: Hardware | None = None) -> RunPlan:
     """Which cases run where. Level 1 plans nothing (environment and hardware only)."""
     if options.level < 2:
         return RunPlan([], hardware, 0, [], [])
     hardware = hardware or detect_hardware()
     nproc = options.nproc or default_nproc(hardware)
-    node_world_size = nproc if hardware.device_kind == "cuda" else None  # a CPU node has no GPUs to cover
-    cases = select_cases(probes.all_cases(node_world_size), level=options.level, keyword=options.keyword)
+    cases = select_cases(probes.all_cases(node_world_size(hardware, nproc)), level=options.level,
+                         keyword=options.keyword)
     if not cases:
         return RunPlan(cases, hardware, 0, [], [])
     groups, skips = plan(cases, hardware, nproc)

@@ -16,6 +16,8 @@ STYLES = {
     Outcome.PASS: "green", Outcome.FAIL: "bold red", Outcome.ERROR: "bold red", Outcome.TIMEOUT: "bold red",
     Outcome.SKIP: "yellow", Outcome.XFAIL: "magenta", Outcome.XPASS: "cyan",
 }
+#: Measures a probe put in its notes, shown with a passing case (as in the Prometheus textfile).
+MEASURED = (("busbw_gbps", "busbw GB/s"), ("tflops", "TFLOP/s"))
 
 
 class LiveProgress:
@@ -54,6 +56,10 @@ def summary_table(report: Report) -> Table:
         warnings = [f for f in result.findings if f.severity != "error"]
         if warnings and not details:
             details = f"{len(warnings)} warning(s): " + "; ".join(sorted({f.invariant for f in warnings}))
+        measured = [f"{label} {result.notes[key]:g}" for key, label in MEASURED
+                    if isinstance(result.notes.get(key), (int, float))]
+        if measured and not result.reason:
+            details = " · ".join(filter(None, [", ".join(measured), details]))
         table.add_row(escape(result.case), f"[{STYLES[result.outcome]}]{result.outcome.value}[/]",
                       f"{result.duration_s:.1f}s", escape(details[:300]))
     return table
