@@ -27,6 +27,7 @@ lint: $(BIN)/.installed
 
 bench: $(BIN)/.installed
 	$(BIN)/python bench/bench_env.py
+	$(BIN)/python bench/bench_nightly.py
 
 clean:
 	rm -rf $(VENV) ds-doctor-reports
