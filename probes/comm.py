@@ -17,6 +17,7 @@ from doctor import collectives
 from doctor.context import ProbeContext
 from doctor.invariants import ERROR, Finding
 from probes.base import ProbeSpec, Requirement, Variant
+from probes.common import synchronize
 
 SPEC = ProbeSpec(
     name="comm",
@@ -99,19 +100,12 @@ def _time(collective: str, numel: int, ctx: ProbeContext, device: Any, warmup: i
         tensors[0].zero_()  # summed in place over and over: zeros stay finite
     for _ in range(warmup):
         collectives.run_once(collective, tensors)
-    _sync(device)
+    synchronize(device)
     dist.barrier()
     started = time.perf_counter()
     for _ in range(iters):
         collectives.run_once(collective, tensors)
-    _sync(device)
+    synchronize(device)
     elapsed = torch.tensor([(time.perf_counter() - started) / iters], dtype=torch.float64, device=device)
     dist.all_reduce(elapsed)
     return float(elapsed) / ctx.world_size
-
-
-def _sync(device: Any) -> None:
-    import torch
-
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)

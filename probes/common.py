@@ -44,3 +44,11 @@ def full_values(module: Any) -> dict[str, Any]:
             return {name: p.detach().to("cpu" if p.device.type != "meta" else "meta", copy=True)
                     for name, p in params.items()}
     return {name: p.detach().to("cpu" if p.device.type != "meta" else "meta", copy=True) for name, p in params.items()}
+
+
+def synchronize(device: Any) -> None:
+    """Wait for the device's queued work (CUDA); a CPU device has none. For timing."""
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

@@ -17,6 +17,7 @@ from typing import Any
 from doctor.context import ProbeContext
 from doctor.invariants import ERROR, Finding
 from probes.base import ProbeSpec, Requirement, Variant
+from probes.common import synchronize
 
 SPEC = ProbeSpec(
     name="compute",
@@ -78,11 +79,11 @@ def _matmul(ctx: ProbeContext, dtype_name: str) -> None:
     ctx.enter(f"matmul {dtype_name} {n}x{n}: timing")
     for _ in range(warmup):
         a @ b
-    _sync(device)
+    synchronize(device)
     started = time.perf_counter()
     for _ in range(iters):
         a @ b
-    _sync(device)
+    synchronize(device)
     seconds = (time.perf_counter() - started) / iters
     tflops = 2 * n**3 / seconds / 1e12
     ctx.note("dtype", dtype_name)
@@ -174,10 +175,3 @@ def _all_ranks(ctx: ProbeContext, value: float) -> list[float]:
     gathered: list[Any] = [None] * ctx.world_size
     dist.all_gather_object(gathered, value)
     return [float(v) for v in gathered]
-
-
-def _sync(device: Any) -> None:
-    import torch
-
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
