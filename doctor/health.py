@@ -96,9 +96,7 @@ def _read_gpu(nvml: Any, index: int, handle: Any) -> dict[str, Any]:
     r.read(("remapped_rows_correctable", "remapped_rows_uncorrectable", "remapped_rows_pending",
             "remapped_rows_failed"), lambda: nvml.nvmlDeviceGetRemappedRows(handle),
            lambda rows: (int(rows[0]), int(rows[1]), bool(rows[2]), bool(rows[3])))
-    reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
-        nvml.nvmlDeviceGetCurrentClocksThrottleReasons
-    r.read(("throttle_mask", "throttle_reasons"), lambda: reasons(handle),
+    r.read(("throttle_mask", "throttle_reasons"), lambda: _throttle_mask(nvml, handle),
            lambda mask: (int(mask), throttle_names(int(mask))))
     r.read(("utilization_gpu_pct", "utilization_memory_pct"), lambda: nvml.nvmlDeviceGetUtilizationRates(handle),
            lambda u: (int(u.gpu), int(u.memory)))
@@ -115,6 +113,14 @@ def _read_gpu(nvml: Any, index: int, handle: Any) -> dict[str, Any]:
     r.read("nvlink", lambda: _nvlinks(nvml, handle))
     r.read("processes", lambda: _processes(nvml, handle))
     return r.gpu
+
+
+def _throttle_mask(nvml: Any, handle: Any) -> int:
+    """Clock event reasons (NVML 12.2+); the older name where the newer one is missing or refused."""
+    try:
+        return nvml.nvmlDeviceGetCurrentClocksEventReasons(handle)
+    except Exception:
+        return nvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle)
 
 
 def _nvlinks(nvml: Any, handle: Any) -> list[dict[str, Any]]:

@@ -19,6 +19,7 @@ import pytest
 from doctor import health
 from doctor.invariants import ERROR, INFO, WARNING
 from doctor.outcomes import Outcome
+from reports.model import validate
 
 NVML_DIR = Path(__file__).parent / "resources" / "nvml"
 
@@ -98,6 +99,9 @@ class AnsweringNVML:
     def nvmlDeviceGetCurrentClocksEventReasons(self, h: int) -> int:
         return self._gpu(h, "nvmlDeviceGetCurrentClocksEventReasons")["throttle"]
 
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, h: int) -> int:  # the name before NVML 12.2
+        return self._gpu(h, "nvmlDeviceGetCurrentClocksThrottleReasons")["throttle"]
+
     def nvmlDeviceGetUtilizationRates(self, h: int) -> Any:
         gpu, memory = self._gpu(h, "nvmlDeviceGetUtilizationRates")["utilization"]
         return SimpleNamespace(gpu=gpu, memory=memory)
@@ -169,6 +173,11 @@ def test_init_failure_and_refused_calls_never_raise() -> None:
     assert (t4["retired_pages_sbe"], t4["retired_pages_dbe"], t4["retired_pages_pending"]) == (2, 1, True)
     assert t4["compute_capability"] == "7.5" and t4["throttle_reasons"] == ["sw_power_cap"]
     assert (t4["clock_sm_mhz"], t4["clock_sm_max_mhz"]) == (585, 1590)
+    # an older driver without the clocks-event call: the throttle-reasons call answers instead
+    older = answers("t4_container.json")
+    older["gpus"][0]["unsupported"].append("nvmlDeviceGetCurrentClocksEventReasons")
+    (t4,) = health.read_gpus(AnsweringNVML(older))[0]
+    assert t4["throttle_reasons"] == ["sw_power_cap"] and "throttle_reasons" not in t4["unavailable"]
 
 
 def test_every_field_is_read_on_a_full_node() -> None:
@@ -249,6 +258,7 @@ def test_a_run_directory_report_judges_the_gpus_it_recorded(tmp_path: Path) -> N
                            hardware=hardware, planned=[], skips=[], keyword="gpu1 or gpu2")
     report, warnings = recover.report_from_run_dir(tmp_path)
     assert warnings == []
+    validate(report.to_dict())
     assert [(r.case, r.outcome) for r in report.results] == [("gpu_health[gpu1]", Outcome.FAIL),
                                                              ("gpu_health[gpu2]", Outcome.FAIL)]
 
