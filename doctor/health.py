@@ -189,7 +189,7 @@ def read_gpus(nvml: Any = None) -> tuple[list[dict[str, Any]], str | None, dict[
             except Exception as exc:
                 gpus.append({"index": index, "unavailable": {"handle": _reason(exc)}})
                 continue
-            gpus.append(_read_gpu(nvml, index, handle))
+            gpus.append({**_read_gpu(nvml, index, handle), **versions})  # the system's drivers, on each GPU too
         return gpus, None if gpus else "NVML reports no GPUs", versions
     finally:
         try:

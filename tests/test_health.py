@@ -172,6 +172,7 @@ def test_init_failure_and_refused_calls_never_raise() -> None:
         assert t4[field] is None and t4["unavailable"][field] == "NVMLError_NotSupported: Not Supported", field
     assert (t4["retired_pages_sbe"], t4["retired_pages_dbe"], t4["retired_pages_pending"]) == (2, 1, True)
     assert t4["compute_capability"] == "7.5" and t4["throttle_reasons"] == ["sw_power_cap"]
+    assert (t4["driver"], t4["cuda_driver"]) == ("535.161.08", "12.2")
     assert (t4["clock_sm_mhz"], t4["clock_sm_max_mhz"]) == (585, 1590)
     # an older driver without the clocks-event call: the throttle-reasons call answers instead
     older = answers("t4_container.json")
