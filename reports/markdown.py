@@ -156,6 +156,26 @@ def render_warnings(report: Report) -> list[str]:
     return [*lines, ""]
 
 
+def render_measurements(report: Report) -> list[str]:
+    """The hardware families' numbers: per collective and size (as nccl-tests prints them), per matmul."""
+    comm = [r for r in report.results if isinstance(r.notes.get("sizes"), list)]
+    matmul = [r for r in report.results if "relative_error" in r.notes]
+    if not comm and not matmul:
+        return []
+    lines = ["## Measurements", ""]
+    if comm:
+        rows = [[f"`{r.case}`", row.get("bytes"), row.get("time_us"), row.get("algbw_gbps"), row.get("busbw_gbps")]
+                for r in comm for row in r.notes["sizes"] if isinstance(row, dict)]
+        lines += ["Collectives (busbw = algbw × nccl-tests' factor; time averaged over the ranks):", "",
+                  *_table(["case", "bytes", "time (us)", "algbw (GB/s)", "busbw (GB/s)"], rows), ""]
+    if matmul:
+        rows = [[f"`{r.case}`", r.notes.get("size"), f"{r.notes.get('relative_error', 0):.3g}", r.notes.get("tolerance"),
+                 r.notes.get("tflops"), ", ".join(str(v) for v in r.notes.get("tflops_by_rank") or [])] for r in matmul]
+        lines += ["Matmuls against fp64 (TFLOP/s of the slowest rank, then each rank's):", "",
+                  *_table(["case", "n", "relative error", "tolerance", "TFLOP/s", "by rank"], rows), ""]
+    return lines
+
+
 def render_device_map(result: CaseResult) -> list[str]:
     if not result.device_map:
         return []
@@ -179,6 +199,7 @@ def render_markdown(report: Report) -> str:
         for result in attention:
             lines += render_case(result)
     lines += render_warnings(report)
+    lines += render_measurements(report)
     skipped = [r for r in report.results if r.outcome == Outcome.SKIP]
     if skipped:
         lines += ["## Skipped", "", *[f"- `{r.case}`: {r.reason}" for r in skipped], ""]

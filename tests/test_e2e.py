@@ -468,6 +468,9 @@ def test_nightly_smoke_comm_compute_junit_prometheus_and_a_baseline_diff(tmp_pat
         notes = results[f"compute[matmul-{dtype}-ws1]"]["notes"]
         assert 0 <= notes["relative_error"] <= notes["tolerance"] and notes["tflops"] > 0
     assert results["compute[memory-ws1]"]["notes"] == {"allocated_bytes": 64 << 20, "wrong_elements": 0}
+    markdown = next(first.glob("ds-doctor-*.md")).read_text()
+    assert "## Measurements" in markdown and "| `comm[all_reduce-ws2]` | 4194304 |" in markdown
+    assert "| `compute[matmul-bf16-ws1]` | 256 |" in markdown
     xmlschema.XMLSchema(str(resources.files("reports").joinpath("junit.xsd"))).validate(str(tmp_path / "first.xml"))
     metrics = {f.name: f.samples for f in prom_parser.text_string_to_metric_families((tmp_path / "first.prom").read_text())}
     assert {s.labels["case"] for s in metrics["ds_doctor_busbw_gbps"]} >= {"comm[all_reduce-ws2]", "comm[broadcast-ws1]"}
