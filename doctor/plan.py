@@ -73,9 +73,14 @@ def compile_keyword(expr: str) -> Callable[[str], bool]:
     return matcher
 
 
+def keyword_matcher(keyword: str | None) -> Callable[[str], bool]:
+    """The `-k` matcher for case ids; no keyword selects everything."""
+    return compile_keyword(keyword) if keyword else (lambda _s: True)
+
+
 def select_cases(cases: Iterable[Case], *, level: int, keyword: str | None) -> list[Case]:
     """Level 1 runs no probe; 2 the representative cases; 3 every case. `-k` filters by case id."""
-    matcher = compile_keyword(keyword) if keyword else (lambda _s: True)
+    matcher = keyword_matcher(keyword)
     return [c for c in cases if c.level <= level and matcher(c.id)]
 
 

@@ -20,7 +20,7 @@ from doctor.files import write_atomic
 from doctor.health import health_results
 from doctor.launch import EventSink, run_group
 from doctor.outcomes import FAILING, ExitCode
-from doctor.plan import Hardware, LaunchGroup, Skip, compile_keyword, default_nproc, detect_hardware, plan, select_cases
+from doctor.plan import Hardware, LaunchGroup, Skip, default_nproc, detect_hardware, keyword_matcher, plan, select_cases
 from doctor.redact import Anonymizer, scrub
 from doctor.results import merge_case, skipped_case
 from probes.base import Case
@@ -93,7 +93,7 @@ def execute(run_plan: RunPlan, run_dir: Path, versions: dict[str, str | None], o
 
 def selected_health(hardware: dict[str, Any], keyword: str | None) -> list[CaseResult]:
     """The GPU health results (level 1 and up), filtered by `-k` like every other case."""
-    matcher = compile_keyword(keyword) if keyword else (lambda _s: True)
+    matcher = keyword_matcher(keyword)
     return [r for r in health_results(hardware.get("gpus") or [], hardware.get("gpus_reason")) if matcher(r.case)]
 
 
