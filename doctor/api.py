@@ -16,17 +16,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from doctor.devicemap import Recorder, TensorRecord, collect
-from doctor.files import write_atomic
-from doctor.invariants import (
-    Finding,
+from doctor.checks.placement import (
     ZeroPromise,
     fp32_partition_placement,
     grad_accum_dtype,
     optimizer_state_colocation,
     param_partition_placement,
 )
+from doctor.collect.devicemap import Recorder, collect
+from doctor.files import write_atomic
 from doctor.redact import scrub
+from reports.records import Finding, TensorRecord
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,7 +36,7 @@ class Inspection:
 
     @property
     def ok(self) -> bool:
-        return not any(f.severity == "error" for f in self.findings)
+        return not any(f.is_error for f in self.findings)
 
     def to_dict(self) -> dict[str, Any]:
         return scrub({"device_map": [r.to_dict() for r in self.records], "findings": [f.to_dict() for f in self.findings]})

@@ -9,14 +9,13 @@ element on any rank is an error finding: the case fails with the size, rank and 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
 
-from doctor import collectives
-from doctor.context import ProbeContext
-from doctor.invariants import ERROR, Finding
-from probes.base import ProbeSpec, Requirement, Variant
+from doctor.checks import collectives
+from doctor.plugins import Finding, ProbeContext, ProbeSpec, Requirement, Severity, Variant
 from probes.common import synchronize
 
 SPEC = ProbeSpec(
@@ -38,17 +37,22 @@ ITERS = {"cpu": (2, 5), "cuda": (5, 20)}  # (warm-up, timed) runs per size
 AfterRun = Callable[[str, int, Any], None]
 
 
+@dataclasses.dataclass(frozen=True)
+class CommCase:
+    collective: str  # one of collectives.COLLECTIVES
+
+
 def variants() -> list[Variant]:
-    return [Variant(name=name, params={"collective": name}, level=2) for name in collectives.COLLECTIVES]
+    return [Variant(name=name, params=CommCase(name), level=2) for name in collectives.COLLECTIVES]
 
 
 def run(ctx: ProbeContext, after_run: AfterRun | None = None) -> None:
     import torch
 
-    collective = str(ctx.params["collective"])
+    collective = ctx.params.collective
     device = torch.device(ctx.device)
     warmup, iters = ITERS[ctx.device_kind]
-    rows = []
+    algbw = busbw = 0.0
     for size in SIZES[ctx.device_kind]:
         numel = max(ctx.world_size, size // 4 // ctx.world_size * ctx.world_size)
         ctx.enter(f"{collective} {numel * 4} B: check")
@@ -58,15 +62,14 @@ def run(ctx: ProbeContext, after_run: AfterRun | None = None) -> None:
         ctx.enter(f"{collective} {numel * 4} B: check again")
         _check(ctx, collective, numel, device, after_run, when="after timing")
         algbw, busbw = collectives.bandwidths(collective, numel * 4, seconds, ctx.world_size)
-        rows.append({"bytes": numel * 4, "time_us": round(seconds * 1e6, 2),
-                     "algbw_gbps": round(algbw, 4), "busbw_gbps": round(busbw, 4)})
+        ctx.measure_row(bytes=numel * 4, time_us=round(seconds * 1e6, 2), algbw_gbps=round(algbw, 4),
+                        busbw_gbps=round(busbw, 4))
     ctx.note("backend", ctx.backend)
     ctx.note("dtype", "float32")
-    ctx.note("sizes", rows)
     ctx.note("bus_factor", collectives.bus_factor(collective, ctx.world_size))
     # The headline numbers are the largest size's, where the link, not the latency, sets the time.
-    ctx.note("algbw_gbps", rows[-1]["algbw_gbps"])
-    ctx.note("busbw_gbps", rows[-1]["busbw_gbps"])
+    ctx.measure("algbw_gbps", round(algbw, 4))
+    ctx.measure("busbw_gbps", round(busbw, 4))
 
 
 def _check(ctx: ProbeContext, collective: str, numel: int, device: Any, after_run: AfterRun | None,
@@ -80,7 +83,7 @@ def _check(ctx: ProbeContext, collective: str, numel: int, device: Any, after_ru
     if not check.ok:
         ctx.check([Finding(
             invariant="collective_result",
-            severity=ERROR,
+            severity=Severity.ERROR,
             message=f"{collective} of {numel * 4} B over {ctx.world_size} rank(s), {when}: {check.describe()}",
             stage=ctx.stage,
             expected="every element equal to the exact reduction of the ranks' inputs",

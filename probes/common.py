@@ -7,6 +7,8 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+from doctor.plugins import ProbeContext
+
 
 @contextlib.contextmanager
 def accelerate_session() -> Iterator[None]:
@@ -44,6 +46,18 @@ def full_values(module: Any) -> dict[str, Any]:
             return {name: p.detach().to("cpu" if p.device.type != "meta" else "meta", copy=True)
                     for name, p in params.items()}
     return {name: p.detach().to("cpu" if p.device.type != "meta" else "meta", copy=True) for name, p in params.items()}
+
+
+def build_deepspeed_ops(ctx: ProbeContext) -> None:
+    """Build or load DeepSpeed's optimizer ops (a JIT build takes minutes the first time) once per launch,
+    as a probe's `setup`, so the build does not eat a case's timeout."""
+    from deepspeed.accelerator import get_accelerator
+
+    for builder_name in ("CPUAdamBuilder", "FusedAdamBuilder"):
+        builder = get_accelerator().create_op_builder(builder_name)
+        if builder is not None and builder.is_compatible(verbose=False):
+            ctx.enter(f"build {builder_name}")
+            builder.load()
 
 
 def synchronize(device: Any) -> None:

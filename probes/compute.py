@@ -11,12 +11,11 @@ runs with TF32 off (torch's default for matmul), and its tolerance allows for ac
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
-from doctor.context import ProbeContext
-from doctor.invariants import ERROR, Finding
-from probes.base import ProbeSpec, Requirement, Variant
+from doctor.plugins import Finding, ProbeContext, ProbeSpec, Requirement, Severity, Variant
 from probes.common import synchronize
 
 SPEC = ProbeSpec(
@@ -39,16 +38,22 @@ MEMORY_SHARE = 0.85
 CPU_MEMORY_BYTES = 64 << 20
 
 
+@dataclasses.dataclass(frozen=True)
+class ComputeCase:
+    dtype: str | None  # a matmul in this dtype (one of DTYPES), or None: the memory check
+
+
 def variants() -> list[Variant]:
-    out = [Variant(name=f"matmul-{dtype}", params={"kind": "matmul", "dtype": dtype}, level=2) for dtype in DTYPES]
-    return [*out, Variant(name="memory", params={"kind": "memory"}, level=2)]
+    out = [Variant(name=f"matmul-{dtype}", params=ComputeCase(dtype), level=2) for dtype in DTYPES]
+    return [*out, Variant(name="memory", params=ComputeCase(None), level=2)]
 
 
 def run(ctx: ProbeContext) -> None:
-    if ctx.params["kind"] == "memory":
+    dtype = ctx.params.dtype
+    if dtype is None:
         _memory(ctx)
     else:
-        _matmul(ctx, str(ctx.params["dtype"]))
+        _matmul(ctx, dtype)
 
 
 def relative_error(result: Any, reference: Any) -> float:
@@ -87,11 +92,11 @@ def _matmul(ctx: ProbeContext, dtype_name: str) -> None:
     seconds = (time.perf_counter() - started) / iters
     tflops = 2 * n**3 / seconds / 1e12
     ctx.note("dtype", dtype_name)
-    ctx.note("size", n)
-    ctx.note("relative_error", error)
-    ctx.note("tolerance", TOLERANCE[dtype_name])
+    ctx.measure("matmul_size", n)
+    ctx.measure("relative_error", error)
+    ctx.measure("error_tolerance", TOLERANCE[dtype_name])
     by_rank = _all_ranks(ctx, round(tflops, 4))
-    ctx.note("tflops", min(by_rank))  # the slowest GPU decides what a job on this node gets
+    ctx.measure("tflops", min(by_rank))  # the slowest GPU decides what a job on this node gets
     ctx.note("tflops_by_rank", by_rank)
     if ctx.device_kind == "cuda":
         ctx.note("gpu", torch.cuda.get_device_name(device))
@@ -99,7 +104,7 @@ def _matmul(ctx: ProbeContext, dtype_name: str) -> None:
         what = "non-finite values in the product" if not finite else f"relative error {error:.3g}"
         ctx.check([Finding(
             invariant="matmul_result",
-            severity=ERROR,
+            severity=Severity.ERROR,
             message=f"{dtype_name} {n}x{n} matmul on {ctx.device}: {what} > tolerance {TOLERANCE[dtype_name]:g}",
             stage=ctx.stage,
             expected=f"relative error vs fp64 <= {TOLERANCE[dtype_name]:g}",
@@ -134,7 +139,7 @@ def _memory(ctx: ProbeContext) -> None:
         if wrong:
             ctx.check([Finding(
                 invariant="memory_readback",
-                severity=ERROR,
+                severity=Severity.ERROR,
                 message=f"{wrong} of {block.numel()} int32 elements read back wrong from {nbytes} B on {ctx.device}",
                 stage=ctx.stage,
                 expected="every element reads back the value written",

@@ -22,14 +22,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from doctor import known_issues
-from doctor.context import ProbeContext
-from doctor.identity import identity_invariants
-from doctor.invariants import ERROR, WARNING, Finding
-from doctor.worker import TRACEBACK_CHARS
-from probes import zero_offload
-from probes.base import ProbeSpec, Requirement, Variant
-from probes.common import full_values
+from doctor.checks.identity import identity_invariants
+from doctor.knowledge.catalog import RaisedError
+from doctor.plugins import Finding, ProbeContext, ProbeSpec, Requirement, Severity, Variant
+from probes.common import build_deepspeed_ops, full_values
 from probes.models import build_frozen_model, token_batch
 
 SPEC = ProbeSpec(
@@ -57,14 +53,20 @@ TAG = "s1"
 DEFAULT_ISSUE = SPEC.known_issues[0]
 
 
+@dataclasses.dataclass(frozen=True)
+class S1Case:
+    stage: int
+    route: str  # a key of ROUTES
+
+    @property
+    def reproduce(self) -> bool:
+        return self.route != "healthy"
+
+
 def variants() -> list[Variant]:
-    out = []
-    for stage in (0, 1, 2, 3):
-        for route in ROUTES:
-            name = f"z{stage}-{route}"
-            out.append(Variant(name=name, params={"stage": stage, "route": route}, level=2 if name in LEVEL2 else 3,
-                               reproduce=route != "healthy"))
-    return out
+    cases = [S1Case(stage, route) for stage in (0, 1, 2, 3) for route in ROUTES]
+    return [Variant(name=f"z{c.stage}-{c.route}", params=c, level=2 if f"z{c.stage}-{c.route}" in LEVEL2 else 3,
+                    reproduce=c.reproduce) for c in cases]
 
 
 def build_config(stage: int) -> dict[str, Any]:
@@ -78,7 +80,7 @@ def build_config(stage: int) -> dict[str, Any]:
     }
 
 
-setup = zero_offload.setup  # the same DeepSpeed optimizer ops, built or loaded once per launch
+setup = build_deepspeed_ops  # the same DeepSpeed optimizer ops, built or loaded once per launch
 
 
 @dataclasses.dataclass
@@ -90,8 +92,8 @@ class Problem:
 
 
 def run(ctx: ProbeContext) -> None:
-    stage, route = int(ctx.params["stage"]), str(ctx.params["route"])
-    reproduce = route != "healthy"
+    params: S1Case = ctx.params
+    stage, route, reproduce = params.stage, params.route, params.reproduce
     ctx.note("route", ROUTES[route])
     ctx.note("deepspeed_config", build_config(stage))
     engines: list[Any] = []
@@ -119,7 +121,7 @@ def run(ctx: ProbeContext) -> None:
 def _conclude(ctx: ProbeContext, reproduce: bool, caught: list[Finding], problems: list[Problem]) -> None:
     if not reproduce:
         ctx.check(caught)
-        ctx.check(Finding("checkpoint_round_trip", ERROR, p.what, stage="after_reload") for p in problems)
+        ctx.check(Finding("checkpoint_round_trip", Severity.ERROR, p.what, stage="after_reload") for p in problems)
         return
     for problem in problems:
         ctx.showed(problem.what)
@@ -129,7 +131,7 @@ def _conclude(ctx: ProbeContext, reproduce: bool, caught: list[Finding], problem
         ctx.known_issue(issue, shown=True)
         return
     latent = " (latent here: the step, the save and the reload all came out right)"
-    ctx.check(dataclasses.replace(f, severity=WARNING, message=f.message + latent) if f.severity == ERROR else f
+    ctx.check(dataclasses.replace(f, severity=Severity.WARNING, message=f.message + latent) if f.is_error else f
               for f in caught)
     ctx.known_issue(DEFAULT_ISSUE, shown=False)
 
@@ -239,8 +241,8 @@ def _attempt(ctx: ProbeContext, problems: list[Problem], what: str, action: Call
         action()
         return True
     except Exception as exc:
-        raised = known_issues.RaisedError.of(exc)
-        ctx.note(f"raised in {what}", raised.traceback[-TRACEBACK_CHARS:])
+        raised = RaisedError.of(exc)
+        ctx.note(f"raised in {what}", raised.traceback)
         problems.append(Problem(f"{what} raised {raised.summary}", raised.hits[0].id if raised.hits else None))
         return False
 
@@ -249,7 +251,7 @@ def meta_entries(tag_dir: Path) -> list[str]:
     """Names of tensors stored on meta (no data) in a DeepSpeed checkpoint's model-state files."""
     import torch
 
-    from doctor.devicemap import iter_nested_tensors
+    from doctor.collect.devicemap import iter_nested_tensors
 
     empty: list[str] = []
     for path in sorted(tag_dir.glob("*model_states.pt")):

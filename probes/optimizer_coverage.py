@@ -16,12 +16,11 @@ import importlib.util
 from collections.abc import Callable
 from typing import Any
 
-from doctor.context import ProbeContext
-from doctor.coverage import Tracked, optimizer_groups, step_changes, tracked_live, tracked_names, tracked_set
-from doctor.lifecycle import process_count_agreement
-from probes import zero_offload
-from probes.base import ProbeSpec, Requirement, Variant
-from probes.common import accelerate_session, dist_world_size
+from doctor.checks.coverage import step_changes, tracked_live, tracked_set
+from doctor.checks.lifecycle import process_count_agreement
+from doctor.collect.tracked import Tracked, clean_name, optimizer_groups, tracked_names
+from doctor.plugins import ProbeContext, ProbeSpec, Requirement, Variant
+from probes.common import accelerate_session, build_deepspeed_ops, dist_world_size
 from probes.common import full_values as gathered_values
 
 SPEC = ProbeSpec(
@@ -44,38 +43,53 @@ INTENDED = ("a.bias", "a.weight", "head.bias", "head.weight")
 FROZEN = ("c.bias", "c.weight")
 
 #: route -> (what the user's code does, reproduce?, level)
-ROUTES: dict[str, tuple[str, bool, int]] = {
-    "fsdp1-orig": ("FSDP1(use_orig_params=True), optimizer built after wrapping", False, 3),
-    "fsdp1-orig-opt-before-wrap": ("FSDP1(use_orig_params=True), optimizer built before wrapping", False, 3),
-    "fsdp1-flat": ("FSDP1(use_orig_params=False), one FlatParameter per Linear, optimizer built after wrapping",
-                   False, 3),
-    "fsdp1-flat-opt-before-wrap": ("FSDP1(use_orig_params=False), optimizer built before wrapping", True, 3),
-    "fsdp2": ("FSDP2 fully_shard on each Linear and the root, optimizer built after wrapping", False, 2),
-    "fsdp2-opt-before-wrap": ("FSDP2 fully_shard, optimizer built before wrapping", True, 3),
-    "deepspeed-z0": ("deepspeed.initialize(model, optimizer=AdamW(group)), ZeRO stage 0", False, 3),
-    "deepspeed-z1": ("deepspeed.initialize(model, optimizer=AdamW(group)), ZeRO stage 1", False, 3),
-    "deepspeed-z2": ("deepspeed.initialize(model, optimizer=AdamW(group)), ZeRO stage 2", False, 2),
-    "deepspeed-z3": ("deepspeed.initialize(model, optimizer=AdamW(group)), ZeRO stage 3", False, 3),
-    "deepspeed-z2-frozen-in-group": ("deepspeed.initialize, ZeRO stage 2, with the frozen c in the optimizer's group "
-                                     "(ZeRO drops it on purpose: an info)", False, 3),
-    "accelerate-deepspeed": ("Accelerator(deepspeed_plugin) prepare(model, AdamW(group), dataloader), ZeRO 2",
-                             False, 3),
-    "accelerate-fsdp": ("Accelerator(fsdp_plugin) prepare(model, AdamW(group)), optimizer built before prepare",
-                        False, 3),
-    "composer": ("Composer Trainer with FSDP and a one-group optimizer", False, 3),
-}
+@dataclasses.dataclass(frozen=True)
+class Route:
+    """How the user's code wraps the model and its one-group optimizer."""
+
+    name: str
+    what: str  # in words, for the report
+    wrapper: str  # a key of WRAPPERS
+    optimizer_before_wrap: bool = False
+    orig_params: bool = True  # FSDP1's use_orig_params
+    stage: int = 2  # DeepSpeed's ZeRO stage
+    parts: tuple[str, ...] = ("a", "head")  # the modules whose parameters make the optimizer's one group
+    reproduce: bool = False
+    level: int = 3
+
+
+_DS_WHAT = "deepspeed.initialize(model, optimizer=AdamW(group)), ZeRO stage {}"
+ROUTES = (
+    Route("fsdp1-orig", "FSDP1(use_orig_params=True), optimizer built after wrapping", "fsdp1"),
+    Route("fsdp1-orig-opt-before-wrap", "FSDP1(use_orig_params=True), optimizer built before wrapping", "fsdp1",
+          optimizer_before_wrap=True),
+    Route("fsdp1-flat", "FSDP1(use_orig_params=False), one FlatParameter per Linear, optimizer built after wrapping",
+          "fsdp1", orig_params=False),
+    Route("fsdp1-flat-opt-before-wrap", "FSDP1(use_orig_params=False), optimizer built before wrapping", "fsdp1",
+          optimizer_before_wrap=True, orig_params=False, reproduce=True),
+    Route("fsdp2", "FSDP2 fully_shard on each Linear and the root, optimizer built after wrapping", "fsdp2", level=2),
+    Route("fsdp2-opt-before-wrap", "FSDP2 fully_shard, optimizer built before wrapping", "fsdp2",
+          optimizer_before_wrap=True, reproduce=True),
+    *(Route(f"deepspeed-z{stage}", _DS_WHAT.format(stage), "deepspeed", stage=stage, level=2 if stage == 2 else 3)
+      for stage in (0, 1, 2, 3)),
+    Route("deepspeed-z2-frozen-in-group", "deepspeed.initialize, ZeRO stage 2, with the frozen c in the optimizer's "
+          "group (ZeRO drops it on purpose: an info)", "deepspeed", parts=("a", "c", "head")),
+    Route("accelerate-deepspeed", "Accelerator(deepspeed_plugin) prepare(model, AdamW(group), dataloader), ZeRO 2",
+          "accelerate-deepspeed"),
+    Route("accelerate-fsdp", "Accelerator(fsdp_plugin) prepare(model, AdamW(group)), optimizer built before prepare",
+          "accelerate-fsdp"),
+    Route("composer", "Composer Trainer with FSDP and a one-group optimizer", "composer"),
+)
 
 
 def variants() -> list[Variant]:
-    return [Variant(name=name, params={"route": name, "parts": ("a", "c", "head") if "frozen-in-group" in name else GROUP},
-                    level=level, reproduce=reproduce)
-            for name, (_, reproduce, level) in ROUTES.items()]
+    return [Variant(name=route.name, params=route, level=route.level, reproduce=route.reproduce) for route in ROUTES]
 
 
 def setup(ctx: ProbeContext) -> None:
     """DeepSpeed's optimizer ops, once per launch, where DeepSpeed is installed (only its routes need them)."""
     if importlib.util.find_spec("deepspeed") is not None:
-        zero_offload.setup(ctx)
+        build_deepspeed_ops(ctx)
 
 
 def build_model(seed: int = 0) -> Any:
@@ -99,8 +113,6 @@ def make_optimizer(module: Any, parts: tuple[str, ...] = GROUP) -> Any:
     """One AdamW group over the parameters of `parts` (by original name)."""
     import torch
 
-    from doctor.coverage import clean_name
-
     return torch.optim.AdamW([p for n, p in module.named_parameters() if clean_name(n).split(".")[0] in parts], lr=1e-2)
 
 
@@ -113,15 +125,13 @@ class Wrapped:
 
 
 def run(ctx: ProbeContext) -> None:
-    route = str(ctx.params["route"])
-    what, reproduce, _ = ROUTES[route]
-    ctx.note("route", what)
+    route: Route = ctx.params
+    ctx.note("route", route.what)
     reference = build_model()
-    parts = tuple(ctx.params.get("parts", GROUP))
-    before = tracked_names(optimizer_groups(make_optimizer(reference, parts)), reference)
+    before = tracked_names(optimizer_groups(make_optimizer(reference, route.parts)), reference)
     ctx.note("tracked_before", sorted(before.groups))
     with contextlib.ExitStack() as cleanup:
-        wrapped = _wrap(ctx, route.removesuffix("-frozen-in-group"), cleanup, parts)
+        wrapped = WRAPPERS[route.wrapper](ctx, route, cleanup)
         ctx.enter("after_wrap")
         after = _tracked_everywhere(tracked_names(optimizer_groups(wrapped.optimizer), wrapped.module))
         ctx.note("tracked_after", sorted(after.groups))
@@ -132,7 +142,7 @@ def run(ctx: ProbeContext) -> None:
         changed = sorted(name for name, value in wrapped.full_values().items() if not _equal(values[name], value))
         ctx.note("changed_by_step", changed)
         missed = step_changes(changed, INTENDED)
-        if reproduce:  # what went wrong for real: an xfail if the checks above caught it first, else a fail
+        if route.reproduce:  # what went wrong for real: an xfail if the checks above caught it first, else a fail
             for finding in missed:
                 ctx.showed(finding.message)
             ctx.known_issue(SPEC.known_issues[0], shown=bool(missed))
@@ -158,22 +168,6 @@ def _tracked_everywhere(tracked: Tracked) -> Tracked:
     for rank_groups, _ in gathered:
         groups.update(rank_groups)
     return Tracked(groups, tracked.orphans)  # orphans are this rank's own
-
-
-def _wrap(ctx: ProbeContext, route: str, cleanup: contextlib.ExitStack, parts: tuple[str, ...]) -> Wrapped:
-    if route.startswith("fsdp1"):
-        return _fsdp1(ctx, orig=route.startswith("fsdp1-orig"), before=route.endswith("opt-before-wrap"))
-    if route.startswith("fsdp2"):
-        return _fsdp2(ctx, before=route.endswith("opt-before-wrap"))
-    if route.startswith("deepspeed"):
-        return _deepspeed(ctx, cleanup, parts, stage=int(route[-1]))
-    if route == "accelerate-deepspeed":
-        return _accelerate_deepspeed(ctx, cleanup)
-    if route == "accelerate-fsdp":
-        return _accelerate_fsdp(ctx, cleanup)
-    if route == "composer":
-        _composer(ctx)
-    raise ValueError(f"unknown route {route!r}")
 
 
 def _batch(ctx: ProbeContext, device: Any) -> tuple[Any, Any]:
@@ -202,17 +196,15 @@ def _device(ctx: ProbeContext) -> Any:
     return torch.device(ctx.device)
 
 
-def _fsdp1(ctx: ProbeContext, *, orig: bool, before: bool) -> Wrapped:
+def _fsdp1(ctx: ProbeContext, route: Route, cleanup: contextlib.ExitStack) -> Wrapped:
     import torch
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
     from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
-    from doctor.coverage import clean_name
-
     ctx.enter("wrap")
     model = build_model()
-    optimizer = make_optimizer(model) if before else None
-    wrapped = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({torch.nn.Linear}), use_orig_params=orig,
+    optimizer = make_optimizer(model) if route.optimizer_before_wrap else None
+    wrapped = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({torch.nn.Linear}), use_orig_params=route.orig_params,
                    device_id=_device(ctx))
     if optimizer is None:
         optimizer = make_optimizer(wrapped)
@@ -224,12 +216,12 @@ def _fsdp1(ctx: ProbeContext, *, orig: bool, before: bool) -> Wrapped:
     return Wrapped(wrapped, optimizer, _plain_step(ctx, wrapped, optimizer, _device(ctx)), full_values)
 
 
-def _fsdp2(ctx: ProbeContext, *, before: bool) -> Wrapped:
+def _fsdp2(ctx: ProbeContext, route: Route, cleanup: contextlib.ExitStack) -> Wrapped:
     from torch.distributed.fsdp import fully_shard
 
     ctx.enter("wrap")
     model = build_model().to(_device(ctx))
-    optimizer = make_optimizer(model) if before else None
+    optimizer = make_optimizer(model) if route.optimizer_before_wrap else None
     for name in ("a", "b", "c", "head"):
         fully_shard(getattr(model, name))
     fully_shard(model)
@@ -265,19 +257,19 @@ def _ds_config(stage: int) -> dict[str, Any]:
             "zero_optimization": {"stage": stage}, "steps_per_print": 10**9, "wall_clock_breakdown": False}
 
 
-def _deepspeed(ctx: ProbeContext, cleanup: contextlib.ExitStack, parts: tuple[str, ...], *, stage: int) -> Wrapped:
+def _deepspeed(ctx: ProbeContext, route: Route, cleanup: contextlib.ExitStack) -> Wrapped:
     ctx.require(DEEPSPEED)
     import deepspeed
 
     ctx.enter("wrap")
     model = build_model()
-    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=make_optimizer(model, parts),
-                                           config=_ds_config(stage))
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=make_optimizer(model, route.parts),
+                                           config=_ds_config(route.stage))
     cleanup.callback(engine.destroy)
     return Wrapped(engine.module, engine.optimizer, _engine_step(ctx, engine), _engine_values(engine))
 
 
-def _accelerate_deepspeed(ctx: ProbeContext, cleanup: contextlib.ExitStack) -> Wrapped:
+def _accelerate_deepspeed(ctx: ProbeContext, route: Route, cleanup: contextlib.ExitStack) -> Wrapped:
     ctx.require(DEEPSPEED, ACCELERATE, TRANSFORMERS)
     import torch
     from accelerate import Accelerator
@@ -285,7 +277,7 @@ def _accelerate_deepspeed(ctx: ProbeContext, cleanup: contextlib.ExitStack) -> W
 
     cleanup.enter_context(accelerate_session())
     ctx.enter("prepare")
-    accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=_ds_config(2)),
+    accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=_ds_config(route.stage)),
                               kwargs_handlers=[InitProcessGroupKwargs(backend=ctx.backend)])
     model = build_model()
     data = torch.utils.data.TensorDataset(torch.randn(8, WIDTH), torch.randn(8, OUT))
@@ -296,7 +288,7 @@ def _accelerate_deepspeed(ctx: ProbeContext, cleanup: contextlib.ExitStack) -> W
     return Wrapped(engine.module, engine.optimizer, _engine_step(ctx, engine), _engine_values(engine))
 
 
-def _accelerate_fsdp(ctx: ProbeContext, cleanup: contextlib.ExitStack) -> Wrapped:
+def _accelerate_fsdp(ctx: ProbeContext, route: Route, cleanup: contextlib.ExitStack) -> Wrapped:
     ctx.require(ACCELERATE)
     from accelerate import Accelerator
     from accelerate.utils import FullyShardedDataParallelPlugin, InitProcessGroupKwargs
@@ -318,8 +310,6 @@ def _accelerate_fsdp(ctx: ProbeContext, cleanup: contextlib.ExitStack) -> Wrappe
     def full_values() -> dict[str, Any]:
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
-        from doctor.coverage import clean_name
-
         if isinstance(wrapped, FSDP):
             with FSDP.summon_full_params(wrapped, writeback=False):
                 return {clean_name(n): p.detach().to("cpu", copy=True) for n, p in wrapped.named_parameters()}
@@ -337,7 +327,7 @@ def _accelerate_fsdp(ctx: ProbeContext, cleanup: contextlib.ExitStack) -> Wrappe
     return Wrapped(wrapped, optimizer, step, full_values)
 
 
-def _composer(ctx: ProbeContext) -> None:
+def _composer(ctx: ProbeContext, route: Route, cleanup: contextlib.ExitStack) -> Wrapped:
     import torch
 
     if importlib.util.find_spec("composer") is None:
@@ -346,3 +336,10 @@ def _composer(ctx: ProbeContext) -> None:
                  "rebuild (mosaicml/composer#3493)")
     ctx.skip("Composer is importable, but this version of the probe has no Composer route yet; the known issue "
              "composer_single_group_rebuild (mosaicml/composer#3493, fixed by #3502) is in `ds-doctor triage`")
+
+
+#: Route.wrapper -> how the model and its optimizer get wrapped.
+WRAPPERS: dict[str, Callable[[ProbeContext, Route, contextlib.ExitStack], Wrapped]] = {
+    "fsdp1": _fsdp1, "fsdp2": _fsdp2, "deepspeed": _deepspeed, "accelerate-deepspeed": _accelerate_deepspeed,
+    "accelerate-fsdp": _accelerate_fsdp, "composer": _composer,
+}

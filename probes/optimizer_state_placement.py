@@ -15,10 +15,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from doctor.context import ProbeContext
-from doctor.invariants import ERROR, WARNING, Finding, optimizer_state_colocation
-from doctor.lifecycle import process_count_agreement
-from probes.base import ProbeSpec, Requirement, Variant
+from doctor.checks.lifecycle import process_count_agreement
+from doctor.checks.placement import optimizer_state_colocation
+from doctor.plugins import Finding, ProbeContext, ProbeSpec, Requirement, Severity, Variant
 from probes.common import accelerate_session, dist_world_size
 from probes.models import batch, build_mlp
 
@@ -31,12 +30,21 @@ SPEC = ProbeSpec(
     timeout_s=120.0,
 )
 
-#: variant -> (module to import, pip name, known issue named for the case)
-OPTIMIZERS: dict[str, tuple[str, str, str | None]] = {
-    "adamw": ("torch", "torch", None),
-    "prodigy": ("prodigyopt", "prodigyopt", None),
-    "prodigy-plus-schedule-free": ("prodigyplus", "prodigy-plus-schedule-free", "prodigy_group_tensors_left_on_cpu"),
-}
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerCase:
+    name: str
+    requirement: Requirement  # the module to import and its pip name
+    issue: str | None = None  # the known issue named for the case
+
+
+OPTIMIZERS = (
+    OptimizerCase("adamw", Requirement("torch", "torch")),
+    OptimizerCase("prodigy", Requirement("prodigyopt", "prodigyopt")),
+    OptimizerCase("prodigy-plus-schedule-free", Requirement("prodigyplus", "prodigy-plus-schedule-free"),
+                  "prodigy_group_tensors_left_on_cpu"),
+)
 MICRO_BATCH = 4
 REMEDY = ("After accelerator.load_state move each param group's tensors to the device of the group's first "
           "parameter; or load_state(dir, map_location=\"on_device\"); or upgrade an optimizer that has no guard "
@@ -44,8 +52,7 @@ REMEDY = ("After accelerator.load_state move each param group's tensors to the d
 
 
 def variants() -> list[Variant]:
-    return [Variant(name=name, params={"optimizer": name}, level=2 if name == "prodigy-plus-schedule-free" else 3)
-            for name in OPTIMIZERS]
+    return [Variant(name=case.name, params=case, level=2 if case.issue else 3) for case in OPTIMIZERS]
 
 
 def make_optimizer(name: str, params: Any) -> Any:
@@ -62,16 +69,16 @@ def make_optimizer(name: str, params: Any) -> Any:
     return ProdigyPlusScheduleFree(params, lr=1.0)
 
 
-def placement(records: list[Any], severity: str) -> list[Finding]:
+def placement(records: list[Any], severity: Severity) -> list[Finding]:
     """I3 over one stage's records, with a remedy; `severity` for a misplacement the next step may survive."""
     return [dataclasses.replace(f, severity=severity, remedy=REMEDY) for f in optimizer_state_colocation(records)]
 
 
 def run(ctx: ProbeContext) -> None:
-    name = str(ctx.params["optimizer"])
-    module, pip, issue_id = OPTIMIZERS[name]
-    ctx.require(Requirement(module, pip))
-    ctx.note("optimizer_version", _version(pip))
+    case: OptimizerCase = ctx.params
+    name, issue_id = case.name, case.issue
+    ctx.require(case.requirement)
+    ctx.note("optimizer_version", _version(case.requirement.pip))
     with accelerate_session():
         checkpoint = ctx.scratch_dir() / "state"
         ctx.enter("prepare")
@@ -81,7 +88,7 @@ def run(ctx: ProbeContext) -> None:
         if ctx.has_error_findings:
             return  # every rank would act as the main process and write the same checkpoint files
         _step(ctx, accelerator, model, optimizer, seed=0)
-        ctx.check(placement(ctx.snapshot("after_prepare", module=model, optimizer=optimizer), ERROR))
+        ctx.check(placement(ctx.snapshot("after_prepare", module=model, optimizer=optimizer), Severity.ERROR))
         ctx.enter("save_state")
         accelerator.save_state(str(checkpoint))
         accelerator.wait_for_everyone()
@@ -90,7 +97,7 @@ def run(ctx: ProbeContext) -> None:
         ctx.enter("load_state")
         accelerator.load_state(str(checkpoint))
         after_load = ctx.snapshot("after_load", module=model, optimizer=optimizer)
-        misplaced = placement(after_load, ERROR)
+        misplaced = placement(after_load, Severity.ERROR)
         try:
             _step(ctx, accelerator, model, optimizer, seed=1)
         except Exception:
@@ -101,9 +108,9 @@ def run(ctx: ProbeContext) -> None:
                 ctx.showed("the first step after load_state raised")
                 return
             raise
-        ctx.check(dataclasses.replace(f, severity=WARNING, message=f.message + " (the next step coped with it)")
+        ctx.check(dataclasses.replace(f, severity=Severity.WARNING, message=f.message + " (the next step coped with it)")
                   for f in misplaced)
-        ctx.check(placement(ctx.snapshot("after_step", module=model, optimizer=optimizer), ERROR))
+        ctx.check(placement(ctx.snapshot("after_step", module=model, optimizer=optimizer), Severity.ERROR))
         if issue_id:
             ctx.known_issue(issue_id, shown=False)
 

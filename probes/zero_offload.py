@@ -9,13 +9,14 @@ first micro step's backward, inside each `unscale_and_clip_grads` call, and afte
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from doctor.context import ProbeContext
-from doctor.invariants import ZeroPromise, zero_invariants
-from doctor.observe import observe_unscale_and_clip
-from probes.base import ProbeSpec, Requirement, Variant
+from doctor.checks.placement import ZeroPromise, zero_invariants
+from doctor.collect.observe import observe_unscale_and_clip
+from doctor.plugins import ProbeContext, ProbeSpec, Requirement, Variant
+from probes.common import build_deepspeed_ops
 from probes.models import batch, build_mlp
 
 SPEC = ProbeSpec(
@@ -35,27 +36,27 @@ OFFLOADS = {"none": (False, False), "opt": (True, False), "opt+param": (True, Tr
 REPRESENTATIVE = "z3-opt+param-bf16"
 
 
+@dataclasses.dataclass(frozen=True)
+class ZeroCase:
+    stage: int
+    offload: str  # a key of OFFLOADS
+    dtype: str  # "bf16" or "fp32"
+
+    @property
+    def name(self) -> str:
+        return f"z{self.stage}-{self.offload}-{self.dtype}"
+
+
 def variants() -> list[Variant]:
-    out = []
-    for stage in (1, 2, 3):
-        for offload, (_, offload_param) in OFFLOADS.items():
-            if offload_param and stage != 3:
-                continue  # parameter offload exists only in ZeRO-3
-            for dtype in ("bf16", "fp32"):
-                name = f"z{stage}-{offload}-{dtype}"
-                out.append(
-                    Variant(
-                        name=name,
-                        params={"stage": stage, "offload": offload, "dtype": dtype},
-                        level=2 if name == REPRESENTATIVE else 3,
-                    )
-                )
-    return out
+    cases = [ZeroCase(stage, offload, dtype) for stage in (1, 2, 3) for offload, (_, offload_param) in OFFLOADS.items()
+             if not offload_param or stage == 3  # parameter offload exists only in ZeRO-3
+             for dtype in ("bf16", "fp32")]
+    return [Variant(name=case.name, params=case, level=2 if case.name == REPRESENTATIVE else 3) for case in cases]
 
 
-def build_config(params: dict[str, Any]) -> dict[str, Any]:
-    offload_optimizer, offload_param = OFFLOADS[params["offload"]]
-    zero: dict[str, Any] = {"stage": params["stage"]}
+def build_config(params: ZeroCase) -> dict[str, Any]:
+    offload_optimizer, offload_param = OFFLOADS[params.offload]
+    zero: dict[str, Any] = {"stage": params.stage}
     if offload_optimizer:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": False}
     if offload_param:
@@ -66,27 +67,19 @@ def build_config(params: dict[str, Any]) -> dict[str, Any]:
         "gradient_clipping": CLIP,
         "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "weight_decay": 0.01}},
         "zero_optimization": zero,
-        "bf16": {"enabled": params["dtype"] == "bf16"},
+        "bf16": {"enabled": params.dtype == "bf16"},
         "steps_per_print": 10**9,
         "wall_clock_breakdown": False,
     }
 
 
-def setup(ctx: ProbeContext) -> None:
-    """Build or load DeepSpeed's optimizer ops once per launch, not inside a case's timeout."""
-    from deepspeed.accelerator import get_accelerator
-
-    for builder_name in ("CPUAdamBuilder", "FusedAdamBuilder"):
-        builder = get_accelerator().create_op_builder(builder_name)
-        if builder is not None and builder.is_compatible(verbose=False):
-            ctx.enter(f"build {builder_name}")
-            builder.load()
+setup = build_deepspeed_ops  # DeepSpeed's optimizer ops, built or loaded once per launch
 
 
 def run(ctx: ProbeContext) -> None:
     import deepspeed
 
-    config = build_config(dict(ctx.params))
+    config = build_config(ctx.params)
     promise = ZeroPromise.from_config(config, accelerator=ctx.device)
     ctx.note("deepspeed_config", config)
     ctx.enter("initialize")

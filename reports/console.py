@@ -1,7 +1,13 @@
-"""Console output with rich: live progress while cases run, then a summary table."""
+"""Console output with rich: progress while cases run, the summary table, and the `list` and `env` tables.
+
+On a terminal a live bar shows the case and stage each rank is in. Anywhere else (CI logs, `| tee`) each
+case prints one plain line as it finishes, as pytest does, and nothing is cut to a terminal's width.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rich.console import Console
@@ -9,59 +15,94 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from doctor.outcomes import Outcome
-from reports.model import Report
+from reports.records import MEASURES, CaseResult, Outcome, Report, Verdict, format_measure
 
 STYLES = {
     Outcome.PASS: "green", Outcome.FAIL: "bold red", Outcome.ERROR: "bold red", Outcome.TIMEOUT: "bold red",
     Outcome.SKIP: "yellow", Outcome.XFAIL: "magenta", Outcome.XPASS: "cyan",
 }
-#: Measures a probe put in its notes, shown with a passing case (as in the Prometheus textfile).
-MEASURED = (("busbw_gbps", "busbw GB/s"), ("tflops", "TFLOP/s"))
+WIDE = 100_000  # a console that is not a terminal: never wrap or cut a line
 
 
-class LiveProgress:
-    """Shows which case and stage each launch is in; fed by the runner's events."""
+def make_console(*, stderr: bool = False) -> Console:
+    """A console for a person: the terminal's width on a terminal, unlimited anywhere else."""
+    probe = Console(stderr=stderr)
+    return probe if probe.is_terminal else Console(stderr=stderr, width=WIDE, soft_wrap=True)
 
-    def __init__(self, console: Console, total: int) -> None:
-        columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-        self.progress = Progress(*columns, console=console, transient=True)
-        self.task = self.progress.add_task("starting", total=total)
+
+def key_measures(result: CaseResult) -> list[str]:
+    """The headline measures of a case, `—` with the reason where one means nothing at its world size."""
+    return [format_measure(name, value, result.world_size) for name, value in result.measures.items()
+            if name in MEASURES and MEASURES[name].headline]
+
+
+def case_line(result: CaseResult) -> str:
+    """One plain line for a finished case: id, outcome, time, the key measure or the reason."""
+    detail = " · ".join(key_measures(result)) if result.outcome == Outcome.PASS else (result.reason or "")
+    return f"{result.case} {result.outcome.value.upper()} {result.duration_s:.1f}s" + (f" {detail}" if detail else "")
+
+
+class RunProgress:
+    """Tells a person what a run is doing: a live bar on a terminal, a plain line per case elsewhere."""
+
+    def __init__(self, console: Console, version: str, level: int) -> None:
+        self.console, self.version, self.level = console, version, level
+        self.progress: Progress | None = None
+        self.task: Any = None
         self.done: set[str] = set()
 
-    def __enter__(self) -> LiveProgress:
-        self.progress.__enter__()
-        return self
+    def planned(self, total: int, device_kind: str, nproc: int, skipped: int) -> None:
+        self.console.print(f"ds-doctor {self.version}: level {self.level}, {total} case(s) to run on {device_kind}"
+                           + (f" with up to {nproc} ranks" if total else "") + (f", {skipped} skipped" if skipped else ""),
+                           markup=False, highlight=False)
+        if total and self.console.is_terminal:
+            columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                       TimeElapsedColumn())
+            self.progress = Progress(*columns, console=self.console, transient=True)
+            self.progress.start()
+            self.task = self.progress.add_task("starting", total=total)
 
-    def __exit__(self, *exc: Any) -> None:
-        self.progress.__exit__(*exc)
+    def stage(self, case: str, rank: int, stage: str) -> None:
+        if self.progress is not None:
+            self.progress.update(self.task, description=escape(f"{case} · rank {rank} · {stage}"))
 
-    def on_event(self, kind: str, payload: dict[str, Any]) -> None:
-        if kind == "case_done" and payload["case"] not in self.done:
-            self.done.add(payload["case"])
+    def case_done(self, result: CaseResult) -> None:
+        if result.case in self.done:
+            return
+        self.done.add(result.case)
+        if self.progress is not None:
             self.progress.update(self.task, completed=len(self.done))
-        elif kind == "stage":
-            where = f"{payload['case']} · rank {payload['rank']} · {payload['stage']}"
-            self.progress.update(self.task, description=escape(where))
+        else:
+            self.console.print(case_line(result), markup=False, highlight=False)
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None
+
+
+def _details(result: CaseResult) -> str:
+    details = result.reason or ""
+    if result.known_issue and result.known_issue.verdict == Verdict.AFFECTED:
+        details = f"[{result.known_issue.id}] {details}"
+    warnings = [f for f in result.findings if not f.is_error]
+    if warnings and not details:
+        details = f"{len(warnings)} warning(s): " + "; ".join(sorted({f.invariant for f in warnings}))
+    measured = key_measures(result)
+    if measured and not result.reason:
+        details = " · ".join(filter(None, [", ".join(measured), details]))
+    return details[:300]
 
 
 def summary_table(report: Report) -> Table:
     table = Table(title="ds-doctor", show_lines=False)
-    for column in ("case", "outcome", "time", "details"):
-        table.add_column(column, overflow="fold")
+    table.add_column("case", no_wrap=True)
+    table.add_column("outcome", no_wrap=True)
+    table.add_column("time", no_wrap=True)
+    table.add_column("details", overflow="fold")
     for result in report.results:
-        details = result.reason or ""
-        if result.known_issue and result.known_issue.get("verdict") == "affected":
-            details = f"[{result.known_issue['id']}] {details}"
-        warnings = [f for f in result.findings if f.severity != "error"]
-        if warnings and not details:
-            details = f"{len(warnings)} warning(s): " + "; ".join(sorted({f.invariant for f in warnings}))
-        measured = [f"{label} {result.notes[key]:g}" for key, label in MEASURED
-                    if isinstance(result.notes.get(key), (int, float))]
-        if measured and not result.reason:
-            details = " · ".join(filter(None, [", ".join(measured), details]))
         table.add_row(escape(result.case), f"[{STYLES[result.outcome]}]{result.outcome.value}[/]",
-                      f"{result.duration_s:.1f}s", escape(details[:300]))
+                      f"{result.duration_s:.1f}s", escape(_details(result)))
     return table
 
 
@@ -70,6 +111,68 @@ def print_summary(report: Report, console: Console) -> None:
         console.print(summary_table(report))
     counts = ", ".join(f"{v} {k}" for k, v in report.summary.items() if v) or "no cases ran"
     gpus = report.hardware.get("gpus") or []
-    console.print(f"{report.hardware.get('host')}: {len(gpus)} GPU(s), {report.hardware.get('cpus')} CPUs · {counts}")
+    console.print(f"{report.hardware.get('host')}: {len(gpus)} GPU(s), {report.hardware.get('cpus')} CPUs · {counts}",
+                  markup=False, highlight=False)
     for issue in report.affecting_issues:
         console.print(f"[bold]affected by {escape(issue['id'])}[/]: {escape(issue['remedy'])}")
+
+
+def print_paths(console: Console, paths: Mapping[str, Any]) -> None:
+    """Where the files went (the caller scrubs them like the report: a directory name can look like a token)."""
+    for key, label in (("json", "JSON report"), ("markdown", "Markdown report"), ("junit", "JUnit XML"),
+                       ("prometheus", "Prometheus metrics"), ("diff", "Diff against the baseline")):
+        if key in paths:
+            console.print(f"{label}: {paths[key]}", markup=False, highlight=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class CaseRow:
+    """A case as `ds-doctor list` shows it."""
+
+    case: str
+    scenario: str
+    level: int
+    world_size: int
+
+
+@dataclasses.dataclass(frozen=True)
+class FamilyRow:
+    """A probe family as `ds-doctor list` shows it."""
+
+    name: str
+    scenario: str
+    timeout_s: float
+    requires: tuple[str, ...]
+    missing: tuple[str, ...]
+    description: str
+
+
+def print_list(cases: Iterable[CaseRow], families: Iterable[FamilyRow], console: Console) -> None:
+    table = Table(title="ds-doctor cases")
+    table.add_column("case", no_wrap=True)
+    for column in ("scenario", "level", "ranks"):
+        table.add_column(column, no_wrap=True)
+    for case in cases:
+        table.add_row(escape(case.case), case.scenario, str(case.level), str(case.world_size))
+    console.print(table)
+    for family in families:
+        requires = ", ".join(family.requires) or "nothing"
+        console.print(f"{family.name} ({family.scenario}, timeout {family.timeout_s:g} s, needs {requires}"
+                      + (f"; missing: {'; '.join(family.missing)}" if family.missing else "")
+                      + f"): {family.description}", markup=False, highlight=False)
+
+
+def environment_lines(env: Mapping[str, Any], hardware: Mapping[str, Any]) -> list[str]:
+    """`ds-doctor env` as plain lines."""
+    lines = [f"host: {hardware['host']}  cpus: {hardware['cpus']}  "
+             f"memory: {(hardware['memory_bytes'] or 0) / 2**30:.1f} GiB"]
+    lines += [f"gpu {gpu['index']}: {gpu.get('name')} {(gpu.get('memory_total_bytes') or 0) / 2**30:.0f} GiB "
+              f"{gpu.get('uuid')}" for gpu in hardware["gpus"]]
+    if not hardware["gpus"]:
+        lines.append(f"gpus: none ({hardware['gpus_reason']})")
+    lines.append(f"python: {env['python']}  platform: {env['platform']}")
+    lines.append(f"cuda (torch build): {env['cuda']}  nccl: {env['nccl']}  driver: {env['driver']} "
+                 f"(CUDA {env['cuda_driver']})")
+    lines += [f"{name}: {version or 'not installed'}" for name, version in env["packages"].items()]
+    lines += [f"{name}={value}" for name, value in env["variables"].items()]
+    return lines

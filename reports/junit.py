@@ -10,8 +10,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 
-from doctor.outcomes import Outcome
-from reports.model import CaseResult, Report
+from reports.records import CaseResult, Outcome, Report
 
 MESSAGE_CHARS = 500
 
@@ -20,7 +19,7 @@ def _problem(result: CaseResult) -> tuple[str, str, str] | None:
     """(element, type, body) for a case that did not pass, else None."""
     reason = result.reason or result.outcome.value
     if result.outcome == Outcome.FAIL:
-        body = "\n".join(f"[{f.severity}] {f.invariant} (rank {f.rank}, {f.stage}): {f.message}" for f in result.findings)
+        body = "\n".join(f"[{f.severity.value}] {f.invariant} (rank {f.rank}, {f.stage}): {f.message}" for f in result.findings)
         return "failure", "fail", body or reason
     if result.outcome in (Outcome.ERROR, Outcome.TIMEOUT):
         tails = [r.traceback or r.stderr_tail or "" for r in result.ranks]
@@ -57,9 +56,9 @@ def render_junit(report: Report) -> str:
             elif result.outcome == Outcome.SKIP:
                 ET.SubElement(case, "skipped", message=(result.reason or "skipped")[:MESSAGE_CHARS])
             elif result.outcome in (Outcome.XFAIL, Outcome.XPASS):
-                issue = result.known_issue or {}
-                ET.SubElement(case, "system-out").text = (
-                    f"{result.outcome.value}: {result.reason or ''} known issue {issue.get('id')}: {issue.get('verdict')}")
+                issue = result.known_issue
+                said = f" known issue {issue.id}: {issue.verdict.value}" if issue else " known issue None: None"
+                ET.SubElement(case, "system-out").text = f"{result.outcome.value}: {result.reason or ''}{said}"
         for key, value in counts.items():
             totals[key] += value
     root.attrib.update({k: (f"{v:.3f}" if k == "time" else str(int(v))) for k, v in totals.items()})

@@ -1,16 +1,22 @@
-"""Markdown made to paste into a bug ticket: environment, summary, each non-pass case with its
-findings and evidence, and device maps folded in <details>."""
+"""Markdown made to paste into a bug ticket: environment, summary, each failing case with its findings and
+evidence, the cases that reproduce one known issue grouped under it, warnings once each, measurements.
+
+It must fit a ticket: GitHub refuses an issue body over 65,536 characters, so the text stays under
+`TICKET_LIMIT` at every level. Device maps and every note stay in the JSON report (the file to attach);
+the Markdown says so. Cases that do not fit whole are listed with a pointer to the JSON.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
 
-from doctor.devicemap import TensorRecord
-from doctor.outcomes import Outcome
-from reports.model import CaseResult, Report
+from reports.records import FAILING, MEASURES, CaseResult, Finding, Outcome, Report, TensorRecord, Verdict
 
-MAX_MAP_ROWS = 400
+TICKET_LIMIT = 60_000
+CASE_LIMIT = 8_000  # one case's block, at most
+EVIDENCE_ROWS = 12  # offending records shown per finding
+TAIL_LINES = 40  # of a traceback or stderr tail
 
 
 def _cell(value: object) -> str:
@@ -24,12 +30,19 @@ def _table(headers: list[str], rows: Iterable[list[object]]) -> list[str]:
     return lines
 
 
+RECORD_HEADERS = ["rank", "stage", "role", "path", "owner", "device", "dtype", "shape", "numel"]
+
+
 def _record_rows(records: Iterable[TensorRecord]) -> list[list[object]]:
     return [[r.rank, r.stage, r.role, f"`{r.path}`", r.owner or "", r.device, r.dtype, list(r.shape), r.numel]
             for r in records]
 
 
-RECORD_HEADERS = ["rank", "stage", "role", "path", "owner", "device", "dtype", "shape", "numel"]
+def evidence_table(records: tuple[TensorRecord, ...]) -> list[str]:
+    """The offending records as a table (indented under their finding), at most EVIDENCE_ROWS of them."""
+    rows = _record_rows(records[:EVIDENCE_ROWS])
+    more = [f"  ... {len(records) - len(rows)} more in the JSON report"] if len(records) > len(rows) else []
+    return ["", *["  " + row for row in _table(RECORD_HEADERS, rows)], *more, ""]
 
 
 GPU_HEADERS = ["gpu", "name", "memory used/total", "temp", "power/limit", "PCIe now/max", "ECC uncorr. (vol/agg)",
@@ -79,20 +92,26 @@ def render_environment(report: Report) -> list[str]:
     return lines
 
 
+def _issue_cell(result: CaseResult) -> str:
+    """The known issue in the summary table; a passing case's issue of unknown verdict is noise there."""
+    issue = result.known_issue
+    if issue is None or (result.outcome == Outcome.PASS and issue.verdict == Verdict.UNKNOWN):
+        return ""
+    return f"{issue.id}: {issue.verdict.value}"
+
+
 def render_summary(report: Report) -> list[str]:
     counts = {k: v for k, v in report.summary.items() if v}
     lines = ["## Summary", "", " · ".join(f"**{k}** {v}" for k, v in counts.items()) or "no cases ran", ""]
     if report.results:
         lines += _table(["case", "outcome", "ranks", "device", "duration", "known issue"], [
-            [f"`{r.case}`", r.outcome.value, r.world_size, r.device_kind, f"{r.duration_s:.1f} s",
-             f"{r.known_issue['id']}: {r.known_issue['verdict']}" if r.known_issue else ""]
-            for r in report.results
-        ])
+            [f"`{r.case}`", r.outcome.value, r.world_size, r.device_kind, f"{r.duration_s:.1f} s", _issue_cell(r)]
+            for r in report.results])
         lines.append("")
     affecting = report.affecting_issues
     if affecting:
         lines += ["### Known issues affecting this stack", ""]
-        lines += [f"- **{i['id']}** ({i.get('affected_versions')}): {i['remedy']} — cases: {', '.join(i['cases'])}"
+        lines += [f"- **{i['id']}** ({i.get('affected_versions')}): {i['remedy']} — {len(i['cases'])} case(s)"
                   for i in affecting]
         lines.append("")
     return lines
@@ -102,25 +121,33 @@ def render_summary(report: Report) -> list[str]:
 SHOWN_NOTES = ("route", "ordering", "route_refused", "tracked_before", "tracked_after", "changed_by_step")
 
 
+def _tail(text: str) -> str:
+    return "\n".join(text.rstrip().splitlines()[-TAIL_LINES:])
+
+
+def render_finding(finding: Finding) -> list[str]:
+    lines = [f"- **{finding.severity.value}** `{finding.invariant}` (rank {finding.rank}, {finding.stage}): "
+             f"{_cell(finding.message)}"]
+    if finding.expected:
+        lines += [f"  expected: {_cell(finding.expected)}"]
+    if finding.remedy:
+        lines += [f"  remedy: {_cell(finding.remedy)}"]
+    if finding.evidence:
+        lines += evidence_table(finding.evidence)
+    return lines
+
+
 def render_case(result: CaseResult) -> list[str]:
     lines = [f"### `{result.case}` — {result.outcome.value}", ""]
     if result.reason:
         lines += [f"**Reason:** {_cell(result.reason)}", ""]
     issue = result.known_issue
     if issue:
-        lines += [f"**Known issue:** `{issue['id']}` — verdict **{issue['verdict']}** "
-                  f"({issue.get('affected_versions', '')}). Remedy: {issue['remedy']}", ""]
-        if issue.get("refs"):
-            lines += ["References: " + ", ".join(issue["refs"]), ""]
-    for finding in result.findings:
-        lines += [f"- **{finding.severity}** `{finding.invariant}` (rank {finding.rank}, {finding.stage}): "
-                  f"{_cell(finding.message)}"]
-        if finding.expected:
-            lines += [f"  expected: {_cell(finding.expected)}"]
-        if finding.remedy:
-            lines += [f"  remedy: {_cell(finding.remedy)}"]
-        if finding.evidence:
-            lines += ["", *["  " + row for row in _table(RECORD_HEADERS, _record_rows(finding.evidence))], ""]
+        lines += [f"**Known issue:** `{issue.id}` — verdict **{issue.verdict.value}** ({issue.affected_versions}). "
+                  f"Remedy: {issue.remedy}", ""]
+        if issue.refs:
+            lines += ["References: " + ", ".join(issue.refs), ""]
+    lines += [line for finding in result.findings for line in render_finding(finding)]
     showed = result.notes.get("showed")
     if showed:
         lines += ["**What went wrong for real:**", "", *[f"- {_cell(str(item))}" for item in showed], ""]
@@ -132,9 +159,54 @@ def render_case(result: CaseResult) -> list[str]:
             lines += [f"<details><summary>rank {rank.rank}: {rank.outcome} in stage {rank.stage!r}"
                       + (f", exit code {rank.exit_code}" if rank.exit_code is not None else "")
                       + (f" ({rank.signal})" if rank.signal else "") + "</summary>", "", "```",
-                      (rank.traceback or rank.stderr_tail or "").rstrip(), "```", "", "</details>", ""]
-    lines.append("")
-    return lines
+                      _tail(rank.traceback or rank.stderr_tail or ""), "```", "", "</details>", ""]
+    return _capped([*lines, ""], f"the rest of `{result.case}`")
+
+
+def _capped(lines: list[str], what: str, limit: int = CASE_LIMIT) -> list[str]:
+    """A block cut to `limit` characters at a line boundary, saying where the rest is."""
+    kept, size = [], 0
+    for line in lines:
+        if size + len(line) + 1 > limit:
+            return [*kept, "", f"_… {what} is in the JSON report._", ""]
+        kept.append(line)
+        size += len(line) + 1
+    return kept
+
+
+def _reproduced_key(result: CaseResult) -> tuple[str, str] | None:
+    """Cases that reproduce a known issue on purpose group under (issue, verdict)."""
+    if result.outcome in (Outcome.XFAIL, Outcome.XPASS) and result.known_issue:
+        return result.known_issue.id, result.known_issue.verdict.value
+    return None
+
+
+def render_reproduced(results: list[CaseResult]) -> list[str]:
+    """One block for the cases that reproduce one known issue: the issue, the cases, one evidence table."""
+    issue = results[0].known_issue
+    assert issue is not None
+    lines = [f"### `{issue.id}` — {issue.verdict.value}: {len(results)} case(s)", "", f"{issue.title}", "",
+             f"Affected: {issue.affected_versions}. Remedy: {issue.remedy}", ""]
+    if issue.refs:
+        lines += ["References: " + ", ".join(issue.refs), ""]
+    rows = [[f"`{r.case}`", r.outcome.value, ", ".join(sorted({f.invariant for f in r.findings if f.is_error})) or "-",
+             _cell(str((r.notes.get("showed") or [""])[0]))[:200]] for r in results]
+    lines += [*_table(["case", "outcome", "caught by", "what went wrong for real"], rows), ""]
+    example = next((f for r in results for f in r.findings if f.is_error and f.evidence), None)
+    if example is not None:
+        lines += ["Evidence from one of them:", "", *render_finding(example)]
+    return _capped(lines, f"the rest of the `{issue.id}` cases")
+
+
+def attention_blocks(report: Report) -> list[list[str]]:
+    """Failing cases one by one, then the cases that reproduce a known issue grouped under it."""
+    blocks = [render_case(r) for r in report.results if r.outcome in FAILING]
+    grouped: dict[tuple[str, str], list[CaseResult]] = {}
+    for result in report.results:
+        key = _reproduced_key(result)
+        if key is not None:
+            grouped.setdefault(key, []).append(result)
+    return blocks + [render_reproduced(results) for results in grouped.values()]
 
 
 def render_warnings(report: Report) -> list[str]:
@@ -142,70 +214,85 @@ def render_warnings(report: Report) -> list[str]:
     seen: dict[tuple[str, str, str], list[str]] = {}
     for result in report.results:
         for finding in result.findings:
-            if finding.severity != "error":
-                key = (finding.severity, finding.invariant, finding.message)
-                cases = seen.setdefault(key, [])
+            if not finding.is_error:
+                cases = seen.setdefault((finding.severity.value, finding.invariant, finding.message), [])
                 if result.case not in cases:
                     cases.append(result.case)
     if not seen:
         return []
     lines = ["## Warnings", ""]
     for (severity, invariant, message), cases in seen.items():
-        lines.append(f"- **{severity}** `{invariant}`: {_cell(message)} — {len(cases)} case(s): "
-                     + ", ".join(f"`{c}`" for c in cases))
+        shown = ", ".join(f"`{c}`" for c in cases[:10]) + (f" and {len(cases) - 10} more" if len(cases) > 10 else "")
+        lines.append(f"- **{severity}** `{invariant}`: {_cell(message)} — {len(cases)} case(s): {shown}")
     return [*lines, ""]
 
 
+def _measure_header(name: str) -> str:
+    measure = MEASURES[name]
+    return f"{measure.label} ({measure.unit})" if measure.unit else measure.label
+
+
+def _measure_cell(result: CaseResult, name: str) -> str:
+    if not MEASURES[name].applies(result.world_size):
+        return f"— ({MEASURES[name].why_not})"
+    value = result.measures.get(name)
+    return "" if value is None else f"{value:.4g}"
+
+
 def render_measurements(report: Report) -> list[str]:
-    """The hardware families' numbers: per collective and size (as nccl-tests prints them), per matmul."""
-    comm = [r for r in report.results if isinstance(r.notes.get("sizes"), list)]
-    matmul = [r for r in report.results if "relative_error" in r.notes]
-    if not comm and not matmul:
+    """The cases' measures, one table per set of measures (collectives, matmuls, ...), then the rows a case
+    measured (per message size, as nccl-tests prints them)."""
+    tables: dict[tuple[str, ...], list[CaseResult]] = {}
+    for result in report.results:
+        names = tuple(name for name in MEASURES if name in result.measures)
+        if names:
+            tables.setdefault(names, []).append(result)
+    if not tables:
         return []
     lines = ["## Measurements", ""]
-    if comm:
-        rows = [[f"`{r.case}`", row.get("bytes"), row.get("time_us"), row.get("algbw_gbps"), row.get("busbw_gbps")]
-                for r in comm for row in r.notes["sizes"] if isinstance(row, dict)]
-        lines += ["Collectives (busbw = algbw × nccl-tests' factor; time averaged over the ranks):", "",
-                  *_table(["case", "bytes", "time (us)", "algbw (GB/s)", "busbw (GB/s)"], rows), ""]
-    if matmul:
-        rows = [[f"`{r.case}`", r.notes.get("size"), f"{r.notes.get('relative_error', 0):.3g}", r.notes.get("tolerance"),
-                 r.notes.get("tflops"), ", ".join(str(v) for v in r.notes.get("tflops_by_rank") or [])] for r in matmul]
-        lines += ["Matmuls against fp64 (TFLOP/s of the slowest rank, then each rank's):", "",
-                  *_table(["case", "n", "relative error", "tolerance", "TFLOP/s", "by rank"], rows), ""]
+    for names, results in tables.items():
+        lines += [*_table(["case", *[_measure_header(n) for n in names]],
+                          [[f"`{r.case}`", *[_measure_cell(r, n) for n in names]] for r in results]), ""]
+    series = [r for r in report.results if r.series]
+    if series:
+        columns = [name for name in MEASURES if any(name in row for r in series for row in r.series)]
+        rows = [[f"`{r.case}`", *[row.get(n, "") for n in columns]] for r in series for row in r.series]
+        lines += ["Per size (busbw = algbw × nccl-tests' factor; time averaged over the ranks):", "",
+                  *_table(["case", *[_measure_header(n) for n in columns]], rows), ""]
     return lines
 
 
-def render_device_map(result: CaseResult) -> list[str]:
-    if not result.device_map:
-        return []
-    rows = _record_rows(result.device_map[:MAX_MAP_ROWS])
-    more = len(result.device_map) - len(rows)
-    return [f"<details><summary>Device map of <code>{result.case}</code> ({len(result.device_map)} records)</summary>",
-            "", *_table(RECORD_HEADERS, rows), *(["", f"... {more} more in the JSON report"] if more > 0 else []),
-            "", "</details>", ""]
+def where_the_rest_is(report: Report, full_report: str | None) -> list[str]:
+    records = sum(len(r.device_map) for r in report.results)
+    name = f"`{full_report}`" if full_report else "the JSON report"
+    return ["## Device maps", "",
+            f"{records} device-map records over {sum(bool(r.device_map) for r in report.results)} case(s), every "
+            f"note and every finding's full evidence are in {name}: attach it to the ticket.", ""]
 
 
-def render_markdown(report: Report) -> str:
-    lines = [f"# ds-doctor report — {report.hardware.get('host')}", "",
-             f"ds-doctor {report.tool['version']} · level {report.level} · {report.started_at} → {report.finished_at}",
-             "", f"Command: `{' '.join(report.command)}`", ""]
-    lines += render_summary(report)
-    lines += render_environment(report)
-    attention = [r for r in report.results
-                 if r.outcome not in (Outcome.PASS, Outcome.SKIP) or any(f.severity == "error" for f in r.findings)]
-    if attention:
-        lines += ["## Cases that need a look", ""]
-        for result in attention:
-            lines += render_case(result)
-    lines += render_warnings(report)
-    lines += render_measurements(report)
+def render_markdown(report: Report, *, full_report: str | None = None, limit: int = TICKET_LIMIT) -> str:
+    """The ticket Markdown, under `limit` characters; `full_report` names the JSON file that holds the rest."""
+    head = [f"# ds-doctor report — {report.hardware.get('host')}", "",
+            f"ds-doctor {report.tool['version']} · level {report.level} · {report.started_at} → {report.finished_at}",
+            "", f"Command: `{' '.join(report.command)}`", "", *render_summary(report), *render_environment(report)]
     skipped = [r for r in report.results if r.outcome == Outcome.SKIP]
-    if skipped:
-        lines += ["## Skipped", "", *[f"- `{r.case}`: {r.reason}" for r in skipped], ""]
-    mapped = [r for r in report.results if r.device_map]
-    if mapped:
-        lines += ["## Device maps", ""]
-        for result in mapped:
-            lines += render_device_map(result)
-    return "\n".join(lines).rstrip() + "\n"
+    tail = [*render_warnings(report), *render_measurements(report),
+            *(["## Skipped", "", *[f"- `{r.case}`: {r.reason}" for r in skipped], ""] if skipped else []),
+            *where_the_rest_is(report, full_report)]
+    blocks = attention_blocks(report)
+    budget = limit - _size(head) - _size(tail) - 200
+    body: list[str] = ["## Cases that need a look", ""] if blocks else []
+    for index, block in enumerate(blocks):
+        if _size(body) + _size(block) > budget:
+            body += [f"_… {len(blocks) - index} more block(s) did not fit a ticket: see the JSON report._", ""]
+            break
+        body += block
+    text = "\n".join(head + body + tail).rstrip() + "\n"
+    if len(text) > limit:  # a summary of thousands of cases: cut, and say so
+        note = "\n\n_… cut to fit a ticket: the JSON report has everything._\n"
+        text = text[: limit - len(note)].rsplit("\n", 1)[0] + note
+    return text
+
+
+def _size(lines: list[str]) -> int:
+    return sum(len(line) + 1 for line in lines)

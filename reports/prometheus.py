@@ -1,63 +1,82 @@
-"""node_exporter textfile-collector metrics from a report (`--prometheus FILE`), written atomically.
+"""node_exporter textfile-collector metrics from a report (`--prometheus FILE`), built and written with
+prometheus_client (a registry of gauges, `write_to_textfile`: a temp file renamed over the target).
 
-One gauge per case and outcome (1 for the outcome it had, so alerts can match `outcome="fail"`),
-counts per outcome, findings per severity, each GPU health finding by rule, the run's start time and
-duration, and any measured
-bandwidth (GB/s) or TFLOP/s a probe put in its notes (`busbw_gbps`, `algbw_gbps`, `tflops`).
-Labels carry host, probe and case; values are escaped as the text format requires.
+One gauge per case and outcome (1 for the outcome it had, so alerts can match `outcome="fail"`), counts
+per outcome, findings per severity, each GPU health finding by rule, the run's start time and duration,
+and every measure `reports.records.MEASURES` compares with a baseline (bandwidths, TFLOP/s), where it
+means something at the case's world size. Labels carry host, probe and case.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from pathlib import Path
 
-from doctor.outcomes import Outcome
-from reports.model import Report
+from prometheus_client import CollectorRegistry, Gauge, generate_latest, write_to_textfile
+
+from reports.records import MEASURES, Outcome, Report, Severity, parse_time
 
 PREFIX = "ds_doctor"
-MEASURES = {"busbw_gbps": "bus bandwidth in GB/s (nccl-tests' definition)",
-            "algbw_gbps": "algorithm bandwidth in GB/s", "tflops": "achieved TFLOP/s"}
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+def _gauge(registry: CollectorRegistry, name: str, help_text: str, labels: tuple[str, ...]) -> Gauge:
+    return Gauge(f"{PREFIX}_{name}", help_text, labels, registry=registry)
 
 
-def _labels(**labels: str) -> str:
-    return "{" + ",".join(f'{k}="{_escape(str(v))}"' for k, v in labels.items()) + "}"
+def _run_gauges(registry: CollectorRegistry, report: Report, host: str) -> None:
+    started, finished = parse_time(report.started_at), parse_time(report.finished_at)
+    _gauge(registry, "run_start_timestamp_seconds", "When the ds-doctor run started (Unix time).", ("host",)) \
+        .labels(host).set(started.timestamp())
+    _gauge(registry, "run_duration_seconds", "How long the ds-doctor run took.", ("host",)) \
+        .labels(host).set((finished - started).total_seconds())
+    cases = _gauge(registry, "cases", "Cases by outcome in the last run.", ("host", "outcome"))
+    for outcome, count in report.summary.items():
+        cases.labels(host, outcome).set(count)
 
 
-def _family(name: str, help_text: str, samples: Iterable[tuple[str, float]]) -> list[str]:
-    lines = [f"# HELP {PREFIX}_{name} {help_text}", f"# TYPE {PREFIX}_{name} gauge"]
-    lines += [f"{PREFIX}_{name}{labels} {value:g}" for labels, value in samples]
-    return lines
+def _case_gauges(registry: CollectorRegistry, report: Report, host: str) -> None:
+    outcome = _gauge(registry, "case_outcome", "1 for the outcome each case had in the last run, 0 for the others.",
+                     ("host", "probe", "case", "outcome"))
+    findings = _gauge(registry, "case_findings", "Findings per case and severity in the last run.",
+                      ("host", "probe", "case", "severity"))
+    for result in report.results:
+        for value in Outcome:
+            outcome.labels(host, result.probe, result.case, value.value).set(float(result.outcome == value))
+        for severity in Severity:
+            findings.labels(host, result.probe, result.case, severity.value).set(
+                sum(f.severity == severity for f in result.findings))
+    health = [(r.case, f.invariant, f.severity.value) for r in report.results if r.probe == "gpu_health" for f in r.findings]
+    if health:
+        gauge = _gauge(registry, "gpu_health_finding", "1 per GPU health finding (NVML) in the last run, by rule.",
+                       ("host", "gpu", "rule", "severity"))
+        for gpu, rule, severity in health:
+            gauge.labels(host, gpu, rule, severity).set(1)
+
+
+def _measure_gauges(registry: CollectorRegistry, report: Report, host: str) -> None:
+    for name, measure in MEASURES.items():
+        samples = [(r.probe, r.case, value) for r in report.results
+                   for key, value in r.applicable_measures().items() if key == name and value is not None]
+        if measure.better is None or not samples:
+            continue
+        gauge = _gauge(registry, name, measure.help, ("host", "probe", "case"))
+        for probe, case, value in samples:
+            gauge.labels(host, probe, case).set(value)
+
+
+def build_registry(report: Report) -> CollectorRegistry:
+    registry = CollectorRegistry()
+    host = str(report.hardware.get("host") or "")
+    _run_gauges(registry, report, host)
+    _case_gauges(registry, report, host)
+    _measure_gauges(registry, report, host)
+    return registry
 
 
 def render_prometheus(report: Report) -> str:
-    from doctor.runner import parse_iso
+    """The textfile's contents (Prometheus text format 0.0.4)."""
+    return generate_latest(build_registry(report)).decode()
 
-    host = str(report.hardware.get("host") or "")
-    started, finished = parse_iso(report.started_at), parse_iso(report.finished_at)
-    lines = _family("run_start_timestamp_seconds", "When the ds-doctor run started (Unix time).",
-                    [(_labels(host=host), started.timestamp())])
-    lines += _family("run_duration_seconds", "How long the ds-doctor run took.",
-                     [(_labels(host=host), (finished - started).total_seconds())])
-    lines += _family("cases", "Cases by outcome in the last run.",
-                     [(_labels(host=host, outcome=o), n) for o, n in report.summary.items()])
-    lines += _family("case_outcome", "1 for the outcome each case had in the last run, 0 for the others.",
-                     [(_labels(host=host, probe=r.probe, case=r.case, outcome=o.value), float(r.outcome == o))
-                      for r in report.results for o in Outcome])
-    lines += _family("case_findings", "Findings per case and severity in the last run.",
-                     [(_labels(host=host, probe=r.probe, case=r.case, severity=s),
-                       sum(f.severity == s for f in r.findings))
-                      for r in report.results for s in ("error", "warning", "info")])
-    health = [(_labels(host=host, gpu=r.case, rule=f.invariant, severity=f.severity), 1.0)
-              for r in report.results if r.probe == "gpu_health" for f in r.findings]
-    if health:
-        lines += _family("gpu_health_finding", "1 per GPU health finding (NVML) in the last run, by rule.", health)
-    for key, help_text in MEASURES.items():
-        samples = [(_labels(host=host, probe=r.probe, case=r.case), float(r.notes[key]))
-                   for r in report.results if isinstance(r.notes.get(key), (int, float))]
-        if samples:
-            lines += _family(key, help_text, samples)
-    return "\n".join(lines) + "\n"
+
+def write_prometheus(report: Report, path: Path) -> None:
+    """Write the textfile atomically, as node_exporter's textfile collector needs."""
+    write_to_textfile(str(path), build_registry(report))

@@ -41,8 +41,8 @@ def dist_group() -> Iterator[None]:
             os.environ[key] = value
 
 
-def build_engine(params: dict[str, Any]) -> Any:
-    """A real DeepSpeed engine over the probes' tiny MLP, with the zero_offload probe's config."""
+def build_engine(params: Any) -> Any:
+    """A real DeepSpeed engine over the probes' tiny MLP, with the zero_offload probe's config for a `ZeroCase`."""
     import deepspeed
 
     from probes.models import build_mlp
@@ -55,7 +55,7 @@ def build_engine(params: dict[str, Any]) -> Any:
 
 def train_one_step(engine: Any, sink: Any = None) -> int:
     """Run one accumulation window; returns how many unscale_and_clip_grads calls were seen."""
-    from doctor.observe import observe_unscale_and_clip
+    from doctor.collect.observe import observe_unscale_and_clip
     from probes.zero_offload import train_window
 
     with observe_unscale_and_clip(engine.optimizer, 0, sink or (lambda _r: None)) as calls:

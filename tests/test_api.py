@@ -10,6 +10,7 @@ import torch
 
 from doctor.api import inspect
 from probes.models import build_mlp
+from probes.zero_offload import ZeroCase
 from tests.conftest import build_engine, requires_deepspeed, train_one_step
 
 
@@ -29,7 +30,7 @@ def test_inspect_flags_state_left_behind_and_writes_a_file(tmp_path: Path) -> No
 @requires_deepspeed
 @pytest.mark.usefixtures("dist_group")
 def test_inspect_reads_the_zero_promise_from_the_engine() -> None:
-    engine = build_engine({"stage": 3, "offload": "opt+param", "dtype": "bf16"})
+    engine = build_engine(ZeroCase(3, "opt+param", "bf16"))
     try:
         train_one_step(engine)
         result = inspect(engine=engine, stage="after_step")

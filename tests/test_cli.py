@@ -41,7 +41,7 @@ def test_env_json_has_no_torch_import() -> None:
 
 def good_report_json() -> str:
     """A valid (empty) report, the other side of the diff cases."""
-    from doctor.runner import build_report, utc_now
+    from doctor.run.build import build_report, utc_now
 
     now = utc_now()
     return build_report(started=now, finished=now, level=1, argv=(), env={"python": "3.11", "packages": {}},
@@ -143,7 +143,7 @@ def test_bad_input_table_has_at_least_20_cases() -> None:
 def test_level_1_writes_an_environment_only_report(capsys, tmp_path: Path) -> None:
     import json
 
-    from reports.model import validate
+    from reports.records import validate
 
     code, out, _ = run_cli(capsys, "run", "--level", "1", "--out", str(tmp_path))
     assert code == 0

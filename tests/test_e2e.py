@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from reports.model import validate
+from reports.records import validate
 from tests.conftest import requires_accelerate, requires_deepspeed
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -171,7 +171,9 @@ def test_frozen_param_names_catches_replaced_parameters_before_the_save(tmp_path
     assert affecting >= {"ds_frozen_param_not_in_param_names", "ds_ckpt_meta_params_saved",
                          "ds_replaced_trainable_param_not_trained", "ds_z3_param_replaced_after_init"}
     markdown = next(tmp_path.glob("ds-doctor-*.md")).read_text()
-    assert "What went wrong for real" in markdown and "remedy: Place or dispatch the model before" in markdown
+    # the reproduced known issues grouped, each with what went wrong for real and the remedy of what caught it
+    assert "### `ds_frozen_param_not_in_param_names` — affected:" in markdown
+    assert "what went wrong for real" in markdown and "remedy: Place or dispatch the model before" in markdown
 
 
 @requires_deepspeed
@@ -383,7 +385,7 @@ def listeners(marker: str) -> dict[str, list[tuple[str, int]]]:
         with contextlib.suppress(psutil.Error):
             cmd = " ".join(proc.info["cmdline"] or [])
             if marker in cmd:
-                kind = "worker" if "doctor.worker" in cmd else "torchrun" if "torch.distributed.run" in cmd else "doctor"
+                kind = "worker" if "doctor.run.worker" in cmd else "torchrun" if "torch.distributed.run" in cmd else "doctor"
                 found.setdefault(kind, []).extend(
                     (c.laddr.ip, c.laddr.port) for c in proc.net_connections("inet") if c.status == psutil.CONN_LISTEN)
     return found
@@ -442,7 +444,7 @@ def test_nightly_smoke_comm_compute_junit_prometheus_and_a_baseline_diff(tmp_pat
     prom_parser = pytest.importorskip("prometheus_client.parser")
     from importlib import resources
 
-    from doctor import collectives
+    from doctor.checks import collectives
 
     extra = {"DS_DOCTOR_EXTRA_PROBES": "tests.resources.faulty_link_probes"}
     first, second = tmp_path / "first", tmp_path / "second"
@@ -457,23 +459,27 @@ def test_nightly_smoke_comm_compute_junit_prometheus_and_a_baseline_diff(tmp_pat
                             "faulty_link[all_reduce-ws2]", "faulty_link[all_gather-ws2]"}
     assert {r["outcome"] for r in results.values()} == {"pass"}
     for collective in collectives.COLLECTIVES:
-        notes = results[f"comm[{collective}-ws2]"]["notes"]
+        result = results[f"comm[{collective}-ws2]"]
+        notes, rows = result["notes"], result["series"]
         assert notes["backend"] == "gloo" and notes["bus_factor"] == collectives.bus_factor(collective, 2)
-        assert [row["bytes"] for row in notes["sizes"]] == [4096, 65536, 1048576, 4194304]
-        for row in notes["sizes"]:  # algbw = bytes / time, busbw = algbw * factor, as nccl-tests
+        assert [row["bytes"] for row in rows] == [4096, 65536, 1048576, 4194304]
+        for row in rows:  # algbw = bytes / time, busbw = algbw * factor, as nccl-tests
             assert row["algbw_gbps"] == pytest.approx(row["bytes"] / 1e9 / (row["time_us"] / 1e6), rel=0.02, abs=1e-4)
             assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * notes["bus_factor"], rel=0.01, abs=1e-4)
-        assert notes["busbw_gbps"] == notes["sizes"][-1]["busbw_gbps"] > 0
+        assert result["measures"]["busbw_gbps"] == rows[-1]["busbw_gbps"] > 0
     for dtype in ("bf16", "fp16", "fp32"):
-        notes = results[f"compute[matmul-{dtype}-ws1]"]["notes"]
-        assert 0 <= notes["relative_error"] <= notes["tolerance"] and notes["tflops"] > 0
+        measures = results[f"compute[matmul-{dtype}-ws1]"]["measures"]
+        assert 0 <= measures["relative_error"] <= measures["error_tolerance"] and measures["tflops"] > 0
     assert results["compute[memory-ws1]"]["notes"] == {"allocated_bytes": 64 << 20, "wrong_elements": 0}
     markdown = next(first.glob("ds-doctor-*.md")).read_text()
     assert "## Measurements" in markdown and "| `comm[all_reduce-ws2]` | 4194304 |" in markdown
     assert "| `compute[matmul-bf16-ws1]` | 256 |" in markdown
+    # a one-rank collective moves nothing between ranks: its busbw is shown as a dash with the reason, not as 0
+    assert "| `comm[all_reduce-ws1]` | — (one rank: no data moves between ranks) |" in markdown
     xmlschema.XMLSchema(str(resources.files("reports").joinpath("junit.xsd"))).validate(str(tmp_path / "first.xml"))
     metrics = {f.name: f.samples for f in prom_parser.text_string_to_metric_families((tmp_path / "first.prom").read_text())}
-    assert {s.labels["case"] for s in metrics["ds_doctor_busbw_gbps"]} >= {"comm[all_reduce-ws2]", "comm[broadcast-ws1]"}
+    busbw = {s.labels["case"] for s in metrics["ds_doctor_busbw_gbps"]}
+    assert busbw >= {"comm[all_reduce-ws2]", "comm[broadcast-ws2]"} and "comm[broadcast-ws1]" not in busbw
     matmuls = {f"compute[matmul-{d}-ws1]" for d in ("bf16", "fp16", "fp32")}
     assert {s.labels["case"] for s in metrics["ds_doctor_tflops"]} == matmuls
 
@@ -482,8 +488,8 @@ def test_nightly_smoke_comm_compute_junit_prometheus_and_a_baseline_diff(tmp_pat
     planted = json.loads(report_file.read_text())
     for result in planted["results"]:
         if result["case"] == "comm[all_reduce-ws2]":
-            result["notes"]["busbw_gbps"] *= 1000
-            result["notes"]["algbw_gbps"] *= 1000
+            result["measures"]["busbw_gbps"] *= 1000
+            result["measures"]["algbw_gbps"] *= 1000
     baseline = tmp_path / "baseline.json"
     baseline.write_text(json.dumps(planted))
     proc = ds_doctor("run", "-k", "comm or compute or faulty_link", "--out", str(second), "--baseline", str(baseline),

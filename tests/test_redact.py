@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from doctor.env import relevant_variables
+from doctor.hardware.env import relevant_variables
 from doctor.redact import MASK, scrub, scrub_text
 
 SECRETS = [

@@ -9,15 +9,14 @@ import dataclasses
 import os
 from typing import Any
 
-from doctor.context import ProbeContext
+from doctor.plugins import ProbeContext, Variant
 from probes import comm
-from probes.base import Variant
 
 SPEC = dataclasses.replace(comm.SPEC, name="faulty_link", world_sizes=(2,), scale_to_node=False)
 
 
 def variants() -> list[Variant]:
-    return [Variant(name, {"collective": name}, level=2) for name in ("all_reduce", "all_gather")]
+    return [Variant(name, comm.CommCase(name), level=2) for name in ("all_reduce", "all_gather")]
 
 
 def flip_one_element(collective: str, rank: int, result: Any) -> None:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from doctor.context import ProbeContext
-from probes.base import ProbeSpec, Variant
+from doctor.plugins import ProbeContext, ProbeSpec, Variant
 
 SPEC = ProbeSpec(name="leaky", scenario="smoke", description="plants secrets for the redaction tests",
                  world_sizes=(1,), timeout_s=60.0)
@@ -66,7 +65,7 @@ ORDINARY = ("/home/alice/.cache/torch_extensions/py311_cpu/cpu_adam", "0.19.8",
 
 
 def variants() -> list[Variant]:
-    return [Variant("everywhere", {})]
+    return [Variant("everywhere")]
 
 
 def run(ctx: ProbeContext) -> None:

@@ -1,0 +1,124 @@
+"""Against a baseline (`ds-doctor diff BASELINE NEW`, `run --baseline`): what changed on a node since its
+baseline report, and whether it regressed.
+
+Regressions (exit code 1): a case that was not failing and now fails, errors or times out (or a
+new case that does); a new error finding; fewer GPUs, or a GPU with less memory; a measure that
+`reports.records.MEASURES` says is better higher or lower (bandwidths, TFLOP/s) worse than the baseline
+by more than the tolerance. Everything else that changed is reported and does not fail: outcomes
+that got better, new warnings, versions, drivers, hosts, measures that got faster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from reports.diff import Change, Diff
+from reports.records import FAILING, MEASURES, CaseResult, Report, Severity
+
+DEFAULT_TOLERANCE_PCT = 10.0
+
+
+def _label(report: Report) -> str:
+    return f"{report.hardware.get('host')} @ {report.started_at}"
+
+
+def outcome_changes(base: Mapping[str, CaseResult], new: Mapping[str, CaseResult]) -> list[Change]:
+    changes = []
+    for case, result in new.items():
+        before = base.get(case)
+        if before is None:
+            if result.outcome in FAILING:
+                changes.append(Change("outcome", case, None, result.outcome.value, True,
+                                      f"new case, {result.outcome.value}: {result.reason or ''}".rstrip(": ")))
+            else:
+                changes.append(Change("case", case, None, result.outcome.value, False, "new case"))
+        elif before.outcome != result.outcome:
+            regression = result.outcome in FAILING and before.outcome not in FAILING
+            changes.append(Change("outcome", case, before.outcome.value, result.outcome.value, regression,
+                                  result.reason or ""))
+    for case, result in base.items():
+        if case not in new:
+            changes.append(Change("case", case, result.outcome.value, None, False, "not in the new run"))
+    return changes
+
+
+def _finding_keys(result: CaseResult) -> dict[tuple[str, Severity], str]:
+    return {(f.invariant, f.severity): f.message for f in result.findings}
+
+
+def finding_changes(base: Mapping[str, CaseResult], new: Mapping[str, CaseResult]) -> list[Change]:
+    """Findings (by case, invariant and severity) the baseline did not have."""
+    changes = []
+    for case, result in new.items():
+        before = _finding_keys(base[case]) if case in base else {}
+        for (invariant, severity), message in _finding_keys(result).items():
+            if (invariant, severity) not in before:
+                changes.append(Change("finding", case, None, f"{severity.value} {invariant}",
+                                      severity == Severity.ERROR, message))
+    return changes
+
+
+def version_changes(base: Report, new: Report) -> list[Change]:
+    changes = []
+    before = {**(base.env.get("packages") or {}), **{k: base.env.get(k) for k in ("python", "cuda", "nccl")}}
+    after = {**(new.env.get("packages") or {}), **{k: new.env.get(k) for k in ("python", "cuda", "nccl")}}
+    for name in sorted(set(before) | set(after)):
+        if before.get(name) != after.get(name):
+            changes.append(Change("version", name, before.get(name), after.get(name), False))
+    return changes
+
+
+def hardware_changes(base: Report, new: Report) -> list[Change]:
+    changes = []
+    for key, label in (("driver", "driver"), ("cuda_driver", "CUDA driver")):
+        if base.env.get(key) != new.env.get(key):
+            changes.append(Change("hardware", label, base.env.get(key), new.env.get(key), False))
+    if base.hardware.get("host") != new.hardware.get("host"):
+        changes.append(Change("hardware", "host", base.hardware.get("host"), new.hardware.get("host"), False,
+                              "the reports come from different hosts"))
+    gpus_before, gpus_after = base.hardware.get("gpus") or [], new.hardware.get("gpus") or []
+    if len(gpus_before) != len(gpus_after):
+        changes.append(Change("hardware", "GPU count", len(gpus_before), len(gpus_after),
+                              len(gpus_after) < len(gpus_before), new.hardware.get("gpus_reason") or ""))
+    for before, after in zip(gpus_before, gpus_after, strict=False):
+        gpu = f"GPU {after.get('index')}"
+        if before.get("name") != after.get("name"):
+            changes.append(Change("hardware", f"{gpu} model", before.get("name"), after.get("name"), False))
+        if before.get("uuid") != after.get("uuid"):
+            changes.append(Change("hardware", f"{gpu} UUID", before.get("uuid"), after.get("uuid"), False,
+                                  "a different board in this slot"))
+        total_before, total_after = before.get("memory_total_bytes"), after.get("memory_total_bytes")
+        if total_before is not None and total_after is not None and total_before != total_after:
+            changes.append(Change("hardware", f"{gpu} memory", total_before, total_after, total_after < total_before))
+    return changes
+
+
+def measure_changes(base: Mapping[str, CaseResult], new: Mapping[str, CaseResult], tolerance_pct: float) -> list[Change]:
+    """A compared measure worse than the baseline by more than the tolerance regresses; better is only reported."""
+    changes = []
+    for case, result in new.items():
+        if case not in base:
+            continue
+        before_measures, after_measures = base[case].applicable_measures(), result.applicable_measures()
+        for name, after in after_measures.items():
+            before, better = before_measures.get(name), MEASURES[name].better
+            if better is None or before is None or after is None or before <= 0:
+                continue
+            delta_pct = (after - before) / before * 100
+            if abs(delta_pct) > tolerance_pct:
+                worse = delta_pct < 0 if better == "higher" else delta_pct > 0
+                changes.append(Change("measure", f"{case} {name}", before, after, worse,
+                                      f"{delta_pct:+.1f}% (tolerance {tolerance_pct:g}%)"))
+    return changes
+
+
+def diff_reports(base: Report, new: Report, tolerance_pct: float = DEFAULT_TOLERANCE_PCT) -> Diff:
+    if not 0 <= tolerance_pct < 100:
+        raise ValueError(f"tolerance must be in [0, 100) percent, got {tolerance_pct}")
+    before = {r.case: r for r in base.results}
+    after = {r.case: r for r in new.results}
+    changes = [
+        *outcome_changes(before, after), *finding_changes(before, after), *measure_changes(before, after, tolerance_pct),
+        *hardware_changes(base, new), *version_changes(base, new),
+    ]
+    return Diff(_label(base), _label(new), tolerance_pct, tuple(changes))

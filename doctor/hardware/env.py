@@ -1,0 +1,105 @@
+"""The environment and hardware sections: package metadata, NVML (doctor/hardware/nvml.py), psutil. No torch import.
+
+Kept fast on purpose (`ds-doctor env` is measured against `ds_report` in bench/): versions come
+from installed package metadata and torch's own `version.py` is read as text.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as metadata
+import importlib.util
+import os
+import platform
+import re
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from doctor.hardware.nvml import read_gpus
+from doctor.redact import MASK, is_secret_name
+
+PACKAGES = (
+    "torch", "deepspeed", "accelerate", "transformers", "numpy", "triton", "ninja", "nvidia-ml-py",
+    "prodigyopt", "prodigy-plus-schedule-free", "mosaicml", "pydantic", "psutil", "ds-doctor",
+)
+
+ENV_PREFIXES = ("CUDA_", "NCCL_", "TORCH_", "PYTORCH_", "DS_", "ACCELERATE_", "OMP_", "MKL_", "NVIDIA_", "TORCHELASTIC_")
+ENV_NAMES = (
+    "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK",
+    "GROUP_RANK", "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_PROCID",
+    "SLURM_NNODES", "SLURM_NTASKS", "HF_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM",
+)
+
+
+def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str | None]:
+    versions: dict[str, str | None] = {}
+    for name in names:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def torch_cuda_version() -> str | None:
+    """The CUDA torch was built with, read from torch/version.py without importing torch."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    version_file = Path(next(iter(spec.submodule_search_locations))) / "version.py"
+    try:
+        text = version_file.read_text()
+    except OSError:
+        return None
+    match = re.search(r"^cuda\s*(?::[^=\n]*)?=\s*['\"]([^'\"]+)['\"]", text, re.M)
+    return match.group(1) if match else None
+
+
+def nccl_version() -> str | None:
+    """NCCL as shipped in the nvidia-nccl-cu* wheel that CUDA builds of torch depend on."""
+    for dist in metadata.distributions():
+        name = (dist.metadata["Name"] or "").lower()
+        if name.startswith("nvidia-nccl"):
+            return dist.version
+    return None
+
+
+def relevant_variables(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """Allowlisted variables only; any whose name says secret is masked whatever its value."""
+    environ = dict(os.environ if environ is None else environ)
+    chosen = {k: v for k, v in environ.items() if k.startswith(ENV_PREFIXES) or k in ENV_NAMES}
+    return {k: (MASK if is_secret_name(k) else v) for k, v in sorted(chosen.items())}
+
+
+def memory_bytes() -> int | None:
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().total)
+    except Exception:
+        return None
+
+
+def collect_environment() -> tuple[dict[str, Any], dict[str, Any]]:
+    """(env, hardware) sections of a report."""
+    gpus, gpus_reason, drivers = read_gpus()
+    env = {
+        "python": platform.python_version(),
+        "executable": sys.executable,
+        "platform": platform.platform(),
+        "packages": package_versions(),
+        "cuda": torch_cuda_version(),
+        "nccl": nccl_version(),
+        "driver": drivers["driver"],
+        "cuda_driver": drivers["cuda_driver"],
+        "variables": relevant_variables(),
+    }
+    hardware = {
+        "host": socket.gethostname(),
+        "cpus": os.cpu_count(),
+        "memory_bytes": memory_bytes(),
+        "gpus": gpus,
+        "gpus_reason": gpus_reason,
+    }
+    return env, hardware

@@ -1,0 +1,56 @@
+"""A known upstream issue: its signature in error texts, the versions it affects, its cause and remedy.
+
+Version ranges are PEP 440 specifiers on the named distribution. The entries themselves are data, one
+module per library (`deepspeed`, `accelerate`, `fsdp`, `launch`); `doctor.knowledge.catalog` holds them all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from reports.records import IssueRef, Verdict
+
+
+@dataclasses.dataclass(frozen=True)
+class KnownIssue:
+    id: str
+    title: str
+    package: str  # distribution whose version decides the verdict
+    patterns: tuple[str, ...]  # any one matching the error text is a hit...
+    cause: str
+    remedy: str
+    refs: tuple[str, ...]
+    requires: tuple[str, ...] = ()  # ...provided all of these match too (frames that disambiguate)
+    affected: str = ""  # PEP 440 specifier; "" = every version (environmental or by design)
+    fixed_in: str | None = None
+    families: tuple[str, ...] = ()
+    invariants: tuple[str, ...] = ()  # invariants whose error findings show this issue
+
+    def matches(self, text: str) -> bool:
+        flags = re.MULTILINE | re.DOTALL
+        if not any(re.search(p, text, flags) for p in self.patterns):
+            return False
+        return all(re.search(p, text, flags) for p in self.requires)
+
+    def version_verdict(self, versions: Mapping[str, str | None]) -> Verdict:
+        """affected / not_affected by the installed version; unknown where it cannot tell."""
+        installed = versions.get(self.package)
+        if not installed or not self.affected:
+            return Verdict.UNKNOWN
+        try:
+            version = Version(installed)
+            inside = SpecifierSet(self.affected).contains(version, prereleases=True)
+        except (InvalidVersion, InvalidSpecifier):
+            return Verdict.UNKNOWN
+        return Verdict.AFFECTED if inside else Verdict.NOT_AFFECTED
+
+    def to_ref(self, verdict: Verdict) -> IssueRef:
+        """The `known_issue` of a case result: this issue with this stack's verdict."""
+        affected = f"{self.package} {self.affected}" if self.affected else f"{self.package} (any)"
+        return IssueRef(id=self.id, title=self.title, verdict=verdict, affected_versions=affected,
+                        remedy=self.remedy, refs=self.refs, fixed_in=self.fixed_in)

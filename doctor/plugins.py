@@ -1,0 +1,45 @@
+"""The probe author's API: everything a probe needs to declare itself and report what it found.
+
+A probe is a module (or an object) with `SPEC`, `variants()`, `run(ctx)` and optionally `setup(ctx)`:
+
+    from dataclasses import dataclass
+    from doctor.plugins import Finding, ProbeContext, ProbeSpec, Requirement, Severity, Variant
+
+    SPEC = ProbeSpec(name="my_probe", scenario="smoke", description="...", requires=(Requirement("torch", "torch"),))
+
+    @dataclass(frozen=True)
+    class Params:
+        size: int
+
+    def variants() -> list[Variant]:
+        return [Variant("small", Params(size=8), level=2)]
+
+    def run(ctx: ProbeContext) -> None:
+        params: Params = ctx.params
+        ...
+        ctx.check([Finding("my_invariant", Severity.ERROR, "what broke", expected="what should hold")])
+
+Register it from another package through the entry-point group `ds_doctor.probes`
+(`my_probe = my_package.my_probe` under `[options.entry_points]`), or with `DS_DOCTOR_EXTRA_PROBES=my_package.my_probe`.
+docs/writing-probes.md walks through a complete one. ds-doctor's own families (`probes/`) use this module too.
+"""
+
+from doctor.run.context import ProbeContext, SkipCase
+from doctor.run.registry import ENTRY_POINT_GROUP, EXTRA_ENV
+from doctor.run.spec import SCENARIOS, ProbeSpec, Requirement, Variant
+from reports.records import MEASURES, Finding, Severity, TensorRecord
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "EXTRA_ENV",
+    "MEASURES",
+    "SCENARIOS",
+    "Finding",
+    "ProbeContext",
+    "ProbeSpec",
+    "Requirement",
+    "Severity",
+    "SkipCase",
+    "TensorRecord",
+    "Variant",
+]

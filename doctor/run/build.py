@@ -1,0 +1,75 @@
+"""Build the report from case results (the one place every string is scrubbed) and write its files."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import doctor
+from doctor.files import write_atomic
+from doctor.redact import Anonymizer, scrub
+from reports.markdown import render_markdown
+from reports.records import SCHEMA_VERSION, CaseResult, Report, format_time, parse_time
+
+
+def utc_now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def anonymize(data: Any, host: str) -> Any:
+    """`--anonymize`: host and user names, IPs and GPU UUIDs replaced by stable placeholders."""
+    return Anonymizer.for_this_machine(extra_hosts=[host])(data)
+
+
+def clean_result(result: CaseResult, *, anonymized: bool = False, host: str = "") -> CaseResult:
+    """A case result as the report will hold it (scrubbed, anonymized with `--anonymize`), for whoever shows it
+    before the report exists (the console's line per finished case)."""
+    data = scrub(result.to_dict())
+    return CaseResult.from_dict(anonymize(data, host) if anonymized else data)
+
+
+def build_report(*, started: dt.datetime, finished: dt.datetime, level: int, argv: tuple[str, ...],
+                 env: Mapping[str, Any], hardware: Mapping[str, Any], results: list[CaseResult],
+                 run_dir: Path | None, anonymized: bool = False) -> Report:
+    """The one place a report is built: every string is scrubbed here (and with `anonymized`, host and user
+    names, IPs and GPU UUIDs replaced), before any renderer sees it."""
+    raw = {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "ds-doctor", "version": doctor.__version__},
+        "started_at": format_time(started),
+        "finished_at": format_time(finished),
+        "command": ["ds-doctor", *argv],
+        "level": level,
+        "run_dir": str(run_dir) if run_dir else None,
+        "env": env,
+        "hardware": hardware,
+        "results": [r.to_dict() for r in results],
+    }
+    clean = scrub(raw)
+    if anonymized:
+        clean = anonymize(clean, str(hardware.get("host") or ""))
+    return Report.from_dict(clean)
+
+
+def report_basename(report: Report) -> str:
+    return f"ds-doctor-{report.hardware['host']}-{parse_time(report.started_at).strftime('%Y%m%dT%H%M%SZ')}"
+
+
+def write_reports(report: Report, out_dir: Path, suffix: str = "") -> dict[str, Path]:
+    """Write the JSON and the ticket Markdown atomically, never over an existing report (a second run
+    writing into the same directory in the same second gets its own names)."""
+    base = report_basename(report) + suffix
+    text = report.to_json() + "\n"
+    for attempt in range(100):
+        name = base if attempt == 0 else f"{base}-{os.getpid()}-{attempt}"
+        paths = {"json": out_dir / f"{name}.json", "markdown": out_dir / f"{name}.md"}
+        try:
+            write_atomic(paths["json"], text, exclusive=True)
+        except FileExistsError:
+            continue
+        write_atomic(paths["markdown"], render_markdown(report, full_report=paths["json"].name))
+        return paths
+    raise RuntimeError(f"could not find a free report name for {base} in {out_dir}")

@@ -1,0 +1,124 @@
+"""What a probe sees on one rank: its case, the rank's device, and places to put records and findings."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from doctor.collect.devicemap import Recorder, collect
+from doctor.run.spec import Requirement, missing_dependency
+from reports.records import MEASURES, Finding, TensorRecord
+
+
+class SkipCase(Exception):
+    """Raised by a probe when the case cannot run here; the reason is reported."""
+
+
+class ProbeContext:
+    def __init__(
+        self,
+        *,
+        case_id: str,
+        params: Any,
+        rank: int,
+        world_size: int,
+        local_rank: int,
+        device: str,
+        backend: str,
+        heartbeat: Callable[[str], None] | None = None,
+        scratch: Path | None = None,
+    ) -> None:
+        self.case_id = case_id
+        self.params = params
+        self.rank = rank
+        self.world_size = world_size
+        self.local_rank = local_rank
+        self.device = device
+        self.device_kind = device.split(":")[0]
+        self.backend = backend
+        self.stage = "start"
+        self.records: list[TensorRecord] = []
+        self.findings: list[Finding] = []
+        self.notes: dict[str, Any] = {}
+        self.measures: dict[str, float | None] = {}
+        self.series: list[dict[str, float]] = []
+        self.shown: list[str] = []
+        self.issue: tuple[str, bool] | None = None
+        self._heartbeat = heartbeat
+        self._scratch = scratch
+
+    def enter(self, stage: str) -> None:
+        """Mark the stage the probe is in, so a hang is reported with it."""
+        self.stage = stage
+        if self._heartbeat is not None:
+            self._heartbeat(stage)
+
+    def snapshot(self, stage: str, *, module: Any = None, optimizer: Any = None, engine: Any = None) -> list[TensorRecord]:
+        """Record the device map of what is given at `stage` (metadata only)."""
+        self.enter(stage)
+        records = collect(Recorder(self.rank, stage), module=module, optimizer=optimizer, engine=engine)
+        self.records.extend(records)
+        return records
+
+    def add_records(self, records: Iterable[TensorRecord]) -> None:
+        self.records.extend(records)
+
+    def check(self, findings: Iterable[Finding]) -> None:
+        """Keep findings, stamped with this rank where the invariant did not know it."""
+        for finding in findings:
+            if finding.rank is None:
+                finding = dataclasses.replace(finding, rank=self.rank)
+            self.findings.append(finding)
+
+    def note(self, key: str, value: Any) -> None:
+        """A JSON-able fact worth showing in the report (versions, norms, classes)."""
+        self.notes[key] = value
+
+    def measure(self, name: str, value: float | None) -> None:
+        """A headline number of the case (`reports.records.MEASURES` names it and gives its unit)."""
+        self.measures[_measure_name(name)] = value
+
+    def measure_row(self, **values: float) -> None:
+        """One row of measures, e.g. one message size of a collective."""
+        self.series.append({_measure_name(name): value for name, value in values.items()})
+
+    def skip(self, reason: str) -> None:
+        raise SkipCase(reason)
+
+    def require(self, *requirements: Requirement) -> None:
+        """Skip this case, with the install lines, unless every requirement is installed."""
+        reason = missing_dependency(requirements)
+        if reason:
+            self.skip(reason)
+
+    def showed(self, what: str) -> None:
+        """The failure a reproduce case is after showed for real (a raise, lost data, a parameter that
+        stopped training). With no error finding caught before it, the case is a `fail`: the
+        invariants missed it."""
+        self.shown.append(what)
+        self.notes.setdefault("showed", []).append(what)
+
+    def known_issue(self, issue_id: str, *, shown: bool) -> None:
+        """The known issue this case is about, and whether it showed here (verdict `affected`)."""
+        self.issue = (issue_id, shown)
+
+    @property
+    def has_error_findings(self) -> bool:
+        return any(f.is_error for f in self.findings)
+
+    def scratch_dir(self) -> Path:
+        """A directory for this case's files (checkpoints), the same path on every rank of the node."""
+        if self._scratch is None:
+            raise RuntimeError("this context has no scratch directory")
+        path = self._scratch / re.sub(r"[^A-Za-z0-9_.+-]", "_", self.case_id)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+
+def _measure_name(name: str) -> str:
+    if name not in MEASURES:
+        raise KeyError(f"unknown measure {name!r}; known: {', '.join(MEASURES)} (add it to reports.records.MEASURES)")
+    return name

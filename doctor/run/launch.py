@@ -1,0 +1,253 @@
+"""Launch: run a group of cases under a real `torchrun`, watch heartbeats, gather per-rank lines.
+
+A case that overruns its timeout gets the launch killed (the whole process tree) and is reported
+`timeout` with the stage each rank was in; a rank that dies makes its in-progress case an `error`
+with the exit code or signal and the tail of that rank's log. Either way the cases not yet run are
+relaunched, so one bad case never costs the others.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from doctor.files import log_tail
+from doctor.run.plan import LaunchGroup, timeout_for
+from doctor.run.procs import die_with_parent, kill_tree
+from doctor.run.rundir import LAUNCH, Beat, LaunchDir, RankLine, RunDir, setup_name, setup_probe
+from doctor.run.spec import Case
+from reports.records import Outcome
+
+LAUNCH_TIMEOUT_S = 180.0  # process start, imports and process-group set-up
+POLL_S = 0.2
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchEvents:
+    """What a launch tells while it runs: a rank entered a stage; every rank of a case reported (or was blamed)."""
+
+    stage: Callable[[str, int, str], None] = lambda _case, _rank, _stage: None
+    case_done: Callable[[Case, list[RankLine]], None] = lambda _case, _lines: None
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def loopback_interfaces() -> dict[str, str]:
+    """Pin gloo's and NCCL's sockets to the loopback interface: a single-node run talks to nobody else."""
+    import psutil
+
+    for name, addresses in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and a.address.startswith("127.") for a in addresses):
+            return {"GLOO_SOCKET_IFNAME": name, "NCCL_SOCKET_IFNAME": name}
+    return {}
+
+
+def torchrun_command(group: LaunchGroup, launch_dir: Path, port: int) -> list[str]:
+    return [
+        sys.executable, "-m", "torch.distributed.run",
+        "--nnodes=1", f"--nproc-per-node={group.world_size}",
+        "--master-addr=127.0.0.1", f"--master-port={port}",
+        "--max-restarts=0", "--monitor-interval=0.5",
+        "-m", "doctor.run.worker", "--launch-dir", str(launch_dir), "--backend", group.backend,
+    ]
+
+
+class LineTail:
+    """Reads complete new rank lines of a JSONL file; a truncated last line waits for its end."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+
+    def read_new(self) -> list[RankLine]:
+        try:
+            with self.path.open("rb") as handle:
+                handle.seek(self.offset)
+                chunk = handle.read()
+        except FileNotFoundError:
+            return []
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            return []
+        self.offset += end + 1
+        lines = []
+        for raw in chunk[: end + 1].splitlines():
+            with contextlib.suppress(ValueError):
+                lines.append(RankLine.from_json(raw))
+        return lines
+
+
+def exit_codes(torchrun_log: str) -> dict[int, int]:
+    """Per-rank exit codes from torchrun's failure summary."""
+    codes = {}
+    for match in re.finditer(r"^\s+rank\s+:\s*(\d+).*\n\s+exitcode\s+:\s*(-?\d+)", torchrun_log, re.M):
+        codes.setdefault(int(match.group(1)), int(match.group(2)))
+    return codes
+
+
+def signal_name(code: int | None) -> str | None:
+    if code is None or code >= 0:
+        return None
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+class Launch:
+    """One torchrun process running some cases of a group."""
+
+    def __init__(self, group: LaunchGroup, cases: list[Case], launch_dir: LaunchDir, timeout_override: float | None,
+                 events: LaunchEvents) -> None:
+        self.group = group
+        self.cases = cases
+        self.dir = launch_dir
+        self.timeout_override = timeout_override
+        self.events = events
+        self.lines: dict[str, dict[int, RankLine]] = {}
+        self.tails = {r: LineTail(launch_dir.rank_lines(r)) for r in range(group.world_size)}
+        self.timed_out: tuple[str, dict[int, Beat]] | None = None
+        self.returncode: int | None = None
+        self.last_stage: dict[int, tuple[str, str]] = {}
+
+    def limit_for(self, name: str) -> float:
+        """Seconds a heartbeat name may stay unfinished: the launch's own, a setup's, or a case's."""
+        return LAUNCH_TIMEOUT_S if name == LAUNCH else timeout_for(name, self.timeout_override)
+
+    def complete(self, case_id: str) -> bool:
+        return len(self.lines.get(case_id, {})) == self.group.world_size
+
+    def lines_of(self, case: Case) -> list[RankLine]:
+        return [self.lines[case.id][rank] for rank in range(self.group.world_size)]
+
+    def run(self) -> None:
+        self.dir.write_cases([c.id for c in self.cases])
+        command = torchrun_command(self.group, self.dir.path, free_port())
+        self.dir.command.write_text(" ".join(command) + "\n")
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **loopback_interfaces()}
+        env.setdefault("OMP_NUM_THREADS", "1")
+        started = time.time()
+        with self.dir.torchrun_log.open("wb") as log:
+            proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env=env, start_new_session=True, preexec_fn=die_with_parent)
+            try:
+                while proc.poll() is None:
+                    self._gather()
+                    if self._check_timeouts(started):
+                        kill_tree(proc)
+                        break
+                    time.sleep(POLL_S)
+            finally:
+                if proc.poll() is None:
+                    kill_tree(proc)
+        self.returncode = proc.returncode
+        self._gather()
+
+    def _gather(self) -> None:
+        by_id = {c.id: c for c in self.cases}
+        for tail in self.tails.values():
+            for line in tail.read_new():
+                self.lines.setdefault(line.case, {})[line.rank] = line
+                if self.complete(line.case) and line.case in by_id:
+                    self.events.case_done(by_id[line.case], self.lines_of(by_id[line.case]))
+
+    def _check_timeouts(self, started: float) -> bool:
+        beats = self.dir.read_beats(self.group.world_size)
+        now = time.time()
+        if not beats and now - started > LAUNCH_TIMEOUT_S:
+            self.timed_out = (LAUNCH, beats)
+            return True
+        for rank, beat in beats.items():
+            if self.last_stage.get(rank) != (beat.case, beat.stage):
+                self.last_stage[rank] = (beat.case, beat.stage)
+                self.events.stage(beat.case, rank, beat.stage)
+            if beat.stage == "finished" or rank in self.lines.get(beat.case, {}):
+                continue
+            if now - beat.case_started > self.limit_for(beat.case):
+                self.timed_out = (beat.case, beats)
+                return True
+        return False
+
+    def unfinished(self) -> list[Case]:
+        return [c for c in self.cases if not self.complete(c.id)]
+
+    def blame(self) -> dict[str, list[RankLine]]:
+        """Lines for the cases this launch's timeout or crash took down; the rest are left to rerun."""
+        unfinished = self.unfinished()
+        if not unfinished:
+            return {}
+        beats = self.timed_out[1] if self.timed_out else self.dir.read_beats(self.group.world_size)
+        culprit = self.timed_out[0] if self.timed_out else self._in_progress(beats, unfinished)
+        victims = self._victims(culprit, unfinished)
+        return {case.id: [self._line_for(case, rank, beats) for rank in range(self.group.world_size)] for case in victims}
+
+    def _in_progress(self, beats: dict[int, Beat], unfinished: list[Case]) -> str | None:
+        ids = {c.id for c in unfinished}
+        names = [b.case for b in beats.values() if b.case in ids or b.case.startswith("<")]
+        for case in unfinished:
+            if case.id in names:
+                return case.id
+        return names[0] if names else None
+
+    def _victims(self, culprit: str | None, unfinished: list[Case]) -> list[Case]:
+        if culprit is None or culprit == LAUNCH:
+            return unfinished  # died before any case started: nothing to gain by relaunching
+        probe = setup_probe(culprit)
+        if probe:
+            return [c for c in unfinished if c.probe == probe]
+        return [c for c in unfinished if c.id == culprit] or unfinished
+
+    def _line_for(self, case: Case, rank: int, beats: dict[int, Beat]) -> RankLine:
+        existing = self.lines.get(case.id, {}).get(rank)
+        if existing is not None:
+            return existing
+        beat = beats.get(rank)
+        where = beat.case if beat else None
+        stage = beat.stage if beat and where in (case.id, setup_name(case.probe), LAUNCH) else "not started"
+        if beat and where == setup_name(case.probe):
+            stage = f"setup: {beat.stage}"
+        tail = log_tail(self.dir.rank_log(rank))
+        if self.timed_out:
+            reason = f"timed out after {self.limit_for(self.timed_out[0]):g} s on rank {rank} in stage {stage!r}"
+            return RankLine(case.id, rank, case.world_size, Outcome.TIMEOUT, reason, stage, stderr_tail=tail)
+        code = exit_codes(self.dir.torchrun_log.read_text(errors="replace")).get(rank, self.returncode)
+        sig = signal_name(code)
+        how = f"killed by {sig}" if sig else f"exited with code {code}"
+        return RankLine(case.id, rank, case.world_size, Outcome.ERROR, f"rank {rank} {how} in stage {stage!r}", stage,
+                        exit_code=code, signal=sig, stderr_tail=tail or log_tail(self.dir.torchrun_log))
+
+
+def run_group(group: LaunchGroup, run_dir: RunDir, *, timeout_override: float | None,
+              events: LaunchEvents = LaunchEvents()) -> dict[str, list[RankLine]]:
+    """Run every case of a group, relaunching after a timeout or crash; per-rank lines by case id."""
+    pending = list(group.cases)
+    results: dict[str, list[RankLine]] = {}
+    attempt = 0
+    while pending:
+        launch = Launch(group, pending, run_dir.launch(group.world_size, group.device_kind, attempt), timeout_override,
+                        events)
+        launch.run()
+        for case in pending:
+            if launch.complete(case.id):
+                results[case.id] = launch.lines_of(case)
+        blamed = launch.blame()
+        for case in pending:
+            if case.id in blamed:
+                results[case.id] = blamed[case.id]
+                events.case_done(case, blamed[case.id])
+        pending = [c for c in pending if c.id not in results]
+        attempt += 1
+    return results

@@ -1,0 +1,90 @@
+"""Merge: one case's rank lines into its case result, with the known-issue verdict."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from doctor.knowledge import catalog
+from doctor.run.rundir import PlannedCase, RankLine
+from reports.records import CaseResult, Finding, IssueRef, Outcome, RankSummary, Verdict, worst
+
+
+def rank_summary(line: RankLine) -> RankSummary:
+    return RankSummary(rank=line.rank, outcome=line.outcome.value, stage=line.stage, reason=line.reason,
+                       exit_code=line.exit_code, signal=line.signal, stderr_tail=line.stderr_tail,
+                       traceback=line.error.traceback if line.error else None)
+
+
+def error_text(lines: list[RankLine]) -> str:
+    """Everything the classifier may match: reasons, tracebacks, stderr tails of every rank."""
+    parts = [part for line in lines
+             for part in (line.reason, line.error.traceback if line.error else None, line.stderr_tail) if part]
+    return "\n".join(parts)
+
+
+def named_issue(lines: list[RankLine]) -> tuple[str, bool] | None:
+    """The known issue a probe named for its case (`ctx.known_issue`), shown if any rank saw it."""
+    named = [line for line in lines if line.known_issue]
+    if not named:
+        return None
+    shown = [line for line in named if line.issue_shown]
+    return (shown or named)[0].known_issue or "", bool(shown)
+
+
+def known_issue_for(planned: PlannedCase, outcome: Outcome, findings: list[Finding], text: str,
+                    versions: Mapping[str, str | None], named: tuple[str, bool] | None = None) -> IssueRef | None:
+    """An error matched against every known issue; else the issue the probe named for the case, or
+    the family's own issue, with its verdict.
+
+    The verdict is `affected` where the failure showed here (a matched error, an issue the probe
+    saw, or an error finding from an invariant that detects the issue); `not_affected` where a
+    reproduce case ran and it did not show; else it follows the installed version.
+    """
+    if outcome in (Outcome.ERROR, Outcome.TIMEOUT):
+        hits = catalog.classify(text)
+        if hits:
+            return hits[0].to_ref(Verdict.AFFECTED)
+    if named is not None:
+        issue, shown = catalog.get(named[0]), named[1]
+    elif planned.known_issues:
+        issue = catalog.get(planned.known_issues[0])  # the family's own issue
+        shown = any(f.is_error and f.invariant in issue.invariants for f in findings)
+    else:
+        return None
+    if shown or outcome == Outcome.XFAIL:
+        return issue.to_ref(Verdict.AFFECTED)
+    if planned.reproduce and outcome == Outcome.XPASS:
+        return issue.to_ref(Verdict.NOT_AFFECTED)
+    return issue.to_ref(issue.version_verdict(versions))
+
+
+def _first_of_each(dicts: list[dict]) -> dict:
+    """Keys of every rank's dict, each with the value of the first rank that set it."""
+    merged: dict = {}
+    for entry in dicts:
+        for key, value in entry.items():
+            merged.setdefault(key, value)
+    return merged
+
+
+def merge_case(planned: PlannedCase, lines: list[RankLine], versions: Mapping[str, str | None]) -> CaseResult:
+    lines = sorted(lines, key=lambda line: line.rank)
+    outcome = worst([line.outcome for line in lines])
+    findings = [f for line in lines for f in line.findings]
+    reason = next((line.reason for line in lines if line.outcome == outcome and line.reason), None)
+    return CaseResult(
+        probe=planned.probe, case=planned.case, scenario=planned.scenario, level=planned.level,
+        world_size=planned.world_size, device_kind=planned.device_kind, outcome=outcome,
+        duration_s=max((line.duration_s for line in lines), default=0.0), reason=reason,
+        known_issue=known_issue_for(planned, outcome, findings, error_text(lines), versions, named_issue(lines)),
+        findings=tuple(findings), device_map=tuple(r for line in lines for r in line.device_map),
+        ranks=tuple(rank_summary(line) for line in lines), notes=_first_of_each([line.notes for line in lines]),
+        measures=_first_of_each([line.measures for line in lines]),
+        series=next((line.series for line in lines if line.series), ()),
+    )
+
+
+def skipped_case(planned: PlannedCase) -> CaseResult:
+    return CaseResult(probe=planned.probe, case=planned.case, scenario=planned.scenario, level=planned.level,
+                      world_size=planned.world_size, device_kind=planned.device_kind, outcome=Outcome.SKIP,
+                      duration_s=0.0, reason=planned.skip_reason)

@@ -1,0 +1,149 @@
+"""`ds-doctor run` as a pipeline of small steps: select -> plan -> launch -> merge -> build -> write -> exit code.
+
+Each step is a function of the last one's result, testable alone. Nothing here renders for a person: a
+`RunReporter` (the console's, or none) is told what happens, and `reports/` turns the report into files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import os
+from pathlib import Path
+from typing import Any, Protocol
+
+from doctor.hardware.env import collect_environment
+from doctor.redact import scrub
+from doctor.run import registry
+from doctor.run.build import build_report, clean_result, utc_now, write_reports
+from doctor.run.launch import LaunchEvents, run_group
+from doctor.run.merge import merge_case, skipped_case
+from doctor.run.plan import (
+    Hardware,
+    LaunchGroup,
+    default_nproc,
+    detect_hardware,
+    node_world_size,
+    plan,
+    select_cases,
+    selected_health,
+)
+from doctor.run.rundir import Manifest, PlannedCase, RankLine, RunDir
+from doctor.run.spec import Case
+from reports.records import CaseResult, Report, format_time
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    level: int = 2
+    keyword: str | None = None
+    out_dir: Path = Path("ds-doctor-reports")
+    nproc: int | None = None
+    timeout_s: float | None = None
+    argv: tuple[str, ...] = ()
+    anonymized: bool = False
+
+
+class RunReporter(Protocol):
+    """Who hears about a run while it runs (the console); plain values and case results only."""
+
+    def planned(self, total: int, device_kind: str, nproc: int, skipped: int) -> None: ...
+
+    def stage(self, case: str, rank: int, stage: str) -> None: ...
+
+    def case_done(self, result: CaseResult) -> None: ...
+
+
+class SilentReporter:
+    def planned(self, total: int, device_kind: str, nproc: int, skipped: int) -> None:
+        pass
+
+    def stage(self, case: str, rank: int, stage: str) -> None:
+        pass
+
+    def case_done(self, result: CaseResult) -> None:
+        pass
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPlan:
+    hardware: Hardware | None
+    nproc: int
+    groups: tuple[LaunchGroup, ...]
+    planned: tuple[PlannedCase, ...]  # the cases the groups run, in launch order
+    skips: tuple[PlannedCase, ...]  # with their reasons
+    selected: tuple[str, ...] = ()  # every case id, in the order the selection listed them (the report's order)
+
+    @property
+    def empty(self) -> bool:
+        return not self.planned and not self.skips
+
+
+def select(options: RunOptions, hardware: Hardware) -> list[Case]:
+    """The registered cases that `--level`, `-k` and this node's world size select."""
+    cases = registry.all_cases(node_world_size(hardware, options.nproc))
+    return select_cases(cases, level=options.level, keyword=options.keyword)
+
+
+def planned_case(case: Case, device_kind: str, skip_reason: str | None = None) -> PlannedCase:
+    return PlannedCase(case=case.id, probe=case.probe, scenario=case.scenario, variant=case.variant,
+                       world_size=case.world_size, level=case.level, reproduce=case.reproduce, device_kind=device_kind,
+                       known_issues=registry.get(case.probe).SPEC.known_issues, skip_reason=skip_reason)
+
+
+def make_plan(options: RunOptions, hardware: Hardware | None = None) -> RunPlan:
+    """Which cases run in which launch, and which are skipped. Level 1 plans nothing (environment and hardware)."""
+    if options.level < 2:
+        return RunPlan(hardware, 0, (), (), ())
+    hardware = hardware or detect_hardware()
+    nproc = options.nproc or default_nproc(hardware)
+    cases = select(options, hardware)
+    groups, skips = plan(cases, hardware, nproc)
+    return RunPlan(hardware, nproc, tuple(groups),
+                   tuple(planned_case(c, g.device_kind) for g in groups for c in g.cases),
+                   tuple(planned_case(s.case, s.device_kind, s.reason) for s in skips), tuple(c.id for c in cases))
+
+
+def launch(run_plan: RunPlan, run_dir: RunDir, versions: dict[str, str | None], options: RunOptions,
+           reporter: RunReporter, host: str = "") -> list[CaseResult]:
+    """Run every launch group; each case is merged and reported (scrubbed, as the report will hold it) the
+    moment its last rank line is in."""
+    by_id = {p.case: p for p in run_plan.planned}
+    merged = {s.case: skipped_case(s) for s in run_plan.skips}
+
+    def case_done(case: Case, lines: list[RankLine]) -> None:
+        merged[case.id] = merge_case(by_id[case.id], lines, versions)
+        reporter.case_done(clean_result(merged[case.id], anonymized=options.anonymized, host=host))
+
+    events = LaunchEvents(stage=reporter.stage, case_done=case_done)
+    for group in run_plan.groups:
+        run_group(group, run_dir, timeout_override=options.timeout_s, events=events)
+    return [merged[case_id] for case_id in run_plan.selected]
+
+
+def write_manifest(run_dir: RunDir, run_plan: RunPlan, options: RunOptions, started: dt.datetime,
+                   env: dict[str, Any], hardware: dict[str, Any]) -> None:
+    run_dir.write_manifest(Manifest(started_at=format_time(started), level=options.level, argv=options.argv,
+                                    keyword=options.keyword, env=scrub(env), hardware=scrub(hardware),
+                                    planned=run_plan.planned, skips=run_plan.skips))
+
+
+def run(options: RunOptions, reporter: RunReporter | None = None) -> tuple[Report, dict[str, Path]]:
+    """The whole run: the report and the paths of the files written."""
+    reporter = reporter or SilentReporter()
+    started = utc_now()
+    options.out_dir.mkdir(parents=True, exist_ok=True)
+    env, hardware = collect_environment()
+    run_plan = make_plan(options)
+    reporter.planned(len(run_plan.planned), run_plan.hardware.device_kind if run_plan.hardware else "-",
+                     run_plan.nproc, len(run_plan.skips))
+    run_dir, results = None, []
+    if not run_plan.empty:
+        run_dir = RunDir.create(options.out_dir, hardware["host"], started, os.getpid())
+        write_manifest(run_dir, run_plan, options, started, env, hardware)
+        results = launch(run_plan, run_dir, env["packages"], options, reporter, hardware["host"])
+    results = selected_health(hardware, options.keyword) + results
+    report = build_report(started=started, finished=utc_now(), level=options.level, argv=options.argv, env=env,
+                          hardware=hardware, results=results, run_dir=run_dir.path if run_dir else None,
+                          anonymized=options.anonymized)
+    return report, write_reports(report, options.out_dir)

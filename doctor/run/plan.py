@@ -1,0 +1,179 @@
+"""Plan: which cases run, which are skipped and why, and how they group into torchrun launches.
+
+One launch per (world size, device kind) runs many cases, so process start-up and process-group
+set-up are paid once per group, not once per case.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from doctor.checks.health import health_results
+from doctor.run import registry
+from doctor.run.rundir import setup_probe
+from doctor.run.spec import Case, ProbeSpec, missing_dependency, missing_install_lines
+from reports.records import CaseResult
+
+
+class KeywordError(ValueError):
+    """A `-k` expression that does not parse."""
+
+
+def compile_keyword(expr: str) -> Callable[[str], bool]:
+    """pytest-style `-k`: case-insensitive substrings joined by `and`, `or`, `not` and parentheses."""
+    tokens = re.findall(r"\(|\)|[^\s()]+", expr)
+    if not tokens:
+        raise KeywordError("empty -k expression")
+    pos = 0
+
+    def peek() -> str | None:
+        return tokens[pos] if pos < len(tokens) else None
+
+    def take() -> str:
+        nonlocal pos
+        if pos >= len(tokens):
+            raise KeywordError(f"-k {expr!r}: unexpected end of expression")
+        pos += 1
+        return tokens[pos - 1]
+
+    def parse_or() -> Callable[[str], bool]:
+        left = parse_and()
+        while peek() == "or":
+            take()
+            right, prev = parse_and(), left
+            left = lambda s, a=prev, b=right: a(s) or b(s)  # noqa: E731
+        return left
+
+    def parse_and() -> Callable[[str], bool]:
+        left = parse_not()
+        while peek() == "and":
+            take()
+            right, prev = parse_not(), left
+            left = lambda s, a=prev, b=right: a(s) and b(s)  # noqa: E731
+        return left
+
+    def parse_not() -> Callable[[str], bool]:
+        token = take()
+        if token == "not":
+            inner = parse_not()
+            return lambda s: not inner(s)
+        if token == "(":
+            inner = parse_or()
+            if take() != ")":
+                raise KeywordError(f"-k {expr!r}: expected ')'")
+            return inner
+        if token in (")", "and", "or"):
+            raise KeywordError(f"-k {expr!r}: unexpected {token!r}")
+        needle = token.lower()
+        return lambda s: needle in s.lower()
+
+    matcher = parse_or()
+    if pos != len(tokens):
+        raise KeywordError(f"-k {expr!r}: unexpected {tokens[pos]!r}")
+    return matcher
+
+
+def keyword_matcher(keyword: str | None) -> Callable[[str], bool]:
+    """The `-k` matcher for case ids; no keyword selects everything."""
+    return compile_keyword(keyword) if keyword else (lambda _s: True)
+
+
+def select_cases(cases: Iterable[Case], *, level: int, keyword: str | None) -> list[Case]:
+    """Level 1 runs no probe; 2 the representative cases; 3 every case. `-k` filters by case id."""
+    matcher = keyword_matcher(keyword)
+    return [c for c in cases if c.level <= level and matcher(c.id)]
+
+
+def selected_health(hardware: Mapping[str, Any], keyword: str | None) -> list[CaseResult]:
+    """The GPU health results (level 1 and up), filtered by `-k` like every other case."""
+    matcher = keyword_matcher(keyword)
+    return [r for r in health_results(hardware.get("gpus") or [], hardware.get("gpus_reason")) if matcher(r.case)]
+
+
+@dataclasses.dataclass(frozen=True)
+class Hardware:
+    device_kind: str  # "cuda" or "cpu"
+    gpu_count: int
+
+    @property
+    def backend(self) -> str:
+        return "nccl" if self.device_kind == "cuda" else "gloo"
+
+
+def detect_hardware() -> Hardware:
+    """CUDA GPUs as torch sees them (it honours CUDA_VISIBLE_DEVICES); none: CPU."""
+    try:
+        import torch
+
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except ImportError:
+        count = 0
+    return Hardware("cuda" if count else "cpu", count)
+
+
+def default_nproc(hardware: Hardware) -> int:
+    return hardware.gpu_count if hardware.device_kind == "cuda" else 2
+
+
+def node_world_size(hardware: Hardware, nproc: int | None = None) -> int | None:
+    """The world size the hardware families add: all the GPUs (or --nproc); none on a CPU node."""
+    if hardware.device_kind != "cuda":
+        return None
+    return nproc or default_nproc(hardware)
+
+
+def missing_requirements(spec: ProbeSpec) -> list[str]:
+    return missing_install_lines(spec.requires)
+
+
+@dataclasses.dataclass(frozen=True)
+class Skip:
+    case: Case
+    device_kind: str
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchGroup:
+    world_size: int
+    device_kind: str
+    backend: str
+    cases: tuple[Case, ...]
+
+
+def plan(cases: Iterable[Case], hardware: Hardware, nproc: int) -> tuple[list[LaunchGroup], list[Skip]]:
+    """Group runnable cases by world size; everything else becomes a skip with its reason."""
+    specs = {spec.name: spec for spec in registry.specs()}
+    runnable: dict[int, list[Case]] = {}
+    skips: list[Skip] = []
+    for case in cases:
+        spec = specs[case.probe]
+        reason = missing_dependency(spec.requires)
+        if reason:
+            skips.append(Skip(case, hardware.device_kind, reason))
+        elif hardware.device_kind not in spec.device_kinds:
+            needs = " or ".join(spec.device_kinds)
+            skips.append(Skip(case, hardware.device_kind, f"needs {needs}; this node has {hardware.device_kind}"))
+        elif case.world_size > nproc:
+            what = "GPU(s)" if hardware.device_kind == "cuda" else "ranks (--nproc)"
+            skips.append(Skip(case, hardware.device_kind, f"needs {case.world_size} ranks; this run has {nproc} {what}"))
+        else:
+            runnable.setdefault(case.world_size, []).append(case)
+    groups = [
+        LaunchGroup(ws, hardware.device_kind, hardware.backend, tuple(group))
+        for ws, group in sorted(runnable.items())
+    ]
+    return groups, skips
+
+
+def timeout_for(case_or_setup: str, override: float | None) -> float:
+    """The timeout of a case id or of `<setup PROBE>`: `--timeout` wins, else the probe's spec."""
+    probe = setup_probe(case_or_setup)
+    if probe:
+        return registry.get(probe).SPEC.setup_timeout_s
+    if override is not None:
+        return override
+    return registry.get(case_or_setup.split("[", 1)[0]).SPEC.timeout_s

@@ -1,0 +1,120 @@
+"""Reports from what is on disk: a run directory (also one whose doctor was killed), or a report file.
+
+`ds-doctor run` writes the manifest (the plan, the environment) into its run directory before the
+first launch; the ranks append one fsynced rank line per finished case. From those alone a report
+is rebuilt: cases whose every rank finished are merged as in a live run; a case some rank never
+finished is an `error` marked as unfinished. A truncated line (a rank killed mid-write) is skipped
+with a warning; the rest is rendered.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from doctor.redact import scrub
+from doctor.run.build import anonymize, build_report
+from doctor.run.merge import merge_case, skipped_case
+from doctor.run.plan import selected_health
+from doctor.run.rundir import MANIFEST_VERSION, Manifest, PlannedCase, RankLine, RunDir, read_rank_lines
+from reports.records import SCHEMA_VERSION, CaseResult, Outcome, RankSummary, Report, parse_time
+
+UNFINISHED = "did not finish: the run stopped before every rank reported this case (was ds-doctor killed?)"
+
+
+class InputError(Exception):
+    """A path given to `ds-doctor report` or `diff` is not something it can read; one line, exit code 2."""
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read it ({exc})") from None
+    if not text.strip():
+        raise InputError(f"{path}: empty file")
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise InputError(f"{path}: not valid JSON ({exc})") from None
+
+
+def load_manifest(run_dir: RunDir) -> Manifest:
+    if not run_dir.manifest.is_file():
+        raise InputError(f"{run_dir.path} is not a ds-doctor run directory (no {RunDir.MANIFEST})")
+    data = _read_json(run_dir.manifest)
+    if not isinstance(data, dict) or "planned" not in data:
+        raise InputError(f"{run_dir.manifest}: not a ds-doctor run manifest")
+    if int(data.get("manifest_version", 0)) > MANIFEST_VERSION:
+        raise InputError(f"{run_dir.manifest}: written by a newer ds-doctor (manifest version {data['manifest_version']})")
+    try:
+        return Manifest.from_dict(data)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"{run_dir.manifest}: a planned case is incomplete ({type(exc).__name__}: {exc})") from None
+
+
+def lines_by_case(run_dir: RunDir, warnings: list[str]) -> dict[str, dict[int, RankLine]]:
+    by_case: dict[str, dict[int, RankLine]] = {}
+    for path in run_dir.rank_line_files():
+        for line in read_rank_lines(path, warnings):
+            by_case.setdefault(line.case, {})[line.rank] = line
+    return by_case
+
+
+def unfinished_case(planned: PlannedCase, lines: Mapping[int, RankLine]) -> CaseResult:
+    ranks = []
+    for rank in range(planned.world_size):
+        line = lines.get(rank)
+        if line is None:
+            ranks.append(RankSummary(rank=rank, outcome=Outcome.ERROR.value, stage="unknown", reason=UNFINISHED))
+        else:
+            ranks.append(RankSummary(rank=rank, outcome=line.outcome.value, stage=line.stage, reason=line.reason))
+    return CaseResult(probe=planned.probe, case=planned.case, scenario=planned.scenario, level=planned.level,
+                      world_size=planned.world_size, device_kind=planned.device_kind, outcome=Outcome.ERROR,
+                      duration_s=0.0, reason=UNFINISHED, ranks=tuple(ranks), notes={"unfinished": True})
+
+
+def report_from_run_dir(path: Path, *, anonymized: bool = False) -> tuple[Report, list[str]]:
+    """Rebuild the report of a run from its directory; returns the report and the warnings."""
+    run_dir = RunDir(path)
+    manifest = load_manifest(run_dir)
+    warnings: list[str] = []
+    by_case = lines_by_case(run_dir, warnings)
+    versions = manifest.env.get("packages", {})
+    results = []
+    for planned in manifest.planned:
+        lines = by_case.get(planned.case, {})
+        finished = len(lines) == planned.world_size
+        results.append(merge_case(planned, list(lines.values()), versions) if finished else unfinished_case(planned, lines))
+    results += [skipped_case(skip) for skip in manifest.skips]
+    results = selected_health(manifest.hardware, manifest.keyword) + results  # as `run` puts them
+    report = build_report(started=parse_time(manifest.started_at), finished=run_dir.last_write(), level=manifest.level,
+                          argv=manifest.argv, env=manifest.env, hardware=manifest.hardware, results=results,
+                          run_dir=path, anonymized=anonymized)
+    return report, warnings
+
+
+def load_report_file(path: Path, *, anonymized: bool = False) -> Report:
+    """A report JSON, checked: empty, malformed, another schema and a newer schema are input errors."""
+    import jsonschema
+
+    from reports.records import validate
+
+    data = _read_json(path)
+    tool = data.get("tool") if isinstance(data, dict) else None
+    if not isinstance(tool, dict) or tool.get("name") != "ds-doctor":
+        raise InputError(f"{path}: not a ds-doctor report")
+    version = data.get("schema_version")
+    if isinstance(version, int) and version > SCHEMA_VERSION:
+        raise InputError(f"{path}: schema version {version} is newer than this ds-doctor reads ({SCHEMA_VERSION})")
+    try:
+        validate(data)
+    except jsonschema.ValidationError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path) or "top level"
+        raise InputError(f"{path}: not a valid ds-doctor report at {where}: {exc.message[:200]}") from None
+    data = scrub(data)  # a report written by an older ds-doctor may predate a pattern
+    if anonymized:
+        data = anonymize(data, str(data["hardware"].get("host") or ""))
+    return Report.from_dict(data)

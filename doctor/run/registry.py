@@ -1,0 +1,105 @@
+"""The probe registry: the built-in families (`probes.PROBE_MODULES`), probes other packages register through
+the entry-point group `ds_doctor.probes` (pytest's plugin convention), and `DS_DOCTOR_EXTRA_PROBES`.
+
+Every source yields probe modules with the same protocol (`doctor.run.spec.Probe`); a name used twice is an
+error that names both. The registry is read again in each torchrun worker, from the same environment, so
+the parent and the ranks see one registry.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+import re
+from importlib import metadata
+from types import ModuleType
+
+from doctor.run.spec import Case, ProbeSpec
+
+ENTRY_POINT_GROUP = "ds_doctor.probes"
+#: Comma-separated extra probe modules (the tests' fault probes, or a site's own probes).
+EXTRA_ENV = "DS_DOCTOR_EXTRA_PROBES"
+
+
+class RegistryError(RuntimeError):
+    """Two probes with one name, or a probe that does not load."""
+
+
+def sources() -> list[tuple[str, str]]:
+    """(where it came from, module path) for every probe: built-ins, entry points, then the environment."""
+    import probes
+
+    found = [("built-in", name) for name in probes.PROBE_MODULES]
+    found += [(f"entry point {ep.name} ({ep.group})", ep.value) for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)]
+    found += [(EXTRA_ENV, name.strip()) for name in os.environ.get(EXTRA_ENV, "").split(",") if name.strip()]
+    return found
+
+
+def _load(origin: str, dotted: str) -> ModuleType:
+    """`package.module`, or `package.module:attribute` for a probe object inside a module."""
+    module_name, _, attribute = dotted.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+        if attribute:
+            module = getattr(module, attribute)
+    except (ImportError, AttributeError) as exc:
+        raise RegistryError(f"probe {dotted!r} ({origin}) does not load: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(getattr(module, "SPEC", None), ProbeSpec) or not callable(getattr(module, "run", None)):
+        raise RegistryError(f"{dotted!r} ({origin}) is not a probe: it needs SPEC (a ProbeSpec), variants() and run(ctx)")
+    return module
+
+
+@functools.cache
+def _modules(key: tuple[tuple[str, str], ...]) -> dict[str, ModuleType]:
+    modules: dict[str, ModuleType] = {}
+    origins: dict[str, str] = {}
+    for origin, dotted in key:
+        module = _load(origin, dotted)
+        name = module.SPEC.name
+        if name in modules and modules[name] is not module:
+            raise RegistryError(f"duplicate probe name {name!r}: {dotted} ({origin}) and {origins[name]}")
+        modules[name], origins[name] = module, f"{dotted} ({origin})"
+    return modules
+
+
+def load_modules() -> dict[str, ModuleType]:
+    """Probe modules by name, in registration order."""
+    return _modules(tuple(sources()))
+
+
+def specs() -> list[ProbeSpec]:
+    return [module.SPEC for module in load_modules().values()]
+
+
+def get(name: str) -> ModuleType:
+    """The probe called `name`; an unknown name lists the valid ones."""
+    modules = load_modules()
+    if name not in modules:
+        raise KeyError(f"unknown probe {name!r}; known probes: {', '.join(sorted(modules))}")
+    return modules[name]
+
+
+def cases_of(module: ModuleType, node_world_size: int | None = None) -> list[Case]:
+    """A probe's cases: each variant at each world size (the node's too, for `scale_to_node` probes)."""
+    spec: ProbeSpec = module.SPEC
+    return [Case(probe=spec.name, scenario=spec.scenario, variant=variant.name, world_size=world_size,
+                 level=variant.level, params=variant.params, reproduce=variant.reproduce)
+            for variant in module.variants() for world_size in spec.world_sizes_for(node_world_size)]
+
+
+def all_cases(node_world_size: int | None = None) -> list[Case]:
+    cases = [case for module in load_modules().values() for case in cases_of(module, node_world_size)]
+    ids = [case.id for case in cases]
+    if len(ids) != len(set(ids)):
+        raise RegistryError("duplicate case ids in the registry")
+    return cases
+
+
+def find_case(case_id: str) -> Case:
+    """A case by id; a node-scaled one is found from the world size its id carries."""
+    match = re.search(r"-ws(\d+)\]$", case_id)
+    for case in all_cases(int(match.group(1)) if match else None):
+        if case.id == case_id:
+            return case
+    raise KeyError(f"unknown case {case_id!r}")

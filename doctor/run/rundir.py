@@ -1,0 +1,265 @@
+"""The run directory and what travels through it: the one place that knows its file names, the rank line a
+worker writes per case (`RankLine`, to and from JSON as pytest's `TestReport._to_json/_from_json`), the
+heartbeat, and the manifest (`run.json`) from which `ds-doctor report RUN_DIR` rebuilds a killed run.
+
+    run-<host>-<time>-<pid>/
+      run.json                          the manifest: plan, environment, options
+      ws<N>-<device>-<attempt>/         one torchrun launch
+        cases.json command.txt torchrun.log
+        rank<R>.log rank<R>.jsonl heartbeat-rank<R>.json
+        scratch/<case>/                 files a case writes (checkpoints)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import re
+import traceback as tb
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from doctor.files import write_atomic
+from reports.records import Finding, Outcome, TensorRecord
+
+MANIFEST_VERSION = 1
+TRACEBACK_CHARS = 8000
+
+#: The heartbeat name outside any case: start-up (process group) and shutdown.
+LAUNCH = "<launch>"
+
+
+def setup_name(probe: str) -> str:
+    """The heartbeat name of a probe's one-off setup (it runs outside any case)."""
+    return f"<setup {probe}>"
+
+
+def setup_probe(name: str) -> str | None:
+    """The probe whose setup a heartbeat name stands for, or None."""
+    match = re.match(r"<setup (\w+)>$", name)
+    return match.group(1) if match else None
+
+
+@dataclasses.dataclass(frozen=True)
+class ErrorInfo:
+    """An exception as a rank line carries it."""
+
+    type: str
+    message: str
+    traceback: str
+
+    @classmethod
+    def of(cls, exc: BaseException) -> ErrorInfo:
+        text = "".join(tb.format_exception(type(exc), exc, exc.__traceback__))
+        return cls(type(exc).__name__, str(exc), text[-TRACEBACK_CHARS:])
+
+    @property
+    def summary(self) -> str:
+        return f"{self.type}: {self.message}"
+
+
+@dataclasses.dataclass(frozen=True)
+class RankLine:
+    """One rank's result for one case: what a worker writes and the parent merges."""
+
+    case: str
+    rank: int
+    world_size: int
+    outcome: Outcome
+    reason: str | None = None
+    stage: str | None = None
+    duration_s: float = 0.0
+    device: str | None = None
+    findings: tuple[Finding, ...] = ()
+    device_map: tuple[TensorRecord, ...] = ()
+    notes: dict[str, Any] = dataclasses.field(default_factory=dict)
+    measures: dict[str, float | None] = dataclasses.field(default_factory=dict)
+    series: tuple[dict[str, float], ...] = ()
+    shown: tuple[str, ...] = ()  # what a reproduce case saw go wrong for real
+    known_issue: str | None = None  # the known issue the probe named for the case...
+    issue_shown: bool = False  # ...and whether it showed on this rank
+    error: ErrorInfo | None = None
+    exit_code: int | None = None
+    signal: str | None = None
+    stderr_tail: str | None = None
+
+    def to_json(self) -> str:
+        data = dataclasses.asdict(self)
+        data.update(outcome=self.outcome.value, findings=[f.to_dict() for f in self.findings],
+                    device_map=[r.to_dict() for r in self.device_map])
+        return json.dumps(data, default=str)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> RankLine:
+        """A line back from JSON; ValueError when it is not one (truncated, or something else)."""
+        data = json.loads(text)
+        if not isinstance(data, dict) or "case" not in data or "rank" not in data:
+            raise ValueError("not a result line")
+        try:
+            return cls._from_dict(data)
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"not a result line: {exc}") from exc
+
+    @classmethod
+    def _from_dict(cls, data: Mapping[str, Any]) -> RankLine:
+        names = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in names}
+        issue = data.get("known_issue")
+        if isinstance(issue, Mapping):  # written before the line was typed: {"id": ..., "shown": ...}
+            values.update(known_issue=issue.get("id"), issue_shown=bool(issue.get("shown")))
+        error = data.get("error")
+        return cls(**{**values, "outcome": Outcome(data["outcome"]), "rank": int(data["rank"]),
+                      "findings": tuple(Finding.from_dict(f) for f in data.get("findings") or ()),
+                      "device_map": tuple(TensorRecord.from_dict(r) for r in data.get("device_map") or ()),
+                      "series": tuple(data.get("series") or ()), "shown": tuple(data.get("shown") or ()),
+                      "error": ErrorInfo(**error) if error else None})
+
+
+@dataclasses.dataclass(frozen=True)
+class Beat:
+    """A rank's heartbeat: the case (or `<launch>`, `<setup P>`) and stage it is in, and since when."""
+
+    rank: int
+    case: str
+    stage: str
+    case_started: float
+    time: float
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> Beat:
+        return cls(**json.loads(text))
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedCase:
+    """A case as the manifest keeps it: enough to merge its lines and judge its known issue without the registry."""
+
+    case: str
+    probe: str
+    scenario: str
+    variant: str
+    world_size: int
+    level: int
+    reproduce: bool
+    device_kind: str
+    known_issues: tuple[str, ...] = ()
+    skip_reason: str | None = None  # set for a case the plan skipped
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "known_issues": list(self.known_issues)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PlannedCase:
+        return cls(case=data["case"], probe=data["probe"], scenario=data["scenario"], variant=data["variant"],
+                   world_size=int(data["world_size"]), level=int(data["level"]), reproduce=bool(data["reproduce"]),
+                   device_kind=data["device_kind"], known_issues=tuple(data.get("known_issues", ())),
+                   skip_reason=data.get("skip_reason", data.get("reason")))
+
+
+@dataclasses.dataclass(frozen=True)
+class Manifest:
+    """`run.json`: written before the first launch, so a killed run can still be reported."""
+
+    started_at: str
+    level: int
+    argv: tuple[str, ...]
+    keyword: str | None
+    env: dict[str, Any]
+    hardware: dict[str, Any]
+    planned: tuple[PlannedCase, ...]
+    skips: tuple[PlannedCase, ...]
+
+    def to_json(self) -> str:
+        return json.dumps({"manifest_version": MANIFEST_VERSION, "started_at": self.started_at, "level": self.level,
+                           "argv": list(self.argv), "keyword": self.keyword, "env": self.env,
+                           "hardware": self.hardware, "planned": [p.to_dict() for p in self.planned],
+                           "skips": [s.to_dict() for s in self.skips]}, indent=1, default=str)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Manifest:
+        return cls(started_at=data["started_at"], level=int(data["level"]), argv=tuple(data["argv"]),
+                   keyword=data.get("keyword"), env=dict(data["env"]), hardware=dict(data["hardware"]),
+                   planned=tuple(PlannedCase.from_dict(p) for p in data["planned"]),
+                   skips=tuple(PlannedCase.from_dict(s) for s in data["skips"]))
+
+
+class LaunchDir:
+    """The files of one torchrun launch."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.cases = path / "cases.json"
+        self.command = path / "command.txt"
+        self.torchrun_log = path / "torchrun.log"
+        self.scratch = path / "scratch"
+
+    def rank_log(self, rank: int) -> Path:
+        return self.path / f"rank{rank}.log"
+
+    def rank_lines(self, rank: int) -> Path:
+        return self.path / f"rank{rank}.jsonl"
+
+    def heartbeat(self, rank: int) -> Path:
+        return self.path / f"heartbeat-rank{rank}.json"
+
+    def write_cases(self, case_ids: list[str]) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.cases.write_text(json.dumps({"cases": case_ids}))
+
+    def read_cases(self) -> list[str]:
+        return list(json.loads(self.cases.read_text())["cases"])
+
+    def read_beats(self, world_size: int) -> dict[int, Beat]:
+        beats = {}
+        for rank in range(world_size):
+            try:
+                beats[rank] = Beat.from_json(self.heartbeat(rank).read_text())
+            except (FileNotFoundError, ValueError, TypeError):
+                continue
+        return beats
+
+
+class RunDir:
+    """One run's directory: its manifest and its launches."""
+
+    MANIFEST = "run.json"
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.manifest = path / self.MANIFEST
+
+    @classmethod
+    def create(cls, out_dir: Path, host: str, started: dt.datetime, pid: int) -> RunDir:
+        path = out_dir / f"run-{host}-{started.strftime('%Y%m%dT%H%M%SZ')}-{pid}"
+        path.mkdir(parents=True)
+        return cls(path)
+
+    def launch(self, world_size: int, device_kind: str, attempt: int) -> LaunchDir:
+        return LaunchDir(self.path / f"ws{world_size}-{device_kind}-{attempt}")
+
+    def rank_line_files(self) -> list[Path]:
+        return sorted(self.path.glob("ws*/rank*.jsonl"))
+
+    def write_manifest(self, manifest: Manifest) -> None:
+        write_atomic(self.manifest, manifest.to_json())
+
+    def last_write(self) -> dt.datetime:
+        """When anything in the run directory was last written: a killed run's end."""
+        mtimes = [p.stat().st_mtime for p in self.path.rglob("*") if p.is_file()]
+        return dt.datetime.fromtimestamp(max(mtimes), dt.timezone.utc)
+
+
+def read_rank_lines(path: Path, warnings: list[str]) -> Iterator[RankLine]:
+    """Every complete line of a rank's result file; a truncated or broken one is skipped with a warning."""
+    for number, raw in enumerate(path.read_bytes().splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            yield RankLine.from_json(raw)
+        except ValueError:
+            warnings.append(f"{path}: line {number} is truncated or not a result line; skipped")

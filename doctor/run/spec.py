@@ -1,0 +1,105 @@
+"""What a probe declares: a frozen spec, its variants, and the cases they expand to.
+
+A probe is a module (or any object) with `SPEC` (a `ProbeSpec`), `variants()` returning `Variant`s, `run(ctx)`
+and optionally `setup(ctx)` (one-off work per launch). Probe authors import these through `doctor.plugins`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+SCENARIOS = ("S0", "S1", "S2", "S3", "S4", "smoke")
+DEVICE_KINDS = ("cpu", "cuda")
+
+
+@dataclasses.dataclass(frozen=True)
+class Requirement:
+    """An optional package a probe needs: found with find_spec, never imported to find out."""
+
+    module: str
+    pip: str
+
+    @property
+    def install_line(self) -> str:
+        return f"pip install {self.pip}"
+
+
+def missing_install_lines(requirements: Iterable[Requirement]) -> list[str]:
+    """Install lines of the requirements not installed here."""
+    return [req.install_line for req in requirements if importlib.util.find_spec(req.module) is None]
+
+
+def missing_dependency(requirements: Iterable[Requirement]) -> str | None:
+    """The skip reason for requirements not installed here, or None when all are."""
+    lines = missing_install_lines(requirements)
+    return "missing optional dependency: " + "; ".join(lines) if lines else None
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbeSpec:
+    name: str
+    scenario: str
+    description: str
+    world_sizes: tuple[int, ...] = (1, 2)
+    device_kinds: tuple[str, ...] = DEVICE_KINDS
+    requires: tuple[Requirement, ...] = ()
+    timeout_s: float = 120.0
+    setup_timeout_s: float = 600.0  # one-off work per launch, e.g. JIT-building DeepSpeed ops
+    known_issues: tuple[str, ...] = ()
+    #: Also run at the node's world size (all its GPUs, or --nproc): the hardware families, where
+    #: an 8-GPU node must be measured at 8 ranks, not only at the declared ones.
+    scale_to_node: bool = False
+
+    def world_sizes_for(self, node_world_size: int | None) -> tuple[int, ...]:
+        """The declared world sizes, plus the node's where the probe scales to it."""
+        if self.scale_to_node and node_world_size and node_world_size not in self.world_sizes:
+            return tuple(sorted((*self.world_sizes, node_world_size)))
+        return self.world_sizes
+
+    def __post_init__(self) -> None:
+        if self.scenario not in SCENARIOS:
+            raise ValueError(f"{self.name}: scenario {self.scenario!r} is not one of {SCENARIOS}")
+        if not self.world_sizes or min(self.world_sizes) < 1:
+            raise ValueError(f"{self.name}: world sizes must be >= 1, got {self.world_sizes}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """One configuration of a probe; it runs at each of the probe's world sizes.
+
+    `params` is the probe's own small frozen dataclass (its fields are the variant's knobs); the probe
+    reads it back from `ctx.params`.
+    """
+
+    name: str
+    params: Any = None
+    level: int = 3  # 2: the family's representative case, 3: every other case
+    reproduce: bool = False  # reproduces a known issue on purpose: xfail / xpass
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    probe: str
+    scenario: str
+    variant: str
+    world_size: int
+    level: int
+    params: Any = dataclasses.field(default=None, compare=False, hash=False)
+    reproduce: bool = False
+
+    @property
+    def id(self) -> str:
+        return f"{self.probe}[{self.variant}-ws{self.world_size}]"
+
+
+class Probe(Protocol):
+    """What the registry loads: a module (or object) with these names; `setup(ctx)` is optional."""
+
+    SPEC: ProbeSpec
+
+    def variants(self) -> list[Variant]: ...
+
+    def run(self, ctx: Any) -> None: ...

@@ -1,0 +1,191 @@
+"""The per-rank entry point that `torchrun` starts: runs many cases in one process group.
+
+Each rank writes a heartbeat (case and stage, replaced atomically) and one rank line per case to
+its own file, flushed and fsynced, so a hang is pinned to a stage and a killed launch loses
+nothing that finished. A case's exception is that case's `error`, never the launch's end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from doctor.files import log_tail, write_atomic
+from doctor.run import registry
+from doctor.run.context import ProbeContext, SkipCase
+from doctor.run.procs import die_with_parent
+from doctor.run.rundir import LAUNCH, Beat, ErrorInfo, LaunchDir, RankLine, setup_name
+from doctor.run.spec import Case
+from reports.records import Outcome
+
+
+class Heartbeat:
+    def __init__(self, path: Path, rank: int) -> None:
+        self.path = path
+        self.rank = rank
+        self.case = ""
+        self.case_started = time.time()
+
+    def start_case(self, case: str, stage: str = "start") -> None:
+        self.case = case
+        self.case_started = time.time()
+        self.beat(stage)
+
+    def beat(self, stage: str) -> None:
+        write_atomic(self.path, Beat(self.rank, self.case, stage, self.case_started, time.time()).to_json(), fsync=False)
+
+
+class LineWriter:
+    """One rank line per case, flushed and fsynced before the next case starts."""
+
+    def __init__(self, path: Path) -> None:
+        self.file = path.open("a", encoding="utf-8")
+
+    def write(self, line: RankLine) -> None:
+        self.file.write(line.to_json() + "\n")
+        self.file.flush()
+        os.fsync(self.file.fileno())
+
+
+def rank_outcome(findings_failed: bool, reproduce: bool, shown: bool = False) -> Outcome:
+    """pass/fail from the error findings; for a reproduce case: xfail when the invariants caught
+    it, fail when it showed (`ctx.showed`) and they did not, xpass when it did not show."""
+    if reproduce:
+        if findings_failed:
+            return Outcome.XFAIL
+        return Outcome.FAIL if shown else Outcome.XPASS
+    return Outcome.FAIL if findings_failed else Outcome.PASS
+
+
+def _ended(ctx: ProbeContext, reproduce: bool) -> tuple[Outcome, str | None]:
+    """The outcome of a case whose `run` returned, and its reason."""
+    errors = [f.message for f in ctx.findings if f.is_error]
+    outcome = rank_outcome(bool(errors), reproduce, bool(ctx.shown))
+    if errors:
+        return outcome, "; ".join(errors)[:2000]
+    if outcome == Outcome.FAIL:
+        return outcome, ("showed, but no invariant caught it first: " + "; ".join(ctx.shown))[:2000]
+    return outcome, None
+
+
+def run_case(module: Any, ctx: ProbeContext, reproduce: bool, log_path: Path | None = None) -> RankLine:
+    """Run one case on this rank and return its line (with this rank's log tail on an error)."""
+    started = time.perf_counter()
+    error = tail = None
+    try:
+        module.run(ctx)
+        outcome, reason = _ended(ctx, reproduce)
+    except SkipCase as exc:
+        outcome, reason = Outcome.SKIP, str(exc)
+    except Exception as exc:  # every exception of a case becomes its result
+        outcome, error = Outcome.ERROR, ErrorInfo.of(exc)
+        reason = error.summary[:2000]
+        if log_path is not None:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            tail = log_tail(log_path) or None
+    issue, issue_shown = ctx.issue or (None, False)
+    return RankLine(
+        ctx.case_id, ctx.rank, ctx.world_size, outcome, reason, ctx.stage, device=ctx.device,
+        duration_s=round(time.perf_counter() - started, 3), findings=tuple(ctx.findings),
+        device_map=tuple(ctx.records), notes=ctx.notes, measures=ctx.measures, series=tuple(ctx.series),
+        shown=tuple(ctx.shown), known_issue=issue, issue_shown=issue_shown, error=error, stderr_tail=tail,
+    )
+
+
+def setup_failure_line(ctx: ProbeContext, failure: ErrorInfo) -> RankLine:
+    reason = f"probe setup failed: {failure.summary}"[:2000]
+    return RankLine(ctx.case_id, ctx.rank, ctx.world_size, Outcome.ERROR, reason, "setup", device=ctx.device,
+                    error=failure)
+
+
+def redirect_output(log_path: Path) -> None:
+    """Send this rank's stdout/stderr (libraries print a lot) to its own log file."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def init_distributed(backend: str, local_rank: int) -> str:
+    import torch
+    import torch.distributed as dist
+
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank)
+        device = f"cuda:{local_rank}"
+    else:
+        device = "cpu"
+    dist.init_process_group(backend=backend)
+    return device
+
+
+class Worker:
+    """One rank of a launch: the cases in order, each probe's setup once before its first case."""
+
+    def __init__(self, launch: LaunchDir, backend: str, rank: int, world_size: int, local_rank: int) -> None:
+        self.launch, self.backend = launch, backend
+        self.rank, self.world_size, self.local_rank = rank, world_size, local_rank
+        self.heartbeat = Heartbeat(launch.heartbeat(rank), rank)
+        self.setups: dict[str, ErrorInfo | None] = {}
+        self.device = "cpu"
+
+    def context(self, case: Case) -> ProbeContext:
+        return ProbeContext(case_id=case.id, params=case.params, rank=self.rank, world_size=self.world_size,
+                            local_rank=self.local_rank, device=self.device, backend=self.backend,
+                            heartbeat=self.heartbeat.beat, scratch=self.launch.scratch)
+
+    def setup(self, case: Case, module: Any, ctx: ProbeContext) -> ErrorInfo | None:
+        """The probe's one-off setup, before its first case (a failure fails each of its cases)."""
+        if case.probe not in self.setups:
+            self.heartbeat.start_case(setup_name(case.probe), "setup")
+            try:
+                if hasattr(module, "setup"):
+                    module.setup(ctx)
+                self.setups[case.probe] = None
+            except Exception as exc:
+                self.setups[case.probe] = ErrorInfo.of(exc)
+        return self.setups[case.probe]
+
+    def run(self) -> None:
+        import torch.distributed as dist
+
+        self.heartbeat.start_case(LAUNCH, "init_process_group")
+        self.device = init_distributed(self.backend, self.local_rank)
+        writer = LineWriter(self.launch.rank_lines(self.rank))
+        for case_id in self.launch.read_cases():
+            case = registry.find_case(case_id)
+            module, ctx = registry.get(case.probe), self.context(case)
+            failure = self.setup(case, module, ctx)
+            self.heartbeat.start_case(case.id)
+            log = self.launch.rank_log(self.rank)
+            writer.write(setup_failure_line(ctx, failure) if failure else run_case(module, ctx, case.reproduce, log))
+            self.heartbeat.beat("finished")
+            dist.barrier()
+        self.heartbeat.start_case(LAUNCH, "shutdown")
+        dist.destroy_process_group()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="ds-doctor rank worker (started by torchrun)")
+    parser.add_argument("--launch-dir", required=True, type=Path)
+    parser.add_argument("--backend", required=True, choices=("gloo", "nccl"))
+    args = parser.parse_args(argv)
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    launch = LaunchDir(args.launch_dir)
+    redirect_output(launch.rank_log(rank))
+    faulthandler.enable()  # a segfault or abort leaves the Python stack in this rank's log
+    die_with_parent()  # torchrun SIGKILLed: this rank goes too
+    Worker(launch, args.backend, rank, world_size, int(os.environ.get("LOCAL_RANK", "0"))).run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,365 @@
+"""The plain data every layer shares: device-map records, findings, outcomes, measures, case results, the report.
+
+Nothing here is live and nothing here imports more than the standard library, so renderers (this package)
+can read a report without the engine, torch or the probe registry. The engine (`doctor/`) builds these
+objects; `Report.from_dict(scrub(...))` is the only way a report is made from run data
+(`doctor.run.build.build_report`), so every renderer sees already-redacted strings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import enum
+import json
+from collections.abc import Mapping
+from importlib import resources
+from typing import Any
+
+#: Version 2 added each result's `measures` and `series` (version 1 kept them in `notes`; still read).
+SCHEMA_VERSION = 2
+
+
+class Outcome(str, enum.Enum):
+    """How one case ended. `xfail`/`xpass` only for cases that reproduce a known issue on purpose."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    ERROR = "error"
+    SKIP = "skip"
+    TIMEOUT = "timeout"
+    XFAIL = "xfail"
+    XPASS = "xpass"
+
+
+#: Outcomes that make a run unhealthy (exit code 1).
+FAILING = frozenset({Outcome.FAIL, Outcome.ERROR, Outcome.TIMEOUT})
+
+#: When ranks disagree, the case takes the first of these that any rank reported.
+OUTCOME_ORDER = (Outcome.ERROR, Outcome.TIMEOUT, Outcome.FAIL, Outcome.XFAIL, Outcome.XPASS, Outcome.PASS, Outcome.SKIP)
+
+
+def worst(outcomes: list[Outcome]) -> Outcome:
+    """The outcome a multi-rank case gets from its ranks' outcomes."""
+    for candidate in OUTCOME_ORDER:
+        if candidate in outcomes:
+            return candidate
+    raise ValueError("no outcomes to merge")
+
+
+class ExitCode(enum.IntEnum):
+    OK = 0
+    CASES_FAILED = 1
+    USAGE_ERROR = 2
+    INTERNAL_ERROR = 3
+
+
+class Severity(str, enum.Enum):
+    """How much a finding matters: `error` breaks the case (`fail`, or `xfail` on a reproduce path)."""
+
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+
+
+class Verdict(str, enum.Enum):
+    """Whether this stack is affected by a known issue."""
+
+    AFFECTED = "affected"
+    NOT_AFFECTED = "not_affected"
+    UNKNOWN = "unknown"
+
+
+def format_time(moment: dt.datetime) -> str:
+    """A report's times: ISO 8601 in UTC, to the second (`2026-11-22T20:43:52Z`)."""
+    return moment.astimezone(dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def parse_time(text: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def _known(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
+    """The entries of `data` that are fields of the dataclass `cls` (newer writers may add fields)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorRecord:
+    """One tensor (or scalar operand) at one stage on one rank: a row of a device map."""
+
+    rank: int
+    stage: str
+    role: str
+    path: str
+    owner: str | None
+    device: str
+    dtype: str
+    shape: tuple[int, ...]
+    numel: int
+    nbytes: int
+    requires_grad: bool | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "shape": list(self.shape)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TensorRecord:
+        values = _known(cls, data)
+        return cls(**{**values, "shape": tuple(values.get("shape", ()))})
+
+    @property
+    def is_cpu_scalar(self) -> bool:
+        """A 0-dim CPU tensor or a Python number: torch lets these mix with any device."""
+        return self.device == "python" or (self.device == "cpu" and len(self.shape) == 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """A broken (or doubtful) invariant, with the records that show it."""
+
+    invariant: str
+    severity: Severity
+    message: str
+    rank: int | None = None
+    stage: str | None = None
+    expected: str | None = None
+    evidence: tuple[TensorRecord, ...] = ()
+    remedy: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "severity", Severity(self.severity))
+
+    @property
+    def is_error(self) -> bool:
+        return self.severity == Severity.ERROR
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"invariant": self.invariant, "severity": self.severity.value, "message": self.message,
+                "rank": self.rank, "stage": self.stage, "expected": self.expected,
+                "evidence": [r.to_dict() for r in self.evidence], "remedy": self.remedy}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Finding:
+        values = _known(cls, data)
+        return cls(**{**values, "evidence": tuple(TensorRecord.from_dict(r) for r in data.get("evidence", []))})
+
+
+@dataclasses.dataclass(frozen=True)
+class Measure:
+    """A number a probe measures; renderers, `diff` and Prometheus read its unit and meaning from here."""
+
+    name: str
+    label: str
+    unit: str
+    help: str
+    better: str | None = None  # "higher" or "lower": compared with a baseline; None: context, never a regression
+    headline: bool = False  # shown beside a passing case on the console
+    min_ranks: int = 1  # below this world size the number means nothing
+    why_not: str = ""  # ...and this says why
+
+    def applies(self, world_size: int) -> bool:
+        return world_size >= self.min_ranks
+
+
+_NO_LINK = "one rank: no data moves between ranks"
+MEASURES: dict[str, Measure] = {m.name: m for m in (  # in the order tables show them
+    Measure("bytes", "bytes", "B", "size of the collective's largest buffer"),
+    Measure("time_us", "time", "us", "time of one operation, averaged over the ranks"),
+    Measure("algbw_gbps", "algbw", "GB/s", "algorithm bandwidth in GB/s", "higher", False, 2, _NO_LINK),
+    Measure("busbw_gbps", "busbw", "GB/s", "bus bandwidth in GB/s (nccl-tests' definition)", "higher", True, 2, _NO_LINK),
+    Measure("matmul_size", "n", "", "square matmul size"),
+    Measure("relative_error", "relative error", "", "relative Frobenius error against fp64"),
+    Measure("error_tolerance", "tolerance", "", "the largest relative error that passes"),
+    Measure("tflops", "TFLOP/s", "TFLOP/s", "achieved TFLOP/s of the slowest rank", "higher", True),
+)}
+
+
+def format_measure(name: str, value: float | None, world_size: int) -> str:
+    """`busbw 1.2 GB/s`; `busbw —` with the reason where the measure means nothing at this world size."""
+    measure = MEASURES[name]
+    if not measure.applies(world_size) or value is None:
+        return f"{measure.label} — ({measure.why_not or 'not measured'})"
+    return f"{measure.label} {value:g}" + (f" {measure.unit}" if measure.unit else "")
+
+
+@dataclasses.dataclass(frozen=True)
+class IssueRef:
+    """A known issue as a case result (or a triage match) names it, with this stack's verdict."""
+
+    id: str
+    title: str
+    verdict: Verdict
+    affected_versions: str
+    remedy: str
+    refs: tuple[str, ...] = ()
+    fixed_in: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "verdict", Verdict(self.verdict))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "title": self.title, "verdict": self.verdict.value,
+                "affected_versions": self.affected_versions, "fixed_in": self.fixed_in, "remedy": self.remedy,
+                "refs": list(self.refs)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> IssueRef:
+        values = _known(cls, {"title": "", "affected_versions": "", **data})
+        return cls(**{**values, "refs": tuple(data.get("refs") or ())})
+
+
+@dataclasses.dataclass(frozen=True)
+class RankSummary:
+    """What one rank said about a case (or what the parent knows of a rank that said nothing)."""
+
+    rank: int
+    outcome: str
+    stage: str | None = None
+    reason: str | None = None
+    exit_code: int | None = None
+    signal: str | None = None
+    stderr_tail: str | None = None
+    traceback: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RankSummary:
+        return cls(**_known(cls, data))
+
+
+@dataclasses.dataclass(frozen=True)
+class CaseResult:
+    probe: str
+    case: str
+    scenario: str
+    level: int
+    world_size: int
+    device_kind: str
+    outcome: Outcome
+    duration_s: float
+    reason: str | None = None
+    known_issue: IssueRef | None = None
+    findings: tuple[Finding, ...] = ()
+    device_map: tuple[TensorRecord, ...] = ()
+    ranks: tuple[RankSummary, ...] = ()
+    notes: dict[str, Any] = dataclasses.field(default_factory=dict)
+    measures: dict[str, float | None] = dataclasses.field(default_factory=dict)  # names from MEASURES
+    series: tuple[dict[str, float], ...] = ()  # rows of measures, e.g. one per message size
+
+    def applicable_measures(self) -> dict[str, float | None]:
+        """The measures that mean something at this case's world size."""
+        return {k: v for k, v in self.measures.items() if k in MEASURES and MEASURES[k].applies(self.world_size)}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "probe": self.probe, "case": self.case, "scenario": self.scenario, "level": self.level,
+            "world_size": self.world_size, "device_kind": self.device_kind, "outcome": self.outcome.value,
+            "duration_s": self.duration_s, "reason": self.reason,
+            "known_issue": self.known_issue.to_dict() if self.known_issue else None,
+            "findings": [f.to_dict() for f in self.findings], "device_map": [r.to_dict() for r in self.device_map],
+            "ranks": [r.to_dict() for r in self.ranks], "notes": self.notes, "measures": self.measures,
+            "series": [dict(row) for row in self.series],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CaseResult:
+        notes = dict(data.get("notes") or {})
+        measures, series = data.get("measures"), data.get("series")
+        if measures is None:  # schema version 1 kept them in the notes
+            measures, series, notes = _measures_from_v1_notes(notes)
+        issue = data.get("known_issue")
+        return cls(
+            probe=data["probe"], case=data["case"], scenario=data["scenario"], level=int(data["level"]),
+            world_size=int(data["world_size"]), device_kind=data["device_kind"], outcome=Outcome(data["outcome"]),
+            duration_s=float(data["duration_s"]), reason=data.get("reason"),
+            known_issue=IssueRef.from_dict(issue) if issue else None,
+            findings=tuple(Finding.from_dict(f) for f in data.get("findings", [])),
+            device_map=tuple(TensorRecord.from_dict(r) for r in data.get("device_map", [])),
+            ranks=tuple(RankSummary.from_dict(r) for r in data.get("ranks", [])),
+            notes=notes, measures=dict(measures), series=tuple(dict(row) for row in series or ()),
+        )
+
+
+#: How a version-1 report's notes name what version 2 keeps in `measures` and `series`.
+_V1_NOTES = {"busbw_gbps": "busbw_gbps", "algbw_gbps": "algbw_gbps", "tflops": "tflops", "size": "matmul_size",
+             "relative_error": "relative_error", "tolerance": "error_tolerance"}
+
+
+def _measures_from_v1_notes(notes: dict[str, Any]) -> tuple[dict[str, float], list[dict[str, float]], dict[str, Any]]:
+    measures = {new: notes.pop(old) for old, new in _V1_NOTES.items() if isinstance(notes.get(old), (int, float))}
+    sizes = notes.pop("sizes", None)
+    series = [dict(row) for row in sizes if isinstance(row, dict)] if isinstance(sizes, list) else []
+    return measures, series, notes
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+    tool: dict[str, str]
+    started_at: str
+    finished_at: str
+    command: list[str]
+    level: int
+    env: dict[str, Any]
+    hardware: dict[str, Any]
+    results: tuple[CaseResult, ...]
+    run_dir: str | None = None
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def summary(self) -> dict[str, int]:
+        counts = {outcome.value: 0 for outcome in Outcome}
+        for result in self.results:
+            counts[result.outcome.value] += 1
+        return counts
+
+    @property
+    def affecting_issues(self) -> list[dict[str, Any]]:
+        """Known issues with an `affected` verdict somewhere in this run, once each, with their cases."""
+        seen: dict[str, dict[str, Any]] = {}
+        for result in self.results:
+            issue = result.known_issue
+            if issue and issue.verdict == Verdict.AFFECTED:
+                seen.setdefault(issue.id, {**issue.to_dict(), "cases": []})["cases"].append(result.case)
+        return list(seen.values())
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return ExitCode.CASES_FAILED if any(r.outcome in FAILING for r in self.results) else ExitCode.OK
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION, "tool": self.tool, "started_at": self.started_at,
+            "finished_at": self.finished_at, "command": self.command, "level": self.level, "run_dir": self.run_dir,
+            "env": self.env, "hardware": self.hardware, "results": [r.to_dict() for r in self.results],
+            "summary": self.summary, "affecting_issues": self.affecting_issues,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=False)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Report:
+        return cls(
+            schema_version=int(data["schema_version"]), tool=dict(data["tool"]), started_at=data["started_at"],
+            finished_at=data["finished_at"], command=list(data.get("command", [])), level=int(data.get("level", 2)),
+            run_dir=data.get("run_dir"), env=dict(data["env"]), hardware=dict(data["hardware"]),
+            results=tuple(CaseResult.from_dict(r) for r in data["results"]),
+        )
+
+
+def load_schema(version: int = SCHEMA_VERSION) -> dict[str, Any]:
+    """The JSON Schema of a report of `version` (every version this ds-doctor reads is kept)."""
+    name = "schema.json" if version == SCHEMA_VERSION else f"schema-v{version}.json"
+    return json.loads(resources.files("reports").joinpath(name).read_text())
+
+
+def validate(data: Mapping[str, Any]) -> None:
+    """Raise `jsonschema.ValidationError` if `data` is not a valid report of its own schema version."""
+    import jsonschema
+
+    version = data.get("schema_version")
+    jsonschema.validate(instance=data, schema=load_schema(version if version in (1, SCHEMA_VERSION) else SCHEMA_VERSION))

@@ -1,0 +1,125 @@
+"""The classifier on real error texts, and version verdicts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from doctor.knowledge import catalog as known_issues
+from reports.records import Verdict
+
+AFFECTED, NOT_AFFECTED, UNKNOWN = Verdict.AFFECTED, Verdict.NOT_AFFECTED, Verdict.UNKNOWN
+
+RESOURCES = Path(__file__).resolve().parents[1] / "resources"
+S2_ID = "ds_z3_offload_gradnorm_device_mismatch"
+
+
+def test_the_s2_traceback_is_recognised() -> None:
+    # The frames of DeepSpeed issue #5538 (LLaMA-Factory, ZeRO-3 + offload, deepspeed 0.14.2).
+    text = (RESOURCES / "ds_5538_unscale_and_clip.txt").read_text()
+    assert [issue.id for issue in known_issues.classify(text)] == [S2_ID]
+
+
+def test_a_generic_device_mismatch_without_zero3_frames_is_not_claimed() -> None:
+    text = "RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!"
+    assert known_issues.classify(text) == []
+
+
+@pytest.mark.parametrize(
+    ("version", "verdict"),
+    [("0.14.0", NOT_AFFECTED), ("0.14.1", AFFECTED), ("0.14.2", AFFECTED), ("0.14.3", NOT_AFFECTED),
+     ("0.19.8", NOT_AFFECTED), (None, UNKNOWN), ("not-a-version", UNKNOWN)],
+)
+def test_version_verdict_for_the_s2_issue(version, verdict) -> None:
+    assert known_issues.get(S2_ID).version_verdict({"deepspeed": version}) == verdict
+
+
+def test_issues_without_a_version_range_give_unknown() -> None:
+    assert known_issues.get("ds_jit_ninja_missing").version_verdict({"deepspeed": "0.19.8"}) == UNKNOWN
+
+
+SAMPLES = [
+    ("deepspeed.runtime.zero.utils.ZeRORuntimeException: You are using ZeRO-Offload with a client provided "
+     "optimizer (<class 'torch.optim.adamw.AdamW'>) which in most cases will yield poor performance.",
+     "ds_offload_client_optimizer_rejected"),
+    ("RuntimeError: Ninja is required to load C++ extensions", "ds_jit_ninja_missing"),
+    ("AttributeError: 'DeepSpeedCPUAdam' object has no attribute 'ds_opt_adam'", "ds_cpu_adam_build_failed"),
+    ("torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. "
+     "port: 29500, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use",
+     "torchrun_port_in_use"),
+    ("exitcode  : -9 (pid: 4242)\n  traceback : Signal 9 (SIGKILL) received by PID 4242", "torchrun_child_sigkill"),
+    ("Exception: Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.",
+     "ds_fp16_loss_scale_at_minimum"),
+    # the texts below are quoted in the upstream threads each entry cites
+    ("RuntimeError: Cannot free a ZeRO-3 parameter while it is still active in submodules. This can happen if: (1) "
+     "submodules have not released the parameter", "ds_z3_free_param_still_active"),
+    ("AssertionError: {'id': 853, 'status': 'NOT_AVAILABLE', 'numel': 0, 'ds_numel': 0, 'shape': (0,), "
+     "'active_sub_modules': set()}\n  assert param.ds_status == ZeroParamStatus.AVAILABLE, param.ds_summary()",
+     "ds_z3_param_not_available_on_fetch"),
+    ("deepspeed.runtime.zero.utils.ZeRORuntimeException: The checkpoint being loaded used a DP world size of 8 but "
+     "the current world size is 16. Automatic adjustment of ZeRO's optimizer state partitioning with a new world "
+     "size is not currently supported.", "ds_ckpt_dp_world_size_changed"),
+    ("AttributeError: 'Linear' object has no attribute 'ds_grads_remaining'", "ds_z3_ds_grads_remaining_attr_missing"),
+    ("_pickle.UnpicklingError: Weights only load failed. ... WeightsUnpickler error: Unsupported global: GLOBAL "
+     "deepspeed.runtime.fp16.loss_scaler.LossScaler was not an allowed global by default.",
+     "ds_ckpt_torch26_weights_only"),
+    ("ValueError: `--mixed_precision` arg cannot be set to `bf16` when `fp16` is set in the DeepSpeed config file.",
+     "acc_mixed_precision_conflicts_ds_config"),
+    ("AttributeError: 'AcceleratorState' object has no attribute 'fsdp_plugin'", "acc_fsdp_plugin_not_configured"),
+    ("ValueError: You can't train a model that has been loaded in 8-bit precision on a different device than the "
+     "one you're training on.", "acc_quantized_model_wrong_device"),
+    ("ValueError: Please correct the following DeepSpeed config values that mismatch TrainingArguments values:\n"
+     "- ds train_micro_batch_size_per_gpu=1 vs hf per_device_train_batch_size=8", "hf_trainer_ds_config_mismatch"),
+    ("torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has "
+     "failed. See inner exception for details.", "torchrun_rendezvous_unreachable"),
+    ("AttributeError: 'DummyOptim' object has no attribute 'step'", "acc_ds_placeholder_used_before_prepare"),
+    ("torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error "
+     "(run with NCCL_DEBUG=INFO for details), NCCL version 2.19.3", "nccl_shm_system_error"),
+    ("Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1000", "nccl_duplicate_gpu"),
+    ("[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=1) ran "
+     "for 1800000 milliseconds before timing out.", "nccl_watchdog_timeout"),
+    ("Installed CUDA version 12.1 does not match the version torch was compiled with 11.8, unable to compile "
+     "cuda/cpp extensions without a matching cuda version.", "ds_op_builder_cuda_mismatch"),
+    ('  File "/opt/venv/lib/python3.10/site-packages/torch/utils/file_baton.py", line 43, in wait\n'
+     "    time.sleep(self.wait_seconds)\nKeyboardInterrupt", "ds_jit_build_stale_lock"),
+    ("ValueError: Must flatten tensors with uniform requires_grad when use_orig_params=False",
+     "fsdp1_flatparam_mixed_requires_grad"),
+    ("ValueError: Must flatten tensors with uniform dtype but got torch.bfloat16 and torch.float32",
+     "fsdp1_flatparam_mixed_dtype"),
+    ('  File "torch/distributed/fsdp/fully_sharded_data_parallel.py", line 849, in forward\n'
+     "RuntimeError: 'weight' must be 2-D", "fsdp1_submodule_called_outside_root_forward"),
+    ("RuntimeError: aten.mul.Tensor: got mixed torch.Tensor and DTensor, need to convert all torch.Tensor to DTensor "
+     "before calling distributed operators!", "fsdp2_mixed_tensor_dtensor"),
+    ("RuntimeError: ``sharded_state_dict`` can only be used when parameters are flatten and sharded.",
+     "fsdp1_sharded_state_dict_with_no_shard"),
+]
+
+
+@pytest.mark.parametrize(("text", "issue_id"), SAMPLES)
+def test_other_entries_match_their_upstream_texts(text, issue_id) -> None:
+    assert issue_id in [issue.id for issue in known_issues.classify(text)]
+
+
+def test_every_entry_has_a_remedy_and_references() -> None:
+    for issue in known_issues.ISSUES:
+        assert issue.remedy and issue.refs, issue.id
+        # a silent issue has no error text to match: an invariant must be what finds it
+        assert issue.patterns or issue.invariants, issue.id
+        assert all(ref.startswith(("https://github.com/", "https://pytorch.org/docs/")) for ref in issue.refs), issue.id
+
+
+def test_the_catalog_holds_every_library_module_once() -> None:
+    from doctor.knowledge import accelerate, deepspeed, fsdp, launch
+
+    parts = deepspeed.DEEPSPEED + accelerate.ACCELERATE + fsdp.FSDP + launch.LAUNCH
+    assert known_issues.ISSUES == parts and len({i.id for i in parts}) == len(parts) == 43
+    assert all(issue.id.startswith("ds_") for issue in deepspeed.DEEPSPEED)
+    assert known_issues.get("torchrun_child_sigkill").package == "torch"
+
+
+def test_every_entry_with_a_signature_is_exercised_by_a_sample() -> None:
+    """Each entry classify() can return matches a sample above, the #5538 traceback or a captured probe trace."""
+    texts = [text for text, _ in SAMPLES] + [p.read_text() for p in RESOURCES.glob("**/*.txt")]
+    unsampled = [i.id for i in known_issues.ISSUES if i.patterns and not any(i.matches(t) for t in texts)]
+    assert unsampled == []

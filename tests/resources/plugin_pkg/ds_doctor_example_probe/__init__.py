@@ -1,0 +1,1 @@
+"""An example probe package for ds-doctor (see docs/writing-probes.md)."""

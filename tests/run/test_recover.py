@@ -1,0 +1,91 @@
+"""Reports rebuilt from disk: a run directory (a finished case, one some rank never finished, a skip, a truncated
+line) and report files of this schema and the one before; everything unreadable is an input error."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from doctor.run.pipeline import planned_case
+from doctor.run.recover import UNFINISHED, InputError, load_report_file, report_from_run_dir
+from doctor.run.registry import find_case
+from doctor.run.rundir import Manifest, RankLine, RunDir
+from reports.records import Outcome, validate
+from tests.reports.samples import a_report, case
+
+ENV = {"python": "3.11.7", "packages": {"deepspeed": "0.19.8", "torch": "2.13.0"}, "variables": {}}
+HARDWARE = {"host": "node1", "cpus": 2, "memory_bytes": 1 << 30, "gpus": [], "gpus_reason": "no driver"}
+DONE, HUNG = "comm[all_reduce-ws2]", "comm[broadcast-ws2]"
+
+
+def a_run_dir(tmp_path: Path) -> RunDir:
+    run = RunDir(tmp_path / "run-node1")
+    run.path.mkdir()
+    planned = tuple(planned_case(find_case(c), "cpu") for c in (DONE, HUNG))
+    skipped = (planned_case(find_case("zero_offload[z1-none-fp32-ws2]"), "cpu", "needs 2 ranks"),)
+    run.write_manifest(Manifest("2026-11-22T20:00:00Z", 2, ("run",), None, ENV, HARDWARE, planned, skipped))
+    launch = run.launch(2, "cpu", 0)
+    launch.write_cases([DONE, HUNG])
+    for rank in (0, 1):
+        lines = [RankLine(DONE, rank, 2, Outcome.PASS, measures={"busbw_gbps": 1.5}, duration_s=0.5).to_json()]
+        if rank == 0:
+            lines.append(RankLine(HUNG, 0, 2, Outcome.PASS).to_json())
+        launch.rank_lines(rank).write_text("\n".join(lines) + "\n" + ('{"case": "x", "ra' if rank == 1 else ""))
+    return run
+
+
+def test_a_killed_run_is_rebuilt_with_its_unfinished_case_marked(tmp_path: Path) -> None:
+    report, warnings = report_from_run_dir(a_run_dir(tmp_path).path)
+    validate(report.to_dict())
+    assert warnings == [f"{tmp_path / 'run-node1' / 'ws2-cpu-0' / 'rank1.jsonl'}: line 2 is truncated or not a result "
+                        "line; skipped"]
+    results = {r.case: r for r in report.results}
+    assert list(results) == [DONE, HUNG, "zero_offload[z1-none-fp32-ws2]"]
+    assert results[DONE].outcome == Outcome.PASS and results[DONE].measures == {"busbw_gbps": 1.5}
+    hung = results[HUNG]
+    assert (hung.outcome, hung.reason, hung.notes) == (Outcome.ERROR, UNFINISHED, {"unfinished": True})
+    assert [(r.rank, r.outcome) for r in hung.ranks] == [(0, "pass"), (1, "error")]
+    assert results["zero_offload[z1-none-fp32-ws2]"].reason == "needs 2 ranks"
+    assert report.started_at == "2026-11-22T20:00:00Z" and report.run_dir == str(tmp_path / "run-node1")
+
+
+@pytest.mark.parametrize(("manifest", "message"), [
+    (None, "is not a ds-doctor run directory (no run.json)"),
+    ("", "empty file"),
+    ("{not json", "not valid JSON"),
+    ('{"a": 1}', "not a ds-doctor run manifest"),
+    ('{"manifest_version": 9, "planned": []}', "written by a newer ds-doctor (manifest version 9)"),
+    ('{"manifest_version": 1, "planned": [{"case": "x"}], "skips": []}', "a planned case is incomplete"),
+])
+def test_an_unreadable_run_directory_is_an_input_error(tmp_path: Path, manifest: str | None, message: str) -> None:
+    if manifest is not None:
+        (tmp_path / "run.json").write_text(manifest)
+    with pytest.raises(InputError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        report_from_run_dir(tmp_path)
+
+
+def test_report_files_of_this_schema_and_of_version_1_are_read(tmp_path: Path) -> None:
+    report = a_report([case(Outcome.PASS, "all_reduce", probe="comm", world_size=2, measures={"busbw_gbps": 2.0})])
+    current = tmp_path / "v2.json"
+    current.write_text(report.to_json())
+    assert load_report_file(current) == report
+    old = report.to_dict()
+    old["schema_version"] = 1
+    for result in old["results"]:
+        result["notes"] = {**result.pop("measures"), "sizes": result.pop("series")}
+    (tmp_path / "v1.json").write_text(json.dumps(old))
+    assert load_report_file(tmp_path / "v1.json").results[0].measures == {"busbw_gbps": 2.0}
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("", "empty file"), ("{", "not valid JSON"), ('{"tool": {"name": "other"}}', "not a ds-doctor report"),
+    ('{"tool": {"name": "ds-doctor"}, "schema_version": 3}', "schema version 3 is newer"),
+    ('{"tool": {"name": "ds-doctor"}, "schema_version": 2}', "not a valid ds-doctor report at top level"),
+])
+def test_an_unreadable_report_file_is_an_input_error(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "r.json"
+    path.write_text(text)
+    with pytest.raises(InputError, match=message):
+        load_report_file(path)

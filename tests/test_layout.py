@@ -1,0 +1,158 @@
+"""The architecture, checked: imports point one way (no cycle between files, none between the packages but the
+probe registry the runner loads), renderers import neither torch nor the engine, and no module grows past 400
+lines. Imports are read with ast, lazy ones inside functions included."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("doctor", "probes", "reports")
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            found[name.removesuffix(".__init__")] = path
+    return found
+
+
+def imported(module: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The project modules `module` imports (a name resolves to the longest module it names)."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parts, base] if base else parts)
+            names = [f"{base}.{alias.name}" for alias in node.names] + [base]
+        else:
+            continue
+        for name in names:
+            while name and name not in known:
+                name = name.rpartition(".")[0]
+            if name and name != module:
+                out.add(name)
+    return out
+
+
+def graph() -> dict[str, set[str]]:
+    known = modules()
+    return {module: imported(module, path, known) for module, path in known.items()}
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one member (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in edges.get(node, ()):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in edges:
+        if node not in index:
+            visit(node)
+    return found
+
+
+def package_edges(edges: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """Edges between top-level packages, leaving out the runner's load of the probe registry (`probes`)."""
+    return {(a.split(".")[0], b.split(".")[0]) for a, targets in edges.items() for b in targets
+            if a.split(".")[0] != b.split(".")[0] and b != "probes"}
+
+
+def test_the_cycle_check_finds_a_planted_cycle() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+    assert package_edges({"doctor.x": {"reports.y", "probes"}, "probes.z": {"doctor.x"}}) == {
+        ("doctor", "reports"), ("probes", "doctor")}
+
+
+def test_no_import_cycle_between_files() -> None:
+    assert cycles(graph()) == []
+
+
+def test_no_import_cycle_between_packages_but_the_probe_registry() -> None:
+    edges = package_edges(graph())
+    assert not {(a, b) for a, b in edges if (b, a) in edges}, edges
+    assert ("reports", "doctor") not in edges and ("reports", "probes") not in edges  # renderers read records only
+
+
+def test_doctor_has_the_layers_it_shows() -> None:
+    subpackages = sorted(p.parent.name for p in (ROOT / "doctor").glob("*/__init__.py"))
+    assert subpackages == ["checks", "collect", "hardware", "knowledge", "run"]
+
+
+def test_no_module_over_400_lines() -> None:
+    sizes = {module: len(path.read_text().splitlines()) for module, path in modules().items()}
+    assert {m: n for m, n in sizes.items() if n > 400} == {}
+
+
+def reports_modules() -> Iterator[str]:
+    return (m for m in sorted(modules()) if m.split(".")[0] == "reports")
+
+
+BLOCK_TORCH = """
+import importlib, importlib.abc, sys
+class Blocked(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("torch", "deepspeed", "accelerate", "doctor", "probes"):
+            raise ImportError(f"{name} is blocked: renderers read records only")
+sys.meta_path.insert(0, Blocked())
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+print("imported", len(sys.argv) - 1)
+"""
+
+
+def test_every_renderer_imports_with_torch_and_the_engine_blocked() -> None:
+    names = list(reports_modules())
+    assert "reports.markdown" in names and "reports.console" in names
+    proc = subprocess.run([sys.executable, "-c", BLOCK_TORCH, *names], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == f"imported {len(names)}"
+
+
+def test_the_blocker_blocks() -> None:
+    proc = subprocess.run([sys.executable, "-c", BLOCK_TORCH, "doctor.run.pipeline"], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    assert proc.returncode != 0 and "blocked" in proc.stderr
+
+
+@pytest.mark.parametrize("module", ["doctor.cli", "doctor.plugins", "doctor.hardware.env"])
+def test_entry_points_stay_light(module: str) -> None:
+    """`ds-doctor --help`, `env` and a probe module's import never pull torch in (heavy imports live in functions)."""
+    code = f"import sys, {module}; print('torch' in sys.modules)"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "False", proc.stderr[-2000:]
