@@ -1,6 +1,6 @@
 """Hardware smoke, collectives: all_reduce, all_gather, reduce_scatter and broadcast over a range of
 sizes, each result checked on every rank against the exact expected values, with algorithm and
-bus bandwidth as nccl-tests defines them (doctor/collectives.py). nccl on GPUs, gloo on CPU.
+bus bandwidth as nccl-tests defines them (doctor/checks/collectives.py). nccl on GPUs, gloo on CPU.
 
 Per size: one checked run on fresh data, a few warm-up runs, then timed runs whose mean time is
 averaged over the ranks (as nccl-tests does), then a second checked run on fresh data. A wrong

@@ -169,3 +169,25 @@ def test_a_missing_transformers_skips_the_accelerate_family_with_the_install_lin
     results = json.loads(proc.stdout)["results"]
     assert len(results) == 24 and {r["outcome"] for r in results} == {"skip"}
     assert {r["reason"] for r in results} == {"missing optional dependency: pip install transformers"}
+
+
+def test_the_report_records_the_arguments_main_was_given(capsys, tmp_path: Path) -> None:
+    assert main(["run", "--level", "1", "--out", str(tmp_path)]) == 0
+    capsys.readouterr()
+    data = json.loads(next(tmp_path.glob("*.json")).read_text())
+    assert data["command"] == ["ds-doctor", "run", "--level", "1", "--out", str(tmp_path)]
+
+
+def test_debug_travels_in_the_context_and_shows_the_traceback(capsys, tmp_path: Path, monkeypatch) -> None:
+    from doctor.run import pipeline
+
+    def broken(*_args: object, **_kwargs: object) -> None:
+        raise RuntimeError("the doctor itself broke")
+
+    monkeypatch.setattr(pipeline, "run", broken)
+    assert main(["run", "--level", "1", "--out", str(tmp_path)]) == 3
+    err = capsys.readouterr().err
+    assert err.strip() == "ds-doctor: internal error: RuntimeError: the doctor itself broke (rerun with --debug)"
+    assert main(["--debug", "run", "--level", "1", "--out", str(tmp_path)]) == 3
+    err = capsys.readouterr().err
+    assert "Traceback" in err and err.strip().endswith("(rerun with --debug)")
