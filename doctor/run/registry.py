@@ -26,12 +26,19 @@ class RegistryError(RuntimeError):
     """Two probes with one name, or a probe that does not load."""
 
 
+@functools.cache
+def entry_point_probes() -> tuple[tuple[str, str], ...]:
+    """The installed packages' probes; read once per process (a scan of every installed distribution)."""
+    return tuple((f"entry point {ep.name} ({ep.group})", ep.value)
+                 for ep in metadata.entry_points(group=ENTRY_POINT_GROUP))
+
+
 def sources() -> list[tuple[str, str]]:
     """(where it came from, module path) for every probe: built-ins, entry points, then the environment."""
     import probes
 
     found = [("built-in", name) for name in probes.PROBE_MODULES]
-    found += [(f"entry point {ep.name} ({ep.group})", ep.value) for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)]
+    found += entry_point_probes()
     found += [(EXTRA_ENV, name.strip()) for name in os.environ.get(EXTRA_ENV, "").split(",") if name.strip()]
     return found
 
