@@ -184,6 +184,35 @@ def format_measure(name: str, value: float | None, world_size: int) -> str:
     return f"{measure.label} {value:g}" + (f" {measure.unit}" if measure.unit else "")
 
 
+TRACEBACK_CHARS = 8000  # what a report keeps of a traceback
+
+
+@dataclasses.dataclass(frozen=True)
+class ErrorInfo:
+    """An exception as a report keeps it: its type, its message and the tail of its traceback."""
+
+    type: str
+    message: str
+    traceback: str
+
+    @classmethod
+    def of(cls, exc: BaseException) -> ErrorInfo:
+        import traceback
+
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        return cls(type(exc).__name__, str(exc), text[-TRACEBACK_CHARS:])
+
+    @property
+    def summary(self) -> str:
+        """`ValueError: the whole message`."""
+        return f"{self.type}: {self.message}"
+
+    @property
+    def headline(self) -> str:
+        """`ValueError: its first line`, at most 300 characters of it."""
+        return f"{self.type}: {(self.message.splitlines() or [''])[0][:300]}"
+
+
 @dataclasses.dataclass(frozen=True)
 class IssueRef:
     """A known issue as a case result (or a triage match) names it, with this stack's verdict."""

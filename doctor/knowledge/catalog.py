@@ -11,9 +11,9 @@ from doctor.knowledge.deepspeed import DEEPSPEED
 from doctor.knowledge.fsdp import FSDP
 from doctor.knowledge.issues import KnownIssue
 from doctor.knowledge.launch import LAUNCH
+from reports.records import ErrorInfo
 
 ISSUES: tuple[KnownIssue, ...] = DEEPSPEED + ACCELERATE + FSDP + LAUNCH
-TRACEBACK_CHARS = 8000  # what a report keeps of a traceback a probe caught
 
 _BY_ID = {issue.id: issue for issue in ISSUES}
 if len(_BY_ID) != len(ISSUES):  # pragma: no cover - guards the table above
@@ -32,21 +32,22 @@ def classify(text: str, issues: Iterable[KnownIssue] = ISSUES) -> list[KnownIssu
 
 @dataclasses.dataclass(frozen=True)
 class RaisedError:
-    """An exception a probe caught on purpose, as text and as what the classifier made of it."""
+    """An exception a probe caught on purpose, and what the classifier made of it (on its whole traceback)."""
 
-    type: str
-    first_line: str  # the message's first line, at most 300 characters
-    traceback: str  # its last TRACEBACK_CHARS characters, for the report
-    hits: tuple[KnownIssue, ...]  # classified on the whole traceback
+    error: ErrorInfo
+    hits: tuple[KnownIssue, ...]
 
     @classmethod
     def of(cls, exc: BaseException) -> RaisedError:
         import traceback
 
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        first_line = (str(exc).splitlines() or [""])[0][:300]
-        return cls(type(exc).__name__, first_line, text[-TRACEBACK_CHARS:], tuple(classify(text)))
+        return cls(ErrorInfo.of(exc), tuple(classify(text)))
 
     @property
     def summary(self) -> str:
-        return f"{self.type}: {self.first_line}"
+        return self.error.headline
+
+    @property
+    def traceback(self) -> str:
+        return self.error.traceback

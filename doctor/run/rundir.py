@@ -16,16 +16,14 @@ import dataclasses
 import datetime as dt
 import json
 import re
-import traceback as tb
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from doctor.files import write_atomic
-from reports.records import Finding, Outcome, TensorRecord
+from reports.records import ErrorInfo, Finding, Outcome, TensorRecord
 
 MANIFEST_VERSION = 1
-TRACEBACK_CHARS = 8000
 
 #: The heartbeat name outside any case: start-up (process group) and shutdown.
 LAUNCH = "<launch>"
@@ -40,24 +38,6 @@ def setup_probe(name: str) -> str | None:
     """The probe whose setup a heartbeat name stands for, or None."""
     match = re.match(r"<setup (\w+)>$", name)
     return match.group(1) if match else None
-
-
-@dataclasses.dataclass(frozen=True)
-class ErrorInfo:
-    """An exception as a rank line carries it."""
-
-    type: str
-    message: str
-    traceback: str
-
-    @classmethod
-    def of(cls, exc: BaseException) -> ErrorInfo:
-        text = "".join(tb.format_exception(type(exc), exc, exc.__traceback__))
-        return cls(type(exc).__name__, str(exc), text[-TRACEBACK_CHARS:])
-
-    @property
-    def summary(self) -> str:
-        return f"{self.type}: {self.message}"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,9 +19,9 @@ from doctor.files import log_tail, write_atomic
 from doctor.run import registry
 from doctor.run.context import ProbeContext, SkipCase
 from doctor.run.procs import die_with_parent
-from doctor.run.rundir import LAUNCH, Beat, ErrorInfo, LaunchDir, RankLine, setup_name
+from doctor.run.rundir import LAUNCH, Beat, LaunchDir, RankLine, setup_name
 from doctor.run.spec import Case
-from reports.records import Outcome
+from reports.records import ErrorInfo, Outcome
 
 
 class Heartbeat:

@@ -10,8 +10,8 @@ import pytest
 from doctor.run.merge import merge_case
 from doctor.run.pipeline import planned_case
 from doctor.run.registry import find_case
-from doctor.run.rundir import ErrorInfo, PlannedCase, RankLine
-from reports.records import Finding, Outcome, Severity, TensorRecord, Verdict
+from doctor.run.rundir import PlannedCase, RankLine
+from reports.records import ErrorInfo, Finding, Outcome, Severity, TensorRecord, Verdict
 
 VERSIONS = {"deepspeed": "0.19.8", "accelerate": "1.15.0", "torch": "2.13.0"}
 S1 = "frozen_param_names[z2-set-tensor-ws2]"

@@ -10,7 +10,6 @@ import pytest
 
 from doctor.run.rundir import (
     Beat,
-    ErrorInfo,
     LaunchDir,
     Manifest,
     PlannedCase,
@@ -20,7 +19,7 @@ from doctor.run.rundir import (
     setup_name,
     setup_probe,
 )
-from reports.records import Finding, Outcome, Severity, TensorRecord
+from reports.records import ErrorInfo, Finding, Outcome, Severity, TensorRecord
 
 RECORD = TensorRecord(1, "after_step", "fp32_partition", "optimizer.x[0]", None, "meta", "float32", (8,), 8, 32)
 
