@@ -22,6 +22,9 @@ class KeywordError(ValueError):
     """A `-k` expression that does not parse."""
 
 
+Matcher = Callable[[str], bool]
+
+
 def compile_keyword(expr: str) -> Callable[[str], bool]:
     """pytest-style `-k`: case-insensitive substrings joined by `and`, `or`, `not` and parentheses."""
     tokens = re.findall(r"\(|\)|[^\s()]+", expr)
@@ -39,23 +42,21 @@ def compile_keyword(expr: str) -> Callable[[str], bool]:
         pos += 1
         return tokens[pos - 1]
 
-    def parse_or() -> Callable[[str], bool]:
-        left = parse_and()
-        while peek() == "or":
+    def parse_binary(word: str, operand: Callable[[], Matcher], both: Callable[[bool, bool], bool]) -> Matcher:
+        left = operand()
+        while peek() == word:
             take()
-            right, prev = parse_and(), left
-            left = lambda s, a=prev, b=right: a(s) or b(s)  # noqa: E731
+            right, prev = operand(), left
+            left = lambda s, a=prev, b=right: both(a(s), b(s))  # noqa: E731
         return left
 
-    def parse_and() -> Callable[[str], bool]:
-        left = parse_not()
-        while peek() == "and":
-            take()
-            right, prev = parse_not(), left
-            left = lambda s, a=prev, b=right: a(s) and b(s)  # noqa: E731
-        return left
+    def parse_or() -> Matcher:
+        return parse_binary("or", parse_and, lambda a, b: a or b)
 
-    def parse_not() -> Callable[[str], bool]:
+    def parse_and() -> Matcher:
+        return parse_binary("and", parse_not, lambda a, b: a and b)
+
+    def parse_not() -> Matcher:
         token = take()
         if token == "not":
             inner = parse_not()

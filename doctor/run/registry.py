@@ -13,9 +13,9 @@ import importlib
 import os
 import re
 from importlib import metadata
-from types import ModuleType
+from typing import Any
 
-from doctor.run.spec import Case, ProbeSpec
+from doctor.run.spec import Case, Probe, ProbeSpec
 
 ENTRY_POINT_GROUP = "ds_doctor.probes"
 #: Comma-separated extra probe modules (the tests' fault probes, or a site's own probes).
@@ -43,11 +43,11 @@ def sources() -> list[tuple[str, str]]:
     return found
 
 
-def _load(origin: str, dotted: str) -> ModuleType:
+def _load(origin: str, dotted: str) -> Probe:
     """`package.module`, or `package.module:attribute` for a probe object inside a module."""
     module_name, _, attribute = dotted.partition(":")
     try:
-        module = importlib.import_module(module_name)
+        module: Any = importlib.import_module(module_name)
         if attribute:
             module = getattr(module, attribute)
     except (ImportError, AttributeError) as exc:
@@ -58,8 +58,8 @@ def _load(origin: str, dotted: str) -> ModuleType:
 
 
 @functools.cache
-def _modules(key: tuple[tuple[str, str], ...]) -> dict[str, ModuleType]:
-    modules: dict[str, ModuleType] = {}
+def _modules(key: tuple[tuple[str, str], ...]) -> dict[str, Probe]:
+    modules: dict[str, Probe] = {}
     origins: dict[str, str] = {}
     for origin, dotted in key:
         module = _load(origin, dotted)
@@ -70,7 +70,7 @@ def _modules(key: tuple[tuple[str, str], ...]) -> dict[str, ModuleType]:
     return modules
 
 
-def load_modules() -> dict[str, ModuleType]:
+def load_modules() -> dict[str, Probe]:
     """Probe modules by name, in registration order."""
     return _modules(tuple(sources()))
 
@@ -79,7 +79,7 @@ def specs() -> list[ProbeSpec]:
     return [module.SPEC for module in load_modules().values()]
 
 
-def get(name: str) -> ModuleType:
+def get(name: str) -> Probe:
     """The probe called `name`; an unknown name lists the valid ones."""
     modules = load_modules()
     if name not in modules:
@@ -87,7 +87,7 @@ def get(name: str) -> ModuleType:
     return modules[name]
 
 
-def cases_of(module: ModuleType, node_world_size: int | None = None) -> list[Case]:
+def cases_of(module: Probe, node_world_size: int | None = None) -> list[Case]:
     """A probe's cases: each variant at each world size (the node's too, for `scale_to_node` probes)."""
     spec: ProbeSpec = module.SPEC
     return [Case(probe=spec.name, scenario=spec.scenario, variant=variant.name, world_size=world_size,
