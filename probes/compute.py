@@ -166,8 +166,4 @@ def _chunk_pattern(number: int, numel: int, device: Any) -> Any:
 
 
 def _all_ranks(ctx: ProbeContext, value: float) -> list[float]:
-    import torch.distributed as dist
-
-    gathered: list[Any] = [None] * ctx.world_size
-    dist.all_gather_object(gathered, value)
-    return [float(v) for v in gathered]
+    return [float(v) for v in ctx.all_gather_json(value)]

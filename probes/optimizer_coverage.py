@@ -87,9 +87,15 @@ def variants() -> list[Variant]:
 
 
 def setup(ctx: ProbeContext) -> None:
-    """DeepSpeed's optimizer ops, once per launch, where DeepSpeed is installed (only its routes need them)."""
-    if importlib.util.find_spec("deepspeed") is not None:
-        build_deepspeed_ops(ctx)
+    """DeepSpeed's optimizer ops, once per launch, where DeepSpeed imports. Only its routes need them: a DeepSpeed
+    that is installed but does not import (it needs numpy, torch does not) fails those routes, not the FSDP ones."""
+    if importlib.util.find_spec("deepspeed") is None:
+        return
+    try:
+        import deepspeed  # noqa: F401
+    except ImportError:
+        return  # each DeepSpeed route raises the import error itself, classified
+    build_deepspeed_ops(ctx)
 
 
 def build_model(seed: int = 0) -> Any:
@@ -133,7 +139,7 @@ def run(ctx: ProbeContext) -> None:
     with contextlib.ExitStack() as cleanup:
         wrapped = WRAPPERS[route.wrapper](ctx, route, cleanup)
         ctx.enter("after_wrap")
-        after = _tracked_everywhere(tracked_names(optimizer_groups(wrapped.optimizer), wrapped.module))
+        after = _tracked_everywhere(ctx, tracked_names(optimizer_groups(wrapped.optimizer), wrapped.module))
         ctx.note("tracked_after", sorted(after.groups))
         ctx.check(tracked_set(before.groups, after.groups, FROZEN) + tracked_live(after))
         ctx.enter("step")
@@ -156,16 +162,10 @@ def _equal(a: Any, b: Any) -> bool:
     return a.shape == b.shape and torch.equal(a, b)
 
 
-def _tracked_everywhere(tracked: Tracked) -> Tracked:
+def _tracked_everywhere(ctx: ProbeContext, tracked: Tracked) -> Tracked:
     """A FlatParameter shard holds some names on each rank: the union over ranks is what is tracked."""
-    import torch.distributed as dist
-
-    if not dist.is_initialized() or dist.get_world_size() == 1:
-        return tracked
-    gathered: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, (tracked.groups, tracked.orphans))
     groups: dict[str, int] = {}
-    for rank_groups, _ in gathered:
+    for rank_groups in ctx.all_gather_json(tracked.groups):
         groups.update(rank_groups)
     return Tracked(groups, tracked.orphans)  # orphans are this rank's own
 

@@ -305,6 +305,46 @@ def test_a_level_3_ticket_fits_and_the_log_has_a_line_per_case(level3: Run) -> N
             assert any(line.startswith(f"{result['case']} {result['outcome'].upper()} ") for line in log), result["case"]
 
 
+@pytest.fixture(scope="module")
+def without_numpy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real node with torch but no numpy: a venv whose site-packages links every package of ours but numpy."""
+    import sysconfig
+
+    venv = tmp_path_factory.mktemp("no-numpy") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    target = Path(sysconfig.get_paths(vars={"base": str(venv), "platbase": str(venv)})["purelib"])
+    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+        if not re.match(r"numpy($|-|\.libs)", entry.name):
+            (target / entry.name).symlink_to(entry)
+    python = venv / "bin" / "python"
+    assert subprocess.run([str(python), "-c", "import numpy"], capture_output=True, timeout=60).returncode == 1
+    return python
+
+
+def test_a_node_without_numpy_is_named_and_whatever_crosses_ranks_still_works(without_numpy: Path,
+                                                                                 tmp_path: Path) -> None:
+    """torch does not require numpy, but its object collectives decode through it: the probes gather JSON through
+    tensors instead, level 1 names the missing numpy, and a stack that does need it is classified, not unknown."""
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(without_numpy), "-m", "doctor.cli", "run", "--out", str(tmp_path), "--json", *args],
+                              capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT,
+                              timeout=600)
+
+    level1 = run("--level", "1")
+    assert level1.returncode == 0, level1.stderr[-2000:]
+    (node,) = json.loads(level1.stdout)["results"]
+    assert node["case"] == "environment[node]" and node["outcome"] == "pass"
+    assert [(f["invariant"], f["severity"]) for f in node["findings"]] == [("numpy_present", "warning")]
+    proc = run("--level", "3", "-k", "compute or (optimizer_coverage and (fsdp2 or deepspeed-z2-ws2))")
+    results = {r["case"]: r for r in json.loads(proc.stdout)["results"]}
+    assert {c: r["outcome"] for c, r in results.items() if r["outcome"] == "pass"} == {
+        **{f"compute[{v}-ws1]": "pass" for v in ("matmul-bf16", "matmul-fp16", "matmul-fp32", "memory")},
+        "optimizer_coverage[fsdp2-ws1]": "pass", "optimizer_coverage[fsdp2-ws2]": "pass"}
+    deepspeed = results["optimizer_coverage[deepspeed-z2-ws2]"]  # DeepSpeed itself imports numpy
+    assert deepspeed["outcome"] == "error" and deepspeed["known_issue"]["id"] == "torch_numpy_missing"
+    assert proc.returncode == 1
+
+
 def test_a_killed_doctor_leaves_a_run_dir_that_report_renders(tmp_path: Path) -> None:
     """SIGKILL `ds-doctor run` while a case hangs: what finished is in the run directory, nothing is left running,
     and `ds-doctor report RUN_DIR` renders the partial report, marking the cases that never finished."""

@@ -1,4 +1,5 @@
-"""Known issues of torchrun, its rendezvous and NCCL: ports, shared memory, duplicate GPUs, watchdog timeouts, killed ranks.
+"""Known issues of torchrun, its rendezvous, NCCL and torch's own environment: ports, shared memory, duplicate GPUs,
+watchdog timeouts, killed ranks, a missing numpy.
 
 Entries are written from the upstream threads (see shared/KNOWN_ISSUES.md for the raw notes).
 """
@@ -73,5 +74,19 @@ LAUNCH: tuple[KnownIssue, ...] = (
         remedy="Check dmesg / the cgroup's OOM events; reduce host memory per rank (RAM-efficient loading, fewer "
         "dataloader workers).",
         refs=("https://github.com/meta-pytorch/torchtune/issues/1710",),
+    ),
+    KnownIssue(
+        id="torch_numpy_missing",
+        title="torch without a working numpy: object collectives and .numpy() fail",
+        package="numpy",
+        patterns=(r"RuntimeError: Numpy is not available", r"Failed to initialize NumPy",
+                  r"No module named '?numpy'?"),
+        cause="torch does not require numpy, but torch.distributed's object collectives (all_gather_object, "
+        "broadcast_object_list, gather_object) decode each rank's bytes with tensor.numpy(), as .numpy() and "
+        "from_numpy do; a node without numpy, or with a numpy its torch build cannot load (numpy 2 under "
+        "torch < 2.3), fails there while the other nodes pass.",
+        remedy="pip install numpy (numpy >= 2 needs torch >= 2.3), the same version on every node; code that "
+        "must run anywhere can gather tensors instead of objects.",
+        refs=("https://github.com/pytorch/pytorch/issues/78341", "https://github.com/pytorch/pytorch/issues/132179"),
     ),
 )

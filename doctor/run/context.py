@@ -85,6 +85,11 @@ class ProbeContext:
         """One row of measures, e.g. one message size of a collective."""
         self.series.append({_measure_name(name): value for name, value in values.items()})
 
+    def all_gather_json(self, value: Any) -> list[Any]:
+        """Every rank's `value` (JSON-able), in rank order. Use this, not `all_gather_object`: torch's object
+        collectives decode through numpy, which a node may lack ("RuntimeError: Numpy is not available")."""
+        return all_gather_json(value, self.device)
+
     def skip(self, reason: str) -> None:
         raise SkipCase(reason)
 
@@ -122,3 +127,23 @@ def _measure_name(name: str) -> str:
     if name not in MEASURES:
         raise KeyError(f"unknown measure {name!r}; known: {', '.join(MEASURES)} (add it to reports.records.MEASURES)")
     return name
+
+
+def all_gather_json(value: Any, device: str) -> list[Any]:
+    """JSON through two tensor all_gathers (sizes, then padded bytes): no pickle, no numpy."""
+    import json
+
+    import torch
+    import torch.distributed as dist
+
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return [json.loads(json.dumps(value))]
+    payload = json.dumps(value).encode()
+    size = torch.tensor([len(payload)], dtype=torch.int64, device=device)
+    sizes = [torch.zeros_like(size) for _ in range(dist.get_world_size())]
+    dist.all_gather(sizes, size)
+    data = torch.zeros(max(int(s) for s in sizes), dtype=torch.uint8, device=device)
+    data[: len(payload)] = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
+    chunks = [torch.empty_like(data) for _ in sizes]
+    dist.all_gather(chunks, data)
+    return [json.loads(bytes(chunk[: int(n)].cpu().tolist())) for chunk, n in zip(chunks, sizes, strict=True)]

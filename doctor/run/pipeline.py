@@ -23,10 +23,10 @@ from doctor.run.plan import (
     LaunchGroup,
     default_nproc,
     detect_hardware,
+    node_checks,
     node_world_size,
     plan,
     select_cases,
-    selected_health,
 )
 from doctor.run.rundir import Manifest, PlannedCase, RankLine, RunDir
 from doctor.run.spec import Case
@@ -142,7 +142,7 @@ def run(options: RunOptions, reporter: RunReporter | None = None) -> tuple[Repor
         run_dir = RunDir.create(options.out_dir, hardware["host"], started, os.getpid())
         write_manifest(run_dir, run_plan, options, started, env, hardware)
         results = launch(run_plan, run_dir, env["packages"], options, reporter, hardware["host"])
-    results = selected_health(hardware, options.keyword) + results
+    results = node_checks(env, hardware, options.keyword) + results
     report = build_report(started=started, finished=utc_now(), level=options.level, argv=options.argv, env=env,
                           hardware=hardware, results=results, run_dir=run_dir.path if run_dir else None,
                           anonymized=options.anonymized)

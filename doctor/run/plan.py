@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from doctor.checks.environment import environment_results
 from doctor.checks.health import health_results
 from doctor.run import registry
 from doctor.run.rundir import setup_probe
@@ -88,10 +89,11 @@ def select_cases(cases: Iterable[Case], *, level: int, keyword: str | None) -> l
     return [c for c in cases if c.level <= level and matcher(c.id)]
 
 
-def selected_health(hardware: Mapping[str, Any], keyword: str | None) -> list[CaseResult]:
-    """The GPU health results (level 1 and up), filtered by `-k` like every other case."""
+def node_checks(env: Mapping[str, Any], hardware: Mapping[str, Any], keyword: str | None) -> list[CaseResult]:
+    """The node's own results at every level (environment rules, GPU health), filtered by `-k` like every case."""
     matcher = keyword_matcher(keyword)
-    return [r for r in health_results(hardware.get("gpus") or [], hardware.get("gpus_reason")) if matcher(r.case)]
+    results = environment_results(env) + health_results(hardware.get("gpus") or [], hardware.get("gpus_reason"))
+    return [r for r in results if matcher(r.case)]
 
 
 @dataclasses.dataclass(frozen=True)

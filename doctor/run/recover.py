@@ -17,7 +17,7 @@ from typing import Any
 from doctor.redact import scrub
 from doctor.run.build import anonymize, build_report
 from doctor.run.merge import merge_case, skipped_case
-from doctor.run.plan import selected_health
+from doctor.run.plan import node_checks
 from doctor.run.rundir import MANIFEST_VERSION, Manifest, PlannedCase, RankLine, RunDir, read_rank_lines
 from reports.records import SCHEMA_VERSION, CaseResult, Outcome, RankSummary, Report, parse_time
 
@@ -89,7 +89,7 @@ def report_from_run_dir(path: Path, *, anonymized: bool = False) -> tuple[Report
         finished = len(lines) == planned.world_size
         results.append(merge_case(planned, list(lines.values()), versions) if finished else unfinished_case(planned, lines))
     results += [skipped_case(skip) for skip in manifest.skips]
-    results = selected_health(manifest.hardware, manifest.keyword) + results  # as `run` puts them
+    results = node_checks(manifest.env, manifest.hardware, manifest.keyword) + results  # as `run` puts them
     report = build_report(started=parse_time(manifest.started_at), finished=run_dir.last_write(), level=manifest.level,
                           argv=manifest.argv, env=manifest.env, hardware=manifest.hardware, results=results,
                           run_dir=path, anonymized=anonymized)

@@ -40,6 +40,8 @@ def test_issues_without_a_version_range_give_unknown() -> None:
 
 
 SAMPLES = [
+    ("  File \".../distributed_c10d.py\", line 3434, in _tensor_to_object\n    buf = tensor.numpy().tobytes()"
+     "[:tensor_size]\nRuntimeError: Numpy is not available", "torch_numpy_missing"),
     ("deepspeed.runtime.zero.utils.ZeRORuntimeException: You are using ZeRO-Offload with a client provided "
      "optimizer (<class 'torch.optim.adamw.AdamW'>) which in most cases will yield poor performance.",
      "ds_offload_client_optimizer_rejected"),
@@ -113,7 +115,7 @@ def test_the_catalog_holds_every_library_module_once() -> None:
     from doctor.knowledge import accelerate, deepspeed, fsdp, launch
 
     parts = deepspeed.DEEPSPEED + accelerate.ACCELERATE + fsdp.FSDP + launch.LAUNCH
-    assert known_issues.ISSUES == parts and len({i.id for i in parts}) == len(parts) == 43
+    assert known_issues.ISSUES == parts and len({i.id for i in parts}) == len(parts) == 44
     assert all(issue.id.startswith("ds_") for issue in deepspeed.DEEPSPEED)
     assert known_issues.get("torchrun_child_sigkill").package == "torch"
 

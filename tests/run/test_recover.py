@@ -15,7 +15,7 @@ from doctor.run.rundir import Manifest, RankLine, RunDir
 from reports.records import Outcome, validate
 from tests.reports.samples import a_report, case
 
-ENV = {"python": "3.11.7", "packages": {"deepspeed": "0.19.8", "torch": "2.13.0"}, "variables": {}}
+ENV = {"python": "3.11.7", "packages": {"deepspeed": "0.19.8", "torch": "2.13.0", "numpy": "2.3.5"}, "variables": {}}
 HARDWARE = {"host": "node1", "cpus": 2, "memory_bytes": 1 << 30, "gpus": [], "gpus_reason": "no driver"}
 DONE, HUNG = "comm[all_reduce-ws2]", "comm[broadcast-ws2]"
 
