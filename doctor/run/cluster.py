@@ -1,0 +1,132 @@
+"""Which nodes a run spans, in torchrun's own words (`--nnodes`, `--node-rank`, `--rdzv-endpoint`, `--rdzv-id`), or
+from Slurm's variables under `srun ds-doctor run`. Launches that span the nodes join torchrun's c10d rendezvous
+at that endpoint; ds-doctor adds no launcher protocol of its own."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import re
+from collections.abc import Mapping
+
+DEFAULT_PORT = 29400  # torchrun's own default for --rdzv-endpoint without a port
+DEFAULT_JOIN_TIMEOUT_S = 300.0
+
+
+class ClusterError(ValueError):
+    """Node options that do not make a cluster (one line, exit 2)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+    """This node's place in a multi-node run. A single-node run has none."""
+
+    nnodes: int
+    node_rank: int
+    host: str  # the rendezvous endpoint
+    port: int
+    rdzv_id: str
+    join_timeout_s: float = DEFAULT_JOIN_TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        if self.nnodes < 2:
+            raise ClusterError(f"--nnodes {self.nnodes}: a multi-node run needs at least 2 nodes")
+        if not 0 <= self.node_rank < self.nnodes:
+            raise ClusterError(f"--node-rank {self.node_rank} is not in 0..{self.nnodes - 1}")
+        if not self.host or not 0 < self.port < 65536:
+            raise ClusterError(f"--rdzv-endpoint {self.endpoint!r} is not HOST:PORT")
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def is_head(self) -> bool:
+        """Node 0 writes the one report."""
+        return self.node_rank == 0
+
+    def launch_id(self, name: str) -> str:
+        """The rendezvous id of one launch: the run's id and the launch, the same on every node."""
+        return f"{self.rdzv_id}-{name}"
+
+
+def parse_endpoint(text: str) -> tuple[str, int]:
+    """`HOST:PORT`, `HOST` (torchrun's default port), `[v6::addr]:PORT`."""
+    match = re.fullmatch(r"\[(?P<v6>[^\]]+)\](?::(?P<v6port>\d+))?|(?P<host>[^:\s]+)(?::(?P<port>\d+))?", text.strip())
+    if not match:
+        raise ClusterError(f"--rdzv-endpoint {text!r} is not HOST:PORT")
+    host = match.group("v6") or match.group("host")
+    port = match.group("v6port") or match.group("port")
+    return host, int(port) if port else DEFAULT_PORT
+
+
+def _split_top_level(text: str) -> list[str]:
+    """Commas outside brackets separate hosts: `a[1-2,5],b` -> `a[1-2,5]`, `b`."""
+    parts, depth, current = [], 0, ""
+    for char in text:
+        if char == "," and depth == 0:
+            parts.append(current)
+            current = ""
+            continue
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if depth < 0:
+            raise ClusterError(f"unbalanced brackets in host list {text!r}")
+        current += char
+    if depth != 0:
+        raise ClusterError(f"unbalanced brackets in host list {text!r}")
+    return [p for p in [*parts, current] if p]
+
+
+def _range(spec: str) -> list[str]:
+    """`01-03,07` -> 01 02 03 07 (zero padding kept, as Slurm keeps it)."""
+    out = []
+    for item in spec.split(","):
+        low, dash, high = item.partition("-")
+        if not low.isdigit() or (dash and not high.isdigit()):
+            raise ClusterError(f"bad range {item!r} in a host list")
+        if not dash:
+            out.append(low)
+            continue
+        width = len(low) if low.startswith("0") else 0
+        out += [str(n).zfill(width) for n in range(int(low), int(high) + 1)]
+    return out
+
+
+def expand_hostlist(text: str) -> list[str]:
+    """Slurm's compressed host list, expanded as `scontrol show hostnames` would:
+    `gpu[01-03],login1` -> gpu01 gpu02 gpu03 login1; `rack[1-2]-n[1-2]` -> rack1-n1 rack1-n2 rack2-n1 rack2-n2."""
+    hosts = []
+    for part in _split_top_level(text.strip()):
+        pieces = re.split(r"(\[[^\]]*\])", part)
+        choices = [_range(p[1:-1]) if p.startswith("[") else [p] for p in pieces if p]
+        hosts += ["".join(combo) for combo in itertools.product(*choices)]
+    return hosts
+
+
+def from_slurm(environ: Mapping[str, str], port: int = DEFAULT_PORT) -> Cluster | None:
+    """The cluster `srun ds-doctor run` is in: N from SLURM_NNODES, R from SLURM_NODEID, the endpoint from the first
+    host of SLURM_JOB_NODELIST, the rendezvous id from SLURM_JOB_ID. None outside Slurm or on one node."""
+    nnodes = environ.get("SLURM_NNODES") or environ.get("SLURM_JOB_NUM_NODES")
+    nodelist = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST")
+    if not nnodes or not nodelist or int(nnodes) < 2:
+        return None
+    hosts = expand_hostlist(nodelist)
+    if len(hosts) != int(nnodes):
+        raise ClusterError(f"SLURM_JOB_NODELIST {nodelist!r} names {len(hosts)} hosts, SLURM_NNODES says {nnodes}")
+    return Cluster(nnodes=int(nnodes), node_rank=int(environ.get("SLURM_NODEID", "0")), host=hosts[0], port=port,
+                   rdzv_id=f"slurm-{environ.get('SLURM_JOB_ID', 'job')}")
+
+
+def from_options(nnodes: int | None, node_rank: int | None, endpoint: str | None, rdzv_id: str | None,
+                 join_timeout_s: float, environ: Mapping[str, str]) -> Cluster | None:
+    """The options as given, else Slurm's variables; None for a single-node run. Options win over Slurm."""
+    if nnodes is None and node_rank is None and endpoint is None:
+        slurm = from_slurm(environ)
+        return dataclasses.replace(slurm, join_timeout_s=join_timeout_s) if slurm else None
+    if nnodes is None or node_rank is None or endpoint is None:
+        raise ClusterError("a multi-node run needs --nnodes, --node-rank and --rdzv-endpoint together")
+    if nnodes == 1:
+        return None
+    host, port = parse_endpoint(endpoint)
+    return Cluster(nnodes=nnodes, node_rank=node_rank, host=host, port=port, rdzv_id=rdzv_id or "ds-doctor",
+                   join_timeout_s=join_timeout_s)
