@@ -27,7 +27,8 @@ docs/writing-probes.md walks through a complete one. ds-doctor's own families (`
 from doctor.run.context import ProbeContext, SkipCase
 from doctor.run.registry import ENTRY_POINT_GROUP, EXTRA_ENV
 from doctor.run.spec import SCENARIOS, ProbeSpec, Requirement, Variant
-from reports.records import MEASURES, Finding, Severity, TensorRecord
+from reports.measures import MEASURES
+from reports.records import Finding, Severity, TensorRecord
 
 __all__ = [
     "ENTRY_POINT_GROUP",

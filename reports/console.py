@@ -15,7 +15,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from reports.records import MEASURES, CaseResult, Outcome, Report, Verdict, format_measure
+from reports.measures import MEASURES, format_measure
+from reports.records import CaseResult, Outcome, Report, Verdict
 
 STYLES = {
     Outcome.PASS: "green", Outcome.FAIL: "bold red", Outcome.ERROR: "bold red", Outcome.TIMEOUT: "bold red",

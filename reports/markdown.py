@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from reports.records import FAILING, MEASURES, CaseResult, Finding, Outcome, Report, TensorRecord, Verdict
+from reports.measures import MEASURES
+from reports.records import FAILING, CaseResult, Finding, Outcome, Report, TensorRecord, Verdict
 
 TICKET_LIMIT = 60_000
 CASE_LIMIT = 8_000  # one case's block, at most

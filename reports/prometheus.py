@@ -3,7 +3,7 @@ prometheus_client (a registry of gauges, `write_to_textfile`: a temp file rename
 
 One gauge per case and outcome (1 for the outcome it had, so alerts can match `outcome="fail"`), counts
 per outcome, findings per severity, each GPU health finding by rule, the run's start time and duration,
-and every measure `reports.records.MEASURES` compares with a baseline (bandwidths, TFLOP/s), where it
+and every measure `reports.measures.MEASURES` compares with a baseline (bandwidths, TFLOP/s), where it
 means something at the case's world size. Labels carry host, probe and case.
 """
 
@@ -13,7 +13,8 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest, write_to_textfile
 
-from reports.records import MEASURES, Outcome, Report, Severity, parse_time
+from reports.measures import MEASURES
+from reports.records import Outcome, Report, Severity, parse_time
 
 PREFIX = "ds_doctor"
 

@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
+from reports.measures import MEASURES
+
 #: Version 2 added each result's `measures` and `series` (version 1 kept them in `notes`; still read).
 SCHEMA_VERSION = 2
 
@@ -100,6 +102,7 @@ class TensorRecord:
     numel: int
     nbytes: int
     requires_grad: bool | None = None
+    node: int | None = None  # the node of a multi-node run the rank ran on (the report's `nodes` give its host)
 
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "shape": list(self.shape)}
@@ -127,6 +130,7 @@ class Finding:
     expected: str | None = None
     evidence: tuple[TensorRecord, ...] = ()
     remedy: str | None = None
+    node: int | None = None  # as TensorRecord.node
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "severity", Severity(self.severity))
@@ -138,50 +142,12 @@ class Finding:
     def to_dict(self) -> dict[str, Any]:
         return {"invariant": self.invariant, "severity": self.severity.value, "message": self.message,
                 "rank": self.rank, "stage": self.stage, "expected": self.expected,
-                "evidence": [r.to_dict() for r in self.evidence], "remedy": self.remedy}
+                "evidence": [r.to_dict() for r in self.evidence], "remedy": self.remedy, "node": self.node}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Finding:
         values = _known(cls, data)
         return cls(**{**values, "evidence": tuple(TensorRecord.from_dict(r) for r in data.get("evidence", []))})
-
-
-@dataclasses.dataclass(frozen=True)
-class Measure:
-    """A number a probe measures; renderers, `diff` and Prometheus read its unit and meaning from here."""
-
-    name: str
-    label: str
-    unit: str
-    help: str
-    better: str | None = None  # "higher" or "lower": compared with a baseline; None: context, never a regression
-    headline: bool = False  # shown beside a passing case on the console
-    min_ranks: int = 1  # below this world size the number means nothing
-    why_not: str = ""  # ...and this says why
-
-    def applies(self, world_size: int) -> bool:
-        return world_size >= self.min_ranks
-
-
-_NO_LINK = "one rank: no data moves between ranks"
-MEASURES: dict[str, Measure] = {m.name: m for m in (  # in the order tables show them
-    Measure("bytes", "bytes", "B", "size of the collective's largest buffer"),
-    Measure("time_us", "time", "us", "time of one operation, averaged over the ranks"),
-    Measure("algbw_gbps", "algbw", "GB/s", "algorithm bandwidth in GB/s", "higher", False, 2, _NO_LINK),
-    Measure("busbw_gbps", "busbw", "GB/s", "bus bandwidth in GB/s (nccl-tests' definition)", "higher", True, 2, _NO_LINK),
-    Measure("matmul_size", "n", "", "square matmul size"),
-    Measure("relative_error", "relative error", "", "relative Frobenius error against fp64"),
-    Measure("error_tolerance", "tolerance", "", "the largest relative error that passes"),
-    Measure("tflops", "TFLOP/s", "", "achieved TFLOP/s of the slowest rank", "higher", True),  # the label says the unit
-)}
-
-
-def format_measure(name: str, value: float | None, world_size: int) -> str:
-    """`busbw 1.2 GB/s`; `busbw —` with the reason where the measure means nothing at this world size."""
-    measure = MEASURES[name]
-    if not measure.applies(world_size) or value is None:
-        return f"{measure.label} — ({measure.why_not or 'not measured'})"
-    return f"{measure.label} {value:g}" + (f" {measure.unit}" if measure.unit else "")
 
 
 TRACEBACK_CHARS = 8000  # what a report keeps of a traceback
@@ -278,6 +244,8 @@ class CaseResult:
     notes: dict[str, Any] = dataclasses.field(default_factory=dict)
     measures: dict[str, float | None] = dataclasses.field(default_factory=dict)  # names from MEASURES
     series: tuple[dict[str, float], ...] = ()  # rows of measures, e.g. one per message size
+    node: int | None = None  # multi-node runs: the node a single-node case ran on (None: across the nodes)
+    nodes: int = 1  # how many nodes the case's ranks spanned
 
     def applicable_measures(self) -> dict[str, float | None]:
         """The measures that mean something at this case's world size."""
@@ -291,7 +259,7 @@ class CaseResult:
             "known_issue": self.known_issue.to_dict() if self.known_issue else None,
             "findings": [f.to_dict() for f in self.findings], "device_map": [r.to_dict() for r in self.device_map],
             "ranks": [r.to_dict() for r in self.ranks], "notes": self.notes, "measures": self.measures,
-            "series": [dict(row) for row in self.series],
+            "series": [dict(row) for row in self.series], "node": self.node, "nodes": self.nodes,
         }
 
     @classmethod
@@ -310,6 +278,7 @@ class CaseResult:
             device_map=tuple(TensorRecord.from_dict(r) for r in data.get("device_map", [])),
             ranks=tuple(RankSummary.from_dict(r) for r in data.get("ranks", [])),
             notes=notes, measures=dict(measures), series=tuple(dict(row) for row in series or ()),
+            node=data.get("node"), nodes=int(data.get("nodes") or 1),
         )
 
 
@@ -337,6 +306,7 @@ class Report:
     results: tuple[CaseResult, ...]
     run_dir: str | None = None
     schema_version: int = SCHEMA_VERSION
+    nodes: tuple[dict[str, Any], ...] = ()  # multi-node runs: each node's rank, host, env and hardware sections
 
     @property
     def summary(self) -> dict[str, int]:
@@ -364,7 +334,7 @@ class Report:
             "schema_version": SCHEMA_VERSION, "tool": self.tool, "started_at": self.started_at,
             "finished_at": self.finished_at, "command": self.command, "level": self.level, "run_dir": self.run_dir,
             "env": self.env, "hardware": self.hardware, "results": [r.to_dict() for r in self.results],
-            "summary": self.summary, "affecting_issues": self.affecting_issues,
+            "summary": self.summary, "affecting_issues": self.affecting_issues, "nodes": list(self.nodes),
         }
 
     def to_json(self) -> str:
@@ -377,7 +347,15 @@ class Report:
             finished_at=data["finished_at"], command=list(data.get("command", [])), level=int(data.get("level", 2)),
             run_dir=data.get("run_dir"), env=dict(data["env"]), hardware=dict(data["hardware"]),
             results=tuple(CaseResult.from_dict(r) for r in data["results"]),
+            nodes=tuple(dict(n) for n in data.get("nodes") or ()),
         )
+
+    def host_of(self, node: int | None) -> str:
+        """The host a node ran on (this report's host on a single-node run)."""
+        for entry in self.nodes:
+            if entry.get("node") == node:
+                return str(entry.get("host"))
+        return str(self.hardware.get("host"))
 
 
 def load_schema(version: int = SCHEMA_VERSION) -> dict[str, Any]:

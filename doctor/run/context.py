@@ -10,7 +10,8 @@ from typing import Any
 
 from doctor.collect.devicemap import Recorder, collect
 from doctor.run.spec import Requirement, missing_dependency
-from reports.records import MEASURES, Finding, TensorRecord
+from reports.measures import MEASURES
+from reports.records import Finding, TensorRecord
 
 
 class SkipCase(Exception):
@@ -78,7 +79,7 @@ class ProbeContext:
         self.notes[key] = value
 
     def measure(self, name: str, value: float | None) -> None:
-        """A headline number of the case (`reports.records.MEASURES` names it and gives its unit)."""
+        """A headline number of the case (`reports.measures.MEASURES` names it and gives its unit)."""
         self.measures[_measure_name(name)] = value
 
     def measure_row(self, **values: float) -> None:
@@ -125,7 +126,7 @@ class ProbeContext:
 
 def _measure_name(name: str) -> str:
     if name not in MEASURES:
-        raise KeyError(f"unknown measure {name!r}; known: {', '.join(MEASURES)} (add it to reports.records.MEASURES)")
+        raise KeyError(f"unknown measure {name!r}; known: {', '.join(MEASURES)} (add it to reports.measures.MEASURES)")
     return name
 
 

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
+from reports.measures import MEASURES, format_measure
 from reports.records import (
-    MEASURES,
     SCHEMA_VERSION,
     CaseResult,
     ExitCode,
@@ -16,7 +16,6 @@ from reports.records import (
     Outcome,
     Report,
     Severity,
-    format_measure,
     validate,
     worst,
 )
