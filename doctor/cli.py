@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 import doctor
+from doctor.options import check_nproc, check_selection, check_writable_file, cluster_from, load_report, writable_dir
 from reports.records import ExitCode, Report
 
 
@@ -39,29 +40,6 @@ def cli(state: CliState, debug: bool) -> None:
     gradient, partition and optimizer-state tensor lives, and checks it against invariants.
     """
     state.debug = state.debug or debug
-
-
-def check_writable_file(path: Path | None, option: str) -> None:
-    """An output file's directory must exist and be writable, and the path must not be a directory."""
-    if path is None:
-        return
-    if path.is_dir():
-        raise click.BadParameter(f"{path} is a directory", param_hint=option)
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise click.BadParameter(f"cannot write {path}: {parent} is not a writable directory", param_hint=option)
-
-
-def writable_dir(path: Path) -> Path:
-    if path.exists() and not path.is_dir():
-        raise click.BadParameter(f"{path} exists and is not a directory", param_hint="--out")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise click.BadParameter(f"cannot create {path}: {exc.strerror}", param_hint="--out") from None
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise click.BadParameter(f"{path} is not writable", param_hint="--out")
-    return path
 
 
 def write_extra_formats(report: Report, junit_file: Path | None, prom_file: Path | None) -> dict[str, Path]:
@@ -88,55 +66,20 @@ def show_paths(console: Any, paths: dict[str, Path]) -> None:
     print_paths(console, {key: scrub_text(str(path)) for key, path in paths.items()})
 
 
-def load_report(path: Path, hint: str) -> Report:
-    """A report JSON for diffing; anything else is a usage error naming the option or argument."""
-    from doctor.run.recover import InputError, load_report_file
-
-    if path.is_dir():
-        raise click.BadParameter(f"{path} is a directory; give a report JSON (ds-doctor-*.json)", param_hint=hint)
-    if not path.exists():
-        raise click.BadParameter(f"{path}: no such file", param_hint=hint)
-    try:
-        return load_report_file(path)
-    except InputError as exc:
-        raise click.BadParameter(str(exc), param_hint=hint) from None
-
-
 #: --tolerance: percent, 0 <= t < 100 (100 % would accept a bandwidth of zero)
 TOLERANCE = click.FloatRange(min=0, max=100, max_open=True)
 
 
-def check_selection(level: int, keyword: str | None, nproc: int | None = None) -> None:
-    """A `-k` that parses and selects something: a probe case or a GPU health result of this node."""
-    from doctor.checks.health import PROBE as HEALTH
-    from doctor.run import registry
-    from doctor.run.plan import KeywordError, compile_keyword, detect_hardware, node_world_size, select_cases
+def run_pipeline(options: Any, progress: Any) -> tuple[Report, dict[str, Path]]:
+    """On one node the pipeline; across nodes the same between two exchanges (a disagreement is a usage error)."""
+    from doctor.run import multinode, pipeline
 
-    if keyword is None:
-        return
+    if options.cluster is None:
+        return pipeline.run(options, progress)
     try:
-        matcher = compile_keyword(keyword)
-    except KeywordError as exc:
-        raise click.BadParameter(str(exc), param_hint="-k") from None
-    hardware = detect_hardware()
-    # on a GPU node the hardware families also have cases at its world size (`-k "comm and ws8"`)
-    cases = registry.all_cases(node_world_size(hardware, nproc))
-    health = any(matcher(f"{HEALTH}[gpu{index}]") for index in range(hardware.gpu_count))
-    if not health and not select_cases(cases, level=3, keyword=keyword):
-        names = ", ".join([spec.name for spec in registry.specs()] + ([HEALTH] if hardware.gpu_count else []))
-        raise click.BadParameter(f"{keyword!r} selects no case; probe families: {names} (see `ds-doctor list`)",
-                                 param_hint="-k")
-    if level >= 2 and not health and not select_cases(cases, level=level, keyword=keyword):
-        raise click.BadParameter(f"{keyword!r} selects only level-3 cases; add --level 3", param_hint="-k")
-
-
-def check_nproc(nproc: int | None, level: int) -> None:
-    from doctor.run.plan import detect_hardware
-
-    if nproc is not None and level >= 2:
-        hardware = detect_hardware()
-        if hardware.device_kind == "cuda" and nproc > hardware.gpu_count:
-            raise click.BadParameter(f"{nproc} ranks but only {hardware.gpu_count} GPU(s) visible", param_hint="--nproc")
+        return multinode.run(options, progress)
+    except multinode.ClusterMismatch as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 def diff_against(baseline: Report, report: Report, tolerance_pct: float, json_path: Path) -> tuple[str, Path, bool]:
@@ -169,14 +112,23 @@ def diff_against(baseline: Report, report: Report, tolerance_pct: float, json_pa
               help="A report of this node to diff the run against (exit 1 on a regression).")
 @click.option("--tolerance", "tolerance_pct", type=TOLERANCE, default=10.0, show_default=True,
               help="With --baseline: percent a bandwidth or TFLOP/s may drop before it is a regression.")
+@click.option("--nnodes", type=click.IntRange(min=1), help="Nodes in the run (as torchrun's --nnodes); srun: SLURM_NNODES.")
+@click.option("--node-rank", type=click.IntRange(min=0), help="This node's rank, 0 writes the report (as torchrun's).")
+@click.option("--rdzv-endpoint", metavar="HOST:PORT", help="torchrun's c10d rendezvous endpoint, the same on every node.")
+@click.option("--rdzv-id", help="The rendezvous id, the same on every node (default: ds-doctor; srun: the job id).")
+@click.option("--join-timeout", "join_timeout_s", type=click.FloatRange(min=0, min_open=True), default=300.0,
+              show_default=True, help="Seconds a node waits for the others at each rendezvous before naming them.")
 @click.pass_obj
 def run(state: CliState, level: int, keyword: str | None, out_dir: Path, json_stdout: bool, nproc: int | None,
         timeout_s: float | None, anonymize: bool, junit_file: Path | None, prom_file: Path | None,
-        baseline_file: Path | None, tolerance_pct: float) -> int:
-    """Run the probes that fit this node and write the report (and, with --baseline, the diff)."""
+        baseline_file: Path | None, tolerance_pct: float, nnodes: int | None, node_rank: int | None,
+        rdzv_endpoint: str | None, rdzv_id: str | None, join_timeout_s: float) -> int:
+    """Run the probes that fit this node (or, with --nnodes, the nodes of a job) and write the report (and, with
+    --baseline, the diff)."""
     from doctor.run import pipeline
     from reports.console import RunProgress, make_console, print_summary
 
+    cluster = cluster_from(nnodes, node_rank, rdzv_endpoint, rdzv_id, join_timeout_s)
     check_selection(level, keyword, nproc)
     baseline = load_report(baseline_file, "--baseline") if baseline_file is not None else None
     out_dir = writable_dir(out_dir)
@@ -185,10 +137,10 @@ def run(state: CliState, level: int, keyword: str | None, out_dir: Path, json_st
     check_nproc(nproc, level)
     console = make_console(stderr=json_stdout)
     options = pipeline.RunOptions(level=level, keyword=keyword, out_dir=out_dir, nproc=nproc, timeout_s=timeout_s,
-                                  argv=tuple(state.argv), anonymized=anonymize)
+                                  argv=tuple(state.argv), anonymized=anonymize, cluster=cluster)
     progress = RunProgress(console, doctor.__version__, level)
     try:
-        report, paths = pipeline.run(options, progress)
+        report, paths = run_pipeline(options, progress)
     finally:
         progress.close()
     paths.update(write_extra_formats(report, junit_file, prom_file))
@@ -199,6 +151,8 @@ def run(state: CliState, level: int, keyword: str | None, out_dir: Path, json_st
     if diff_text is not None:
         console.print(diff_text, markup=False, highlight=False, soft_wrap=True)
     show_paths(console, paths)
+    if cluster is not None and not cluster.is_head:
+        console.print(f"node {cluster.node_rank}: the report is written on node 0 ({report.host_of(0)})", markup=False)
     if json_stdout:
         click.echo(report.to_json())
     return max(int(report.exit_code), int(ExitCode.CASES_FAILED) if regressed else 0)
@@ -223,7 +177,6 @@ def main(argv: list[str] | None = None) -> int:
         click.echo(f"ds-doctor: internal error: {type(exc).__name__}: {message} (rerun with --debug)", err=True)
         return int(ExitCode.INTERNAL_ERROR)
     return int(result or 0)
-
 
 
 @cli.command(name="diff")

@@ -26,6 +26,7 @@ SPEC = ProbeSpec(
     requires=(Requirement("torch", "torch"),),
     timeout_s=300.0,
     scale_to_node=True,
+    across_nodes=("*",),  # also across every node of a multi-node run
 )
 
 #: Sizes of the largest buffer in bytes: small on CPU (gloo over loopback), up to 1 GiB on GPUs.

@@ -26,6 +26,7 @@ SPEC = ProbeSpec(
     requires=(Requirement("torch", "torch"),),
     timeout_s=300.0,
     scale_to_node=True,
+    across_nodes=("*",),  # also across every node of a multi-node run
 )
 
 DTYPES = ("bf16", "fp16", "fp32")

@@ -31,6 +31,7 @@ SPEC = ProbeSpec(
     requires=(Requirement("torch", "torch"),),
     timeout_s=180.0,
     known_issues=("fsdp_optimizer_built_before_wrap",),
+    across_nodes=("fsdp2",),  # also across every node of a multi-node run
 )
 
 DEEPSPEED = Requirement("deepspeed", "deepspeed")

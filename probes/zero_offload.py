@@ -27,6 +27,7 @@ SPEC = ProbeSpec(
     requires=(Requirement("torch", "torch"), Requirement("deepspeed", "deepspeed")),
     timeout_s=180.0,
     known_issues=("ds_z3_offload_gradnorm_device_mismatch",),
+    across_nodes=("z3-opt+param-bf16",),  # also across every node of a multi-node run
 )
 
 MICRO_BATCH = 2

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from doctor.files import log_tail
+from doctor.run.cluster import Cluster
 from doctor.run.plan import LaunchGroup, timeout_for
 from doctor.run.procs import die_with_parent, kill_tree
 from doctor.run.rundir import LAUNCH, Beat, LaunchDir, RankLine, RunDir, setup_name, setup_probe
@@ -46,7 +47,8 @@ def free_port() -> int:
 
 
 def loopback_interfaces() -> dict[str, str]:
-    """Pin gloo's and NCCL's sockets to the loopback interface: a single-node run talks to nobody else."""
+    """Pin gloo's and NCCL's sockets to the loopback interface: a single-node run (or a cluster whose rendezvous is
+    on loopback, as in the tests) talks to nobody else."""
     import psutil
 
     for name, addresses in psutil.net_if_addrs().items():
@@ -55,14 +57,36 @@ def loopback_interfaces() -> dict[str, str]:
     return {}
 
 
-def torchrun_command(group: LaunchGroup, launch_dir: Path, port: int) -> list[str]:
+def rendezvous_args(group: LaunchGroup, cluster: Cluster | None, attempt: int) -> list[str]:
+    """Inside one node: a private master port on loopback. Across nodes: torchrun's c10d rendezvous at the run's
+    endpoint, one rendezvous id per launch (the same on every node), joined within the join timeout."""
+    if group.nodes == 1 or cluster is None:
+        return ["--nnodes=1", f"--nproc-per-node={group.world_size}", "--master-addr=127.0.0.1",
+                f"--master-port={free_port()}"]
+    timeout = int(cluster.join_timeout_s)
+    return [f"--nnodes={group.nodes}", f"--nproc-per-node={group.world_size // group.nodes}", "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={cluster.endpoint}", f"--rdzv-id={cluster.launch_id(f'{group.name}-{attempt}')}",
+            f"--rdzv-conf=join_timeout={timeout},read_timeout={max(timeout, 60)}"]
+
+
+def torchrun_command(group: LaunchGroup, launch_dir: Path, cluster: Cluster | None = None, attempt: int = 0) -> list[str]:
     return [
-        sys.executable, "-m", "torch.distributed.run",
-        "--nnodes=1", f"--nproc-per-node={group.world_size}",
-        "--master-addr=127.0.0.1", f"--master-port={port}",
+        sys.executable, "-m", "torch.distributed.run", *rendezvous_args(group, cluster, attempt),
         "--max-restarts=0", "--monitor-interval=0.5",
         "-m", "doctor.run.worker", "--launch-dir", str(launch_dir), "--backend", group.backend,
     ]
+
+
+def launch_environment(cluster: Cluster | None, across: bool = False) -> dict[str, str]:
+    """The ranks' environment: their node in a multi-node run; sockets on loopback unless the launch spans nodes
+    whose rendezvous is elsewhere."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if not across or cluster is None or cluster.host.startswith("127.") or cluster.host in ("localhost", "::1"):
+        env.update(loopback_interfaces())
+    if cluster is not None:
+        env.update(DS_DOCTOR_NODE_RANK=str(cluster.node_rank), DS_DOCTOR_NNODES=str(cluster.nnodes))
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
 
 
 class LineTail:
@@ -111,8 +135,11 @@ class Launch:
     """One torchrun process running some cases of a group."""
 
     def __init__(self, group: LaunchGroup, cases: list[Case], launch_dir: LaunchDir, timeout_override: float | None,
-                 events: LaunchEvents) -> None:
+                 events: LaunchEvents, cluster: Cluster | None = None, attempt: int = 0) -> None:
         self.group = group
+        self.run_cluster = cluster  # the run's nodes: every launch's ranks learn their node from it
+        self.cluster = cluster if group.nodes > 1 else None  # set for a launch across the nodes
+        self.attempt = attempt
         self.cases = cases
         self.dir = launch_dir
         self.timeout_override = timeout_override
@@ -124,8 +151,11 @@ class Launch:
         self.last_stage: dict[int, tuple[str, str]] = {}
 
     def limit_for(self, name: str) -> float:
-        """Seconds a heartbeat name may stay unfinished: the launch's own, a setup's, or a case's."""
-        return LAUNCH_TIMEOUT_S if name == LAUNCH else timeout_for(name, self.timeout_override)
+        """Seconds a heartbeat name may stay unfinished: the launch's own (across nodes: the join timeout on top),
+        a setup's, or a case's."""
+        if name == LAUNCH:
+            return LAUNCH_TIMEOUT_S + (self.cluster.join_timeout_s if self.cluster else 0.0)
+        return timeout_for(name, self.timeout_override)
 
     def complete(self, case_id: str) -> bool:
         return len(self.lines.get(case_id, {})) == self.group.world_size
@@ -135,10 +165,9 @@ class Launch:
 
     def run(self) -> None:
         self.dir.write_cases([c.id for c in self.cases])
-        command = torchrun_command(self.group, self.dir.path, free_port())
+        command = torchrun_command(self.group, self.dir.path, self.cluster, self.attempt)
         self.dir.command.write_text(" ".join(command) + "\n")
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", **loopback_interfaces()}
-        env.setdefault("OMP_NUM_THREADS", "1")
+        env = launch_environment(self.run_cluster, across=self.cluster is not None)
         started = time.time()
         with self.dir.torchrun_log.open("wb") as log:
             proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -165,9 +194,9 @@ class Launch:
                     self.events.case_done(by_id[line.case], self.lines_of(by_id[line.case]))
 
     def _check_timeouts(self, started: float) -> bool:
-        beats = self.dir.read_beats(self.group.world_size)
+        beats = self.dir.read_beats()
         now = time.time()
-        if not beats and now - started > LAUNCH_TIMEOUT_S:
+        if not beats and now - started > self.limit_for(LAUNCH):
             self.timed_out = (LAUNCH, beats)
             return True
         for rank, beat in beats.items():
@@ -189,10 +218,17 @@ class Launch:
         unfinished = self.unfinished()
         if not unfinished:
             return {}
-        beats = self.timed_out[1] if self.timed_out else self.dir.read_beats(self.group.world_size)
+        beats = self.timed_out[1] if self.timed_out else self.dir.read_beats()
         culprit = self.timed_out[0] if self.timed_out else self._in_progress(beats, unfinished)
         victims = self._victims(culprit, unfinished)
-        return {case.id: [self._line_for(case, rank, beats) for rank in range(self.group.world_size)] for case in victims}
+        return {case.id: [self._line_for(case, rank, beats) if case.id == culprit or self.cluster is None
+                          else self._not_run(case, rank, culprit) for rank in range(self.group.world_size)]
+                for case in victims}
+
+    def _not_run(self, case: Case, rank: int, culprit: str | None) -> RankLine:
+        return RankLine(case.id, rank, case.world_size, Outcome.ERROR,
+                        f"not run: the launch across the nodes ended in {culprit}; ds-doctor does not relaunch across "
+                        "nodes (every node would have to agree on what is left)", "not started")
 
     def _in_progress(self, beats: dict[int, Beat], unfinished: list[Case]) -> str | None:
         ids = {c.id for c in unfinished}
@@ -203,8 +239,10 @@ class Launch:
         return names[0] if names else None
 
     def _victims(self, culprit: str | None, unfinished: list[Case]) -> list[Case]:
-        if culprit is None or culprit == LAUNCH:
-            return unfinished  # died before any case started: nothing to gain by relaunching
+        if culprit is None or culprit == LAUNCH or self.cluster is not None:
+            # died before any case started: nothing to gain by relaunching; across nodes every node would have to
+            # agree on what is left, so what did not finish there is reported, never rerun
+            return unfinished
         probe = setup_probe(culprit)
         if probe:
             return [c for c in unfinished if c.probe == probe]
@@ -214,6 +252,8 @@ class Launch:
         existing = self.lines.get(case.id, {}).get(rank)
         if existing is not None:
             return existing
+        if self.cluster is not None and rank not in beats:
+            return self._remote_line(case, rank)
         beat = beats.get(rank)
         where = beat.case if beat else None
         stage = beat.stage if beat and where in (case.id, setup_name(case.probe), LAUNCH) else "not started"
@@ -230,15 +270,26 @@ class Launch:
                         exit_code=code, signal=sig, stderr_tail=tail or log_tail(self.dir.torchrun_log))
 
 
+    def _remote_line(self, case: Case, rank: int) -> RankLine:
+        """A rank on another node that never reported this case: name its node and the last case it finished."""
+        where = self.dir.read_ranks().get(rank)
+        node = f"node {where['node']} ({where['host']})" if where else "another node (it never reported where)"
+        finished = [c.id for c in self.cases if rank in self.lines.get(c.id, {})]
+        seen = f"; it last finished {finished[-1]}" if finished else "; it finished no case of this launch"
+        outcome = Outcome.TIMEOUT if self.timed_out else Outcome.ERROR
+        return RankLine(case.id, rank, case.world_size, outcome, f"rank {rank} on {node} stopped answering during "
+                        f"this launch and never reported {case.id}{seen}", "not seen on this node")
+
+
 def run_group(group: LaunchGroup, run_dir: RunDir, *, timeout_override: float | None,
-              events: LaunchEvents = LaunchEvents()) -> dict[str, list[RankLine]]:
-    """Run every case of a group, relaunching after a timeout or crash; per-rank lines by case id."""
+              events: LaunchEvents = LaunchEvents(), cluster: Cluster | None = None) -> dict[str, list[RankLine]]:
+    """Run every case of a group, relaunching after a timeout or crash inside one node; per-rank lines by case id."""
     pending = list(group.cases)
     results: dict[str, list[RankLine]] = {}
     attempt = 0
     while pending:
-        launch = Launch(group, pending, run_dir.launch(group.world_size, group.device_kind, attempt), timeout_override,
-                        events)
+        launch = Launch(group, pending, run_dir.launch(group.name, group.device_kind, attempt), timeout_override,
+                        events, cluster, attempt)
         launch.run()
         for case in pending:
             if launch.complete(case.id):

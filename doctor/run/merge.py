@@ -80,11 +80,11 @@ def merge_case(planned: PlannedCase, lines: list[RankLine], versions: Mapping[st
         findings=tuple(findings), device_map=tuple(r for line in lines for r in line.device_map),
         ranks=tuple(rank_summary(line) for line in lines), notes=_first_of_each([line.notes for line in lines]),
         measures=_first_of_each([line.measures for line in lines]),
-        series=next((line.series for line in lines if line.series), ()),
+        series=next((line.series for line in lines if line.series), ()), node=planned.node, nodes=planned.nodes,
     )
 
 
 def skipped_case(planned: PlannedCase) -> CaseResult:
     return CaseResult(probe=planned.probe, case=planned.case, scenario=planned.scenario, level=planned.level,
                       world_size=planned.world_size, device_kind=planned.device_kind, outcome=Outcome.SKIP,
-                      duration_s=0.0, reason=planned.skip_reason)
+                      duration_s=0.0, reason=planned.skip_reason, node=planned.node, nodes=planned.nodes)

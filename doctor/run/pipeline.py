@@ -16,6 +16,7 @@ from doctor.hardware.env import collect_environment
 from doctor.redact import scrub
 from doctor.run import registry
 from doctor.run.build import build_report, clean_result, utc_now, write_reports
+from doctor.run.cluster import Cluster
 from doctor.run.launch import LaunchEvents, run_group
 from doctor.run.merge import merge_case, skipped_case
 from doctor.run.plan import (
@@ -42,6 +43,7 @@ class RunOptions:
     timeout_s: float | None = None
     argv: tuple[str, ...] = ()
     anonymized: bool = False
+    cluster: Cluster | None = None  # a multi-node run: this node's place in it
 
 
 class RunReporter(Protocol):
@@ -79,29 +81,34 @@ class RunPlan:
         return not self.planned and not self.skips
 
 
-def select(options: RunOptions, hardware: Hardware) -> list[Case]:
-    """The registered cases that `--level`, `-k` and this node's world size select."""
-    cases = registry.all_cases(node_world_size(hardware, options.nproc))
-    return select_cases(cases, level=options.level, keyword=options.keyword)
+def select(options: RunOptions, hardware: Hardware, nproc: int) -> list[Case]:
+    """The registered cases that `--level`, `-k`, this node's world size and the run's nodes select. Level 1 runs
+    cases only across the nodes of a multi-node run (the consistency of the nodes)."""
+    across = (options.cluster.nnodes, nproc) if options.cluster else None
+    cases = registry.all_cases(node_world_size(hardware, options.nproc), across)
+    selected = select_cases(cases, level=options.level, keyword=options.keyword)
+    return selected if options.level >= 2 else [c for c in selected if c.nodes > 1]
 
 
-def planned_case(case: Case, device_kind: str, skip_reason: str | None = None) -> PlannedCase:
+def planned_case(case: Case, device_kind: str, skip_reason: str | None = None, node: int | None = None) -> PlannedCase:
     return PlannedCase(case=case.id, probe=case.probe, scenario=case.scenario, variant=case.variant,
                        world_size=case.world_size, level=case.level, reproduce=case.reproduce, device_kind=device_kind,
-                       known_issues=registry.get(case.probe).SPEC.known_issues, skip_reason=skip_reason)
+                       known_issues=registry.get(case.probe).SPEC.known_issues, skip_reason=skip_reason,
+                       nodes=case.nodes, node=node if case.nodes == 1 else None)
 
 
 def make_plan(options: RunOptions, hardware: Hardware | None = None) -> RunPlan:
-    """Which cases run in which launch, and which are skipped. Level 1 plans nothing (environment and hardware)."""
-    if options.level < 2:
+    """Which cases run in which launch, and which are skipped. A single-node level 1 plans nothing."""
+    if options.level < 2 and options.cluster is None:
         return RunPlan(hardware, 0, (), (), ())
     hardware = hardware or detect_hardware()
     nproc = options.nproc or default_nproc(hardware)
-    cases = select(options, hardware)
+    cases = select(options, hardware, nproc)
     groups, skips = plan(cases, hardware, nproc)
+    node = options.cluster.node_rank if options.cluster else None
     return RunPlan(hardware, nproc, tuple(groups),
-                   tuple(planned_case(c, g.device_kind) for g in groups for c in g.cases),
-                   tuple(planned_case(s.case, s.device_kind, s.reason) for s in skips), tuple(c.id for c in cases))
+                   tuple(planned_case(c, g.device_kind, node=node) for g in groups for c in g.cases),
+                   tuple(planned_case(s.case, s.device_kind, s.reason, node) for s in skips), tuple(c.id for c in cases))
 
 
 def launch(run_plan: RunPlan, run_dir: RunDir, versions: dict[str, str | None], options: RunOptions,
@@ -117,7 +124,7 @@ def launch(run_plan: RunPlan, run_dir: RunDir, versions: dict[str, str | None], 
 
     events = LaunchEvents(stage=reporter.stage, case_done=case_done)
     for group in run_plan.groups:
-        run_group(group, run_dir, timeout_override=options.timeout_s, events=events)
+        run_group(group, run_dir, timeout_override=options.timeout_s, events=events, cluster=options.cluster)
     return [merged[case_id] for case_id in run_plan.selected]
 
 
@@ -129,7 +136,8 @@ def write_manifest(run_dir: RunDir, run_plan: RunPlan, options: RunOptions, star
 
 
 def run(options: RunOptions, reporter: RunReporter | None = None) -> tuple[Report, dict[str, Path]]:
-    """The whole run: the report and the paths of the files written."""
+    """The whole run on one node: the report and the paths of the files written (`doctor.run.multinode.run` is the
+    run across the nodes)."""
     reporter = reporter or SilentReporter()
     started = utc_now()
     options.out_dir.mkdir(parents=True, exist_ok=True)

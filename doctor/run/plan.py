@@ -145,30 +145,40 @@ class LaunchGroup:
     device_kind: str
     backend: str
     cases: tuple[Case, ...]
+    nodes: int = 1  # > 1: one launch across this many nodes (world_size ranks in all)
+
+    @property
+    def name(self) -> str:
+        """The launch's name, the same on every node: `ws2`, `ws4-n2`."""
+        return f"ws{self.world_size}" + (f"-n{self.nodes}" if self.nodes > 1 else "")
+
+
+def _skip_reason(case: Case, spec: ProbeSpec, hardware: Hardware, nproc: int) -> str | None:
+    reason = missing_dependency(spec.requires)
+    if reason:
+        return reason
+    if hardware.device_kind not in spec.device_kinds:
+        return f"needs {' or '.join(spec.device_kinds)}; this node has {hardware.device_kind}"
+    if case.nodes == 1 and case.world_size > nproc:
+        what = "GPU(s)" if hardware.device_kind == "cuda" else "ranks (--nproc)"
+        return f"needs {case.world_size} ranks; this run has {nproc} {what}"
+    return None
 
 
 def plan(cases: Iterable[Case], hardware: Hardware, nproc: int) -> tuple[list[LaunchGroup], list[Skip]]:
-    """Group runnable cases by world size; everything else becomes a skip with its reason."""
+    """Group runnable cases by world size (and nodes); everything else becomes a skip with its reason. Launches
+    inside the node come first, then those across the nodes, in the registry's order within each."""
     specs = {spec.name: spec for spec in registry.specs()}
-    runnable: dict[int, list[Case]] = {}
+    runnable: dict[tuple[int, int], list[Case]] = {}
     skips: list[Skip] = []
     for case in cases:
-        spec = specs[case.probe]
-        reason = missing_dependency(spec.requires)
+        reason = _skip_reason(case, specs[case.probe], hardware, nproc)
         if reason:
             skips.append(Skip(case, hardware.device_kind, reason))
-        elif hardware.device_kind not in spec.device_kinds:
-            needs = " or ".join(spec.device_kinds)
-            skips.append(Skip(case, hardware.device_kind, f"needs {needs}; this node has {hardware.device_kind}"))
-        elif case.world_size > nproc:
-            what = "GPU(s)" if hardware.device_kind == "cuda" else "ranks (--nproc)"
-            skips.append(Skip(case, hardware.device_kind, f"needs {case.world_size} ranks; this run has {nproc} {what}"))
         else:
-            runnable.setdefault(case.world_size, []).append(case)
-    groups = [
-        LaunchGroup(ws, hardware.device_kind, hardware.backend, tuple(group))
-        for ws, group in sorted(runnable.items())
-    ]
+            runnable.setdefault((case.nodes, case.world_size), []).append(case)
+    groups = [LaunchGroup(ws, hardware.device_kind, hardware.backend, tuple(group), nodes)
+              for (nodes, ws), group in sorted(runnable.items())]
     return groups, skips
 
 

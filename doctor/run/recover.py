@@ -73,7 +73,8 @@ def unfinished_case(planned: PlannedCase, lines: Mapping[int, RankLine]) -> Case
             ranks.append(RankSummary(rank=rank, outcome=line.outcome.value, stage=line.stage, reason=line.reason))
     return CaseResult(probe=planned.probe, case=planned.case, scenario=planned.scenario, level=planned.level,
                       world_size=planned.world_size, device_kind=planned.device_kind, outcome=Outcome.ERROR,
-                      duration_s=0.0, reason=UNFINISHED, ranks=tuple(ranks), notes={"unfinished": True})
+                      duration_s=0.0, reason=UNFINISHED, ranks=tuple(ranks), notes={"unfinished": True},
+                      node=planned.node, nodes=planned.nodes)
 
 
 def report_from_run_dir(path: Path, *, anonymized: bool = False) -> tuple[Report, list[str]]:

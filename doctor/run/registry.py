@@ -87,16 +87,28 @@ def get(name: str) -> Probe:
     return modules[name]
 
 
-def cases_of(module: Probe, node_world_size: int | None = None) -> list[Case]:
-    """A probe's cases: each variant at each world size (the node's too, for `scale_to_node` probes)."""
+#: (nodes, ranks per node) of a multi-node run
+Shape = tuple[int, int]
+
+
+def cases_of(module: Probe, node_world_size: int | None = None, across: Shape | None = None) -> list[Case]:
+    """A probe's cases: each variant at each world size (the node's too, for `scale_to_node` probes), and in a
+    multi-node run the variants it names in `across_nodes` at the whole world size, spanning every node."""
     spec: ProbeSpec = module.SPEC
-    return [Case(probe=spec.name, scenario=spec.scenario, variant=variant.name, world_size=world_size,
-                 level=variant.level, params=variant.params, reproduce=variant.reproduce)
-            for variant in module.variants() for world_size in spec.world_sizes_for(node_world_size)]
+    variants = module.variants()
+    cases = [Case(probe=spec.name, scenario=spec.scenario, variant=variant.name, world_size=world_size,
+                  level=variant.level, params=variant.params, reproduce=variant.reproduce)
+             for variant in variants for world_size in spec.world_sizes_for(node_world_size)]
+    if across is not None:
+        nodes, per_node = across
+        cases += [Case(probe=spec.name, scenario=spec.scenario, variant=variant.name, world_size=nodes * per_node,
+                       level=variant.level, params=variant.params, reproduce=variant.reproduce, nodes=nodes)
+                  for variant in variants if spec.runs_across_nodes(variant.name)]
+    return cases
 
 
-def all_cases(node_world_size: int | None = None) -> list[Case]:
-    cases = [case for module in load_modules().values() for case in cases_of(module, node_world_size)]
+def all_cases(node_world_size: int | None = None, across: Shape | None = None) -> list[Case]:
+    cases = [case for module in load_modules().values() for case in cases_of(module, node_world_size, across)]
     ids = [case.id for case in cases]
     if len(ids) != len(set(ids)):
         raise RegistryError("duplicate case ids in the registry")
@@ -104,9 +116,11 @@ def all_cases(node_world_size: int | None = None) -> list[Case]:
 
 
 def find_case(case_id: str) -> Case:
-    """A case by id; a node-scaled one is found from the world size its id carries."""
-    match = re.search(r"-ws(\d+)\]$", case_id)
-    for case in all_cases(int(match.group(1)) if match else None):
+    """A case by id; a node-scaled or multi-node one is found from the world size (and nodes) its id carries."""
+    match = re.search(r"-ws(\d+)(?:-n(\d+))?\]$", case_id)
+    world_size, nodes = (int(match.group(1)), int(match.group(2) or 1)) if match else (None, 1)
+    across = (nodes, world_size // nodes) if world_size and nodes > 1 else None
+    for case in all_cases(world_size if nodes == 1 else None, across):
         if case.id == case_id:
             return case
     raise KeyError(f"unknown case {case_id!r}")

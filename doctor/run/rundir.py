@@ -129,6 +129,8 @@ class PlannedCase:
     device_kind: str
     known_issues: tuple[str, ...] = ()
     skip_reason: str | None = None  # set for a case the plan skipped
+    nodes: int = 1  # > 1: its ranks span the nodes of a multi-node run
+    node: int | None = None  # a multi-node run's case inside one node: which node
 
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "known_issues": list(self.known_issues)}
@@ -138,7 +140,8 @@ class PlannedCase:
         return cls(case=data["case"], probe=data["probe"], scenario=data["scenario"], variant=data["variant"],
                    world_size=int(data["world_size"]), level=int(data["level"]), reproduce=bool(data["reproduce"]),
                    device_kind=data["device_kind"], known_issues=tuple(data.get("known_issues", ())),
-                   skip_reason=data.get("skip_reason", data.get("reason")))
+                   skip_reason=data.get("skip_reason", data.get("reason")), nodes=int(data.get("nodes", 1)),
+                   node=data.get("node"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,6 +177,7 @@ class LaunchDir:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.cases = path / "cases.json"
+        self.ranks = path / "ranks.json"  # across nodes: each rank's node and host, written by the workers
         self.command = path / "command.txt"
         self.torchrun_log = path / "torchrun.log"
         self.scratch = path / "scratch"
@@ -194,14 +198,23 @@ class LaunchDir:
     def read_cases(self) -> list[str]:
         return list(json.loads(self.cases.read_text())["cases"])
 
-    def read_beats(self, world_size: int) -> dict[int, Beat]:
+    def read_beats(self) -> dict[int, Beat]:
+        """The heartbeats of this node's ranks (across nodes, the other nodes' ranks beat on their own disks)."""
         beats = {}
-        for rank in range(world_size):
+        for path in self.path.glob("heartbeat-rank*.json"):
             try:
-                beats[rank] = Beat.from_json(self.heartbeat(rank).read_text())
+                beat = Beat.from_json(path.read_text())
             except (FileNotFoundError, ValueError, TypeError):
                 continue
+            beats[beat.rank] = beat
         return beats
+
+    def read_ranks(self) -> dict[int, dict[str, Any]]:
+        """Across nodes: rank -> {"node", "host"}; empty when the workers never got that far."""
+        try:
+            return {int(rank): where for rank, where in json.loads(self.ranks.read_text()).items()}
+        except (FileNotFoundError, ValueError):
+            return {}
 
 
 class RunDir:
@@ -219,8 +232,9 @@ class RunDir:
         path.mkdir(parents=True)
         return cls(path)
 
-    def launch(self, world_size: int, device_kind: str, attempt: int) -> LaunchDir:
-        return LaunchDir(self.path / f"ws{world_size}-{device_kind}-{attempt}")
+    def launch(self, name: str, device_kind: str, attempt: int) -> LaunchDir:
+        """`ws2-cpu-0`: the launch of `name` (a LaunchGroup's) on this device kind, its `attempt`th time."""
+        return LaunchDir(self.path / f"{name}-{device_kind}-{attempt}")
 
     def rank_line_files(self) -> list[Path]:
         return sorted(self.path.glob("ws*/rank*.jsonl"))

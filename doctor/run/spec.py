@@ -52,6 +52,11 @@ class ProbeSpec:
     #: Also run at the node's world size (all its GPUs, or --nproc): the hardware families, where
     #: an 8-GPU node must be measured at 8 ranks, not only at the declared ones.
     scale_to_node: bool = False
+    #: Variants (names, or "*" for all) that a multi-node run also runs across every node, at the whole world size.
+    across_nodes: tuple[str, ...] = ()
+
+    def runs_across_nodes(self, variant: str) -> bool:
+        return "*" in self.across_nodes or variant in self.across_nodes
 
     def world_sizes_for(self, node_world_size: int | None) -> tuple[int, ...]:
         """The declared world sizes, plus the node's where the probe scales to it."""
@@ -62,7 +67,9 @@ class ProbeSpec:
     def __post_init__(self) -> None:
         if self.scenario not in SCENARIOS:
             raise ValueError(f"{self.name}: scenario {self.scenario!r} is not one of {SCENARIOS}")
-        if not self.world_sizes or min(self.world_sizes) < 1:
+        if not self.world_sizes and not self.across_nodes:
+            raise ValueError(f"{self.name}: no world size, and it does not run across nodes")
+        if self.world_sizes and min(self.world_sizes) < 1:
             raise ValueError(f"{self.name}: world sizes must be >= 1, got {self.world_sizes}")
 
 
@@ -89,10 +96,12 @@ class Case:
     level: int
     params: Any = dataclasses.field(default=None, compare=False, hash=False)
     reproduce: bool = False
+    nodes: int = 1  # > 1: the ranks span this many nodes
 
     @property
     def id(self) -> str:
-        return f"{self.probe}[{self.variant}-ws{self.world_size}]"
+        across = f"-n{self.nodes}" if self.nodes > 1 else ""
+        return f"{self.probe}[{self.variant}-ws{self.world_size}{across}]"
 
 
 class Probe(Protocol):

@@ -8,8 +8,12 @@ nothing that finished. A case's exception is that case's `error`, never the laun
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import datetime as dt
 import faulthandler
+import json
 import os
+import socket
 import sys
 import time
 from pathlib import Path
@@ -20,7 +24,7 @@ from doctor.run import registry
 from doctor.run.context import ProbeContext, SkipCase
 from doctor.run.procs import die_with_parent
 from doctor.run.rundir import LAUNCH, Beat, LaunchDir, RankLine, setup_name
-from doctor.run.spec import Case
+from doctor.run.spec import Case, missing_dependency
 from reports.records import ErrorInfo, Outcome
 
 
@@ -98,6 +102,47 @@ def run_case(module: Any, ctx: ProbeContext, reproduce: bool, log_path: Path | N
     )
 
 
+def on_node(line: RankLine, node: int | None) -> RankLine:
+    """A multi-node run's line: every record and finding carries the node its rank ran on."""
+    if node is None:
+        return line
+
+    def stamp(items: tuple) -> tuple:
+        return tuple(dataclasses.replace(item, node=node) for item in items)
+
+    findings = tuple(dataclasses.replace(f, node=node, evidence=stamp(f.evidence)) for f in line.findings)
+    return dataclasses.replace(line, findings=findings, device_map=stamp(line.device_map))
+
+
+class NodeShare:
+    """Across nodes: every rank's line reaches every node's launch directory through torchrun's rendezvous store
+    (the parent on each node reads rank<R>.jsonl for every rank), and each node learns where every rank runs."""
+
+    def __init__(self, launch: LaunchDir, rank: int, world_size: int, local_rank: int, node: int | None) -> None:
+        import torch.distributed as dist
+
+        base = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                             timeout=dt.timedelta(seconds=600))
+        self.store = dist.PrefixStore(f"ds-doctor/{os.environ.get('TORCHELASTIC_RUN_ID', 'run')}/", base)
+        self.launch, self.rank, self.collector = launch, rank, local_rank == 0
+        self.store.set(f"rank/{rank}", json.dumps({"node": node, "host": socket.gethostname()}))
+        self.remote: list[int] = []
+        if self.collector:
+            self.store.wait([f"rank/{r}" for r in range(world_size)])
+            ranks = {r: json.loads(self.store.get(f"rank/{r}")) for r in range(world_size)}
+            self.launch.ranks.write_text(json.dumps(ranks))
+            self.remote = [r for r, where in ranks.items() if where["node"] != node]
+
+    def put(self, line: RankLine) -> None:
+        self.store.set(f"line/{line.case}/{line.rank}", line.to_json())
+
+    def collect(self, case_id: str) -> None:
+        """After the case's barrier: the other nodes' lines for it, appended to their files here."""
+        for rank in self.remote:
+            with self.launch.rank_lines(rank).open("a", encoding="utf-8") as handle:
+                handle.write(self.store.get(f"line/{case_id}/{rank}").decode() + "\n")
+
+
 def setup_failure_line(ctx: ProbeContext, failure: ErrorInfo) -> RankLine:
     reason = f"probe setup failed: {failure.summary}"[:2000]
     return RankLine(ctx.case_id, ctx.rank, ctx.world_size, Outcome.ERROR, reason, "setup", device=ctx.device,
@@ -130,8 +175,9 @@ def init_distributed(backend: str, local_rank: int) -> str:
 class Worker:
     """One rank of a launch: the cases in order, each probe's setup once before its first case."""
 
-    def __init__(self, launch: LaunchDir, backend: str, rank: int, world_size: int, local_rank: int) -> None:
-        self.launch, self.backend = launch, backend
+    def __init__(self, launch: LaunchDir, backend: str, rank: int, world_size: int, local_rank: int,
+                 node: int | None = None) -> None:
+        self.launch, self.backend, self.node = launch, backend, node
         self.rank, self.world_size, self.local_rank = rank, world_size, local_rank
         self.heartbeat = Heartbeat(launch.heartbeat(rank), rank)
         self.setups: dict[str, ErrorInfo | None] = {}
@@ -154,21 +200,36 @@ class Worker:
                 self.setups[case.probe] = ErrorInfo.of(exc)
         return self.setups[case.probe]
 
-    def run(self) -> None:
+    def line_for(self, case: Case, module: Any, ctx: ProbeContext) -> RankLine:
+        """The case run on this rank, or why it was not: a requirement missing here, a failed setup."""
+        missing = missing_dependency(module.SPEC.requires)  # across nodes the plan could not see this node's packages
+        if missing:
+            self.heartbeat.start_case(case.id)
+            return RankLine(case.id, self.rank, self.world_size, Outcome.SKIP, missing, "start", device=self.device)
+        failure = self.setup(case, module, ctx)
+        self.heartbeat.start_case(case.id)
+        if failure:
+            return setup_failure_line(ctx, failure)
+        return on_node(run_case(module, ctx, case.reproduce, self.launch.rank_log(self.rank)), self.node)
+
+    def run(self, across_nodes: bool = False) -> None:
         import torch.distributed as dist
 
         self.heartbeat.start_case(LAUNCH, "init_process_group")
+        share = NodeShare(self.launch, self.rank, self.world_size, self.local_rank, self.node) if across_nodes else None
         self.device = init_distributed(self.backend, self.local_rank)
         writer = LineWriter(self.launch.rank_lines(self.rank))
         for case_id in self.launch.read_cases():
             case = registry.find_case(case_id)
-            module, ctx = registry.get(case.probe), self.context(case)
-            failure = self.setup(case, module, ctx)
-            self.heartbeat.start_case(case.id)
-            log = self.launch.rank_log(self.rank)
-            writer.write(setup_failure_line(ctx, failure) if failure else run_case(module, ctx, case.reproduce, log))
+            module = registry.get(case.probe)
+            line = self.line_for(case, module, self.context(case))
+            writer.write(line)
+            if share is not None:
+                share.put(line)
             self.heartbeat.beat("finished")
             dist.barrier()
+            if share is not None:
+                share.collect(case.id)
         self.heartbeat.start_case(LAUNCH, "shutdown")
         dist.destroy_process_group()
 
@@ -183,7 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     redirect_output(launch.rank_log(rank))
     faulthandler.enable()  # a segfault or abort leaves the Python stack in this rank's log
     die_with_parent()  # torchrun SIGKILLed: this rank goes too
-    Worker(launch, args.backend, rank, world_size, int(os.environ.get("LOCAL_RANK", "0"))).run()
+    node = int(os.environ["DS_DOCTOR_NODE_RANK"]) if "DS_DOCTOR_NODE_RANK" in os.environ else None
+    worker = Worker(launch, args.backend, rank, world_size, int(os.environ.get("LOCAL_RANK", "0")), node)
+    worker.run(across_nodes=world_size > int(os.environ.get("LOCAL_WORLD_SIZE", world_size)))
     return 0
 
 

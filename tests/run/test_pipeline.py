@@ -32,10 +32,10 @@ class Recorder:
 
 
 def test_select_takes_level_and_keyword() -> None:
-    cases = pipeline.select(pipeline.RunOptions(level=3, keyword="zero_offload and z1 and bf16"), Hardware("cpu", 0))
+    cases = pipeline.select(pipeline.RunOptions(level=3, keyword="zero_offload and z1 and bf16"), Hardware("cpu", 0), 2)
     assert [c.id for c in cases] == ["zero_offload[z1-none-bf16-ws1]", "zero_offload[z1-none-bf16-ws2]",
                                      "zero_offload[z1-opt-bf16-ws1]", "zero_offload[z1-opt-bf16-ws2]"]
-    assert pipeline.select(pipeline.RunOptions(level=2, keyword="zero_offload and z1"), Hardware("cpu", 0)) == []
+    assert pipeline.select(pipeline.RunOptions(level=2, keyword="zero_offload and z1"), Hardware("cpu", 0), 2) == []
 
 
 def test_the_plan_groups_launches_and_keeps_skips_in_the_selection_order() -> None:

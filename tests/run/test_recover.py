@@ -26,7 +26,7 @@ def a_run_dir(tmp_path: Path) -> RunDir:
     planned = tuple(planned_case(find_case(c), "cpu") for c in (DONE, HUNG))
     skipped = (planned_case(find_case("zero_offload[z1-none-fp32-ws2]"), "cpu", "needs 2 ranks"),)
     run.write_manifest(Manifest("2026-11-22T20:00:00Z", 2, ("run",), None, ENV, HARDWARE, planned, skipped))
-    launch = run.launch(2, "cpu", 0)
+    launch = run.launch("ws2", "cpu", 0)
     launch.write_cases([DONE, HUNG])
     for rank in (0, 1):
         lines = [RankLine(DONE, rank, 2, Outcome.PASS, measures={"busbw_gbps": 1.5}, duration_s=0.5).to_json()]

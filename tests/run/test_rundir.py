@@ -71,7 +71,7 @@ def test_heartbeat_names_and_beats(tmp_path: Path) -> None:
     launch = LaunchDir(tmp_path)
     launch.heartbeat(0).write_text(Beat(0, "a[x-ws2]", "train", 1.0, 2.0).to_json())
     launch.heartbeat(1).write_text('{"rank": 1, "ca')  # caught half-written: skipped, read again next poll
-    assert launch.read_beats(2) == {0: Beat(0, "a[x-ws2]", "train", 1.0, 2.0)}
+    assert launch.read_beats() == {0: Beat(0, "a[x-ws2]", "train", 1.0, 2.0)}
 
 
 def test_one_class_owns_the_file_names(tmp_path: Path) -> None:
@@ -79,7 +79,7 @@ def test_one_class_owns_the_file_names(tmp_path: Path) -> None:
 
     run = RunDir.create(tmp_path, "node1", dt.datetime(2026, 11, 22, 20, 0, tzinfo=dt.timezone.utc), 42)
     assert run.path.name == "run-node1-20261122T200000Z-42" and run.manifest.name == "run.json"
-    launch = run.launch(2, "cpu", 1)
+    launch = run.launch("ws2", "cpu", 1)
     launch.write_cases(["a[x-ws2]", "b[x-ws2]"])
     assert launch.path.name == "ws2-cpu-1" and launch.read_cases() == ["a[x-ws2]", "b[x-ws2]"]
     assert [p.name for p in (launch.rank_log(1), launch.rank_lines(1), launch.heartbeat(1))] == [

@@ -1,0 +1,93 @@
+"""The checks behind the CLI's options: each turns input that cannot work into one line on stderr and exit code 2
+(`click.BadParameter` / `click.UsageError`), before anything runs or is written."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import click
+
+from reports.records import Report
+
+
+def check_writable_file(path: Path | None, option: str) -> None:
+    """An output file's directory must exist and be writable, and the path must not be a directory."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise click.BadParameter(f"{path} is a directory", param_hint=option)
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise click.BadParameter(f"cannot write {path}: {parent} is not a writable directory", param_hint=option)
+
+
+def writable_dir(path: Path) -> Path:
+    if path.exists() and not path.is_dir():
+        raise click.BadParameter(f"{path} exists and is not a directory", param_hint="--out")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise click.BadParameter(f"cannot create {path}: {exc.strerror}", param_hint="--out") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise click.BadParameter(f"{path} is not writable", param_hint="--out")
+    return path
+
+
+def load_report(path: Path, hint: str) -> Report:
+    """A report JSON for diffing; anything else is a usage error naming the option or argument."""
+    from doctor.run.recover import InputError, load_report_file
+
+    if path.is_dir():
+        raise click.BadParameter(f"{path} is a directory; give a report JSON (ds-doctor-*.json)", param_hint=hint)
+    if not path.exists():
+        raise click.BadParameter(f"{path}: no such file", param_hint=hint)
+    try:
+        return load_report_file(path)
+    except InputError as exc:
+        raise click.BadParameter(str(exc), param_hint=hint) from None
+
+
+def check_selection(level: int, keyword: str | None, nproc: int | None = None) -> None:
+    """A `-k` that parses and selects something: a probe case or a GPU health result of this node."""
+    from doctor.checks.health import PROBE as HEALTH
+    from doctor.run import registry
+    from doctor.run.plan import KeywordError, compile_keyword, detect_hardware, node_world_size, select_cases
+
+    if keyword is None:
+        return
+    try:
+        matcher = compile_keyword(keyword)
+    except KeywordError as exc:
+        raise click.BadParameter(str(exc), param_hint="-k") from None
+    hardware = detect_hardware()
+    # on a GPU node the hardware families also have cases at its world size (`-k "comm and ws8"`)
+    cases = registry.all_cases(node_world_size(hardware, nproc))
+    health = any(matcher(f"{HEALTH}[gpu{index}]") for index in range(hardware.gpu_count))
+    if not health and not select_cases(cases, level=3, keyword=keyword):
+        names = ", ".join([spec.name for spec in registry.specs()] + ([HEALTH] if hardware.gpu_count else []))
+        raise click.BadParameter(f"{keyword!r} selects no case; probe families: {names} (see `ds-doctor list`)",
+                                 param_hint="-k")
+    if level >= 2 and not health and not select_cases(cases, level=level, keyword=keyword):
+        raise click.BadParameter(f"{keyword!r} selects only level-3 cases; add --level 3", param_hint="-k")
+
+
+def check_nproc(nproc: int | None, level: int) -> None:
+    from doctor.run.plan import detect_hardware
+
+    if nproc is not None and level >= 2:
+        hardware = detect_hardware()
+        if hardware.device_kind == "cuda" and nproc > hardware.gpu_count:
+            raise click.BadParameter(f"{nproc} ranks but only {hardware.gpu_count} GPU(s) visible", param_hint="--nproc")
+
+
+def cluster_from(nnodes: int | None, node_rank: int | None, endpoint: str | None, rdzv_id: str | None,
+                 join_timeout_s: float) -> Any:
+    """The nodes of the run from the options, or from srun's SLURM_* variables; None on one node."""
+    from doctor.run.cluster import ClusterError, from_options
+
+    try:
+        return from_options(nnodes, node_rank, endpoint, rdzv_id, join_timeout_s, os.environ)
+    except ClusterError as exc:
+        raise click.UsageError(str(exc)) from None
