@@ -4,6 +4,7 @@ packages register). Importing a probe module must stay cheap: heavy imports live
 """
 
 PROBE_MODULES = (
+    "probes.consistency",  # first: the first case of every launch with more than one rank
     "probes.zero_offload",
     "probes.frozen_param_names",
     "probes.accelerate_deepspeed_lifecycle",

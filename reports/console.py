@@ -98,11 +98,14 @@ def _details(result: CaseResult) -> str:
 def summary_table(report: Report) -> Table:
     table = Table(title="ds-doctor", show_lines=False)
     table.add_column("case", no_wrap=True)
+    if report.nodes:
+        table.add_column("where", no_wrap=True)
     table.add_column("outcome", no_wrap=True)
     table.add_column("time", no_wrap=True)
     table.add_column("details", overflow="fold")
     for result in report.results:
-        table.add_row(escape(result.case), f"[{STYLES[result.outcome]}]{result.outcome.value}[/]",
+        where = [escape(report.where(result))] if report.nodes else []
+        table.add_row(escape(result.case), *where, f"[{STYLES[result.outcome]}]{result.outcome.value}[/]",
                       f"{result.duration_s:.1f}s", escape(_details(result)))
     return table
 
@@ -111,9 +114,11 @@ def print_summary(report: Report, console: Console) -> None:
     if report.results:
         console.print(summary_table(report))
     counts = ", ".join(f"{v} {k}" for k, v in report.summary.items() if v) or "no cases ran"
-    gpus = report.hardware.get("gpus") or []
-    console.print(f"{report.hardware.get('host')}: {len(gpus)} GPU(s), {report.hardware.get('cpus')} CPUs · {counts}",
-                  markup=False, highlight=False)
+    sections = report.nodes or ({"host": report.hardware.get("host"), "hardware": report.hardware},)
+    said = [f"{'node ' + str(s['node']) + ' ' if 'node' in s else ''}{s.get('host')}: "
+            f"{len((s.get('hardware') or {}).get('gpus') or [])} GPU(s), {(s.get('hardware') or {}).get('cpus')} CPUs"
+            for s in sections]
+    console.print(" · ".join([*said, counts]), markup=False, highlight=False)
     for issue in report.affecting_issues:
         console.print(f"[bold]affected by {escape(issue['id'])}[/]: {escape(issue['remedy'])}")
 

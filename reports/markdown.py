@@ -93,6 +93,28 @@ def render_environment(report: Report) -> list[str]:
     return lines
 
 
+NODE_PACKAGES = ("torch", "deepspeed", "accelerate", "transformers", "numpy", "nvidia-ml-py")
+
+
+def render_nodes(report: Report) -> list[str]:
+    """A multi-node report: one row per node (host, GPUs, driver, the versions that matter), then each node's GPUs."""
+    if not report.nodes:
+        return []
+    rows = []
+    for section in report.nodes:
+        env, hw = section.get("env") or {}, section.get("hardware") or {}
+        packages = env.get("packages") or {}
+        gpus = hw.get("gpus") or []
+        rows.append([section.get("node"), section.get("host"), f"{len(gpus)} x {gpus[0].get('name')}" if gpus else "none",
+                     env.get("driver"), env.get("python"), *[packages.get(name) for name in NODE_PACKAGES]])
+    lines = ["## Nodes", "", *_table(["node", "host", "GPUs", "driver", "python", *NODE_PACKAGES], rows), ""]
+    gpu_rows = [[section.get("node"), *gpu_row(g)] for section in report.nodes
+                for g in (section.get("hardware") or {}).get("gpus") or []]
+    if gpu_rows:
+        lines += ["### GPUs of every node (NVML)", "", *_table(["node", *GPU_HEADERS], gpu_rows), ""]
+    return lines
+
+
 def _issue_cell(result: CaseResult) -> str:
     """The known issue in the summary table; a passing case's issue of unknown verdict is noise there."""
     issue = result.known_issue
@@ -105,9 +127,10 @@ def render_summary(report: Report) -> list[str]:
     counts = {k: v for k, v in report.summary.items() if v}
     lines = ["## Summary", "", " · ".join(f"**{k}** {v}" for k, v in counts.items()) or "no cases ran", ""]
     if report.results:
-        lines += _table(["case", "outcome", "ranks", "device", "duration", "known issue"], [
-            [f"`{r.case}`", r.outcome.value, r.world_size, r.device_kind, f"{r.duration_s:.1f} s", _issue_cell(r)]
-            for r in report.results])
+        where = ["where"] if report.nodes else []
+        lines += _table(["case", *where, "outcome", "ranks", "device", "duration", "known issue"], [
+            [f"`{r.case}`", *([report.where(r)] if report.nodes else []), r.outcome.value, r.world_size,
+             r.device_kind, f"{r.duration_s:.1f} s", _issue_cell(r)] for r in report.results])
         lines.append("")
     affecting = report.affecting_issues
     if affecting:
@@ -275,7 +298,8 @@ def render_markdown(report: Report, *, full_report: str | None = None, limit: in
     """The ticket Markdown, under `limit` characters; `full_report` names the JSON file that holds the rest."""
     head = [f"# ds-doctor report — {report.hardware.get('host')}", "",
             f"ds-doctor {report.tool['version']} · level {report.level} · {report.started_at} → {report.finished_at}",
-            "", f"Command: `{' '.join(report.command)}`", "", *render_summary(report), *render_environment(report)]
+            "", f"Command: `{' '.join(report.command)}`", "", *render_summary(report), *render_nodes(report),
+            *render_environment(report)]
     skipped = [r for r in report.results if r.outcome == Outcome.SKIP]
     tail = [*render_warnings(report), *render_measurements(report),
             *(["## Skipped", "", *[f"- `{r.case}`: {r.reason}" for r in skipped], ""] if skipped else []),

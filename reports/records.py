@@ -217,6 +217,7 @@ class RankSummary:
     signal: str | None = None
     stderr_tail: str | None = None
     traceback: str | None = None
+    node: int | None = None  # a multi-node run's node of this rank
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -349,6 +350,12 @@ class Report:
             results=tuple(CaseResult.from_dict(r) for r in data["results"]),
             nodes=tuple(dict(n) for n in data.get("nodes") or ()),
         )
+
+    def where(self, result: CaseResult) -> str:
+        """Where a case ran, in a multi-node report: `node 1 (host)`, or `all nodes`; "" on one node."""
+        if not self.nodes:
+            return ""
+        return "all nodes" if result.node is None else f"node {result.node} ({self.host_of(result.node)})"
 
     def host_of(self, node: int | None) -> str:
         """The host a node ran on (this report's host on a single-node run)."""

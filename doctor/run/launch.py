@@ -278,7 +278,8 @@ class Launch:
         seen = f"; it last finished {finished[-1]}" if finished else "; it finished no case of this launch"
         outcome = Outcome.TIMEOUT if self.timed_out else Outcome.ERROR
         return RankLine(case.id, rank, case.world_size, outcome, f"rank {rank} on {node} stopped answering during "
-                        f"this launch and never reported {case.id}{seen}", "not seen on this node")
+                        f"this launch and never reported {case.id}{seen}", "not seen on this node",
+                        node=where["node"] if where else None)
 
 
 def run_group(group: LaunchGroup, run_dir: RunDir, *, timeout_override: float | None,

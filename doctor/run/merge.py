@@ -12,7 +12,7 @@ from reports.records import CaseResult, Finding, IssueRef, Outcome, RankSummary,
 def rank_summary(line: RankLine) -> RankSummary:
     return RankSummary(rank=line.rank, outcome=line.outcome.value, stage=line.stage, reason=line.reason,
                        exit_code=line.exit_code, signal=line.signal, stderr_tail=line.stderr_tail,
-                       traceback=line.error.traceback if line.error else None)
+                       traceback=line.error.traceback if line.error else None, node=line.node)
 
 
 def error_text(lines: list[RankLine]) -> str:

@@ -64,6 +64,7 @@ class RankLine:
     exit_code: int | None = None
     signal: str | None = None
     stderr_tail: str | None = None
+    node: int | None = None  # a multi-node run's node of this rank
 
     def to_json(self) -> str:
         data = dataclasses.asdict(self)

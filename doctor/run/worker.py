@@ -103,7 +103,7 @@ def run_case(module: Any, ctx: ProbeContext, reproduce: bool, log_path: Path | N
 
 
 def on_node(line: RankLine, node: int | None) -> RankLine:
-    """A multi-node run's line: every record and finding carries the node its rank ran on."""
+    """A multi-node run's line: it, every record and every finding carry the node its rank ran on."""
     if node is None:
         return line
 
@@ -111,7 +111,7 @@ def on_node(line: RankLine, node: int | None) -> RankLine:
         return tuple(dataclasses.replace(item, node=node) for item in items)
 
     findings = tuple(dataclasses.replace(f, node=node, evidence=stamp(f.evidence)) for f in line.findings)
-    return dataclasses.replace(line, findings=findings, device_map=stamp(line.device_map))
+    return dataclasses.replace(line, node=node, findings=findings, device_map=stamp(line.device_map))
 
 
 class NodeShare:
@@ -210,7 +210,7 @@ class Worker:
         self.heartbeat.start_case(case.id)
         if failure:
             return setup_failure_line(ctx, failure)
-        return on_node(run_case(module, ctx, case.reproduce, self.launch.rank_log(self.rank)), self.node)
+        return run_case(module, ctx, case.reproduce, self.launch.rank_log(self.rank))
 
     def run(self, across_nodes: bool = False) -> None:
         import torch.distributed as dist
@@ -222,7 +222,7 @@ class Worker:
         for case_id in self.launch.read_cases():
             case = registry.find_case(case_id)
             module = registry.get(case.probe)
-            line = self.line_for(case, module, self.context(case))
+            line = on_node(self.line_for(case, module, self.context(case)), self.node)
             writer.write(line)
             if share is not None:
                 share.put(line)

@@ -33,9 +33,10 @@ def test_bad_keyword_expressions_raise(expr) -> None:
 
 def test_levels() -> None:
     cases = registry.all_cases()
-    assert select_cases(cases, level=1, keyword=None) == []
+    # level 1 selects only the consistency check (the pipeline runs it only across nodes: one node plans nothing)
+    assert [c.id for c in select_cases(cases, level=1, keyword=None)] == ["consistency[fingerprint-ws2]"]
     level2 = select_cases(cases, level=2, keyword=None)
-    assert {(c.probe, c.variant) for c in level2} == {
+    assert {(c.probe, c.variant) for c in level2} == {("consistency", "fingerprint"),
         ("zero_offload", "z3-opt+param-bf16"), ("frozen_param_names", "z2-healthy"),
         ("frozen_param_names", "z2-dispatch-disk"), ("accelerate_deepspeed_lifecycle", "z2-healthy"),
         ("optimizer_coverage", "fsdp2"), ("optimizer_coverage", "deepspeed-z2"),

@@ -1,0 +1,63 @@
+"""Consistency across the ranks of a job: every key of every rank's fingerprint (`doctor.collect.fingerprint`)
+has one value, or the outliers are named with their node, host and ranks beside the majority value.
+
+Versions, builds, the driver and the GPU model are errors (a job built against them crashes or hangs); other
+keys are warnings. Keys that differ per rank or node by design are not compared."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from reports.records import Finding, Severity
+
+UNSET = "<unset>"
+#: Keys that legitimately differ per rank or node: where a fingerprint was taken, and the launcher's own.
+NOT_COMPARED = frozenset({
+    "rank", "node", "host", "env:RANK", "env:LOCAL_RANK", "env:GROUP_RANK", "env:ROLE_RANK", "env:NODE_RANK",
+    "env:CUDA_VISIBLE_DEVICES", "env:TORCHELASTIC_ERROR_FILE", "env:DS_DOCTOR_NODE_RANK", "env:SLURM_PROCID",
+    "env:SLURM_NODEID", "env:SLURM_LOCALID", "env:HOSTNAME",
+})
+STRICT = ("python", "package:", "torch.", "driver", "cuda_driver", "gpu.name", "gpu.compute_capability")
+
+
+def _span(ranks: list[int]) -> str:
+    """0,1,2,5 -> 0-2,5"""
+    runs = [[ranks[0], ranks[0]]]
+    for rank in ranks[1:]:
+        if rank == runs[-1][1] + 1:
+            runs[-1][1] = rank
+        else:
+            runs.append([rank, rank])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def where(prints: list[Mapping[str, str]], ranks: Iterable[int]) -> str:
+    """`node 1 (host-b, ranks 4-7)`, a node at a time."""
+    by_node: dict[tuple[str, str], list[int]] = {}
+    for rank in sorted(ranks):
+        fp = prints[rank]
+        by_node.setdefault((fp.get("node", "None"), fp.get("host", "?")), []).append(rank)
+    return "; ".join((f"node {node} " if node != "None" else "") + f"({host}, ranks {_span(rs)})"
+                     for (node, host), rs in by_node.items())
+
+
+def compare(prints: list[Mapping[str, str]]) -> list[Finding]:
+    """One finding per key whose value differs across ranks (`prints[r]` is rank r's fingerprint)."""
+    keys = sorted({key for fp in prints for key in fp} - NOT_COMPARED)
+    findings = []
+    for key in keys:
+        by_value: dict[str, list[int]] = {}
+        for rank, fp in enumerate(prints):
+            by_value.setdefault(fp.get(key, UNSET), []).append(rank)
+        if len(by_value) == 1:
+            continue
+        majority = max(by_value, key=lambda value: (len(by_value[value]), -by_value[value][0]))
+        outliers = "; ".join(f"{value!r} on {where(prints, ranks)}" for value, ranks in by_value.items()
+                             if value != majority)
+        severity = Severity.ERROR if key.startswith(STRICT) else Severity.WARNING
+        findings.append(Finding("consistency", severity, f"{key} differs across the ranks: {outliers} "
+                                f"(the other {len(by_value[majority])} rank(s) have {majority!r})",
+                                stage="fingerprint", expected=f"{key} = {majority!r} on every rank",
+                                remedy="make every node's environment the same (one image or lockfile, the same "
+                                "launcher environment) before a job spans them"))
+    return findings

@@ -1,0 +1,37 @@
+"""consistency: every rank of a launch publishes its fingerprint (versions, builds, driver, GPU, /dev/shm, the
+allowlisted environment) and rank 0 compares them key by key (`doctor.checks.consistency`). It is the first
+case of every launch with more than one rank, and on a multi-node run it runs across the nodes at level 1
+too: on a cluster it is the cheapest and most telling check (a version, build or NCCL setting that differs
+on one node)."""
+
+from __future__ import annotations
+
+from doctor.checks.consistency import compare
+from doctor.collect.fingerprint import fingerprint
+from doctor.plugins import ProbeContext, ProbeSpec, Variant
+
+SPEC = ProbeSpec(
+    name="consistency",
+    scenario="smoke",
+    description="every rank's versions, builds, driver, GPU and environment variables compared across the ranks",
+    world_sizes=(2,),
+    timeout_s=120.0,
+    scale_to_node=True,
+    across_nodes=("*",),
+)
+
+
+def variants() -> list[Variant]:
+    return [Variant("fingerprint", None, level=1)]
+
+
+def run(ctx: ProbeContext) -> None:
+    import os
+
+    ctx.enter("fingerprint")
+    node = os.environ.get("DS_DOCTOR_NODE_RANK")
+    prints = ctx.all_gather_json(fingerprint(ctx.rank, int(node) if node is not None else None, ctx.device))
+    ctx.note("keys_compared", len({key for fp in prints for key in fp}))
+    if ctx.rank == 0:
+        ctx.enter("compare")
+        ctx.check(compare(prints))
