@@ -129,7 +129,7 @@ def run(state: CliState, level: int, keyword: str | None, out_dir: Path, json_st
     from reports.console import RunProgress, make_console, print_summary
 
     cluster = cluster_from(nnodes, node_rank, rdzv_endpoint, rdzv_id, join_timeout_s)
-    check_selection(level, keyword, nproc)
+    check_selection(level, keyword, nproc, cluster)
     baseline = load_report(baseline_file, "--baseline") if baseline_file is not None else None
     out_dir = writable_dir(out_dir)
     check_writable_file(junit_file, "--junit")

@@ -49,11 +49,19 @@ def load_report(path: Path, hint: str) -> Report:
         raise click.BadParameter(str(exc), param_hint=hint) from None
 
 
-def check_selection(level: int, keyword: str | None, nproc: int | None = None) -> None:
-    """A `-k` that parses and selects something: a probe case or a GPU health result of this node."""
+def check_selection(level: int, keyword: str | None, nproc: int | None = None, cluster: Any = None) -> None:
+    """A `-k` that parses and selects something: a probe case (across the nodes too, in a multi-node run) or a GPU
+    health result of this node."""
     from doctor.checks.health import PROBE as HEALTH
     from doctor.run import registry
-    from doctor.run.plan import KeywordError, compile_keyword, detect_hardware, node_world_size, select_cases
+    from doctor.run.plan import (
+        KeywordError,
+        compile_keyword,
+        default_nproc,
+        detect_hardware,
+        node_world_size,
+        select_cases,
+    )
 
     if keyword is None:
         return
@@ -63,7 +71,8 @@ def check_selection(level: int, keyword: str | None, nproc: int | None = None) -
         raise click.BadParameter(str(exc), param_hint="-k") from None
     hardware = detect_hardware()
     # on a GPU node the hardware families also have cases at its world size (`-k "comm and ws8"`)
-    cases = registry.all_cases(node_world_size(hardware, nproc))
+    across = (cluster.nnodes, nproc or default_nproc(hardware)) if cluster is not None else None
+    cases = registry.all_cases(node_world_size(hardware, nproc), across)
     health = any(matcher(f"{HEALTH}[gpu{index}]") for index in range(hardware.gpu_count))
     if not health and not select_cases(cases, level=3, keyword=keyword):
         names = ", ".join([spec.name for spec in registry.specs()] + ([HEALTH] if hardware.gpu_count else []))

@@ -12,4 +12,5 @@ PROBE_MODULES = (
     "probes.optimizer_state_placement",
     "probes.comm",
     "probes.compute",
+    "probes.fabric",  # only across the nodes of a multi-node run
 )

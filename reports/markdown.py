@@ -281,7 +281,8 @@ def render_measurements(report: Report) -> list[str]:
     if series:
         columns = [name for name in MEASURES if any(name in row for r in series for row in r.series)]
         rows = [[f"`{r.case}`", *[row.get(n, "") for n in columns]] for r in series for row in r.series]
-        lines += ["Per size (busbw = algbw × nccl-tests' factor; time averaged over the ranks):", "",
+        lines += ["Per size, and per pair of nodes (busbw = algbw × nccl-tests' factor; time averaged over the ranks):",
+                  "",
                   *_table(["case", *[_measure_header(n) for n in columns]], rows), ""]
     return lines
 

@@ -25,6 +25,8 @@ class Measure:
 
 _NO_LINK = "one rank: no data moves between ranks"
 MEASURES: dict[str, Measure] = {m.name: m for m in (  # in the order tables show them
+    Measure("node_a", "node", "", "one node of a pair (the fabric's pairwise stage)"),
+    Measure("node_b", "with node", "", "the other node of the pair"),
     Measure("bytes", "bytes", "B", "size of the collective's largest buffer"),
     Measure("time_us", "time", "us", "time of one operation, averaged over the ranks"),
     Measure("algbw_gbps", "algbw", "GB/s", "algorithm bandwidth in GB/s", "higher", False, 2, _NO_LINK),

@@ -124,21 +124,21 @@ def compare(result: Any, want: Any) -> Check:
     return Check(int(bad.numel()), result.numel(), first, float(result[first]), float(want[first]))
 
 
-def run_once(collective: str, tensors: tuple[Any, Any]) -> Any:
-    """Run `collective` once on (input, output) and return the tensor holding the result."""
+def run_once(collective: str, tensors: tuple[Any, Any], group: Any = None) -> Any:
+    """Run `collective` once on (input, output), over `group` (default: every rank); the tensor holding the result."""
     import torch.distributed as dist
 
     source, out = tensors
     if collective == "all_reduce":
-        dist.all_reduce(source)
+        dist.all_reduce(source, group=group)
         return source
     if collective == "all_gather":
-        dist.all_gather_into_tensor(out, source)
+        dist.all_gather_into_tensor(out, source, group=group)
         return out
     if collective == "reduce_scatter":
-        dist.reduce_scatter_tensor(out, source)
+        dist.reduce_scatter_tensor(out, source, group=group)
         return out
     if collective == "broadcast":
-        dist.broadcast(source, src=0)
+        dist.broadcast(source, src=dist.get_global_rank(group, 0) if group is not None else 0, group=group)
         return source
     raise ValueError(f"unknown collective {collective!r}")
