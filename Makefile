@@ -6,15 +6,40 @@ VENV ?= .venv
 TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 ARGS ?=
+# Air-gapped nodes: `make wheelhouse` where there is an index, copy wheelhouse/ over, then
+# `make run WHEELHOUSE=wheelhouse` (installs with no index). PLATFORM (e.g. manylinux_2_28_x86_64) and
+# PYVER (e.g. 3.12) download binary wheels for nodes unlike this machine; TORCH="" leaves torch out.
+WHEELHOUSE ?=
+PLATFORM ?=
+PYVER ?=
+FROM := $(if $(WHEELHOUSE),--no-index --find-links $(abspath $(WHEELHOUSE)),)
+TARGET := $(if $(PLATFORM),--platform $(PLATFORM) --only-binary=:all:,)$(if $(PYVER), --python-version $(PYVER) --only-binary=:all:,)
+EXTRAS := accelerate,optimizers
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench clean wheelhouse
 
 $(BIN)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q "$(TORCH)"
-	$(BIN)/python -m pip install -q -e ".[deepspeed,accelerate,optimizers,dev]"
+	$(if $(WHEELHOUSE),$(BIN)/python -m pip install -q $(FROM) setuptools wheel,$(BIN)/python -m pip install -q --upgrade pip)
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q $(FROM) "$(TORCH)"
+	$(BIN)/python -m pip install -q $(FROM) $(if $(WHEELHOUSE),--no-build-isolation,) \
+		-e ".[deepspeed,$(EXTRAS)$(if $(WHEELHOUSE),,$(comma)dev)]"
 	touch $@
+
+comma := ,
+
+# ds-doctor's own wheel, every wheel it and its extras need, and DeepSpeed's sdist (it builds its ops on the
+# node) with its own requirements; torch only when TORCH is set (a CUDA build is several GB).
+wheelhouse:
+	mkdir -p wheelhouse
+	$(PYTHON) -m pip wheel -q --no-deps -w wheelhouse .
+	$(PYTHON) -m pip download -q -d wheelhouse $(TARGET) setuptools wheel ninja \
+		"$$(ls wheelhouse/ds_doctor-*.whl | tail -n 1)[$(EXTRAS)]" $(if $(TORCH),"$(TORCH)",)
+	$(PYTHON) -m pip download -q -d wheelhouse --no-deps --no-binary deepspeed "deepspeed>=0.14"
+	tar -xzOf "$$(ls wheelhouse/deepspeed-*.tar.gz | tail -n 1)" --wildcards '*/requirements/requirements.txt' \
+		| grep -v -E '^(torch|#|$$)' > wheelhouse/deepspeed-requirements.txt
+	$(PYTHON) -m pip download -q -d wheelhouse $(TARGET) -r wheelhouse/deepspeed-requirements.txt
+	@echo "wheelhouse/: $$(ls wheelhouse | wc -l) files; install on the node with: make run WHEELHOUSE=wheelhouse"
 
 run: $(BIN)/.installed
 	$(BIN)/ds-doctor run $(ARGS)
@@ -30,4 +55,4 @@ bench: $(BIN)/.installed
 	$(BIN)/python bench/bench_nightly.py
 
 clean:
-	rm -rf $(VENV) ds-doctor-reports
+	rm -rf $(VENV) ds-doctor-reports wheelhouse

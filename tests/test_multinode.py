@@ -1,0 +1,149 @@
+"""Several nodes for real: several `ds-doctor run` processes on 127.0.0.1 joined through torchrun's c10d
+rendezvous (one or two ranks per node, gloo). Marked multirank; kept under 4 minutes on 2 cores."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from reports.records import validate
+from tests.conftest import requires_deepspeed
+from tests.test_e2e import leftover_processes
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.multirank
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def node(rank: int, port: int, out: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    command = [sys.executable, "-m", "doctor.cli", "run", "--nnodes", "2", "--node-rank", str(rank),
+               "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"test-{port}", "--out", str(out / f"node{rank}"),
+               *args]
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.Popen(command, env=full_env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(*procs: subprocess.Popen[str], timeout: float = 400) -> list[tuple[int, str, str]]:
+    out = []
+    for proc in procs:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        out.append((proc.returncode, stdout, stderr))
+    return out
+
+
+def the_report(out: Path) -> dict:
+    (path,) = (out / "node0").glob("ds-doctor-*.json")
+    data = json.loads(path.read_text())
+    validate(data)
+    assert path.with_suffix(".md").exists()
+    assert list((out / "node1").glob("ds-doctor-*")) == []  # one report, on node 0
+    return data
+
+
+@requires_deepspeed
+def test_two_nodes_run_across_the_network_and_write_one_report(tmp_path: Path) -> None:
+    """Cases inside each node and across both (comm, a ZeRO-3 offload case, FSDP2, consistency, fabric); a variable
+    set on node 1 only is a consistency finding naming node 1; node 1 exits with node 0's code."""
+    selection = "consistency or fabric or (comm and all_reduce) or (zero_offload and z3-opt+param-bf16) or fsdp2-ws"
+    port = free_port()
+    zero, one = node(0, port, tmp_path, "-k", selection), node(1, port, tmp_path, "-k", selection,
+                                                                env={"NCCL_IB_DISABLE": "1"})
+    (code0, _, err0), (code1, out1, err1) = finish(zero, one)
+    assert code0 == code1 == 0, err0[-3000:] + err1[-3000:]
+    assert "node 1: the report is written on node 0" in out1
+    data = the_report(tmp_path)
+    host = data["hardware"]["host"]
+    assert [(n["node"], n["host"]) for n in data["nodes"]] == [(0, host), (1, host)]
+    results = {(r["case"], r["node"]): r for r in data["results"]}
+    across = {case: r for (case, where), r in results.items() if where is None}
+    assert set(across) == {"consistency[fingerprint-ws4-n2]", "fabric[pairs-ws4-n2]", "comm[all_reduce-ws4-n2]",
+                           "zero_offload[z3-opt+param-bf16-ws4-n2]", "optimizer_coverage[fsdp2-ws4-n2]"}
+    for result in across.values():
+        assert result["outcome"] == "pass" and result["nodes"] == 2, (result["case"], result["reason"])
+        assert sorted(r["node"] for r in result["ranks"]) == [0, 0, 1, 1]  # two ranks on each node
+    zero3 = across["zero_offload[z3-opt+param-bf16-ws4-n2]"]
+    assert {(r["node"], r["device"]) for r in zero3["device_map"] if r["role"] == "fp32_partition"} == {
+        (0, "cpu"), (1, "cpu")}  # every node's partitions offloaded, each record saying which node
+    for where in (0, 1):  # the cases inside each node ran on both, each result with its node
+        assert results[("comm[all_reduce-ws2]", where)]["outcome"] == "pass"
+    (finding,) = [f for f in across["consistency[fingerprint-ws4-n2]"]["findings"]]
+    assert finding["severity"] == "warning" and "env:NCCL_IB_DISABLE" in finding["message"]
+    assert "'1' on node 1" in finding["message"]
+    fabric = across["fabric[pairs-ws4-n2]"]
+    assert [(row["node_a"], row["node_b"]) for row in fabric["series"]] == [(0, 1)] and fabric["measures"]["busbw_gbps"] > 0
+    markdown = next((tmp_path / "node0").glob("ds-doctor-*.md")).read_text()
+    assert "## Nodes" in markdown and "| `comm[all_reduce-ws4-n2]` | all nodes |" in markdown
+
+
+def test_a_node_with_another_selection_stops_both_with_one_line(tmp_path: Path) -> None:
+    port = free_port()
+    started = time.monotonic()
+    results = finish(node(0, port, tmp_path, "-k", "consistency"), node(1, port, tmp_path, "-k", "comm"), timeout=120)
+    for code, _, err in results:
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
+        assert err.startswith("ds-doctor: error: the nodes disagree on what to run: node 1") and "other -k" in err
+    assert time.monotonic() - started < 60
+
+
+def test_a_node_that_never_joins_is_named_within_the_join_timeout(tmp_path: Path) -> None:
+    started = time.monotonic()
+    ((code, out, err),) = finish(node(0, free_port(), tmp_path, "--level", "1", "--join-timeout", "5", "--json"),
+                                timeout=120)
+    assert code == 1, err[-2000:]
+    (result,) = json.loads(out)["results"]
+    assert result["case"] == "cluster[node1]" and result["outcome"] == "error"
+    assert "node 1 did not join within --join-timeout 5 s" in result["reason"]
+    assert time.monotonic() - started < 60
+
+
+def test_a_node_killed_mid_run_is_named_and_every_process_is_gone_in_time(tmp_path: Path) -> None:
+    extra = {"DS_DOCTOR_EXTRA_PROBES": "tests.resources.node_fault_probes"}
+    port = free_port()
+    one_rank = ("--level", "3", "-k", "node_faults", "--nproc", "1")  # one rank per node
+    zero = node(0, port, tmp_path, *one_rank, "--json", env=extra)
+    one = node(1, port, tmp_path, *one_rank, env=extra)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        beats = list((tmp_path / "node0").glob("run-*/ws*-n2-cpu-0/heartbeat-rank*.json"))
+        if any("waiting for a kill" in b.read_text() for b in beats):
+            break
+        time.sleep(0.2)
+    else:
+        finish(zero, one, timeout=5)
+        raise AssertionError("the case across the nodes never started")
+    one.send_signal(signal.SIGKILL)
+    killed = time.monotonic()
+    ((code, out, err),) = finish(zero, timeout=200)
+    took = time.monotonic() - killed
+    assert code == 1, err[-3000:]
+    assert took <= 60 + 30, f"node 0 took {took:.0f} s after node 1 died (bound: the case's timeout + 30 s)"
+    one.wait(timeout=10)
+    deadline = time.monotonic() + 15
+    while leftover_processes(str(tmp_path)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert leftover_processes(str(tmp_path)) == []
+    results = {r["case"]: r for r in json.loads(out)["results"]}
+    waiting = results["node_faults[wait-then-reduce-ws2-n2]"]
+    assert waiting["outcome"] in ("error", "timeout")
+    remote = [r for r in waiting["ranks"] if r["node"] == 1]
+    assert remote and all("on node 1" in r["reason"] for r in remote), waiting["ranks"]
+    assert results["node_faults[after-ws2-n2]"]["reason"].startswith("not run: the launch across the nodes ended in")
+    assert "did not answer the closing exchange" in results["cluster[node1]"]["reason"]
