@@ -47,7 +47,7 @@ def render_junit(report: Report) -> str:
         suite = ET.SubElement(root, "testsuite", name=probe, timestamp=timestamp, hostname=host,
                               **{k: (f"{v:.3f}" if k == "time" else str(v)) for k, v in counts.items()})
         for result in results:
-            case = ET.SubElement(suite, "testcase", name=result.case, classname=f"ds-doctor.{probe}",
+            case = ET.SubElement(suite, "testcase", name=result.key, classname=f"ds-doctor.{probe}",
                                  time=f"{result.duration_s:.3f}")
             problem = _problem(result)
             if problem is not None:

@@ -41,11 +41,11 @@ def _case_gauges(registry: CollectorRegistry, report: Report, host: str) -> None
                       ("host", "probe", "case", "severity"))
     for result in report.results:
         for value in Outcome:
-            outcome.labels(host, result.probe, result.case, value.value).set(float(result.outcome == value))
+            outcome.labels(host, result.probe, result.key, value.value).set(float(result.outcome == value))
         for severity in Severity:
-            findings.labels(host, result.probe, result.case, severity.value).set(
+            findings.labels(host, result.probe, result.key, severity.value).set(
                 sum(f.severity == severity for f in result.findings))
-    health = [(r.case, f.invariant, f.severity.value) for r in report.results if r.probe == "gpu_health" for f in r.findings]
+    health = [(r.key, f.invariant, f.severity.value) for r in report.results if r.probe == "gpu_health" for f in r.findings]
     if health:
         gauge = _gauge(registry, "gpu_health_finding", "1 per GPU health finding (NVML) in the last run, by rule.",
                        ("host", "gpu", "rule", "severity"))
@@ -55,7 +55,7 @@ def _case_gauges(registry: CollectorRegistry, report: Report, host: str) -> None
 
 def _measure_gauges(registry: CollectorRegistry, report: Report, host: str) -> None:
     for name, measure in MEASURES.items():
-        samples = [(r.probe, r.case, value) for r in report.results
+        samples = [(r.probe, r.key, value) for r in report.results
                    for key, value in r.applicable_measures().items() if key == name and value is not None]
         if measure.better is None or not samples:
             continue

@@ -248,6 +248,11 @@ class CaseResult:
     node: int | None = None  # multi-node runs: the node a single-node case ran on (None: across the nodes)
     nodes: int = 1  # how many nodes the case's ranks spanned
 
+    @property
+    def key(self) -> str:
+        """The case id, unique within a report: a multi-node run's case inside a node adds `@node<N>`."""
+        return self.case if self.node is None else f"{self.case}@node{self.node}"
+
     def applicable_measures(self) -> dict[str, float | None]:
         """The measures that mean something at this case's world size."""
         return {k: v for k, v in self.measures.items() if k in MEASURES and MEASURES[k].applies(self.world_size)}

@@ -64,8 +64,8 @@ def test_two_nodes_run_across_the_network_and_write_one_report(tmp_path: Path) -
     set on node 1 only is a consistency finding naming node 1; node 1 exits with node 0's code."""
     selection = "consistency or fabric or (comm and all_reduce) or (zero_offload and z3-opt+param-bf16) or fsdp2-ws"
     port = free_port()
-    zero, one = node(0, port, tmp_path, "-k", selection), node(1, port, tmp_path, "-k", selection,
-                                                                env={"NCCL_IB_DISABLE": "1"})
+    zero = node(0, port, tmp_path, "-k", selection, "--junit", str(tmp_path / "junit.xml"))
+    one = node(1, port, tmp_path, "-k", selection, env={"NCCL_IB_DISABLE": "1"})
     (code0, _, err0), (code1, out1, err1) = finish(zero, one)
     assert code0 == code1 == 0, err0[-3000:] + err1[-3000:]
     assert "node 1: the report is written on node 0" in out1
@@ -91,6 +91,8 @@ def test_two_nodes_run_across_the_network_and_write_one_report(tmp_path: Path) -
     assert [(row["node_a"], row["node_b"]) for row in fabric["series"]] == [(0, 1)] and fabric["measures"]["busbw_gbps"] > 0
     markdown = next((tmp_path / "node0").glob("ds-doctor-*.md")).read_text()
     assert "## Nodes" in markdown and "| `comm[all_reduce-ws4-n2]` | all nodes |" in markdown
+    junit = (tmp_path / "junit.xml").read_text()  # the same case on two nodes stays two test cases
+    assert 'name="comm[all_reduce-ws2]@node0"' in junit and 'name="comm[all_reduce-ws2]@node1"' in junit
 
 
 def test_a_node_with_another_selection_stops_both_with_one_line(tmp_path: Path) -> None:

@@ -116,8 +116,8 @@ def measure_changes(base: Mapping[str, CaseResult], new: Mapping[str, CaseResult
 def diff_reports(base: Report, new: Report, tolerance_pct: float = DEFAULT_TOLERANCE_PCT) -> Diff:
     if not 0 <= tolerance_pct < 100:
         raise ValueError(f"tolerance must be in [0, 100) percent, got {tolerance_pct}")
-    before = {r.case: r for r in base.results}
-    after = {r.case: r for r in new.results}
+    before = {r.key: r for r in base.results}
+    after = {r.key: r for r in new.results}
     changes = [
         *outcome_changes(before, after), *finding_changes(before, after), *measure_changes(before, after, tolerance_pct),
         *hardware_changes(base, new), *version_changes(base, new),

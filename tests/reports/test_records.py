@@ -84,3 +84,12 @@ def test_a_measure_that_means_nothing_at_one_rank_says_why() -> None:
                           measures={"busbw_gbps": 0.0, "algbw_gbps": 2.0})
     assert one_rank.applicable_measures() == {}
     assert all(m.unit is not None and m.help for m in MEASURES.values())
+
+
+def test_a_case_from_two_nodes_keeps_two_keys() -> None:
+    import dataclasses
+
+    mine = case(Outcome.PASS, "all_reduce", probe="comm", world_size=2)
+    assert mine.key == "comm[all_reduce-ws2]"
+    assert {dataclasses.replace(mine, node=n).key for n in (0, 1)} == {"comm[all_reduce-ws2]@node0",
+                                                                       "comm[all_reduce-ws2]@node1"}
