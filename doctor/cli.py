@@ -118,11 +118,13 @@ def diff_against(baseline: Report, report: Report, tolerance_pct: float, json_pa
 @click.option("--rdzv-id", help="The rendezvous id, the same on every node (default: ds-doctor; srun: the job id).")
 @click.option("--join-timeout", "join_timeout_s", type=click.FloatRange(min=0, min_open=True), default=300.0,
               show_default=True, help="Seconds a node waits for the others at each rendezvous before naming them.")
+@click.option("--suspect-below", type=click.FloatRange(min=0, max=1, min_open=True), default=0.5, show_default=True,
+              help="fabric: a node whose every pair is below this fraction of the median pair is the suspect.")
 @click.pass_obj
 def run(state: CliState, level: int, keyword: str | None, out_dir: Path, json_stdout: bool, nproc: int | None,
         timeout_s: float | None, anonymize: bool, junit_file: Path | None, prom_file: Path | None,
         baseline_file: Path | None, tolerance_pct: float, nnodes: int | None, node_rank: int | None,
-        rdzv_endpoint: str | None, rdzv_id: str | None, join_timeout_s: float) -> int:
+        rdzv_endpoint: str | None, rdzv_id: str | None, join_timeout_s: float, suspect_below: float) -> int:
     """Run the probes that fit this node (or, with --nnodes, the nodes of a job) and write the report (and, with
     --baseline, the diff)."""
     from doctor.run import pipeline
@@ -130,6 +132,7 @@ def run(state: CliState, level: int, keyword: str | None, out_dir: Path, json_st
 
     cluster = cluster_from(nnodes, node_rank, rdzv_endpoint, rdzv_id, join_timeout_s)
     check_selection(level, keyword, nproc, cluster)
+    os.environ["DS_DOCTOR_SUSPECT_BELOW"] = str(suspect_below)  # the ranks of every launch inherit it (probes/fabric.py)
     baseline = load_report(baseline_file, "--baseline") if baseline_file is not None else None
     out_dir = writable_dir(out_dir)
     check_writable_file(junit_file, "--junit")

@@ -2,7 +2,8 @@
 rank of every other node (a ring of pairs on large clusters; doctor.checks.fabric.rounds), one round of
 disjoint pairs at a time: an all_reduce checked element for element, then timed, as gcm's pairwise NCCL check
 does. Each pair's bus bandwidth is reported; a wrong element names the pair, and a node whose every pair falls
-below a fraction of the median pair (DS_DOCTOR_SUSPECT_BELOW, default 0.5) is named as the suspect."""
+below a fraction of the median pair (`ds-doctor run --suspect-below`, default 0.5; the ranks read it from
+DS_DOCTOR_SUSPECT_BELOW) is named as the suspect."""
 
 from __future__ import annotations
 

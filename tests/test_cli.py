@@ -119,6 +119,12 @@ BAD_INPUTS = [
     (["run", "--baseline", "{tmp}/malformed.json"], "not valid JSON"),
     (["run", "--baseline", "{tmp}/plain_dir"], "directory"),
     (["run", "--baseline", "{tmp}/good.json", "--tolerance", "150"], "--tolerance"),
+    (["run", "--nnodes", "2"], "--nnodes, --node-rank and --rdzv-endpoint together"),
+    (["run", "--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "127.0.0.1:29400"], "--node-rank 2 is not in"),
+    (["run", "--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "host:port"], "--rdzv-endpoint"),
+    (["run", "--nnodes", "0", "--node-rank", "0", "--rdzv-endpoint", "h:1"], "--nnodes"),
+    (["run", "--join-timeout", "0"], "--join-timeout"),
+    (["run", "--suspect-below", "1.5"], "--suspect-below"),
 ]
 
 
@@ -191,3 +197,13 @@ def test_debug_travels_in_the_context_and_shows_the_traceback(capsys, tmp_path: 
     assert main(["--debug", "run", "--level", "1", "--out", str(tmp_path)]) == 3
     err = capsys.readouterr().err
     assert "Traceback" in err and err.strip().endswith("(rerun with --debug)")
+
+
+def test_srun_variables_that_do_not_make_a_cluster_are_one_line(capsys, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("SLURM_NNODES", "3")
+    monkeypatch.setenv("SLURM_NODEID", "0")
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "gpu[01-02]")
+    code, _, err = run_cli(capsys, "run", "--out", str(tmp_path / "out"))
+    assert code == 2 and err.strip() == ("ds-doctor: error: SLURM_JOB_NODELIST 'gpu[01-02]' names 2 hosts, "
+                                         "SLURM_NNODES says 3")
+    assert not (tmp_path / "out").exists()

@@ -31,6 +31,13 @@ def _span(ranks: list[int]) -> str:
     return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
+def _first_node(prints: list[Mapping[str, str]], ranks: list[int]) -> int:
+    """The lowest node holding a value: on a tie the majority is node 0's (torchrun's rendezvous, not the nodes'
+    ranks, decides which node gets the low global ranks)."""
+    nodes = [int(prints[r].get("node", "")) for r in ranks if prints[r].get("node", "").isdigit()]
+    return min(nodes) if nodes else min(ranks)
+
+
 def where(prints: list[Mapping[str, str]], ranks: Iterable[int]) -> str:
     """`node 1 (host-b, ranks 4-7)`, a node at a time."""
     by_node: dict[tuple[str, str], list[int]] = {}
@@ -51,7 +58,7 @@ def compare(prints: list[Mapping[str, str]]) -> list[Finding]:
             by_value.setdefault(fp.get(key, UNSET), []).append(rank)
         if len(by_value) == 1:
             continue
-        majority = max(by_value, key=lambda value: (len(by_value[value]), -by_value[value][0]))
+        majority = max(by_value, key=lambda value: (len(by_value[value]), -_first_node(prints, by_value[value])))
         outliers = "; ".join(f"{value!r} on {where(prints, ranks)}" for value, ranks in by_value.items()
                              if value != majority)
         severity = Severity.ERROR if key.startswith(STRICT) else Severity.WARNING

@@ -29,6 +29,16 @@ def test_a_variable_set_on_one_node_names_that_node() -> None:
                                "(the other 2 rank(s) have '<unset>')")
 
 
+def test_on_a_tie_node_0_holds_the_majority_whatever_global_ranks_the_rendezvous_gave() -> None:
+    odd = prints()
+    for rank, fp in enumerate(odd):  # the rendezvous put node 1 on global ranks 0-1 this time
+        fp["node"], fp["host"] = ("1", "host-1") if rank < 2 else ("0", "host-0")
+        if rank < 2:
+            fp["env:NCCL_IB_DISABLE"] = "1"
+    (finding,) = compare(odd)
+    assert "'1' on node 1 (host-1, ranks 0-1)" in finding.message and "have '<unset>'" in finding.message
+
+
 def test_a_version_that_differs_is_an_error_with_the_majority() -> None:
     odd = prints(nodes=3, by_rank={4: {"package:torch": "2.12.0"}, 5: {"package:torch": "2.12.0"}})
     (finding,) = compare(odd)
