@@ -10,13 +10,12 @@ element on any rank is an error finding: the case fails with the size, rank and 
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable
 from typing import Any
 
 from doctor.checks import collectives
 from doctor.plugins import Finding, ProbeContext, ProbeSpec, Requirement, Severity, Variant
-from probes.common import synchronize
+from probes.common import time_collective
 
 SPEC = ProbeSpec(
     name="comm",
@@ -59,7 +58,7 @@ def run(ctx: ProbeContext, after_run: AfterRun | None = None) -> None:
         ctx.enter(f"{collective} {numel * 4} B: check")
         _check(ctx, collective, numel, device, after_run, when="before timing")
         ctx.enter(f"{collective} {numel * 4} B: timing")
-        seconds = _time(collective, numel, ctx, device, warmup, iters)
+        seconds = time_collective(collective, numel, ctx.rank, ctx.world_size, device, (warmup, iters))
         ctx.enter(f"{collective} {numel * 4} B: check again")
         _check(ctx, collective, numel, device, after_run, when="after timing")
         algbw, busbw = collectives.bandwidths(collective, numel * 4, seconds, ctx.world_size)
@@ -92,24 +91,3 @@ def _check(ctx: ProbeContext, collective: str, numel: int, device: Any, after_ru
                    "check the GPUs' health section and the links (nvidia-smi topo -m, nvidia-smi nvlink -s), "
                    "and drain the node if it repeats",
         )])
-
-
-def _time(collective: str, numel: int, ctx: ProbeContext, device: Any, warmup: int, iters: int) -> float:
-    """Mean seconds of one operation, averaged over the ranks (nccl-tests' `Allreduce(..., average)`)."""
-    import torch
-    import torch.distributed as dist
-
-    tensors = collectives.inputs(collective, numel, ctx.rank, ctx.world_size, device=device)
-    if collective == "all_reduce":
-        tensors[0].zero_()  # summed in place over and over: zeros stay finite
-    for _ in range(warmup):
-        collectives.run_once(collective, tensors)
-    synchronize(device)
-    dist.barrier()
-    started = time.perf_counter()
-    for _ in range(iters):
-        collectives.run_once(collective, tensors)
-    synchronize(device)
-    elapsed = torch.tensor([(time.perf_counter() - started) / iters], dtype=torch.float64, device=device)
-    dist.all_reduce(elapsed)
-    return float(elapsed) / ctx.world_size

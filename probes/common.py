@@ -66,3 +66,31 @@ def synchronize(device: Any) -> None:
 
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def time_collective(collective: str, numel: int, rank: int, world_size: int, device: Any, iters: tuple[int, int],
+                    group: Any = None) -> float:
+    """Mean seconds of one `collective` on `numel` elements over `group` (default: every rank), averaged over its
+    ranks (nccl-tests' `Allreduce(..., average)`); `iters` is (warm-up, timed)."""
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    from doctor.checks import collectives
+
+    warmup, timed = iters
+    tensors = collectives.inputs(collective, numel, rank, world_size, device=device)
+    if collective == "all_reduce":
+        tensors[0].zero_()  # summed in place over and over: zeros stay finite
+    for _ in range(warmup):
+        collectives.run_once(collective, tensors, group)
+    synchronize(device)
+    dist.barrier(group=group)
+    started = time.perf_counter()
+    for _ in range(timed):
+        collectives.run_once(collective, tensors, group)
+    synchronize(device)
+    elapsed = torch.tensor([(time.perf_counter() - started) / timed], dtype=torch.float64, device=device)
+    dist.all_reduce(elapsed, group=group)
+    return float(elapsed) / world_size

@@ -10,13 +10,12 @@ from __future__ import annotations
 import os
 import socket
 import statistics
-import time
 from typing import Any
 
 from doctor.checks import collectives
 from doctor.checks.fabric import DEFAULT_FRACTION, fabric_findings, rounds
 from doctor.plugins import Finding, ProbeContext, ProbeSpec, Requirement, Severity, Variant
-from probes.common import synchronize
+from probes.common import time_collective
 
 SPEC = ProbeSpec(
     name="fabric",
@@ -68,19 +67,7 @@ def _pair(ctx: ProbeContext, group: Any, pair_rank: int, node_a: int, node_b: in
     tensors = collectives.inputs("all_reduce", numel, pair_rank, 2, device=device)
     check = collectives.compare(collectives.run_once("all_reduce", tensors, group),
                                 collectives.expected("all_reduce", numel, pair_rank, 2, device=device))
-    warmup, iters = ITERS[ctx.device_kind]
-    timed = collectives.inputs("all_reduce", numel, pair_rank, 2, device=device)
-    timed[0].zero_()
-    for _ in range(warmup):
-        collectives.run_once("all_reduce", timed, group)
-    synchronize(device)
-    started = time.perf_counter()
-    for _ in range(iters):
-        collectives.run_once("all_reduce", timed, group)
-    synchronize(device)
-    elapsed = torch.tensor([(time.perf_counter() - started) / iters], dtype=torch.float64, device=device)
-    torch.distributed.all_reduce(elapsed, group=group)
-    seconds = float(elapsed) / 2
+    seconds = time_collective("all_reduce", numel, pair_rank, 2, device, ITERS[ctx.device_kind], group)
     _, busbw = collectives.bandwidths("all_reduce", numel * 4, seconds, 2)
     return {"first": pair_rank == 0, "node_a": node_a, "node_b": node_b, "bytes": numel * 4,
             "time_us": round(seconds * 1e6, 2), "busbw_gbps": round(busbw, 4), "check": check.describe(),
