@@ -252,6 +252,8 @@ class Launch:
         existing = self.lines.get(case.id, {}).get(rank)
         if existing is not None:
             return existing
+        if self.cluster is not None and not beats:
+            return self._never_gathered(case, rank)
         if self.cluster is not None and rank not in beats:
             return self._remote_line(case, rank)
         beat = beats.get(rank)
@@ -269,6 +271,15 @@ class Launch:
         return RankLine(case.id, rank, case.world_size, Outcome.ERROR, f"rank {rank} {how} in stage {stage!r}", stage,
                         exit_code=code, signal=sig, stderr_tail=tail or log_tail(self.dir.torchrun_log))
 
+
+    def _never_gathered(self, case: Case, rank: int) -> RankLine:
+        """No rank of this node ever started: torchrun's rendezvous did not gather every node in time."""
+        assert self.cluster is not None
+        return RankLine(case.id, rank, case.world_size, Outcome.ERROR,
+                        f"the launch across the nodes never started: torchrun's rendezvous at {self.cluster.endpoint} "
+                        f"did not gather all {self.group.nodes} nodes within --join-timeout "
+                        f"{self.cluster.join_timeout_s:g} s (a node stopped, or is still busy with its own cases)",
+                        "rendezvous", exit_code=self.returncode, stderr_tail=log_tail(self.dir.torchrun_log))
 
     def _remote_line(self, case: Case, rank: int) -> RankLine:
         """A rank on another node that never reported this case: name its node and the last case it finished."""

@@ -1,0 +1,61 @@
+"""The pieces of a multi-node run that need no second node: what the nodes must agree on, how a disagreement
+reads, and the torchrun commands for launches and exchanges across the nodes."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from doctor.run.cluster import Cluster
+from doctor.run.exchange import exchange_command
+from doctor.run.launch import launch_environment, torchrun_command
+from doctor.run.multinode import disagreement, plan_hash
+from doctor.run.pipeline import RunOptions, make_plan
+from doctor.run.plan import Hardware
+
+CLUSTER = Cluster(nnodes=2, node_rank=1, host="10.0.0.1", port=29400, rdzv_id="job7", join_timeout_s=120)
+
+
+def said(version: str = "0.1.0", plan: str = "abc") -> dict[str, str]:
+    return {"host": "gpu-b", "version": version, "plan_hash": plan}
+
+
+def test_the_plan_hash_follows_what_must_agree() -> None:
+    def digest(**options: object) -> str:
+        run_options = RunOptions(cluster=CLUSTER, **options)  # type: ignore[arg-type]
+        return plan_hash(run_options, make_plan(run_options, Hardware("cpu", 0)))
+
+    assert digest(level=2) == digest(level=2)
+    assert len({digest(level=2), digest(level=1), digest(level=2, keyword="comm"), digest(level=2, nproc=1)}) == 4
+    plan = make_plan(RunOptions(cluster=CLUSTER, keyword="comm and all_reduce"), Hardware("cpu", 0))
+    assert [(g.name, [c.id for c in g.cases]) for g in plan.groups if g.nodes > 1] == [
+        ("ws4-n2", ["comm[all_reduce-ws4-n2]"])]
+
+
+def test_a_disagreement_names_the_node_and_what_differs() -> None:
+    assert disagreement({0: said(), 1: said()}) is None
+    line = disagreement({0: said(), 1: said(version="0.2.0", plan="def")})
+    assert line == ("the nodes disagree on what to run: node 1 (gpu-b): ds-doctor 0.2.0 (node 0 has 0.1.0), plan def "
+                    "(node 0 has abc: other -k, --level, --nproc or --timeout?)")
+
+
+def test_launches_across_the_nodes_use_torchruns_c10d_rendezvous(tmp_path: Path) -> None:
+    plan = make_plan(RunOptions(cluster=CLUSTER, keyword="comm and all_reduce"), Hardware("cpu", 0))
+    (inside, across) = [g for g in plan.groups if g.world_size == 2], [g for g in plan.groups if g.nodes > 1]
+    local = torchrun_command(inside[0], tmp_path, CLUSTER)
+    assert "--nnodes=1" in local and "--master-addr=127.0.0.1" in local  # inside a node: private, on loopback
+    command = " ".join(torchrun_command(across[0], tmp_path, CLUSTER, attempt=0))
+    for part in ("--nnodes=2", "--nproc-per-node=2", "--rdzv-backend=c10d", "--rdzv-endpoint=10.0.0.1:29400",
+                 "--rdzv-id=job7-ws4-n2-0", "join_timeout=120"):
+        assert part in command, part
+    exchange = " ".join(exchange_command(CLUSTER, tmp_path, "closing", 30))
+    assert "--nnodes=1:2" in exchange and "last_call_timeout=30" in exchange and "--rdzv-id=job7-closing" in exchange
+    assert "--this-node 1" in exchange  # not --node: torchrun's parser would take it for --node-rank
+
+
+def test_sockets_stay_on_loopback_unless_a_launch_spans_real_hosts() -> None:
+    assert "GLOO_SOCKET_IFNAME" in launch_environment(None)
+    assert "GLOO_SOCKET_IFNAME" in launch_environment(CLUSTER, across=False)  # the cases inside a node
+    env = launch_environment(CLUSTER, across=True)
+    assert env["DS_DOCTOR_NODE_RANK"] == "1" and env["DS_DOCTOR_NNODES"] == "2"
+    assert env.get("GLOO_SOCKET_IFNAME") == os.environ.get("GLOO_SOCKET_IFNAME")  # left as the node has it
