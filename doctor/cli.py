@@ -154,8 +154,12 @@ def run(state: CliState, level: int, keyword: str | None, out_dir: Path, json_st
     if diff_text is not None:
         console.print(diff_text, markup=False, highlight=False, soft_wrap=True)
     show_paths(console, paths)
-    if cluster is not None and not cluster.is_head:
-        console.print(f"node {cluster.node_rank}: the report is written on node 0 ({report.host_of(0)})", markup=False)
+    if cluster is not None and not paths:
+        from doctor.run.multinode import report_writer
+
+        writer = report_writer(report)
+        console.print(f"node {cluster.node_rank}: the report is written on node {writer} ({report.host_of(writer)})",
+                      markup=False)
     if json_stdout:
         click.echo(report.to_json())
     return max(int(report.exit_code), int(ExitCode.CASES_FAILED) if regressed else 0)

@@ -93,12 +93,18 @@ def closing(cluster: Cluster, run_dir: RunDir, own: list[CaseResult], wait_s: fl
     return {node: [CaseResult.from_dict(r) for r in results] for node, results in nodes.items()}
 
 
+def report_writer(report: Report) -> int:
+    """The node that writes the one report: node 0, or the lowest node still answering when node 0 is gone."""
+    gone = {r.node for r in report.results if r.probe == "cluster"}
+    return min(int(section["node"]) for section in report.nodes if section["node"] not in gone)
+
+
 def _stamped(results: list[CaseResult], node: int) -> list[CaseResult]:
     return [dataclasses.replace(r, node=node) if r.nodes == 1 else r for r in results]
 
 
 def run(options: RunOptions, reporter: RunReporter | None = None) -> tuple[Report, dict[str, Path]]:
-    """The run across the nodes; node 0 writes the report (the paths are empty on the other nodes)."""
+    """The run across the nodes; one node writes the report (the paths are empty on the others)."""
     cluster = options.cluster
     assert cluster is not None
     reporter = reporter or SilentReporter()
@@ -131,7 +137,8 @@ def run(options: RunOptions, reporter: RunReporter | None = None) -> tuple[Repor
 def _finish(options: RunOptions, run_dir: RunDir, started: Any, env: dict[str, Any], hardware: dict[str, Any],
             nodes: dict[int, dict[str, Any]], results: list[CaseResult],
             everyone: dict[int, list[CaseResult]]) -> tuple[Report, dict[str, Path]]:
-    """The one report (written on node 0) of every node's results; the other nodes write nothing."""
+    """The one report of every node's results, written by node 0 (or the lowest node left); the others write
+    nothing."""
     cluster = options.cluster
     assert cluster is not None
     by_node = [r for node in sorted(everyone) for r in everyone[node]]
@@ -141,4 +148,4 @@ def _finish(options: RunOptions, run_dir: RunDir, started: Any, env: dict[str, A
                           hardware=hardware, results=by_node + results, run_dir=run_dir.path,
                           anonymized=options.anonymized,
                           nodes=sections)
-    return report, write_reports(report, options.out_dir) if cluster.is_head else {}
+    return report, write_reports(report, options.out_dir) if report_writer(report) == cluster.node_rank else {}

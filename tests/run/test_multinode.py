@@ -3,6 +3,7 @@ reads, and the torchrun commands for launches and exchanges across the nodes."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from doctor.run.launch import launch_environment, torchrun_command
 from doctor.run.multinode import disagreement, plan_hash
 from doctor.run.pipeline import RunOptions, make_plan
 from doctor.run.plan import Hardware
+from reports.records import Report
 
 CLUSTER = Cluster(nnodes=2, node_rank=1, host="10.0.0.1", port=29400, rdzv_id="job7", join_timeout_s=120)
 
@@ -59,3 +61,16 @@ def test_sockets_stay_on_loopback_unless_a_launch_spans_real_hosts() -> None:
     env = launch_environment(CLUSTER, across=True)
     assert env["DS_DOCTOR_NODE_RANK"] == "1" and env["DS_DOCTOR_NNODES"] == "2"
     assert env.get("GLOO_SOCKET_IFNAME") == os.environ.get("GLOO_SOCKET_IFNAME")  # left as the node has it
+
+
+def test_the_report_is_written_by_node_0_or_the_lowest_node_left() -> None:
+    from doctor.run.multinode import cluster_result, report_writer
+    from tests.reports.samples import a_report
+
+    def report(gone: list[int]) -> Report:
+        built = a_report([cluster_result(n, f"node {n} is gone") for n in gone])
+        return dataclasses.replace(built, nodes=tuple({"node": n, "host": f"h{n}"} for n in range(3)))
+
+    assert report_writer(report([])) == 0
+    assert report_writer(report([0])) == 1
+    assert report_writer(report([0, 1])) == 2
