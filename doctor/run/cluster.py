@@ -40,11 +40,6 @@ class Cluster:
     def endpoint(self) -> str:
         return f"{self.host}:{self.port}"
 
-    @property
-    def is_head(self) -> bool:
-        """Node 0 writes the one report."""
-        return self.node_rank == 0
-
     def launch_id(self, name: str) -> str:
         """The rendezvous id of one launch: the run's id and the launch, the same on every node."""
         return f"{self.rdzv_id}-{name}"

@@ -34,7 +34,7 @@ def test_srun_gives_nodes_rank_endpoint_and_id() -> None:
                "SLURM_JOB_ID": "81234"}
     cluster = from_slurm(environ)
     assert cluster == Cluster(nnodes=4, node_rank=2, host="gpu017", port=29400, rdzv_id="slurm-81234")
-    assert not cluster.is_head and cluster.launch_id("consistency") == "slurm-81234-consistency"
+    assert cluster.launch_id("consistency") == "slurm-81234-consistency"
     assert from_slurm({**environ, "SLURM_NNODES": "1", "SLURM_JOB_NODELIST": "gpu017"}) is None  # one node
     assert from_slurm({}) is None
     with pytest.raises(ClusterError, match="names 4 hosts, SLURM_NNODES says 3"):
@@ -44,8 +44,7 @@ def test_srun_gives_nodes_rank_endpoint_and_id() -> None:
 def test_options_in_torchruns_words_win_over_slurm() -> None:
     slurm = {"SLURM_NNODES": "2", "SLURM_NODEID": "1", "SLURM_JOB_NODELIST": "a[1-2]", "SLURM_JOB_ID": "7"}
     given = from_options(2, 0, "127.0.0.1:29555", "my-run", 60.0, slurm)
-    assert (given.node_rank, given.endpoint, given.rdzv_id, given.join_timeout_s, given.is_head) == (
-        0, "127.0.0.1:29555", "my-run", 60.0, True)
+    assert (given.node_rank, given.endpoint, given.rdzv_id, given.join_timeout_s) == (0, "127.0.0.1:29555", "my-run", 60.0)
     assert from_options(None, None, None, None, 60.0, slurm).endpoint == "a1:29400"
     assert from_options(None, None, None, None, 60.0, {}) is None
     assert from_options(1, 0, "h:1", None, 60.0, {}) is None  # one node is a single-node run
