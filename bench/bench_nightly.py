@@ -13,6 +13,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from reports.measures import format_measure
+
 REPEATS = 3
 LEVEL1_TARGET_S = 5.0
 
@@ -34,9 +36,9 @@ def main() -> int:
     print(f"run -k 'comm or compute' (level 2): {families:.1f} s, {len(report['results'])} cases, "
           f"{report['summary']}")
     for result in report["results"]:
-        notes = result["notes"]
-        measured = {k: notes[k] for k in ("busbw_gbps", "algbw_gbps", "tflops") if k in notes}
-        print(f"  {result['case']}: {result['outcome']} {measured}")
+        measured = [format_measure(k, v, result["world_size"]) for k, v in result["measures"].items()
+                    if k in ("busbw_gbps", "algbw_gbps", "tflops")]
+        print(f"  {result['case']}: {result['outcome']} {', '.join(measured)}")
     return 0 if level1 < LEVEL1_TARGET_S else 1
 
 
