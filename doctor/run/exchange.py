@@ -67,8 +67,9 @@ def exchange(cluster: Cluster, run_dir: RunDir, name: str, payload: Any, wait_s:
                             f"{proc.returncode}; see {launch.torchrun_log})") from exc
 
 
-def _store(wait_s: float) -> Any:
-    """This launch's part of torchrun's rendezvous store (a client of the agents' store)."""
+def rendezvous_store(wait_s: float) -> Any:
+    """This launch's part of torchrun's rendezvous store, for a rank: a client of the agents' store at
+    MASTER_ADDR:MASTER_PORT, under a prefix of the launch's rendezvous id."""
     import torch.distributed as dist
 
     base = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
@@ -84,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     die_with_parent()
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    store = _store(args.wait)
+    store = rendezvous_store(args.wait)
     store.set(f"payload/{rank}", json.dumps({"node": args.node, "payload": json.loads((args.dir / PAYLOAD).read_text())}))
     store.wait([f"payload/{r}" for r in range(world)])
     received = [json.loads(store.get(f"payload/{r}")) for r in range(world)]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime as dt
 import faulthandler
 import json
 import os
@@ -22,6 +21,7 @@ from typing import Any
 from doctor.files import log_tail, write_atomic
 from doctor.run import registry
 from doctor.run.context import ProbeContext, SkipCase
+from doctor.run.exchange import rendezvous_store
 from doctor.run.procs import die_with_parent
 from doctor.run.rundir import LAUNCH, Beat, LaunchDir, RankLine, setup_name
 from doctor.run.spec import Case, missing_dependency
@@ -114,20 +114,19 @@ def on_node(line: RankLine, node: int | None) -> RankLine:
     return dataclasses.replace(line, node=node, findings=findings, device_map=stamp(line.device_map))
 
 
+SHARE_WAIT_S = 540.0  # the store client's timeout: every rank has reached a case's barrier long before
+
+
 class NodeShare:
     """Across nodes: every rank's line reaches every node's launch directory through torchrun's rendezvous store
     (the parent on each node reads rank<R>.jsonl for every rank), and each node learns where every rank runs."""
 
     def __init__(self, launch: LaunchDir, rank: int, world_size: int, local_rank: int, node: int | None) -> None:
-        import torch.distributed as dist
-
-        base = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
-                             timeout=dt.timedelta(seconds=600))
-        self.store = dist.PrefixStore(f"ds-doctor/{os.environ.get('TORCHELASTIC_RUN_ID', 'run')}/", base)
-        self.launch, self.rank, self.collector = launch, rank, local_rank == 0
+        self.store = rendezvous_store(SHARE_WAIT_S)
+        self.launch = launch
         self.store.set(f"rank/{rank}", json.dumps({"node": node, "host": socket.gethostname()}))
-        self.remote: list[int] = []
-        if self.collector:
+        self.remote: list[int] = []  # the ranks whose lines this rank collects: another node's, on local rank 0
+        if local_rank == 0:
             self.store.wait([f"rank/{r}" for r in range(world_size)])
             ranks = {r: json.loads(self.store.get(f"rank/{r}")) for r in range(world_size)}
             self.launch.ranks.write_text(json.dumps(ranks))
