@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from reports.hang import format_stacks
 from reports.measures import MEASURES
 from reports.records import FAILING, CaseResult, Finding, Outcome, Report, TensorRecord, Verdict
 
@@ -178,6 +179,7 @@ def render_case(result: CaseResult) -> list[str]:
     for key in SHOWN_NOTES:
         if key in result.notes:
             lines += [f"**{key.replace('_', ' ').capitalize()}:** {_cell(str(result.notes[key]))}", ""]
+    lines += render_hang(result)
     for rank in result.ranks:
         if rank.traceback or rank.stderr_tail:
             lines += [f"<details><summary>rank {rank.rank}: {rank.outcome} in stage {rank.stage!r}"
@@ -185,6 +187,25 @@ def render_case(result: CaseResult) -> list[str]:
                       + (f" ({rank.signal})" if rank.signal else "") + "</summary>", "", "```",
                       _tail(rank.traceback or rank.stderr_tail or ""), "```", "", "</details>", ""]
     return _capped([*lines, ""], f"the rest of `{result.case}`")
+
+
+def render_hang(result: CaseResult) -> list[str]:
+    """A hung case: where each rank stood in each process group, and each rank's threads folded."""
+    rows = [[rank.rank, p.group, p.last_completed, f"{p.op} #{p.seq}" if p.op else "—", p.sizes or "", p.state or ""]
+            for rank in result.ranks for p in rank.collectives]
+    source = (result.notes.get("forensics") or {}).get("collectives_from") or "the collective record"
+    lines = [f"**Collectives when it hung** (from {source}):", "",
+             *_table(["rank", "group", "last completed", "waiting in", "sizes", "state"], rows), ""] if rows else []
+    for rank in result.ranks:
+        if rank.stacks:
+            main = rank.stacks[0].innermost
+            lines += [f"<details><summary>rank {rank.rank}: stacks ({len(rank.stacks)} thread(s)), main thread in "
+                      f"{_cell(str(main) if main else '?')}</summary>", "", "```", format_stacks(rank.stacks), "```",
+                      "", "</details>", ""]
+        if rank.native_stack:
+            lines += [f"<details><summary>rank {rank.rank}: native stacks (py-spy)</summary>", "", "```",
+                      _tail(rank.native_stack), "```", "", "</details>", ""]
+    return lines
 
 
 def _capped(lines: list[str], what: str, limit: int = CASE_LIMIT) -> list[str]:

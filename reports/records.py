@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
+from reports.hang import CollectivePosition, StageTime, ThreadStack, positions_from, stacks_from, stages_from
 from reports.measures import MEASURES
 
 #: Version 2 added each result's `measures` and `series` (version 1 kept them in `notes`; still read).
@@ -218,13 +219,18 @@ class RankSummary:
     stderr_tail: str | None = None
     traceback: str | None = None
     node: int | None = None  # a multi-node run's node of this rank
+    stacks: tuple[ThreadStack, ...] = ()  # a hung rank's threads, taken before the launch was killed
+    collectives: tuple[CollectivePosition, ...] = ()  # ...and where it stood in each process group
+    native_stack: str | None = None  # py-spy's dump with native frames, where py-spy is installed
+    stages: tuple[StageTime, ...] = ()  # time per stage of the case on this rank
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RankSummary:
-        return cls(**_known(cls, data))
+        return cls(**{**_known(cls, data), "stacks": stacks_from(data.get("stacks")),
+                      "collectives": positions_from(data.get("collectives")), "stages": stages_from(data.get("stages"))})
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from doctor.collect.devicemap import Recorder, collect
 from doctor.run.spec import Requirement, missing_dependency
+from reports.hang import StageTime
 from reports.measures import MEASURES
 from reports.records import Finding, TensorRecord
 
@@ -50,12 +52,26 @@ class ProbeContext:
         self.issue: tuple[str, bool] | None = None
         self._heartbeat = heartbeat
         self._scratch = scratch
+        self._entered: list[tuple[str, float]] = [(self.stage, time.time())]  # (stage, when) for the stage times
 
     def enter(self, stage: str) -> None:
-        """Mark the stage the probe is in, so a hang is reported with it."""
+        """Mark the stage the probe is in, so a hang is reported with it (and the time per stage is known)."""
         self.stage = stage
+        if stage != self._entered[-1][0]:
+            self._entered.append((stage, time.time()))
         if self._heartbeat is not None:
             self._heartbeat(stage)
+
+    def restart_clock(self) -> None:
+        """The case starts now (its setup ran before): stage times count from here."""
+        self._entered = [(self.stage, time.time())]
+
+    def stage_times(self) -> tuple[StageTime, ...]:
+        """Each stage entered, with when it started (since the case did) and how long it lasted, up to now."""
+        start = self._entered[0][1]
+        ends = [when for _, when in self._entered[1:]] + [time.time()]
+        return tuple(StageTime(stage, round(when - start, 4), round(end - when, 4))
+                     for (stage, when), end in zip(self._entered, ends, strict=True))
 
     def snapshot(self, stage: str, *, module: Any = None, optimizer: Any = None, engine: Any = None) -> list[TensorRecord]:
         """Record the device map of what is given at `stage` (metadata only)."""

@@ -20,7 +20,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from doctor.collect.flight import BUFFER_ENTRIES
 from doctor.files import log_tail
+from doctor.run import evidence, forensics
 from doctor.run.cluster import Cluster
 from doctor.run.plan import LaunchGroup, timeout_for
 from doctor.run.procs import die_with_parent, kill_tree
@@ -86,6 +88,10 @@ def launch_environment(cluster: Cluster | None, across: bool = False) -> dict[st
     if cluster is not None:
         env.update(DS_DOCTOR_NODE_RANK=str(cluster.node_rank), DS_DOCTOR_NNODES=str(cluster.nnodes))
     env.setdefault("OMP_NUM_THREADS", "1")
+    # the Flight Recorder on (gloo too, since torch 2.8), so a hung case's collectives can be lined up across ranks
+    env.setdefault("TORCH_FR_BUFFER_SIZE", env.get("TORCH_NCCL_TRACE_BUFFER_SIZE", str(BUFFER_ENTRIES)))
+    env.setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE", env["TORCH_FR_BUFFER_SIZE"])
+    env.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
     return env
 
 
@@ -149,6 +155,7 @@ class Launch:
         self.timed_out: tuple[str, dict[int, Beat]] | None = None
         self.returncode: int | None = None
         self.last_stage: dict[int, tuple[str, str]] = {}
+        self.evidence: evidence.Evidence | None = None  # a timed-out launch's stacks and collectives
 
     def limit_for(self, name: str) -> float:
         """Seconds a heartbeat name may stay unfinished: the launch's own (across nodes: the join timeout on top),
@@ -168,6 +175,9 @@ class Launch:
         command = torchrun_command(self.group, self.dir.path, self.cluster, self.attempt)
         self.dir.command.write_text(" ".join(command) + "\n")
         env = launch_environment(self.run_cluster, across=self.cluster is not None)
+        # NCCL's own watchdog, on its own (longer) timeout, dumps where ours does
+        env.setdefault("TORCH_FR_DUMP_TEMP_FILE", str(self.dir.forensics / "nccl-watchdog" / "rank_"))
+        env.setdefault("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", env["TORCH_FR_DUMP_TEMP_FILE"])
         started = time.time()
         with self.dir.torchrun_log.open("wb") as log:
             proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -176,6 +186,7 @@ class Launch:
                 while proc.poll() is None:
                     self._gather()
                     if self._check_timeouts(started):
+                        self._take_evidence()
                         kill_tree(proc)
                         break
                     time.sleep(POLL_S)
@@ -209,6 +220,12 @@ class Launch:
                 self.timed_out = (beat.case, beats)
                 return True
         return False
+
+    def _take_evidence(self) -> None:
+        """Before the kill: every local rank's stacks and collective record, then what they say."""
+        pids = {rank: beat.pid for rank, beat in self.dir.read_beats().items() if beat.pid}
+        took = forensics.take(self.dir, pids) if pids else None
+        self.evidence = evidence.read(self.dir, sorted(pids), took)
 
     def unfinished(self) -> list[Case]:
         return [c for c in self.cases if not self.complete(c.id)]
@@ -263,14 +280,28 @@ class Launch:
             stage = f"setup: {beat.stage}"
         tail = log_tail(self.dir.rank_log(rank))
         if self.timed_out:
-            reason = f"timed out after {self.limit_for(self.timed_out[0]):g} s on rank {rank} in stage {stage!r}"
-            return RankLine(case.id, rank, case.world_size, Outcome.TIMEOUT, reason, stage, stderr_tail=tail)
+            return self._timed_out_line(case, rank, stage, tail)
         code = exit_codes(self.dir.torchrun_log.read_text(errors="replace")).get(rank, self.returncode)
         sig = signal_name(code)
         how = f"killed by {sig}" if sig else f"exited with code {code}"
         return RankLine(case.id, rank, case.world_size, Outcome.ERROR, f"rank {rank} {how} in stage {stage!r}", stage,
                         exit_code=code, signal=sig, stderr_tail=tail or log_tail(self.dir.torchrun_log))
 
+
+    def _timed_out_line(self, case: Case, rank: int, stage: str, tail: str) -> RankLine:
+        """A rank of the hung case: where it was, and what the evidence taken before the kill says."""
+        limit = self.limit_for(self.timed_out[0] if self.timed_out else case.id)
+        reason = f"timed out after {limit:g} s on rank {rank} in stage {stage!r}"
+        found = self.evidence or evidence.Evidence()
+        first = min(found.stacks, default=0)
+        findings = tuple(found.findings_of(rank, first))
+        if found.findings:
+            reason += f": {found.findings[0].message}"
+        return RankLine(case.id, rank, case.world_size, Outcome.TIMEOUT, reason[:2000], stage, duration_s=limit,
+                        stderr_tail=tail,
+                        findings=findings, stacks=found.stacks.get(rank, ()),
+                        collectives=found.positions.get(rank, ()), native_stack=found.native.get(rank),
+                        notes={"forensics": found.summary()} if rank == first and self.evidence else {})
 
     def _never_gathered(self, case: Case, rank: int) -> RankLine:
         """No rank of this node ever started: torchrun's rendezvous did not gather every node in time."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from doctor.checks.hang import stragglers
 from doctor.knowledge import catalog
 from doctor.run.rundir import PlannedCase, RankLine
 from reports.records import CaseResult, Finding, IssueRef, Outcome, RankSummary, Verdict, worst
@@ -12,7 +13,9 @@ from reports.records import CaseResult, Finding, IssueRef, Outcome, RankSummary,
 def rank_summary(line: RankLine) -> RankSummary:
     return RankSummary(rank=line.rank, outcome=line.outcome.value, stage=line.stage, reason=line.reason,
                        exit_code=line.exit_code, signal=line.signal, stderr_tail=line.stderr_tail,
-                       traceback=line.error.traceback if line.error else None, node=line.node)
+                       traceback=line.error.traceback if line.error else None, node=line.node,
+                       stacks=line.stacks, collectives=line.collectives, stages=line.stages,
+                       native_stack=line.native_stack)
 
 
 def error_text(lines: list[RankLine]) -> str:
@@ -70,7 +73,7 @@ def _first_of_each(dicts: list[dict]) -> dict:
 def merge_case(planned: PlannedCase, lines: list[RankLine], versions: Mapping[str, str | None]) -> CaseResult:
     lines = sorted(lines, key=lambda line: line.rank)
     outcome = worst([line.outcome for line in lines])
-    findings = [f for line in lines for f in line.findings]
+    findings = [f for line in lines for f in line.findings] + stragglers({line.rank: line.stages for line in lines})
     reason = next((line.reason for line in lines if line.outcome == outcome and line.reason), None)
     return CaseResult(
         probe=planned.probe, case=planned.case, scenario=planned.scenario, level=planned.level,

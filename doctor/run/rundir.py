@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from doctor.files import write_atomic
+from reports.hang import CollectivePosition, StageTime, ThreadStack, positions_from, stacks_from, stages_from
 from reports.records import ErrorInfo, Finding, Outcome, TensorRecord
 
 MANIFEST_VERSION = 1
@@ -65,6 +66,10 @@ class RankLine:
     signal: str | None = None
     stderr_tail: str | None = None
     node: int | None = None  # a multi-node run's node of this rank
+    stages: tuple[StageTime, ...] = ()  # the worker's time per stage
+    stacks: tuple[ThreadStack, ...] = ()  # the parent's, for a rank of a hung case: its threads...
+    collectives: tuple[CollectivePosition, ...] = ()  # ...and where it stood in each process group
+    native_stack: str | None = None  # py-spy's dump with native frames, where py-spy is installed
 
     def to_json(self) -> str:
         data = dataclasses.asdict(self)
@@ -95,7 +100,9 @@ class RankLine:
                       "findings": tuple(Finding.from_dict(f) for f in data.get("findings") or ()),
                       "device_map": tuple(TensorRecord.from_dict(r) for r in data.get("device_map") or ()),
                       "series": tuple(data.get("series") or ()), "shown": tuple(data.get("shown") or ()),
-                      "error": ErrorInfo(**error) if error else None})
+                      "error": ErrorInfo(**error) if error else None, "stages": stages_from(data.get("stages")),
+                      "stacks": stacks_from(data.get("stacks")),
+                      "collectives": positions_from(data.get("collectives"))})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,6 +114,7 @@ class Beat:
     stage: str
     case_started: float
     time: float
+    pid: int | None = None  # the rank's process: the parent signals it for its stacks when its case hangs
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -182,6 +190,22 @@ class LaunchDir:
         self.command = path / "command.txt"
         self.torchrun_log = path / "torchrun.log"
         self.scratch = path / "scratch"
+        self.forensics = path / "forensics"  # a hung case's evidence: the request, each rank's stacks and dump
+        self.forensics_request = self.forensics / "request"
+
+    def stacks_text(self, rank: int) -> Path:
+        """faulthandler's dump of every thread, written from the signal handler itself."""
+        return self.forensics / f"stacks-rank{rank}.txt"
+
+    def thread_names(self, rank: int) -> Path:
+        return self.forensics / f"threads-rank{rank}.json"
+
+    def flight_dump(self, rank: int) -> Path:
+        """The collectives' record of one rank (torch's Flight Recorder format), named as torch's analyzer reads."""
+        return self.forensics / "flight" / f"rank_{rank}"
+
+    def forensics_done(self, rank: int) -> Path:
+        return self.forensics / f"done-rank{rank}"
 
     def rank_log(self, rank: int) -> Path:
         return self.path / f"rank{rank}.log"

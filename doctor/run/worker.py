@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from doctor.files import log_tail, write_atomic
-from doctor.run import registry
+from doctor.run import forensics, registry
 from doctor.run.context import ProbeContext, SkipCase
 from doctor.run.exchange import rendezvous_store
 from doctor.run.procs import die_with_parent
@@ -41,7 +41,8 @@ class Heartbeat:
         self.beat(stage)
 
     def beat(self, stage: str) -> None:
-        write_atomic(self.path, Beat(self.rank, self.case, stage, self.case_started, time.time()).to_json(), fsync=False)
+        write_atomic(self.path, Beat(self.rank, self.case, stage, self.case_started, time.time(), os.getpid()).to_json(),
+                     fsync=False)
 
 
 class LineWriter:
@@ -80,6 +81,7 @@ def _ended(ctx: ProbeContext, reproduce: bool) -> tuple[Outcome, str | None]:
 def run_case(module: Any, ctx: ProbeContext, reproduce: bool, log_path: Path | None = None) -> RankLine:
     """Run one case on this rank and return its line (with this rank's log tail on an error)."""
     started = time.perf_counter()
+    ctx.restart_clock()
     error = tail = None
     try:
         module.run(ctx)
@@ -99,6 +101,7 @@ def run_case(module: Any, ctx: ProbeContext, reproduce: bool, log_path: Path | N
         duration_s=round(time.perf_counter() - started, 3), findings=tuple(ctx.findings),
         device_map=tuple(ctx.records), notes=ctx.notes, measures=ctx.measures, series=tuple(ctx.series),
         shown=tuple(ctx.shown), known_issue=issue, issue_shown=issue_shown, error=error, stderr_tail=tail,
+        stages=ctx.stage_times(),
     )
 
 
@@ -243,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     redirect_output(launch.rank_log(rank))
     faulthandler.enable()  # a segfault or abort leaves the Python stack in this rank's log
     die_with_parent()  # torchrun SIGKILLed: this rank goes too
+    forensics.arm(launch, rank, args.backend)  # a hang's stacks and collective record, when the parent asks
     node = int(os.environ["DS_DOCTOR_NODE_RANK"]) if "DS_DOCTOR_NODE_RANK" in os.environ else None
     worker = Worker(launch, args.backend, rank, world_size, int(os.environ.get("LOCAL_RANK", "0")), node)
     worker.run(across_nodes=world_size > int(os.environ.get("LOCAL_WORLD_SIZE", world_size)))

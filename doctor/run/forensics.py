@@ -1,0 +1,124 @@
+"""Evidence from a hung case, taken before its launch is killed.
+
+On each rank (`arm`, at worker start): `faulthandler` is registered on `STACK_SIGNAL` to write every thread's
+Python stack to the rank's stacks file (from the C signal handler: it works while the main thread sits in a C++
+collective or holds the GIL), and a daemon thread waits for the parent's request file, then writes the rank's
+collective record (torch's Flight Recorder, or the thin record) and its thread names.
+
+In the parent (`take`, when a case overruns its timeout): write the request, signal each local rank, run
+`py-spy dump --native` beside it where py-spy is installed, and wait for every rank's files, at most
+`TAKE_BOUND_S`. What did not come in time is simply missing from the report; the launch is killed either way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import json
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from typing import IO, Any
+
+from doctor.files import write_atomic
+from doctor.run.rundir import LaunchDir
+
+STACK_SIGNAL = signal.SIGUSR2
+TAKE_BOUND_S = 10.0  # the most a timeout waits for the evidence before the launch is killed
+PY_SPY_S = 8.0
+_POLL_S = 0.05
+THREAD_NAME = "ds-doctor-forensics"
+
+
+class Armed:
+    """A rank's side: the open stacks file (faulthandler writes to its descriptor) and the waiting thread."""
+
+    def __init__(self, launch: LaunchDir, rank: int, backend: str, thin: Any = None) -> None:
+        self.launch, self.rank, self.backend, self.thin = launch, rank, backend, thin
+        launch.forensics.mkdir(parents=True, exist_ok=True)
+        self.stacks: IO[str] = launch.stacks_text(rank).open("w", encoding="utf-8")
+        faulthandler.register(STACK_SIGNAL, file=self.stacks, all_threads=True, chain=False)
+        self.thread = threading.Thread(target=self._wait, name=THREAD_NAME, daemon=True)
+        self.thread.start()
+
+    def _wait(self) -> None:
+        while not self.launch.forensics_request.exists():
+            time.sleep(0.1)
+        try:
+            self.write()
+        finally:
+            self.launch.forensics_done(self.rank).touch()
+
+    def write(self) -> None:
+        names = {str(t.ident): t.name for t in threading.enumerate() if t.ident is not None}
+        names["skip"] = str(threading.get_ident())  # this thread: left out of the stacks
+        write_atomic(self.launch.thread_names(self.rank), json.dumps(names))
+        dump = self.thin.dump() if self.thin is not None else _recorder_dump(self.backend)
+        if dump is not None:
+            path = self.launch.flight_dump(self.rank)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(pickle.dumps(dump))
+
+
+def _recorder_dump(backend: str) -> dict[str, Any] | None:
+    from doctor.collect.flight import recorder_dump
+
+    try:
+        return recorder_dump(backend)
+    except Exception as exc:
+        return {"version": "", "pg_config": {}, "entries": [], "error": f"{type(exc).__name__}: {exc}"}
+
+
+def arm(launch: LaunchDir, rank: int, backend: str) -> Armed:
+    """Called by each worker before its process group starts (the thin record must wrap the collectives first)."""
+    from doctor.collect.flight import recorder_available
+
+    thin = None
+    if not recorder_available():
+        from doctor.collect.thin_record import ThinRecord
+
+        thin = ThinRecord().install()
+    return Armed(launch, rank, backend, thin)
+
+
+def _py_spy(pid: int) -> subprocess.Popen[str] | None:
+    exe = shutil.which("py-spy")
+    if exe is None:
+        return None
+    with contextlib.suppress(OSError):
+        return subprocess.Popen([exe, "dump", "--native", "--pid", str(pid)], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True)
+    return None
+
+
+def take(launch: LaunchDir, pids: dict[int, int], bound_s: float = TAKE_BOUND_S) -> float:
+    """Ask every local rank for its evidence and wait for it (at most `bound_s`); seconds it took."""
+    started = time.monotonic()
+    launch.forensics.mkdir(parents=True, exist_ok=True)
+    write_atomic(launch.forensics_request, json.dumps({"time": time.time()}))
+    spies = {}
+    for rank, pid in pids.items():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, STACK_SIGNAL)
+        if (spy := _py_spy(pid)) is not None:
+            spies[rank] = spy
+    while time.monotonic() - started < bound_s:
+        if all(launch.forensics_done(rank).exists() for rank in pids) and all(s.poll() is not None for s in spies.values()):
+            break
+        time.sleep(_POLL_S)
+    for rank, spy in spies.items():
+        _keep_py_spy(launch, rank, spy, max(0.1, bound_s - (time.monotonic() - started)))
+    return time.monotonic() - started
+
+
+def _keep_py_spy(launch: LaunchDir, rank: int, spy: subprocess.Popen[str], wait_s: float) -> None:
+    try:
+        out, _ = spy.communicate(timeout=min(wait_s, PY_SPY_S))
+    except subprocess.TimeoutExpired:
+        spy.kill()
+        out = "py-spy did not finish in time"
+    (launch.forensics / f"py-spy-rank{rank}.txt").write_text(out or "")
