@@ -292,25 +292,58 @@ def report(path: Path, out_dir: Path | None, json_stdout: bool, anonymize: bool,
 
 
 @cli.command()
-@click.argument("source", metavar="FILE|-", type=click.Path(dir_okay=False, allow_dash=True, path_type=str))
-@click.option("--json", "as_json", is_flag=True, help="Print the matches as JSON.")
-def triage(source: str, as_json: bool) -> int:
-    """Match a log or traceback (a file, or - for stdin) against the known issues.
+@click.argument("source", metavar="FILE|DIR|-", type=click.Path(allow_dash=True, path_type=str))
+@click.option("--json", "as_json", is_flag=True, help="Print what was found as JSON.")
+@click.option("--world-size", type=click.IntRange(min=1), default=None,
+              help="Ranks the job had, to name the ranks a watchdog log never mentions.")
+def triage(source: str, as_json: bool, world_size: int | None) -> int:
+    """Read a log or traceback (a file, or - for stdin) against the known issues and the NCCL watchdog's lines,
+    or a directory of Flight Recorder dumps (TORCH_NCCL_DUMP_ON_TIMEOUT output) through torch's analyzer.
 
-    Exit code 0 when something matched, 1 when nothing did.
+    Exit code 0 when something was found, 1 when nothing was.
     """
+    if source != "-" and Path(source).is_dir():
+        return triage_dumps(Path(source), as_json)
     from doctor.hardware.env import package_versions
-    from doctor.knowledge.triage import MAX_INPUT_BYTES
-    from doctor.knowledge.triage import triage as match_issues
-    from reports.triage import render_triage
+    from doctor.knowledge.triage import MAX_INPUT_BYTES, read_log
+    from reports.triage import render_findings, render_triage, render_versions
 
-    text = read_tail(source, MAX_INPUT_BYTES)
-    matches = match_issues(text, package_versions())
+    reading = read_log(read_tail(source, MAX_INPUT_BYTES), package_versions(), world_size)
     if as_json:
-        click.echo(json.dumps({"matches": [m.to_dict() for m in matches]}, indent=2))
+        click.echo(json.dumps({"matches": [m.to_dict() for m in reading.matches],
+                               "versions": {p: dataclasses.asdict(v) for p, v in reading.versions.items()},
+                               "watchdog": dataclasses.asdict(reading.watchdog) if reading.watchdog else None,
+                               "findings": [f.to_dict() for f in reading.findings]}, indent=2))
     else:
-        click.echo(render_triage(matches))
-    return 0 if matches else 1
+        parts = [render_triage(reading.matches), render_findings(reading.findings),
+                 render_versions({p: reading.versions[p] for p in {m.package for m in reading.matches}
+                                  if p in reading.versions})]
+        click.echo("\n\n".join(part for part in parts if part))
+    return 0 if reading.matches or reading.findings else 1
+
+
+def triage_dumps(directory: Path, as_json: bool) -> int:
+    from doctor.collect.flight import load_dir, positions
+    from doctor.run.evidence import judge
+    from reports.triage import render_findings, render_positions
+
+    dumps, problems = load_dir(directory)
+    if not dumps:
+        raise click.BadParameter(f"{directory}: no Flight Recorder dump in it (files named <prefix><rank>)"
+                                 + (f"; {problems[0]}" if problems else ""), param_hint="DIR")
+    where = {rank: positions(dump) for rank, dump in sorted(dumps.items())}
+    findings, trouble = judge(dumps, {})
+    problems += [trouble] if trouble else []
+    if as_json:
+        click.echo(json.dumps({"flight_recorder": {
+            "ranks": sorted(dumps), "positions": {r: [dataclasses.asdict(p) for p in ps] for r, ps in where.items()},
+            "findings": [f.to_dict() for f in findings], "problems": problems}}, indent=2))
+    else:
+        head = f"Flight Recorder dumps of rank(s) {', '.join(map(str, sorted(dumps)))} in {directory}"
+        parts = [head, render_positions(where), render_findings(findings) or "torch's analyzer found no "
+                 "collective the ranks disagree on or a rank did not join", *problems]
+        click.echo("\n\n".join(part for part in parts if part))
+    return 0 if findings else 1
 
 
 def read_tail(source: str, max_bytes: int) -> str:

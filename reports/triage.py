@@ -1,26 +1,38 @@
-"""`ds-doctor triage` output: each known issue a user's log matched, as plain data and as text."""
+"""`ds-doctor triage` output: each known issue a user's log matched, and what a hang's evidence says, as plain
+data and as text."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from reports.records import IssueRef
+from reports.hang import CollectivePosition
+from reports.records import Finding, IssueRef
+
+
+@dataclasses.dataclass(frozen=True)
+class VersionUsed:
+    """The version of a package a verdict was judged on, and where it came from ("the log", "this machine")."""
+
+    version: str | None
+    source: str
 
 
 @dataclasses.dataclass(frozen=True)
 class TriageMatch:
-    """One known issue found in a log: the issue with its verdict for the installed version, the line that matched."""
+    """One known issue found in a log: the issue with its verdict for the version used, the span that matched."""
 
     issue: IssueRef
     package: str  # the distribution whose version decides the verdict
     cause: str
-    installed: str | None
-    position: int  # where its first pattern matched in the input
-    line: str  # that line, scrubbed
+    version: VersionUsed
+    position: int  # where its first pattern matched in the (normalised) input
+    line: str  # the matched span, scrubbed
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.issue.to_dict(), "cause": self.cause, "installed": self.installed, "matched_line": self.line}
+        return {**self.issue.to_dict(), "cause": self.cause, "package": self.package,
+                "version": self.version.version, "version_from": self.version.source, "matched": self.line}
 
 
 def render_triage(matches: list[TriageMatch]) -> str:
@@ -29,13 +41,33 @@ def render_triage(matches: list[TriageMatch]) -> str:
     blocks = []
     for match in matches:
         issue = match.issue
-        installed = match.installed or "not installed"
+        version = match.version.version or "not installed"
         lines = [f"[{issue.id}] {issue.title}",
                  f"  matched:  {match.line}",
-                 f"  affected: {issue.affected_versions}; installed {match.package} {installed}: {issue.verdict.value}"
-                 + (f"; fixed in {issue.fixed_in}" if issue.fixed_in else ""),
+                 f"  affected: {issue.affected_versions}; {match.package} {version} (from {match.version.source}): "
+                 f"{issue.verdict.value}" + (f"; fixed in {issue.fixed_in}" if issue.fixed_in else ""),
                  f"  cause:    {match.cause}",
                  f"  remedy:   {issue.remedy}",
                  *[f"  ref:      {ref}" for ref in issue.refs]]
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
+
+
+def render_versions(versions: Mapping[str, VersionUsed]) -> str:
+    from_log = [f"{p} {v.version}" for p, v in sorted(versions.items()) if v.source == "the log"]
+    here = [f"{p} {v.version}" for p, v in sorted(versions.items()) if v.source != "the log"]
+    lines = []
+    if from_log:
+        lines.append("versions from the log: " + ", ".join(from_log))
+    if here:
+        lines.append("versions of this machine (the log names none): " + ", ".join(here))
+    return "\n".join(lines)
+
+
+def render_findings(findings: Iterable[Finding]) -> str:
+    return "\n".join(f"{f.severity.value.upper():7} {f.invariant}: {f.message}" for f in findings)
+
+
+def render_positions(positions: Mapping[int, Iterable[CollectivePosition]]) -> str:
+    rows = [f"  rank {rank}: {p.describe()}" for rank, items in sorted(positions.items()) for p in items]
+    return "\n".join(["where each rank stood:", *rows]) if rows else ""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -49,6 +50,13 @@ def good_report_json() -> str:
                         run_dir=None).to_json()
 
 
+class _Evil:
+    def __reduce__(self) -> tuple:
+        import os
+
+        return (os.system, ("touch /tmp/ds-doctor-evil-pickle-ran",))
+
+
 def make_inputs(tmp: Path) -> None:
     """The files and directories the bad-input table points at."""
     (tmp / "a_file").write_text("x")
@@ -59,6 +67,8 @@ def make_inputs(tmp: Path) -> None:
     (tmp / "broken-report.json").write_text(json.dumps({"schema_version": 1, "tool": {"name": "ds-doctor"},
                                                         "results": "not a list"}))
     (tmp / "plain_dir").mkdir()
+    (tmp / "evil_dumps").mkdir()  # a pickle that would run a command if it were unpickled plainly
+    (tmp / "evil_dumps" / "rank_0").write_bytes(pickle.dumps(_Evil()))
     (tmp / "bad_run").mkdir()
     (tmp / "bad_run" / "run.json").write_text("{not json")
     (tmp / "newer_run").mkdir()
@@ -91,7 +101,9 @@ BAD_INPUTS = [
     (["frobnicate"], "frobnicate"),
     (["list", "-k", "nothing_matches_this"], "zero_offload"),
     (["triage", "{tmp}/missing.log"], "no such file"),
-    (["triage", "{tmp}/plain_dir"], "directory"),
+    (["triage", "{tmp}/plain_dir"], "no Flight Recorder dump in it"),
+    (["triage", "{tmp}/evil_dumps"], "holds plain data only"),
+    (["triage", "--world-size", "0", "{tmp}/good.json"], "--world-size"),
     (["report", "{tmp}/missing"], "no such file"),
     (["report", "{tmp}/empty.json"], "empty file"),
     (["report", "{tmp}/malformed.json"], "not valid JSON"),

@@ -48,11 +48,11 @@ def stragglers(stages: Mapping[int, Sequence[StageTime]]) -> list[Finding]:
     return findings
 
 
-def where(stacks: Sequence[ThreadStack]) -> str:
-    """One line for a rank's main thread: its innermost frame that is not folded away."""
+def where(rank: int, stacks: Sequence[ThreadStack]) -> str:
+    """Where a rank's main thread is: its innermost frame that is not folded away."""
     main = next((s for s in stacks if s.name == "MainThread"), None) or next((s for s in stacks if s.current), None)
     frame = main.innermost if main else None
-    return f"in {frame}" if frame else "(no stack was taken)"
+    return f"rank {rank} is in {frame}" if frame else f"no stack of rank {rank} was taken"
 
 
 def _ranks(ranks: Sequence[int]) -> str:
@@ -63,7 +63,7 @@ def missing_rank(rank: int, group: str, op: str, seq: int, waiting: Sequence[int
                  stacks: Sequence[ThreadStack]) -> Finding:
     return Finding("missing_rank", Severity.ERROR,
                    f"rank {rank} never joined {op} #{seq} of process group {group}, which {_ranks(waiting)} "
-                   f"waiting in; rank {rank} is {where(stacks)}",
+                   f"waiting in; {where(rank, stacks)}",
                    rank=rank, stage="hang", expected=f"every rank of {group} enters collective #{seq}",
                    remedy="the stack above shows where that rank is: a code path only some ranks take (a rank-"
                           "dependent branch, an early return, uneven data), or a rank stuck in I/O or a lock")

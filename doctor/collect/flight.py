@@ -79,7 +79,7 @@ def load_dir(directory: Path) -> tuple[dict[int, dict[str, Any]], list[str]]:
     dumps, problems = {}, []
     for path in sorted(p for p in directory.rglob("*") if p.is_file()):
         rank = _RANK.search(path.name)
-        if rank is None:
+        if rank is None or path.stat().st_size == 0:
             continue
         try:
             data = _PlainData(io.BytesIO(path.read_bytes())).load()

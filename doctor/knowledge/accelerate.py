@@ -94,7 +94,8 @@ ACCELERATE: tuple[KnownIssue, ...] = (
         id="acc_ds_dummy_lr_overrides_config",
         title="Accelerate + DeepSpeed: the config lr and DummyOptim's lr disagree; the schedule peaks at DummyOptim's",
         package=_ACC,
-        patterns=(),  # silent: found by the lr_agreement invariant
+        patterns=(),
+        silent="nothing raises: the schedule quietly peaks at the other lr; the lr_agreement invariant finds it",
         cause="With a concrete optimizer lr in the DeepSpeed config and warmup_max_lr: auto, Accelerate keeps the "
         "config lr but fills warmup_max_lr from DummyOptim(lr=...), and the scheduler sets the lr it trains with.",
         remedy="Set the lr in one place: \"lr\": \"auto\" in the config (filled from DummyOptim), or the same value in "
@@ -107,7 +108,8 @@ ACCELERATE: tuple[KnownIssue, ...] = (
         id="acc_cpu_process_count_mismatch",
         title="Accelerate on CPU under torchrun: one process reported while DeepSpeed runs data-parallel",
         package=_ACC,
-        patterns=(),  # silent: found by the world_size_agreement invariant
+        patterns=(),
+        silent="nothing raises: every rank believes it is alone; the world_size_agreement invariant finds it",
         cause="Without a GPU, Accelerate picks no distributed backend unless told (PartialState._prepare_backend), so "
         "it reports num_processes == 1 on every rank while the process group, and DeepSpeed with it, spans them all: "
         "per-process batch and step arithmetic, gather and is_main_process are then wrong.",
@@ -154,7 +156,10 @@ ACCELERATE: tuple[KnownIssue, ...] = (
         id="prodigy_group_tensors_left_on_cpu",
         title="Optimizer tensors kept in param_groups stay on the CPU after Accelerate load_state",
         package="prodigy-plus-schedule-free",
-        patterns=(),  # silent until a step on a GPU: the optimizer_state_colocation invariant finds it after load
+        # on a GPU the first step after the resume fails with a device mismatch inside the optimizer's own code
+        # (on CPU it stays silent: the optimizer_state_colocation invariant finds it after load)
+        patterns=(r"Expected all tensors to be on the same device",),
+        requires=(r"prodigyplus[/\\]|prodigy_plus_schedule_free",),
         cause="accelerator.load_state loads optimizer state with map_location=\"cpu\" by default and torch's "
         "Optimizer.load_state_dict casts only per-parameter state to the parameters' device; tensors an optimizer "
         "keeps inside param_groups (prodigy-plus-schedule-free's running_d_numerator / running_d_denom) stay on the "

@@ -155,7 +155,9 @@ DEEPSPEED: tuple[KnownIssue, ...] = (
         id="ds_ckpt_meta_params_saved",
         title="Checkpoint holds meta tensors: weights dispatched to disk after initialize are saved without data",
         package=_DS,
-        patterns=(),  # silent: found by the no_meta_params invariant and by reading the saved file
+        # silent at save (the no_meta_params invariant finds it); loading that checkpoint is what fails
+        patterns=(r"Cannot copy out of meta tensor; no data",),
+        requires=(r"(?i)deepspeed|mp_rank_\d+_model_states",),
         cause="accelerate.dispatch_model with a \"disk\" entry leaves meta placeholders on the module (the data lives in "
         "the offload folder, loaded by hooks at forward). ZeRO 0/1 save module.state_dict() as it is, so the "
         "checkpoint stores meta tensors: no data, no error.",

@@ -12,7 +12,8 @@ FSDP: tuple[KnownIssue, ...] = (
         id="fsdp_optimizer_built_before_wrap",
         title="FSDP: an optimizer built before wrapping tracks orphans and nothing trains",
         package="torch",
-        patterns=(),  # silent: the tracked_live / step_changes invariants find it
+        patterns=(),
+        silent="nothing raises: the loss stays flat; the tracked_live and step_changes invariants find it",
         cause="FSDP1 without use_orig_params replaces each unit's parameters by a FlatParameter, and FSDP2 replaces "
         "them by DTensor parameters; an optimizer built on the originals keeps stepping tensors the model no longer "
         "uses, so loss stays flat and no weight changes. FSDP1 with use_orig_params=True keeps the original objects.",
@@ -27,7 +28,8 @@ FSDP: tuple[KnownIssue, ...] = (
         id="composer_single_group_rebuild",
         title="Composer FSDP: a one-group optimizer is rebuilt over every model parameter",
         package="mosaicml",
-        patterns=(),  # silent: the tracked_set invariant finds it
+        patterns=(),
+        silent="nothing raises: excluded parameters train; the tracked_set invariant finds it",
         cause="When the optimizer had a single param group, Composer's FSDP preparation rebuilt it from "
         "model.parameters() instead of the original group, so parameters left out on purpose (and frozen ones) were "
         "tracked and updated after wrapping.",
@@ -41,7 +43,8 @@ FSDP: tuple[KnownIssue, ...] = (
         id="fsdp2_optimizer_built_after_forward",
         title="FSDP2: an optimizer built after a forward captures unsharded parameters",
         package="torch",
-        patterns=(),  # silent
+        patterns=(),
+        silent="nothing raises: the optimizer steps unsharded copies; tracked_live and step_changes find it",
         cause="After a forward the FSDP2 root keeps its parameters unsharded, so an optimizer built at that moment "
         "captures the unsharded tensors instead of the sharded DTensor parameters.",
         remedy="Create the optimizer right after fully_shard and before any forward, or call model.reshard() first.",

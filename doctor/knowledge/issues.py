@@ -30,6 +30,7 @@ class KnownIssue:
     fixed_in: str | None = None
     families: tuple[str, ...] = ()
     invariants: tuple[str, ...] = ()  # invariants whose error findings show this issue
+    silent: str = ""  # for an entry with no patterns: why no log shows it (what finds it instead)
 
     def matches(self, text: str) -> bool:
         flags = re.MULTILINE | re.DOTALL

@@ -68,7 +68,8 @@ LAUNCH: tuple[KnownIssue, ...] = (
         id="torchrun_child_sigkill",
         title="A rank was SIGKILLed (usually the host OOM killer)",
         package="torch",
-        patterns=(r"exitcode\s*:\s*-9\b", r"Signal 9 \(SIGKILL\)", r"\bSIGKILL\b"),
+        # torchrun's failure summary; DeepSpeed's own launcher (launcher/launch.py sigkill_handler) words it otherwise
+        patterns=(r"exitcode\s*:\s*-9\b", r"Signal 9 \(SIGKILL\)", r"\bSIGKILL\b", r"exits with return code = -9\b"),
         cause="The worker was killed from outside, most often by the kernel OOM killer when every rank materialises "
         "the model in host RAM.",
         remedy="Check dmesg / the cgroup's OOM events; reduce host memory per rank (RAM-efficient loading, fewer "

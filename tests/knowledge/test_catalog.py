@@ -95,6 +95,18 @@ SAMPLES = [
      "before calling distributed operators!", "fsdp2_mixed_tensor_dtensor"),
     ("RuntimeError: ``sharded_state_dict`` can only be used when parameters are flatten and sharded.",
      "fsdp1_sharded_state_dict_with_no_shard"),
+    # DeepSpeed's own launcher reports a killed rank from its sigkill_handler, not as torchrun does
+    ("[2025-03-02 10:11:12,345] [ERROR] [launch.py:325:sigkill_handler] ['/usr/bin/python3', '-u', 'train.py', "
+     "'--local_rank=3'] exits with return code = -9", "torchrun_child_sigkill"),
+    # a resume with prodigy-plus-schedule-free <1.9.2 on a GPU: the first step fails inside the optimizer
+    ('  File "/opt/venv/lib/python3.10/site-packages/prodigyplus/core_optimiser.py", line 403, in step\n'
+     "    d_numerator.add_(d_update)\nRuntimeError: Expected all tensors to be on the same device, but found at "
+     "least two devices, cuda:0 and cpu!", "prodigy_group_tensors_left_on_cpu"),
+    # loading a ZeRO 0/1 checkpoint that was saved from meta placeholders
+    ('  File "/opt/venv/lib/python3.10/site-packages/deepspeed/runtime/engine.py", line 2870, in load_module_state_dict'
+     "\n    self.module.load_state_dict(checkpoint[self._choose_module_key(checkpoint)], strict=strict)\nRuntimeError: "
+     "Error(s) in loading state_dict for GPT2LMHeadModel:\n\tWhile copying the parameter named \"lm_head.weight\", "
+     "an exception occurred : ('Cannot copy out of meta tensor; no data!',).", "ds_ckpt_meta_params_saved"),
 ]
 
 
@@ -106,8 +118,9 @@ def test_other_entries_match_their_upstream_texts(text, issue_id) -> None:
 def test_every_entry_has_a_remedy_and_references() -> None:
     for issue in known_issues.ISSUES:
         assert issue.remedy and issue.refs, issue.id
-        # a silent issue has no error text to match: an invariant must be what finds it
+        # a silent issue has no error text to match: an invariant must be what finds it, and it says why it is silent
         assert issue.patterns or issue.invariants, issue.id
+        assert bool(issue.patterns) != bool(issue.silent), issue.id
         assert all(ref.startswith(("https://github.com/", "https://pytorch.org/docs/")) for ref in issue.refs), issue.id
 
 

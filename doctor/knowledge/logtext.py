@@ -1,0 +1,99 @@
+"""A user's log made matchable, and the versions it shows.
+
+`normalise` undoes what a cluster does to a traceback on its way into a ticket: colour codes, tqdm bars the
+traceback got glued onto (`\\r` redraws included), the per-rank prefixes of torchrun `--tee`/`--role`, `srun
+--label` and `mpirun --tag-output`, several ranks' tracebacks interleaved line by line (each rank's lines are put
+back together, in the order the ranks first speak), and lines a terminal or a CI viewer wrapped at a fixed width.
+
+`log_versions` reads the versions a log reports of the packages the known issues are judged on: pip freeze/list/
+show lines, `ds_report`, `accelerate env` and `transformers-cli env` output, versioned package paths, and
+"name v1.2.3".
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+from collections.abc import Iterable
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+#: a tqdm bar: "  5%|▌     | 5/100 [00:02<00:40,  2.3it/s, loss=1.2]"; what follows it on the line is a new line
+_BAR = re.compile(r"[^\n]*?\d{1,3}%\|[^|\n]*\|\s*[\d.]+[kMG]?/[\d.?]+[kMG]?\s*\[[^\]\n]*\]")
+_PREFIX = re.compile(r"^(?:\(\w+ pid=\d+\) )?(?:\[(?:rank|default)(\d+)\]:|rank(\d+): |(\d+): |\[\d+,(\d+)\]<std(?:out|err)>:)"
+                     r" ?")
+WRAP_MIN = 60  # narrowest width taken for a wrap...
+WRAP_LINES = 3  # ...when at least this many lines are cut at exactly it
+
+
+def _strip_bars(text: str) -> str:
+    text = _ANSI.sub("", text).replace("\r\n", "\n").replace("\r", "\n")
+    return _BAR.sub("\n", text)
+
+
+def _deinterleave(lines: list[str]) -> list[str]:
+    """Each rank's lines together (prefix gone), ranks in the order they first speak; unprefixed lines are a
+    speaker of their own."""
+    by_speaker: dict[str | None, list[str]] = collections.OrderedDict()
+    for line in lines:
+        match = _PREFIX.match(line)
+        speaker = next((g for g in match.groups() if g is not None), None) if match else None
+        by_speaker.setdefault(speaker, []).append(line[match.end():] if match else line)
+    if list(by_speaker) == [None]:
+        return lines
+    return [line for speaker_lines in by_speaker.values() for line in speaker_lines]
+
+
+def _unwrap(lines: list[str]) -> list[str]:
+    """Join lines cut at a fixed width: the longest line length, when several lines have exactly it."""
+    lengths = collections.Counter(len(line) for line in lines if len(line) >= WRAP_MIN)
+    if not lengths:
+        return lines
+    width = max(lengths)
+    if lengths[width] < WRAP_LINES:
+        return lines
+    out: list[str] = []
+    joining = False
+    for line in lines:
+        if joining and out:
+            out[-1] += line
+        else:
+            out.append(line)
+        joining = len(line) == width
+    return out
+
+
+def normalise(text: str) -> str:
+    lines = _strip_bars(text).split("\n")
+    return "\n".join(_deinterleave(_unwrap(lines)))  # a viewer wraps what the launcher prefixed: unwrap first
+
+
+_VERSION = r"(\d+\.\d+(?:\.\d+)*(?:(?:a|b|rc|\.post|\.dev)\d+)?(?:\+[\w.]+)?)"
+_TEMPLATES = (
+    r"^{n}\s*==\s*" + _VERSION,  # pip freeze
+    r"^{n}\s+" + _VERSION + r"\s*$",  # pip list
+    r"^Name:\s*{n}\s*\nVersion:\s*" + _VERSION,  # pip show
+    r"^\s*{n} (?:info|version)\s*\.{{2,}}\s*\[?" + _VERSION,  # ds_report
+    r"`?{n}`? version(?: \(GPU\?\))?:\s*" + _VERSION,  # accelerate env, transformers-cli env
+    r"[/\\]{n}-" + _VERSION + r"(?:\.dist-info|\.egg|-py\d|[/\\])",  # versioned package paths
+    r"(?<![\w-]){n}\s+v" + _VERSION + r"\b",  # "prodigy-plus-schedule-free v1.8.51"
+)
+#: names a log may use for a distribution besides its own
+ALIASES = {"torch": ("pytorch",), "prodigy-plus-schedule-free": ("prodigyplus",), "mosaicml": ("composer",)}
+
+
+def _spellings(package: str) -> list[str]:
+    names = {package, package.replace("-", "_"), package.replace("_", "-"), *ALIASES.get(package, ())}
+    return sorted(names, key=len, reverse=True)
+
+
+def log_versions(text: str, packages: Iterable[str]) -> dict[str, str]:
+    """package -> the first version the log shows for it (packages it does not mention are left out)."""
+    found: dict[str, tuple[int, str]] = {}
+    for package in packages:
+        alternatives = "|".join(re.escape(name) for name in _spellings(package))
+        for template in _TEMPLATES:
+            pattern = template.replace("{n}", f"(?:{alternatives})").replace("{{2,}}", "{2,}")
+            match = re.search(pattern, text, re.IGNORECASE | re.MULTILINE)
+            if match and (package not in found or match.start() < found[package][0]):
+                found[package] = (match.start(), match.group(1))
+    return {package: version for package, (_, version) in found.items()}

@@ -1,0 +1,113 @@
+"""The NCCL watchdog's timeout lines in a user's multi-rank log, lined up: which ranks timed out in which
+collective, and which ranks never reported one.
+
+The line (ProcessGroupNCCL's WorkNCCL printout, unchanged in form from torch 1.x to 2.x, NumelIn/NumelOut since
+2.2): `[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=808, OpType=ALLREDUCE, NumelIn=9801523,
+NumelOut=9801523, Timeout(ms)=600000) ran for 600020 milliseconds before timing out.` and, with it since 2.3, the
+group line `[PG ID 0 PG GUID 0(default_pg) Rank 3] Exception (either an error or timeout) detected by watchdog at
+work: 808, last enqueued NCCL work: 811, last completed NCCL work: 807.`
+
+Every rank waiting in a collective that cannot complete times out in it; a rank that never entered it (stuck in
+Python, in I/O, in another branch) has nothing pending, so its watchdog says nothing: the ranks missing from the
+timeout lines are the ones to look at.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from doctor.checks.hang import collective_mismatch
+from reports.records import Finding, Severity
+
+_TIMEOUT = re.compile(
+    r"\[Rank (?P<rank>\d+)\] Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(?P<seq>\d+), "
+    r"OpType=(?P<op>\w+)(?:, NumelIn=(?P<numel_in>-?\d+), NumelOut=(?P<numel_out>-?\d+))?, "
+    r"Timeout\(ms\)=(?P<timeout>\d+)\)(?: ran for (?P<ran>\d+) milliseconds)?")
+_GROUP = re.compile(r"\[PG (?:ID )?(?P<pg>\w+)(?: PG GUID (?P<guid>[^\s\]]+))? Rank (?P<rank>\d+)\] "
+                    r"(?:Exception \(either an error or timeout\) detected by watchdog at work|Timeout at NCCL work): "
+                    r"(?P<seq>\d+)")
+_RANK_SEEN = re.compile(r"\[rank(\d+)\]|\[Rank (\d+)\]|\bRank (\d+)\]|^\s+rank\s+:\s*(\d+)", re.MULTILINE)
+
+
+@dataclasses.dataclass(frozen=True)
+class WatchdogTimeout:
+    rank: int
+    seq: int
+    op: str
+    numel_in: int | None
+    numel_out: int | None
+    timeout_ms: int
+    ran_ms: int | None
+    group: str | None  # from the group line for the same rank and work, where the log has one
+
+
+@dataclasses.dataclass(frozen=True)
+class WatchdogReport:
+    timeouts: tuple[WatchdogTimeout, ...]  # the first one of each rank
+    ranks_seen: tuple[int, ...]  # every rank the log mentions
+    world_size: int | None  # given, or one more than the highest rank seen
+
+    @property
+    def silent(self) -> tuple[int, ...]:
+        timed_out = {t.rank for t in self.timeouts}
+        everyone = range(self.world_size) if self.world_size else self.ranks_seen
+        return tuple(r for r in everyone if r not in timed_out)
+
+
+def read_watchdog(text: str, world_size: int | None = None) -> WatchdogReport | None:
+    """None when the log has no watchdog timeout line."""
+    groups = {(int(m["rank"]), int(m["seq"])): (m["guid"] or m["pg"]) for m in _GROUP.finditer(text)}
+    first: dict[int, WatchdogTimeout] = {}
+    for m in _TIMEOUT.finditer(text):
+        rank, seq = int(m["rank"]), int(m["seq"])
+        numel_in, numel_out = m["numel_in"], m["numel_out"]
+        first.setdefault(rank, WatchdogTimeout(rank, seq, m["op"], int(numel_in) if numel_in else None,
+                                               int(numel_out) if numel_out else None, int(m["timeout"]),
+                                               int(m["ran"]) if m["ran"] else None, groups.get((rank, seq))))
+    if not first:
+        return None
+    seen = {int(next(g for g in m.groups() if g is not None)) for m in _RANK_SEEN.finditer(text)} | set(first)
+    size = world_size or max(seen) + 1
+    return WatchdogReport(tuple(first[r] for r in sorted(first)), tuple(sorted(seen)), size)
+
+
+def _what(t: WatchdogTimeout) -> str:
+    numel = f", NumelIn={t.numel_in}, NumelOut={t.numel_out}" if t.numel_in is not None else ""
+    return f"{t.op} (SeqNum={t.seq}{numel})"
+
+
+def watchdog_findings(report: WatchdogReport) -> list[Finding]:
+    findings = []
+    by_seq: dict[tuple[str | None, int], list[WatchdogTimeout]] = {}
+    for t in report.timeouts:
+        by_seq.setdefault((t.group, t.seq), []).append(t)
+    for (group, seq), timeouts in sorted(by_seq.items(), key=lambda item: item[0][1]):
+        kinds = {(t.op, t.numel_in, t.numel_out) for t in timeouts}
+        if len(kinds) > 1:
+            sides = {t.rank: _what(t) for t in timeouts}
+            findings.append(collective_mismatch(group or "(the log does not name it)", seq, sides,
+                                                min(sides), "the ranks' watchdogs report different collectives"))
+    lowest = min(t.seq for t in report.timeouts)
+    behind = [t for t in report.timeouts if t.seq == lowest] if len(by_seq) > 1 else []
+    ahead = sorted({t.seq for t in report.timeouts} - {lowest})
+    for t in behind:
+        findings.append(Finding("behind_rank", Severity.WARNING,
+                                f"rank {t.rank} timed out in {_what(t)} while others were already at work "
+                                f"#{', #'.join(map(str, ahead))}: it is behind (or the ranks run different groups)",
+                                rank=t.rank, stage="watchdog"))
+    if report.silent:
+        by_what: dict[str, list[int]] = {}
+        for t in report.timeouts:
+            by_what.setdefault(_what(t), []).append(t.rank)
+        waiting = "; ".join(f"rank{'s' if len(r) > 1 else ''} {', '.join(map(str, r))} in {what}"
+                            for what, r in by_what.items())
+        for rank in report.silent:
+            findings.append(Finding(
+                "missing_rank", Severity.ERROR,
+                f"rank {rank} never reported a watchdog timeout while the others timed out ({waiting}): it never "
+                "entered that collective; its own log or stack shows where it was",
+                rank=rank, stage="watchdog", expected="every rank of the group in the same collective",
+                remedy="take that rank's stack while it hangs (py-spy dump --pid, or TORCH_NCCL_DUMP_ON_TIMEOUT=1 with "
+                       "TORCH_FR_BUFFER_SIZE set, then `ds-doctor triage` on the dump directory)"))
+    return findings

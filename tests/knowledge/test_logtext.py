@@ -1,0 +1,111 @@
+"""Triage of logs as they reach a ticket: the captured tracebacks of tests/resources/triage wrapped at 80 columns,
+prefixed by rank, interleaved with another rank's traceback, glued onto a progress bar; and logs that name other
+versions than the installed ones."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from doctor.knowledge.catalog import classify
+from doctor.knowledge.logtext import log_versions, normalise
+from doctor.knowledge.triage import read_log, triage
+from reports.records import Verdict
+from tests.knowledge.test_triage import EXPECTED, TRACES, VERSIONS
+
+S2 = (Path(__file__).resolve().parents[1] / "resources" / "ds_5538_unscale_and_clip.txt").read_text()
+
+
+def wrapped(text: str, width: int = 80) -> str:
+    """As a terminal or a CI log viewer shows it: every line cut at exactly `width` columns."""
+    return "\n".join(line[i:i + width] for line in text.splitlines() for i in range(0, max(len(line), 1), width))
+
+
+def prefixed(text: str, rank: int, style: str = "[rank{r}]: ") -> str:
+    return "\n".join(style.format(r=rank) + line for line in text.splitlines())
+
+
+def interleaved(first: str, second: str) -> str:
+    a, b = first.splitlines(), second.splitlines()
+    out = []
+    for i in range(max(len(a), len(b))):
+        out += a[i:i + 1] + b[i:i + 1]
+    return "\n".join(out)
+
+
+OTHER = (TRACES / "s0_real_scheduler.txt").read_text()  # a second rank's traceback to interleave with
+
+COPIES = {
+    "wrapped": lambda t: wrapped(t),
+    "torchrun --tee prefix": lambda t: prefixed(t, 1),
+    "srun --label prefix": lambda t: prefixed(t, 3, "{r}: "),
+    "interleaved with another rank": lambda t: interleaved(prefixed(OTHER, 0), prefixed(t, 1)),
+    "wrapped and prefixed": lambda t: wrapped(prefixed(t, 2, "[default{r}]:")),
+    "glued onto a progress bar": lambda t: " 37%|███▋      | 37/100 [00:12<00:21,  2.95it/s]" + t.replace("\n", "\r\n"),
+    "colour codes": lambda t: "\x1b[31m" + t.replace("\n", "\x1b[0m\n", 3),
+}
+
+
+@pytest.mark.parametrize("copy", sorted(COPIES))
+@pytest.mark.parametrize(("name", "issue_id"), sorted(EXPECTED.items()))
+def test_every_captured_trace_survives_what_a_log_does_to_it(name: str, issue_id: str, copy: str) -> None:
+    text = COPIES[copy]((TRACES / name).read_text())
+    ids = [m.issue.id for m in triage(text, VERSIONS)]
+    if copy == "interleaved with another rank":
+        assert ids[ids.index(issue_id) if issue_id in ids else 0] == issue_id
+        assert "acc_ds_scheduler_defined_twice" in ids  # the other rank's issue is found as well
+    else:
+        assert ids == [issue_id], copy
+
+
+def test_normalise_leaves_an_unwrapped_log_alone() -> None:
+    text = "epoch 1\n" + "x" * 90 + "\n" + "y" * 70 + "\nTraceback (most recent call last):\n  File \"a.py\""
+    assert normalise(text) == text
+
+
+def test_the_s2_traceback_wrapped_at_80_still_names_its_issue() -> None:
+    assert classify(wrapped(S2)) == []  # what triage missed before it normalised
+    assert [m.issue.id for m in triage(wrapped(S2), VERSIONS)] == ["ds_z3_offload_gradnorm_device_mismatch"]
+
+
+@pytest.mark.parametrize(("line", "version"), [
+    ("deepspeed==0.14.2", "0.14.2"),  # pip freeze
+    ("deepspeed                 0.14.2", "0.14.2"),  # pip list
+    ("Name: deepspeed\nVersion: 0.14.2", "0.14.2"),  # pip show
+    ("deepspeed info ................... 0.14.2, unknown, unknown", "0.14.2"),  # ds_report
+    ("- DeepSpeed version: 0.14.2", "0.14.2"),  # transformers-cli env
+    ('  File "/opt/conda/lib/python3.10/site-packages/deepspeed-0.14.2-py3.10.egg/deepspeed/runtime/engine.py"',
+     "0.14.2"),  # a versioned package path
+])
+def test_the_log_says_which_deepspeed_it_ran(line: str, version: str) -> None:
+    assert log_versions(line, ["deepspeed"]) == {"deepspeed": version}
+
+
+def test_verdicts_follow_the_versions_the_log_shows_not_the_installed_ones() -> None:
+    log = "deepspeed==0.14.2\ntorch==2.3.0\n" + S2
+    reading = read_log(log, {"deepspeed": "0.19.8", "torch": "2.13.0"})
+    match = reading.matches[0]
+    assert match.issue.id == "ds_z3_offload_gradnorm_device_mismatch" and match.issue.verdict == Verdict.AFFECTED
+    assert (match.version.version, match.version.source) == ("0.14.2", "the log")
+    # the same traceback with no version in it is judged on this machine's deepspeed, and says so
+    plain = read_log(S2, {"deepspeed": "0.19.8"}).matches[0]
+    assert plain.issue.verdict == Verdict.NOT_AFFECTED and plain.version.source == "this machine"
+
+
+def test_prodigy_named_with_a_v_and_a_resume_mismatch_is_triaged() -> None:
+    log = textwrap.dedent("""\
+        Using prodigy-plus-schedule-free v1.8.51
+        accelerator.load_state('checkpoints/step_2000')
+        Traceback (most recent call last):
+          File "/home/u/train.py", line 311, in <module>
+            optimizer.step()
+          File "/home/u/.venv/lib/python3.11/site-packages/prodigyplus/core_optimiser.py", line 402, in step
+            self.update_d_stats(group)
+        RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!
+        """)
+    match = read_log(log, {"prodigy-plus-schedule-free": "2.0.1"}).matches[0]
+    assert match.issue.id == "prodigy_group_tensors_left_on_cpu"
+    assert match.version.version == "1.8.51" and match.issue.verdict == Verdict.AFFECTED
+    assert match.line == "Expected all tensors to be on the same device"  # the span, not its whole line
