@@ -194,7 +194,7 @@ def render_hang(result: CaseResult) -> list[str]:
     rows = [[rank.rank, p.group, p.last_completed, f"{p.op} #{p.seq}" if p.op else "—", p.sizes or "", p.state or ""]
             for rank in result.ranks for p in rank.collectives]
     source = (result.notes.get("forensics") or {}).get("collectives_from") or "the collective record"
-    lines = [f"**Collectives when it hung** (from {source}):", "",
+    lines = ["", f"**Collectives when it hung** (from {source}):", "",
              *_table(["rank", "group", "last completed", "waiting in", "sizes", "state"], rows), ""] if rows else []
     for rank in result.ranks:
         if rank.stacks:

@@ -65,7 +65,7 @@ def missing_rank(rank: int, group: str, op: str, seq: int, waiting: Sequence[int
                    f"rank {rank} never joined {op} #{seq} of process group {group}, which {_ranks(waiting)} "
                    f"waiting in; {where(rank, stacks)}",
                    rank=rank, stage="hang", expected=f"every rank of {group} enters collective #{seq}",
-                   remedy="the stack above shows where that rank is: a code path only some ranks take (a rank-"
+                   remedy="that rank's stack in this report shows where it is: a code path only some ranks take (a rank-"
                           "dependent branch, an early return, uneven data), or a rank stuck in I/O or a lock")
 
 

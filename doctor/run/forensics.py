@@ -75,8 +75,15 @@ def _recorder_dump(backend: str) -> dict[str, Any] | None:
 
 def arm(launch: LaunchDir, rank: int, backend: str) -> Armed:
     """Called by each worker before its process group starts (the thin record must wrap the collectives first)."""
+    import torch._C._distributed_c10d as c10d_ext
+
     from doctor.collect.flight import recorder_available
 
+    if not hasattr(c10d_ext, "_dump_fr_trace"):  # an older torch reads the recorder's settings by their NCCL names
+        for new, old in (("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"),
+                         ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")):
+            if new in os.environ:
+                os.environ.setdefault(old, os.environ[new])
     thin = None
     if not recorder_available():
         from doctor.collect.thin_record import ThinRecord

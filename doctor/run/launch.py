@@ -89,8 +89,8 @@ def launch_environment(cluster: Cluster | None, across: bool = False) -> dict[st
         env.update(DS_DOCTOR_NODE_RANK=str(cluster.node_rank), DS_DOCTOR_NNODES=str(cluster.nnodes))
     env.setdefault("OMP_NUM_THREADS", "1")
     # the Flight Recorder on (gloo too, since torch 2.8), so a hung case's collectives can be lined up across ranks
+    # (the worker sets the older TORCH_NCCL_TRACE_BUFFER_SIZE itself where its torch predates this name)
     env.setdefault("TORCH_FR_BUFFER_SIZE", env.get("TORCH_NCCL_TRACE_BUFFER_SIZE", str(BUFFER_ENTRIES)))
-    env.setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE", env["TORCH_FR_BUFFER_SIZE"])
     env.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
     return env
 
@@ -177,7 +177,6 @@ class Launch:
         env = launch_environment(self.run_cluster, across=self.cluster is not None)
         # NCCL's own watchdog, on its own (longer) timeout, dumps where ours does
         env.setdefault("TORCH_FR_DUMP_TEMP_FILE", str(self.dir.forensics / "nccl-watchdog" / "rank_"))
-        env.setdefault("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", env["TORCH_FR_DUMP_TEMP_FILE"])
         started = time.time()
         with self.dir.torchrun_log.open("wb") as log:
             proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
