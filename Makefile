@@ -14,7 +14,7 @@ PLATFORM ?=
 PYVER ?=
 FROM := $(if $(WHEELHOUSE),--no-index --find-links $(abspath $(WHEELHOUSE)),)
 TARGET := $(if $(PLATFORM),--platform $(PLATFORM) --only-binary=:all:,)$(if $(PYVER), --python-version $(PYVER) --only-binary=:all:,)
-EXTRAS := accelerate,optimizers
+EXTRAS := accelerate,optimizers,hang
 
 .PHONY: run test lint bench clean wheelhouse
 

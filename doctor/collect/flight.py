@@ -52,7 +52,11 @@ def recorder_dump(backend: str) -> dict[str, Any] | None:
     reader = reader or getattr(c10d_ext, "_dump_fr_trace", None)
     if reader is None:
         return None
-    dump = pickle.loads(reader())
+    try:  # no stack traces: symbolizing them imports torch._inductor on the first dump (1 s here), and the stacks
+        raw = reader(includeStackTraces=False)  # come from faulthandler anyway
+    except TypeError:  # a torch whose reader takes no arguments
+        raw = reader()
+    dump = pickle.loads(raw)
     dump["pg_config"] = {**dump.get("pg_config", {}), **group_config()}
     return dump
 

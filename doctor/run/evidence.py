@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Iterable
 
 from doctor.checks.hang import collective_mismatch, missing_rank
 from doctor.collect.flight import disagreements, load_dir, positions
 from doctor.collect.stacks import parse_faulthandler
+from doctor.run.forensics import THREAD_NAME
 from doctor.run.rundir import LaunchDir
 from reports.hang import CollectivePosition, ThreadStack
 from reports.records import Finding
@@ -32,11 +34,18 @@ class Evidence:
         """How the evidence was had, for the case's notes."""
         took = None if self.took_s is None else round(self.took_s, 2)
         return {"took_s": took, "stacks_of_ranks": sorted(self.stacks), "recorded_ranks": sorted(self.positions),
-                "collectives_from": self.source, "problems": self.notes}
+                "collectives_from": self.source, "native_stacks": "py-spy" if self.native else
+                "none (install py-spy, the `hang` extra, for native frames)", "problems": self.notes}
 
     def findings_of(self, rank: int, first_rank: int) -> list[Finding]:
         """The findings a rank's line carries: its own, and on the first rank those about no rank in particular."""
         return [f for f in self.findings if f.rank == rank or (f.rank is None and rank == first_rank)]
+
+
+def without_thread(py_spy: str, name: str) -> str:
+    """py-spy's dump less one thread's block (the doctor's own forensics thread, busy answering the request)."""
+    blocks = re.split(r"(?m)^(?=Thread \d+ )", py_spy)
+    return "".join(b for b in blocks if not re.match(rf'Thread \d+ \([^)]*\): "{re.escape(name)}"', b))
 
 
 def _thread_names(launch: LaunchDir, rank: int) -> tuple[dict[int, str], frozenset[int]]:
@@ -64,7 +73,7 @@ def read(launch: LaunchDir, ranks: Iterable[int], took_s: float | None = None) -
             evidence.stacks[rank] = stacks
         native = launch.forensics / f"py-spy-rank{rank}.txt"
         if native.exists():
-            evidence.native[rank] = native.read_text(errors="replace")[-NATIVE_CHARS:]
+            evidence.native[rank] = without_thread(native.read_text(errors="replace"), THREAD_NAME)[:NATIVE_CHARS]
     dumps, problems = load_dir(launch.flight_dump(0).parent) if launch.flight_dump(0).parent.is_dir() else ({}, [])
     evidence.notes += problems
     for rank, dump in dumps.items():

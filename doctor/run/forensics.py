@@ -20,8 +20,10 @@ import pickle
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import IO, Any
 
 from doctor.files import write_atomic
@@ -92,8 +94,14 @@ def arm(launch: LaunchDir, rank: int, backend: str) -> Armed:
     return Armed(launch, rank, backend, thin)
 
 
+def py_spy() -> str | None:
+    """py-spy beside this Python (the venv ds-doctor runs from, whose bin is often not on PATH), else on PATH."""
+    beside = Path(sys.executable).parent / "py-spy"
+    return str(beside) if beside.is_file() else shutil.which("py-spy")
+
+
 def _py_spy(pid: int) -> subprocess.Popen[str] | None:
-    exe = shutil.which("py-spy")
+    exe = py_spy()
     if exe is None:
         return None
     with contextlib.suppress(OSError):

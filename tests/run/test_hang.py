@@ -61,6 +61,18 @@ def test_a_rank_elsewhere_is_named_with_its_stack_and_the_others_collective(hung
     assert "hangs[missing-ws2] TIMEOUT" in stdout
 
 
+def test_py_spy_adds_native_frames_where_it_is_installed(hung) -> None:
+    from doctor.run.forensics import py_spy
+
+    case = hung[0]["hangs[missing-ws2]"]
+    if py_spy() is None:  # the `hang` extra is optional: then the report says how to get native frames
+        assert "install py-spy" in case["notes"]["forensics"]["native_stacks"]
+        pytest.skip("py-spy is not installed (the `hang` extra): the Python stacks above are all there is")
+    native = ranks(case)[1]["native_stack"]
+    assert case["notes"]["forensics"]["native_stacks"] == "py-spy"
+    assert "wait_for_me" in native and "libpython" in native  # Python frames interleaved with native ones
+
+
 def test_a_collective_mismatch_names_both_sides(hung) -> None:
     case = hung[0]["hangs[mismatch-ws2]"]
     [finding] = [f for f in case["findings"] if f["invariant"] == "collective_mismatch"]
