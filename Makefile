@@ -53,6 +53,7 @@ lint: $(BIN)/.installed
 bench: $(BIN)/.installed
 	$(BIN)/python bench/bench_env.py
 	$(BIN)/python bench/bench_nightly.py
+	$(BIN)/python bench/bench_recorder.py
 
 clean:
 	rm -rf $(VENV) ds-doctor-reports wheelhouse
