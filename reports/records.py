@@ -225,7 +225,9 @@ class RankSummary:
     stages: tuple[StageTime, ...] = ()  # time per stage of the case on this rank
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        return {**data, "stacks": [s.to_dict() for s in self.stacks], "collectives": list(data["collectives"]),
+                "stages": list(data["stages"])}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RankSummary:

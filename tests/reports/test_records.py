@@ -93,3 +93,22 @@ def test_a_case_from_two_nodes_keeps_two_keys() -> None:
     assert mine.key == "comm[all_reduce-ws2]"
     assert {dataclasses.replace(mine, node=n).key for n in (0, 1)} == {"comm[all_reduce-ws2]@node0",
                                                                        "comm[all_reduce-ws2]@node1"}
+
+
+def test_a_hung_rank_round_trips_with_its_stacks_positions_and_stages() -> None:
+    import dataclasses
+
+    from reports.hang import CollectivePosition, Frame, StageTime, ThreadStack
+    from reports.records import RankSummary
+
+    rank = RankSummary(rank=1, outcome="timeout", stage="planted",
+                       stacks=(ThreadStack("MainThread", (Frame("wait_for_me", "/p/h.py", 22), Frame("... 2 frames of torch")),
+                                           current=True),),
+                       collectives=(CollectivePosition("0:default_pg", 1, "all_reduce", 2, "[[1024]] Float", "scheduled"),),
+                       stages=(StageTime("planted", 0.01, 5.0),), native_stack="Thread 1 (idle)")
+    hung = dataclasses.replace(case(Outcome.TIMEOUT, "hung"), ranks=(rank,))
+    data = a_report([hung]).to_dict()
+    validate(data)
+    back = Report.from_dict(json.loads(json.dumps(data)))
+    assert back.results[0].ranks[0] == rank
+    assert back.results[0].ranks[0].stacks[0].innermost == Frame("wait_for_me", "/p/h.py", 22)
