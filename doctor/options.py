@@ -100,3 +100,25 @@ def cluster_from(nnodes: int | None, node_rank: int | None, endpoint: str | None
         return from_options(nnodes, node_rank, endpoint, rdzv_id, join_timeout_s, os.environ)
     except ClusterError as exc:
         raise click.UsageError(str(exc)) from None
+
+
+def use_user_setup(ds_config: str | None, model_spec: str | None) -> None:
+    """Check `--deepspeed-config` and `--model` (DeepSpeed's own validation; one forward of the model on the CPU)
+    and hand them to the ranks through the environment."""
+    import os
+
+    from doctor.run import userconfig, usermodel
+
+    if ds_config is not None:
+        try:
+            user = userconfig.load(ds_config)
+            userconfig.check(user)
+        except userconfig.ConfigError as exc:
+            raise click.BadParameter(str(exc), param_hint="--deepspeed-config") from None
+        os.environ[userconfig.ENV] = user.path
+    if model_spec is not None:
+        try:
+            spec = usermodel.check(model_spec)
+        except usermodel.ModelSpecError as exc:
+            raise click.BadParameter(str(exc), param_hint="--model") from None
+        os.environ[usermodel.ENV] = spec.text

@@ -14,8 +14,10 @@ from collections.abc import Callable
 from typing import Any
 
 from doctor.checks.placement import ZeroPromise, zero_invariants
+from doctor.checks.structure import buffer_placement, ties_kept
 from doctor.collect.observe import observe_unscale_and_clip
-from doctor.plugins import ProbeContext, ProbeSpec, Requirement, Variant
+from doctor.plugins import Finding, ProbeContext, ProbeSpec, Requirement, Severity, Variant
+from doctor.run.userconfig import UserConfig, fill, user_config
 from probes.common import build_deepspeed_ops
 from probes.models import batch, build_mlp
 
@@ -52,7 +54,9 @@ def variants() -> list[Variant]:
     cases = [ZeroCase(stage, offload, dtype) for stage in (1, 2, 3) for offload, (_, offload_param) in OFFLOADS.items()
              if not offload_param or stage == 3  # parameter offload exists only in ZeRO-3
              for dtype in ("bf16", "fp32")]
-    return [Variant(name=case.name, params=case, level=2 if case.name == REPRESENTATIVE else 3) for case in cases]
+    out = [Variant(name=case.name, params=case, level=2 if case.name == REPRESENTATIVE else 3) for case in cases]
+    user = user_config()
+    return [*out, Variant("user-config", user, level=2)] if user is not None else out
 
 
 def build_config(params: ZeroCase) -> dict[str, Any]:
@@ -80,53 +84,82 @@ setup = build_deepspeed_ops  # DeepSpeed's optimizer ops, built or loaded once p
 def run(ctx: ProbeContext) -> None:
     import deepspeed
 
-    config = build_config(ctx.params)
+    config = configure(ctx)
+    user = isinstance(ctx.params, UserConfig)
     promise = ZeroPromise.from_config(config, accelerator=ctx.device)
     ctx.note("deepspeed_config", config)
+    model = ctx.user_model()
     ctx.enter("initialize")
-    model = build_mlp()
-    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+    module = model.module if model is not None else build_mlp()
+    if model is not None:
+        ctx.note("model", model.describe())
+    ctx.snapshot("before_init", module=module)
+    engine, _, _, _ = deepspeed.initialize(model=module, model_parameters=module.parameters(), config=config)
     try:
         ctx.note("optimizer", type(engine.optimizer).__name__)
         ctx.note("inner_optimizer", type(getattr(engine.optimizer, "optimizer", None)).__name__)
         ctx.snapshot("after_init", engine=engine)
         with observe_unscale_and_clip(engine.optimizer, ctx.rank, ctx.add_records) as calls:
-            train_window(engine, seed=1000 * ctx.rank, enter=ctx.enter,
+            train_window(engine, seed=1000 * ctx.rank, enter=ctx.enter, model=model,
                          after_first_backward=lambda: ctx.snapshot("after_backward", engine=engine))
         ctx.snapshot("after_step", engine=engine)
-        _check_the_step_ran(ctx, engine, calls[0])
+        _check_the_step_ran(ctx, engine, calls[0], float(config.get("gradient_clipping") or 0), require_clip=not user)
         ctx.check(zero_invariants(ctx.records, promise))
+        ctx.check(buffer_placement(ctx.records, ctx.device, "after_init"))
+        ctx.check(ties_kept(ctx.records, "before_init", "after_step"))
     finally:
         engine.destroy()
 
 
+def configure(ctx: ProbeContext) -> dict[str, Any]:
+    """The config a case trains with: the family's own, or the user's made runnable here (what was filled and what
+    changed is in the notes, each change also a warning finding)."""
+    if not isinstance(ctx.params, UserConfig):
+        return build_config(ctx.params)
+    user: UserConfig = ctx.params
+    filled = fill(user.config, ctx.world_size, ctx.device)
+    ctx.note("user_config", {"path": user.path, "sha256": user.sha256, "config": user.config, "filled": filled.filled,
+                             "changed": filled.changed, "left_to_deepspeed": filled.unfilled})
+    for where, change in filled.changed.items() if ctx.rank == 0 else ():  # one finding, not one per rank
+        ctx.check([Finding("config_changed", Severity.WARNING, f"{where}: {change}", rank=ctx.rank,
+                           stage="configure", expected="the config runs here as written")])
+    return {**filled.config, "steps_per_print": 10**9, "wall_clock_breakdown": False}
+
+
 def train_window(engine: Any, *, seed: int, enter: Callable[[str], None] | None = None,
-                 after_first_backward: Callable[[], object] | None = None) -> None:
-    """One accumulation window: ACCUMULATION micro steps, the last of them the boundary step."""
+                 after_first_backward: Callable[[], object] | None = None, model: Any = None) -> None:
+    """One accumulation window: the engine's accumulation steps, the last of them the boundary step. `model`: the
+    user's (`ctx.user_model()`), trained on its own batches; else the tiny MLP's regression."""
     import torch
 
     dtype = torch.bfloat16 if engine.bfloat16_enabled() else torch.float32
-    for micro in range(ACCUMULATION):
+    micro_batch = engine.train_micro_batch_size_per_gpu()
+    for micro in range(engine.gradient_accumulation_steps()):
         if enter is not None:
             enter(f"micro_step {micro}")
-        x, y = batch(MICRO_BATCH, dtype=dtype, device=engine.device, seed=seed + micro)
-        engine.backward(torch.nn.functional.mse_loss(engine(x), y))
+        if model is not None:
+            loss = model.loss(engine, micro_batch, device=engine.device, dtype=dtype, seed=seed + micro)
+        else:
+            x, y = batch(micro_batch, dtype=dtype, device=engine.device, seed=seed + micro)
+            loss = torch.nn.functional.mse_loss(engine(x), y)
+        engine.backward(loss)
         if micro == 0 and after_first_backward is not None:
             after_first_backward()
         engine.step()
 
 
-def _check_the_step_ran(ctx: ProbeContext, engine: Any, clip_calls: int) -> None:
-    """The case only proves something if the boundary step ran and clipping fired."""
+def _check_the_step_ran(ctx: ProbeContext, engine: Any, clip_calls: int, clip: float, require_clip: bool) -> None:
+    """The case only proves something if the boundary step ran (and, with the family's config, clipping fired)."""
     norm = engine.get_global_grad_norm()
     norm_value = float(norm) if norm is not None else None
     ctx.note("global_steps", int(engine.global_steps))
     ctx.note("global_grad_norm", norm_value)
     ctx.note("unscale_and_clip_grads_calls", clip_calls)
+    ctx.note("clipping_fired", bool(clip and norm_value is not None and norm_value > clip))
     if engine.global_steps != 1 or clip_calls == 0:
         raise RuntimeError(
             f"the accumulation boundary did not run as planned: global_steps={engine.global_steps}, "
             f"unscale_and_clip_grads calls={clip_calls} (expected 1 step and >= 1 call)"
         )
-    if norm_value is None or not norm_value > CLIP:
-        raise RuntimeError(f"clipping did not fire: grad norm {norm_value} <= gradient_clipping {CLIP}")
+    if require_clip and (norm_value is None or not norm_value > clip):
+        raise RuntimeError(f"clipping did not fire: grad norm {norm_value} <= gradient_clipping {clip}")

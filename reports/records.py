@@ -104,14 +104,19 @@ class TensorRecord:
     nbytes: int
     requires_grad: bool | None = None
     node: int | None = None  # the node of a multi-node run the rank ran on (the report's `nodes` give its host)
+    aliases: tuple[str, ...] = ()  # the tensor's other names (a tied weight): one record, every name
 
     def to_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "shape": list(self.shape)}
+        return {**dataclasses.asdict(self), "shape": list(self.shape), "aliases": list(self.aliases)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TensorRecord:
         values = _known(cls, data)
-        return cls(**{**values, "shape": tuple(values.get("shape", ()))})
+        return cls(**{**values, "shape": tuple(values.get("shape", ())), "aliases": tuple(values.get("aliases", ()))})
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (self.path, *self.aliases)
 
     @property
     def is_cpu_scalar(self) -> bool:

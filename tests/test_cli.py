@@ -67,6 +67,8 @@ def make_inputs(tmp: Path) -> None:
     (tmp / "broken-report.json").write_text(json.dumps({"schema_version": 1, "tool": {"name": "ds-doctor"},
                                                         "results": "not a list"}))
     (tmp / "plain_dir").mkdir()
+    (tmp / "refused_ds.json").write_text(json.dumps({"train_micro_batch_size_per_gpu": 1,
+                                                      "zero_optimization": {"stage": "three"}}))
     (tmp / "evil_dumps").mkdir()  # a pickle that would run a command if it were unpickled plainly
     (tmp / "evil_dumps" / "rank_0").write_bytes(pickle.dumps(_Evil()))
     (tmp / "bad_run").mkdir()
@@ -137,6 +139,13 @@ BAD_INPUTS = [
     (["run", "--nnodes", "0", "--node-rank", "0", "--rdzv-endpoint", "h:1"], "--nnodes"),
     (["run", "--join-timeout", "0"], "--join-timeout"),
     (["run", "--suspect-below", "1.5"], "--suspect-below"),
+    (["run", "--deepspeed-config", "{tmp}/absent.json"], "no such file"),
+    (["run", "--deepspeed-config", "{tmp}/malformed.json"], "not JSON: Expecting value at line 1 column 31"),
+    (["run", "--deepspeed-config", "{tmp}/refused_ds.json"], "DeepSpeed refuses it: DeepSpeedZeroConfig stage"),
+    (["run", "--model", "hf:not_a_model"], "not a causal-LM model type of transformers; tested: qwen3, llama"),
+    (["run", "--model", "tests.resources.nope:f"], "does not import"),
+    (["run", "--model", "tests.resources.user_models:not_a_module"], "not an nn.Module"),
+    (["run", "--model", "a model"], "expected hf:<model_type>"),
 ]
 
 

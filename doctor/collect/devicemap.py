@@ -14,7 +14,8 @@ from reports.records import TensorRecord
 
 #: Roles a record can have; invariants select records by role.
 ROLES = (
-    "param",  # a module parameter (for ZeRO-3: the placeholder the module holds)
+    "param",  # a module parameter (for ZeRO-3: the placeholder the module holds); a tied one once, with aliases
+    "buffer",  # a module buffer (rotary inv_freq, a causal mask, running statistics), owned by its module
     "param_partition",  # ZeRO-3 `param.ds_tensor`: this rank's shard of a parameter
     "grad",  # `param.grad`
     "bit16_partition",  # ZeRO's flat low-precision partition of a parameter group
@@ -39,7 +40,7 @@ class Recorder:
         self.stage = stage
         self.records: list[TensorRecord] = []
 
-    def add(self, value: Any, *, role: str, path: str, owner: str | None = None) -> None:
+    def add(self, value: Any, *, role: str, path: str, owner: str | None = None, aliases: tuple[str, ...] = ()) -> None:
         """Record a tensor's placement, or a Python number as device `python`; anything else is ignored."""
         import torch
 
@@ -54,7 +55,7 @@ class Recorder:
         device, dtype, shape, numel, nbytes, requires_grad = placement
         self.records.append(TensorRecord(rank=self.rank, stage=self.stage, role=role, path=path, owner=owner,
                                          device=device, dtype=dtype, shape=shape, numel=numel, nbytes=nbytes,
-                                         requires_grad=requires_grad))
+                                         requires_grad=requires_grad, aliases=aliases))
 
 
 def iter_nested_tensors(value: Any, path: str) -> Iterator[tuple[str, Any]]:
@@ -76,15 +77,28 @@ def parameter_names(module: Any) -> dict[int, str]:
     return {id(p): name for name, p in module.named_parameters(remove_duplicate=False)}
 
 
+def _by_tensor(named: Iterable[tuple[str, Any]]) -> list[tuple[str, Any, tuple[str, ...]]]:
+    """(first name, tensor, other names) per distinct tensor, in module order."""
+    names: dict[int, list[str]] = {}
+    tensors: dict[int, Any] = {}
+    for name, tensor in named:
+        names.setdefault(id(tensor), []).append(name)
+        tensors.setdefault(id(tensor), tensor)
+    return [(found[0], tensors[key], tuple(found[1:])) for key, found in names.items()]
+
+
 def collect_module(rec: Recorder, module: Any) -> None:
-    """Parameters, their ZeRO-3 partitions (`ds_tensor`) and gradients of an `nn.Module`."""
-    for name, param in module.named_parameters():
-        rec.add(param, role="param", path=name, owner=name)
+    """Parameters (a tied one once, with every name), their ZeRO-3 partitions (`ds_tensor`) and gradients, and
+    the buffers of an `nn.Module`."""
+    for name, param, aliases in _by_tensor(module.named_parameters(remove_duplicate=False)):
+        rec.add(param, role="param", path=name, owner=name, aliases=aliases)
         partition = getattr(param, "ds_tensor", None)
         if partition is not None:
             rec.add(partition, role="param_partition", path=f"{name}.ds_tensor", owner=name)
         if param.grad is not None:
             rec.add(param.grad, role="grad", path=f"{name}.grad", owner=name)
+    for name, buffer, aliases in _by_tensor(module.named_buffers(remove_duplicate=False)):
+        rec.add(buffer, role="buffer", path=name, owner=name.rpartition(".")[0] or None, aliases=aliases)
 
 
 def collect_optimizer(

@@ -1,0 +1,183 @@
+"""The user's DeepSpeed config (`ds-doctor run --deepspeed-config FILE`), made runnable here and nothing more.
+
+`load` reads and parses it (a bad file is one line: path, or line and column), `check` runs DeepSpeed's own
+validation on it, `fill` makes it run on this node at this world size: HF-style `"auto"` values get values for
+the tiny model (as the HF Trainer fills them from its arguments), and what cannot run here is changed, each
+change listed with its reason (an NVMe offload path that does not exist becomes a CPU offload *and a finding*,
+never a silent switch). The ZeRO promise the invariants check is read from the filled config.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+ENV = "DS_DOCTOR_DEEPSPEED_CONFIG"
+MICRO_BATCH = 2
+ACCUMULATION = 4
+HIDDEN = 32  # the tiny models' hidden size, for the bucket sizes HF derives from it
+
+
+class ConfigError(ValueError):
+    """A config that cannot be used; its message is the one line the CLI prints."""
+
+
+@dataclasses.dataclass(frozen=True)
+class UserConfig:
+    path: str
+    sha256: str
+    text: str  # the file as read: the case carries it, every rank parses the same bytes
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return dict(json.loads(self.text))
+
+
+def load(path: str | Path) -> UserConfig:
+    path = Path(path).expanduser().resolve()
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: {exc.strerror}") from None
+    text = raw.decode("utf-8", errors="replace")
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    if not isinstance(config, dict):
+        raise ConfigError(f"{path}: a DeepSpeed config is a JSON object, not {type(config).__name__}")
+    return UserConfig(str(path), hashlib.sha256(raw).hexdigest(), text)
+
+
+def user_config() -> UserConfig | None:
+    """The config `--deepspeed-config` named (the CLI puts its path in DS_DOCTOR_DEEPSPEED_CONFIG for the ranks),
+    read once per process."""
+    path = os.environ.get(ENV)
+    return _load_once(path) if path else None
+
+
+@functools.lru_cache(maxsize=4)
+def _load_once(path: str) -> UserConfig:
+    return load(path)
+
+
+@dataclasses.dataclass
+class Filled:
+    config: dict[str, Any]
+    filled: dict[str, Any] = dataclasses.field(default_factory=dict)  # "a.b" -> the value put for "auto"
+    changed: dict[str, str] = dataclasses.field(default_factory=dict)  # "a.b" -> "old -> new: why"
+    unfilled: list[str] = dataclasses.field(default_factory=list)  # "auto" with no value known: left to DeepSpeed
+
+
+def _auto_values(config: dict[str, Any], world_size: int) -> dict[str, Any]:
+    micro = config.get("train_micro_batch_size_per_gpu")
+    micro = micro if isinstance(micro, int) else MICRO_BATCH
+    accumulation = config.get("gradient_accumulation_steps")
+    accumulation = accumulation if isinstance(accumulation, int) else ACCUMULATION
+    lr = (config.get("optimizer") or {}).get("params", {}).get("lr")
+    lr = lr if isinstance(lr, (int, float)) else 3e-4
+    return {
+        "train_micro_batch_size_per_gpu": micro, "gradient_accumulation_steps": accumulation,
+        "train_batch_size": micro * accumulation * world_size, "gradient_clipping": 1.0,
+        "optimizer.params.lr": lr, "optimizer.params.betas": [0.9, 0.999], "optimizer.params.eps": 1e-8,
+        "optimizer.params.weight_decay": 0.0, "scheduler.params.warmup_min_lr": 0.0,
+        "scheduler.params.warmup_max_lr": lr, "scheduler.params.warmup_num_steps": 1,
+        "scheduler.params.total_num_steps": 10, "bf16.enabled": True, "fp16.enabled": False,
+        "zero_optimization.reduce_bucket_size": HIDDEN * HIDDEN,
+        "zero_optimization.stage3_prefetch_bucket_size": int(0.9 * HIDDEN * HIDDEN),
+        "zero_optimization.stage3_param_persistence_threshold": 10 * HIDDEN,
+    }
+
+
+def _walk(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    if isinstance(value, dict):
+        return [item for key, inner in value.items() for item in _walk(inner, f"{prefix}.{key}" if prefix else key)]
+    return [(prefix, value)]
+
+
+def _set(config: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, last = dotted.split(".")
+    for key in parents:
+        config = config[key]
+    config[last] = value
+
+
+def _drop(config: dict[str, Any], dotted: str) -> None:
+    *parents, last = dotted.split(".")
+    for key in parents:
+        config = config[key]
+    config.pop(last, None)
+
+
+def fill(user: dict[str, Any], world_size: int, accelerator: str) -> Filled:
+    result = Filled(copy.deepcopy(user))
+    values = _auto_values(result.config, world_size)
+    for dotted, value in _walk(result.config):
+        if value != "auto":
+            continue
+        if dotted in values:
+            _set(result.config, dotted, values[dotted])
+            result.filled[dotted] = values[dotted]
+        else:
+            _drop(result.config, dotted)
+            result.unfilled.append(dotted)
+    _fit_batch(result, world_size)
+    for section in ("offload_optimizer", "offload_param"):
+        _fit_offload(result, section, accelerator)
+    return result
+
+
+def _fit_batch(result: Filled, world_size: int) -> None:
+    config = result.config
+    micro, accumulation = config.get("train_micro_batch_size_per_gpu"), config.get("gradient_accumulation_steps")
+    total = config.get("train_batch_size")
+    if isinstance(micro, int) and isinstance(accumulation, int) and isinstance(total, int) \
+            and total != micro * accumulation * world_size:
+        config["train_batch_size"] = micro * accumulation * world_size
+        result.changed["train_batch_size"] = (f"{total} -> {config['train_batch_size']}: micro batch x accumulation x "
+                                              f"{world_size} ranks here")
+
+
+def _fit_offload(result: Filled, section: str, accelerator: str) -> None:
+    offload = (result.config.get("zero_optimization") or {}).get(section)
+    if not isinstance(offload, dict):
+        return
+    if offload.get("device") == "nvme":
+        where = offload.get("nvme_path")
+        if not where or not Path(str(where)).is_dir():
+            offload["device"] = "cpu"
+            result.changed[f"zero_optimization.{section}.device"] = (
+                f"nvme -> cpu: nvme_path {where!r} does not exist on this node, so the NVMe swap itself is not tested")
+    if offload.get("pin_memory") and not accelerator.startswith("cuda"):
+        offload["pin_memory"] = False
+        result.changed[f"zero_optimization.{section}.pin_memory"] = "true -> false: no CUDA here to pin memory for"
+
+
+def check(user: UserConfig, world_size: int = 1) -> None:
+    """DeepSpeed's own validation of the filled config; ConfigError with its message and field."""
+    try:
+        from deepspeed.runtime.config import DeepSpeedConfig
+    except ImportError:
+        raise ConfigError(f"--deepspeed-config {user.path}: deepspeed is not installed (pip install deepspeed)") from None
+    filled = fill(user.config, world_size, "cpu")
+    try:
+        DeepSpeedConfig(filled.config)
+    except Exception as exc:
+        raise ConfigError(f"{user.path}: DeepSpeed refuses it: {_first_error(exc)}") from None
+
+
+def _first_error(exc: Exception) -> str:
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        first = errors()[0]
+        where = ".".join(str(part) for part in first.get("loc", ()))
+        return f"{getattr(exc, 'title', '')} {where}: {first.get('msg')}".strip()
+    return f"{type(exc).__name__}: {exc}".splitlines()[0][:300]

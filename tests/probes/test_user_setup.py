@@ -1,0 +1,71 @@
+"""The user's own DeepSpeed config and model through zero_offload at two ranks, under real torchrun."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.test_e2e import ds_doctor, read_report
+
+pytestmark = pytest.mark.multirank
+
+#: a config as the HF Trainer docs write one: ZeRO-3, both offloads (parameters to an NVMe this node lacks), bf16,
+#: clipping, everything sizeable left "auto"
+AUTO_CONFIG = {
+    "train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+    "gradient_clipping": "auto", "bf16": {"enabled": "auto"},
+    "optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}},
+    "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": "auto", "warmup_max_lr": "auto",
+                                                  "warmup_num_steps": "auto"}},
+    "zero_optimization": {"stage": 3, "overlap_comm": True, "contiguous_gradients": True,
+                          "offload_optimizer": {"device": "cpu", "pin_memory": True},
+                          "offload_param": {"device": "nvme", "nvme_path": "/local_nvme", "pin_memory": True},
+                          "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto",
+                          "stage3_param_persistence_threshold": "auto"},
+}
+
+
+def run(out: Path, *args: str) -> dict:
+    proc = ds_doctor("run", "--out", str(out), *args, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    [result] = read_report(out)["results"]
+    assert result["outcome"] == "pass", result["reason"]
+    return result
+
+
+def test_a_user_config_with_auto_values_and_a_factory_model(tmp_path: Path) -> None:
+    config = tmp_path / "ds_config.json"
+    config.write_text(json.dumps(AUTO_CONFIG, indent=2))
+    result = run(tmp_path / "out", "--deepspeed-config", str(config), "--model",
+                 "tests.resources.user_models:tied_with_buffers", "-k", "zero_offload and user-config and ws2")
+    assert result["case"] == "zero_offload[user-config-ws2]"
+    user = result["notes"]["user_config"]
+    assert user["path"] == str(config) and user["sha256"] == hashlib.sha256(config.read_bytes()).hexdigest()
+    assert user["config"] == AUTO_CONFIG and user["filled"]["train_batch_size"] == 16
+    assert result["notes"]["deepspeed_config"]["zero_optimization"]["stage"] == 3
+    changed = [f["message"] for f in result["findings"] if f["invariant"] == "config_changed"]
+    assert any("offload_param.device: nvme -> cpu: nvme_path '/local_nvme' does not exist" in m for m in changed)
+    assert result["notes"]["model"].startswith("tests.resources.user_models:tied_with_buffers (TiedWithBuffers")
+    records = result["device_map"]
+    for rank in (0, 1):
+        buffers = {r["path"] for r in records if r["role"] == "buffer" and r["stage"] == "after_init" and r["rank"] == rank}
+        assert buffers == {"scale", "positions"}
+        tied = [r for r in records if r["role"] == "param" and r["stage"] == "after_step" and r["rank"] == rank
+                and r["path"] == "embed.weight"]
+        assert [r["aliases"] for r in tied] == [["head.weight"]]  # still one tensor after ZeRO-3 and a step
+    partitions = {r["device"] for r in records if r["role"] == "fp32_partition"}
+    assert partitions == {"cpu"}  # the offload the config promises, checked by the invariants
+
+
+@pytest.mark.parametrize("model_type", ["qwen3", "qwen3_moe"])
+def test_a_real_architecture_through_zero3_offload(tmp_path: Path, model_type: str) -> None:
+    result = run(tmp_path, "--model", f"hf:{model_type}", "-k", "zero_offload and ws2")
+    assert result["case"] == "zero_offload[z3-opt+param-bf16-ws2]"
+    assert result["notes"]["model"].startswith(f"hf:{model_type} (Qwen3")
+    buffers = {r["path"] for r in result["device_map"] if r["role"] == "buffer"}
+    assert "model.rotary_emb.inv_freq" in buffers
+    if model_type == "qwen3_moe":
+        assert any(".mlp.experts." in r["path"] for r in result["device_map"] if r["role"] == "param")
