@@ -182,4 +182,34 @@ ACCELERATE: tuple[KnownIssue, ...] = (
         remedy="Set those DeepSpeed keys to \"auto\" or make them equal (as numbers).",
         refs=("https://github.com/huggingface/transformers/pull/12021", "https://github.com/hiyouga/LlamaFactory/issues/1116"),
     ),
+    KnownIssue(
+        id="acc_dispatch_unties_weights",
+        title="dispatch_model (or device-map loading) unties weights: the LM head stops sharing the embedding",
+        package="accelerate",
+        patterns=(),
+        silent="nothing raises: the head and the embedding train apart and are saved twice; ties_kept finds it",
+        cause="Placing a model's parameters by a device map assigns new tensors per module; a parameter two modules "
+        "shared (an LM head tied to the input embedding) becomes two tensors unless the tie is restored afterwards. "
+        "transformers' loading hit the same when it copied weights into new tensors for a dtype or device change.",
+        remedy="Call model.tie_weights() after dispatch_model / load_checkpoint_and_dispatch (and after any manual "
+        "re-assignment), and check lm_head.weight is model.get_input_embeddings().weight before training or saving.",
+        refs=("https://github.com/huggingface/accelerate/issues/993", "https://github.com/huggingface/transformers/pull/33913"),
+        invariants=("ties_kept",),
+    ),
+    KnownIssue(
+        id="buffer_off_compute_device",
+        title="A buffer left on meta or the CPU after meta-device init, zero.Init or dispatch (rotary inv_freq, masks)",
+        package="transformers",
+        patterns=(),
+        silent="on meta nothing raises before a forward, and once materialised with to_empty the buffer silently "
+        "holds uninitialised memory (non-persistent buffers are in no checkpoint); buffer_placement finds it",
+        cause="Buffers are not parameters: meta-device init, init_empty_weights, zero.Init and device maps handle "
+        "parameters, and non-persistent buffers such as rotary inv_freq are neither saved nor loaded, so nothing "
+        "puts them on the compute device with real values.",
+        remedy="Recompute non-persistent buffers after materialising the module (re-run the rotary module's init, or "
+        "the model's _init_weights on it) and move the whole module, buffers included, before wrapping.",
+        refs=("https://github.com/huggingface/transformers/issues/34234", "https://github.com/huggingface/transformers/issues/45902",
+              "https://github.com/pytorch/torchtitan/issues/4783"),
+        invariants=("buffer_placement",),
+    ),
 )
