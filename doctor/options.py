@@ -102,12 +102,19 @@ def cluster_from(nnodes: int | None, node_rank: int | None, endpoint: str | None
         raise click.UsageError(str(exc)) from None
 
 
-def use_user_setup(ds_config: str | None, model_spec: str | None) -> None:
-    """Check `--deepspeed-config` and `--model` (DeepSpeed's own validation; one forward of the model on the CPU)
-    and hand them to the ranks through the environment."""
+def use_user_setup(ds_config: str | None, model_spec: str | None, acc_config: str | None = None) -> None:
+    """Check `--deepspeed-config`, `--accelerate-config` and `--model` (DeepSpeed's own validation; the YAML's
+    fields; one forward of the model on the CPU) and hand them to the ranks through the environment."""
     import os
 
-    from doctor.run import userconfig, usermodel
+    from doctor.run import useraccelerate, userconfig, usermodel
+
+    if acc_config is not None:
+        try:
+            setup = useraccelerate.load(acc_config)
+        except useraccelerate.AccelerateConfigError as exc:
+            raise click.BadParameter(str(exc), param_hint="--accelerate-config") from None
+        os.environ[useraccelerate.ENV] = setup.path
 
     if ds_config is not None:
         try:

@@ -13,11 +13,13 @@ it, an error when the step raises; one still there after the step is an error.
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any
 
 from doctor.checks.lifecycle import process_count_agreement
 from doctor.checks.placement import optimizer_state_colocation
 from doctor.plugins import Finding, ProbeContext, ProbeSpec, Requirement, Severity, Variant
+from doctor.run import useraccelerate
 from probes.common import accelerate_session, dist_world_size
 from probes.models import batch, build_mlp
 
@@ -37,6 +39,7 @@ class OptimizerCase:
     name: str
     requirement: Requirement  # the module to import and its pip name
     issue: str | None = None  # the known issue named for the case
+    user_accelerate: bool = False  # built from the user's --accelerate-config
 
 
 OPTIMIZERS = (
@@ -52,7 +55,10 @@ REMEDY = ("After accelerator.load_state move each param group's tensors to the d
 
 
 def variants() -> list[Variant]:
-    return [Variant(name=case.name, params=case, level=2 if case.issue else 3) for case in OPTIMIZERS]
+    cases = list(OPTIMIZERS)
+    if os.environ.get(useraccelerate.ENV):
+        cases += [dataclasses.replace(c, name=f"{c.name}-user-accelerate-config", user_accelerate=True) for c in OPTIMIZERS]
+    return [Variant(name=case.name, params=case, level=2 if case.issue else 3) for case in cases]
 
 
 def make_optimizer(name: str, params: Any) -> Any:
@@ -76,30 +82,35 @@ def placement(records: list[Any], severity: Severity) -> list[Finding]:
 
 def run(ctx: ProbeContext) -> None:
     case: OptimizerCase = ctx.params
-    name, issue_id = case.name, case.issue
+    name, issue_id = case.name.removesuffix("-user-accelerate-config"), case.issue
     ctx.require(case.requirement)
+    setup = useraccelerate.from_env() if case.user_accelerate else None
+    if setup is not None:
+        ctx.note("accelerate_config", setup.summary())
+        if reason := useraccelerate.skip_reason(setup, ctx.device_kind):
+            ctx.skip(reason)
     ctx.note("optimizer_version", _version(case.requirement.pip))
     with accelerate_session():
         checkpoint = ctx.scratch_dir() / "state"
         ctx.enter("prepare")
-        accelerator, model, optimizer = _prepared(ctx, name)
+        accelerator, model, optimizer, user = _prepared(ctx, name, setup)
         ctx.note("accelerate_distributed_type", accelerator.distributed_type.value)
         ctx.check(process_count_agreement(accelerator.num_processes, dist_world_size()))
         if ctx.has_error_findings:
             return  # every rank would act as the main process and write the same checkpoint files
-        _step(ctx, accelerator, model, optimizer, seed=0)
+        _step(ctx, accelerator, model, optimizer, user, seed=0)
         ctx.check(placement(ctx.snapshot("after_prepare", module=model, optimizer=optimizer), Severity.ERROR))
         ctx.enter("save_state")
         accelerator.save_state(str(checkpoint))
         accelerator.wait_for_everyone()
 
-        accelerator, model, optimizer = _prepared(ctx, name)  # a fresh run resuming from the checkpoint
+        accelerator, model, optimizer, user = _prepared(ctx, name, setup)  # a fresh run resuming from the checkpoint
         ctx.enter("load_state")
         accelerator.load_state(str(checkpoint))
         after_load = ctx.snapshot("after_load", module=model, optimizer=optimizer)
         misplaced = placement(after_load, Severity.ERROR)
         try:
-            _step(ctx, accelerator, model, optimizer, seed=1)
+            _step(ctx, accelerator, model, optimizer, user, seed=1)
         except Exception:
             ctx.check(misplaced)  # the step after load_state raised: the misplacement is why (or it is an error)
             if issue_id:
@@ -115,24 +126,52 @@ def run(ctx: ProbeContext) -> None:
             ctx.known_issue(issue_id, shown=False)
 
 
-def _prepared(ctx: ProbeContext, name: str) -> tuple[Any, Any, Any]:
-    """A new Accelerator (as a new run has) with a prepared model and optimizer."""
+def _prepared(ctx: ProbeContext, name: str, setup: Any = None) -> tuple[Any, Any, Any, Any]:
+    """A new Accelerator (as a new run has, from the user's config when given) with a prepared model (the user's
+    when `--model` names one) and optimizer."""
+    import torch
     from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
     from accelerate.utils import InitProcessGroupKwargs
 
-    # on CPU, Accelerate needs cpu=True to see the process group (without it: one process per rank, measured)
-    accelerator = Accelerator(cpu=ctx.device_kind == "cpu", kwargs_handlers=[InitProcessGroupKwargs(backend=ctx.backend)])
-    model = build_mlp(seed=0)
-    model, optimizer = accelerator.prepare(model, make_optimizer(name, model.parameters()))
-    return accelerator, model, optimizer
+    extra = useraccelerate.accelerator_kwargs(setup) if setup is not None else {}
+    # on CPU, Accelerate needs cpu=True to see the process group (without it: one process per rank, measured); with
+    # it, it drops a DeepSpeed plugin and runs MULTI_CPU (measured), so a DeepSpeed config goes without it
+    cpu = ctx.device_kind == "cpu" and "deepspeed_plugin" not in extra
+    AcceleratorState._reset_state()  # a fresh run's Accelerator: Accelerate refuses a second DeepSpeed plugin otherwise
+    accelerator = Accelerator(cpu=cpu, kwargs_handlers=[InitProcessGroupKwargs(backend=ctx.backend)], **extra)
+    user = ctx.user_model()
+    model = user.module if user is not None else build_mlp(seed=0)
+    if "deepspeed_plugin" in extra:  # its "auto" batch sizes come from a prepared dataloader, as in a real job
+        loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.zeros(8, 1)), batch_size=MICRO_BATCH)
+        model, optimizer, _ = accelerator.prepare(model, make_optimizer(name, model.parameters()), loader)
+    else:
+        model, optimizer = accelerator.prepare(model, make_optimizer(name, model.parameters()))
+    if setup is not None:
+        ctx.check(_config_honoured(setup.distributed_type, accelerator.distributed_type.value))
+    return accelerator, model, optimizer, user
 
 
-def _step(ctx: ProbeContext, accelerator: Any, model: Any, optimizer: Any, *, seed: int) -> None:
+def _config_honoured(asked: str, runs: str) -> list[Finding]:
+    """The user's config asks for a distributed type; Accelerate may quietly run another."""
+    same = asked == runs or (asked in ("NO", "MULTI_CPU") and runs in ("NO", "MULTI_CPU"))
+    return [] if same else [Finding("accelerate_config_honoured", Severity.ERROR,
+                                    f"the Accelerate config asks for {asked}; the prepared Accelerator runs {runs}",
+                                    stage="prepare", expected=f"distributed_type {asked}")]
+
+
+def _step(ctx: ProbeContext, accelerator: Any, model: Any, optimizer: Any, user: Any, *, seed: int) -> None:
+    """One step on the user's model and batches (`user`, from `--model`) or the tiny MLP's regression."""
     import torch
 
     ctx.enter(f"step {seed}")
-    x, y = batch(MICRO_BATCH, dtype=torch.float32, device=accelerator.device, seed=100 * ctx.rank + seed)
-    accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+    dtype = next(model.parameters()).dtype  # bf16 under DeepSpeed's bf16: its inputs must match
+    if user is not None:
+        loss = user.loss(model, MICRO_BATCH, device=accelerator.device, dtype=dtype, seed=100 * ctx.rank + seed)
+    else:
+        x, y = batch(MICRO_BATCH, dtype=dtype, device=accelerator.device, seed=100 * ctx.rank + seed)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+    accelerator.backward(loss)
     optimizer.step()
     optimizer.zero_grad()
 

@@ -67,6 +67,8 @@ def make_inputs(tmp: Path) -> None:
     (tmp / "broken-report.json").write_text(json.dumps({"schema_version": 1, "tool": {"name": "ds-doctor"},
                                                         "results": "not a list"}))
     (tmp / "plain_dir").mkdir()
+    (tmp / "broken.yaml").write_text("distributed_type: DEEPSPEED\nmixed_precision: [bf16\n")
+    (tmp / "tpu.yaml").write_text("distributed_type: TPU\n")
     (tmp / "refused_ds.json").write_text(json.dumps({"train_micro_batch_size_per_gpu": 1,
                                                       "zero_optimization": {"stage": "three"}}))
     (tmp / "evil_dumps").mkdir()  # a pickle that would run a command if it were unpickled plainly
@@ -146,6 +148,9 @@ BAD_INPUTS = [
     (["run", "--model", "tests.resources.nope:f"], "does not import"),
     (["run", "--model", "tests.resources.user_models:not_a_module"], "not an nn.Module"),
     (["run", "--model", "a model"], "expected hf:<model_type>"),
+    (["run", "--accelerate-config", "{tmp}/absent.yaml"], "no such file"),
+    (["run", "--accelerate-config", "{tmp}/broken.yaml"], "not YAML"),
+    (["run", "--accelerate-config", "{tmp}/tpu.yaml"], "distributed_type 'TPU' is none of"),
 ]
 
 

@@ -69,3 +69,49 @@ def test_a_real_architecture_through_zero3_offload(tmp_path: Path, model_type: s
     assert "model.rotary_emb.inv_freq" in buffers
     if model_type == "qwen3_moe":
         assert any(".mlp.experts." in r["path"] for r in result["device_map"] if r["role"] == "param")
+
+
+ACCELERATE_DEEPSPEED = """\
+compute_environment: LOCAL_MACHINE
+deepspeed_config:
+  gradient_accumulation_steps: 1
+  gradient_clipping: 1.0
+  offload_optimizer_device: cpu
+  offload_param_device: none
+  zero3_init_flag: false
+  zero_stage: 2
+distributed_type: DEEPSPEED
+mixed_precision: bf16
+num_machines: 1
+num_processes: 2
+use_cpu: false
+"""
+ACCELERATE_FSDP = """\
+distributed_type: FSDP
+mixed_precision: bf16
+fsdp_config:
+  fsdp_version: 2
+  fsdp_sharding_strategy: FULL_SHARD
+  fsdp_use_orig_params: true
+  fsdp_state_dict_type: SHARDED_STATE_DICT
+"""
+
+
+def test_an_accelerate_yaml_drives_the_save_load_round_trip(tmp_path: Path) -> None:
+    config = tmp_path / "default_config.yaml"
+    config.write_text(ACCELERATE_DEEPSPEED)
+    result = run(tmp_path / "ds", "--accelerate-config", str(config), "--level", "3",
+                 "-k", "optimizer_state_placement and adamw-user and ws2")
+    assert result["case"] == "optimizer_state_placement[adamw-user-accelerate-config-ws2]"
+    # DeepSpeed through Accelerate for real, not the MULTI_CPU Accelerate falls back to with cpu=True
+    assert result["notes"]["accelerate_distributed_type"] == "DEEPSPEED"
+    assert result["notes"]["accelerate_config"]["config"]["deepspeed_config"]["zero_stage"] == 2
+    roles = {r["role"] for r in result["device_map"] if r["stage"] == "after_load"}
+    assert {"fp32_partition", "optim_state"} <= roles
+    fsdp = tmp_path / "fsdp.yaml"
+    fsdp.write_text(ACCELERATE_FSDP)
+    proc = ds_doctor("run", "--out", str(tmp_path / "fsdp"), "--accelerate-config", str(fsdp), "--level", "3",
+                     "-k", "optimizer_state_placement and adamw-user and ws2", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    [skipped] = read_report(tmp_path / "fsdp")["results"]
+    assert skipped["outcome"] == "skip" and "Accelerate ignores it on CPU" in skipped["reason"]

@@ -1,0 +1,64 @@
+"""`--accelerate-config`: the YAML `accelerate config` writes, read, validated and turned into Accelerator arguments."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from doctor.run.useraccelerate import AccelerateConfigError, accelerator_kwargs, load, skip_reason
+
+
+def write(tmp_path: Path, text: str, name: str = "default_config.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ("distributed_type: DEEPSPEED\n  mixed_precision: [bf16\n", "not YAML"),
+    ("- a list\n", "an Accelerate config is a YAML mapping, not list"),
+    ("distributed_type: TPU_POD\n", "distributed_type 'TPU_POD' is none of DEEPSPEED"),
+    ("distributed_type: NO\nmixed_precision: fp12\n", "mixed_precision 'fp12' is none of"),
+    ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: absent.json\n",
+     "its deepspeed_config_file: "),
+])
+def test_a_bad_yaml_is_one_line(tmp_path: Path, text: str, needle: str) -> None:
+    with pytest.raises(AccelerateConfigError) as caught:
+        load(write(tmp_path, text))
+    assert needle in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_not_yaml_says_where(tmp_path: Path) -> None:
+    with pytest.raises(AccelerateConfigError, match=r"not YAML: .* at line \d+ column \d+"):
+        load(write(tmp_path, "distributed_type: DEEPSPEED\nmixed_precision: [bf16\n"))
+
+
+def test_inline_deepspeed_fields_become_the_plugin(tmp_path: Path) -> None:
+    setup = load(write(tmp_path, "distributed_type: DEEPSPEED\nmixed_precision: bf16\ndeepspeed_config:\n"
+                                 "  zero_stage: 3\n  offload_optimizer_device: cpu\n  gradient_clipping: 0.5\n"))
+    kwargs = accelerator_kwargs(setup)
+    plugin = kwargs["deepspeed_plugin"]
+    assert kwargs["mixed_precision"] == "bf16" and plugin.zero_stage == 3
+    assert plugin.deepspeed_config["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
+    assert plugin.deepspeed_config["gradient_clipping"] == 0.5
+
+
+def test_a_deepspeed_config_file_is_the_plugin_config(tmp_path: Path) -> None:
+    (tmp_path / "ds.json").write_text(json.dumps({"train_micro_batch_size_per_gpu": "auto",
+                                                  "zero_optimization": {"stage": 1}}))
+    setup = load(write(tmp_path, "distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: ds.json\n"))
+    assert accelerator_kwargs(setup)["deepspeed_plugin"].zero_stage == 1
+
+
+def test_an_unquoted_no_is_no(tmp_path: Path) -> None:
+    setup = load(write(tmp_path, "distributed_type: NO\nmixed_precision: no\n"))
+    assert (setup.distributed_type, setup.mixed_precision) == ("NO", "no")
+
+
+def test_what_cannot_run_on_cpu_is_a_skip_with_the_reason(tmp_path: Path) -> None:
+    fsdp = load(write(tmp_path, "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n"))
+    assert "Accelerate ignores it on CPU" in (skip_reason(fsdp, "cpu") or "")
+    assert skip_reason(fsdp, "cuda") is None
+    assert skip_reason(load(write(tmp_path, "distributed_type: MULTI_GPU\n", "m.yaml")), "cpu")
