@@ -134,19 +134,21 @@ def diff_against(baseline: Report, report: Report, tolerance_pct: float, json_pa
               help="Your Accelerate YAML (what `accelerate config` writes): the Accelerate families gain cases built from it.")
 @click.option("--model", "model_spec", metavar="SPEC",
               help="Train your model in place of the tiny ones: hf:<model_type> (e.g. hf:qwen3) or package.module:factory.")
+@click.option("--freeze", metavar="PATTERN",
+              help="With --model: the parameters S1 freezes (fnmatch on names; default: the input embedding).")
 @click.pass_obj
 def run(state: CliState, level: int, keyword: str | None, out_dir: Path, json_stdout: bool, nproc: int | None,
         timeout_s: float | None, anonymize: bool, junit_file: Path | None, prom_file: Path | None,
         baseline_file: Path | None, tolerance_pct: float, nnodes: int | None, node_rank: int | None,
         rdzv_endpoint: str | None, rdzv_id: str | None, join_timeout_s: float, suspect_below: float,
-        ds_config: str | None, acc_config: str | None, model_spec: str | None) -> int:
+        ds_config: str | None, acc_config: str | None, model_spec: str | None, freeze: str | None) -> int:
     """Run the probes that fit this node (or, with --nnodes, the nodes of a job) and write the report (and, with
     --baseline, the diff)."""
     from doctor.run import pipeline
     from reports.console import RunProgress, make_console, print_summary
 
     cluster = cluster_from(nnodes, node_rank, rdzv_endpoint, rdzv_id, join_timeout_s)
-    use_user_setup(ds_config, model_spec, acc_config)  # before the selection: the user's configs add cases
+    use_user_setup(ds_config, model_spec, acc_config, freeze)  # before the selection: the user's configs add cases
     check_selection(level, keyword, nproc, cluster)
     os.environ["DS_DOCTOR_SUSPECT_BELOW"] = str(suspect_below)  # the ranks of every launch inherit it (probes/fabric.py)
     baseline = load_report(baseline_file, "--baseline") if baseline_file is not None else None

@@ -102,7 +102,8 @@ def cluster_from(nnodes: int | None, node_rank: int | None, endpoint: str | None
         raise click.UsageError(str(exc)) from None
 
 
-def use_user_setup(ds_config: str | None, model_spec: str | None, acc_config: str | None = None) -> None:
+def use_user_setup(ds_config: str | None, model_spec: str | None, acc_config: str | None = None,
+                   freeze: str | None = None) -> None:
     """Check `--deepspeed-config`, `--accelerate-config` and `--model` (DeepSpeed's own validation; the YAML's
     fields; one forward of the model on the CPU) and hand them to the ranks through the environment."""
     import os
@@ -123,9 +124,13 @@ def use_user_setup(ds_config: str | None, model_spec: str | None, acc_config: st
         except userconfig.ConfigError as exc:
             raise click.BadParameter(str(exc), param_hint="--deepspeed-config") from None
         os.environ[userconfig.ENV] = user.path
+    if freeze is not None and model_spec is None:
+        raise click.BadParameter("--freeze names a part of your model: give --model too", param_hint="--freeze")
     if model_spec is not None:
         try:
-            spec = usermodel.check(model_spec)
+            spec = usermodel.check(model_spec, freeze)
         except usermodel.ModelSpecError as exc:
             raise click.BadParameter(str(exc), param_hint="--model") from None
         os.environ[usermodel.ENV] = spec.text
+        if freeze is not None:
+            os.environ[usermodel.FREEZE_ENV] = freeze

@@ -25,6 +25,8 @@ from typing import Any
 from doctor.checks.identity import identity_invariants
 from doctor.knowledge.catalog import RaisedError
 from doctor.plugins import Finding, ProbeContext, ProbeSpec, Requirement, Severity, Variant
+from doctor.run.userconfig import UserConfig, fill, user_config
+from doctor.run.usermodel import freeze_pattern
 from probes.common import build_deepspeed_ops, full_values
 from probes.models import build_frozen_model, token_batch
 
@@ -57,6 +59,7 @@ DEFAULT_ISSUE = SPEC.known_issues[0]
 class S1Case:
     stage: int
     route: str  # a key of ROUTES
+    user: UserConfig | None = None  # the healthy route on the user's --deepspeed-config
 
     @property
     def reproduce(self) -> bool:
@@ -65,8 +68,23 @@ class S1Case:
 
 def variants() -> list[Variant]:
     cases = [S1Case(stage, route) for stage in (0, 1, 2, 3) for route in ROUTES]
-    return [Variant(name=f"z{c.stage}-{c.route}", params=c, level=2 if f"z{c.stage}-{c.route}" in LEVEL2 else 3,
-                    reproduce=c.reproduce) for c in cases]
+    out = [Variant(name=f"z{c.stage}-{c.route}", params=c, level=2 if f"z{c.stage}-{c.route}" in LEVEL2 else 3,
+                   reproduce=c.reproduce) for c in cases]
+    user = user_config()
+    if user is not None:
+        stage = int((user.config.get("zero_optimization") or {}).get("stage", 0))
+        out.append(Variant("user-config-healthy", S1Case(stage, "healthy", user), level=2))
+    return out
+
+
+def case_config(ctx: ProbeContext, params: S1Case) -> dict[str, Any]:
+    """The family's own config for the stage, or the user's made runnable here (fills and changes in the notes)."""
+    if params.user is None:
+        return build_config(params.stage)
+    filled = fill(params.user.config, ctx.world_size, ctx.device)
+    ctx.note("user_config", {"path": params.user.path, "sha256": params.user.sha256, "filled": filled.filled,
+                             "changed": filled.changed, "left_to_deepspeed": filled.unfilled})
+    return {**filled.config, "steps_per_print": 10**9, "wall_clock_breakdown": False}
 
 
 def build_config(stage: int) -> dict[str, Any]:
@@ -93,12 +111,15 @@ class Problem:
 
 def run(ctx: ProbeContext) -> None:
     params: S1Case = ctx.params
-    stage, route, reproduce = params.stage, params.route, params.reproduce
+    route, reproduce = params.route, params.reproduce
     ctx.note("route", ROUTES[route])
-    ctx.note("deepspeed_config", build_config(stage))
+    config = case_config(ctx, params)
+    ctx.note("deepspeed_config", config)
+    if route == "dispatch-disk" and ctx.user_model() is not None:
+        ctx.skip("the dispatch-disk route sends ds-doctor's own `emb` module to disk: it runs on the tiny model only")
     engines: list[Any] = []
     try:
-        engine = _initialize(ctx, stage, seed=0, engines=engines)
+        engine = _initialize(ctx, config, seed=0, engines=engines)
         _train_step(engine, ctx, seed=0)
         if reproduce:
             ctx.enter(f"replace: {route}")
@@ -111,7 +132,7 @@ def run(ctx: ProbeContext) -> None:
         named = list(engine.module.named_parameters())
         records = ctx.snapshot("before_save", module=engine.module)
         caught = identity_invariants(named, engine, records, rank=ctx.rank, stage="before_save")
-        problems = _consequences(ctx, engine, named, stage, engines)
+        problems = _consequences(ctx, engine, named, config, engines)
         _conclude(ctx, reproduce, caught, problems)
     finally:
         for engine in engines:
@@ -136,15 +157,22 @@ def _conclude(ctx: ProbeContext, reproduce: bool, caught: list[Finding], problem
     ctx.known_issue(DEFAULT_ISSUE, shown=False)
 
 
-def _initialize(ctx: ProbeContext, stage: int, *, seed: int, engines: list[Any]) -> Any:
+def _initialize(ctx: ProbeContext, config: dict[str, Any], *, seed: int, engines: list[Any]) -> Any:
     import deepspeed
     from accelerate import dispatch_model
 
     ctx.enter("initialize")
-    model = build_frozen_model(seed=seed)
+    user = ctx.user_model(seed=seed)
+    if user is not None:
+        model = user.module
+        ctx.note("frozen", user.freeze(freeze_pattern()))
+        ctx.note("model", user.describe())
+    else:
+        model = build_frozen_model(seed=seed)
     dispatch_model(model, device_map={"": _map_device(ctx.device)})  # place first, then initialize
     trainable = [p for p in model.parameters() if p.requires_grad]
-    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=trainable, config=build_config(stage))
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=trainable, config=config)
+    engine.doctor_model = user  # how _train_step makes its batches and loss
     engines.append(engine)
     return engine
 
@@ -158,9 +186,18 @@ def _train_step(engine: Any, ctx: ProbeContext, *, seed: int) -> None:
     import torch
 
     ctx.enter(f"train step {seed}")
-    ids, y = token_batch(MICRO_BATCH, device=engine.device, seed=1000 * ctx.rank + seed)
-    engine.backward(torch.nn.functional.mse_loss(engine(ids), y))
-    engine.step()
+    user = getattr(engine, "doctor_model", None)  # the Trainable the engine was built from (`--model`), or None
+    for micro in range(engine.gradient_accumulation_steps()):  # one optimizer step: a whole accumulation window
+        micro_seed = 1000 * ctx.rank + 100 * seed + micro
+        if user is not None:
+            dtype = torch.bfloat16 if engine.bfloat16_enabled() else torch.float32
+            loss = user.loss(engine, engine.train_micro_batch_size_per_gpu(), device=engine.device, dtype=dtype,
+                             seed=micro_seed)
+        else:
+            ids, y = token_batch(MICRO_BATCH, device=engine.device, seed=micro_seed if micro else 1000 * ctx.rank + seed)
+            loss = torch.nn.functional.mse_loss(engine(ids), y)
+        engine.backward(loss)
+        engine.step()
 
 
 def _replace(module: Any, route: str, ctx: ProbeContext) -> None:
@@ -174,7 +211,9 @@ def _replace(module: Any, route: str, ctx: ProbeContext) -> None:
     elif route in ("set-tensor", "set-tensor-trainable"):
         from accelerate.utils import set_module_tensor_to_device
 
-        name = "emb.weight" if route == "set-tensor" else "head.weight"
+        frozen = [n for n, p in module.named_parameters() if not p.requires_grad]
+        trainable = [n for n, p in module.named_parameters() if p.requires_grad]
+        name = frozen[0] if route == "set-tensor" else trainable[-1]  # emb.weight / head.weight on the tiny model
         set_module_tensor_to_device(module, name, ctx.device, value=values[name])
     elif route == "assign":
         module.load_state_dict(values, assign=True)
@@ -191,22 +230,32 @@ def _differs(a: Any, b: Any) -> bool | None:
     return not torch.equal(a.float(), b.float())
 
 
-def _consequences(ctx: ProbeContext, engine: Any, named: list[tuple[str, Any]], stage: int,
+def _consequences(ctx: ProbeContext, engine: Any, named: list[tuple[str, Any]], config: dict[str, Any],
                   engines: list[Any]) -> list[Problem]:
     """Train, save, read the file, reload: what actually went wrong, in order."""
     problems: list[Problem] = []
+    for extra in range(3):  # a warmup scheduler's first steps have lr 0: step past them, or nothing can show
+        if _current_lr(engine) != 0 or not _attempt(ctx, problems, "a warmup step", lambda seed=10 + extra: _train_step(
+                engine, ctx, seed=seed)):
+            break
     before = full_values(engine.module)
+    lr = _current_lr(engine)
     step_ok = _attempt(ctx, problems, "the training step after it", lambda: _train_step(engine, ctx, seed=1))
     expected = full_values(engine.module) if step_ok else before
     if step_ok:
+        unjudged = []
         for name, param in named:
             changed = _differs(before[name], expected[name])
-            if param.requires_grad and changed is False:
+            if param.requires_grad and changed is False and not _visible(before[name], lr):
+                unjudged.append(name)  # a zero lr (warmup) or an update below the dtype's resolution
+            elif param.requires_grad and changed is False:
                 problems.append(Problem(f"{name} is trainable, but a training step left it unchanged: it no longer "
                                         "trains (the optimizer updates another object)",
                                         "ds_replaced_trainable_param_not_trained"))
             if not param.requires_grad and changed:
                 problems.append(Problem(f"{name} is frozen, but a training step changed it"))
+        if unjudged:
+            ctx.note("not_judged_trained", {"lr": lr, "parameters": unjudged})
     save_dir = ctx.scratch_dir()
     saved = _attempt(ctx, problems, "save_checkpoint", lambda: engine.save_checkpoint(str(save_dir), tag=TAG))
     _barrier()
@@ -219,7 +268,7 @@ def _consequences(ctx: ProbeContext, engine: Any, named: list[tuple[str, Any]], 
         problems.append(Problem(f"save_checkpoint wrote meta tensors (no data) for {', '.join(empty)}: the checkpoint "
                                 "silently lost those weights", "ds_ckpt_meta_params_saved"))
         return problems
-    fresh = _initialize(ctx, stage, seed=1, engines=engines)  # different initial values than the saved ones
+    fresh = _initialize(ctx, config, seed=1, engines=engines)  # different initial values than the saved ones
     ctx.enter("load_checkpoint")
     if not _attempt(ctx, problems, "load_checkpoint into a fresh engine",
                     lambda: fresh.load_checkpoint(str(save_dir), tag=TAG)):
@@ -233,6 +282,27 @@ def _consequences(ctx: ProbeContext, engine: Any, named: list[tuple[str, Any]], 
             problems.append(Problem(f"{name} did not come back from the checkpoint with the value it was saved with"))
     ctx.note("reloaded", sorted(reloaded))
     return problems
+
+
+def _current_lr(engine: Any) -> float | None:
+    """The lr the next optimizer step uses (a warmup scheduler starts at 0); None where the engine cannot say."""
+    try:
+        return float(engine.get_lr()[0])
+    except Exception:  # no scheduler, or an optimizer DeepSpeed cannot read it from
+        return None
+
+
+def _visible(value: Any, lr: float | None) -> bool:
+    """Whether an Adam-like step of size `lr` can show in a tensor of `value`'s dtype and magnitude: an update
+    below half a unit in the last place is rounded away (a bf16 norm weight of 1.0 keeps 1.0 at lr 3e-4)."""
+    import torch
+
+    if lr is None:
+        return True
+    if value.device.type == "meta" or lr == 0:
+        return lr != 0
+    resolution = torch.finfo(value.dtype).eps * float(value.abs().max()) if value.is_floating_point() else 0.0
+    return lr > resolution / 2
 
 
 def _attempt(ctx: ProbeContext, problems: list[Problem], what: str, action: Callable[[], object]) -> bool:

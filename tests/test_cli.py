@@ -149,6 +149,9 @@ BAD_INPUTS = [
     (["run", "--model", "tests.resources.user_models:not_a_module"], "not an nn.Module"),
     (["run", "--model", "a model"], "expected hf:<model_type>"),
     (["run", "--accelerate-config", "{tmp}/absent.yaml"], "no such file"),
+    (["run", "--freeze", "emb.*"], "--freeze names a part of your model: give --model too"),
+    (["run", "--model", "tests.resources.user_models:tied_with_buffers", "--freeze", "nothing.*"],
+     "matches no parameter of tests.resources.user_models:tied_with_buffers; its parameters: embed.weight"),
     (["run", "--accelerate-config", "{tmp}/broken.yaml"], "not YAML"),
     (["run", "--accelerate-config", "{tmp}/tpu.yaml"], "distributed_type 'TPU' is none of"),
 ]

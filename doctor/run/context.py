@@ -66,13 +66,13 @@ class ProbeContext:
         """The case starts now (its setup ran before): stage times count from here."""
         self._entered = [(self.stage, time.time())]
 
-    def user_model(self) -> Any:
+    def user_model(self, seed: int = 0) -> Any:
         """The model `ds-doctor run --model` names (`doctor.run.usermodel.Trainable`: module, batches, loss), built
-        on this rank with the same seed everywhere; None when the run has none and the probe uses its own."""
+        on this rank with `seed` (the same on every rank); None when the run has none and the probe uses its own."""
         from doctor.run import usermodel
 
         spec = usermodel.from_env()
-        return usermodel.build(spec, self.world_size) if spec is not None else None
+        return usermodel.build(spec, self.world_size, seed) if spec is not None else None
 
     def stage_times(self) -> tuple[StageTime, ...]:
         """Each stage entered, with when it started (since the case did) and how long it lasted, up to now."""

@@ -83,6 +83,29 @@ class Trainable:
             output = model(batch)
         return loss_of(output)
 
+    def freeze(self, pattern: str | None) -> list[str]:
+        """Freeze the parameters whose names match `pattern` (fnmatch, e.g. `model.embed_tokens.*`), or the input
+        embedding when there is none; the names frozen (a tied one under each of its names)."""
+        import fnmatch
+
+        import torch
+
+        names = dict(self.module.named_parameters(remove_duplicate=False))
+        if pattern:
+            chosen = [n for n in names if fnmatch.fnmatchcase(n, pattern)]
+        else:
+            get = getattr(self.module, "get_input_embeddings", None)
+            embedding = get() if callable(get) else next(
+                (m for m in self.module.modules() if isinstance(m, torch.nn.Embedding)), None)
+            chosen = [n for n, p in names.items() if embedding is not None and p is embedding.weight]
+        if not chosen:
+            raise ModelSpecError(f"--freeze {pattern!r} matches no parameter of {self.spec}; its parameters: "
+                                 f"{', '.join(list(names)[:12])}{', ...' if len(names) > 12 else ''}" if pattern else
+                                 f"{self.spec} has no input embedding to freeze: name a part with --freeze PATTERN")
+        for name in chosen:
+            names[name].requires_grad_(False)
+        return chosen
+
     def describe(self) -> str:
         params = sum(p.numel() for p in self.module.parameters())
         return f"{self.spec} ({type(self.module).__name__}, {params / 1e6:.2f} M parameters)"
@@ -195,19 +218,28 @@ def build(spec: ModelSpec, world_size: int = 1, seed: int = 0) -> Trainable:
     return _hf(spec.target, seed) if spec.kind == "hf" else _factory(spec.target, world_size, seed)
 
 
+FREEZE_ENV = "DS_DOCTOR_FREEZE"
+
+
+def freeze_pattern() -> str | None:
+    return os.environ.get(FREEZE_ENV) or None
+
+
 def from_env() -> ModelSpec | None:
     text = os.environ.get(ENV)
     return ModelSpec.parse(text) if text else None
 
 
-def check(text: str) -> ModelSpec:
-    """The parent's check before launching: parse, build once on the CPU, run one forward; ModelSpecError
-    with one line when any of it fails."""
+def check(text: str, freeze: str | None = None) -> ModelSpec:
+    """The parent's check before launching: parse, build once on the CPU, freeze what --freeze names, run one
+    forward; ModelSpecError with one line when any of it fails."""
     spec = ModelSpec.parse(text)
     try:
         import torch
 
         trainable = build(spec)
+        if freeze is not None:
+            trainable.freeze(freeze)
         trainable.loss(trainable.module, 2, device="cpu", dtype=torch.float32, seed=0).item()
     except ModelSpecError:
         raise
