@@ -124,6 +124,54 @@ def make_optimizer(module: Any, parts: tuple[str, ...] = GROUP) -> Any:
 
 
 @dataclasses.dataclass
+class Subject:
+    """The model a case wraps, and by which rule its one optimizer group is chosen."""
+
+    build: Callable[[int], Any]  # seed -> a fresh module, frozen parts frozen
+    in_group: Callable[[str], bool]  # an original parameter name -> whether the group holds it
+    intended: tuple[str, ...]  # what one step must change
+    frozen: tuple[str, ...]
+    user: Any = None  # the user's Trainable (`--model`): its batches and loss
+
+    def optimizer(self, module: Any) -> Any:
+        import torch
+
+        return torch.optim.AdamW([p for n, p in module.named_parameters() if self.in_group(clean_name(n))], lr=1e-2)
+
+
+def subject(ctx: ProbeContext, route: Route) -> Subject:
+    """ds-doctor's four-part model with `route.parts` as the group; or, with `--model`, the user's, by this rule:
+    the input embedding frozen, the parameters of its norm layers (modules whose class name has "Norm"; with none,
+    the last trainable parameter) requiring grad but left out of the group on purpose, every other trainable
+    parameter in it."""
+    if ctx.user_model() is None:
+        return Subject(build_model, lambda n: n.split(".")[0] in route.parts,
+                       tuple(n for n in INTENDED if n.split(".")[0] in route.parts), FROZEN)
+    probe = _user_module(ctx, 0)
+    trainable = [n for n, p in probe.named_parameters() if p.requires_grad]
+    norms = {f"{owner}.{name}".lstrip(".") for owner, module in probe.named_modules()
+             if "Norm" in type(module).__name__ for name, _ in module.named_parameters(recurse=False)}
+    left_out = {n for n in trainable if n in norms} or set(trainable[-1:])
+    frozen = tuple(n for n, p in probe.named_parameters() if not p.requires_grad)
+    ctx.note("group_rule", {"frozen": list(frozen), "left_out": sorted(left_out)})
+    with_frozen = "c" in route.parts  # the frozen-in-group route: the frozen embedding goes into the group too
+    return Subject(lambda seed: _user_module(ctx, seed),
+                   lambda n: n not in left_out and (with_frozen or n not in frozen),
+                   tuple(n for n in trainable if n not in left_out), frozen, ctx.user_model())
+
+
+def _user_module(ctx: ProbeContext, seed: int) -> Any:
+    from doctor.run.usermodel import ModelSpecError
+
+    user = ctx.user_model(seed=seed)
+    try:
+        user.freeze(None)  # the input embedding
+    except ModelSpecError:
+        pass  # a model without one: nothing frozen
+    return user.module
+
+
+@dataclasses.dataclass
 class Wrapped:
     module: Any  # where the live parameters are named
     optimizer: Any  # what holds the tracked tensors
@@ -134,21 +182,26 @@ class Wrapped:
 def run(ctx: ProbeContext) -> None:
     route: Route = ctx.params
     ctx.note("route", route.what)
-    reference = build_model()
-    before = tracked_names(optimizer_groups(make_optimizer(reference, route.parts)), reference)
+    if ctx.user_model() is not None and route.wrapper != "deepspeed":
+        ctx.skip(f"the {route.wrapper} route wraps ds-doctor's own four-part model only; --model runs on the "
+                 "deepspeed routes")
+    model = subject(ctx, route)
+    reference = model.build(0)
+    before = tracked_names(optimizer_groups(model.optimizer(reference)), reference)
     ctx.note("tracked_before", sorted(before.groups))
     with contextlib.ExitStack() as cleanup:
-        wrapped = WRAPPERS[route.wrapper](ctx, route, cleanup)
+        wrapped = WRAPPERS[route.wrapper](ctx, route, cleanup) if route.wrapper != "deepspeed" else \
+            _deepspeed(ctx, route, cleanup, model)
         ctx.enter("after_wrap")
         after = _tracked_everywhere(ctx, tracked_names(optimizer_groups(wrapped.optimizer), wrapped.module))
         ctx.note("tracked_after", sorted(after.groups))
-        ctx.check(tracked_set(before.groups, after.groups, FROZEN) + tracked_live(after))
+        ctx.check(tracked_set(before.groups, after.groups, model.frozen) + tracked_live(after))
         ctx.enter("step")
         values = wrapped.full_values()
         wrapped.step()
         changed = sorted(name for name, value in wrapped.full_values().items() if not _equal(values[name], value))
         ctx.note("changed_by_step", changed)
-        missed = step_changes(changed, INTENDED)
+        missed = step_changes(changed, model.intended)
         if route.reproduce:  # what went wrong for real: an xfail if the checks above caught it first, else a fail
             for finding in missed:
                 ctx.showed(finding.message)
@@ -242,12 +295,16 @@ def _engine_values(engine: Any) -> Callable[[], dict[str, Any]]:
     return full_values
 
 
-def _engine_step(ctx: ProbeContext, engine: Any) -> Callable[[], None]:
+def _engine_step(ctx: ProbeContext, engine: Any, user: Any = None) -> Callable[[], None]:
     import torch
 
     def step() -> None:
-        x, y = _batch(ctx, engine.device)
-        engine.backward(torch.nn.functional.mse_loss(engine(x), y))
+        if user is not None:
+            loss = user.loss(engine, MICRO_BATCH, device=engine.device, dtype=torch.float32, seed=100 + ctx.rank)
+        else:
+            x, y = _batch(ctx, engine.device)
+            loss = torch.nn.functional.mse_loss(engine(x), y)
+        engine.backward(loss)
         engine.step()
 
     return step
@@ -258,16 +315,16 @@ def _ds_config(stage: int) -> dict[str, Any]:
             "zero_optimization": {"stage": stage}, "steps_per_print": 10**9, "wall_clock_breakdown": False}
 
 
-def _deepspeed(ctx: ProbeContext, route: Route, cleanup: contextlib.ExitStack) -> Wrapped:
+def _deepspeed(ctx: ProbeContext, route: Route, cleanup: contextlib.ExitStack, model: Subject | None = None) -> Wrapped:
     ctx.require(DEEPSPEED)
     import deepspeed
 
+    model = model or subject(ctx, route)
     ctx.enter("wrap")
-    model = build_model()
-    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=make_optimizer(model, route.parts),
-                                           config=_ds_config(route.stage))
+    module = model.build(0)
+    engine, _, _, _ = deepspeed.initialize(model=module, optimizer=model.optimizer(module), config=_ds_config(route.stage))
     cleanup.callback(engine.destroy)
-    return Wrapped(engine.module, engine.optimizer, _engine_step(ctx, engine), _engine_values(engine))
+    return Wrapped(engine.module, engine.optimizer, _engine_step(ctx, engine, model.user), _engine_values(engine))
 
 
 def _accelerate_deepspeed(ctx: ProbeContext, route: Route, cleanup: contextlib.ExitStack) -> Wrapped:

@@ -136,3 +136,18 @@ def test_s1_on_a_real_architecture_with_a_frozen_part_named_by_pattern(tmp_path:
     # past the warmup's zero lr, every trainable weight but those bf16 cannot move at this lr was seen to train
     assert user["notes"]["not_judged_trained"]["lr"] > 0
     assert all("norm" in name for name in user["notes"]["not_judged_trained"]["parameters"])
+
+
+def test_s3_coverage_on_a_tied_architecture_by_the_group_rule(tmp_path: Path) -> None:
+    proc = ds_doctor("run", "--out", str(tmp_path), "--model", "hf:gpt2", "--level", "3",
+                     "-k", "optimizer_coverage and ws2 and (deepspeed-z3 or fsdp2-ws2)", timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    results = {r["case"]: r for r in read_report(tmp_path)["results"]}
+    z3 = results["optimizer_coverage[deepspeed-z3-ws2]"]
+    assert z3["outcome"] == "pass" and z3["notes"]["group_rule"]["frozen"] == ["transformer.wte.weight"]
+    left_out = set(z3["notes"]["group_rule"]["left_out"])
+    assert left_out == {f"transformer.h.{i}.{ln}.{p}" for i in (0, 1) for ln in ("ln_1", "ln_2") for p in ("weight", "bias")} \
+        | {"transformer.ln_f.weight", "transformer.ln_f.bias"}  # GPT-2's LayerNorms, by module type
+    changed = set(z3["notes"]["changed_by_step"])  # exactly the group trained, gathered across ZeRO-3 partitions
+    assert changed and not changed & left_out and "transformer.wte.weight" not in changed
+    assert results["optimizer_coverage[fsdp2-ws2]"]["outcome"] == "skip"
