@@ -161,13 +161,8 @@ def subject(ctx: ProbeContext, route: Route) -> Subject:
 
 
 def _user_module(ctx: ProbeContext, seed: int) -> Any:
-    from doctor.run.usermodel import ModelSpecError
-
     user = ctx.user_model(seed=seed)
-    try:
-        user.freeze(None)  # the input embedding
-    except ModelSpecError:
-        pass  # a model without one: nothing frozen
+    user.freeze(None, required=False)  # the input embedding, where the model has one
     return user.module
 
 

@@ -83,9 +83,10 @@ class Trainable:
             output = model(batch)
         return loss_of(output)
 
-    def freeze(self, pattern: str | None) -> list[str]:
+    def freeze(self, pattern: str | None, *, required: bool = True) -> list[str]:
         """Freeze the parameters whose names match `pattern` (fnmatch, e.g. `model.embed_tokens.*`), or the input
-        embedding when there is none; the names frozen (a tied one under each of its names)."""
+        embedding when there is none; the names frozen (a tied one under each of its names). Nothing to freeze is
+        a ModelSpecError, or an empty list when not `required`."""
         import fnmatch
 
         import torch
@@ -98,6 +99,8 @@ class Trainable:
             embedding = get() if callable(get) else next(
                 (m for m in self.module.modules() if isinstance(m, torch.nn.Embedding)), None)
             chosen = [n for n, p in names.items() if embedding is not None and p is embedding.weight]
+        if not chosen and not required:
+            return []
         if not chosen:
             raise ModelSpecError(f"--freeze {pattern!r} matches no parameter of {self.spec}; its parameters: "
                                  f"{', '.join(list(names)[:12])}{', ...' if len(names) > 12 else ''}" if pattern else
