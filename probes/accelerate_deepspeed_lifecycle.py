@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import types
 from typing import Any
 
 from doctor.checks.lifecycle import PreparedFacts, lifecycle_invariants
 from doctor.knowledge.catalog import RaisedError
 from doctor.plugins import Finding, ProbeContext, ProbeSpec, Requirement, Severity, Variant
+from doctor.run.userconfig import UserConfig, change_findings, fill, user_config
 from probes.common import accelerate_session, build_deepspeed_ops, dist_world_size
-from probes.models import IN_FEATURES, OUT_FEATURES, build_mlp
+from probes.models import HIDDEN, IN_FEATURES, OUT_FEATURES, build_mlp
 
 SPEC = ProbeSpec(
     name="accelerate_deepspeed_lifecycle",
@@ -57,6 +59,7 @@ class Ordering:
     dummy_lr: float = LR
     written_schedule: bool = False  # the scheduler's values written out instead of "auto"
     backend_kwargs: bool = True  # InitProcessGroupKwargs(backend=...) passed to Accelerator
+    user: UserConfig | None = None  # the user's --deepspeed-config, used through Accelerate as written
 
     @property
     def reproduce(self) -> bool:
@@ -105,11 +108,37 @@ ORDERINGS = (
 def variants() -> list[Variant]:
     out = [Variant(name=f"z{stage}-healthy", params=dataclasses.replace(HEALTHY, stage=stage),
                    level=2 if stage == 2 else 3) for stage in (2, 3)]
+    user = user_config()
+    if user is not None:
+        out.append(Variant("user-config", params=user_ordering(user), level=2))
     return out + [Variant(name=o.name, params=o, level=3, reproduce=True) for o in ORDERINGS]
 
 
-def build_config(ordering: Ordering) -> dict[str, Any]:
-    """The DeepSpeed config the user wrote, with the `auto` values Accelerate fills."""
+def fit(user: UserConfig, world_size: int, device: str) -> Any:
+    """The user's config changed only where it cannot run here; its "auto" values are Accelerate's to fill."""
+    return fill(user.config, world_size, device, fill_auto=False)
+
+
+def user_ordering(user: UserConfig) -> Ordering:
+    """The recommended order for the user's config: DummyOptim / DummyScheduler where the config defines them, a
+    torch optimizer (and a scheduler built on it) where it does not, one prepare with the dataloader."""
+    config = user.config
+    has_optimizer, has_scheduler = "optimizer" in config, "scheduler" in config
+    return dataclasses.replace(
+        HEALTHY, name="user-config", user=user, stage=int((config.get("zero_optimization") or {}).get("stage", 0)),
+        what="your DeepSpeed config through Accelerate: model -> "
+             f"{'DummyOptim' if has_optimizer else 'AdamW'} -> {'DummyScheduler' if has_scheduler else 'a scheduler'}"
+             " -> one prepare(model, optimizer, dataloader, scheduler)",
+        optimizer="dummy" if has_optimizer else "torch",
+        scheduler="dummy" if has_scheduler else ("callable" if has_optimizer else "torch"),
+        config_lr=(config.get("optimizer") or {}).get("params", {}).get("lr", "auto"))
+
+
+def build_config(ordering: Ordering, world_size: int = 1, device: str = "cpu") -> dict[str, Any]:
+    """The DeepSpeed config the user wrote, with the `auto` values Accelerate fills (the user's own, made to run
+    here: changes only, its `auto` values left to Accelerate)."""
+    if ordering.user is not None:
+        return {**fit(ordering.user, world_size, device).config, "steps_per_print": 10**9}
     config: dict[str, Any] = {
         "train_micro_batch_size_per_gpu": "auto",
         "gradient_accumulation_steps": 1,
@@ -132,7 +161,11 @@ setup = build_deepspeed_ops  # DeepSpeed's optimizer ops, built or loaded once p
 
 def run(ctx: ProbeContext) -> None:
     ordering: Ordering = ctx.params
-    config = build_config(ordering)
+    config = build_config(ordering, ctx.world_size, ctx.device)
+    if ordering.user is not None:
+        filled = fit(ordering.user, ctx.world_size, ctx.device)
+        ctx.note("user_config", {"path": ordering.user.path, "sha256": ordering.user.sha256, "changed": filled.changed})
+        ctx.check(change_findings(filled, ctx.rank))
     ctx.note("ordering", ordering.what)
     ctx.note("deepspeed_config", copy.deepcopy(config))
     with accelerate_session():
@@ -195,6 +228,9 @@ def _optimizer_and_scheduler(ordering: Ordering, model: Any) -> tuple[Any, Any]:
         optimizer = DummyOptim(model.parameters(), lr=ordering.dummy_lr)
     if ordering.scheduler == "torch":
         return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    if ordering.scheduler == "callable":  # a config with an optimizer and no scheduler: the scheduler is built late
+        return optimizer, DummyScheduler(optimizer, lr_scheduler_callable=lambda opt: torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda step: 1.0))
     return optimizer, DummyScheduler(optimizer, total_num_steps=STEPS, warmup_num_steps=WARMUP)
 
 
@@ -240,6 +276,8 @@ def _drive(ctx: ProbeContext, ordering: Ordering, config: dict[str, Any]) -> Pre
     accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=copy.deepcopy(config)),
                               kwargs_handlers=handlers)
     model = build_mlp()
+    if ordering.user is not None:  # the user's "auto" bucket sizes: Accelerate reads them off an HF model's config
+        model.config = types.SimpleNamespace(hidden_size=HIDDEN)
     ctx.enter("build optimizer and scheduler")
     optimizer, scheduler = _optimizer_and_scheduler(ordering, model)
     used_dummy = isinstance(optimizer, DummyOptim)
@@ -261,6 +299,7 @@ def _drive(ctx: ProbeContext, ordering: Ordering, config: dict[str, Any]) -> Pre
         resolved_lr=_number(resolved.get("optimizer", {}).get("params", {}).get("lr")),
         warmup_max_lr=_number(resolved.get("scheduler", {}).get("params", {}).get("warmup_max_lr")),
         lr_trace=tuple(trace),
+        decays=resolved.get("scheduler", {}).get("type") in ("WarmupDecayLR", "WarmupCosineLR"),
     )
     engine.destroy()
     return facts

@@ -25,7 +25,7 @@ from typing import Any
 from doctor.checks.identity import identity_invariants
 from doctor.knowledge.catalog import RaisedError
 from doctor.plugins import Finding, ProbeContext, ProbeSpec, Requirement, Severity, Variant
-from doctor.run.userconfig import UserConfig, fill, user_config
+from doctor.run.userconfig import UserConfig, change_findings, fill, user_config
 from doctor.run.usermodel import freeze_pattern
 from probes.common import build_deepspeed_ops, full_values
 from probes.models import build_frozen_model, token_batch
@@ -84,6 +84,7 @@ def case_config(ctx: ProbeContext, params: S1Case) -> dict[str, Any]:
     filled = fill(params.user.config, ctx.world_size, ctx.device)
     ctx.note("user_config", {"path": params.user.path, "sha256": params.user.sha256, "filled": filled.filled,
                              "changed": filled.changed, "left_to_deepspeed": filled.unfilled})
+    ctx.check(change_findings(filled, ctx.rank))
     return {**filled.config, "steps_per_print": 10**9, "wall_clock_breakdown": False}
 
 
@@ -120,7 +121,8 @@ def run(ctx: ProbeContext) -> None:
     engines: list[Any] = []
     try:
         engine = _initialize(ctx, config, seed=0, engines=engines)
-        _train_step(engine, ctx, seed=0)
+        batches = ctx.user_model()  # the user's model makes the batches and the loss (`--model`); None: the tiny one
+        _train_step(engine, ctx, seed=0, user=batches)
         if reproduce:
             ctx.enter(f"replace: {route}")
             try:
@@ -132,7 +134,7 @@ def run(ctx: ProbeContext) -> None:
         named = list(engine.module.named_parameters())
         records = ctx.snapshot("before_save", module=engine.module)
         caught = identity_invariants(named, engine, records, rank=ctx.rank, stage="before_save")
-        problems = _consequences(ctx, engine, named, config, engines)
+        problems = _consequences(ctx, engine, named, config, engines, batches)
         _conclude(ctx, reproduce, caught, problems)
     finally:
         for engine in engines:
@@ -172,7 +174,6 @@ def _initialize(ctx: ProbeContext, config: dict[str, Any], *, seed: int, engines
     dispatch_model(model, device_map={"": _map_device(ctx.device)})  # place first, then initialize
     trainable = [p for p in model.parameters() if p.requires_grad]
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=trainable, config=config)
-    engine.doctor_model = user  # how _train_step makes its batches and loss
     engines.append(engine)
     return engine
 
@@ -182,11 +183,10 @@ def _map_device(device: str) -> str | int:
     return int(device.split(":")[1]) if device.startswith("cuda:") else device
 
 
-def _train_step(engine: Any, ctx: ProbeContext, *, seed: int) -> None:
+def _train_step(engine: Any, ctx: ProbeContext, *, seed: int, user: Any = None) -> None:
     import torch
 
     ctx.enter(f"train step {seed}")
-    user = getattr(engine, "doctor_model", None)  # the Trainable the engine was built from (`--model`), or None
     for micro in range(engine.gradient_accumulation_steps()):  # one optimizer step: a whole accumulation window
         micro_seed = 1000 * ctx.rank + 100 * seed + micro
         if user is not None:
@@ -231,16 +231,16 @@ def _differs(a: Any, b: Any) -> bool | None:
 
 
 def _consequences(ctx: ProbeContext, engine: Any, named: list[tuple[str, Any]], config: dict[str, Any],
-                  engines: list[Any]) -> list[Problem]:
+                  engines: list[Any], batches: Any) -> list[Problem]:
     """Train, save, read the file, reload: what actually went wrong, in order."""
     problems: list[Problem] = []
     for extra in range(3):  # a warmup scheduler's first steps have lr 0: step past them, or nothing can show
         if _current_lr(engine) != 0 or not _attempt(ctx, problems, "a warmup step", lambda seed=10 + extra: _train_step(
-                engine, ctx, seed=seed)):
+                engine, ctx, seed=seed, user=batches)):
             break
     before = full_values(engine.module)
     lr = _current_lr(engine)
-    step_ok = _attempt(ctx, problems, "the training step after it", lambda: _train_step(engine, ctx, seed=1))
+    step_ok = _attempt(ctx, problems, "the training step after it", lambda: _train_step(engine, ctx, seed=1, user=batches))
     expected = full_values(engine.module) if step_ok else before
     if step_ok:
         unjudged = []

@@ -18,6 +18,7 @@ from typing import Any
 
 from doctor.checks.lifecycle import process_count_agreement
 from doctor.checks.placement import optimizer_state_colocation
+from doctor.checks.structure import buffer_placement, ties_kept
 from doctor.plugins import Finding, ProbeContext, ProbeSpec, Requirement, Severity, Variant
 from doctor.run import useraccelerate
 from probes.common import accelerate_session, dist_world_size
@@ -108,6 +109,8 @@ def run(ctx: ProbeContext) -> None:
         ctx.enter("load_state")
         accelerator.load_state(str(checkpoint))
         after_load = ctx.snapshot("after_load", module=model, optimizer=optimizer)
+        ctx.check(buffer_placement(ctx.records, str(accelerator.device), "after_load"))
+        ctx.check(ties_kept(ctx.records, "after_prepare", "after_load"))  # the resumed model is still tied
         misplaced = placement(after_load, Severity.ERROR)
         try:
             _step(ctx, accelerator, model, optimizer, user, seed=1)

@@ -16,8 +16,8 @@ from typing import Any
 from doctor.checks.placement import ZeroPromise, zero_invariants
 from doctor.checks.structure import buffer_placement, ties_kept
 from doctor.collect.observe import observe_unscale_and_clip
-from doctor.plugins import Finding, ProbeContext, ProbeSpec, Requirement, Severity, Variant
-from doctor.run.userconfig import UserConfig, fill, user_config
+from doctor.plugins import ProbeContext, ProbeSpec, Requirement, Variant
+from doctor.run.userconfig import UserConfig, change_findings, fill, user_config
 from probes.common import build_deepspeed_ops
 from probes.models import batch, build_mlp
 
@@ -120,9 +120,7 @@ def configure(ctx: ProbeContext) -> dict[str, Any]:
     filled = fill(user.config, ctx.world_size, ctx.device)
     ctx.note("user_config", {"path": user.path, "sha256": user.sha256, "config": user.config, "filled": filled.filled,
                              "changed": filled.changed, "left_to_deepspeed": filled.unfilled})
-    for where, change in filled.changed.items() if ctx.rank == 0 else ():  # one finding, not one per rank
-        ctx.check([Finding("config_changed", Severity.WARNING, f"{where}: {change}", rank=ctx.rank,
-                           stage="configure", expected="the config runs here as written")])
+    ctx.check(change_findings(filled, ctx.rank))
     return {**filled.config, "steps_per_print": 10**9, "wall_clock_breakdown": False}
 
 

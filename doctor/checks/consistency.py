@@ -16,6 +16,7 @@ NOT_COMPARED = frozenset({
     "rank", "node", "host", "env:RANK", "env:LOCAL_RANK", "env:GROUP_RANK", "env:ROLE_RANK", "env:NODE_RANK",
     "env:CUDA_VISIBLE_DEVICES", "env:TORCHELASTIC_ERROR_FILE", "env:DS_DOCTOR_NODE_RANK", "env:SLURM_PROCID",
     "env:SLURM_NODEID", "env:SLURM_LOCALID", "env:HOSTNAME",
+    "env:TORCH_FR_DUMP_TEMP_FILE",  # ds-doctor's own: each node's launch directory, where NCCL's recorder dumps
 })
 STRICT = ("python", "package:", "torch.", "driver", "cuda_driver", "gpu.name", "gpu.compute_capability")
 

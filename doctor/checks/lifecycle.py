@@ -34,6 +34,7 @@ class PreparedFacts:
     resolved_lr: float | None = None  # the config's optimizer lr after prepare filled "auto"
     warmup_max_lr: float | None = None  # the config's scheduler peak after prepare
     lr_trace: tuple[float, ...] = ()  # the lr each step ran with
+    decays: bool = True  # the config's scheduler decays after its warm-up (WarmupLR holds the peak)
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -119,12 +120,15 @@ def lr_schedule(facts: PreparedFacts) -> list[Finding]:
         problems.append(f"peaks at {peak:g}, not at the configured warmup_max_lr {facts.warmup_max_lr:g}")
     if not (trace[0] < peak and all(a <= b for a, b in itertools.pairwise(trace[:peak_at + 1]))):
         problems.append("does not warm up to its peak")
-    if not (trace[-1] < peak and all(a >= b for a, b in itertools.pairwise(trace[peak_at:]))):
+    if facts.decays and not (trace[-1] < peak and all(a >= b for a, b in itertools.pairwise(trace[peak_at:]))):
         problems.append("does not decay after its peak")
+    if not facts.decays and not all(_close(v, peak) for v in trace[peak_at:]):
+        problems.append("does not hold its peak after the warm-up")
     if not problems:
         return []
     return [Finding("lr_schedule", Severity.ERROR, f"the lr over {len(trace)} steps ({', '.join(f'{v:g}' for v in trace)}) "
-                    + "; ".join(problems), stage="training", expected="warm-up to warmup_max_lr, then decay")]
+                    + "; ".join(problems), stage="training",
+                    expected="warm-up to warmup_max_lr, then " + ("decay" if facts.decays else "hold it"))]
 
 
 def lifecycle_invariants(facts: PreparedFacts) -> list[Finding]:

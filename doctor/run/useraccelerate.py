@@ -130,9 +130,29 @@ def deepspeed_plugin(setup: AccelerateSetup) -> Any:
     return DeepSpeedPlugin(**kwargs)
 
 
+#: fsdp_config's keys -> FullyShardedDataParallelPlugin's arguments, as `accelerate launch` maps them
+_FSDP_FIELDS = {"fsdp_version": "fsdp_version", "fsdp_sharding_strategy": "sharding_strategy",
+                "fsdp_reshard_after_forward": "reshard_after_forward", "fsdp_use_orig_params": "use_orig_params",
+                "fsdp_offload_params": "cpu_offload", "fsdp_state_dict_type": "state_dict_type",
+                "fsdp_cpu_ram_efficient_loading": "cpu_ram_efficient_loading",
+                "fsdp_sync_module_states": "sync_module_states", "fsdp_activation_checkpointing": "activation_checkpointing"}
+
+
+def fsdp_plugin(setup: AccelerateSetup) -> Any:
+    """The FullyShardedDataParallelPlugin `accelerate launch` would build from `fsdp_config` (GPU nodes only:
+    on CPU the case is skipped before it gets here)."""
+    from accelerate.utils import FullyShardedDataParallelPlugin
+
+    section = dict(setup.data.get("fsdp_config") or {})
+    return FullyShardedDataParallelPlugin(**{ours: section[theirs] for theirs, ours in _FSDP_FIELDS.items()
+                                             if theirs in section})
+
+
 def accelerator_kwargs(setup: AccelerateSetup) -> dict[str, Any]:
     """What `Accelerator(...)` takes for this config (besides ds-doctor's own cpu/process-group arguments)."""
     kwargs: dict[str, Any] = {"mixed_precision": setup.mixed_precision}
     if setup.distributed_type == "DEEPSPEED":
         kwargs["deepspeed_plugin"] = deepspeed_plugin(setup)
+    elif setup.distributed_type == "FSDP":
+        kwargs["fsdp_plugin"] = fsdp_plugin(setup)
     return kwargs

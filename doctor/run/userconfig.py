@@ -18,6 +18,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from reports.records import Finding, Severity
+
 ENV = "DS_DOCTOR_DEEPSPEED_CONFIG"
 MICRO_BATCH = 2
 ACCUMULATION = 4
@@ -117,11 +119,13 @@ def _drop(config: dict[str, Any], dotted: str) -> None:
     config.pop(last, None)
 
 
-def fill(user: dict[str, Any], world_size: int, accelerator: str) -> Filled:
+def fill(user: dict[str, Any], world_size: int, accelerator: str, *, fill_auto: bool = True) -> Filled:
+    """The config made runnable here; `fill_auto=False` leaves the `"auto"` values to Accelerate, which fills them
+    itself when the config goes through it (as the user's job does)."""
     result = Filled(copy.deepcopy(user))
     values = _auto_values(result.config, world_size)
     for dotted, value in _walk(result.config):
-        if value != "auto":
+        if value != "auto" or not fill_auto:
             continue
         if dotted in values:
             _set(result.config, dotted, values[dotted])
@@ -133,6 +137,13 @@ def fill(user: dict[str, Any], world_size: int, accelerator: str) -> Filled:
     for section in ("offload_optimizer", "offload_param"):
         _fit_offload(result, section, accelerator)
     return result
+
+
+def change_findings(filled: Filled, rank: int) -> list[Finding]:
+    """Each change made to run the config here, as a warning (on rank 0 only: it is the same on every rank)."""
+    return [Finding("config_changed", Severity.WARNING, f"{where}: {change}", rank=rank, stage="configure",
+                    expected="the config runs here as written") for where, change in filled.changed.items()
+            if rank == 0]
 
 
 def _fit_batch(result: Filled, world_size: int) -> None:

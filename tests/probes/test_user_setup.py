@@ -151,3 +151,33 @@ def test_s3_coverage_on_a_tied_architecture_by_the_group_rule(tmp_path: Path) ->
     changed = set(z3["notes"]["changed_by_step"])  # exactly the group trained, gathered across ZeRO-3 partitions
     assert changed and not changed & left_out and "transformer.wte.weight" not in changed
     assert results["optimizer_coverage[fsdp2-ws2]"]["outcome"] == "skip"
+
+
+#: the same config written for plain Accelerate: only what Accelerate itself fills is "auto"
+ACCELERATE_READY = {**AUTO_CONFIG, "optimizer": {"type": "AdamW", "params": {"lr": "auto", "weight_decay": "auto"}},
+                    "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0.0, "warmup_max_lr": "auto",
+                                                                  "warmup_num_steps": "auto"}}}
+
+
+def test_s0_the_user_config_through_accelerate(tmp_path: Path) -> None:
+    # an HF-Trainer-style config (betas "auto") through plain Accelerate: it stops at prepare, and says why
+    trainer_style = tmp_path / "trainer.json"
+    trainer_style.write_text(json.dumps(AUTO_CONFIG))
+    proc = ds_doctor("run", "--out", str(tmp_path / "trainer"), "--deepspeed-config", str(trainer_style), "-k",
+                     "accelerate_deepspeed_lifecycle and user-config and ws2", timeout=300)
+    assert proc.returncode == 1
+    [refused] = read_report(tmp_path / "trainer")["results"]
+    assert refused["outcome"] == "error" and "optimizer.params.betas" in refused["reason"]
+    assert refused["known_issue"]["id"] == "acc_ds_auto_value_unfilled"
+    # written for Accelerate, it goes through prepare and trains
+    ready = tmp_path / "ready.json"
+    ready.write_text(json.dumps(ACCELERATE_READY))
+    result = run(tmp_path / "ready", "--deepspeed-config", str(ready), "-k",
+                 "accelerate_deepspeed_lifecycle and user-config and ws2")
+    written = result["notes"]["deepspeed_config"]
+    assert written["optimizer"]["params"]["lr"] == "auto"  # left for Accelerate to fill, as in the user's job
+    assert written["zero_optimization"]["offload_param"]["device"] == "cpu"  # no NVMe here: changed, and said
+    assert any(f["invariant"] == "config_changed" and "nvme -> cpu" in f["message"] for f in result["findings"])
+    prepared = result["notes"]["prepared"]
+    assert prepared["optimizer_wraps_engine"] and prepared["scheduler_wraps_engine"]
+    assert prepared["num_processes"] == prepared["dist_world_size"] == 2

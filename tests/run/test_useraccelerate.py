@@ -62,3 +62,12 @@ def test_what_cannot_run_on_cpu_is_a_skip_with_the_reason(tmp_path: Path) -> Non
     assert "Accelerate ignores it on CPU" in (skip_reason(fsdp, "cpu") or "")
     assert skip_reason(fsdp, "cuda") is None
     assert skip_reason(load(write(tmp_path, "distributed_type: MULTI_GPU\n", "m.yaml")), "cpu")
+
+
+def test_fsdp_fields_become_the_plugin(tmp_path: Path) -> None:
+    setup = load(write(tmp_path, "distributed_type: FSDP\nmixed_precision: bf16\nfsdp_config:\n  fsdp_version: 2\n"
+                                 "  fsdp_offload_params: true\n  fsdp_state_dict_type: SHARDED_STATE_DICT\n"
+                                 "  fsdp_reshard_after_forward: true\n"))
+    plugin = accelerator_kwargs(setup)["fsdp_plugin"]
+    assert plugin.fsdp_version == 2 and type(plugin.cpu_offload).__name__ == "CPUOffloadPolicy"  # FSDP2: offload on
+    assert "SHARDED_STATE_DICT" in str(plugin.state_dict_type)
