@@ -20,8 +20,10 @@ from doctor.checks.coverage import step_changes, tracked_live, tracked_set
 from doctor.checks.lifecycle import process_count_agreement
 from doctor.collect.tracked import Tracked, clean_name, optimizer_groups, tracked_names
 from doctor.plugins import ProbeContext, ProbeSpec, Requirement, Variant
+from doctor.run.userconfig import UserConfig, user_config
 from probes.common import accelerate_session, build_deepspeed_ops, dist_world_size
 from probes.common import full_values as gathered_values
+from probes.coverage_subject import Subject, subject, user_ds_config
 
 SPEC = ProbeSpec(
     name="optimizer_coverage",
@@ -57,6 +59,7 @@ class Route:
     parts: tuple[str, ...] = ("a", "head")  # the modules whose parameters make the optimizer's one group
     reproduce: bool = False
     level: int = 3
+    user: UserConfig | None = None  # the deepspeed route on the user's --deepspeed-config
 
 
 _DS_WHAT = "deepspeed.initialize(model, optimizer=AdamW(group)), ZeRO stage {}"
@@ -84,7 +87,12 @@ ROUTES = (
 
 
 def variants() -> list[Variant]:
-    return [Variant(name=route.name, params=route, level=route.level, reproduce=route.reproduce) for route in ROUTES]
+    routes = list(ROUTES)
+    user = user_config()
+    if user is not None:
+        routes.append(Route("deepspeed-user-config", "deepspeed.initialize(model, optimizer=AdamW(group)) with your "
+                            "DeepSpeed config", "deepspeed", level=2, user=user))
+    return [Variant(name=route.name, params=route, level=route.level, reproduce=route.reproduce) for route in routes]
 
 
 def setup(ctx: ProbeContext) -> None:
@@ -124,49 +132,6 @@ def make_optimizer(module: Any, parts: tuple[str, ...] = GROUP) -> Any:
 
 
 @dataclasses.dataclass
-class Subject:
-    """The model a case wraps, and by which rule its one optimizer group is chosen."""
-
-    build: Callable[[int], Any]  # seed -> a fresh module, frozen parts frozen
-    in_group: Callable[[str], bool]  # an original parameter name -> whether the group holds it
-    intended: tuple[str, ...]  # what one step must change
-    frozen: tuple[str, ...]
-    user: Any = None  # the user's Trainable (`--model`): its batches and loss
-
-    def optimizer(self, module: Any) -> Any:
-        import torch
-
-        return torch.optim.AdamW([p for n, p in module.named_parameters() if self.in_group(clean_name(n))], lr=1e-2)
-
-
-def subject(ctx: ProbeContext, route: Route) -> Subject:
-    """ds-doctor's four-part model with `route.parts` as the group; or, with `--model`, the user's, by this rule:
-    the input embedding frozen, the parameters of its norm layers (modules whose class name has "Norm"; with none,
-    the last trainable parameter) requiring grad but left out of the group on purpose, every other trainable
-    parameter in it."""
-    if ctx.user_model() is None:
-        return Subject(build_model, lambda n: n.split(".")[0] in route.parts,
-                       tuple(n for n in INTENDED if n.split(".")[0] in route.parts), FROZEN)
-    probe = _user_module(ctx, 0)
-    trainable = [n for n, p in probe.named_parameters() if p.requires_grad]
-    norms = {f"{owner}.{name}".lstrip(".") for owner, module in probe.named_modules()
-             if "Norm" in type(module).__name__ for name, _ in module.named_parameters(recurse=False)}
-    left_out = {n for n in trainable if n in norms} or set(trainable[-1:])
-    frozen = tuple(n for n, p in probe.named_parameters() if not p.requires_grad)
-    ctx.note("group_rule", {"frozen": list(frozen), "left_out": sorted(left_out)})
-    with_frozen = "c" in route.parts  # the frozen-in-group route: the frozen embedding goes into the group too
-    return Subject(lambda seed: _user_module(ctx, seed),
-                   lambda n: n not in left_out and (with_frozen or n not in frozen),
-                   tuple(n for n in trainable if n not in left_out), frozen, ctx.user_model())
-
-
-def _user_module(ctx: ProbeContext, seed: int) -> Any:
-    user = ctx.user_model(seed=seed)
-    user.freeze(None, required=False)  # the input embedding, where the model has one
-    return user.module
-
-
-@dataclasses.dataclass
 class Wrapped:
     module: Any  # where the live parameters are named
     optimizer: Any  # what holds the tracked tensors
@@ -180,7 +145,7 @@ def run(ctx: ProbeContext) -> None:
     if ctx.user_model() is not None and route.wrapper != "deepspeed":
         ctx.skip(f"the {route.wrapper} route wraps ds-doctor's own four-part model only; --model runs on the "
                  "deepspeed routes")
-    model = subject(ctx, route)
+    model = subject(ctx, route.parts, build_model, INTENDED, FROZEN)
     reference = model.build(0)
     before = tracked_names(optimizer_groups(model.optimizer(reference)), reference)
     ctx.note("tracked_before", sorted(before.groups))
@@ -293,14 +258,17 @@ def _engine_values(engine: Any) -> Callable[[], dict[str, Any]]:
 def _engine_step(ctx: ProbeContext, engine: Any, user: Any = None) -> Callable[[], None]:
     import torch
 
-    def step() -> None:
-        if user is not None:
-            loss = user.loss(engine, MICRO_BATCH, device=engine.device, dtype=torch.float32, seed=100 + ctx.rank)
-        else:
-            x, y = _batch(ctx, engine.device)
-            loss = torch.nn.functional.mse_loss(engine(x), y)
-        engine.backward(loss)
-        engine.step()
+    def step() -> None:  # one optimizer step: a whole accumulation window
+        dtype = torch.bfloat16 if engine.bfloat16_enabled() else torch.float32
+        for _ in range(engine.gradient_accumulation_steps()):
+            if user is not None:
+                loss = user.loss(engine, engine.train_micro_batch_size_per_gpu(), device=engine.device, dtype=dtype,
+                                 seed=100 + ctx.rank)
+            else:
+                x, y = _batch(ctx, engine.device)
+                loss = torch.nn.functional.mse_loss(engine(x.to(dtype)), y.to(dtype))
+            engine.backward(loss)
+            engine.step()
 
     return step
 
@@ -314,10 +282,11 @@ def _deepspeed(ctx: ProbeContext, route: Route, cleanup: contextlib.ExitStack, m
     ctx.require(DEEPSPEED)
     import deepspeed
 
-    model = model or subject(ctx, route)
+    model = model or subject(ctx, route.parts, build_model, INTENDED, FROZEN)
     ctx.enter("wrap")
     module = model.build(0)
-    engine, _, _, _ = deepspeed.initialize(model=module, optimizer=model.optimizer(module), config=_ds_config(route.stage))
+    config = user_ds_config(ctx, route.user) if route.user is not None else _ds_config(route.stage)
+    engine, _, _, _ = deepspeed.initialize(model=module, optimizer=model.optimizer(module), config=config)
     cleanup.callback(engine.destroy)
     return Wrapped(engine.module, engine.optimizer, _engine_step(ctx, engine, model.user), _engine_values(engine))
 

@@ -181,3 +181,14 @@ def test_s0_the_user_config_through_accelerate(tmp_path: Path) -> None:
     prepared = result["notes"]["prepared"]
     assert prepared["optimizer_wraps_engine"] and prepared["scheduler_wraps_engine"]
     assert prepared["num_processes"] == prepared["dist_world_size"] == 2
+
+
+def test_s3_the_deepspeed_route_on_the_user_config(tmp_path: Path) -> None:
+    config = tmp_path / "ds_config.json"
+    config.write_text(json.dumps(AUTO_CONFIG))
+    result = run(tmp_path / "out", "--deepspeed-config", str(config), "-k",
+                 "optimizer_coverage and deepspeed-user-config and ws2")
+    changed = result["notes"]["user_config"]["changed"]
+    assert changed["optimizer"].startswith("dropped") and changed["scheduler"].startswith("dropped")
+    assert changed["zero_force_ds_cpu_optimizer"].startswith("false")  # ZeRO-Offload with the route's own AdamW
+    assert sorted(result["notes"]["changed_by_step"]) == ["a.bias", "a.weight", "head.bias", "head.weight"]
