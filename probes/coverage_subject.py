@@ -34,10 +34,12 @@ def subject(ctx: ProbeContext, parts: tuple[str, ...], build_model: Callable[[in
     group; or, with `--model`, the user's, by this rule: the input embedding frozen, the parameters of its norm
     layers (modules whose class name has "Norm"; with none, the last trainable parameter) requiring grad but left
     out of the group on purpose, every other trainable parameter in it."""
-    if ctx.user_model() is None:
+    if not ctx.has_user_model:
         return Subject(build_model, lambda n: n.split(".")[0] in parts,
                        tuple(n for n in intended if n.split(".")[0] in parts), frozen_parts)
-    probe = _user_module(ctx, 0)
+    user = ctx.user_model(seed=0)  # read for its names; it also makes the batches and the loss
+    user.freeze(None, required=False)
+    probe = user.module
     trainable = [n for n, p in probe.named_parameters() if p.requires_grad]
     norms = {f"{owner}.{name}".lstrip(".") for owner, module in probe.named_modules()
              if "Norm" in type(module).__name__ for name, _ in module.named_parameters(recurse=False)}
@@ -47,14 +49,13 @@ def subject(ctx: ProbeContext, parts: tuple[str, ...], build_model: Callable[[in
     with_frozen = "c" in parts  # the frozen-in-group route: the frozen embedding goes into the group too
     return Subject(lambda seed: _user_module(ctx, seed),
                    lambda n: n not in left_out and (with_frozen or n not in frozen),
-                   tuple(n for n in trainable if n not in left_out), frozen, ctx.user_model())
+                   tuple(n for n in trainable if n not in left_out), frozen, user)
 
 
 def _user_module(ctx: ProbeContext, seed: int) -> Any:
     user = ctx.user_model(seed=seed)
     user.freeze(None, required=False)  # the input embedding, where the model has one
     return user.module
-
 
 
 def user_ds_config(ctx: ProbeContext, user: UserConfig) -> dict[str, Any]:

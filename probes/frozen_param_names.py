@@ -116,7 +116,7 @@ def run(ctx: ProbeContext) -> None:
     ctx.note("route", ROUTES[route])
     config = case_config(ctx, params)
     ctx.note("deepspeed_config", config)
-    if route == "dispatch-disk" and ctx.user_model() is not None:
+    if route == "dispatch-disk" and ctx.has_user_model:
         ctx.skip("the dispatch-disk route sends ds-doctor's own `emb` module to disk: it runs on the tiny model only")
     engines: list[Any] = []
     try:

@@ -142,7 +142,7 @@ class Wrapped:
 def run(ctx: ProbeContext) -> None:
     route: Route = ctx.params
     ctx.note("route", route.what)
-    if ctx.user_model() is not None and route.wrapper != "deepspeed":
+    if ctx.has_user_model and route.wrapper != "deepspeed":
         ctx.skip(f"the {route.wrapper} route wraps ds-doctor's own four-part model only; --model runs on the "
                  "deepspeed routes")
     model = subject(ctx, route.parts, build_model, INTENDED, FROZEN)

@@ -51,7 +51,6 @@ class ThinRecord:
         self.sequence: dict[str, int] = {}
         self.lock = threading.Lock()
         self.record_id = 0
-        self.originals: dict[tuple[Any, str], Callable[..., Any]] = {}
 
     def _entry(self, op: str, bound: inspect.BoundArguments) -> dict[str, Any]:
         from torch.distributed import distributed_c10d as c10d
@@ -104,14 +103,8 @@ class ThinRecord:
             wrapped = self.wrap(op, original)
             for module in (dist, c10d):
                 if getattr(module, op, None) is original:
-                    self.originals[(module, op)] = original
-                    setattr(module, op, wrapped)
+                    setattr(module, op, wrapped)  # for the life of the worker: nothing restores them
         return self
-
-    def uninstall(self) -> None:
-        for (module, op), original in self.originals.items():
-            setattr(module, op, original)
-        self.originals.clear()
 
     def dump(self) -> dict[str, Any]:
         with self.lock:

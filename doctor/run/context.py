@@ -66,6 +66,13 @@ class ProbeContext:
         """The case starts now (its setup ran before): stage times count from here."""
         self._entered = [(self.stage, time.time())]
 
+    @property
+    def has_user_model(self) -> bool:
+        """Whether the run names a model (`--model`): a check that builds nothing."""
+        from doctor.run import usermodel
+
+        return usermodel.from_env() is not None
+
     def user_model(self, seed: int = 0) -> Any:
         """The model `ds-doctor run --model` names (`doctor.run.usermodel.Trainable`: module, batches, loss), built
         on this rank with `seed` (the same on every rank); None when the run has none and the probe uses its own."""

@@ -60,13 +60,9 @@ class AccelerateSetup:
 def load(path: str | Path) -> AccelerateSetup:
     import yaml
 
-    path = Path(path).expanduser().resolve()
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise AccelerateConfigError(f"{path}: no such file") from None
-    except OSError as exc:
-        raise AccelerateConfigError(f"{path}: {exc.strerror}") from None
+    from doctor.run.userconfig import read_user_file
+
+    path, raw = read_user_file(path, AccelerateConfigError)
     text = raw.decode("utf-8", errors="replace")
     try:
         data = yaml.safe_load(text)

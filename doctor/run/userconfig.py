@@ -41,14 +41,19 @@ class UserConfig:
         return dict(json.loads(self.text))
 
 
-def load(path: str | Path) -> UserConfig:
+def read_user_file(path: str | Path, error: type[ValueError]) -> tuple[Path, bytes]:
+    """A file an option names, resolved and read; `error` with one line when it cannot be."""
     path = Path(path).expanduser().resolve()
     try:
-        raw = path.read_bytes()
+        return path, path.read_bytes()
     except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file") from None
+        raise error(f"{path}: no such file") from None
     except OSError as exc:
-        raise ConfigError(f"{path}: {exc.strerror}") from None
+        raise error(f"{path}: {exc.strerror}") from None
+
+
+def load(path: str | Path) -> UserConfig:
+    path, raw = read_user_file(path, ConfigError)
     text = raw.decode("utf-8", errors="replace")
     try:
         config = json.loads(text)
