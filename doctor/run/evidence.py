@@ -74,7 +74,8 @@ def read(launch: LaunchDir, ranks: Iterable[int], took_s: float | None = None) -
         native = launch.forensics / f"py-spy-rank{rank}.txt"
         if native.exists():
             evidence.native[rank] = without_thread(native.read_text(errors="replace"), THREAD_NAME)[:NATIVE_CHARS]
-    dumps, problems = load_dir(launch.flight_dump(0).parent) if launch.flight_dump(0).parent.is_dir() else ({}, [])
+    flight = launch.flight_dump(0).parent
+    dumps, problems = load_dir(flight) if flight.is_dir() else ({}, [])
     evidence.notes += problems
     for rank, dump in dumps.items():
         evidence.source = str(dump.get("source", "torch Flight Recorder"))

@@ -12,6 +12,7 @@ DeepSpeed either `deepspeed_config.deepspeed_config_file` (then that file is the
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -37,8 +38,9 @@ class AccelerateSetup:
     sha256: str
     text: str  # the YAML as read: every rank parses the same bytes
 
-    @property
+    @functools.cached_property
     def data(self) -> dict[str, Any]:
+        """The YAML, parsed once per object (every property below reads it; callers do not change it)."""
         import yaml
 
         return dict(yaml.safe_load(self.text) or {})
