@@ -233,4 +233,30 @@ DEEPSPEED: tuple[KnownIssue, ...] = (
         affected="<0.19.3",
         fixed_in="0.19.3",
     ),
+    KnownIssue(
+        id="ds_import_torch_private_removed",
+        title="import deepspeed fails: it imports a torch private that torch 2.4 removed",
+        package=_DS,
+        patterns=(r"cannot import name '(_get_socket_with_port|log)' from 'torch\.distributed\.elastic\.agent\.server\.api'",),
+        cause="deepspeed/elasticity/elastic_agent.py (imported by `import deepspeed`) took `_get_socket_with_port` and "
+        "`log` from torch's elastic agent; torch 2.4 removed them (pytorch#125743), so DeepSpeed < 0.14.4 does not "
+        "import at all under a newer torch. Seen live on an H100 node with deepspeed 0.14.2 and torch 2.11.",
+        remedy="Upgrade DeepSpeed to >= 0.14.4 (PR #5654), or pair an old DeepSpeed with torch < 2.4.",
+        refs=("https://github.com/deepspeedai/DeepSpeed/issues/5603", "https://github.com/deepspeedai/DeepSpeed/pull/5654",
+              "https://github.com/pytorch/pytorch/pull/125743"),
+        affected="<0.14.4",
+        fixed_in="0.14.4",
+    ),
+    KnownIssue(
+        id="ds_import_numpy2_bufsize",
+        title="import deepspeed fails under numpy 2: `from numpy import BUFSIZE`",
+        package=_DS,
+        patterns=(r"cannot import name 'BUFSIZE' from 'numpy'",),
+        cause="deepspeed/autotuning/scheduler.py (imported by `import deepspeed`) imported numpy.BUFSIZE, which numpy "
+        "2.0 removed; DeepSpeed < 0.14.4 does not import beside numpy >= 2.",
+        remedy="Upgrade DeepSpeed to >= 0.14.4 (PR #5686), or pin numpy < 2 beside the old DeepSpeed.",
+        refs=("https://github.com/deepspeedai/DeepSpeed/issues/5671", "https://github.com/deepspeedai/DeepSpeed/pull/5686"),
+        affected="<0.14.4",
+        fixed_in="0.14.4",
+    ),
 )

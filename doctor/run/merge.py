@@ -41,12 +41,17 @@ def known_issue_for(planned: PlannedCase, outcome: Outcome, findings: list[Findi
 
     The verdict is `affected` where the failure showed here (a matched error, an issue the probe
     saw, or an error finding from an invariant that detects the issue); `not_affected` where a
-    reproduce case ran and it did not show; else it follows the installed version.
+    reproduce case ran and it did not show; else it follows the installed version. An error or
+    timeout that matches no signature, and that the probe did not name, carries no issue: the
+    family's issue judged by version beside an unrelated exception would read as its diagnosis
+    (seen on a GPU node: deepspeed 0.14.2's ImportError under torch 2.11 tagged with #5538).
     """
     if outcome in (Outcome.ERROR, Outcome.TIMEOUT):
         hits = catalog.classify(text)
         if hits:
             return hits[0].to_ref(Verdict.AFFECTED)
+        if named is None:
+            return None
     if named is not None:
         issue, shown = catalog.get(named[0]), named[1]
     elif planned.known_issues:

@@ -36,6 +36,14 @@ def test_rules_over_a_sick_node() -> None:
     assert "row remap is pending" in results[1].reason and "uncorrected ECC" in results[1].reason
 
 
+def test_a_recorded_healthy_h100_passes_with_what_it_could_not_read_listed() -> None:
+    gpus, _, _ = read_gpus(AnsweringNVML(answers("h100_x1_firecracker.json")))
+    assert health.health_findings(gpus[0], own_pids=set()) == []
+    [result] = health.health_results(gpus, None)
+    assert result.outcome == Outcome.PASS and result.findings == ()
+    assert result.notes["unavailable"] == ["nvlink", "retired_pages_dbe", "retired_pages_pending", "retired_pages_sbe"]
+
+
 def test_rules_one_by_one() -> None:
     base: dict[str, Any] = {"index": 0, "utilization_gpu_pct": 0, "processes": [], "memory_used_bytes": 0}
     assert health.health_findings(base, own_pids=()) == []

@@ -189,7 +189,7 @@ def test_every_field_is_read_on_a_full_node() -> None:
     assert gpus[2]["nvlink"][16] == {"link": 16, "active": False}
 
 
-@pytest.mark.parametrize("name", ["h100_node_sick.json", "t4_container.json"])
+@pytest.mark.parametrize("name", ["h100_node_sick.json", "t4_container.json", "h100_x1_firecracker.json"])
 def test_the_recorder_writes_what_the_replayer_reads(name: str) -> None:
     """tests/resources/nvml/record.py (for a GPU session) round-trips every fixture through AnsweringNVML."""
     from tests.resources.nvml.record import record
@@ -203,3 +203,18 @@ def test_the_recorder_writes_what_the_replayer_reads(name: str) -> None:
     for gpu in original["gpus"]:
         gpu["unsupported"] = sorted(gpu["unsupported"])
     assert recorded == original
+
+
+def test_a_recorded_h100_reads_as_the_live_run_read_it() -> None:
+    """h100_x1_firecracker.json was recorded by record.py on a real H100 (2026-11-23, docs/gpu-runs.md); the
+    live `ds-doctor run` there reported these same values, and these refusals, for that GPU."""
+    gpus, reason, versions = read_gpus(AnsweringNVML(answers("h100_x1_firecracker.json")))
+    assert reason is None and len(gpus) == 1 and versions
+    gpu = gpus[0]
+    assert (gpu["name"], gpu["compute_capability"], gpu["memory_total_bytes"]) == ("NVIDIA H100 80GB HBM3", "9.0",
+                                                                                    85520809984)
+    assert (gpu["pcie_gen"], gpu["pcie_width"], gpu["throttle_reasons"]) == (5, 16, ["gpu_idle"])
+    assert gpu["ecc_enabled"] and gpu["ecc_uncorrected_volatile"] == 0 and gpu["remapped_rows_pending"] is False
+    # that VM's driver refuses retired pages and NVLink (an SXM H100 behind one PCIe function): missing, not failing
+    assert set(gpu["unavailable"]) == {"retired_pages_sbe", "retired_pages_dbe", "retired_pages_pending", "nvlink"}
+    assert gpu["nvlink"] is None and gpu["driver"] == "580.159.04" and gpu["cuda_driver"] == "13.0"

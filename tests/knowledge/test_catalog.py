@@ -128,7 +128,7 @@ def test_the_catalog_holds_every_library_module_once() -> None:
     from doctor.knowledge import accelerate, deepspeed, fsdp, launch
 
     parts = deepspeed.DEEPSPEED + accelerate.ACCELERATE + fsdp.FSDP + launch.LAUNCH
-    assert known_issues.ISSUES == parts and len({i.id for i in parts}) == len(parts) == 46
+    assert known_issues.ISSUES == parts and len({i.id for i in parts}) == len(parts) == 48
     assert all(issue.id.startswith("ds_") for issue in deepspeed.DEEPSPEED)
     assert known_issues.get("torchrun_child_sigkill").package == "torch"
 
@@ -138,3 +138,17 @@ def test_every_entry_with_a_signature_is_exercised_by_a_sample() -> None:
     texts = [text for text, _ in SAMPLES] + [p.read_text() for p in RESOURCES.glob("**/*.txt")]
     unsampled = [i.id for i in known_issues.ISSUES if i.patterns and not any(i.matches(t) for t in texts)]
     assert unsampled == []
+
+
+@pytest.mark.parametrize(("name", "issue_id"), [
+    ("h100_ds_5538_live.txt", S2_ID),
+    ("h100_ds0142_torch211_import.txt", "ds_import_torch_private_removed"),
+    ("h100_ds0142_numpy2_import.txt", "ds_import_numpy2_bufsize"),
+])
+def test_tracebacks_captured_on_a_gpu_node_are_classified(name: str, issue_id: str) -> None:
+    """Real tracebacks from zero_offload on an H100 with deepspeed 0.14.2 (docs/gpu-runs.md): #5538 live, and the
+    two import failures an old DeepSpeed meets on torch 2.11 / numpy 2 before it gets that far."""
+    hits = known_issues.classify((RESOURCES / "gpu" / name).read_text())
+    assert [hit.id for hit in hits] == [issue_id]
+    verdict = hits[0].version_verdict
+    assert (verdict({"deepspeed": "0.14.2"}), verdict({"deepspeed": "0.19.8"})) == (AFFECTED, NOT_AFFECTED)

@@ -66,6 +66,18 @@ def test_an_error_is_classified_against_every_known_issue() -> None:
     assert result.ranks[1].signal == "SIGKILL" and result.ranks[1].exit_code == -9
 
 
+def test_an_unrecognised_error_is_not_given_the_familys_issue() -> None:
+    """An exception no signature matches stays unclassified, even where the family's issue is affected by version."""
+    error = ErrorInfo("ImportError", "cannot import name 'x' from 'y'", "Traceback (most recent call last):\n"
+                      "ImportError: cannot import name 'x' from 'y'")
+    result = merge_case(planned(S2), [line(S2, 0, Outcome.ERROR, error=error, reason="ImportError")],
+                        {**VERSIONS, "deepspeed": "0.14.2"})
+    assert result.outcome == Outcome.ERROR and result.known_issue is None
+    passed = merge_case(planned(S2), [line(S2, 0, Outcome.PASS)], {**VERSIONS, "deepspeed": "0.14.2"})
+    assert (passed.known_issue.id, passed.known_issue.verdict) == ("ds_z3_offload_gradnorm_device_mismatch",
+                                                                   Verdict.AFFECTED)
+
+
 def test_the_traceback_of_a_rank_reaches_the_case() -> None:
     error = ErrorInfo("ValueError", "planted", "Traceback (most recent call last):\n  ...\nValueError: planted")
     result = merge_case(planned(S2), [line(S2, 0, Outcome.ERROR, error=error, reason="ValueError: planted"),
