@@ -1,11 +1,15 @@
 """The Python API: the same collectors and invariants, inside a user's own training job.
 
-    from doctor.api import inspect
-    result = inspect(model, optimizer, engine=engine, stage="after_step")
-    for finding in result.findings: print(finding.message)
-    result.write("ds-doctor-inspect.json")
+    from doctor.api import watch, DoctorCallback
+    w = watch(engine)                        # a DeepSpeed engine, right after deepspeed.initialize
+    w = watch(accelerator)                   # an Accelerator, right after prepare
+    trainer.add_callback(DoctorCallback())   # an HF Trainer
+    # options: out="ds-doctor-watch.json", every=None | N (steps), raise_on=None | "error"
 
-Metadata only: nothing is copied, synced or gathered, so it is safe at any model size.
+    from doctor.api import inspect           # one snapshot, placement only
+    result = inspect(model, optimizer, engine=engine, stage="after_step")
+
+Metadata only: nothing is copied or synced; a watch gathers findings (never tensors) once per moment.
 """
 
 from __future__ import annotations
@@ -26,7 +30,12 @@ from doctor.checks.placement import (
 from doctor.collect.devicemap import Recorder, collect
 from doctor.files import write_atomic
 from doctor.redact import scrub
+from doctor.watch.hooks import Session, attach_accelerator, attach_engine
+from doctor.watch.target import Target, current_rank, engine_config, is_accelerator, is_deepspeed_engine
+from doctor.watch.watcher import DoctorError, Watch
 from reports.records import Finding, TensorRecord
+
+__all__ = ["DoctorError", "Inspection", "Watch", "inspect", "watch"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,22 +56,45 @@ class Inspection:
         return path
 
 
-def engine_config(engine: Any) -> Mapping[str, Any] | None:
-    """The config dict a DeepSpeed engine was built from."""
-    params = getattr(getattr(engine, "_config", None), "_param_dict", None)
-    if isinstance(params, Mapping):
-        return params
-    config = getattr(engine, "config", None)
-    return config if isinstance(config, Mapping) else None
+def watch(obj: Any, *, out: str | Path | None = "ds-doctor-watch.json", every: int | None = None,
+          raise_on: str | None = None, device_maps: bool = False) -> Watch:
+    """Watch a DeepSpeed engine or an Accelerator (after initialize / prepare) at the moments S0-S4 bite.
 
-
-def current_rank() -> int:
+    Runs the after_prepare checks now, then before each save, after each load, at the first optimizer step and
+    every `every` steps. Every rank must call it (each moment gathers once across ranks). `raise_on="error"`
+    raises `DoctorError` on every rank at an error finding, before the save it guards. `out` is the report
+    rank 0 rewrites at each moment (None: log only); `device_maps` adds rank 0's device map to each moment.
+    `close()` (or leaving a `with` block) puts back every method and hook it changed.
+    """
+    Watch.validate(out=out, every=every, raise_on=raise_on, device_maps=device_maps)
+    if is_deepspeed_engine(obj):
+        target = Target.of_engine(obj)
+    elif is_accelerator(obj):
+        target = Target.of_accelerator(obj)
+    else:
+        raise TypeError(f"watch() takes a DeepSpeed engine or an accelerate.Accelerator, not {type(obj).__name__}; "
+                        "for the HF Trainer add DoctorCallback() to it")
+    handle = Watch(target, out=out, every=every, raise_on=raise_on, device_maps=device_maps)
+    session = Session(handle)
+    if target.kind == "deepspeed":
+        attach_engine(session, obj)
+    else:
+        attach_accelerator(session, obj)
     try:
-        import torch.distributed as dist
+        session.after_prepare()
+    except BaseException:
+        handle.close()  # a DoctorError here leaves the job as it was
+        raise
+    return handle
 
-        return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-    except ImportError:
-        return 0
+
+def __getattr__(name: str) -> Any:
+    """`DoctorCallback` imports transformers: only when asked for."""
+    if name == "DoctorCallback":
+        from doctor.watch.callback import DoctorCallback
+
+        return DoctorCallback
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def inspect(model: Any = None, optimizer: Any = None, *, engine: Any = None, stage: str = "inspect",

@@ -110,7 +110,7 @@ def test_no_import_cycle_between_packages_but_the_probe_registry() -> None:
 
 def test_doctor_has_the_layers_it_shows() -> None:
     subpackages = sorted(p.parent.name for p in (ROOT / "doctor").glob("*/__init__.py"))
-    assert subpackages == ["checks", "collect", "hardware", "knowledge", "run"]
+    assert subpackages == ["checks", "collect", "hardware", "knowledge", "run", "watch"]
 
 
 def test_no_module_over_400_lines() -> None:

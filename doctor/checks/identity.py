@@ -41,8 +41,10 @@ def _kind(param: Any) -> str:
 
 
 def param_name_map(named_params: NamedParams, param_names: Mapping[Any, str] | None, *, rank: int,
-                   stage: str) -> list[Finding]:
-    """Every `module.named_parameters()` object is a key of `engine.param_names` under the same name."""
+                   stage: str, map_name: str = "engine.param_names", severity: Severity = Severity.ERROR,
+                   consequence: str = "a checkpoint save that looks it up fails") -> list[Finding]:
+    """Every `module.named_parameters()` object is a key of `engine.param_names` (or another Parameter -> name
+    map, `map_name`) under the same name."""
     if param_names is None:
         return [Finding("param_name_map", Severity.INFO, "the engine keeps no param_names map; nothing to compare", rank, stage)]
     findings = []
@@ -51,12 +53,12 @@ def param_name_map(named_params: NamedParams, param_names: Mapping[Any, str] | N
         if mapped == name:
             continue
         if mapped is None:
-            message = (f"{name} ({_kind(param)}) is not a key of engine.param_names: the Parameter object was replaced "
-                       "after initialize, and a checkpoint save that looks it up fails")
+            message = (f"{name} ({_kind(param)}) is not a key of {map_name}: the Parameter object was replaced "
+                       f"after initialize, and {consequence}")
         else:
-            message = f"{name} ({_kind(param)}) is in engine.param_names under another name, {mapped!r}"
-        findings.append(Finding("param_name_map", Severity.ERROR, message, rank, stage,
-                                expected=f"engine.param_names[module.{name}] == {name!r}",
+            message = f"{name} ({_kind(param)}) is in {map_name} under another name, {mapped!r}"
+        findings.append(Finding("param_name_map", severity, message, rank, stage,
+                                expected=f"{map_name}[module.{name}] == {name!r}",
                                 evidence=(_record(name, param, rank, stage),), remedy=REMEDY_NAME_MAP))
     return findings
 

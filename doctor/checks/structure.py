@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from reports.records import Finding, Severity, TensorRecord
 
 
-def _same_device(device: str, expected: str) -> bool:
+def same_device(device: str, expected: str) -> bool:
     kind, _, index = device.partition(":")
     want_kind, _, want_index = expected.partition(":")
     return kind == want_kind and (not index or not want_index or index == want_index)
@@ -25,7 +25,7 @@ def buffer_placement(records: Iterable[TensorRecord], device: str, stage: str) -
     """An error per buffer at `stage` that is not on `device` (the model's compute device)."""
     findings = []
     for record in records:
-        if record.role != "buffer" or record.stage != stage or _same_device(record.device, device):
+        if record.role != "buffer" or record.stage != stage or same_device(record.device, device):
             continue
         where = "on meta: it holds no data" if record.device == "meta" else f"on {record.device}"
         findings.append(Finding(

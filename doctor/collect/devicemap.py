@@ -28,41 +28,97 @@ ROLES = (
 )
 
 
+_TENSOR: Any = None  # torch.Tensor, imported on first use
+_DEVICE_NAMES: dict[Any, str] = {}  # torch.device -> "cuda:0": str() of a device costs more than the lookup
+_DTYPE_NAMES: dict[Any, str] = {}
+
+
+def _tensor_type() -> Any:
+    global _TENSOR
+    if _TENSOR is None:
+        import torch
+
+        _TENSOR = torch.Tensor
+    return _TENSOR
+
+
 def dtype_name(dtype: Any) -> str:
-    return str(dtype).removeprefix("torch.")
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype).removeprefix("torch.")
+    return name
+
+
+def device_name(value: Any) -> str | None:
+    """A tensor's device as text, `python` for a Python number, None for anything else (not recorded)."""
+    if isinstance(value, _TENSOR or _tensor_type()):
+        device = value.device
+        name = _DEVICE_NAMES.get(device)
+        if name is None:
+            name = _DEVICE_NAMES[device] = str(device)
+        return name
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return "python"
+    return None
+
+
+#: A row before it becomes a record: (value, role, path, owner, aliases, device). `path` is text, or a tuple of
+#: parts joined only when the row becomes a record (most rows of a big model never do inside a job).
+Row = tuple[Any, str, Any, "str | None", tuple[str, ...], str]
 
 
 class Recorder:
-    """Collects records for one rank and stage; collectors call `add`."""
+    """Collects one rank's rows at one stage; collectors call `add`.
+
+    A row keeps the tensor and its device; dtype, shape and sizes are read when the row becomes a
+    `TensorRecord` (`records`, `materialize`). A watch checks devices on rows and makes records of the
+    offenders only, which is what keeps a check inside a job at millions of tensors a second. Read
+    `records` (or materialize) at the same moment as the collection, before the job moves a tensor.
+    """
+
+    __slots__ = ("_records", "rank", "rows", "stage")
 
     def __init__(self, rank: int, stage: str) -> None:
         self.rank = rank
         self.stage = stage
-        self.records: list[TensorRecord] = []
+        self.rows: list[Row] = []
+        self._records: list[TensorRecord] | None = None
 
-    def add(self, value: Any, *, role: str, path: str, owner: str | None = None, aliases: tuple[str, ...] = ()) -> None:
+    def add(self, value: Any, *, role: str, path: Any, owner: str | None = None, aliases: tuple[str, ...] = ()) -> None:
         """Record a tensor's placement, or a Python number as device `python`; anything else is ignored."""
-        import torch
+        device = device_name(value)
+        if device is not None:
+            self.rows.append((value, role, path, owner, aliases, device))
+            self._records = None
 
-        if isinstance(value, torch.Tensor):
-            numel = int(value.numel())
-            placement = (str(value.device), dtype_name(value.dtype), tuple(int(s) for s in value.shape), numel,
-                         numel * value.element_size(), bool(value.requires_grad))
-        elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            placement = ("python", type(value).__name__, (), 1, 0, None)
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def records(self) -> list[TensorRecord]:
+        if self._records is None or len(self._records) != len(self.rows):
+            self._records = self.materialize(self.rows)
+        return self._records
+
+    def materialize(self, rows: Iterable[Row]) -> list[TensorRecord]:
+        return [self.record(row) for row in rows]
+
+    def record(self, row: Row) -> TensorRecord:
+        value, role, path, owner, aliases, device = row
+        if device == "python":
+            dtype, shape, numel, nbytes, requires_grad = type(value).__name__, (), 1, 0, None
         else:
-            return
-        device, dtype, shape, numel, nbytes, requires_grad = placement
-        self.records.append(TensorRecord(rank=self.rank, stage=self.stage, role=role, path=path, owner=owner,
-                                         device=device, dtype=dtype, shape=shape, numel=numel, nbytes=nbytes,
-                                         requires_grad=requires_grad, aliases=aliases))
+            numel = int(value.numel())
+            dtype, shape, nbytes = dtype_name(value.dtype), tuple(value.shape), numel * value.element_size()
+            requires_grad = bool(value.requires_grad)
+        return TensorRecord(rank=self.rank, stage=self.stage, role=role, path=path if isinstance(path, str) else
+                            "".join(map(str, path)), owner=owner, device=device, dtype=dtype, shape=shape, numel=numel,
+                            nbytes=nbytes, requires_grad=requires_grad, aliases=aliases)
 
 
 def iter_nested_tensors(value: Any, path: str) -> Iterator[tuple[str, Any]]:
     """Yield (path, tensor) for every tensor nested in dicts, lists and tuples."""
-    import torch
-
-    if isinstance(value, torch.Tensor):
+    if isinstance(value, _TENSOR or _tensor_type()):
         yield path, value
     elif isinstance(value, Mapping):
         for key, item in value.items():
@@ -74,31 +130,111 @@ def iter_nested_tensors(value: Any, path: str) -> Iterator[tuple[str, Any]]:
 
 def parameter_names(module: Any) -> dict[int, str]:
     """`id(param) -> name` for a live module; valid while the module holds its parameters."""
-    return {id(p): name for name, p in module.named_parameters(remove_duplicate=False)}
+    return {id(p): name for name, p in named_tensors(module)[0]}
+
+
+def _plain_tree(module: Any) -> bool:
+    """The root's naming is nn.Module's own (FSDP1's root renames its parameters: it goes through its methods)."""
+    from torch import nn
+
+    kind = type(module)
+    return (kind.named_parameters is nn.Module.named_parameters and kind.named_buffers is nn.Module.named_buffers
+            and kind.named_modules is nn.Module.named_modules)
+
+
+def named_tensors(module: Any) -> tuple[list[tuple[str, Any]], list[tuple[str, Any]]]:
+    """(named parameters, named buffers) as `named_parameters(remove_duplicate=False)` and `named_buffers(...)`
+    list them, in one walk of the module tree (three of torch's walks cost more than the rest of a collection)."""
+    if not _plain_tree(module):
+        return (list(module.named_parameters(remove_duplicate=False)),
+                list(module.named_buffers(remove_duplicate=False)))
+    params: list[tuple[str, Any]] = []
+    buffers: list[tuple[str, Any]] = []
+    stack = [("", module)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        prefix, current = pop()
+        own = current.__dict__  # nn.Module's attribute lookup costs more than this dict's
+        held = own.get("_parameters")
+        if held:
+            for key, param in held.items():
+                if param is not None:
+                    params.append((prefix + key, param))
+        held = own.get("_buffers")
+        if held:
+            for key, buffer in held.items():
+                if buffer is not None:
+                    buffers.append((prefix + key, buffer))
+        held = own.get("_modules")
+        if held:
+            for key, child in reversed(held.items()):
+                if child is not None:
+                    push((prefix + key + ".", child))
+    return params, buffers
 
 
 def _by_tensor(named: Iterable[tuple[str, Any]]) -> list[tuple[str, Any, tuple[str, ...]]]:
     """(first name, tensor, other names) per distinct tensor, in module order."""
-    names: dict[int, list[str]] = {}
-    tensors: dict[int, Any] = {}
+    first: dict[int, tuple[str, Any, list[str]]] = {}
     for name, tensor in named:
-        names.setdefault(id(tensor), []).append(name)
-        tensors.setdefault(id(tensor), tensor)
-    return [(found[0], tensors[key], tuple(found[1:])) for key, found in names.items()]
+        seen = first.get(id(tensor))
+        if seen is None:
+            first[id(tensor)] = (name, tensor, [])
+        else:
+            seen[2].append(name)
+    return [(name, tensor, tuple(others)) for name, tensor, others in first.values()]
 
 
-def collect_module(rec: Recorder, module: Any) -> None:
+def _device_text(device: Any) -> str:
+    name = _DEVICE_NAMES[device] = str(device)
+    return name
+
+
+def collect_module(rec: Recorder, module: Any) -> dict[int, str]:
     """Parameters (a tied one once, with every name), their ZeRO-3 partitions (`ds_tensor`) and gradients, and
-    the buffers of an `nn.Module`."""
-    for name, param, aliases in _by_tensor(module.named_parameters(remove_duplicate=False)):
-        rec.add(param, role="param", path=name, owner=name, aliases=aliases)
-        partition = getattr(param, "ds_tensor", None)
+    the buffers of an `nn.Module`. Returns `id(param) -> name` (the first name of a tied one).
+
+    The loop is written for speed (local names, rows appended directly): inside a job it runs over every
+    parameter of the model at each watched moment.
+    """
+    params, buffers = named_tensors(module)
+    names: dict[int, str] = {}
+    rows = rec.rows
+    append = rows.append
+    known = _DEVICE_NAMES.get
+    tied: dict[int, int] = {}  # id(param) -> its row, for a tied parameter's other names
+    for name, param in params:
+        key = id(param)
+        if key in names:
+            tied.setdefault(key, -1)
+            continue
+        names[key] = name
+        device = param.device
+        append((param, "param", name, name, (), known(device) or _device_text(device)))
+        partition = param.__dict__.get("ds_tensor")
         if partition is not None:
-            rec.add(partition, role="param_partition", path=f"{name}.ds_tensor", owner=name)
-        if param.grad is not None:
-            rec.add(param.grad, role="grad", path=f"{name}.grad", owner=name)
-    for name, buffer, aliases in _by_tensor(module.named_buffers(remove_duplicate=False)):
+            rec.add(partition, role="param_partition", path=(name, ".ds_tensor"), owner=name)
+        grad = param.grad
+        if grad is not None:
+            device = grad.device
+            append((grad, "grad", (name, ".grad"), name, (), known(device) or _device_text(device)))
+    if tied:
+        _add_aliases(rows, params, names, tied)
+    for name, buffer, aliases in _by_tensor(buffers):
         rec.add(buffer, role="buffer", path=name, owner=name.rpartition(".")[0] or None, aliases=aliases)
+    rec._records = None
+    return names
+
+
+def _add_aliases(rows: list[Row], params: list[tuple[str, Any]], names: Mapping[int, str], tied: Mapping[int, int]) -> None:
+    """Give each tied parameter's row (its first name) the other names it goes by."""
+    others: dict[int, list[str]] = {}
+    for name, param in params:
+        if id(param) in tied and names[id(param)] != name:
+            others.setdefault(id(param), []).append(name)
+    for index, row in enumerate(rows):
+        if row[1] == "param" and id(row[0]) in others:
+            rows[index] = (*row[:4], tuple(others[id(row[0])]), row[5])
 
 
 def collect_optimizer(
@@ -110,27 +246,39 @@ def collect_optimizer(
     their position. A group's own tensors (Prodigy's `running_d_denom`, say) are owned by the
     group's first parameter, whose device they must share.
     """
-    seen: set[int] = set()
+    state = optimizer.state
     for gi, group in enumerate(optimizer.param_groups):
-        params = list(group.get("params", []))
-        group_names = [names.get(id(p), f"{prefix}.param_groups[{gi}].params[{pi}]") for pi, p in enumerate(params)]
-        for param, name in zip(params, group_names, strict=True):
-            seen.add(id(param))
-            _collect_state(rec, optimizer.state.get(param, {}), prefix, name)
+        params = group.get("params", [])
+        first = (names.get(id(params[0])) or f"{prefix}.param_groups[{gi}].params[0]") if params else None
         for key, value in group.items():
-            if key == "params":
+            if key == "params" or isinstance(value, (str, bool, int, float, type(None))):
                 continue
             for path, tensor in iter_nested_tensors(value, f"{prefix}.param_groups[{gi}].{key}"):
-                rec.add(tensor, role="optim_group_tensor", path=path, owner=group_names[0] if group_names else None)
-    for index, (param, state) in enumerate(optimizer.state.items()):
-        if id(param) not in seen:  # state for a tensor no group holds any more
-            _collect_state(rec, state, prefix, names.get(id(param), f"{prefix}.state<untracked {index}>"))
+                rec.add(tensor, role="optim_group_tensor", path=path, owner=first)
+    # state.items() rather than state.get(param): a tensor key hashes through Python (Tensor.__hash__)
+    tensor_type, append, known = _TENSOR or _tensor_type(), rec.rows.append, _DEVICE_NAMES.get
+    positions: dict[int, str] | None = None
+    for index, (param, held) in enumerate(state.items()):
+        if not held:
+            continue
+        name = names.get(id(param))
+        if name is None:  # a tensor with no module name: named by its place in the groups, or as untracked
+            positions = positions if positions is not None else _positions(optimizer, prefix)
+            name = positions.get(id(param)) or f"{prefix}.state<untracked {index}>"
+        head = (prefix, ".state[", name, "].")
+        for key, value in held.items():
+            if isinstance(value, tensor_type):
+                device = value.device
+                append((value, "optim_state", (*head, key), name, (), known(device) or _device_text(device)))
+            else:
+                for path, nested in iter_nested_tensors(value, "".join(head) + str(key)):
+                    rec.add(nested, role="optim_state", path=path, owner=name)
+    rec._records = None
 
 
-def _collect_state(rec: Recorder, state: Mapping[str, Any], prefix: str, name: str) -> None:
-    for key, value in state.items():
-        for path, tensor in iter_nested_tensors(value, f"{prefix}.state[{name}].{key}"):
-            rec.add(tensor, role="optim_state", path=path, owner=name)
+def _positions(optimizer: Any, prefix: str) -> dict[int, str]:
+    return {id(param): f"{prefix}.param_groups[{gi}].params[{pi}]"
+            for gi, group in enumerate(optimizer.param_groups) for pi, param in enumerate(group.get("params", []))}
 
 
 def is_zero3_optimizer(optimizer: Any) -> bool:
@@ -203,9 +351,7 @@ def collect(
     if engine is not None:
         module = module if module is not None else getattr(engine, "module", None)
         optimizer = optimizer if optimizer is not None else getattr(engine, "optimizer", None)
-    names = parameter_names(module) if module is not None else {}
-    if module is not None:
-        collect_module(rec, module)
+    names = collect_module(rec, module) if module is not None else {}
     if optimizer is not None:
         optimizer = unwrap_optimizer(optimizer)
         if is_zero3_optimizer(optimizer) or is_zero12_optimizer(optimizer):

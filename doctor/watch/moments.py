@@ -1,0 +1,149 @@
+"""What a watch checks at each moment of a job, on one rank: pure functions of a `Target` returning findings.
+
+Metadata only (devices, dtypes, shapes, identities): no tensor op is dispatched, so a moment is safe and cheap
+at any model size (bench/bench_collect.py). Each moment is a `Check`: its findings, the rows it looked at, and
+the ties and fp32 partitions a later moment compares against.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from doctor.checks.identity import optimizer_params_live, param_name_map
+from doctor.checks.lifecycle import PLACEHOLDERS
+from doctor.checks.placement import ZeroPromise, boundary_grads, clip_norm_device, grad_accum_dtype
+from doctor.checks.structure import ties_kept
+from doctor.collect.devicemap import Recorder, collect, named_tensors
+from doctor.collect.tracked import optimizer_groups
+from doctor.watch import fast
+from doctor.watch.target import Target, prepared_classes
+from reports.records import Finding, Severity, TensorRecord
+
+#: Per moment, the invariants it is there for, first first: a moment's known issue is the one of the first broken.
+PRIMARY = {
+    "after_prepare": ("no_placeholder", "optimizer_params_live", "fp32_partition_placement", "param_partition_placement"),
+    "step": ("clip_norm_device", "boundary_grad_matches_partition", "optimizer_state_colocation"),
+    "before_save": ("param_name_map", "optimizer_params_live", "no_meta_params"),
+    "after_load": ("optimizer_state_colocation", "optimizer_params_live", "ties_kept", "buffer_placement"),
+}
+
+#: The moments, the scenario each one guards, and what it looks for.
+MOMENTS = {
+    "after_prepare": ("S0", "placeholders, optimizer coverage, placement against the config, buffers"),
+    "step": ("S2", "ZeRO placement, optimizer state with its parameters, the clip operands"),
+    "before_save": ("S1", "every parameter in the checkpoint's name map (frozen first), nothing on meta"),
+    "after_load": ("S4", "optimizer tensors with their parameters, the optimizer on live parameters, buffers, ties"),
+}
+
+
+@dataclasses.dataclass
+class Check:
+    findings: list[Finding]
+    records: int  # rows looked at on this rank
+    device_map: list[TensorRecord] = dataclasses.field(default_factory=list)  # the rows as records, if asked
+
+
+def _snapshot(target: Target, rank: int, stage: str) -> Recorder:
+    rec = Recorder(rank, stage)
+    collect(rec, module=target.module, optimizer=target.optimizer)
+    return rec
+
+
+def _promise(target: Target) -> ZeroPromise | None:
+    config = target.config
+    if not config or "zero_optimization" not in config:
+        return None
+    return ZeroPromise.from_config(config, accelerator=target.device)
+
+
+def placeholders(target: Target, rank: int, stage: str) -> list[Finding]:
+    """S0: no DummyOptim / DummyScheduler survived prepare (the job holds a placeholder, not DeepSpeed's object)."""
+    return [Finding("no_placeholder", Severity.ERROR, f"{name} survived accelerator.prepare: the job holds a "
+                    "placeholder, not DeepSpeed's object", rank, stage,
+                    expected="prepare returns wrappers of the engine's optimizer and scheduler",
+                    remedy="Pass model, DummyOptim, dataloader and DummyScheduler to one accelerator.prepare call and "
+                    "use the objects it returns.")
+            for name in prepared_classes(target.prepared) if name in PLACEHOLDERS]
+
+
+def _coverage(target: Target, rank: int, stage: str) -> list[Finding]:
+    params, _ = named_tensors(target.module)
+    return optimizer_params_live(params, [p for group in optimizer_groups(target.optimizer) for p in group],
+                                 rank=rank, stage=stage)
+
+
+def after_prepare(target: Target, rank: int, keep_map: bool = False) -> Check:
+    stage = "after_prepare"
+    rec = _snapshot(target, rank, stage)
+    findings = placeholders(target, rank, stage) + _coverage(target, rank, stage) + fast.meta_params(rec)
+    findings += fast.buffers_off(rec, target.device) + fast.colocation(rec)
+    promise = _promise(target)
+    if promise is not None:
+        findings += fast.zero_placement(rec, promise) + grad_accum_dtype(promise)
+    return Check(findings, len(rec), rec.records if keep_map else [])
+
+
+def step(target: Target, rank: int, label: str, clip: list[TensorRecord], initial: list[TensorRecord],
+         keep_map: bool = False) -> Check:
+    """After an optimizer step; `clip` holds what unscale_and_clip_grads saw in it, `initial` the fp32
+    partitions at after_prepare (every one must have reached the clip)."""
+    rec = _snapshot(target, rank, label)
+    findings = fast.colocation(rec)
+    promise = _promise(target)
+    if promise is not None:
+        findings += fast.zero_placement(rec, promise)
+    if clip:
+        findings += clip_norm_device(clip) + boundary_grads([*initial, *clip])
+    return Check(findings, len(rec) + len(clip), rec.records if keep_map else [])
+
+
+def before_save(target: Target, rank: int, label: str, keep_map: bool = False) -> Check:
+    """S1: every module parameter, frozen ones first, is a key of the name map under its name; the optimizer
+    holds live parameters; nothing is on meta (a checkpoint written now would store no data for it)."""
+    params, _ = named_tensors(target.module)
+    ordered = sorted(params, key=lambda item: bool(item[1].requires_grad))  # frozen first (stable)
+    if target.config or target.engine is not None:  # DeepSpeed writes the checkpoint through this map
+        findings = param_name_map(ordered, target.name_map, rank=rank, stage=label)
+    else:  # no DeepSpeed: state_dict() saves by module name; the replaced object is stale only for its old holders
+        findings = param_name_map(ordered, target.name_map, rank=rank, stage=label, severity=Severity.WARNING,
+                                  map_name="the Parameter -> name map taken when the watch started",
+                                  consequence="whatever took the old object (DDP, a parameter-keyed map) no longer "
+                                  "sees the new one")
+    findings += _coverage(target, rank, label)
+    rec = Recorder(rank, label)
+    for name, param in params:
+        rec.add(param, role="param", path=name, owner=name)
+    findings += fast.meta_params(rec)
+    return Check(findings, len(rec), rec.records if keep_map else [])
+
+
+def tied_records(target: Target, rank: int, stage: str) -> list[TensorRecord]:
+    """The tied parameters (one record each, every name), for `after_load` to hold against."""
+    rec = Recorder(rank, stage)
+    collect(rec, module=target.module)
+    return rec.materialize(row for row in rec.rows if row[1] == "param" and row[4])
+
+
+def fp32_records(target: Target, rank: int) -> list[TensorRecord]:
+    """ZeRO's fp32 partitions as records at `after_init`, the stage `boundary_grads` holds the clip against."""
+    rec = Recorder(rank, "after_init")
+    collect(rec, optimizer=target.optimizer)
+    return rec.materialize(row for row in rec.rows if row[1] == "fp32_partition")
+
+
+def after_load(target: Target, rank: int, label: str, ties: list[TensorRecord], keep_map: bool = False) -> Check:
+    rec = _snapshot(target, rank, label)
+    findings = fast.colocation(rec) + fast.buffers_off(rec, target.device) + fast.meta_params(rec)
+    findings += _coverage(target, rank, label)  # a resume that rebuilt the parameters leaves the optimizer orphans
+    if ties:
+        names = {name for record in ties for name in record.names}
+        later = rec.materialize(row for row in rec.rows if row[1] == "param" and
+                                (row[2] in names or any(alias in names for alias in row[4])))
+        findings += ties_kept([*ties, *later], ties[0].stage, label)
+    return Check(findings, len(rec), rec.records if keep_map else [])
+
+
+def describe(moment: str) -> dict[str, Any]:
+    scenario, what = MOMENTS[moment]
+    return {"scenario": scenario, "checks": what}
