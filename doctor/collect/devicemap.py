@@ -173,7 +173,7 @@ def named_tensors(module: Any) -> tuple[list[tuple[str, Any]], list[tuple[str, A
     return params, buffers
 
 
-def _by_tensor(named: Iterable[tuple[str, Any]]) -> list[tuple[str, Any, tuple[str, ...]]]:
+def by_tensor(named: Iterable[tuple[str, Any]]) -> list[tuple[str, Any, tuple[str, ...]]]:
     """(first name, tensor, other names) per distinct tensor, in module order."""
     first: dict[int, tuple[str, Any, list[str]]] = {}
     for name, tensor in named:
@@ -220,7 +220,7 @@ def collect_module(rec: Recorder, module: Any) -> dict[int, str]:
             append((grad, "grad", (name, ".grad"), name, (), known(device) or _device_text(device)))
     if tied:
         _add_aliases(rows, params, names, tied)
-    for name, buffer, aliases in _by_tensor(buffers):
+    for name, buffer, aliases in by_tensor(buffers):
         rec.add(buffer, role="buffer", path=name, owner=name.rpartition(".")[0] or None, aliases=aliases)
     rec._records = None
     return names

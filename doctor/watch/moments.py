@@ -14,7 +14,7 @@ from doctor.checks.identity import optimizer_params_live, param_name_map
 from doctor.checks.lifecycle import PLACEHOLDERS
 from doctor.checks.placement import ZeroPromise, boundary_grads, clip_norm_device, grad_accum_dtype
 from doctor.checks.structure import ties_kept
-from doctor.collect.devicemap import Recorder, collect, named_tensors
+from doctor.collect.devicemap import Recorder, by_tensor, collect, named_tensors
 from doctor.collect.tracked import optimizer_groups
 from doctor.watch import fast
 from doctor.watch.target import Target, prepared_classes
@@ -101,7 +101,9 @@ def step(target: Target, rank: int, label: str, clip: list[TensorRecord], initia
 def before_save(target: Target, rank: int, label: str, keep_map: bool = False) -> Check:
     """S1: every module parameter, frozen ones first, is a key of the name map under its name; the optimizer
     holds live parameters; nothing is on meta (a checkpoint written now would store no data for it)."""
-    params, _ = named_tensors(target.module)
+    # once per tensor, under its first name, as named_parameters() lists them and DeepSpeed keys param_names (a
+    # tied head is the embedding's object under another name, not a stale entry)
+    params = [(name, param) for name, param, _ in by_tensor(named_tensors(target.module)[0])]
     ordered = sorted(params, key=lambda item: bool(item[1].requires_grad))  # frozen first (stable)
     if target.config or target.engine is not None:  # DeepSpeed writes the checkpoint through this map
         findings = param_name_map(ordered, target.name_map, rank=rank, stage=label)

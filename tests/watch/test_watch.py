@@ -1,0 +1,146 @@
+"""The watch's moments on one process: metadata only, the same findings as the full invariants, what close()
+puts back, the log lines and the report file."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from doctor.api import DoctorError, watch
+from doctor.checks.identity import no_meta_params
+from doctor.checks.placement import optimizer_state_colocation
+from doctor.checks.structure import buffer_placement
+from doctor.collect.devicemap import Recorder, collect, named_tensors
+from doctor.watch import fast, moments
+from doctor.watch.target import Target, name_map_of
+from doctor.watch.watcher import Watch
+from probes.zero_offload import ZeroCase
+from reports.records import Outcome, Report
+from tests.conftest import build_engine, requires_deepspeed, train_one_step
+from tests.resources.user_models import TiedWithBuffers
+
+
+class Dispatched(TorchDispatchMode):
+    """Every aten op that reaches dispatch (a copy, a sync, a comparison of tensors) while it is on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def trained(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+    model(torch.randint(0, 32, (2, 5))).float().sum().backward()
+    optimizer.step()
+    optimizer.param_groups[0]["running_d"] = torch.zeros(())  # a tensor kept in the group, as Prodigy does
+    return model, optimizer
+
+
+def target_of(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Target:
+    return Target(kind="test", module=model, optimizer=optimizer, device="cpu", own_name_map=name_map_of(model))
+
+
+def test_every_moment_is_metadata_only() -> None:
+    """No aten op is dispatched by a moment's checks, healthy or with findings to report."""
+    model, optimizer = trained(TiedWithBuffers())
+    target = target_of(model, optimizer)
+    ties = moments.tied_records(target, 0, "after_prepare")
+    model.block.weight = torch.nn.Parameter(model.block.weight.detach().clone())  # findings: an orphan, a stale name
+    with Dispatched() as seen:
+        checks = [moments.after_prepare(target, 0), moments.step(target, 0, "step 1", [], []),
+                  moments.before_save(target, 0, "before_save"), moments.after_load(target, 0, "after_load", ties)]
+    assert seen.ops == []
+    assert any(check.findings for check in checks)  # the planted replacement was seen without a single op
+    watcher = Watch(target, out=None)
+    with Dispatched() as seen:
+        watcher.moment("before_save", "before_save", lambda: moments.before_save(target, 0, "before_save"))
+    assert seen.ops == []
+
+
+def test_the_row_checks_find_what_the_full_invariants_find() -> None:
+    """fast.* judge offenders only; on planted cross-device cases (meta as the second device) they match the
+    invariants run on every record."""
+    model, optimizer = trained(TiedWithBuffers())
+    torch.utils.swap_tensors(model.block.bias, torch.nn.Parameter(torch.empty(8, device="meta")))
+    model.register_buffer("mask", torch.empty(4, device="meta"))
+    rec = Recorder(1, "after_load")
+    collect(rec, module=model, optimizer=optimizer)
+    records = rec.records
+    assert fast.colocation(rec) == optimizer_state_colocation(records) != []
+    assert fast.meta_params(rec) == no_meta_params(records) != []
+    assert fast.buffers_off(rec, "cpu") == buffer_placement(records, "cpu", "after_load") != []
+    healthy, opt = trained(TiedWithBuffers())
+    clean = Recorder(0, "x")
+    collect(clean, module=healthy, optimizer=opt)
+    assert fast.colocation(clean) == fast.meta_params(clean) == fast.buffers_off(clean, "cpu") == []
+
+
+def test_one_walk_names_what_torch_names() -> None:
+    shared = torch.nn.Linear(3, 3)
+    model = torch.nn.ModuleDict({"a": shared, "b": torch.nn.Sequential(shared, TiedWithBuffers())})
+    params, buffers = named_tensors(model)
+    assert params == list(model.named_parameters(remove_duplicate=False))
+    assert buffers == list(model.named_buffers(remove_duplicate=False))
+    tied = [r for r in collect(Recorder(0, "x"), module=model) if r.role == "param" and r.aliases]
+    assert {r.path: r.aliases for r in tied} == {"a.weight": ("b.0.weight",), "a.bias": ("b.0.bias",),
+                                                 "b.1.embed.weight": ("b.1.head.weight",)}
+
+
+def test_a_moment_logs_each_finding_and_reports_it(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    model, optimizer = trained(TiedWithBuffers())
+    target = target_of(model, optimizer)
+    watcher = Watch(target, out=tmp_path / "w.json")
+    watcher.moment("after_prepare", "after_prepare", lambda: moments.after_prepare(target, 0))
+    model.block.weight = torch.nn.Parameter(model.block.weight.detach().clone())
+    with caplog.at_level(logging.INFO, logger="ds_doctor"):
+        found = watcher.moment("before_save", "before_save step 0", lambda: moments.before_save(target, 0, "b"))
+    assert [r.name for r in caplog.records] == ["ds_doctor"] * len(found) and len(found) == 3
+    assert {r.levelname for r in caplog.records} == {"ERROR", "WARNING"}
+    report = Report.from_dict(json.loads((tmp_path / "w.json").read_text()))
+    assert [(r.case, r.outcome) for r in report.results] == [("watch[after_prepare]", Outcome.PASS),
+                                                            ("watch[before_save step 0]", Outcome.FAIL)]
+    assert report.command == ["ds-doctor", "watch", "test"] and report.env["packages"]
+
+
+def test_options_are_checked_where_they_are_passed() -> None:
+    with pytest.raises(ValueError, match="raise_on"):
+        Watch.validate(out=None, every=None, raise_on="warning", device_maps=False)
+    with pytest.raises(ValueError, match="every"):
+        Watch.validate(out=None, every=0, raise_on=None, device_maps=False)
+    with pytest.raises(TypeError, match="DoctorCallback"):
+        watch(torch.nn.Linear(2, 2), out=None)
+
+
+@requires_deepspeed
+def test_close_puts_the_engines_methods_back(dist_group: None, tmp_path: Path) -> None:
+    engine = build_engine(ZeroCase(stage=2, offload="opt", dtype="fp32"))
+    own = {name: type(engine).__dict__[name] for name in ("save_checkpoint", "load_checkpoint", "step")}
+    with watch(engine, out=tmp_path / "w.json") as w:
+        assert all(name in vars(engine) for name in own)  # wrapped on the instance
+        train_one_step(engine)  # the first optimizer step is a moment
+    assert w.closed and not any(name in vars(engine) for name in own)
+    assert all(getattr(engine, name).__func__ is function for name, function in own.items())
+    report = Report.from_dict(json.loads((tmp_path / "w.json").read_text()))
+    assert [r.case for r in report.results] == ["watch[after_prepare]", "watch[step 1]"]
+    assert report.results[1].notes["records_per_rank"][0] > 10
+
+
+@requires_deepspeed
+def test_raise_on_error_stops_a_save_with_nothing_written(dist_group: None, tmp_path: Path) -> None:
+    engine = build_engine(ZeroCase(stage=1, offload="none", dtype="fp32"))
+    w = watch(engine, out=None, raise_on="error")
+    engine.module[0].weight = torch.nn.Parameter(engine.module[0].weight.detach().clone())
+    with pytest.raises(DoctorError, match=r"before_save step 0: .*\[param_name_map, rank 0\] 0.weight"):
+        engine.save_checkpoint(str(tmp_path / "ckpt"))
+    assert not (tmp_path / "ckpt").exists()
+    w.close()
