@@ -54,6 +54,7 @@ bench: $(BIN)/.installed
 	$(BIN)/python bench/bench_env.py
 	$(BIN)/python bench/bench_nightly.py
 	$(BIN)/python bench/bench_recorder.py
+	$(BIN)/python bench/bench_collect.py
 
 clean:
 	rm -rf $(VENV) ds-doctor-reports wheelhouse

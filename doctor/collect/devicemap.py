@@ -347,7 +347,13 @@ def _collect_zero12_buffers(rec: Recorder, optimizer: Any, module_names: Mapping
 def collect(
     rec: Recorder, *, module: Any = None, optimizer: Any = None, engine: Any = None
 ) -> list[TensorRecord]:
-    """Collect whatever is given; an engine contributes its module and optimizer."""
+    """Collect whatever is given, as records; an engine contributes its module and optimizer."""
+    collect_rows(rec, module=module, optimizer=optimizer, engine=engine)
+    return rec.records
+
+
+def collect_rows(rec: Recorder, *, module: Any = None, optimizer: Any = None, engine: Any = None) -> Recorder:
+    """As `collect`, leaving rows unmade into records (a watch makes records of offenders only)."""
     if engine is not None:
         module = module if module is not None else getattr(engine, "module", None)
         optimizer = optimizer if optimizer is not None else getattr(engine, "optimizer", None)
@@ -358,7 +364,7 @@ def collect(
             collect_zero_optimizer(rec, optimizer, names)
         else:
             collect_optimizer(rec, optimizer, names)
-    return rec.records
+    return rec
 
 
 def unwrap_optimizer(optimizer: Any) -> Any:

@@ -11,42 +11,44 @@ from __future__ import annotations
 from doctor.checks.identity import no_meta_params
 from doctor.checks.placement import ANCHOR_ROLES, ZeroPromise, check_placement, optimizer_state_colocation
 from doctor.checks.structure import buffer_placement, same_device
-from doctor.collect.devicemap import Recorder, Row
-from reports.records import Finding
+from doctor.collect.devicemap import Recorder
+from reports.records import Finding, Severity
 
 _OPTIMIZER_ROLES = ("optim_state", "optim_group_tensor")
 
 
-def _text(path: object) -> str:
-    return path if isinstance(path, str) else "".join(map(str, path))  # type: ignore[arg-type]
-
-
 def colocation(rec: Recorder) -> list[Finding]:
-    """`optimizer_state_colocation` on the optimizer rows whose device is not their owner's, and those owners."""
-    anchors: dict[str, Row] = {}
-    for row in rec.rows:
-        if row[1] in ANCHOR_ROLES:
-            anchors[_text(row[2])] = row
-    offenders: list[Row] = []
-    owners: dict[str, Row] = {}
-    for row in rec.rows:
-        if row[1] not in _OPTIMIZER_ROLES:
-            continue
-        anchor = anchors.get(row[3] or "")
-        if anchor is None or anchor[5] == row[5]:
-            continue
-        if row[1] == "optim_state" and (row[5] == "python" or (row[5] == "cpu" and row[0].dim() == 0)):
-            continue  # a 0-dim CPU state (AdamW's step) mixes with any device: exempt, as in the invariant
-        offenders.append(row)
-        owners[row[3] or ""] = anchor
+    """`optimizer_state_colocation` on the optimizer rows whose device is not their owner's, and those owners.
+
+    Anchors are keyed by text paths only: a ZeRO-3 `ds_tensor` row (a tuple path) is never an optimizer owner."""
+    rows = rec.rows
+    device_of = {row[2]: row[5] for row in rows if row[1] in ANCHOR_ROLES and isinstance(row[2], str)}
+    offenders = [row for row in rows if row[1] in _OPTIMIZER_ROLES and device_of.get(row[3], row[5]) != row[5]
+                 and not (row[1] == "optim_state" and row[5] in ("cpu", "python") and
+                          (row[5] == "python" or row[0].dim() == 0))]  # a 0-dim CPU state (AdamW's step) is exempt
     if not offenders:
         return []
-    return optimizer_state_colocation(rec.materialize([*offenders, *owners.values()]))
+    owners = {row[3] for row in offenders}
+    anchors = {row[2]: row for row in rows if row[1] in ANCHOR_ROLES and row[2] in owners}
+    return optimizer_state_colocation(rec.materialize([*offenders, *anchors.values()]))
+
+
+#: Findings of one invariant a moment reports one by one on a rank; the rest are one finding that names them.
+LIMIT = 10
 
 
 def meta_params(rec: Recorder) -> list[Finding]:
-    """`no_meta_params` on the parameter rows on `meta`."""
-    return no_meta_params(rec.materialize(row for row in rec.rows if row[1] == "param" and row[5] == "meta"))
+    """`no_meta_params` on the parameter rows on `meta`: the first LIMIT one by one, the rest (a whole model
+    dispatched to meta has thousands) in one finding that counts and names them."""
+    rows = [row for row in rec.rows if row[1] == "param" and row[5] == "meta"]
+    findings = no_meta_params(rec.materialize(rows[:LIMIT]))
+    if len(rows) > LIMIT:
+        more = [row[2] for row in rows[LIMIT:]]
+        listed = ", ".join(more[:20]) + (", ..." if len(more) > 20 else "")
+        findings.append(Finding("no_meta_params", Severity.ERROR, f"{len(more)} more parameters are on meta at "
+                                f"{rec.stage}: {listed}", rec.rank, rec.stage, findings[0].expected,
+                                remedy=findings[0].remedy))
+    return findings
 
 
 def buffers_off(rec: Recorder, device: str) -> list[Finding]:

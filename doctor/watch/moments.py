@@ -14,7 +14,7 @@ from doctor.checks.identity import optimizer_params_live, param_name_map
 from doctor.checks.lifecycle import PLACEHOLDERS
 from doctor.checks.placement import ZeroPromise, boundary_grads, clip_norm_device, grad_accum_dtype
 from doctor.checks.structure import ties_kept
-from doctor.collect.devicemap import Recorder, by_tensor, collect, named_tensors
+from doctor.collect.devicemap import Recorder, by_tensor, collect_rows, named_tensors
 from doctor.collect.tracked import optimizer_groups
 from doctor.watch import fast
 from doctor.watch.target import Target, prepared_classes
@@ -46,7 +46,7 @@ class Check:
 
 def _snapshot(target: Target, rank: int, stage: str) -> Recorder:
     rec = Recorder(rank, stage)
-    collect(rec, module=target.module, optimizer=target.optimizer)
+    collect_rows(rec, module=target.module, optimizer=target.optimizer)
     return rec
 
 
@@ -67,8 +67,13 @@ def placeholders(target: Target, rank: int, stage: str) -> list[Finding]:
             for name in prepared_classes(target.prepared) if name in PLACEHOLDERS]
 
 
-def _coverage(target: Target, rank: int, stage: str) -> list[Finding]:
-    params, _ = named_tensors(target.module)
+def _coverage(target: Target, rank: int, stage: str, rec: Recorder | None = None) -> list[Finding]:
+    """S3's check on the job: the optimizer holds every trainable parameter and nothing else. With `rec`, the
+    parameters are its rows (one per tensor) rather than another walk of the module."""
+    if rec is not None:
+        params = [(row[2], row[0]) for row in rec.rows if row[1] == "param"]
+    else:
+        params = [(name, param) for name, param, _ in by_tensor(named_tensors(target.module)[0])]
     return optimizer_params_live(params, [p for group in optimizer_groups(target.optimizer) for p in group],
                                  rank=rank, stage=stage)
 
@@ -76,7 +81,7 @@ def _coverage(target: Target, rank: int, stage: str) -> list[Finding]:
 def after_prepare(target: Target, rank: int, keep_map: bool = False) -> Check:
     stage = "after_prepare"
     rec = _snapshot(target, rank, stage)
-    findings = placeholders(target, rank, stage) + _coverage(target, rank, stage) + fast.meta_params(rec)
+    findings = placeholders(target, rank, stage) + _coverage(target, rank, stage, rec) + fast.meta_params(rec)
     findings += fast.buffers_off(rec, target.device) + fast.colocation(rec)
     promise = _promise(target)
     if promise is not None:
@@ -123,21 +128,21 @@ def before_save(target: Target, rank: int, label: str, keep_map: bool = False) -
 def tied_records(target: Target, rank: int, stage: str) -> list[TensorRecord]:
     """The tied parameters (one record each, every name), for `after_load` to hold against."""
     rec = Recorder(rank, stage)
-    collect(rec, module=target.module)
+    collect_rows(rec, module=target.module)
     return rec.materialize(row for row in rec.rows if row[1] == "param" and row[4])
 
 
 def fp32_records(target: Target, rank: int) -> list[TensorRecord]:
     """ZeRO's fp32 partitions as records at `after_init`, the stage `boundary_grads` holds the clip against."""
     rec = Recorder(rank, "after_init")
-    collect(rec, optimizer=target.optimizer)
+    collect_rows(rec, optimizer=target.optimizer)
     return rec.materialize(row for row in rec.rows if row[1] == "fp32_partition")
 
 
 def after_load(target: Target, rank: int, label: str, ties: list[TensorRecord], keep_map: bool = False) -> Check:
     rec = _snapshot(target, rank, label)
     findings = fast.colocation(rec) + fast.buffers_off(rec, target.device) + fast.meta_params(rec)
-    findings += _coverage(target, rank, label)  # a resume that rebuilt the parameters leaves the optimizer orphans
+    findings += _coverage(target, rank, label, rec)  # a resume that rebuilt the parameters leaves the optimizer orphans
     if ties:
         names = {name for record in ties for name in record.names}
         later = rec.materialize(row for row in rec.rows if row[1] == "param" and

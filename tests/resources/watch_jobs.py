@@ -5,7 +5,7 @@ tests/watch/test_jobs.py to run under a real torchrun (2 ranks, gloo on CPU; ncc
 
 JOB: deepspeed (ZeRO-3, optimizer offloaded to the CPU), accelerate, trainer. PLANT: none; s1 (a frozen parameter
 replaced after initialize/prepare, then a save); s4 (accelerate: an optimizer keeping a tensor in its param
-groups, resumed onto `meta` parameters). Each rank writes OUT_DIR/rank<R>.json: what the job saw (the error it
+groups, resumed onto `meta` parameters); ppsf (accelerate with prodigy-plus-schedule-free, for a GPU node). Each rank writes OUT_DIR/rank<R>.json: what the job saw (the error it
 stopped with, whether its checkpoint was written, whether close() left the objects as they were).
 """
 
@@ -115,7 +115,13 @@ def accelerate_job(plant: str, out: Path, raise_on: str | None) -> dict[str, Any
 
     accelerator = Accelerator(cpu=not torch.cuda.is_available())  # on CPU, torchrun's ranks make MULTI_CPU
     model = tiny_lm()
-    optimizer = GroupTensorSGD([p for p in model.parameters() if p.requires_grad])
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    if plant == "ppsf":  # S4 live on a GPU: prodigy-plus-schedule-free < 1.9.2 leaves its group tensors on the CPU
+        from prodigyplus import ProdigyPlusScheduleFree
+
+        optimizer: Any = ProdigyPlusScheduleFree(trainable, lr=1.0)
+    else:
+        optimizer = GroupTensorSGD(trainable)
     model, optimizer = accelerator.prepare(model, optimizer)
     result: dict[str, Any] = {"error": None, "distributed_type": str(accelerator.distributed_type)}
     hooks_before = len(accelerator._save_model_state_pre_hook)
