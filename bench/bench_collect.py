@@ -72,31 +72,37 @@ def best(run: Callable[[], Any]) -> tuple[float, Any]:
     return min(times), out
 
 
-def main() -> None:
+def measure(kind: str) -> list[tuple[str, int, float]]:
+    """(what, records, best seconds) for one shape: inspect, then each of the watch's moments."""
     from doctor.api import inspect
     from doctor.watch import moments
     from doctor.watch.target import Target, name_map_of
     from doctor.watch.watcher import no_gc
 
+    model, optimizer = build(kind)
+    gc.collect()
+    target = Target(kind="bench", module=model, optimizer=optimizer, device="meta", own_name_map=name_map_of(model))
+    seconds, result = best(lambda: inspect(model, optimizer))
+    rows = [("inspect (all records)", len(result.records), seconds)]
+    checks: dict[str, Callable[[], Any]] = {
+        "after_prepare": lambda: moments.after_prepare(target, 0),
+        "step": lambda: moments.step(target, 0, "step 1", [], []),
+        "after_load": lambda: moments.after_load(target, 0, "after_load", []),
+    }
+    for name, check in checks.items():
+        def timed(check: Callable[[], Any] = check) -> Any:
+            with no_gc():  # as Watch.moment runs it
+                return check()
+        seconds, check_result = best(timed)
+        rows.append((f"watch {name}", check_result.records, seconds))
+    return rows
+
+
+def main() -> None:
     print(f"{'shape':<5} {'what':<22} {'records':>8} {'ms':>9} {'M records/s':>12}")
     for kind in ("70b", "moe"):
-        model, optimizer = build(kind)
-        gc.collect()
-        target = Target(kind="bench", module=model, optimizer=optimizer, device="meta",
-                        own_name_map=name_map_of(model))
-        seconds, result = best(lambda: inspect(model, optimizer))
-        rows = [("inspect (all records)", len(result.records), seconds)]
-        for name, check in (("after_prepare", lambda: moments.after_prepare(target, 0)),
-                            ("step", lambda: moments.step(target, 0, "step 1", [], [])),
-                            ("after_load", lambda: moments.after_load(target, 0, "after_load", []))):
-            def timed(check: Callable[[], Any] = check) -> Any:
-                with no_gc():  # as Watch.moment runs it
-                    return check()
-            seconds, check_result = best(timed)
-            rows.append((f"watch {name}", check_result.records, seconds))
-        for what, records, seconds in rows:
+        for what, records, seconds in measure(kind):
             print(f"{kind:<5} {what:<22} {records:>8} {seconds * 1e3:>9.2f} {records / seconds / 1e6:>12.2f}")
-        del model, optimizer, target
         gc.collect()
 
 

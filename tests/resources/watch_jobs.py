@@ -5,7 +5,8 @@ tests/watch/test_jobs.py to run under a real torchrun (2 ranks, gloo on CPU; ncc
 
 JOB: deepspeed (ZeRO-3, optimizer offloaded to the CPU), accelerate, trainer. PLANT: none; s1 (a frozen parameter
 replaced after initialize/prepare, then a save); s4 (accelerate: an optimizer keeping a tensor in its param
-groups, resumed onto `meta` parameters); ppsf (accelerate with prodigy-plus-schedule-free, for a GPU node). Each rank writes OUT_DIR/rank<R>.json: what the job saw (the error it
+groups, resumed onto `meta` parameters); ppsf (accelerate with prodigy-plus-schedule-free, for a GPU node).
+Each rank writes OUT_DIR/rank<R>.json: what the job saw (the error it
 stopped with, whether its checkpoint was written, whether close() left the objects as they were).
 """
 
