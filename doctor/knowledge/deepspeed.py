@@ -259,4 +259,19 @@ DEEPSPEED: tuple[KnownIssue, ...] = (
         affected="<0.14.4",
         fixed_in="0.14.4",
     ),
+    KnownIssue(
+        id="ds_cuda_arch_variant_suffix",
+        title="DeepSpeed's op builder cannot parse an arch-specific TORCH_CUDA_ARCH_LIST entry (9.0a, 10.0a)",
+        package=_DS,
+        patterns=(r"invalid literal for int\(\) with base 10: '\d*[a-z]'",),
+        requires=(r"op_builder|builder\.py|cpp_extension",),
+        cause="The JIT builder sorts TORCH_CUDA_ARCH_LIST by int() of each part; torch accepts arch-specific targets "
+        "(`9.0a` for Hopper's wgmma), which fail there before anything compiles. Seen live on an H100 image that "
+        "exports TORCH_CUDA_ARCH_LIST=9.0a (deepspeed 0.19.8, torch 2.11).",
+        remedy="Build DeepSpeed's ops with the plain capability: TORCH_CUDA_ARCH_LIST=9.0 (or \"9.0+PTX\") for the job, "
+        "or pre-build the ops (DS_BUILD_CPU_ADAM=1 ...) with it; PR #8619 keeps the suffix.",
+        refs=("https://github.com/deepspeedai/DeepSpeed/issues/7589", "https://github.com/deepspeedai/DeepSpeed/pull/8619",
+              "https://github.com/pytorch/pytorch/issues/144037"),
+        families=("zero_offload",),
+    ),
 )
