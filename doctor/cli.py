@@ -323,10 +323,11 @@ def triage(source: str, as_json: bool, world_size: int | None) -> int:
     if source != "-" and Path(source).is_dir():
         return triage_dumps(Path(source), as_json)
     from doctor.hardware.env import package_versions
-    from doctor.knowledge.triage import MAX_INPUT_BYTES, read_log
+    from doctor.knowledge.triage import MAX_INPUT_BYTES, read_log, read_report
     from reports.triage import render_findings, render_triage, render_versions
 
-    reading = read_log(read_tail(source, MAX_INPUT_BYTES), package_versions(), world_size)
+    text = read_tail(source, MAX_INPUT_BYTES)
+    reading = read_report(text) or read_log(text, package_versions(), world_size)  # a ds-doctor report, or a log
     if as_json:
         click.echo(json.dumps({"matches": [m.to_dict() for m in reading.matches],
                                "versions": {p: dataclasses.asdict(v) for p, v in reading.versions.items()},

@@ -84,3 +84,27 @@ def read_log(text: str, installed: Mapping[str, str | None], world_size: int | N
 def triage(text: str, installed: Mapping[str, str | None]) -> list[TriageMatch]:
     """The known issues a log shows (`read_log` for everything it says)."""
     return read_log(text, installed).matches
+
+
+def read_report(text: str) -> LogReading | None:
+    """A ds-doctor report (of `run`, or of a `watch` in a job) read as triage reads a log: the known issues its
+    failing cases' errors show, judged on the report's own package versions, and their findings with the case
+    named. None where the text is not such a report."""
+    import json
+
+    from reports.records import FAILING, Report
+
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or (data.get("tool") or {}).get("name") != "ds-doctor" or "results" not in data:
+        return None
+    report = Report.from_dict(data)
+    failing = [r for r in report.results if r.outcome in FAILING]
+    errors = "\n".join(part for r in failing for part in (r.reason or "", *(s.traceback or "" for s in r.ranks),
+                                                          *(s.stderr_tail or "" for s in r.ranks)) if part)
+    reading = read_log(errors, (report.env or {}).get("packages") or {})
+    findings = [dataclasses.replace(f, message=f"{r.key}: {f.message}") for r in failing for f in r.findings
+                if not f.severity.value == "info"]
+    return dataclasses.replace(reading, findings=reading.findings + findings)

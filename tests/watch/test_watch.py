@@ -110,6 +110,12 @@ def test_a_moment_logs_each_finding_and_reports_it(tmp_path: Path, caplog: pytes
     assert [(r.case, r.outcome) for r in report.results] == [("watch[after_prepare]", Outcome.PASS),
                                                             ("watch[before_save step 0]", Outcome.FAIL)]
     assert report.command == ["ds-doctor", "watch", "test"] and report.env["packages"]
+    from doctor.knowledge.triage import read_log, read_report  # `ds-doctor triage` reads the file as well
+
+    reading = read_report((tmp_path / "w.json").read_text())
+    assert reading is not None and [f.invariant for f in reading.findings if f.is_error] == ["optimizer_params_live"] * 2
+    assert all(f.message.startswith("watch[before_save step 0]: ") for f in reading.findings)
+    assert read_report("Traceback (most recent call last):") is None and read_log("x", {}).matches == []
 
 
 def test_options_are_checked_where_they_are_passed() -> None:
