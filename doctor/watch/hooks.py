@@ -75,6 +75,14 @@ class Session:
         self.watch.moment("after_load", label, lambda: moments.after_load(self.target, self.watch.rank, label,
                                                                           self.ties, self.watch.device_maps))
 
+    def checked_after(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """A loader (`load_checkpoint`, `load_state`) that runs the after_load moment once it has returned."""
+        def load(*args: Any, **kwargs: Any) -> Any:
+            out = original(*args, **kwargs)
+            self.after_load()
+            return out
+        return load
+
     @contextlib.contextmanager
     def stepping(self, boundary: bool) -> Iterator[None]:
         """Around the code that runs one optimizer step (if `boundary`): at a watched step, the clip operands
@@ -118,13 +126,6 @@ def attach_engine(session: Session, engine: Any, *, save: bool = True, load: boo
             return original(*args, **kwargs)
         return save_checkpoint
 
-    def make_load(original: Callable[..., Any]) -> Callable[..., Any]:
-        def load_checkpoint(*args: Any, **kwargs: Any) -> Any:
-            out = original(*args, **kwargs)
-            session.after_load()
-            return out
-        return load_checkpoint
-
     def make_step(original: Callable[..., Any]) -> Callable[..., Any]:
         def step(*args: Any, **kwargs: Any) -> Any:
             with session.stepping(bool(engine.is_gradient_accumulation_boundary())):
@@ -134,7 +135,7 @@ def attach_engine(session: Session, engine: Any, *, save: bool = True, load: boo
     if save:
         wrap(watch, engine, "save_checkpoint", make_save)
     if load:
-        wrap(watch, engine, "load_checkpoint", make_load)
+        wrap(watch, engine, "load_checkpoint", session.checked_after)
     wrap(watch, engine, "step", make_step)
 
 
@@ -158,11 +159,4 @@ def attach_accelerator(session: Session, accelerator: Any) -> None:
 
         wrap(watch, prepared, "step", make_step)
 
-    def make_load(original: Callable[..., Any]) -> Callable[..., Any]:
-        def load_state(*args: Any, **kwargs: Any) -> Any:
-            out = original(*args, **kwargs)
-            session.after_load()
-            return out
-        return load_state
-
-    wrap(watch, accelerator, "load_state", make_load)
+    wrap(watch, accelerator, "load_state", session.checked_after)
