@@ -5,7 +5,8 @@ tests/watch/test_jobs.py to run under a real torchrun (2 ranks, gloo on CPU; ncc
 
 JOB: deepspeed (ZeRO-3, optimizer offloaded to the CPU), accelerate, trainer. PLANT: none; s1 (a frozen parameter
 replaced after initialize/prepare, then a save); s4 (accelerate: an optimizer keeping a tensor in its param
-groups, resumed onto `meta` parameters); ppsf (accelerate with prodigy-plus-schedule-free, for a GPU node).
+groups, resumed onto `meta` parameters); ppsf (accelerate with prodigy-plus-schedule-free, for a GPU node);
+deepspeed, deepspeed-s1 (accelerate driving DeepSpeed ZeRO-2; -s1 plants S1).
 Each rank writes OUT_DIR/rank<R>.json: what the job saw (the error it
 stopped with, whether its checkpoint was written, whether close() left the objects as they were).
 """
@@ -111,16 +112,26 @@ def deepspeed_job(plant: str, out: Path, raise_on: str | None) -> dict[str, Any]
 
 def accelerate_job(plant: str, out: Path, raise_on: str | None) -> dict[str, Any]:
     from accelerate import Accelerator
+    from accelerate.utils import DeepSpeedPlugin, DummyOptim, InitProcessGroupKwargs
 
     from doctor.api import DoctorError, watch
 
-    accelerator = Accelerator(cpu=not torch.cuda.is_available())  # on CPU, torchrun's ranks make MULTI_CPU
     model = tiny_lm()
     trainable = [p for p in model.parameters() if p.requires_grad]
-    if plant == "ppsf":  # S4 live on a GPU: prodigy-plus-schedule-free < 1.9.2 leaves its group tensors on the CPU
+    if plant in ("deepspeed", "deepspeed-s1"):  # Accelerate driving DeepSpeed ZeRO-2, the optimizer in the config
+        config = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1, "steps_per_print": 10**9,
+                  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}, "zero_optimization": {"stage": 2}}
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=config),
+                                  kwargs_handlers=[InitProcessGroupKwargs(backend=backend)])
+    else:
+        accelerator = Accelerator(cpu=not torch.cuda.is_available())  # on CPU, torchrun's ranks make MULTI_CPU
+    if plant in ("deepspeed", "deepspeed-s1"):
+        optimizer: Any = DummyOptim(trainable)
+    elif plant == "ppsf":  # S4 live on a GPU: prodigy-plus-schedule-free < 1.9.2 leaves its group tensors on the CPU
         from prodigyplus import ProdigyPlusScheduleFree
 
-        optimizer: Any = ProdigyPlusScheduleFree(trainable, lr=1.0)
+        optimizer = ProdigyPlusScheduleFree(trainable, lr=1.0)
     else:
         optimizer = GroupTensorSGD(trainable)
     model, optimizer = accelerator.prepare(model, optimizer)
@@ -133,7 +144,7 @@ def accelerate_job(plant: str, out: Path, raise_on: str | None) -> dict[str, Any
             accelerator.backward(model(x.to(accelerator.device), labels=y.to(accelerator.device))["loss"])
             optimizer.step()
             optimizer.zero_grad()
-        if plant == "s1":
+        if plant in ("s1", "deepspeed-s1"):
             replace_frozen(accelerator.unwrap_model(model))
         accelerator.save_state(str(out / "state"))
         accelerator.wait_for_everyone()  # rank 0 writes the model file the other ranks then read
@@ -148,6 +159,7 @@ def accelerate_job(plant: str, out: Path, raise_on: str | None) -> dict[str, Any
     result["saved"] = (out / "state").is_dir() and any((out / "state").iterdir())
     result["restored"] = {"load_state": "load_state" not in vars(accelerator),
                           "step": "step" not in vars(optimizer),
+                          "engine": not any(name in vars(model) for name in ("save_checkpoint", "step")),
                           "save_hooks": len(accelerator._save_model_state_pre_hook) == hooks_before}
     return result
 

@@ -94,6 +94,14 @@ def test_an_accelerate_loop_watched_healthy_and_a_resume_onto_meta_caught(tmp_pa
                                    "watch[before_save step 4]", "watch[after_load]"]
     renders(out / "watch.json")
 
+    planted, bad = run_job(tmp_path, "accelerate", "deepspeed-s1", "error")  # Accelerate driving DeepSpeed ZeRO-2
+    assert all(r["distributed_type"] == "DistributedType.DEEPSPEED" and not r["saved"] for r in planted), planted
+    assert all(r["error"].startswith("DoctorError: ds-doctor at before_save step 4") for r in planted)
+    assert all(all(r["restored"].values()) for r in planted)  # the engine's methods and load_state put back
+    watched = report_of(bad / "watch.json")
+    assert [r.outcome for r in watched.results] == [Outcome.PASS] * 4 + [Outcome.FAIL]  # save_checkpoint's moment
+    assert watched.results[-1].notes["target"] == "accelerate+deepspeed"
+
     _, resumed = run_job(tmp_path, "accelerate", "s4")
     load = cases(report_of(resumed / "resumed.json"))["watch[after_load]"]
     colocation = [f for f in load.findings if f.invariant == "optimizer_state_colocation"]
