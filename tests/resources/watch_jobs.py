@@ -222,6 +222,11 @@ def main() -> None:
     rank = int(os.environ.get("RANK", "0"))
     result = {"rank": rank, **JOBS[job](plant, out, raise_on)}
     (out / f"rank{rank}.json").write_text(json.dumps(result, default=str))
+    import torch.distributed as dist
+
+    if dist.is_initialized():  # leave together: a rank whose peer's gloo pairs close under it at exit can abort
+        dist.barrier()  # ("terminate called without an active exception", seen once per planted job in CI)
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
