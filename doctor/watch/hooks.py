@@ -49,8 +49,6 @@ class Session:
         self.target: Target = watch.target
         self.initial: list[TensorRecord] = []  # fp32 partitions after prepare, for boundary_grads
         self.ties: list[TensorRecord] = []
-        self.saves = 0
-        self.loads = 0
 
     def after_prepare(self) -> None:
         target, rank, keep = self.target, self.watch.rank, self.watch.device_maps
@@ -64,13 +62,11 @@ class Session:
         self.watch.moment("after_prepare", "after_prepare", check)
 
     def before_save(self) -> None:
-        self.saves += 1
         label = f"before_save step {self.watch.steps}"
         self.watch.moment("before_save", label, lambda: moments.before_save(self.target, self.watch.rank, label,
                                                                             self.watch.device_maps))
 
     def after_load(self) -> None:
-        self.loads += 1
         label = "after_load"
         self.watch.moment("after_load", label, lambda: moments.after_load(self.target, self.watch.rank, label,
                                                                           self.ties, self.watch.device_maps))
