@@ -48,14 +48,19 @@ def _close(a: float, b: float) -> bool:
 
 def no_placeholder(facts: PreparedFacts) -> list[Finding]:
     """No DummyOptim / DummyScheduler survives prepare."""
-    survivors = [name for name in (facts.optimizer_class, facts.optimizer_inner_class, facts.scheduler_class,
-                                   facts.scheduler_inner_class) if name in PLACEHOLDERS]
+    return placeholders_among((facts.optimizer_class, facts.optimizer_inner_class, facts.scheduler_class,
+                               facts.scheduler_inner_class))
+
+
+def placeholders_among(class_names: Sequence[str | None], *, rank: int | None = None,
+                       stage: str = STAGE) -> list[Finding]:
+    """An error per placeholder class among what prepare returned (the probe's facts, or a watched job's objects)."""
     return [Finding("no_placeholder", Severity.ERROR,
                     f"{name} survived accelerator.prepare: the code holds a placeholder, not DeepSpeed's object",
-                    stage=STAGE, expected="prepare returns wrappers of the engine's optimizer and scheduler",
+                    rank=rank, stage=stage, expected="prepare returns wrappers of the engine's optimizer and scheduler",
                     remedy="Pass model, DummyOptim, dataloader and DummyScheduler to one accelerator.prepare call "
                     "and use the objects it returns.")
-            for name in survivors]
+            for name in class_names if name in PLACEHOLDERS]
 
 
 def wraps_engine(facts: PreparedFacts) -> list[Finding]:

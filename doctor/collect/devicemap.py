@@ -49,14 +49,17 @@ def dtype_name(dtype: Any) -> str:
     return name
 
 
+def _device_text(device: Any) -> str:
+    """A device's text, remembered (collectors look it up first: `_DEVICE_NAMES.get(device) or _device_text(device)`)."""
+    name = _DEVICE_NAMES[device] = str(device)
+    return name
+
+
 def device_name(value: Any) -> str | None:
     """A tensor's device as text, `python` for a Python number, None for anything else (not recorded)."""
     if isinstance(value, _TENSOR or _tensor_type()):
         device = value.device
-        name = _DEVICE_NAMES.get(device)
-        if name is None:
-            name = _DEVICE_NAMES[device] = str(device)
-        return name
+        return _DEVICE_NAMES.get(device) or _device_text(device)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return "python"
     return None
@@ -185,11 +188,6 @@ def by_tensor(named: Iterable[tuple[str, Any]]) -> list[tuple[str, Any, tuple[st
     return [(name, tensor, tuple(others)) for name, tensor, others in first.values()]
 
 
-def _device_text(device: Any) -> str:
-    name = _DEVICE_NAMES[device] = str(device)
-    return name
-
-
 def collect_module(rec: Recorder, module: Any) -> dict[int, str]:
     """Parameters (a tied one once, with every name), their ZeRO-3 partitions (`ds_tensor`) and gradients, and
     the buffers of an `nn.Module`. Returns `id(param) -> name` (the first name of a tied one).
@@ -202,11 +200,11 @@ def collect_module(rec: Recorder, module: Any) -> dict[int, str]:
     rows = rec.rows
     append = rows.append
     known = _DEVICE_NAMES.get
-    tied: dict[int, int] = {}  # id(param) -> its row, for a tied parameter's other names
+    tied: set[int] = set()  # ids of parameters met under a second name
     for name, param in params:
         key = id(param)
         if key in names:
-            tied.setdefault(key, -1)
+            tied.add(key)
             continue
         names[key] = name
         device = param.device
@@ -226,7 +224,7 @@ def collect_module(rec: Recorder, module: Any) -> dict[int, str]:
     return names
 
 
-def _add_aliases(rows: list[Row], params: list[tuple[str, Any]], names: Mapping[int, str], tied: Mapping[int, int]) -> None:
+def _add_aliases(rows: list[Row], params: list[tuple[str, Any]], names: Mapping[int, str], tied: set[int]) -> None:
     """Give each tied parameter's row (its first name) the other names it goes by."""
     others: dict[int, list[str]] = {}
     for name, param in params:

@@ -11,7 +11,7 @@ import dataclasses
 from typing import Any
 
 from doctor.checks.identity import optimizer_params_live, param_name_map
-from doctor.checks.lifecycle import PLACEHOLDERS
+from doctor.checks.lifecycle import placeholders_among
 from doctor.checks.placement import ZeroPromise, boundary_grads, clip_norm_device, grad_accum_dtype
 from doctor.checks.structure import ties_kept
 from doctor.collect.devicemap import Recorder, by_tensor, collect_rows, named_tensors
@@ -59,12 +59,7 @@ def _promise(target: Target) -> ZeroPromise | None:
 
 def placeholders(target: Target, rank: int, stage: str) -> list[Finding]:
     """S0: no DummyOptim / DummyScheduler survived prepare (the job holds a placeholder, not DeepSpeed's object)."""
-    return [Finding("no_placeholder", Severity.ERROR, f"{name} survived accelerator.prepare: the job holds a "
-                    "placeholder, not DeepSpeed's object", rank, stage,
-                    expected="prepare returns wrappers of the engine's optimizer and scheduler",
-                    remedy="Pass model, DummyOptim, dataloader and DummyScheduler to one accelerator.prepare call and "
-                    "use the objects it returns.")
-            for name in prepared_classes(target.prepared) if name in PLACEHOLDERS]
+    return placeholders_among(prepared_classes(target.prepared), rank=rank, stage=stage)
 
 
 def _coverage(target: Target, rank: int, stage: str, rec: Recorder | None = None) -> list[Finding]:
