@@ -342,8 +342,8 @@ def triage(source: str, as_json: bool, world_size: int | None) -> int:
 
 
 def triage_dumps(directory: Path, as_json: bool) -> int:
-    from doctor.collect.flight import load_dir, positions
-    from doctor.run.evidence import judge
+    from doctor.forensics.evidence import judge
+    from doctor.forensics.flight import load_dir, positions
     from reports.triage import render_findings, render_positions
 
     dumps, problems = load_dir(directory)

@@ -94,7 +94,7 @@ def check_nproc(nproc: int | None, level: int) -> None:
 def cluster_from(nnodes: int | None, node_rank: int | None, endpoint: str | None, rdzv_id: str | None,
                  join_timeout_s: float) -> Any:
     """The nodes of the run from the options, or from srun's SLURM_* variables; None on one node."""
-    from doctor.run.cluster import ClusterError, from_options
+    from doctor.cluster.nodes import ClusterError, from_options
 
     try:
         return from_options(nnodes, node_rank, endpoint, rdzv_id, join_timeout_s, os.environ)
@@ -108,29 +108,30 @@ def use_user_setup(ds_config: str | None, model_spec: str | None, acc_config: st
     fields; one forward of the model on the CPU) and hand them to the ranks through the environment."""
     import os
 
-    from doctor.run import useraccelerate, userconfig, usermodel
+    from doctor.usersetup import accelerate_config, deepspeed_config
+    from doctor.usersetup import model as user_model
 
     if acc_config is not None:
         try:
-            setup = useraccelerate.load(acc_config)
-        except useraccelerate.AccelerateConfigError as exc:
+            setup = accelerate_config.load(acc_config)
+        except accelerate_config.AccelerateConfigError as exc:
             raise click.BadParameter(str(exc), param_hint="--accelerate-config") from None
-        os.environ[useraccelerate.ENV] = setup.path
+        os.environ[accelerate_config.ENV] = setup.path
 
     if ds_config is not None:
         try:
-            user = userconfig.load(ds_config)
-            userconfig.check(user)
-        except userconfig.ConfigError as exc:
+            user = deepspeed_config.load(ds_config)
+            deepspeed_config.check(user)
+        except deepspeed_config.ConfigError as exc:
             raise click.BadParameter(str(exc), param_hint="--deepspeed-config") from None
-        os.environ[userconfig.ENV] = user.path
+        os.environ[deepspeed_config.ENV] = user.path
     if freeze is not None and model_spec is None:
         raise click.BadParameter("--freeze names a part of your model: give --model too", param_hint="--freeze")
     if model_spec is not None:
         try:
-            spec = usermodel.check(model_spec, freeze)
-        except usermodel.ModelSpecError as exc:
+            spec = user_model.check(model_spec, freeze)
+        except user_model.ModelSpecError as exc:
             raise click.BadParameter(str(exc), param_hint="--model") from None
-        os.environ[usermodel.ENV] = spec.text
+        os.environ[user_model.ENV] = spec.text
         if freeze is not None:
-            os.environ[usermodel.FREEZE_ENV] = freeze
+            os.environ[user_model.FREEZE_ENV] = freeze

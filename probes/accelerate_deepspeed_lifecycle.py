@@ -19,7 +19,7 @@ from typing import Any
 from doctor.checks.lifecycle import PreparedFacts, lifecycle_invariants
 from doctor.knowledge.catalog import RaisedError
 from doctor.plugins import Finding, ProbeContext, ProbeSpec, Requirement, Severity, Variant
-from doctor.run.userconfig import UserConfig, change_findings, fill, user_config
+from doctor.usersetup.deepspeed_config import UserConfig, change_findings, fill, user_config
 from probes.common import accelerate_session, build_deepspeed_ops, dist_world_size
 from probes.models import HIDDEN, IN_FEATURES, OUT_FEATURES, build_mlp
 

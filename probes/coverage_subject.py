@@ -9,7 +9,7 @@ from typing import Any
 
 from doctor.collect.tracked import clean_name
 from doctor.plugins import ProbeContext
-from doctor.run.userconfig import UserConfig, change_findings, fill
+from doctor.usersetup.deepspeed_config import UserConfig, change_findings, fill
 
 
 @dataclasses.dataclass

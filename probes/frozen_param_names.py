@@ -25,8 +25,8 @@ from typing import Any
 from doctor.checks.identity import identity_invariants
 from doctor.knowledge.catalog import RaisedError
 from doctor.plugins import Finding, ProbeContext, ProbeSpec, Requirement, Severity, Variant
-from doctor.run.userconfig import UserConfig, change_findings, fill, user_config
-from doctor.run.usermodel import freeze_pattern
+from doctor.usersetup.deepspeed_config import UserConfig, change_findings, fill, user_config
+from doctor.usersetup.model import freeze_pattern
 from probes.common import build_deepspeed_ops, full_values
 from probes.models import build_frozen_model, token_batch
 

@@ -20,7 +20,7 @@ from doctor.checks.coverage import step_changes, tracked_live, tracked_set
 from doctor.checks.lifecycle import process_count_agreement
 from doctor.collect.tracked import Tracked, clean_name, optimizer_groups, tracked_names
 from doctor.plugins import ProbeContext, ProbeSpec, Requirement, Variant
-from doctor.run.userconfig import UserConfig, user_config
+from doctor.usersetup.deepspeed_config import UserConfig, user_config
 from probes.common import accelerate_session, build_deepspeed_ops, dist_world_size
 from probes.common import full_values as gathered_values
 from probes.coverage_subject import Subject, subject, user_ds_config

@@ -20,7 +20,7 @@ from doctor.checks.lifecycle import process_count_agreement
 from doctor.checks.placement import optimizer_state_colocation
 from doctor.checks.structure import buffer_placement, ties_kept
 from doctor.plugins import Finding, ProbeContext, ProbeSpec, Requirement, Severity, Variant
-from doctor.run import useraccelerate
+from doctor.usersetup import accelerate_config
 from probes.common import accelerate_session, dist_world_size
 from probes.models import batch, build_mlp
 
@@ -57,7 +57,7 @@ REMEDY = ("After accelerator.load_state move each param group's tensors to the d
 
 def variants() -> list[Variant]:
     cases = list(OPTIMIZERS)
-    if os.environ.get(useraccelerate.ENV):
+    if os.environ.get(accelerate_config.ENV):
         cases += [dataclasses.replace(c, name=f"{c.name}-user-accelerate-config", user_accelerate=True) for c in OPTIMIZERS]
     return [Variant(name=case.name, params=case, level=2 if case.issue else 3) for case in cases]
 
@@ -85,10 +85,10 @@ def run(ctx: ProbeContext) -> None:
     case: OptimizerCase = ctx.params
     name, issue_id = case.name.removesuffix("-user-accelerate-config"), case.issue
     ctx.require(case.requirement)
-    setup = useraccelerate.from_env() if case.user_accelerate else None
+    setup = accelerate_config.from_env() if case.user_accelerate else None
     if setup is not None:
         ctx.note("accelerate_config", setup.summary())
-        if reason := useraccelerate.skip_reason(setup, ctx.device_kind):
+        if reason := accelerate_config.skip_reason(setup, ctx.device_kind):
             ctx.skip(reason)
     ctx.note("optimizer_version", _version(case.requirement.pip))
     with accelerate_session():
@@ -137,7 +137,7 @@ def _prepared(ctx: ProbeContext, name: str, setup: Any = None) -> tuple[Any, Any
     from accelerate.state import AcceleratorState
     from accelerate.utils import InitProcessGroupKwargs
 
-    extra = useraccelerate.accelerator_kwargs(setup) if setup is not None else {}
+    extra = accelerate_config.accelerator_kwargs(setup) if setup is not None else {}
     # on CPU, Accelerate needs cpu=True to see the process group (without it: one process per rank, measured); with
     # it, it drops a DeepSpeed plugin and runs MULTI_CPU (measured), so a DeepSpeed config goes without it
     cpu = ctx.device_kind == "cpu" and "deepspeed_plugin" not in extra

@@ -17,7 +17,7 @@ from doctor.checks.placement import ZeroPromise, zero_invariants
 from doctor.checks.structure import buffer_placement, ties_kept
 from doctor.collect.observe import observe_unscale_and_clip
 from doctor.plugins import ProbeContext, ProbeSpec, Requirement, Variant
-from doctor.run.userconfig import UserConfig, change_findings, fill, user_config
+from doctor.usersetup.deepspeed_config import UserConfig, change_findings, fill, user_config
 from probes.common import build_deepspeed_ops
 from probes.models import batch, build_mlp
 

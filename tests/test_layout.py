@@ -108,9 +108,49 @@ def test_no_import_cycle_between_packages_but_the_probe_registry() -> None:
     assert ("reports", "doctor") not in edges and ("reports", "probes") not in edges  # renderers read records only
 
 
+def unit(module: str) -> str:
+    """The unit a module belongs to for the layering check: a subpackage of doctor (`doctor.run`), one of doctor's
+    own modules (`doctor.rundir`), or a top-level package (`probes`, `reports`)."""
+    parts = module.split(".")
+    if parts[0] != "doctor":
+        return parts[0]
+    return ".".join(parts[:2])
+
+
+def unit_edges(edges: dict[str, set[str]]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for a, targets in edges.items():
+        for b in targets:
+            if unit(a) != unit(b) and b != "probes":
+                out.setdefault(unit(a), set()).add(unit(b))
+    return out
+
+
+def test_the_unit_check_finds_a_planted_cycle_between_subpackages() -> None:
+    planted = {"doctor.run.launch": {"doctor.forensics.capture"}, "doctor.forensics.capture": {"doctor.run.rundir"}}
+    assert cycles(unit_edges(planted)) == [["doctor.forensics", "doctor.run"]]
+
+
+def test_no_import_cycle_between_doctors_subpackages() -> None:
+    """Each subpackage does one job; imports between them point one way (the runner loads the probes by name)."""
+    assert cycles(unit_edges(graph())) == []
+
+
 def test_doctor_has_the_layers_it_shows() -> None:
     subpackages = sorted(p.parent.name for p in (ROOT / "doctor").glob("*/__init__.py"))
-    assert subpackages == ["checks", "collect", "hardware", "knowledge", "run", "watch"]
+    assert subpackages == ["checks", "cluster", "collect", "forensics", "hardware", "knowledge", "run", "usersetup",
+                           "watch"]
+    for name in subpackages:  # its job in one line: the docstring of its __init__
+        doc = ast.get_docstring(ast.parse((ROOT / "doctor" / name / "__init__.py").read_text())) or ""
+        assert doc and "\n" not in doc.strip(), name
+
+
+def test_no_subpackage_outgrows_one_job() -> None:
+    """The aim: a subpackage of doctor stays under ~2,000 lines and 15 modules, or splits."""
+    for package in (p.parent for p in (ROOT / "doctor").glob("*/__init__.py")):
+        files = list(package.rglob("*.py"))
+        lines = sum(len(f.read_text().splitlines()) for f in files)
+        assert len(files) <= 16 and lines <= 2200, (package.name, len(files), lines)
 
 
 def test_no_module_over_400_lines() -> None:

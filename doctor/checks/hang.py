@@ -1,6 +1,6 @@
 """What makes a distributed case slow or stuck, as findings: a straggler rank (from the per-rank stage times), and,
 for a hung case, the collective the ranks disagree on or the rank that never joined (from torch's Flight Recorder
-analysis, `doctor.collect.flight`).
+analysis, `doctor.forensics.flight`).
 
 A straggler is judged on when a rank *left* a stage as well as how long it spent there: a rank that waits in a
 collective for a slow peer spends as long in that stage as the peer spent before it, but it leaves with everyone;

@@ -1,2 +1,1 @@
-"""Running cases: spec and registry, plan, launch under torchrun, the per-rank worker and its context, the run
-directory, merging rank lines into case results, building the report, and the pipeline that strings them together."""
+"""Running cases on one node or across nodes: spec, registry, plan, torchrun launch, the rank's worker, merge, report."""

@@ -69,17 +69,17 @@ class ProbeContext:
     @property
     def has_user_model(self) -> bool:
         """Whether the run names a model (`--model`): a check that builds nothing."""
-        from doctor.run import usermodel
+        from doctor.usersetup import model as user_model
 
-        return usermodel.from_env() is not None
+        return user_model.from_env() is not None
 
     def user_model(self, seed: int = 0) -> Any:
-        """The model `ds-doctor run --model` names (`doctor.run.usermodel.Trainable`: module, batches, loss), built
+        """The model `ds-doctor run --model` names (`doctor.usersetup.model.Trainable`: module, batches, loss), built
         on this rank with `seed` (the same on every rank); None when the run has none and the probe uses its own."""
-        from doctor.run import usermodel
+        from doctor.usersetup import model as user_model
 
-        spec = usermodel.from_env()
-        return usermodel.build(spec, self.world_size, seed) if spec is not None else None
+        spec = user_model.from_env()
+        return user_model.build(spec, self.world_size, seed) if spec is not None else None
 
     def stage_times(self) -> tuple[StageTime, ...]:
         """Each stage entered, with when it started (since the case did) and how long it lasted, up to now."""

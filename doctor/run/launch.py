@@ -20,14 +20,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from doctor.collect.flight import BUFFER_ENTRIES
+from doctor.cluster.nodes import Cluster
 from doctor.files import log_tail
-from doctor.run import evidence, forensics
-from doctor.run.cluster import Cluster
+from doctor.forensics import capture, evidence
+from doctor.forensics.flight import BUFFER_ENTRIES
+from doctor.procs import die_with_parent, kill_tree
 from doctor.run.plan import LaunchGroup, timeout_for
-from doctor.run.procs import die_with_parent, kill_tree
-from doctor.run.rundir import LAUNCH, Beat, LaunchDir, RankLine, RunDir, setup_name, setup_probe
 from doctor.run.spec import Case
+from doctor.rundir import LAUNCH, Beat, LaunchDir, RankLine, RunDir, setup_name, setup_probe
 from reports.records import Outcome
 
 LAUNCH_TIMEOUT_S = 180.0  # process start, imports and process-group set-up
@@ -223,7 +223,7 @@ class Launch:
     def _take_evidence(self) -> None:
         """Before the kill: every local rank's stacks and collective record, then what they say."""
         pids = {rank: beat.pid for rank, beat in self.dir.read_beats().items() if beat.pid}
-        took = forensics.take(self.dir, pids) if pids else None
+        took = capture.take(self.dir, pids) if pids else None
         self.evidence = evidence.read(self.dir, sorted(pids), took)
 
     def unfinished(self) -> list[Case]:

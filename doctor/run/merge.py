@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 from doctor.checks.hang import stragglers
 from doctor.knowledge import catalog
-from doctor.run.rundir import PlannedCase, RankLine
+from doctor.rundir import PlannedCase, RankLine
 from reports.records import CaseResult, Finding, IssueRef, Outcome, RankSummary, Verdict, worst
 
 

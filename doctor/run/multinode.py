@@ -6,7 +6,7 @@
                rendezvous, every rank's line on every node)
     closing    every node sends its own results; node 0 writes the one report; every node exits with its code
 
-Both exchanges are torchrun launches of one rank per node (`doctor.run.exchange`): no protocol of ds-doctor's.
+Both exchanges are torchrun launches of one rank per node (`doctor.cluster.exchange`): no protocol of ds-doctor's.
 """
 
 from __future__ import annotations
@@ -19,15 +19,15 @@ from pathlib import Path
 from typing import Any
 
 import doctor
+from doctor.cluster.exchange import ExchangeError, exchange
+from doctor.cluster.nodes import Cluster
 from doctor.hardware.env import collect_environment
 from doctor.redact import scrub
 from doctor.run.build import build_report, utc_now, write_reports
-from doctor.run.cluster import Cluster
-from doctor.run.exchange import ExchangeError, exchange
 from doctor.run.launch import launch_environment
 from doctor.run.pipeline import RunOptions, RunPlan, RunReporter, SilentReporter, launch, make_plan, write_manifest
 from doctor.run.plan import node_checks
-from doctor.run.rundir import RunDir
+from doctor.rundir import RunDir
 from reports.records import FAILING, CaseResult, Outcome, Report
 
 #: After a failure across the nodes, how long the closing exchange waits for a node that may be gone.

@@ -12,11 +12,11 @@ import os
 from pathlib import Path
 from typing import Any, Protocol
 
+from doctor.cluster.nodes import Cluster
 from doctor.hardware.env import collect_environment
 from doctor.redact import scrub
 from doctor.run import registry
 from doctor.run.build import build_report, clean_result, utc_now, write_reports
-from doctor.run.cluster import Cluster
 from doctor.run.launch import LaunchEvents, run_group
 from doctor.run.merge import merge_case, skipped_case
 from doctor.run.plan import (
@@ -29,8 +29,8 @@ from doctor.run.plan import (
     plan,
     select_cases,
 )
-from doctor.run.rundir import Manifest, PlannedCase, RankLine, RunDir
 from doctor.run.spec import Case
+from doctor.rundir import Manifest, PlannedCase, RankLine, RunDir
 from reports.records import CaseResult, Report, format_time
 
 

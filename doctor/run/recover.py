@@ -18,7 +18,7 @@ from doctor.redact import scrub
 from doctor.run.build import anonymize, build_report
 from doctor.run.merge import merge_case, skipped_case
 from doctor.run.plan import node_checks
-from doctor.run.rundir import MANIFEST_VERSION, Manifest, PlannedCase, RankLine, RunDir, read_rank_lines
+from doctor.rundir import MANIFEST_VERSION, Manifest, PlannedCase, RankLine, RunDir, read_rank_lines
 from reports.records import SCHEMA_VERSION, CaseResult, Outcome, RankSummary, Report, parse_time
 
 UNFINISHED = "did not finish: the run stopped before every rank reported this case (was ds-doctor killed?)"

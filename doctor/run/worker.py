@@ -18,13 +18,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from doctor.cluster.exchange import rendezvous_store
 from doctor.files import log_tail, write_atomic
-from doctor.run import forensics, registry
+from doctor.forensics import capture
+from doctor.procs import die_with_parent
+from doctor.run import registry
 from doctor.run.context import ProbeContext, SkipCase
-from doctor.run.exchange import rendezvous_store
-from doctor.run.procs import die_with_parent
-from doctor.run.rundir import LAUNCH, Beat, LaunchDir, RankLine, setup_name
 from doctor.run.spec import Case, missing_dependency
+from doctor.rundir import LAUNCH, Beat, LaunchDir, RankLine, setup_name
 from reports.records import ErrorInfo, Outcome
 
 
@@ -246,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     redirect_output(launch.rank_log(rank))
     faulthandler.enable()  # a segfault or abort leaves the Python stack in this rank's log
     die_with_parent()  # torchrun SIGKILLed: this rank goes too
-    forensics.arm(launch, rank, args.backend)  # a hang's stacks and collective record, when the parent asks
+    capture.arm(launch, rank, args.backend)  # a hang's stacks and collective record, when the parent asks
     node = int(os.environ["DS_DOCTOR_NODE_RANK"]) if "DS_DOCTOR_NODE_RANK" in os.environ else None
     worker = Worker(launch, args.backend, rank, world_size, int(os.environ.get("LOCAL_RANK", "0")), node)
     worker.run(across_nodes=world_size > int(os.environ.get("LOCAL_WORLD_SIZE", world_size)))

@@ -83,7 +83,7 @@ def test_a_run_directory_report_judges_the_gpus_it_recorded(tmp_path: Path) -> N
     """`ds-doctor report RUN_DIR` (a killed run) gives the same health results `run` gives, -k included."""
     from doctor.hardware.env import collect_environment
     from doctor.run.recover import report_from_run_dir
-    from doctor.run.rundir import Manifest, RunDir
+    from doctor.rundir import Manifest, RunDir
 
     env, hardware = collect_environment()
     hardware["gpus"], _, _ = read_gpus(AnsweringNVML(answers("h100_node_sick.json")))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from doctor.run.launch import LineTail, exit_codes, free_port, signal_name
-from doctor.run.rundir import RankLine
+from doctor.rundir import RankLine
 from reports.records import Outcome
 
 RESOURCES = Path(__file__).resolve().parents[1] / "resources"

@@ -10,7 +10,7 @@ import pytest
 from doctor.run.merge import merge_case
 from doctor.run.pipeline import planned_case
 from doctor.run.registry import find_case
-from doctor.run.rundir import PlannedCase, RankLine
+from doctor.rundir import PlannedCase, RankLine
 from reports.records import ErrorInfo, Finding, Outcome, Severity, TensorRecord, Verdict
 
 VERSIONS = {"deepspeed": "0.19.8", "accelerate": "1.15.0", "torch": "2.13.0"}

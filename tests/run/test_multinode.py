@@ -7,8 +7,8 @@ import dataclasses
 import os
 from pathlib import Path
 
-from doctor.run.cluster import Cluster
-from doctor.run.exchange import exchange_command
+from doctor.cluster.exchange import exchange_command
+from doctor.cluster.nodes import Cluster
 from doctor.run.launch import launch_environment, torchrun_command
 from doctor.run.multinode import disagreement, plan_hash
 from doctor.run.pipeline import RunOptions, make_plan

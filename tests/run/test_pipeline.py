@@ -9,7 +9,7 @@ import pytest
 from doctor.run import pipeline
 from doctor.run.plan import Hardware
 from doctor.run.registry import EXTRA_ENV
-from doctor.run.rundir import RunDir
+from doctor.rundir import RunDir
 from reports.records import CaseResult, ExitCode, Outcome
 
 

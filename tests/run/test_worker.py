@@ -7,8 +7,8 @@ import pytest
 
 from doctor.plugins import ProbeContext
 from doctor.run.registry import find_case
-from doctor.run.rundir import RankLine
 from doctor.run.worker import rank_outcome, run_case, setup_failure_line
+from doctor.rundir import RankLine
 from reports.records import ErrorInfo, Finding, Outcome, Severity
 
 CASE = "frozen_param_names[z2-set-tensor-ws1]"

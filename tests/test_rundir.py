@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from doctor.run.rundir import (
+from doctor.rundir import (
     Beat,
     LaunchDir,
     Manifest,

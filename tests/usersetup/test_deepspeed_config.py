@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from doctor.run.userconfig import ConfigError, check, fill, load
+from doctor.usersetup.deepspeed_config import ConfigError, check, fill, load
 from tests.conftest import requires_deepspeed
 
 AUTO = {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",

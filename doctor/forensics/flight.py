@@ -4,7 +4,7 @@
 On a rank: `dump()` is this process's recorder buffer. Torch 2.13 records gloo as well as NCCL, but gloo's dump
 leaves `pg_config` empty (no group names, no ranks), and the analyzer cannot map a single entry without it, so the
 dump is completed from torch's own group registry. Where there is no recorder (an older torch) the thin record
-(`doctor.collect.thin_record`) stands in, in the same format, so one analysis serves both.
+(`doctor.forensics.thin_record`) stands in, in the same format, so one analysis serves both.
 
 In the parent, or in `ds-doctor triage DIR`: `load_dir` reads the dumps (a restricted unpickler: a dump is plain
 data, and a pickle from a user's job must not run code), `positions` says where each rank stands in each group, and

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from doctor.run.cluster import Cluster, ClusterError, expand_hostlist, from_options, from_slurm, parse_endpoint
+from doctor.cluster.nodes import Cluster, ClusterError, expand_hostlist, from_options, from_slurm, parse_endpoint
 
 
 @pytest.mark.parametrize(("text", "hosts"), [

@@ -62,7 +62,7 @@ class AccelerateSetup:
 def load(path: str | Path) -> AccelerateSetup:
     import yaml
 
-    from doctor.run.userconfig import read_user_file
+    from doctor.usersetup.deepspeed_config import read_user_file
 
     path, raw = read_user_file(path, AccelerateConfigError)
     text = raw.decode("utf-8", errors="replace")
@@ -88,8 +88,8 @@ def _validate(setup: AccelerateSetup) -> None:
                                     f"{', '.join(PRECISIONS)}")
     ds_file = (setup.data.get("deepspeed_config") or {}).get("deepspeed_config_file")
     if setup.distributed_type == "DEEPSPEED" and ds_file:
-        from doctor.run.userconfig import ConfigError
-        from doctor.run.userconfig import load as load_ds
+        from doctor.usersetup.deepspeed_config import ConfigError
+        from doctor.usersetup.deepspeed_config import load as load_ds
 
         base = Path(setup.path).parent
         try:

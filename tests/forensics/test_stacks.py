@@ -6,7 +6,7 @@ import faulthandler
 import tempfile
 import threading
 
-from doctor.collect.stacks import KEEP_FRAMES, fold, parse_faulthandler
+from doctor.forensics.stacks import KEEP_FRAMES, fold, parse_faulthandler
 from reports.hang import Frame
 
 

@@ -10,10 +10,10 @@ import re
 from collections.abc import Iterable
 
 from doctor.checks.hang import collective_mismatch, missing_rank
-from doctor.collect.flight import disagreements, load_dir, positions
-from doctor.collect.stacks import parse_faulthandler
-from doctor.run.forensics import THREAD_NAME
-from doctor.run.rundir import LaunchDir
+from doctor.forensics.capture import THREAD_NAME
+from doctor.forensics.flight import disagreements, load_dir, positions
+from doctor.forensics.stacks import parse_faulthandler
+from doctor.rundir import LaunchDir
 from reports.hang import CollectivePosition, ThreadStack
 from reports.records import Finding
 

@@ -1,0 +1,1 @@
+"""The nodes of a run (torchrun's options, Slurm's variables) and how they meet in torchrun's rendezvous store."""
