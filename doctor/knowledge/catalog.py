@@ -1,32 +1,43 @@
-"""Every known issue, and one classifier that matches any error text (message, traceback, stderr tail)
-against all of them."""
+"""Every known issue (read from `doctor/knowledge/data/*.toml` by `doctor.knowledge.load`), and one classifier
+that matches any error text (message, traceback, stderr tail) against all of them.
+
+The data files are read and checked on first use, not at import: probes and the CLI import this module in every
+process, and most of them never classify anything. `ISSUES` is a module attribute all the same.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterable
 
-from doctor.knowledge.accelerate import ACCELERATE
-from doctor.knowledge.deepspeed import DEEPSPEED
-from doctor.knowledge.fsdp import FSDP
 from doctor.knowledge.issues import KnownIssue
-from doctor.knowledge.launch import LAUNCH
 from reports.records import ErrorInfo
 
-ISSUES: tuple[KnownIssue, ...] = DEEPSPEED + ACCELERATE + FSDP + LAUNCH
 
-_BY_ID = {issue.id: issue for issue in ISSUES}
-if len(_BY_ID) != len(ISSUES):  # pragma: no cover - guards the table above
-    raise RuntimeError("duplicate known-issue id")
+@functools.cache
+def _catalog() -> tuple[tuple[KnownIssue, ...], dict[str, KnownIssue]]:
+    from doctor.knowledge.load import load_catalog
+
+    issues = load_catalog()  # checked as it loads: ids unique, regexes compile, ranges parse
+    return issues, {issue.id: issue for issue in issues}
+
+
+def __getattr__(name: str) -> tuple[KnownIssue, ...]:
+    """`ISSUES`: every known issue, in catalog order (data/deepspeed, accelerate, fsdp, launch)."""
+    if name == "ISSUES":
+        return _catalog()[0]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def get(issue_id: str) -> KnownIssue:
-    return _BY_ID[issue_id]
+    return _catalog()[1][issue_id]
 
 
-def classify(text: str, issues: Iterable[KnownIssue] = ISSUES) -> list[KnownIssue]:
-    """Known issues whose signature matches an error text, most specific (most patterns required) first."""
-    hits = [issue for issue in issues if text and issue.matches(text)]
+def classify(text: str, issues: Iterable[KnownIssue] | None = None) -> list[KnownIssue]:
+    """Known issues (default: all of them) whose signature matches an error text, most specific (most patterns
+    required) first."""
+    hits = [issue for issue in (_catalog()[0] if issues is None else issues) if text and issue.matches(text)]
     return sorted(hits, key=lambda issue: -len(issue.requires))
 
 

@@ -1,7 +1,8 @@
 """A known upstream issue: its signature in error texts, the versions it affects, its cause and remedy.
 
-Version ranges are PEP 440 specifiers on the named distribution. The entries themselves are data, one
-module per library (`deepspeed`, `accelerate`, `fsdp`, `launch`); `doctor.knowledge.catalog` holds them all.
+Version ranges are PEP 440 specifiers on the named distribution. The entries themselves are data, one TOML file
+per library in `doctor/knowledge/data/`, read and checked by `doctor.knowledge.load` (its docstring states the
+schema); `doctor.knowledge.catalog` holds them all.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from reports.records import IssueRef, Verdict
+
+REGEX_FLAGS = re.MULTILINE | re.DOTALL  # how patterns and requires are searched in an error text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,10 +36,9 @@ class KnownIssue:
     silent: str = ""  # for an entry with no patterns: why no log shows it (what finds it instead)
 
     def matches(self, text: str) -> bool:
-        flags = re.MULTILINE | re.DOTALL
-        if not any(re.search(p, text, flags) for p in self.patterns):
+        if not any(re.search(p, text, REGEX_FLAGS) for p in self.patterns):
             return False
-        return all(re.search(p, text, flags) for p in self.requires)
+        return all(re.search(p, text, REGEX_FLAGS) for p in self.requires)
 
     def version_verdict(self, versions: Mapping[str, str | None]) -> Verdict:
         """affected / not_affected by the installed version; unknown where it cannot tell."""

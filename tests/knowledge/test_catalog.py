@@ -127,12 +127,14 @@ def test_every_entry_has_a_remedy_and_references() -> None:
         assert all(ref.startswith(("https://github.com/", "https://pytorch.org/docs/")) for ref in issue.refs), issue.id
 
 
-def test_the_catalog_holds_every_library_module_once() -> None:
-    from doctor.knowledge import accelerate, deepspeed, fsdp, launch
+def test_the_catalog_holds_every_library_file_once() -> None:
+    from doctor.knowledge.load import data_files, load_file
 
-    parts = deepspeed.DEEPSPEED + accelerate.ACCELERATE + fsdp.FSDP + launch.LAUNCH
-    assert known_issues.ISSUES == parts and len({i.id for i in parts}) == len(parts) == 49
-    assert all(issue.id.startswith("ds_") for issue in deepspeed.DEEPSPEED)
+    parts = {path.name: load_file(path) for path in data_files()}
+    assert list(parts) == ["deepspeed.toml", "accelerate.toml", "fsdp.toml", "launch.toml"]
+    everything = sum(parts.values(), ())
+    assert known_issues.ISSUES == everything and len({i.id for i in everything}) == len(everything) == 49
+    assert all(issue.id.startswith("ds_") for issue in parts["deepspeed.toml"])
     assert known_issues.get("torchrun_child_sigkill").package == "torch"
 
 

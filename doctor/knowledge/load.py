@@ -1,0 +1,180 @@
+"""The known-issue catalog as data: one TOML file per library in `doctor/knowledge/data/`, read and checked here.
+
+Schema of a data file, format 1 (the comment at the top of each file says how it is written)::
+
+    format = 1                          # the schema version; another is refused
+    [[issue]]                           # one table per known issue, in catalog order
+    id = 'ds_...'                       # required; [a-z][a-z0-9_]*, unique across every file
+    title = '...'                       # required; one line
+    package = 'deepspeed'               # required; the distribution whose installed version decides the verdict
+    patterns = ['regex', ...]           # any one matching the error text is a hit (re.MULTILINE | re.DOTALL)...
+    requires = ['regex', ...]           # ...provided all of these match too (frames that disambiguate)
+    silent = '...'                      # instead of patterns: why no log shows it (then invariants find it)
+    cause = '...'                       # required
+    remedy = '...'                      # required
+    refs = ['https://...', ...]         # required, at least one http(s) URL
+    affected = '>=0.14.1,<0.14.3'       # PEP 440 specifier on `package`; absent = every version
+    fixed_in = '0.14.3'                 # PEP 440 version, outside `affected`; absent = no fix known
+    families = ['zero_offload']         # probe families that exercise it
+    invariants = ['clip_norm_device']   # invariants whose error findings show it
+
+Strings are strings and lists are lists of non-empty strings; an entry has patterns or silent, never both, and a
+silent one names invariants (and has no requires). Any other key is refused, so a typo cannot drop a field.
+
+Room left for what comes next (not read yet, hence refused until this module learns them): `[[issue.wording]]`
+tables holding every historical wording of the message, and `[[issue.measured]]` tables, one measured record per
+release (package version, outcome, device, torch version, date, case id).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Iterable, Mapping
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from doctor.knowledge.issues import REGEX_FLAGS, KnownIssue
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - python 3.10
+    import tomli as tomllib
+
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
+
+FORMAT = 1
+LIBRARIES = ("deepspeed", "accelerate", "fsdp", "launch")  # data/<name>.toml, in catalog order
+
+_REQUIRED = ("id", "title", "package", "cause", "remedy", "refs")
+_TEXTS = ("id", "title", "package", "cause", "remedy", "affected", "fixed_in", "silent")
+_LISTS = ("patterns", "requires", "refs", "families", "invariants")
+_KEYS = frozenset(_TEXTS + _LISTS)
+_ID = re.compile(r"[a-z][a-z0-9_]*")
+
+
+class CatalogError(ValueError):
+    """A data file that breaks the schema; the message names the file and the entry."""
+
+
+def data_files() -> list[Traversable]:
+    """The shipped data files, in catalog order (read through importlib.resources, so from a wheel too)."""
+    folder = resources.files("doctor.knowledge") / "data"
+    return [folder / f"{name}.toml" for name in LIBRARIES]
+
+
+def load_catalog(files: Iterable[Path | Traversable] | None = None) -> tuple[KnownIssue, ...]:
+    """Every entry of `files` (default: the shipped ones), in order; ids must be unique across the files."""
+    issues: list[KnownIssue] = []
+    where: dict[str, str] = {}
+    for path in data_files() if files is None else files:
+        for issue in load_file(path):
+            if issue.id in where:
+                raise CatalogError(f"{path}: issue {issue.id!r}: id already used in {where[issue.id]}")
+            where[issue.id] = str(path)
+            issues.append(issue)
+    return tuple(issues)
+
+
+def load_file(path: Path | Traversable) -> tuple[KnownIssue, ...]:
+    """The entries of one data file, checked."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CatalogError(f"{path}: cannot be read: {exc}") from exc
+    return parse(text, str(path))
+
+
+def parse(text: str, source: str) -> tuple[KnownIssue, ...]:
+    """The entries of one data file's text; `source` names the file in errors."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise CatalogError(f"{source}: not valid TOML: {exc}") from exc
+    unknown = sorted(set(data) - {"format", "issue"})
+    if unknown:
+        raise CatalogError(f"{source}: unknown top-level key(s) {', '.join(unknown)} (a file holds `format` and [[issue]])")
+    if data.get("format") != FORMAT:
+        raise CatalogError(f"{source}: format {data.get('format')!r}; this ds-doctor reads format = {FORMAT}")
+    entries = data.get("issue", [])
+    if not isinstance(entries, list):
+        raise CatalogError(f"{source}: `issue` must be an array of tables ([[issue]])")
+    issues: list[KnownIssue] = []
+    for number, raw in enumerate(entries, 1):
+        name = raw.get("id") if isinstance(raw, dict) else None
+        label = f"{source}: issue {name!r}" if isinstance(name, str) and name else f"{source}: issue #{number} (no id)"
+        if not isinstance(raw, dict):
+            raise CatalogError(f"{label}: not a table")
+        issue = _entry(raw, label)
+        if any(issue.id == seen.id for seen in issues):
+            raise CatalogError(f"{label}: id used twice in this file")
+        issues.append(issue)
+    return tuple(issues)
+
+
+def _entry(raw: Mapping[str, Any], label: str) -> KnownIssue:
+    unknown = sorted(set(raw) - _KEYS)
+    if unknown:
+        raise CatalogError(f"{label}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(_KEYS))}")
+    missing = [key for key in _REQUIRED if key not in raw]
+    if missing:
+        raise CatalogError(f"{label}: missing required key(s) {', '.join(missing)}")
+    for key in _TEXTS:
+        if key in raw and not isinstance(raw[key], str):
+            raise CatalogError(f"{label}: {key} must be a string, not {type(raw[key]).__name__}")
+        if key in raw and key != "affected" and not raw[key].strip():
+            raise CatalogError(f"{label}: {key} is empty (leave the key out instead)")
+    for key in _LISTS:
+        value = raw.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
+            raise CatalogError(f"{label}: {key} must be a list of non-empty strings, not {value!r}")
+    _check(raw, label)
+    fixed_in: str | None = raw.get("fixed_in")
+    return KnownIssue(
+        id=raw["id"], title=raw["title"], package=raw["package"], patterns=tuple(raw.get("patterns", ())),
+        cause=raw["cause"], remedy=raw["remedy"], refs=tuple(raw["refs"]), requires=tuple(raw.get("requires", ())),
+        affected=raw.get("affected", ""), fixed_in=fixed_in, families=tuple(raw.get("families", ())),
+        invariants=tuple(raw.get("invariants", ())), silent=raw.get("silent", ""))
+
+
+def _check(raw: Mapping[str, Any], label: str) -> None:
+    """What the types alone do not say: the id's shape, regexes, URLs, versions, patterns-or-silent."""
+    if not _ID.fullmatch(raw["id"]):
+        raise CatalogError(f"{label}: id must match {_ID.pattern}")
+    if "\n" in raw["title"]:
+        raise CatalogError(f"{label}: title must be one line")
+    for key in ("patterns", "requires"):
+        for pattern in raw.get(key, ()):
+            try:
+                re.compile(pattern, REGEX_FLAGS)
+            except re.error as exc:
+                raise CatalogError(f"{label}: {key} regex {pattern!r} does not compile: {exc}") from exc
+    if not raw["refs"]:
+        raise CatalogError(f"{label}: refs is empty; cite at least one upstream thread")
+    for ref in raw["refs"]:
+        parts = urlsplit(ref)
+        if parts.scheme not in ("http", "https") or not parts.netloc or any(c.isspace() for c in ref):
+            raise CatalogError(f"{label}: ref {ref!r} is not an http(s) URL")
+    try:
+        affected = SpecifierSet(raw.get("affected", ""))
+    except InvalidSpecifier as exc:
+        raise CatalogError(f"{label}: affected {raw['affected']!r} is not a PEP 440 specifier set: {exc}") from exc
+    if "fixed_in" in raw:
+        try:
+            fixed = Version(raw["fixed_in"])
+        except InvalidVersion as exc:
+            raise CatalogError(f"{label}: fixed_in {raw['fixed_in']!r} is not a PEP 440 version: {exc}") from exc
+        if str(affected) and affected.contains(fixed, prereleases=True):
+            raise CatalogError(f"{label}: fixed_in {raw['fixed_in']} lies inside affected {raw['affected']!r}")
+    if bool(raw.get("patterns")) == bool(raw.get("silent")):
+        raise CatalogError(f"{label}: give patterns (the error text it shows) or silent (why none shows it), not both")
+    if raw.get("silent") and not raw.get("invariants"):
+        raise CatalogError(f"{label}: a silent issue must name the invariants that find it")
+    if raw.get("requires") and not raw.get("patterns"):
+        raise CatalogError(f"{label}: requires narrows patterns down; it means nothing without them")
