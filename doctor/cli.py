@@ -18,11 +18,20 @@ import click
 
 import doctor
 from doctor.options import (
+    FRACTION,
+    NNODES,
+    NODE_RANK,
+    NPROC,
+    SECONDS,
+    TOLERANCE,
+    WORLD_SIZE,
+    check_distinct,
     check_nproc,
     check_selection,
     check_writable_file,
     cluster_from,
     load_report,
+    one_line,
     use_user_setup,
     writable_dir,
 )
@@ -51,19 +60,29 @@ def cli(state: CliState, debug: bool) -> None:
 
 
 def write_extra_formats(report: Report, junit_file: Path | None, prom_file: Path | None) -> dict[str, Path]:
-    """JUnit XML and Prometheus metrics, each written atomically, from the already scrubbed report."""
-    from doctor.files import write_atomic
+    """JUnit XML and Prometheus metrics, from the already scrubbed report: a file replaced atomically, a stream
+    (`/dev/null`, a FIFO's reader) written in place."""
     from reports.junit import render_junit
-    from reports.prometheus import write_prometheus
+    from reports.prometheus import render_prometheus
 
     written = {}
     if junit_file is not None:
-        write_atomic(junit_file, render_junit(report))
+        write_user_output(junit_file, render_junit(report), "--junit")
         written["junit"] = junit_file
     if prom_file is not None:
-        write_prometheus(report, prom_file)
+        write_user_output(prom_file, render_prometheus(report), "--prometheus")
         written["prometheus"] = prom_file
     return written
+
+
+def write_user_output(path: Path, text: str, option: str) -> None:
+    """An output the user named (checked before the run; a FIFO whose reader left since is one line)."""
+    from doctor.files import OutputError, write_output
+
+    try:
+        write_output(path, text)
+    except OutputError as exc:
+        raise click.BadParameter(str(exc), param_hint=option) from None
 
 
 def show_paths(console: Any, paths: dict[str, Path]) -> None:
@@ -74,8 +93,14 @@ def show_paths(console: Any, paths: dict[str, Path]) -> None:
     print_paths(console, {key: scrub_text(str(path)) for key, path in paths.items()})
 
 
-#: --tolerance: percent, 0 <= t < 100 (100 % would accept a bandwidth of zero)
-TOLERANCE = click.FloatRange(min=0, max=100, max_open=True)
+def say_where_the_run_is(out_dir: Path) -> None:
+    """On SIGINT: the run directory of this process (its name ends in our pid) holds every case that finished, and
+    `report` renders it."""
+    from doctor.redact import scrub_text
+
+    for run_dir in sorted(out_dir.glob(f"run-*-{os.getpid()}")):
+        click.echo(f"ds-doctor: the cases that finished are in {scrub_text(str(run_dir))}; "
+                   f"render them with: ds-doctor report {scrub_text(str(run_dir))}", err=True)
 
 
 def run_pipeline(options: Any, progress: Any) -> tuple[Report, dict[str, Path]]:
@@ -96,7 +121,7 @@ def diff_against(baseline: Report, report: Report, tolerance_pct: float, json_pa
     from doctor.files import write_atomic
     from reports.diff import render_diff
 
-    diff = diff_reports(baseline, report, tolerance_pct)
+    diff = diff_reports(baseline, report, tolerance_pct)  # beside the report: a file of ds-doctor's own naming
     text, path = render_diff(diff), json_path.with_suffix(".diff.md")
     write_atomic(path, text)
     return text, path, bool(diff.regressions)
@@ -109,8 +134,8 @@ def diff_against(baseline: Report, report: Report, tolerance_pct: float, json_pa
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("ds-doctor-reports"),
               show_default=True, help="Directory for the JSON and Markdown reports and the run directory.")
 @click.option("--json", "json_stdout", is_flag=True, help="Also print the JSON report to stdout.")
-@click.option("--nproc", type=click.IntRange(min=1), help="Ranks for multi-rank cases (default: GPUs, or 2 on CPU).")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True),
+@click.option("--nproc", type=NPROC, help="Ranks for multi-rank cases (default: GPUs, or 2 on CPU).")
+@click.option("--timeout", "timeout_s", type=SECONDS,
               help="Per-case timeout in seconds, overriding each family's own.")
 @click.option("--anonymize", is_flag=True, help="Also replace host and user names, IP addresses and GPU UUIDs.")
 @click.option("--junit", "junit_file", type=click.Path(path_type=Path), help="Also write JUnit XML (Jenkins, GitLab).")
@@ -120,13 +145,13 @@ def diff_against(baseline: Report, report: Report, tolerance_pct: float, json_pa
               help="A report of this node to diff the run against (exit 1 on a regression).")
 @click.option("--tolerance", "tolerance_pct", type=TOLERANCE, default=10.0, show_default=True,
               help="With --baseline: percent a bandwidth or TFLOP/s may drop before it is a regression.")
-@click.option("--nnodes", type=click.IntRange(min=1), help="Nodes in the run (as torchrun's --nnodes); srun: SLURM_NNODES.")
-@click.option("--node-rank", type=click.IntRange(min=0), help="This node's rank, 0 writes the report (as torchrun's).")
+@click.option("--nnodes", type=NNODES, help="Nodes in the run (as torchrun's --nnodes); srun: SLURM_NNODES.")
+@click.option("--node-rank", type=NODE_RANK, help="This node's rank, 0 writes the report (as torchrun's).")
 @click.option("--rdzv-endpoint", metavar="HOST:PORT", help="torchrun's c10d rendezvous endpoint, the same on every node.")
 @click.option("--rdzv-id", help="The rendezvous id, the same on every node (default: ds-doctor; srun: the job id).")
-@click.option("--join-timeout", "join_timeout_s", type=click.FloatRange(min=0, min_open=True), default=300.0,
+@click.option("--join-timeout", "join_timeout_s", type=SECONDS, default=300.0,
               show_default=True, help="Seconds a node waits for the others at each rendezvous before naming them.")
-@click.option("--suspect-below", type=click.FloatRange(min=0, max=1, min_open=True), default=0.5, show_default=True,
+@click.option("--suspect-below", type=FRACTION, default=0.5, show_default=True,
               help="fabric: a node whose every pair is below this fraction of the median pair is the suspect.")
 @click.option("--deepspeed-config", "ds_config", metavar="FILE",
               help="Your DeepSpeed JSON: the DeepSpeed families gain cases built from it (`auto` filled, changes listed).")
@@ -147,21 +172,27 @@ def run(state: CliState, level: int, keyword: str | None, out_dir: Path, json_st
     from doctor.run import pipeline
     from reports.console import RunProgress, make_console, print_summary
 
+    check_writable_file(junit_file, "--junit")  # every output is checked before anything runs or is created
+    check_writable_file(prom_file, "--prometheus")
+    check_distinct({"--junit": junit_file, "--prometheus": prom_file},
+                   {"--baseline": baseline_file, "--deepspeed-config": ds_config, "--accelerate-config": acc_config})
     cluster = cluster_from(nnodes, node_rank, rdzv_endpoint, rdzv_id, join_timeout_s)
     use_user_setup(ds_config, model_spec, acc_config, freeze)  # before the selection: the user's configs add cases
     check_selection(level, keyword, nproc, cluster)
     os.environ["DS_DOCTOR_SUSPECT_BELOW"] = str(suspect_below)  # the ranks of every launch inherit it (probes/fabric.py)
     baseline = load_report(baseline_file, "--baseline") if baseline_file is not None else None
-    out_dir = writable_dir(out_dir)
-    check_writable_file(junit_file, "--junit")
-    check_writable_file(prom_file, "--prometheus")
     check_nproc(nproc, level)
+    out_dir = writable_dir(out_dir)  # last: a refused option leaves no empty folder behind
     console = make_console(stderr=json_stdout)
     options = pipeline.RunOptions(level=level, keyword=keyword, out_dir=out_dir, nproc=nproc, timeout_s=timeout_s,
                                   argv=tuple(state.argv), anonymized=anonymize, cluster=cluster)
     progress = RunProgress(console, doctor.__version__, level)
     try:
         report, paths = run_pipeline(options, progress)
+    except KeyboardInterrupt:
+        progress.close()
+        say_where_the_run_is(out_dir)
+        raise click.exceptions.Abort() from None
     finally:
         progress.close()
     paths.update(write_extra_formats(report, junit_file, prom_file))
@@ -189,8 +220,8 @@ def main(argv: list[str] | None = None) -> int:
         result = cli.main(args=argv, prog_name="ds-doctor", standalone_mode=False, obj=state)
     except click.exceptions.Exit as exc:  # --help, --version
         return int(exc.exit_code)
-    except click.UsageError as exc:
-        click.echo(f"ds-doctor: error: {exc.format_message()}", err=True)
+    except click.UsageError as exc:  # one line, scrubbed: a bad option may carry a token the user pasted
+        click.echo(f"ds-doctor: error: {one_line(exc.format_message())}", err=True)
         return int(ExitCode.USAGE_ERROR)
     except click.exceptions.Abort:
         click.echo("ds-doctor: aborted", err=True)
@@ -199,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
         if state.debug:
             traceback.print_exc()
         message = str(exc).splitlines()[0] if str(exc) else ""
-        click.echo(f"ds-doctor: internal error: {type(exc).__name__}: {message} (rerun with --debug)", err=True)
+        click.echo(f"ds-doctor: internal error: {type(exc).__name__}: {one_line(message)} (rerun with --debug)",
+                   err=True)
         return int(ExitCode.INTERNAL_ERROR)
     return int(result or 0)
 
@@ -218,15 +250,15 @@ def diff_command(baseline_file: Path, new_file: Path, tolerance_pct: float, as_j
     Exit code 0 when nothing regressed, 1 on a regression.
     """
     from doctor.checks.baseline import diff_reports
-    from doctor.files import write_atomic
     from reports.diff import render_diff
 
     check_writable_file(out_file, "--out")
+    check_distinct({"--out": out_file}, {"BASELINE": baseline_file, "NEW": new_file})
     base, new = load_report(baseline_file, "BASELINE"), load_report(new_file, "NEW")
     diff = diff_reports(base, new, tolerance_pct)
     text = render_diff(diff)
     if out_file is not None:
-        write_atomic(out_file, text)
+        write_user_output(out_file, text, "--out")
     click.echo(json.dumps(diff.to_dict(), indent=2) if as_json else text)
     return int(ExitCode.CASES_FAILED) if diff.regressions else 0
 
@@ -287,9 +319,14 @@ def report(path: Path, out_dir: Path | None, json_stdout: bool, anonymize: bool,
 
     if not path.exists():
         raise click.BadParameter(f"{path}: no such file or directory", param_hint="PATH")
-    target = writable_dir(out_dir or path.parent)
     check_writable_file(junit_file, "--junit")
     check_writable_file(prom_file, "--prometheus")
+    check_distinct({"--junit": junit_file, "--prometheus": prom_file}, {"PATH": path})
+    for option, output in (("--junit", junit_file), ("--prometheus", prom_file)):
+        if output is not None and path.is_dir() and Path(os.path.realpath(output)).is_relative_to(path.resolve()):
+            raise click.BadParameter(f"{output} is inside the run directory {path}, which is the evidence",
+                                     param_hint=option)
+    target = writable_dir(out_dir or path.parent)
     try:
         if path.is_dir():
             built, warnings = report_from_run_dir(path, anonymized=anonymize)
@@ -312,7 +349,7 @@ def report(path: Path, out_dir: Path | None, json_stdout: bool, anonymize: bool,
 @cli.command()
 @click.argument("source", metavar="FILE|DIR|-", type=click.Path(allow_dash=True, path_type=str))
 @click.option("--json", "as_json", is_flag=True, help="Print what was found as JSON.")
-@click.option("--world-size", type=click.IntRange(min=1), default=None,
+@click.option("--world-size", type=WORLD_SIZE, default=None,
               help="Ranks the job had, to name the ranks a watchdog log never mentions.")
 def triage(source: str, as_json: bool, world_size: int | None) -> int:
     """Read a log or traceback (a file, or - for stdin) against the known issues and the NCCL watchdog's lines,

@@ -1,9 +1,24 @@
-"""Atomic file writes: a reader never sees half a file."""
+"""File writes: atomic for files (a reader never sees half a file), in place for what is not a file (`/dev/null`, a
+terminal, a pipe's reader), and never a replacement of anything but a regular file."""
 
 from __future__ import annotations
 
+import errno
 import os
+import re
+import stat
 from pathlib import Path
+
+#: The longest path component built from data (a host name in a report's file name)
+COMPONENT_CHARS = 64
+
+
+def safe_component(text: object, default: str = "unknown", limit: int = COMPONENT_CHARS) -> str:
+    """One safe path component from data (a host name read from a report, say): letters, digits, `.`, `_`, `-`;
+    no separator, no `..`, no leading dot, at most `limit` characters. Nothing built from data leaves the folder the
+    user named."""
+    component = re.sub(r"[^A-Za-z0-9_.-]+", "_", str(text)[: limit * 4])[:limit].strip("._-")
+    return component or default
 
 
 def write_atomic(path: Path, text: str, *, fsync: bool = True, exclusive: bool = False) -> None:
@@ -13,7 +28,8 @@ def write_atomic(path: Path, text: str, *, fsync: bool = True, exclusive: bool =
     FileExistsError when `path` exists: two writers never replace each other's file."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with tmp.open("w", encoding="utf-8") as handle:
+        # text from data may hold lone surrogates (a non-UTF-8 byte in a path or variable): shown escaped, never lost
+        with tmp.open("w", encoding="utf-8", errors="backslashreplace") as handle:
             handle.write(text)
             if fsync:
                 handle.flush()
@@ -24,6 +40,59 @@ def write_atomic(path: Path, text: str, *, fsync: bool = True, exclusive: bool =
             os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+class OutputError(Exception):
+    """An output path that cannot be written as asked: one line naming it and why."""
+
+
+def output_kind(path: Path) -> str:
+    """What writing to `path` would do: "file" (absent, or a regular file, through symlinks: replaced atomically),
+    "stream" (a character device or a FIFO, written in place), or the reason it is refused."""
+    try:
+        mode = os.stat(path).st_mode  # follows symlinks: /proc/self/fd/1 is the stream it points at
+    except FileNotFoundError:
+        return "file"  # absent, or a dangling link: the file it names is created
+    except OSError as exc:
+        return f"cannot be examined ({exc.strerror or exc})"
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+        return "stream"
+    if stat.S_ISDIR(mode):
+        return "is a directory"
+    if stat.S_ISBLK(mode):
+        return "is a block device (a disk): ds-doctor never writes there"
+    if stat.S_ISSOCK(mode):
+        return "is a socket"
+    return "is not a file"
+
+
+def write_output(path: Path, text: str) -> None:
+    """A user-named output: a regular file (or a link to one) is replaced atomically, the link kept; a character
+    device or a FIFO is written in place, never replaced (as root, replacing `/dev/null` would destroy it); a FIFO
+    with no reader is refused rather than waited on. Anything else raises OutputError."""
+    kind = output_kind(path)
+    if kind == "file":
+        target = Path(os.path.realpath(path))
+        write_atomic(target, text)
+        return
+    if kind != "stream":
+        raise OutputError(f"{path} {kind}")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError as exc:
+        why = "a FIFO nobody reads" if exc.errno == errno.ENXIO else (exc.strerror or str(exc))
+        raise OutputError(f"cannot write {path}: {why}") from None
+    try:
+        os.set_blocking(fd, True)
+        data = text.encode("utf-8", errors="backslashreplace")
+        while data:
+            data = data[os.write(fd, data):]
+    except OSError as exc:
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
 
 
 TAIL_LINES = 40

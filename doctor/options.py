@@ -3,24 +3,110 @@
 
 from __future__ import annotations
 
+import math
 import os
+import socket
+import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import click
 
+from doctor.cluster.nodes import MAX_NODES
+from doctor.files import output_kind
 from reports.records import Report
+
+#: One line on stderr: a usage error quoting a 100 KB option, or one holding escape sequences, stays one short line.
+ONE_LINE_CHARS = 500
+
+
+def one_line(text: str, limit: int = ONE_LINE_CHARS) -> str:
+    """A message for stderr: secrets scrubbed, control characters shown escaped, on one line, at most `limit`
+    characters."""
+    from doctor.redact import scrub_text
+
+    text = scrub_text(text[: limit * 4])
+    shown = "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
+    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
+
+
+class FiniteFloatRange(click.FloatRange):
+    """A FloatRange that refuses nan and inf: `nan` passes click's range check (every comparison with it is false)
+    and `--timeout nan` switched the hang guard off."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
+#: Bounds on what the command line may ask for, checked before anything is allocated or launched.
+MAX_SECONDS = 7 * 24 * 3600.0  # a timeout past a week is a typo, and time APIs overflow on 1e308
+MAX_NPROC = 1024  # ranks on one node (GPU nodes carry 8-16; a CPU run of more is a mistake)
+MAX_WORLD_SIZE = 1 << 20  # ranks of a job named to `triage`
+
+SECONDS = FiniteFloatRange(min=0, min_open=True, max=MAX_SECONDS)
+#: --tolerance: percent, 0 <= t < 100 (100 % would accept a bandwidth of zero)
+TOLERANCE = FiniteFloatRange(min=0, max=100, max_open=True)
+FRACTION = FiniteFloatRange(min=0, max=1, min_open=True)
+NPROC = click.IntRange(min=1, max=MAX_NPROC)
+NNODES = click.IntRange(min=1, max=MAX_NODES)
+NODE_RANK = click.IntRange(min=0, max=MAX_NODES - 1)
+WORLD_SIZE = click.IntRange(min=1, max=MAX_WORLD_SIZE)
 
 
 def check_writable_file(path: Path | None, option: str) -> None:
-    """An output file's directory must exist and be writable, and the path must not be a directory."""
+    """An output file: a regular file (or none yet) in a writable directory, or a stream written in place
+    (`/dev/null`, `/dev/stdout`, a FIFO); a directory, a socket or a block device is refused."""
     if path is None:
         return
-    if path.is_dir():
-        raise click.BadParameter(f"{path} is a directory", param_hint=option)
-    parent = path.parent if str(path.parent) else Path(".")
+    kind = output_kind(path)
+    if kind == "stream":
+        return
+    if kind != "file":
+        raise click.BadParameter(f"{path} {kind}", param_hint=option)
+    real = Path(os.path.realpath(path))
+    parent = real.parent
     if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
         raise click.BadParameter(f"cannot write {path}: {parent} is not a writable directory", param_hint=option)
+
+
+def _identity(path: Path) -> tuple[str, tuple[int, int] | None]:
+    """The resolved path, and (device, inode) where the file exists: two spellings, hard links and symlinks of one
+    file compare equal."""
+    try:
+        info = os.stat(path)
+        return os.path.realpath(path), (info.st_dev, info.st_ino)
+    except OSError:
+        return os.path.realpath(path), None
+
+
+def check_distinct(outputs: Mapping[str, Path | None], inputs: Mapping[str, Path | str | None]) -> None:
+    """No output is also an input, or another output: `diff A B --out A` and `--junit X --prometheus X` would
+    overwrite a file without a word. A character device (`/dev/null`) may take several outputs."""
+    given_out = [(name, Path(p)) for name, p in outputs.items() if p is not None]
+    given_in = [(name, Path(p)) for name, p in inputs.items() if p is not None and str(p) != "-"]
+    seen: list[tuple[str, tuple[str, tuple[int, int] | None]]] = [(n, _identity(p)) for n, p in given_in]
+    for name, path in given_out:
+        if _is_char_device(path):
+            continue
+        ident = _identity(path)
+        for other, other_ident in seen:
+            if ident[0] == other_ident[0] or (ident[1] is not None and ident[1] == other_ident[1]):
+                role = "an input" if other in dict(given_in) else "another output"
+                raise click.BadParameter(f"{path} is also {other} ({role}): it would be overwritten", param_hint=name)
+        seen.append((name, ident))
+
+
+def _is_char_device(path: Path) -> bool:
+    import stat
+
+    try:
+        return stat.S_ISCHR(os.stat(path).st_mode)
+    except OSError:
+        return False
 
 
 def writable_dir(path: Path) -> Path:
@@ -97,9 +183,34 @@ def cluster_from(nnodes: int | None, node_rank: int | None, endpoint: str | None
     from doctor.cluster.nodes import ClusterError, from_options
 
     try:
-        return from_options(nnodes, node_rank, endpoint, rdzv_id, join_timeout_s, os.environ)
+        cluster = from_options(nnodes, node_rank, endpoint, rdzv_id, join_timeout_s, os.environ)
     except ClusterError as exc:
         raise click.UsageError(str(exc)) from None
+    if cluster is not None and (why := unresolved(cluster.host, cluster.port)):
+        raise click.BadParameter(f"{cluster.endpoint}: {why}", param_hint="--rdzv-endpoint")
+    return cluster
+
+
+#: How long a rendezvous host may take to resolve: a name that does not resolve is a usage error within seconds
+#: (it waited the whole join timeout, then ended in exit 3), and a slow resolver is not a reason to wait longer.
+RESOLVE_BOUND_S = 10.0
+
+
+def unresolved(host: str, port: int, bound_s: float = RESOLVE_BOUND_S) -> str | None:
+    """Why `host` cannot be the rendezvous endpoint (it does not resolve, or not within `bound_s`), else None."""
+    outcome: list[str | None] = []
+
+    def resolve() -> None:
+        try:
+            socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            outcome.append(None)
+        except (OSError, UnicodeError) as exc:
+            outcome.append(f"the host {host!r} does not resolve ({getattr(exc, 'strerror', None) or exc})")
+
+    worker = threading.Thread(target=resolve, name="ds-doctor-resolve", daemon=True)
+    worker.start()
+    worker.join(bound_s)
+    return outcome[0] if outcome else f"the host {host!r} did not resolve within {bound_s:.0f} s"
 
 
 def use_user_setup(ds_config: str | None, model_spec: str | None, acc_config: str | None = None,

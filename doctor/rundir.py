@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from doctor.files import write_atomic
+from doctor.files import safe_component, write_atomic
 from reports.hang import CollectivePosition, StageTime, ThreadStack, positions_from, stacks_from, stages_from
 from reports.records import ErrorInfo, Finding, Outcome, TensorRecord
 
@@ -253,7 +253,7 @@ class RunDir:
 
     @classmethod
     def create(cls, out_dir: Path, host: str, started: dt.datetime, pid: int) -> RunDir:
-        path = out_dir / f"run-{host}-{started.strftime('%Y%m%dT%H%M%SZ')}-{pid}"
+        path = out_dir / f"run-{safe_component(host)}-{started.strftime('%Y%m%dT%H%M%SZ')}-{pid}"
         path.mkdir(parents=True)
         return cls(path)
 

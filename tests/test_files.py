@@ -50,3 +50,70 @@ def test_log_tail(tmp_path: Path) -> None:
     assert log_tail(log) == ""
     log.write_text("\n".join(f"line {i}" for i in range(100)))
     assert log_tail(log, lines=2) == "line 98\nline 99"
+
+
+def test_output_to_a_symlink_replaces_the_file_it_names_and_keeps_the_link(tmp_path: Path) -> None:
+    from doctor.files import write_output
+
+    target, link = tmp_path / "real.xml", tmp_path / "link.xml"
+    target.write_text("old")
+    link.symlink_to(target)
+    write_output(link, "new")
+    assert link.is_symlink() and target.read_text() == "new"
+
+
+def test_output_to_a_fifo_is_written_in_place_and_refused_without_a_reader(tmp_path: Path) -> None:
+    import os
+    import stat
+
+    from doctor.files import OutputError, write_output
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(OutputError, match="a FIFO nobody reads"):
+        write_output(fifo, "nobody hears this")  # refused at once: never a hang
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()))
+    reader.start()
+    for _ in range(100):  # the reader opens the FIFO in its thread
+        try:
+            write_output(fifo, "metrics 1\n")
+            break
+        except OutputError:
+            threading.Event().wait(0.05)
+    reader.join(10)
+    assert got == ["metrics 1\n"] and stat.S_ISFIFO(fifo.lstat().st_mode)
+
+
+@pytest.mark.parametrize("kind", ["dir", "socket"])
+def test_output_to_what_is_not_a_file_is_refused(tmp_path: Path, kind: str) -> None:
+    import socket
+
+    from doctor.files import OutputError, write_output
+
+    path = tmp_path / kind
+    if kind == "dir":
+        path.mkdir()
+    else:
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(str(path))
+        server.close()
+    with pytest.raises(OutputError, match="is a directory|is a socket"):
+        write_output(path, "x")
+
+
+def test_text_with_lone_surrogates_is_written_escaped(tmp_path: Path) -> None:
+    """A non-UTF-8 byte in a path or a variable reaches the Markdown as a lone surrogate: written, shown escaped."""
+    target = tmp_path / "report.md"
+    write_atomic(target, "path /data/caf\udce9/run")
+    assert target.read_text() == "path /data/caf\\udce9/run"
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("node-1.cluster", "node-1.cluster"), ("../../etc/passwd", "etc_passwd"), ("/", "unknown"), ("..", "unknown"),
+    ("a/b\\c", "a_b_c"), ("", "unknown"), (None, "None"), (12, "12"), ("x" * 500, "x" * 64), ("\x00\n", "unknown"),
+])
+def test_a_name_built_from_data_is_one_safe_component(text: object, expected: str) -> None:
+    from doctor.files import safe_component
+
+    assert safe_component(text) == expected

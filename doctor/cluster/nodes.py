@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import re
 from collections.abc import Mapping
 
 DEFAULT_PORT = 29400  # torchrun's own default for --rdzv-endpoint without a port
 DEFAULT_JOIN_TIMEOUT_S = 300.0
+#: The most nodes a run may name (from --nnodes or Slurm's variables and host lists): checked before anything is
+#: expanded, allocated or launched. The largest public training clusters are a few thousand nodes.
+MAX_NODES = 65536
 
 
 class ClusterError(ValueError):
@@ -47,7 +51,8 @@ class Cluster:
 
 def parse_endpoint(text: str) -> tuple[str, int]:
     """`HOST:PORT`, `HOST` (torchrun's default port), `[v6::addr]:PORT`."""
-    match = re.fullmatch(r"\[(?P<v6>[^\]]+)\](?::(?P<v6port>\d+))?|(?P<host>[^:\s]+)(?::(?P<port>\d+))?", text.strip())
+    match = re.fullmatch(r"\[(?P<v6>[^\]]+)\](?::(?P<v6port>\d{1,5}))?|(?P<host>[^:\s]+)(?::(?P<port>\d{1,5}))?",
+                         text.strip())
     if not match:
         raise ClusterError(f"--rdzv-endpoint {text!r} is not HOST:PORT")
     host = match.group("v6") or match.group("host")
@@ -82,6 +87,8 @@ def _range(spec: str) -> list[str]:
         if not dash:
             out.append(low)
             continue
+        if len(low) > 9 or len(high) > 9 or int(high) - int(low) + 1 > MAX_NODES - len(out):
+            raise ClusterError(f"the range {item!r} in a host list names more than {MAX_NODES} hosts")
         width = len(low) if low.startswith("0") else 0
         out += [str(n).zfill(width) for n in range(int(low), int(high) + 1)]
     return out
@@ -94,21 +101,34 @@ def expand_hostlist(text: str) -> list[str]:
     for part in _split_top_level(text.strip()):
         pieces = re.split(r"(\[[^\]]*\])", part)
         choices = [_range(p[1:-1]) if p.startswith("[") else [p] for p in pieces if p]
+        if math.prod(len(c) for c in choices) > MAX_NODES - len(hosts):
+            raise ClusterError(f"the host list {text[:200]!r} names more than {MAX_NODES} hosts")
         hosts += ["".join(combo) for combo in itertools.product(*choices)]
     return hosts
+
+
+def _slurm_count(environ: Mapping[str, str], name: str, default: str | None = None) -> int | None:
+    """A number Slurm put in the environment, checked: not a number, negative or past MAX_NODES is one line."""
+    text = environ.get(name, default)
+    if text is None or text == "":
+        return None
+    if not re.fullmatch(r"\d{1,9}", text.strip()) or int(text) >= MAX_NODES:
+        raise ClusterError(f"{name}={text[:80]!r} is not a node count or index (0..{MAX_NODES - 1})")
+    return int(text)
 
 
 def from_slurm(environ: Mapping[str, str], port: int = DEFAULT_PORT) -> Cluster | None:
     """The cluster `srun ds-doctor run` is in: N from SLURM_NNODES, R from SLURM_NODEID, the endpoint from the first
     host of SLURM_JOB_NODELIST, the rendezvous id from SLURM_JOB_ID. None outside Slurm or on one node."""
-    nnodes = environ.get("SLURM_NNODES") or environ.get("SLURM_JOB_NUM_NODES")
+    name = "SLURM_NNODES" if environ.get("SLURM_NNODES") else "SLURM_JOB_NUM_NODES"
+    nnodes = _slurm_count(environ, name)
     nodelist = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST")
-    if not nnodes or not nodelist or int(nnodes) < 2:
+    if not nnodes or not nodelist or nnodes < 2:
         return None
     hosts = expand_hostlist(nodelist)
-    if len(hosts) != int(nnodes):
-        raise ClusterError(f"SLURM_JOB_NODELIST {nodelist!r} names {len(hosts)} hosts, SLURM_NNODES says {nnodes}")
-    return Cluster(nnodes=int(nnodes), node_rank=int(environ.get("SLURM_NODEID", "0")), host=hosts[0], port=port,
+    if len(hosts) != nnodes:
+        raise ClusterError(f"SLURM_JOB_NODELIST {nodelist[:200]!r} names {len(hosts)} hosts, {name} says {nnodes}")
+    return Cluster(nnodes=nnodes, node_rank=_slurm_count(environ, "SLURM_NODEID", "0") or 0, host=hosts[0], port=port,
                    rdzv_id=f"slurm-{environ.get('SLURM_JOB_ID', 'job')}")
 
 

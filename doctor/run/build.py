@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import doctor
-from doctor.files import write_atomic
+from doctor.files import safe_component, write_atomic
 from doctor.redact import Anonymizer, scrub
 from reports.markdown import render_markdown
 from reports.records import SCHEMA_VERSION, CaseResult, Report, format_time, parse_time
@@ -56,7 +56,14 @@ def build_report(*, started: dt.datetime, finished: dt.datetime, level: int, arg
 
 
 def report_basename(report: Report) -> str:
-    return f"ds-doctor-{report.hardware['host']}-{parse_time(report.started_at).strftime('%Y%m%dT%H%M%SZ')}"
+    """`ds-doctor-<host>-<time>`: the host and time come from the report (a file someone handed over when it is
+    re-rendered), so each is reduced to one safe path component."""
+    hardware = report.hardware if isinstance(report.hardware, dict) else {}
+    try:
+        when = parse_time(report.started_at).strftime("%Y%m%dT%H%M%SZ")
+    except (TypeError, ValueError, AttributeError):
+        when = "unknown-time"
+    return f"ds-doctor-{safe_component(hardware.get('host'))}-{when}"
 
 
 def write_reports(report: Report, out_dir: Path, suffix: str = "") -> dict[str, Path]:
