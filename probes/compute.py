@@ -66,23 +66,46 @@ def relative_error(result: Any, reference: Any) -> float:
 
 
 def _matmul(ctx: ProbeContext, dtype_name: str) -> None:
+    """One dtype: is the product right (against fp64), then how fast it is; a wrong product is an error."""
     import torch
 
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype_name]
     device = torch.device(ctx.device)
     n = SIZE[ctx.device_kind]
-    warmup, iters = ITERS[ctx.device_kind]
     ctx.enter(f"matmul {dtype_name} {n}x{n}: inputs")
-    generator = torch.Generator(device="cpu").manual_seed(1234 + ctx.rank)
-    a = torch.randn(n, n, generator=generator).to(device=device, dtype=dtype)
-    b = torch.randn(n, n, generator=generator).to(device=device, dtype=dtype)
+    a, b = _matmul_inputs(n, dtype, device, seed=1234 + ctx.rank)
     torch.backends.cuda.matmul.allow_tf32 = False
     ctx.enter(f"matmul {dtype_name} {n}x{n}: check")
+    error, finite = _matmul_accuracy(a, b)
+    ctx.enter(f"matmul {dtype_name} {n}x{n}: timing")
+    seconds = _seconds_per_matmul(a, b, device, *ITERS[ctx.device_kind])
+    _record_matmul(ctx, dtype_name, n, error, tflops=2 * n**3 / seconds / 1e12)
+    if not finite or not error <= TOLERANCE[dtype_name]:
+        ctx.check([_matmul_finding(ctx, dtype_name, n, error, finite)])
+
+
+def _matmul_inputs(n: int, dtype: Any, device: Any, *, seed: int) -> tuple[Any, Any]:
+    """Two n x n normal matrices, drawn on the CPU (the same values on any device) and rounded to `dtype`."""
+    import torch
+
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    a = torch.randn(n, n, generator=generator).to(device=device, dtype=dtype)
+    b = torch.randn(n, n, generator=generator).to(device=device, dtype=dtype)
+    return a, b
+
+
+def _matmul_accuracy(a: Any, b: Any) -> tuple[float, bool]:
+    """The product's relative error on its first REFERENCE_ROWS rows against fp64 (cheap, and the same kernel),
+    and whether the whole product is finite."""
+    import torch
+
     product = a @ b
     reference = a[:REFERENCE_ROWS].to(torch.float64) @ b.to(torch.float64)
-    error = relative_error(product[:REFERENCE_ROWS], reference)
-    finite = bool(torch.isfinite(product).all())
-    ctx.enter(f"matmul {dtype_name} {n}x{n}: timing")
+    return relative_error(product[:REFERENCE_ROWS], reference), bool(torch.isfinite(product).all())
+
+
+def _seconds_per_matmul(a: Any, b: Any, device: Any, warmup: int, iters: int) -> float:
+    """Mean time of one `a @ b` after `warmup` untimed ones (kernel choice, clocks), synchronized around the loop."""
     for _ in range(warmup):
         a @ b
     synchronize(device)
@@ -90,28 +113,36 @@ def _matmul(ctx: ProbeContext, dtype_name: str) -> None:
     for _ in range(iters):
         a @ b
     synchronize(device)
-    seconds = (time.perf_counter() - started) / iters
-    tflops = 2 * n**3 / seconds / 1e12
+    return (time.perf_counter() - started) / iters
+
+
+def _record_matmul(ctx: ProbeContext, dtype_name: str, n: int, error: float, *, tflops: float) -> None:
+    """The case's measures; TFLOP/s is the slowest rank's, since the slowest GPU decides what a job on this node gets."""
+    import torch
+
     ctx.note("dtype", dtype_name)
     ctx.measure("matmul_size", n)
     ctx.measure("relative_error", error)
     ctx.measure("error_tolerance", TOLERANCE[dtype_name])
     by_rank = _all_ranks(ctx, round(tflops, 4))
-    ctx.measure("tflops", min(by_rank))  # the slowest GPU decides what a job on this node gets
+    ctx.measure("tflops", min(by_rank))
     ctx.note("tflops_by_rank", by_rank)
     if ctx.device_kind == "cuda":
-        ctx.note("gpu", torch.cuda.get_device_name(device))
-    if not finite or not error <= TOLERANCE[dtype_name]:
-        what = "non-finite values in the product" if not finite else f"relative error {error:.3g}"
-        ctx.check([Finding(
-            invariant="matmul_result",
-            severity=Severity.ERROR,
-            message=f"{dtype_name} {n}x{n} matmul on {ctx.device}: {what} > tolerance {TOLERANCE[dtype_name]:g}",
-            stage=ctx.stage,
-            expected=f"relative error vs fp64 <= {TOLERANCE[dtype_name]:g}",
-            remedy="a wrong matmul is a faulty GPU (or a broken math library): rerun on this GPU alone, check its "
-                   "health section (ECC, remapped rows, throttling), and drain the node if it repeats",
-        )])
+        ctx.note("gpu", torch.cuda.get_device_name(torch.device(ctx.device)))
+
+
+def _matmul_finding(ctx: ProbeContext, dtype_name: str, n: int, error: float, finite: bool) -> Finding:
+    """A wrong product: the hardware is suspect until shown otherwise, so the remedy is about the GPU."""
+    what = "non-finite values in the product" if not finite else f"relative error {error:.3g}"
+    return Finding(
+        invariant="matmul_result",
+        severity=Severity.ERROR,
+        message=f"{dtype_name} {n}x{n} matmul on {ctx.device}: {what} > tolerance {TOLERANCE[dtype_name]:g}",
+        stage=ctx.stage,
+        expected=f"relative error vs fp64 <= {TOLERANCE[dtype_name]:g}",
+        remedy="a wrong matmul is a faulty GPU (or a broken math library): rerun on this GPU alone, check its "
+               "health section (ECC, remapped rows, throttling), and drain the node if it repeats",
+    )
 
 
 def _memory(ctx: ProbeContext) -> None:

@@ -232,47 +232,85 @@ def _differs(a: Any, b: Any) -> bool | None:
 
 def _consequences(ctx: ProbeContext, engine: Any, named: list[tuple[str, Any]], config: dict[str, Any],
                   engines: list[Any], batches: Any) -> list[Problem]:
-    """Train, save, read the file, reload: what actually went wrong, in order."""
+    """Train, save, read the file, reload: what actually went wrong, in order. A stage that went wrong ends the
+    chain, since the later ones would only report its echo."""
     problems: list[Problem] = []
-    for extra in range(3):  # a warmup scheduler's first steps have lr 0: step past them, or nothing can show
-        if _current_lr(engine) != 0 or not _attempt(ctx, problems, "a warmup step", lambda seed=10 + extra: _train_step(
-                engine, ctx, seed=seed, user=batches)):
-            break
+    expected = _train_and_judge(ctx, engine, named, batches, problems)
+    save_dir = _save_and_read(ctx, engine, problems)
+    if save_dir is not None:
+        _reload_and_compare(ctx, config, engines, save_dir, expected, problems)
+    return problems
+
+
+def _train_and_judge(ctx: ProbeContext, engine: Any, named: list[tuple[str, Any]], batches: Any,
+                     problems: list[Problem]) -> dict[str, Any]:
+    """One training step after the replacement, judged per parameter; returns the values a checkpoint should
+    hold (those before the step where it raised)."""
+    _step_past_warmup(ctx, engine, batches, problems)
     before = full_values(engine.module)
     lr = _current_lr(engine)
-    step_ok = _attempt(ctx, problems, "the training step after it", lambda: _train_step(engine, ctx, seed=1, user=batches))
-    expected = full_values(engine.module) if step_ok else before
-    if step_ok:
-        unjudged = []
-        for name, param in named:
-            changed = _differs(before[name], expected[name])
-            if param.requires_grad and changed is False and not _visible(before[name], lr):
-                unjudged.append(name)  # a zero lr (warmup) or an update below the dtype's resolution
-            elif param.requires_grad and changed is False:
-                problems.append(Problem(f"{name} is trainable, but a training step left it unchanged: it no longer "
-                                        "trains (the optimizer updates another object)",
-                                        "ds_replaced_trainable_param_not_trained"))
-            if not param.requires_grad and changed:
-                problems.append(Problem(f"{name} is frozen, but a training step changed it"))
-        if unjudged:
-            ctx.note("not_judged_trained", {"lr": lr, "parameters": unjudged})
+    if not _attempt(ctx, problems, "the training step after it", lambda: _train_step(engine, ctx, seed=1, user=batches)):
+        return before
+    after = full_values(engine.module)
+    _judge_step(ctx, named, before, after, lr, problems)
+    return after
+
+
+def _step_past_warmup(ctx: ProbeContext, engine: Any, batches: Any, problems: list[Problem]) -> None:
+    """A warmup scheduler's first steps have lr 0: step past them (three at most), or nothing can show."""
+    for extra in range(3):
+        if _current_lr(engine) != 0:
+            break
+        if not _attempt(ctx, problems, "a warmup step",
+                        lambda seed=10 + extra: _train_step(engine, ctx, seed=seed, user=batches)):
+            break
+
+
+def _judge_step(ctx: ProbeContext, named: list[tuple[str, Any]], before: dict[str, Any], after: dict[str, Any],
+                lr: float | None, problems: list[Problem]) -> None:
+    """A trainable parameter the step left unchanged no longer trains, a frozen one it changed is not frozen;
+    an unchanged one whose update could not show (lr 0, below the dtype's resolution) is noted, not judged."""
+    unjudged = []
+    for name, param in named:
+        changed = _differs(before[name], after[name])
+        if param.requires_grad and changed is False and not _visible(before[name], lr):
+            unjudged.append(name)  # a zero lr (warmup) or an update below the dtype's resolution
+        elif param.requires_grad and changed is False:
+            problems.append(Problem(f"{name} is trainable, but a training step left it unchanged: it no longer "
+                                    "trains (the optimizer updates another object)",
+                                    "ds_replaced_trainable_param_not_trained"))
+        if not param.requires_grad and changed:
+            problems.append(Problem(f"{name} is frozen, but a training step changed it"))
+    if unjudged:
+        ctx.note("not_judged_trained", {"lr": lr, "parameters": unjudged})
+
+
+def _save_and_read(ctx: ProbeContext, engine: Any, problems: list[Problem]) -> Path | None:
+    """save_checkpoint, then what the files hold: the checkpoint's directory, or None where the save raised or
+    wrote meta tensors (nothing to reload)."""
     save_dir = ctx.scratch_dir()
     saved = _attempt(ctx, problems, "save_checkpoint", lambda: engine.save_checkpoint(str(save_dir), tag=TAG))
     _barrier()
     if not saved:
-        return problems
+        return None
     ctx.enter("read checkpoint")
     empty = meta_entries(save_dir / TAG)
     ctx.note("checkpoint_files", sorted(p.name for p in (save_dir / TAG).glob("*.pt")))
     if empty:
         problems.append(Problem(f"save_checkpoint wrote meta tensors (no data) for {', '.join(empty)}: the checkpoint "
                                 "silently lost those weights", "ds_ckpt_meta_params_saved"))
-        return problems
-    fresh = _initialize(ctx, config, seed=1, engines=engines)  # different initial values than the saved ones
+        return None
+    return save_dir
+
+
+def _reload_and_compare(ctx: ProbeContext, config: dict[str, Any], engines: list[Any], save_dir: Path,
+                        expected: dict[str, Any], problems: list[Problem]) -> None:
+    """Load the checkpoint into a fresh engine (other initial values) and compare with what was saved."""
+    fresh = _initialize(ctx, config, seed=1, engines=engines)
     ctx.enter("load_checkpoint")
     if not _attempt(ctx, problems, "load_checkpoint into a fresh engine",
                     lambda: fresh.load_checkpoint(str(save_dir), tag=TAG)):
-        return problems
+        return
     ctx.enter("compare reloaded values")
     reloaded = full_values(fresh.module)
     for name, value in expected.items():
@@ -281,7 +319,6 @@ def _consequences(ctx: ProbeContext, engine: Any, named: list[tuple[str, Any]], 
         if reloaded.get(name) is None or _differs(value, reloaded[name]) is not False:
             problems.append(Problem(f"{name} did not come back from the checkpoint with the value it was saved with"))
     ctx.note("reloaded", sorted(reloaded))
-    return problems
 
 
 def _current_lr(engine: Any) -> float | None:

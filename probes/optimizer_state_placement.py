@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from pathlib import Path
 from typing import Any
 
 from doctor.checks.lifecycle import process_count_agreement
@@ -32,7 +33,6 @@ SPEC = ProbeSpec(
     requires=(Requirement("torch", "torch"), Requirement("accelerate", "accelerate")),
     timeout_s=120.0,
 )
-
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,51 +82,71 @@ def placement(records: list[Any], severity: Severity) -> list[Finding]:
 
 
 def run(ctx: ProbeContext) -> None:
+    """Prepare, step, save_state; then a fresh run's load_state and first step, with the device maps between."""
     case: OptimizerCase = ctx.params
-    name, issue_id = case.name.removesuffix("-user-accelerate-config"), case.issue
+    name = case.name.removesuffix("-user-accelerate-config")
     ctx.require(case.requirement)
+    setup = _user_setup(ctx, case)
+    ctx.note("optimizer_version", _version(case.requirement.pip))
+    with accelerate_session():
+        checkpoint = ctx.scratch_dir() / "state"
+        if _train_and_save(ctx, name, setup, checkpoint):
+            _resume(ctx, name, setup, checkpoint, case.issue)
+
+
+def _user_setup(ctx: ProbeContext, case: OptimizerCase) -> Any:
+    """The user's --accelerate-config for a `-user-accelerate-config` case (skipped where this node cannot run
+    what it asks for); None for the family's own cases."""
     setup = accelerate_config.from_env() if case.user_accelerate else None
     if setup is not None:
         ctx.note("accelerate_config", setup.summary())
         if reason := accelerate_config.skip_reason(setup, ctx.device_kind):
             ctx.skip(reason)
-    ctx.note("optimizer_version", _version(case.requirement.pip))
-    with accelerate_session():
-        checkpoint = ctx.scratch_dir() / "state"
-        ctx.enter("prepare")
-        accelerator, model, optimizer, user = _prepared(ctx, name, setup)
-        ctx.note("accelerate_distributed_type", accelerator.distributed_type.value)
-        ctx.check(process_count_agreement(accelerator.num_processes, dist_world_size()))
-        if ctx.has_error_findings:
-            return  # every rank would act as the main process and write the same checkpoint files
-        _step(ctx, accelerator, model, optimizer, user, seed=0)
-        ctx.check(placement(ctx.snapshot("after_prepare", module=model, optimizer=optimizer), Severity.ERROR))
-        ctx.enter("save_state")
-        accelerator.save_state(str(checkpoint))
-        accelerator.wait_for_everyone()
+    return setup
 
-        accelerator, model, optimizer, user = _prepared(ctx, name, setup)  # a fresh run resuming from the checkpoint
-        ctx.enter("load_state")
-        accelerator.load_state(str(checkpoint))
-        after_load = ctx.snapshot("after_load", module=model, optimizer=optimizer)
-        ctx.check(buffer_placement(ctx.records, str(accelerator.device), "after_load"))
-        ctx.check(ties_kept(ctx.records, "after_prepare", "after_load"))  # the resumed model is still tied
-        misplaced = placement(after_load, Severity.ERROR)
-        try:
-            _step(ctx, accelerator, model, optimizer, user, seed=1)
-        except Exception:
-            ctx.check(misplaced)  # the step after load_state raised: the misplacement is why (or it is an error)
-            if issue_id:
-                ctx.known_issue(issue_id, shown=bool(misplaced))
-            if misplaced:
-                ctx.showed("the first step after load_state raised")
-                return
-            raise
-        ctx.check(dataclasses.replace(f, severity=Severity.WARNING, message=f.message + " (the next step coped with it)")
-                  for f in misplaced)
-        ctx.check(placement(ctx.snapshot("after_step", module=model, optimizer=optimizer), Severity.ERROR))
+
+def _train_and_save(ctx: ProbeContext, name: str, setup: Any, checkpoint: Path) -> bool:
+    """The first run: prepare, one step, save_state. False where the ranks disagree on the process count: every
+    rank would act as the main process and write the same checkpoint files."""
+    ctx.enter("prepare")
+    accelerator, model, optimizer, user = _prepared(ctx, name, setup)
+    ctx.note("accelerate_distributed_type", accelerator.distributed_type.value)
+    ctx.check(process_count_agreement(accelerator.num_processes, dist_world_size()))
+    if ctx.has_error_findings:
+        return False
+    _step(ctx, accelerator, model, optimizer, user, seed=0)
+    ctx.check(placement(ctx.snapshot("after_prepare", module=model, optimizer=optimizer), Severity.ERROR))
+    ctx.enter("save_state")
+    accelerator.save_state(str(checkpoint))
+    accelerator.wait_for_everyone()
+    return True
+
+
+def _resume(ctx: ProbeContext, name: str, setup: Any, checkpoint: Path, issue_id: str | None) -> None:
+    """A fresh run resuming from the checkpoint. A misplacement after load_state is a warning when the next step
+    copes with it, an error (and the reason) when the step raises; one still there after the step is an error."""
+    accelerator, model, optimizer, user = _prepared(ctx, name, setup)
+    ctx.enter("load_state")
+    accelerator.load_state(str(checkpoint))
+    after_load = ctx.snapshot("after_load", module=model, optimizer=optimizer)
+    ctx.check(buffer_placement(ctx.records, str(accelerator.device), "after_load"))
+    ctx.check(ties_kept(ctx.records, "after_prepare", "after_load"))  # the resumed model is still tied
+    misplaced = placement(after_load, Severity.ERROR)
+    try:
+        _step(ctx, accelerator, model, optimizer, user, seed=1)
+    except Exception:
+        ctx.check(misplaced)  # the step after load_state raised: the misplacement is why (or it is an error)
         if issue_id:
-            ctx.known_issue(issue_id, shown=False)
+            ctx.known_issue(issue_id, shown=bool(misplaced))
+        if misplaced:
+            ctx.showed("the first step after load_state raised")
+            return
+        raise
+    ctx.check(dataclasses.replace(f, severity=Severity.WARNING, message=f.message + " (the next step coped with it)")
+              for f in misplaced)
+    ctx.check(placement(ctx.snapshot("after_step", module=model, optimizer=optimizer), Severity.ERROR))
+    if issue_id:
+        ctx.known_issue(issue_id, shown=False)
 
 
 def _prepared(ctx: ProbeContext, name: str, setup: Any = None) -> tuple[Any, Any, Any, Any]:

@@ -20,62 +20,91 @@ from reports.records import CaseResult
 
 
 class KeywordError(ValueError):
-    """A `-k` expression that does not parse."""
+    """A `-k` expression that does not parse, or exceeds the bounds below."""
 
 
 Matcher = Callable[[str], bool]
 
+#: Bounds on `-k`, so a hostile expression is a usage error instead of a RecursionError deep in the parser.
+MAX_KEYWORD_CHARS = 2000
+MAX_KEYWORD_DEPTH = 64  # nested parentheses and `not`s
 
-def compile_keyword(expr: str) -> Callable[[str], bool]:
+
+def compile_keyword(expr: str) -> Matcher:
     """pytest-style `-k`: case-insensitive substrings joined by `and`, `or`, `not` and parentheses."""
+    if len(expr) > MAX_KEYWORD_CHARS:
+        raise KeywordError(f"-k expression is {len(expr)} characters long; the limit is {MAX_KEYWORD_CHARS}")
     tokens = re.findall(r"\(|\)|[^\s()]+", expr)
     if not tokens:
         raise KeywordError("empty -k expression")
-    pos = 0
+    return _KeywordParser(expr, tokens).parse()
 
-    def peek() -> str | None:
-        return tokens[pos] if pos < len(tokens) else None
 
-    def take() -> str:
-        nonlocal pos
-        if pos >= len(tokens):
-            raise KeywordError(f"-k {expr!r}: unexpected end of expression")
-        pos += 1
-        return tokens[pos - 1]
+class _KeywordParser:
+    """Recursive descent over one `-k`'s tokens. Each nesting level costs a few Python frames, so the depth bound
+    keeps the parser (and the matcher it builds) far from the interpreter's recursion limit."""
 
-    def parse_binary(word: str, operand: Callable[[], Matcher], both: Callable[[bool, bool], bool]) -> Matcher:
-        left = operand()
-        while peek() == word:
-            take()
-            right, prev = operand(), left
-            left = lambda s, a=prev, b=right: both(a(s), b(s))  # noqa: E731
-        return left
+    def __init__(self, expr: str, tokens: list[str]) -> None:
+        self.expr, self.tokens, self.pos, self.depth = expr, tokens, 0, 0
 
-    def parse_or() -> Matcher:
-        return parse_binary("or", parse_and, lambda a, b: a or b)
+    def parse(self) -> Matcher:
+        matcher = self._or()
+        if self.pos != len(self.tokens):
+            raise self._error(f"unexpected {self.tokens[self.pos]!r}")
+        return matcher
 
-    def parse_and() -> Matcher:
-        return parse_binary("and", parse_not, lambda a, b: a and b)
+    def _error(self, what: str) -> KeywordError:
+        return KeywordError(f"-k {self.expr!r}: {what}")
 
-    def parse_not() -> Matcher:
-        token = take()
+    def _peek(self) -> str | None:
+        return self.tokens[self.pos] if self.pos < len(self.tokens) else None
+
+    def _take(self) -> str:
+        if self.pos >= len(self.tokens):
+            raise self._error("unexpected end of expression")
+        self.pos += 1
+        return self.tokens[self.pos - 1]
+
+    def _chain(self, word: str, operand: Callable[[], Matcher], combine: Callable[[Iterable[bool]], bool]) -> Matcher:
+        """`operand (word operand)*`, evaluated as one flat any/all: a long `a or a or ...` adds no call depth."""
+        operands = [operand()]
+        while self._peek() == word:
+            self._take()
+            operands.append(operand())
+        if len(operands) == 1:
+            return operands[0]
+        return lambda s: combine(matcher(s) for matcher in operands)
+
+    def _or(self) -> Matcher:
+        return self._chain("or", self._and, any)
+
+    def _and(self) -> Matcher:
+        return self._chain("and", self._not, all)
+
+    def _not(self) -> Matcher:
+        token = self._take()
         if token == "not":
-            inner = parse_not()
+            inner = self._nested(self._not)
             return lambda s: not inner(s)
         if token == "(":
-            inner = parse_or()
-            if take() != ")":
-                raise KeywordError(f"-k {expr!r}: expected ')'")
+            inner = self._nested(self._or)
+            if self._take() != ")":
+                raise self._error("expected ')'")
             return inner
         if token in (")", "and", "or"):
-            raise KeywordError(f"-k {expr!r}: unexpected {token!r}")
+            raise self._error(f"unexpected {token!r}")
         needle = token.lower()
         return lambda s: needle in s.lower()
 
-    matcher = parse_or()
-    if pos != len(tokens):
-        raise KeywordError(f"-k {expr!r}: unexpected {tokens[pos]!r}")
-    return matcher
+    def _nested(self, parse: Callable[[], Matcher]) -> Matcher:
+        """One level deeper (a `(` or a `not`), refused past MAX_KEYWORD_DEPTH."""
+        if self.depth >= MAX_KEYWORD_DEPTH:
+            raise KeywordError(f"-k expression nests deeper than {MAX_KEYWORD_DEPTH} levels of parentheses and 'not'")
+        self.depth += 1
+        try:
+            return parse()
+        finally:
+            self.depth -= 1
 
 
 def keyword_matcher(keyword: str | None) -> Callable[[str], bool]:

@@ -7,7 +7,18 @@ import pytest
 from doctor.plugins import ProbeSpec, Requirement
 from doctor.run import registry
 from doctor.run.pipeline import RunOptions, make_plan
-from doctor.run.plan import Hardware, KeywordError, compile_keyword, missing_requirements, plan, select_cases
+from doctor.run.plan import (
+    MAX_KEYWORD_CHARS,
+    MAX_KEYWORD_DEPTH,
+    Hardware,
+    KeywordError,
+    compile_keyword,
+    missing_requirements,
+    plan,
+    select_cases,
+)
+
+CASE = "zero_offload[z3-opt-bf16-ws2]"
 
 
 @pytest.mark.parametrize(
@@ -29,6 +40,66 @@ def test_keyword_expressions(expr, name, expected) -> None:
 def test_bad_keyword_expressions_raise(expr) -> None:
     with pytest.raises(KeywordError):
         compile_keyword(expr)
+
+
+@pytest.mark.parametrize(
+    ("expr", "expected"),
+    [
+        ("\u00e9t\u00e9", False),  # non-ASCII: a substring like any other
+        ("Z3-OPT", True),
+        ("\x00", False),  # NUL: a substring no case id holds
+        ("z3\tand\nbf16", True),  # any whitespace separates
+        ("(z3)and(bf16)", True),  # parentheses need no spaces
+        ("not not z3", True),
+        ("not " * MAX_KEYWORD_DEPTH + "z3", True),  # exactly at the depth bound: still parses
+        ("(" * MAX_KEYWORD_DEPTH + "z3" + ")" * MAX_KEYWORD_DEPTH, True),
+        (" or ".join(["zz"] * ((MAX_KEYWORD_CHARS - 2) // 6) + ["z3"]), True),  # a long flat chain near the length bound
+        (" and ".join(["z3"] * ((MAX_KEYWORD_CHARS - 2) // 7) + ["zz"]), False),
+    ],
+)
+def test_unusual_keyword_expressions_select_correctly(expr: str, expected: bool) -> None:
+    assert len(expr) <= MAX_KEYWORD_CHARS
+    assert compile_keyword(expr)(CASE) is expected
+
+
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "",
+        "   ",
+        "\t\n",
+        "()",
+        "((z3)",
+        "(z3))",
+        ")(",
+        "z3 and and bf16",
+        "z3 or",
+        "or or",
+        "not not",
+        "z3 bf16",
+        "(" * 5000 + "z3" + ")" * 5000,  # once a RecursionError
+        "(" * (MAX_KEYWORD_DEPTH + 1) + "z3" + ")" * (MAX_KEYWORD_DEPTH + 1),
+        "not " * (MAX_KEYWORD_DEPTH + 1) + "z3",
+        "not (" * 40 + "z3" + ")" * 40,  # parentheses and `not` count together
+        " or ".join(["a"] * 25_000),  # 100k characters
+        "z3" * (MAX_KEYWORD_CHARS // 2 + 1),
+    ],
+)
+def test_hostile_keyword_expressions_raise_keyword_error_only(expr: str) -> None:
+    """The CLI turns a KeywordError into one line and exit 2; any other exception would be the doctor's own bug."""
+    with pytest.raises(KeywordError):
+        compile_keyword(expr)
+
+
+def test_the_keyword_bounds_are_named_in_the_error() -> None:
+    with pytest.raises(KeywordError, match=f"the limit is {MAX_KEYWORD_CHARS}$"):
+        compile_keyword("a" * (MAX_KEYWORD_CHARS + 1))
+    with pytest.raises(KeywordError, match=f"deeper than {MAX_KEYWORD_DEPTH} levels"):
+        compile_keyword("(" * (MAX_KEYWORD_DEPTH + 1) + "z3" + ")" * (MAX_KEYWORD_DEPTH + 1))
+    long = "a" * 100_000
+    with pytest.raises(KeywordError) as refused:
+        compile_keyword(long)
+    assert long not in str(refused.value) and "\n" not in str(refused.value)  # one short line, not the input echoed
 
 
 def test_levels() -> None:
