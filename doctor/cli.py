@@ -17,6 +17,8 @@ from typing import Any
 import click
 
 import doctor
+from doctor.cli_outputs import say_where_the_run_is, show_paths, write_extra_formats, write_user_output
+from doctor.cli_triage import triage
 from doctor.options import (
     FRACTION,
     NNODES,
@@ -24,7 +26,6 @@ from doctor.options import (
     NPROC,
     SECONDS,
     TOLERANCE,
-    WORLD_SIZE,
     check_distinct,
     check_nproc,
     check_selection,
@@ -57,50 +58,6 @@ def cli(state: CliState, debug: bool) -> None:
     gradient, partition and optimizer-state tensor lives, and checks it against invariants.
     """
     state.debug = state.debug or debug
-
-
-def write_extra_formats(report: Report, junit_file: Path | None, prom_file: Path | None) -> dict[str, Path]:
-    """JUnit XML and Prometheus metrics, from the already scrubbed report: a file replaced atomically, a stream
-    (`/dev/null`, a FIFO's reader) written in place."""
-    from reports.junit import render_junit
-    from reports.prometheus import render_prometheus
-
-    written = {}
-    if junit_file is not None:
-        write_user_output(junit_file, render_junit(report), "--junit")
-        written["junit"] = junit_file
-    if prom_file is not None:
-        write_user_output(prom_file, render_prometheus(report), "--prometheus")
-        written["prometheus"] = prom_file
-    return written
-
-
-def write_user_output(path: Path, text: str, option: str) -> None:
-    """An output the user named (checked before the run; a FIFO whose reader left since is one line)."""
-    from doctor.files import OutputError, write_output
-
-    try:
-        write_output(path, text)
-    except OutputError as exc:
-        raise click.BadParameter(str(exc), param_hint=option) from None
-
-
-def show_paths(console: Any, paths: dict[str, Path]) -> None:
-    """Where the files went, scrubbed like the report (a directory name can look like a token)."""
-    from doctor.redact import scrub_text
-    from reports.console import print_paths
-
-    print_paths(console, {key: scrub_text(str(path)) for key, path in paths.items()})
-
-
-def say_where_the_run_is(out_dir: Path) -> None:
-    """On SIGINT: the run directory of this process (its name ends in our pid) holds every case that finished, and
-    `report` renders it."""
-    from doctor.redact import scrub_text
-
-    for run_dir in sorted(out_dir.glob(f"run-*-{os.getpid()}")):
-        click.echo(f"ds-doctor: the cases that finished are in {scrub_text(str(run_dir))}; "
-                   f"render them with: ds-doctor report {scrub_text(str(run_dir))}", err=True)
 
 
 def run_pipeline(options: Any, progress: Any) -> tuple[Report, dict[str, Path]]:
@@ -169,36 +126,54 @@ def run(state: CliState, level: int, keyword: str | None, out_dir: Path, json_st
         ds_config: str | None, acc_config: str | None, model_spec: str | None, freeze: str | None) -> int:
     """Run the probes that fit this node (or, with --nnodes, the nodes of a job) and write the report (and, with
     --baseline, the diff)."""
+    from doctor.procs import reaping
     from doctor.run import pipeline
-    from reports.console import RunProgress, make_console, print_summary
 
     check_writable_file(junit_file, "--junit")  # every output is checked before anything runs or is created
     check_writable_file(prom_file, "--prometheus")
     check_distinct({"--junit": junit_file, "--prometheus": prom_file},
                    {"--baseline": baseline_file, "--deepspeed-config": ds_config, "--accelerate-config": acc_config})
-    cluster = cluster_from(nnodes, node_rank, rdzv_endpoint, rdzv_id, join_timeout_s)
-    use_user_setup(ds_config, model_spec, acc_config, freeze)  # before the selection: the user's configs add cases
-    check_selection(level, keyword, nproc, cluster)
-    os.environ["DS_DOCTOR_SUSPECT_BELOW"] = str(suspect_below)  # the ranks of every launch inherit it (probes/fabric.py)
-    baseline = load_report(baseline_file, "--baseline") if baseline_file is not None else None
-    check_nproc(nproc, level)
-    out_dir = writable_dir(out_dir)  # last: a refused option leaves no empty folder behind
+    with reaping():  # user code (the --model check, factories on the ranks) may leave processes: none outlives the run
+        cluster = cluster_from(nnodes, node_rank, rdzv_endpoint, rdzv_id, join_timeout_s)
+        use_user_setup(ds_config, model_spec, acc_config, freeze, timeout_s)  # before the selection: they add cases
+        check_selection(level, keyword, nproc, cluster)
+        os.environ["DS_DOCTOR_SUSPECT_BELOW"] = str(suspect_below)  # the ranks of every launch inherit it (probes/fabric.py)
+        baseline = load_report(baseline_file, "--baseline") if baseline_file is not None else None
+        check_nproc(nproc, level)
+        out_dir = writable_dir(out_dir)  # last: a refused option leaves no empty folder behind
+        options = pipeline.RunOptions(level=level, keyword=keyword, out_dir=out_dir, nproc=nproc, timeout_s=timeout_s,
+                                      argv=tuple(state.argv), anonymized=anonymize, cluster=cluster)
+        console, (report, paths) = run_with_progress(options, json_stdout)
+        paths.update(write_extra_formats(report, junit_file, prom_file))
+        regressed, diff_text = False, None
+        if baseline is not None:
+            diff_text, paths["diff"], regressed = diff_against(baseline, report, tolerance_pct, paths["json"])
+        show_run(console, report, paths, diff_text, cluster)
+        if json_stdout:
+            click.echo(report.to_json())
+        return max(int(report.exit_code), int(ExitCode.CASES_FAILED) if regressed else 0)
+
+
+def run_with_progress(options: Any, json_stdout: bool) -> tuple[Any, tuple[Report, dict[str, Path]]]:
+    """The run under its live progress; on SIGINT, say where the finished cases are."""
+    from reports.console import RunProgress, make_console
+
     console = make_console(stderr=json_stdout)
-    options = pipeline.RunOptions(level=level, keyword=keyword, out_dir=out_dir, nproc=nproc, timeout_s=timeout_s,
-                                  argv=tuple(state.argv), anonymized=anonymize, cluster=cluster)
-    progress = RunProgress(console, doctor.__version__, level)
+    progress = RunProgress(console, doctor.__version__, options.level)
     try:
-        report, paths = run_pipeline(options, progress)
+        return console, run_pipeline(options, progress)
     except KeyboardInterrupt:
         progress.close()
-        say_where_the_run_is(out_dir)
+        say_where_the_run_is(options.out_dir)
         raise click.exceptions.Abort() from None
     finally:
         progress.close()
-    paths.update(write_extra_formats(report, junit_file, prom_file))
-    regressed, diff_text = False, None
-    if baseline is not None:
-        diff_text, paths["diff"], regressed = diff_against(baseline, report, tolerance_pct, paths["json"])
+
+
+def show_run(console: Any, report: Report, paths: dict[str, Path], diff_text: str | None, cluster: Any) -> None:
+    """The closing summary, the baseline's diff, where the files went (or, on a node that writes none, which does)."""
+    from reports.console import print_summary
+
     print_summary(report, console)
     if diff_text is not None:
         console.print(diff_text, markup=False, highlight=False, soft_wrap=True)
@@ -209,9 +184,6 @@ def run(state: CliState, level: int, keyword: str | None, out_dir: Path, json_st
         writer = report_writer(report)
         console.print(f"node {cluster.node_rank}: the report is written on node {writer} ({report.host_of(writer)})",
                       markup=False)
-    if json_stdout:
-        click.echo(report.to_json())
-    return max(int(report.exit_code), int(ExitCode.CASES_FAILED) if regressed else 0)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -346,78 +318,7 @@ def report(path: Path, out_dir: Path | None, json_stdout: bool, anonymize: bool,
     return int(built.exit_code)
 
 
-@cli.command()
-@click.argument("source", metavar="FILE|DIR|-", type=click.Path(allow_dash=True, path_type=str))
-@click.option("--json", "as_json", is_flag=True, help="Print what was found as JSON.")
-@click.option("--world-size", type=WORLD_SIZE, default=None,
-              help="Ranks the job had, to name the ranks a watchdog log never mentions.")
-def triage(source: str, as_json: bool, world_size: int | None) -> int:
-    """Read a log or traceback (a file, or - for stdin) against the known issues and the NCCL watchdog's lines,
-    or a directory of Flight Recorder dumps (TORCH_NCCL_DUMP_ON_TIMEOUT output) through torch's analyzer.
-
-    Exit code 0 when something was found, 1 when nothing was.
-    """
-    if source != "-" and Path(source).is_dir():
-        return triage_dumps(Path(source), as_json)
-    from doctor.hardware.env import package_versions
-    from doctor.knowledge.triage import MAX_INPUT_BYTES, read_log, read_report
-    from reports.triage import render_findings, render_triage, render_versions
-
-    text = read_tail(source, MAX_INPUT_BYTES)
-    reading = read_report(text) or read_log(text, package_versions(), world_size)  # a ds-doctor report, or a log
-    if as_json:
-        click.echo(json.dumps({"matches": [m.to_dict() for m in reading.matches],
-                               "versions": {p: dataclasses.asdict(v) for p, v in reading.versions.items()},
-                               "watchdog": dataclasses.asdict(reading.watchdog) if reading.watchdog else None,
-                               "findings": [f.to_dict() for f in reading.findings]}, indent=2))
-    else:
-        parts = [render_triage(reading.matches), render_findings(reading.findings),
-                 render_versions({p: reading.versions[p] for p in {m.package for m in reading.matches}
-                                  if p in reading.versions})]
-        click.echo("\n\n".join(part for part in parts if part))
-    return 0 if reading.matches or reading.findings else 1
-
-
-def triage_dumps(directory: Path, as_json: bool) -> int:
-    from doctor.forensics.evidence import judge
-    from doctor.forensics.flight import load_dir, positions
-    from reports.triage import render_findings, render_positions
-
-    dumps, problems = load_dir(directory)
-    if not dumps:
-        raise click.BadParameter(f"{directory}: no Flight Recorder dump in it (files named <prefix><rank>)"
-                                 + (f"; {problems[0]}" if problems else ""), param_hint="DIR")
-    where = {rank: positions(dump) for rank, dump in sorted(dumps.items())}
-    findings, trouble = judge(dumps, {})
-    problems += [trouble] if trouble else []
-    if as_json:
-        click.echo(json.dumps({"flight_recorder": {
-            "ranks": sorted(dumps), "positions": {r: [dataclasses.asdict(p) for p in ps] for r, ps in where.items()},
-            "findings": [f.to_dict() for f in findings], "problems": problems}}, indent=2))
-    else:
-        head = f"Flight Recorder dumps of rank(s) {', '.join(map(str, sorted(dumps)))} in {directory}"
-        parts = [head, render_positions(where), render_findings(findings) or "torch's analyzer found no "
-                 "collective the ranks disagree on or a rank did not join", *problems]
-        click.echo("\n\n".join(part for part in parts if part))
-    return 0 if findings else 1
-
-
-def read_tail(source: str, max_bytes: int) -> str:
-    """The last `max_bytes` of a file, or of stdin for `-`, as text."""
-    if source == "-":
-        data = sys.stdin.buffer.read()
-    else:
-        path = Path(source)
-        if not path.is_file():
-            raise click.BadParameter(f"{source}: no such file", param_hint="FILE")
-        try:
-            with path.open("rb") as handle:
-                handle.seek(max(0, path.stat().st_size - max_bytes))
-                data = handle.read()
-        except OSError as exc:
-            raise click.BadParameter(f"{source}: {exc.strerror}", param_hint="FILE") from None
-    return data[-max_bytes:].decode("utf-8", errors="replace")
-
+cli.add_command(triage)
 
 if __name__ == "__main__":
     sys.exit(main())

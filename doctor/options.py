@@ -214,12 +214,12 @@ def unresolved(host: str, port: int, bound_s: float = RESOLVE_BOUND_S) -> str | 
 
 
 def use_user_setup(ds_config: str | None, model_spec: str | None, acc_config: str | None = None,
-                   freeze: str | None = None) -> None:
+                   freeze: str | None = None, timeout_s: float | None = None) -> None:
     """Check `--deepspeed-config`, `--accelerate-config` and `--model` (DeepSpeed's own validation; the YAML's
     fields; one forward of the model on the CPU) and hand them to the ranks through the environment."""
     import os
 
-    from doctor.usersetup import accelerate_config, deepspeed_config
+    from doctor.usersetup import accelerate_config, deepspeed_config, model_check
     from doctor.usersetup import model as user_model
 
     if acc_config is not None:
@@ -240,7 +240,7 @@ def use_user_setup(ds_config: str | None, model_spec: str | None, acc_config: st
         raise click.BadParameter("--freeze names a part of your model: give --model too", param_hint="--freeze")
     if model_spec is not None:
         try:
-            spec = user_model.check(model_spec, freeze)
+            spec = model_check.check_in_child(model_spec, freeze, timeout_s)
         except user_model.ModelSpecError as exc:
             raise click.BadParameter(str(exc), param_hint="--model") from None
         os.environ[user_model.ENV] = spec.text

@@ -1,4 +1,5 @@
-"""Process-tree hygiene for launches: kill a whole tree, and never outlive the parent."""
+"""Process-tree hygiene for launches: kill a whole tree, never outlive the parent, start from a user's folder
+without importing the user's look-alike packages, and end whatever user code left running."""
 
 from __future__ import annotations
 
@@ -6,6 +7,24 @@ import contextlib
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+
+#: A process of ds-doctor's (a rank's worker, the exchange, the --model check) started from the user's folder:
+#: `python -m` would put that folder first on sys.path, and a project with its own `probes/`, `reports/` or
+#: `doctor.py` (common in user repositories) shadowed ds-doctor's and broke every rank. The folder goes last
+#: instead, so the user's --model module still imports, and ds-doctor's own top-level packages are imported
+#: before it is there: an editable install's finder comes after the path search, so a project's `doctor.py` would
+#: win even from the end of the path.
+BOOT = ("import os, runpy, sys; cwd = os.getcwd(); "
+        "sys.path[:] = [p for p in sys.path if p not in ('', '.', cwd)]; "
+        "import doctor, probes, reports; sys.path.append(cwd); "
+        "runpy.run_module({module!r}, run_name='__main__', alter_sys=True)")
+
+
+def module_command(module: str) -> list[str]:
+    """`python -m module`, with the working directory after ds-doctor's own packages on the path."""
+    return [sys.executable, "-c", BOOT.format(module=module)]
+
 
 KILL_GRACE_S = 2.0  # keeps a timed-out case within its limit + 5 s (poll + grace + reap)
 
@@ -43,3 +62,54 @@ def die_with_parent() -> None:
 
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def become_subreaper() -> None:
+    """Linux: orphans below this process (a daemon a --model factory started, double-forked into a session of its
+    own) are re-parented here rather than to init, so `end_descendants` still finds them."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
+
+
+def end_descendants(spare: set[int] = frozenset()) -> int:  # type: ignore[assignment]
+    """SIGTERM, then SIGKILL, every process still below this one but those in `spare` (there before the run):
+    the run is over, and nothing it started may outlive it. The number ended."""
+    import psutil
+
+    try:
+        tree = [p for p in psutil.Process().children(recursive=True) if p.pid not in spare]
+    except psutil.Error:
+        return 0
+    for member in tree:
+        with contextlib.suppress(psutil.Error):
+            member.terminate()
+    _, alive = psutil.wait_procs(tree, timeout=KILL_GRACE_S)
+    for member in alive:
+        with contextlib.suppress(psutil.Error):
+            member.kill()
+    psutil.wait_procs(alive, timeout=KILL_GRACE_S)
+    return len(tree)
+
+
+def descendants() -> set[int]:
+    import psutil
+
+    try:
+        return {child.pid for child in psutil.Process().children(recursive=True)}
+    except psutil.Error:
+        return set()
+
+
+@contextlib.contextmanager
+def reaping() -> Iterator[None]:
+    """Everything started inside the block (user code's daemons too) ends with it; what ran before is spared."""
+    become_subreaper()
+    before = descendants()
+    try:
+        yield
+    finally:
+        end_descendants(spare=before)

@@ -457,7 +457,8 @@ def listeners(marker: str) -> dict[str, list[tuple[str, int]]]:
         with contextlib.suppress(psutil.Error):
             cmd = " ".join(proc.info["cmdline"] or [])
             if marker in cmd:
-                kind = "worker" if "doctor.run.worker" in cmd else "torchrun" if "torch.distributed.run" in cmd else "doctor"
+                # torchrun's command line names the worker module too (its arguments): ask for torchrun first
+                kind = "torchrun" if "torch.distributed.run" in cmd else "worker" if "doctor.run.worker" in cmd else "doctor"
                 found.setdefault(kind, []).extend(
                     (c.laddr.ip, c.laddr.port) for c in proc.net_connections("inet") if c.status == psutil.CONN_LISTEN)
     return found

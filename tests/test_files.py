@@ -98,7 +98,7 @@ def test_output_to_what_is_not_a_file_is_refused(tmp_path: Path, kind: str) -> N
         server = socket.socket(socket.AF_UNIX)
         server.bind(str(path))
         server.close()
-    with pytest.raises(OutputError, match="is a directory|is a socket"):
+    with pytest.raises(OutputError, match=r"is a directory|is a socket"):
         write_output(path, "x")
 
 

@@ -15,7 +15,6 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,7 +23,7 @@ from doctor.cluster.nodes import Cluster
 from doctor.files import log_tail
 from doctor.forensics import capture, evidence
 from doctor.forensics.flight import BUFFER_ENTRIES
-from doctor.procs import die_with_parent, kill_tree
+from doctor.procs import die_with_parent, kill_tree, module_command
 from doctor.run.plan import LaunchGroup, timeout_for
 from doctor.run.spec import Case
 from doctor.rundir import LAUNCH, Beat, LaunchDir, RankLine, RunDir, setup_name, setup_probe
@@ -73,9 +72,10 @@ def rendezvous_args(group: LaunchGroup, cluster: Cluster | None, attempt: int) -
 
 def torchrun_command(group: LaunchGroup, launch_dir: Path, cluster: Cluster | None = None, attempt: int = 0) -> list[str]:
     return [
-        sys.executable, "-m", "torch.distributed.run", *rendezvous_args(group, cluster, attempt),
+        *module_command("torch.distributed.run"), *rendezvous_args(group, cluster, attempt),
         "--max-restarts=0", "--monitor-interval=0.5",
-        "-m", "doctor.run.worker", "--launch-dir", str(launch_dir), "--backend", group.backend,
+        "--no-python", *module_command("doctor.run.worker"), "--launch-dir", str(launch_dir.resolve()),
+        "--backend", group.backend,
     ]
 
 

@@ -89,9 +89,10 @@ def run_case(module: Any, ctx: ProbeContext, reproduce: bool, log_path: Path | N
         outcome, reason = _ended(ctx, reproduce)
     except SkipCase as exc:
         outcome, reason = Outcome.SKIP, str(exc)
-    except Exception as exc:  # every exception of a case becomes its result
-        outcome, error = Outcome.ERROR, ErrorInfo.of(exc)
-        reason = error.summary[:2000]
+    except (Exception, SystemExit) as exc:  # every exception of a case becomes its result; so does the sys.exit()
+        outcome, error = Outcome.ERROR, ErrorInfo.of(exc)  # of user code (a --model factory), which ended the rank
+        reason = error.summary[:2000] if not isinstance(exc, SystemExit) else (
+            f"the case's code called sys.exit({exc.code!r}) (a --model factory, or code it imports)")
         if log_path is not None:
             sys.stdout.flush()
             sys.stderr.flush()
@@ -243,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", required=True, choices=("gloo", "nccl"))
     args = parser.parse_args(argv)
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    launch = LaunchDir(args.launch_dir)
+    launch = LaunchDir(args.launch_dir.resolve())  # absolute: a --model factory may change directory
     redirect_output(launch.rank_log(rank))
     faulthandler.enable()  # a segfault or abort leaves the Python stack in this rank's log
     die_with_parent()  # torchrun SIGKILLed: this rank goes too

@@ -184,8 +184,8 @@ def _factory(target: str, world_size: int, seed: int) -> Trainable:
     import torch
 
     module_name, _, name = target.partition(":")
-    if os.getcwd() not in sys.path:  # the console script does not put the working directory on the path
-        sys.path.insert(0, os.getcwd())
+    if os.getcwd() not in sys.path:  # the console script does not put the working directory on the path; last, so
+        sys.path.append(os.getcwd())  # a project's own `probes/` or `doctor.py` never shadows ds-doctor's
     try:
         factory = getattr(importlib.import_module(module_name), name)
     except (ImportError, AttributeError) as exc:
@@ -205,6 +205,15 @@ def _factory(target: str, world_size: int, seed: int) -> Trainable:
             return torch.randint(0, vocab, (size, SEQUENCE), device=device)
 
     return Trainable(module, make_batch, target)
+
+
+def _import_user_module(module_name: str, text: str) -> None:
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
+    try:
+        importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ModelSpecError(f"--model {text}: does not import: {type(exc).__name__}: {exc}") from None
 
 
 def _input_vocab(module: Any) -> int:
@@ -233,16 +242,23 @@ def from_env() -> ModelSpec | None:
     return ModelSpec.parse(text) if text else None
 
 
-def check(text: str, freeze: str | None = None) -> ModelSpec:
-    """The parent's check before launching: parse, build once on the CPU, freeze what --freeze names, run one
-    forward; ModelSpecError with one line when any of it fails."""
+def check(text: str, freeze: str | None = None, stage: Callable[[str], None] = lambda _name: None) -> ModelSpec:
+    """The check before launching: parse, build once on the CPU, freeze what --freeze names, run one forward;
+    ModelSpecError with one line when any of it fails. A factory's check runs in a process of its own
+    (`doctor.usersetup.model_check`), which reports each `stage` as it is reached."""
     spec = ModelSpec.parse(text)
     try:
         import torch
 
+        if spec.kind == "factory":
+            stage(f"importing {spec.target.partition(':')[0]}")
+            _import_user_module(spec.target.partition(":")[0], text)
+        stage("building the model")
         trainable = build(spec)
         if freeze is not None:
+            stage("freezing what --freeze names")
             trainable.freeze(freeze)
+        stage("one forward on the CPU")
         trainable.loss(trainable.module, 2, device="cpu", dtype=torch.float32, seed=0).item()
     except ModelSpecError:
         raise

@@ -1,0 +1,86 @@
+"""`ds-doctor triage`: a log, a traceback, stdin or a ds-doctor report against the known issues and the NCCL
+watchdog's lines; a directory of Flight Recorder dumps through torch's analyzer."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from doctor.options import WORLD_SIZE
+
+
+@click.command()
+@click.argument("source", metavar="FILE|DIR|-", type=click.Path(allow_dash=True, path_type=str))
+@click.option("--json", "as_json", is_flag=True, help="Print what was found as JSON.")
+@click.option("--world-size", type=WORLD_SIZE, default=None,
+              help="Ranks the job had, to name the ranks a watchdog log never mentions.")
+def triage(source: str, as_json: bool, world_size: int | None) -> int:
+    """Read a log or traceback (a file, or - for stdin) against the known issues and the NCCL watchdog's lines,
+    or a directory of Flight Recorder dumps (TORCH_NCCL_DUMP_ON_TIMEOUT output) through torch's analyzer.
+
+    Exit code 0 when something was found, 1 when nothing was.
+    """
+    if source != "-" and Path(source).is_dir():
+        return triage_dumps(Path(source), as_json)
+    from doctor.hardware.env import package_versions
+    from doctor.knowledge.triage import MAX_INPUT_BYTES, read_log, read_report
+    from reports.triage import render_findings, render_triage, render_versions
+
+    text = read_tail(source, MAX_INPUT_BYTES)
+    reading = read_report(text) or read_log(text, package_versions(), world_size)  # a ds-doctor report, or a log
+    if as_json:
+        click.echo(json.dumps({"matches": [m.to_dict() for m in reading.matches],
+                               "versions": {p: dataclasses.asdict(v) for p, v in reading.versions.items()},
+                               "watchdog": dataclasses.asdict(reading.watchdog) if reading.watchdog else None,
+                               "findings": [f.to_dict() for f in reading.findings]}, indent=2))
+    else:
+        parts = [render_triage(reading.matches), render_findings(reading.findings),
+                 render_versions({p: reading.versions[p] for p in {m.package for m in reading.matches}
+                                  if p in reading.versions})]
+        click.echo("\n\n".join(part for part in parts if part))
+    return 0 if reading.matches or reading.findings else 1
+
+
+def triage_dumps(directory: Path, as_json: bool) -> int:
+    from doctor.forensics.evidence import judge
+    from doctor.forensics.flight import load_dir, positions
+    from reports.triage import render_findings, render_positions
+
+    dumps, problems = load_dir(directory)
+    if not dumps:
+        raise click.BadParameter(f"{directory}: no Flight Recorder dump in it (files named <prefix><rank>)"
+                                 + (f"; {problems[0]}" if problems else ""), param_hint="DIR")
+    where = {rank: positions(dump) for rank, dump in sorted(dumps.items())}
+    findings, trouble = judge(dumps, {})
+    problems += [trouble] if trouble else []
+    if as_json:
+        click.echo(json.dumps({"flight_recorder": {
+            "ranks": sorted(dumps), "positions": {r: [dataclasses.asdict(p) for p in ps] for r, ps in where.items()},
+            "findings": [f.to_dict() for f in findings], "problems": problems}}, indent=2))
+    else:
+        head = f"Flight Recorder dumps of rank(s) {', '.join(map(str, sorted(dumps)))} in {directory}"
+        parts = [head, render_positions(where), render_findings(findings) or "torch's analyzer found no "
+                 "collective the ranks disagree on or a rank did not join", *problems]
+        click.echo("\n\n".join(part for part in parts if part))
+    return 0 if findings else 1
+
+
+def read_tail(source: str, max_bytes: int) -> str:
+    """The last `max_bytes` of a file, or of stdin for `-`, as text."""
+    if source == "-":
+        data = sys.stdin.buffer.read()
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise click.BadParameter(f"{source}: no such file", param_hint="FILE")
+        try:
+            with path.open("rb") as handle:
+                handle.seek(max(0, path.stat().st_size - max_bytes))
+                data = handle.read()
+        except OSError as exc:
+            raise click.BadParameter(f"{source}: {exc.strerror}", param_hint="FILE") from None
+    return data[-max_bytes:].decode("utf-8", errors="replace")
