@@ -8,12 +8,13 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from doctor.files import write_atomic
+from doctor.files import OutputError, write_output
 from doctor.knowledge import catalog
 from doctor.watch.moments import PRIMARY, Check, describe
 from doctor.watch.target import Target, current_rank
@@ -47,6 +48,36 @@ def world() -> tuple[Any, int]:
     return None, 1
 
 
+#: How long a moment waits for every rank to reach it before it checks this rank alone. Plain DDP lets a job
+#: call `save_state` (or `load_state`) on the main process only: a gather would wait for ranks that never come
+#: until the process group's timeout (30 min), and the job died without its checkpoint.
+PRESENT_WAIT_S = float(os.environ.get("DS_DOCTOR_WATCH_WAIT_S", "10"))
+
+
+def present(dist: Any, size: int, key: str, wait_s: float = PRESENT_WAIT_S) -> int | None:
+    """None when every rank reached the moment `key` within `wait_s`, else how many had. Through the process
+    group's store, one atomic decision per moment (compare_set): a rank that comes late reads the decision and
+    never enters a gather the others have left. No store (a backend or launcher without one): None, as before."""
+    try:
+        from torch.distributed import distributed_c10d as c10d
+
+        store = c10d._get_default_store()
+    except Exception:
+        return None
+    arrived = store.add(f"{key}/in", 1)
+    deadline = time.monotonic() + wait_s
+    while True:
+        if arrived >= size:
+            decision = store.compare_set(f"{key}/go", "", "all")
+        elif time.monotonic() >= deadline:
+            decision = store.compare_set(f"{key}/go", "", "alone")
+        else:
+            time.sleep(0.002)
+            arrived = store.add(f"{key}/in", 0)
+            continue
+        return None if bytes(decision) == b"all" else arrived
+
+
 @contextlib.contextmanager
 def no_gc() -> Iterator[None]:
     """The collector off for a moment's few milliseconds: a moment makes many small tuples, and each generation-2
@@ -77,6 +108,8 @@ class Watch:
         self.steps = 0  # optimizer steps seen
         self._undo: list[Callable[[], None]] = []
         self._counts: dict[str, int] = {}
+        self._arrivals: dict[str, int] = {}
+        self._write_failed = False
         self._started = time.time()
         self._env: tuple[dict[str, Any], dict[str, Any]] | None = None
         self.closed = False
@@ -119,6 +152,9 @@ class Watch:
         with no_gc():
             result = check()
         took = time.perf_counter() - started
+        if collective and (alone := self._absent(label)) is not None:
+            collective = False
+            result.findings.append(alone)
         gathered = self._gather(result, took) if collective else [self._mine(result, took)]
         if not collective:
             for finding in result.findings:
@@ -139,6 +175,20 @@ class Watch:
         if self.raise_on == "error" and any(f.is_error for f in findings):
             raise DoctorError(label, findings)
         return findings
+
+    def _absent(self, label: str) -> Finding | None:
+        """A warning when not every rank came to this moment in time (the moment then checks this rank alone)."""
+        dist, size = world()
+        if dist is None or size == 1:
+            return None
+        count = self._arrivals[label] = self._arrivals.get(label, 0) + 1
+        arrived = present(dist, size, f"ds_doctor/watch/{label}/{count}")
+        if arrived is None:
+            return None
+        return Finding(invariant="watch_ranks_present", severity=Severity.WARNING, rank=self.rank, message=(
+            f"{label}: {arrived} of {size} ranks reached this moment within {PRESENT_WAIT_S:.0f} s (called on "
+            "some ranks only, as plain DDP allows for save_state and load_state): this rank was checked alone "
+            "and the job went on"))
 
     def _gather(self, result: Check, took: float) -> list[dict[str, Any]]:
         """One all_gather_object per moment: findings (with their evidence rows) and counts, never tensors."""
@@ -187,9 +237,16 @@ class Watch:
         report = build_report(started=dt.datetime.fromtimestamp(self._started, dt.timezone.utc), finished=utc_now(),
                               level=2, argv=("watch", self.target.kind), env=env, hardware=hardware,
                               results=self.results, run_dir=None)
-        self.out.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(self.out, report.to_json() + "\n")
-        return self.out
+        target = self.out / "ds-doctor-watch.json" if self.out.is_dir() else self.out  # out=<a folder>: inside it
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            write_output(target, report.to_json() + "\n")
+        except (OSError, OutputError) as exc:  # the report is a by-product: the job goes on without it
+            if not self._write_failed:
+                logger.warning("ds-doctor: cannot write the watch report %s: %s", target, exc)
+            self._write_failed = True
+            return None
+        return target
 
 
 def _issue_shown(errors: list[Finding], primary: tuple[str, ...], *, deepspeed: bool) -> Any:

@@ -6,7 +6,8 @@ tests/watch/test_jobs.py to run under a real torchrun (2 ranks, gloo on CPU; ncc
 JOB: deepspeed (ZeRO-3, optimizer offloaded to the CPU), accelerate, trainer. PLANT: none; s1 (a frozen parameter
 replaced after initialize/prepare, then a save); s4 (accelerate: an optimizer keeping a tensor in its param
 groups, resumed onto `meta` parameters); ppsf (accelerate with prodigy-plus-schedule-free, for a GPU node);
-deepspeed, deepspeed-s1 (accelerate driving DeepSpeed ZeRO-2; -s1 plants S1).
+deepspeed, deepspeed-s1 (accelerate driving DeepSpeed ZeRO-2; -s1 plants S1); main-only (accelerate: save_state and
+load_state on the main process alone, the watch's out an existing folder).
 Each rank writes OUT_DIR/rank<R>.json: what the job saw (the error it
 stopped with, whether its checkpoint was written, whether close() left the objects as they were).
 """
@@ -137,7 +138,7 @@ def accelerate_job(plant: str, out: Path, raise_on: str | None) -> dict[str, Any
     model, optimizer = accelerator.prepare(model, optimizer)
     result: dict[str, Any] = {"error": None, "distributed_type": str(accelerator.distributed_type)}
     hooks_before = len(accelerator._save_model_state_pre_hook)
-    w = watch(accelerator, out=out / "watch.json", every=2, raise_on=raise_on)
+    w = watch(accelerator, out=out if plant == "main-only" else out / "watch.json", every=2, raise_on=raise_on)
     try:
         for step in range(STEPS):
             x, y = ids(step, accelerator.process_index)
@@ -146,11 +147,19 @@ def accelerate_job(plant: str, out: Path, raise_on: str | None) -> dict[str, Any
             optimizer.zero_grad()
         if plant in ("s1", "deepspeed-s1"):
             replace_frozen(accelerator.unwrap_model(model))
-        accelerator.save_state(str(out / "state"))
-        accelerator.wait_for_everyone()  # rank 0 writes the model file the other ranks then read
+        if plant == "main-only":  # plain DDP allows it: the main process alone saves and loads
+            if accelerator.is_main_process:
+                accelerator.save_state(str(out / "state"))
+            accelerator.wait_for_everyone()
+            if accelerator.is_main_process:
+                accelerator.load_state(str(out / "state"))
+            accelerator.wait_for_everyone()
+        else:
+            accelerator.save_state(str(out / "state"))
+            accelerator.wait_for_everyone()  # rank 0 writes the model file the other ranks then read
         if plant == "s4":
             resume_onto_meta(out)
-        else:
+        elif plant != "main-only":
             accelerator.load_state(str(out / "state"))
     except DoctorError as exc:
         result["error"] = f"DoctorError: {exc}"

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +22,11 @@ ROOT = Path(__file__).resolve().parents[2]
 JOBS = ROOT / "tests" / "resources" / "watch_jobs.py"
 
 
-def run_job(tmp_path: Path, job: str, plant: str = "none", raise_on: str = "none") -> tuple[list[dict[str, Any]], Path]:
+def run_job(tmp_path: Path, job: str, plant: str = "none", raise_on: str = "none",
+            extra_env: dict[str, str] | None = None) -> tuple[list[dict[str, Any]], Path]:
     out = tmp_path / f"{job}-{plant}"
     out.mkdir()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **(extra_env or {})}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                str(JOBS), job, plant, str(out), raise_on]
     proc = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
@@ -81,6 +83,26 @@ def test_a_zero3_offload_job_watched_healthy_then_planted_s1_stopped_before_its_
     diff = subprocess.run([sys.executable, "-m", "doctor.cli", "diff", str(out / "watch.json"), str(bad / "watch.json")],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert diff.returncode == 1 and "param_name_map" in diff.stdout  # the planted save, a regression against healthy
+
+
+@requires_deepspeed
+def test_a_save_and_load_on_the_main_process_alone_never_hang_the_job(tmp_path: Path) -> None:
+    """Plain DDP lets the main process save and load alone: the moments' gather waited for ranks that never came
+    (30 min, the job died without its checkpoint). Each moment now waits a bounded time, checks the main rank alone
+    and says so; `out` an existing folder gets the report inside it."""
+    started = time.monotonic()
+    ranks, out = run_job(tmp_path, "accelerate", "main-only", extra_env={"DS_DOCTOR_WATCH_WAIT_S": "2"})
+    assert all(r["error"] is None for r in ranks) and ranks[0]["saved"], ranks
+    assert time.monotonic() - started < 120
+    report = report_of(out / "ds-doctor-watch.json")
+    watched = cases(report)
+    save, load = watched["watch[before_save step 4]"], watched["watch[after_load]"]
+    for case in (save, load):
+        absent = [f for f in case.findings if f.invariant == "watch_ranks_present"]
+        assert case.outcome == Outcome.PASS and case.world_size == 1, (case.case, case.reason)
+        assert absent and "1 of 2 ranks reached this moment" in absent[0].message
+    assert not [f for r in report.results if r.case not in (save.case, load.case) for f in r.findings
+                if f.invariant == "watch_ranks_present"]  # the moments every rank reached were gathered
 
 
 @requires_accelerate
