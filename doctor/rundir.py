@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from doctor.files import safe_component, write_atomic
+from doctor.redact import scrub, scrub_text
 from reports.hang import CollectivePosition, StageTime, ThreadStack, positions_from, stacks_from, stages_from
 from reports.records import ErrorInfo, Finding, Outcome, TensorRecord
 
@@ -75,7 +76,7 @@ class RankLine:
         data = dataclasses.asdict(self)
         data.update(outcome=self.outcome.value, findings=[f.to_dict() for f in self.findings],
                     device_map=[r.to_dict() for r in self.device_map])
-        return json.dumps(data, default=str)
+        return json.dumps(scrub(data), default=str)  # the run directory goes into tickets as it is: scrubbed here
 
     @classmethod
     def from_json(cls, text: str | bytes) -> RankLine:
@@ -167,10 +168,10 @@ class Manifest:
     skips: tuple[PlannedCase, ...]
 
     def to_json(self) -> str:
-        return json.dumps({"manifest_version": MANIFEST_VERSION, "started_at": self.started_at, "level": self.level,
-                           "argv": list(self.argv), "keyword": self.keyword, "env": self.env,
-                           "hardware": self.hardware, "planned": [p.to_dict() for p in self.planned],
-                           "skips": [s.to_dict() for s in self.skips]}, indent=1, default=str)
+        return json.dumps(scrub({"manifest_version": MANIFEST_VERSION, "started_at": self.started_at,
+                                 "level": self.level, "argv": list(self.argv), "keyword": self.keyword, "env": self.env,
+                                 "hardware": self.hardware, "planned": [p.to_dict() for p in self.planned],
+                                 "skips": [s.to_dict() for s in self.skips]}), indent=1, default=str)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Manifest:
@@ -209,6 +210,12 @@ class LaunchDir:
 
     def rank_log(self, rank: int) -> Path:
         return self.path / f"rank{rank}.log"
+
+    def scrub_logs(self) -> None:
+        """The launch's logs (torchrun's, each rank's: libraries print configs and errors there) scrubbed in place
+        once the launch has ended, as the report is: people tar the run directory up for a ticket."""
+        for log in sorted(self.path.glob("*.log")):
+            scrub_file(log)
 
     def rank_lines(self, rank: int) -> Path:
         return self.path / f"rank{rank}.jsonl"
@@ -282,3 +289,25 @@ def read_rank_lines(path: Path, warnings: list[str]) -> Iterator[RankLine]:
             yield RankLine.from_json(raw)
         except ValueError:
             warnings.append(f"{path}: line {number} is truncated or not a result line; skipped")
+
+
+#: A log past this is scrubbed line by line (a key block split over lines is then masked only where its lines are)
+WHOLE_SCRUB_BYTES = 64 << 20
+
+
+def scrub_file(path: Path) -> None:
+    """Rewrite a text file with its secrets masked (atomically; untouched when nothing changes)."""
+    try:
+        if path.stat().st_size <= WHOLE_SCRUB_BYTES:
+            text = path.read_text(encoding="utf-8", errors="replace")
+            clean = scrub_text(text)
+            if clean != text:
+                write_atomic(path, clean, fsync=False)
+            return
+        tmp = path.with_name(f".{path.name}.scrub")
+        with path.open(encoding="utf-8", errors="replace") as source, tmp.open("w", encoding="utf-8") as sink:
+            for line in source:
+                sink.write(scrub_text(line))
+        tmp.replace(path)
+    except OSError:
+        return

@@ -417,6 +417,10 @@ def test_thirty_planted_secrets_never_reach_any_output(tmp_path: Path) -> None:
         "report console": again.stdout + again.stderr,
         "report markdown": next((tmp_path / "again").glob("*.md")).read_text(),
     }
+    for path in sorted(run_dir.rglob("*")):  # what `report RUN_DIR` rebuilds from and users tar up (issue 21)
+        if path.is_file() and ".tmp" not in path.name:
+            outputs[f"run directory {path.relative_to(run_dir)}"] = path.read_text(errors="ignore")
+    assert any(name.endswith(".log") for name in outputs) and any(name.endswith(".jsonl") for name in outputs)
     planted = [value for _, value in secrets.values()] + ["plainvalue-by-name-0042"]
     assert len(planted) >= 30
     for name, text in outputs.items():

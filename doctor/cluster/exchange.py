@@ -23,6 +23,7 @@ from typing import Any
 from doctor.cluster.nodes import Cluster
 from doctor.files import write_atomic
 from doctor.procs import die_with_parent, kill_tree, module_command
+from doctor.redact import scrub_text
 from doctor.rundir import RunDir
 
 PAYLOAD = "payload.json"
@@ -53,7 +54,7 @@ def exchange(cluster: Cluster, run_dir: RunDir, name: str, payload: Any, wait_s:
     launch.path.mkdir(parents=True, exist_ok=True)
     write_atomic(launch.path / PAYLOAD, json.dumps(payload, default=str))
     command = exchange_command(cluster, launch.path, name, wait_s)
-    launch.command.write_text(" ".join(command) + "\n")
+    launch.command.write_text(scrub_text(" ".join(command)) + "\n")
     with launch.torchrun_log.open("wb") as log:
         proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                 start_new_session=True, preexec_fn=die_with_parent)

@@ -24,6 +24,7 @@ from doctor.files import log_tail
 from doctor.forensics import capture, evidence
 from doctor.forensics.flight import BUFFER_ENTRIES
 from doctor.procs import die_with_parent, kill_tree, module_command
+from doctor.redact import scrub_text
 from doctor.run.plan import LaunchGroup, timeout_for
 from doctor.run.spec import Case
 from doctor.rundir import LAUNCH, Beat, LaunchDir, RankLine, RunDir, setup_name, setup_probe
@@ -173,7 +174,7 @@ class Launch:
     def run(self) -> None:
         self.dir.write_cases([c.id for c in self.cases])
         command = torchrun_command(self.group, self.dir.path, self.cluster, self.attempt)
-        self.dir.command.write_text(" ".join(command) + "\n")
+        self.dir.command.write_text(scrub_text(" ".join(command)) + "\n")  # the run directory goes into tickets
         env = launch_environment(self.run_cluster, across=self.cluster is not None)
         # NCCL's own watchdog, on its own (longer) timeout, dumps where ours does
         env.setdefault("TORCH_FR_DUMP_TEMP_FILE", str(self.dir.forensics / "nccl-watchdog" / "rank_"))
@@ -333,6 +334,7 @@ def run_group(group: LaunchGroup, run_dir: RunDir, *, timeout_override: float | 
         launch = Launch(group, pending, run_dir.launch(group.name, group.device_kind, attempt), timeout_override,
                         events, cluster, attempt)
         launch.run()
+        launch.dir.scrub_logs()
         for case in pending:
             if launch.complete(case.id):
                 results[case.id] = launch.lines_of(case)
