@@ -68,7 +68,7 @@ def run_pipeline(options: Any, progress: Any) -> tuple[Report, dict[str, Path]]:
         return pipeline.run(options, progress)
     try:
         return multinode.run(options, progress)
-    except multinode.ClusterMismatch as exc:
+    except (multinode.ClusterMismatch, multinode.ExchangeError) as exc:  # the nodes' setup, not ds-doctor, is at fault
         raise click.UsageError(str(exc)) from None
 
 
@@ -188,6 +188,9 @@ def show_run(console: Any, report: Report, paths: dict[str, Path], diff_text: st
 
 def main(argv: list[str] | None = None) -> int:
     state = CliState(argv=list(sys.argv[1:] if argv is None else argv), debug=bool(os.environ.get("DS_DOCTOR_DEBUG")))
+    if any("\x00" in arg for arg in state.argv):  # no path or value holds one (argv from a shell never can)
+        click.echo("ds-doctor: error: an argument holds a NUL byte", err=True)
+        return int(ExitCode.USAGE_ERROR)
     try:
         result = cli.main(args=argv, prog_name="ds-doctor", standalone_mode=False, obj=state)
     except click.exceptions.Exit as exc:  # --help, --version
@@ -198,14 +201,30 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Abort:
         click.echo("ds-doctor: aborted", err=True)
         return int(ExitCode.INTERNAL_ERROR)
+    except OSError as exc:
+        if not _names_an_argument(exc, state.argv):
+            return _internal_error(exc, state.debug)
+        click.echo(f"ds-doctor: error: {one_line(f'{exc.filename}: {exc.strerror or exc}')}", err=True)
+        return int(ExitCode.USAGE_ERROR)
     except Exception as exc:
-        if state.debug:
-            traceback.print_exc()
-        message = str(exc).splitlines()[0] if str(exc) else ""
-        click.echo(f"ds-doctor: internal error: {type(exc).__name__}: {one_line(message)} (rerun with --debug)",
-                   err=True)
-        return int(ExitCode.INTERNAL_ERROR)
+        return _internal_error(exc, state.debug)
     return int(result or 0)
+
+
+def _names_an_argument(exc: OSError, argv: list[str]) -> bool:
+    """An OS error about a path the user typed (too long a name, a loop of links, no permission) is their input's,
+    not ds-doctor's: exit 2."""
+    name = str(exc.filename) if exc.filename is not None else ""
+    return bool(name) and any(name == arg or name in arg.split("=", 1) for arg in argv)
+
+
+def _internal_error(exc: Exception, debug: bool) -> int:
+    """The doctor's own bug: one line, exit 3, the traceback with --debug."""
+    if debug:
+        traceback.print_exc()
+    message = str(exc).splitlines()[0] if str(exc) else ""
+    click.echo(f"ds-doctor: internal error: {type(exc).__name__}: {one_line(message)} (rerun with --debug)", err=True)
+    return int(ExitCode.INTERNAL_ERROR)
 
 
 @cli.command(name="diff")

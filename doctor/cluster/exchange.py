@@ -65,7 +65,8 @@ def exchange(cluster: Cluster, run_dir: RunDir, name: str, payload: Any, wait_s:
     try:
         return {int(node): data for node, data in json.loads((launch.path / EXCHANGED).read_text()).items()}
     except (FileNotFoundError, ValueError) as exc:
-        raise ExchangeError(f"the {name} exchange between the nodes did not happen (torchrun exit code "
+        raise ExchangeError(f"the {name} exchange at the rendezvous {cluster.endpoint} did not happen within "
+                            f"{wait_s:.0f} s (nothing answered there, or torchrun could not start: exit code "
                             f"{proc.returncode}; see {launch.torchrun_log})") from exc
 
 
