@@ -1,8 +1,30 @@
-"""Secret scrubbing: applied once, where the report is built, to every string in it."""
+"""Secret scrubbing: applied once, where the report is built, to every string in it.
+
+Two mechanisms, both keeping the context (key or flag name, URL scheme and host, `Bearer`) and masking the secret:
+
+* by name (`is_secret_name`, `_secrecy`): a name is split into words (`_ - .`, spaces, camelCase) and judged by
+  words. A secret word (`password`, `secret`, `credentials`, `auth`, `Authorization`, `cookie`, `webhook`) masks
+  any value; a key or a token (`api_key`, `experiment_key`, `wandb_key`, `hf_token`, `access_key_id`) a value that
+  could be a credential (not `"<|patch|>"`). Not secret: `max_tokens`, `pad_token`, `missing_keys`, `sort_key`,
+  `cache_key` (a `key` is secret only after a word that says which: api, access, private, a service's name...),
+  `tokenizer`, `key_padding_mask`, `password_file`, `author`. `scrub` masks the value under such a key at any
+  depth (every leaf under `"credentials": {...}`; bools and None stay) and the value after such a flag in an
+  argv list; `scrub_text` judges `name=value`, `name: value`, `"name": "value"`, `--flag value`, `?name=value&`,
+  where a value that reads as code (a traceback's source line: `key: Tensor`, `token=self.token`) stays, and a
+  bare `key` (torch's store keys) or a `SHAPE_KEY` constant is no secret's name.
+* by shape (`scrub_text`): private key blocks (also cut ones), credentials in URLs, webhooks, auth headers,
+  prefixed tokens of the common services (the shapes of gitleaks' default rules and detect-secrets' plugins).
+
+Every pattern runs in linear time over hundreds of KB of log: a run of characters is entered at its start only
+(a look-behind on the run's own class, after the first character so that the engine skips to candidates), and
+no pattern can fail after a long scan (its end is optional, or the scan stops where the next candidate begins).
+"""
 
 from __future__ import annotations
 
+import binascii
 import contextlib
+import functools
 import os
 import re
 from collections.abc import Callable
@@ -11,53 +33,278 @@ from typing import Any
 
 MASK = "<redacted>"
 
-_KEYWORDS = r"(?:token|password|passwd|pwd|secret|api[-_]?key|apikey|access[-_]?key|auth|credentials?)"
+_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
+_DIGIT = re.compile(r"\d")
+#: Words that make a name secret wherever they stand (`db_password`, `client_secret`, `credentials`, `auth`).
+_SECRET_WORDS = frozenset({
+    "password", "passwd", "passphrase", "pwd", "secret", "secrets", "credential", "credentials", "creds", "auth",
+    "oauth", "authorization", "cookie", "cookies", "webhook", "webhooks", "dsn", "apikey", "apikeys", "privatekey",
+    "accesstoken", "authtoken", "refreshtoken", "clientsecret", "connstr", "sas",
+})
+#: A last word that only describes the secret, which is not in the value: `password_file`, `secret_name`, `auth_type`.
+_DESCRIBES = frozenset({
+    "name", "names", "file", "files", "path", "paths", "dir", "env", "var", "type", "kind", "mode", "method", "scheme",
+    "provider", "enabled", "required", "length", "len", "count", "policy", "ref", "source", "backend", "version", "format",
+})
+#: `token` as the last word is a secret (`hf_token`, `auth_token`, `token`) unless the word before names a
+#: vocabulary token or a count (`pad_token`, `eos_token`, `max_token`).
+_VOCABULARY = frozenset({
+    "pad", "bos", "eos", "unk", "sep", "cls", "mask", "special", "start", "end", "stop", "max", "min", "num", "n",
+    "total", "first", "last", "next", "prev", "new", "image", "audio", "video", "vision", "decoder", "additional",
+    "eot", "per", "position",
+})
+#: `key` as the last word is a secret after a word that says which kind (`api_key`, `experiment_key`,
+#: `wandb_key`, `access_key_id`, `api_keys`) and not after any other (`sort_key`, `cache_key`, `missing_keys`,
+#: torch's `store_based_barrier_key`); plural `tokens` likewise (`access_tokens`; not `num_tokens`).
+_KEY_KINDS = frozenset({
+    "api", "access", "secret", "private", "auth", "ssh", "deploy", "client", "signing", "encryption", "session",
+    "refresh", "bearer", "service", "account", "master", "license", "gpg", "pgp", "shared", "hmac",
+    "experiment", "app", "admin", "subscription", "wandb", "comet", "neptune", "clearml", "openai", "anthropic",
+    "hf", "huggingface", "hub", "cohere", "mistral", "groq", "gemini", "google", "replicate", "together", "pinecone",
+    "aws", "azure", "gcp", "github", "gitlab", "slack", "stripe", "twilio", "sendgrid", "mailgun", "datadog", "dd",
+    "sentry", "kaggle", "ngc", "nvidia", "databricks", "langsmith", "langchain", "serpapi", "tavily", "deepseek",
+})
 
-# (pattern, replacement); a replacement keeps the non-secret context (flag name, URL scheme).
-_PATTERNS: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], ...] = (
-    (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.S), MASK),
-    (re.compile(r"\bhf_[A-Za-z0-9]{30,}\b"), MASK),
-    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{36,}\b"), MASK),
-    (re.compile(r"\bgithub_pat_[A-Za-z0-9_]{22,}\b"), MASK),
-    (re.compile(r"\bglpat-[A-Za-z0-9_-]{20,}"), MASK),  # GitLab
-    (re.compile(r"\bnpm_[A-Za-z0-9]{36}\b"), MASK),
-    (re.compile(r"\bAIza[0-9A-Za-z_-]{35}"), MASK),  # Google API keys
-    (re.compile(r"\b[rs]k_(?:live|test)_[A-Za-z0-9]{20,}"), MASK),  # Stripe
-    (re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), MASK),
-    (re.compile(r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{20,}"), MASK),
-    (re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}"), MASK),
-    (re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), MASK),
-    (re.compile(r"(?<=://)[^/\s:@]+:[^/\s@]+@"), MASK + "@"),
-    # --token=X, --password X, -p=... style flags
-    (re.compile(rf"(?i)(--?[A-Za-z0-9_-]*{_KEYWORDS}[A-Za-z0-9_-]*)([=\s]+)(?!-)(\S+)"),
-     lambda m: f"{m.group(1)}{m.group(2)}{MASK}"),
-    # api_key=X, AWS_SECRET_ACCESS_KEY: X, "password": "X"
-    (re.compile(rf"(?i)\b([A-Za-z0-9_.-]*{_KEYWORDS}[A-Za-z0-9_]*)(\"?\s*[=:]\s*[\"']?)([^\s\"',;&]+)"),
-     lambda m: f"{m.group(1)}{m.group(2)}{MASK}"),
-)
 
-_SECRET_NAME = re.compile(rf"(?i){_KEYWORDS}|_KEY$|^KEY$")
-
-
-def scrub_text(text: str) -> str:
-    for pattern, replacement in _PATTERNS:
-        text = pattern.sub(replacement, text)  # type: ignore[arg-type]
-    return text
+def _secrecy(words: list[str], shouted: bool = False) -> int:
+    """0: not a secret's name. 2: a secret word (`db_password`, `credentials`): any value is masked. 1: a key or a
+    token (`api_key`, `hf_token`): a value is masked where it looks like a credential (`_is_credential`), as a
+    vocabulary token (`"<|patch|>"`) or a count does not. `shouted`: an environment variable, where `*_KEY` is one."""
+    if not words or (len(words) > 1 and words[-1] in _DESCRIBES):
+        return 0
+    if _SECRET_WORDS.intersection(words) or "connectionstring" in "".join(words):
+        return 2
+    last, before = words[-1], (words[-2] if len(words) > 1 else "")
+    if last == "token":
+        return int(before not in _VOCABULARY)
+    if last in ("key", "keys", "tokens"):
+        return int(words == ["key"] or before in _KEY_KINDS or (shouted and last == "key"))
+    return int(last == "id" and before == "key" and len(words) > 2 and words[-3] in _KEY_KINDS)
 
 
 def is_secret_name(name: str) -> bool:
-    return bool(_SECRET_NAME.search(name))
+    """Whether a key, flag or variable name says its value is a secret (see the module's docstring)."""
+    return _secrecy(_words(name), name.isupper()) > 0
+
+
+def _words(name: str) -> list[str]:
+    return [w.lower() for w in _WORD.findall(name)]
+
+
+_KEY_BLOCK = re.compile(r"(-----BEGIN[A-Z0-9 ]{0,40} PRIVATE KEY(?: BLOCK)?-----)(.*?)"
+                        r"(-----END[A-Z0-9 ]{0,40} PRIVATE KEY(?: BLOCK)?-----|\Z)", re.S)  # no END: to the end
+_KEY_END = re.compile(r"-----END[A-Z0-9 ]{0,40} PRIVATE KEY(?: BLOCK)?-----")
+_BODY = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=\\\r"  # base64, JSON's `\n`, CR
+
+
+def _key_blocks(text: str) -> str:
+    """Whole private key blocks, one with no END (masked to the end), and one whose BEGIN line was cut off (a
+    kept log tail that starts mid-key: masked from the start of the base64 body before its END line)."""
+    text = _KEY_BLOCK.sub(lambda m: m.group(1) + (MASK if m.group(2) else "") + m.group(3), text)
+    if "-----END" not in text:
+        return text
+    out: list[str] = []
+    done = lo = 0
+    for m in _KEY_END.finditer(text):
+        seg = text[lo:m.start()]
+        pos, first = len(seg.rstrip(_BODY)), True
+        while pos > 0 and seg[pos - 1] == "\n":  # walk back over whole lines of base64, then the cut line's tail
+            start = seg.rfind("\n", 0, pos - 1) + 1
+            line = seg[start:pos - 1]
+            kept = line.rstrip(_BODY)
+            body = len(line) - len(kept)
+            if not kept and (body >= 16 or (first and body)):
+                pos, first = start, False
+                continue
+            if body >= 16:
+                pos = start + len(kept)
+            break
+        if pos < len(seg):
+            out += [text[done:lo + pos], MASK]
+            done = m.start()
+        lo = m.end()
+    return "".join(out) + text[done:]
+
+
+def _basic(m: re.Match[str]) -> str:
+    """`Basic <base64 of user:password>`; other words after "Basic" stay."""
+    with contextlib.suppress(binascii.Error, ValueError):
+        if b":" in binascii.a2b_base64(m.group(2) + "=" * (-len(m.group(2)) % 4)):
+            return m.group(1) + MASK
+    return m.group(0)
+
+
+def _wandb_key(m: re.Match[str]) -> str:
+    """A W&B API key is 40 hex digits, like a git commit: masked only near the word "wandb"."""
+    near = m.string[max(0, m.start() - 100):m.end() + 60].lower()
+    return MASK if "wandb" in near else m.group(0)
+
+
+#: Prefixed tokens of the common services (gitleaks' default rules, detect-secrets' plugins), each entered at
+#: the start of a run of token characters only.
+_TOKEN_SHAPES = (
+    r"hf_[A-Za-z0-9]{30,}", r"api_org_[A-Za-z0-9]{30,}",  # Hugging Face
+    r"gh[pousr]_[A-Za-z0-9]{36,}", r"github_pat_\w{22,}",  # GitHub
+    r"gl(?:pat|dt|rt|ptt|ft|imt|cbt|oas|soat|agent)-[\w-]{20,}", r"GR1348941[\w-]{20,}",  # GitLab
+    r"sk-(?:proj-|ant-|svcacct-|admin-)?[\w-]{20,}",  # OpenAI, Anthropic
+    r"xox[abposre]-[\w-]{10,}", r"xapp-[\w-]{20,}",  # Slack
+    r"A(?:3T[A-Z0-9]|KIA|SIA|BIA|CCA)[A-Z0-9]{16}(?![A-Za-z0-9])",  # AWS access key ids
+    r"AIza[\w-]{35}", r"ya29\.[\w-]{20,}",  # Google API keys, OAuth access tokens
+    r"sk_(?:live|test)_[A-Za-z0-9]{20,}", r"rk_(?:live|test)_[A-Za-z0-9]{20,}", r"whsec_[A-Za-z0-9]{24,}",  # Stripe
+    r"npm_[A-Za-z0-9]{36}", r"pypi-AgE[\w-]{50,}", r"rubygems_[a-f0-9]{48}",  # package registries
+    r"dapi[0-9a-f]{32}(?:-\d+)?(?![\w-])",  # Databricks
+    r"SK[0-9a-fA-F]{32}(?![\w-])",  # Twilio
+    r"SG\.[\w-]{22}\.[\w-]{43}",  # SendGrid
+    r"M[A-Za-z\d]{23,25}\.[\w-]{6}\.[\w-]{27,38}(?![\w-])", r"N[A-Za-z\d]{23,25}\.[\w-]{6}\.[\w-]{27,38}(?![\w-])",  # Discord
+    r"nvapi-[\w-]{40,}", r"dckr_pat_[\w-]{20,}", r"hv[sb]\.[\w-]{24,}", r"do[por]_v1_[a-f0-9]{64}",  # NGC, Docker, Vault, DO
+    r"gl(?:c|sa)_[\w+/]{32,}={0,2}", r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}", r"lin_api_[A-Za-z0-9]{40}",  # Grafana, ...
+    r"r8_[A-Za-z0-9]{37}", r"gsk_[A-Za-z0-9]{48,}", r"pcsk_\w{40,}", r"lsv2_(?:pt|sk)_\w{40,}",  # Replicate, Groq, ...
+    r"PMAK-[a-f0-9]{24}-[a-f0-9]{34}", r"NRAK-[A-Z0-9]{27}", r"sntr[ysu]_[\w+/]{40,}={0,2}", r"LTAI[A-Za-z0-9]{12,20}",
+    r"AGE-SECRET-KEY-1[0-9A-Z]{58}", r"xkeysib-[\w-]{60,}", r"key-[0-9a-f]{32}(?![\w-])", r"sq0(?:atp|csp)-[\w-]{22,}",
+    r"ATATT3[\w-]{100,}=[A-F0-9]{8}", r"ntn_\w{40,}", r"pul-[a-f0-9]{40}",
+    r"eyJ[\w-]{8,}\.eyJ[\w-]{8,}\.[\w-]*", r"eyJ[\w+/-]{40,}={0,2}",  # JWTs, base64 JSON credentials (Neptune)
+)
+
+
+def _at_run_start(*shapes: str) -> str:
+    """The shapes, each entered only where no token character precedes it: the check is placed after the first
+    character (literal or class; one alternative per first character) so that the engine skips to candidates."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for shape in shapes:
+        first = re.match(r"\\d|\[[^]]*\]|.", shape)
+        assert first is not None and shape[first.end():][:1] not in ("{", "*", "+", "?")  # `\d\d{7,9}`, not `\d{8,10}`
+        body = r"[\w+/-]" if re.search(r"\[[^]]*[+/]", shape) else r"[\w-]"  # a class with "+" or "/"
+        groups.setdefault((first.group(), body), []).append(shape[first.end():])
+    return "|".join(f"{first}(?<!{body}.)(?:{'|'.join(rests)})" for (first, body), rests in groups.items())
+
+
+#: After a name's first character: the tail of a secret word (`oken` of `token`) in its first 64 characters.
+_HINT = r"[\w.-]{0,64}?(?i:ass|wd|ecret|red|uth|ookie|ook|sn|ey|oken|onn)"
+#: (pattern, replacement), applied in order after private keys; `name=value` comes last.
+_PATTERNS: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], ...] = (
+    # webhooks: the host and the route stay
+    (re.compile(r"((?:hooks\.slack\.com/(?:services|workflows|triggers)|discord(?:app)?\.com/api/webhooks"
+                r"|\.webhook\.office\.com|outlook\.office(?:365)?\.com/webhook)/)[^\s\"'<>]+"), rf"\1{MASK}"),
+    # scheme://user:password@host, scheme://:password@host, scheme://<token>@host (a scan stops at the next "/")
+    (re.compile(r"://([^/\s:@]*):[^/\s]+@"), rf"://\1:{MASK}@"),
+    (re.compile(r"://[\w.~%-]{20,}@"), f"://{MASK}@"),
+    # SAS and presigned URLs: ?sig=, &X-Amz-Signature= (other secret names are judged with `name=value`)
+    (re.compile(r"([?&;](?i:sig|signature|x-amz-signature|x-goog-signature)=)[^&#\s\"'<>;]+"), rf"\1{MASK}"),
+    (re.compile(r"([Bb](?<![\w-].)(?i:earer)[ \t]+)(?=[\w~+/=-]*[\d.~+/=-])[\w.~+/=-]{8,}"), rf"\1{MASK}"),  # not prose
+    (re.compile(r"(Basic(?<![\w-]Basic)[ \t]+)([A-Za-z0-9+/]{6,}={0,2})(?![\w+/=])"), _basic),
+    (re.compile(r"(machine(?<![\w-]machine)\s+\S+\s+login\s+\S+\s+password\s+)\S+"), rf"\1{MASK}"),  # .netrc
+    (re.compile(_at_run_start(*_TOKEN_SHAPES)), MASK),  # every alternative starts with a literal: a fast scan
+    (re.compile(_at_run_start(r"\d\d{7,9}:[\w-]{35}(?![\w-])")), MASK),  # Telegram bots
+    (re.compile(_at_run_start(r"[0-9a-f][0-9a-f]{31}-us\d{1,2}(?!\w)")), MASK),  # Mailchimp
+    (re.compile(r"[0-9a-f](?<![0-9A-Za-z].)[0-9a-f]{39}(?![0-9A-Za-z])"), _wandb_key),
+)
+#: `--name=value`, `--name value`, and `name=value`, `name: value`, `"name": "value"`, `env['NAME'] = value`:
+#: a name (entered at the start of its run, and only with a hint of a secret word) and its separator; the value
+#: is taken only where the whole name is judged secret.
+_NAMES = (
+    re.compile(rf"-(?<![^\s\"'\[(,=]-)-?(?=.{_HINT})" + r"([A-Za-z_][\w-]*)(?:[ \t]*=[ \t]*|[ \t]+(?![ \t-]))"),
+    re.compile(rf"([A-Za-z_](?<![\w.-].)(?={_HINT})" + r"[\w.-]*)[\"']?\]?[ \t]*[=:](?!=)[ \t]*"),
+)
+_SCHEME = rf"(?i:bearer|basic|token|digest|bot)[ \t]+(?=[^\s\"',;&|<>()\[\]{{}}]|{MASK})"  # `Authorization: Bearer <...>`
+_VALUE = re.compile(rf"({_SCHEME})?" + r"(\"[^\"\n]*\"?|'[^'\n]*'?|[^\s\"',;&{\[][^\s\"',;&]*)")  # `{`, `[`: keys judged
+_QUOTED_SCHEME = re.compile(_SCHEME)
+
+
+_CODE_WORDS = frozenset({"str", "bytes", "int", "float", "bool", "dict", "list", "any", "self", "none", "null", "true", "false",
+                         "yes", "no", "on", "off", "enabled", "disabled", "required", "optional"})
+_IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:[._][A-Za-z][A-Za-z0-9]*)+")  # self.x, entity_mask2_token
+_CREDENTIAL = re.compile(r"[\w.~+/=:@%-]{8,}")
+_NOT_CREDENTIAL = re.compile(r"[\s<>|()\[\]{}]")
+
+
+def _is_credential(value: str, loose: bool = False) -> bool:
+    """Could be a key or a token: not a vocabulary token (`<|patch|>`) nor words; in text (not `loose`), also 8
+    characters or more of a token's, one a digit (not `TILE`, `42`, `self.token`)."""
+    if loose:
+        return not _NOT_CREDENTIAL.search(value)
+    return bool(_CREDENTIAL.fullmatch(value) and _DIGIT.search(value))
+
+
+def _is_code(value: str, after: str, level: int) -> bool:
+    """A traceback's source line, not a secret: `password: str`, `secret=get()`, `auth[i]`, `auth = self.auth`,
+    `PasswordAuthentication=no`, `"Authorization": f"Bearer {token}"`, `token = token_from_kwargs` (a secret word's
+    value: a dotted name or one that names a secret; not `correct_horse_battery`)."""
+    value = value.rstrip("),:")
+    if value.lower() in _CODE_WORDS or after == "(" or "(" in value or "[" in value:
+        return True
+    if after in ("'", '"'):
+        return value in ("f", "b", "r", "rb", "br", "fr", "rf")  # a string's prefix
+    return bool(_IDENTIFIER.fullmatch(value)) and (level == 1 or "." in value or _secrecy(_words(value)) > 0)
+
+
+@functools.lru_cache(maxsize=4096)
+def _text_secrecy(name: str) -> int:
+    """As `_secrecy`, but a bare `key` and a `SHAPE_KEY` are torch's store keys and constants in text."""
+    words = _words(name)
+    return 0 if words == ["key"] else _secrecy(words)
+
+
+def _assignments(text: str, names: re.Pattern[str]) -> str:
+    out: list[str] = []
+    done = pos = 0
+    while (m := names.search(text, pos)) is not None:
+        pos = m.end()
+        level = _text_secrecy(m.group(1))
+        if not level or text.endswith("://", 0, m.start()) or (v := _VALUE.match(text, pos)) is None:
+            continue  # a URL's user name was judged above
+        pos, outer, value, inner = v.end(), v.group(1) or "", v.group(2), ""
+        quote, content = value[0] if value[0] in "\"'" else "", value.strip("\"'")
+        if quote and (scheme := _QUOTED_SCHEME.match(content)) is not None:  # "Authorization": "Bearer ..."
+            inner, content = scheme.group(), content[scheme.end():]
+        if not content or content.startswith(MASK):
+            continue
+        code = not quote and _is_code(value, text[pos:pos + 1], level)
+        if (m.group(0).startswith("-") or text[m.start() - 1:m.start()] in ("?", "&", ";")  # flags, URL queries
+                or (level == 2 and (outer or inner or not code)) or (level == 1 and _is_credential(content) and not code)):
+            closing = quote if len(value) > 1 and value.endswith(quote) else ""
+            out += [text[done:m.end()], outer, quote, inner, MASK, closing]
+            done = pos
+    return "".join(out) + text[done:]
+
+
+def scrub_text(text: str) -> str:
+    """`text` with every secret it carries masked (the shapes and names of the module's docstring)."""
+    text = _key_blocks(text)
+    for pattern, replacement in _PATTERNS:
+        text = pattern.sub(replacement, text)
+    for names in _NAMES:
+        text = _assignments(text, names)
+    return text
+
+
+_FLAG = re.compile(r"--?([A-Za-z][\w.-]*)")
+
+
+def _scrub(value: Any, level: int) -> Any:
+    if isinstance(value, str):
+        return MASK if value and (level == 2 or (level == 1 and _is_credential(value, loose=True))) else scrub_text(value)
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, (int, float)):
+        return MASK if level else value
+    if isinstance(value, dict):
+        return {(scrub_text(k) if isinstance(k, str) else k):
+                _scrub(v, max(level, _secrecy(_words(k), k.isupper()) if isinstance(k, str) else 0)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        items = [_scrub(v, level) for v in value]
+        for i in range(1, len(items)):  # an argv list: ["--password", "hunter2"]
+            flag, item = value[i - 1], value[i]
+            if (isinstance(flag, str) and isinstance(item, str) and item and not item.startswith("-")
+                    and (m := _FLAG.fullmatch(flag)) is not None and is_secret_name(m.group(1))):
+                items[i] = MASK
+        return items
+    return value
 
 
 def scrub(value: Any) -> Any:
-    """A copy of `value` (JSON-like data) with every string scrubbed."""
-    if isinstance(value, str):
-        return scrub_text(value)
-    if isinstance(value, dict):
-        return {k: scrub(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [scrub(v) for v in value]
-    return value
+    """A copy of `value` (JSON-like data) with every string scrubbed, every key's too, and every leaf that is not
+    a bool or None masked under a key whose name says secret (`{"comet": {"api_key": ...}}`, `"credentials": {...}`)."""
+    return _scrub(value, 0)
 
 
 #: Words that are never treated as a user or host name to hide (they would mangle ordinary text).

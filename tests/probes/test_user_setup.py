@@ -36,15 +36,29 @@ def run(out: Path, *args: str) -> dict:
     return result
 
 
+#: a monitor section as users write one, with secrets under keys whose values have no recognisable shape
+COMET_KEY, EXPERIMENT_KEY = "q9Vw3Lk7Zp2Rt8Yx4Mn6Bc1Df5", "9f3a2b7c1d8e4f6a0b5c2d9e7f1a3b4c"
+MONITOR = {"comet": {"enabled": False, "api_key": COMET_KEY, "experiment_key": EXPERIMENT_KEY, "project": "tiny"}}
+
+
 def test_a_user_config_with_auto_values_and_a_factory_model(tmp_path: Path) -> None:
     config = tmp_path / "ds_config.json"
-    config.write_text(json.dumps(AUTO_CONFIG, indent=2))
-    result = run(tmp_path / "out", "--deepspeed-config", str(config), "--model",
-                 "tests.resources.user_models:tied_with_buffers", "-k", "zero_offload and user-config and ws2")
+    config.write_text(json.dumps({**AUTO_CONFIG, **MONITOR}, indent=2))
+    out = tmp_path / "out"
+    result = run(out, "--deepspeed-config", str(config), "--model", "tests.resources.user_models:tied_with_buffers",
+                 "-k", "zero_offload and user-config and ws2", "--junit", str(tmp_path / "junit.xml"),
+                 "--prometheus", str(tmp_path / "metrics.prom"))
     assert result["case"] == "zero_offload[user-config-ws2]"
     user = result["notes"]["user_config"]
     assert user["path"] == str(config) and user["sha256"] == hashlib.sha256(config.read_bytes()).hexdigest()
-    assert user["config"] == AUTO_CONFIG and user["filled"]["train_batch_size"] == 16
+    assert user["config"] == {**AUTO_CONFIG, "comet": {**MONITOR["comet"], "api_key": "<redacted>",
+                                                       "experiment_key": "<redacted>"}}
+    assert user["filled"]["train_batch_size"] == 16
+    # issue 21: secrets under the keys of the user's own config reach no output, the run directory included
+    outputs = [p for p in tmp_path.rglob("*") if p.is_file() and p != config]
+    assert any(p.suffix == ".jsonl" for p in outputs) and any(p.name.endswith(".log") for p in outputs)
+    leaked = [str(p) for p in outputs for secret in (COMET_KEY, EXPERIMENT_KEY) if secret in p.read_text(errors="ignore")]
+    assert leaked == []
     assert result["notes"]["deepspeed_config"]["zero_optimization"]["stage"] == 3
     changed = [f["message"] for f in result["findings"] if f["invariant"] == "config_changed"]
     assert any("offload_param.device: nvme -> cpu: nvme_path '/local_nvme' does not exist" in m for m in changed)
