@@ -34,7 +34,6 @@ from typing import Any
 MASK = "<redacted>"
 
 _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
-_DIGIT = re.compile(r"\d")
 #: Words that make a name secret wherever they stand (`db_password`, `client_secret`, `credentials`, `auth`).
 _SECRET_WORDS = frozenset({
     "password", "passwd", "passphrase", "pwd", "secret", "secrets", "credential", "credentials", "creds", "auth",
@@ -212,17 +211,17 @@ _QUOTED_SCHEME = re.compile(_SCHEME)
 
 _CODE_WORDS = frozenset({"str", "bytes", "int", "float", "bool", "dict", "list", "any", "self", "none", "null", "true", "false",
                          "yes", "no", "on", "off", "enabled", "disabled", "required", "optional"})
-_IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:[._][A-Za-z][A-Za-z0-9]*)+")  # self.x, entity_mask2_token
+_IDENTIFIER = re.compile(r"_*[A-Za-z][A-Za-z0-9]*(?:[._]+[A-Za-z][A-Za-z0-9]*)+")  # self._x, mask2_token; not tkn_5f1e
 _CREDENTIAL = re.compile(r"[\w.~+/=:@%-]{8,}")
 _NOT_CREDENTIAL = re.compile(r"[\s<>|()\[\]{}]")
 
 
 def _is_credential(value: str, loose: bool = False) -> bool:
     """Could be a key or a token: not a vocabulary token (`<|patch|>`) nor words; in text (not `loose`), also 8
-    characters or more of a token's, one a digit (not `TILE`, `42`, `self.token`)."""
+    characters or more of a token's (not `TILE`, `42`)."""
     if loose:
         return not _NOT_CREDENTIAL.search(value)
-    return bool(_CREDENTIAL.fullmatch(value) and _DIGIT.search(value))
+    return bool(_CREDENTIAL.fullmatch(value))
 
 
 def _is_code(value: str, after: str, level: int) -> bool:

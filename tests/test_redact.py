@@ -132,6 +132,8 @@ SHAPES = [
     ("  password: hunter2\n  user: alice", f"  password: {MASK}\n  user: alice"),
     ('{"password": "c0rrect horse battery"}', f'{{"password": "{MASK}"}}'),
     ("os.environ['WANDB_API_KEY'] = 'k3y0123456789'", f"os.environ['WANDB_API_KEY'] = '{MASK}'"),
+    ("JUPYTER_TOKEN=mysupersecrettoken jupyter lab", f"JUPYTER_TOKEN={MASK} jupyter lab"),
+    ("password = correct_horse_battery  # not args.password", f"password = {MASK}  # not args.password"),
     ("comet ... api_key='c0met-k3y-0123' experiment_key='3f2a1b0c9d8e' project='ds'",
      f"comet ... api_key='{MASK}' experiment_key='{MASK}' project='ds'"),
 ]
