@@ -16,7 +16,7 @@ FROM := $(if $(WHEELHOUSE),--no-index --find-links $(abspath $(WHEELHOUSE)),)
 TARGET := $(if $(PLATFORM),--platform $(PLATFORM) --only-binary=:all:,)$(if $(PYVER), --python-version $(PYVER) --only-binary=:all:,)
 EXTRAS := accelerate,optimizers,hang
 
-.PHONY: run test lint bench clean wheelhouse
+.PHONY: run test lint bench clean wheelhouse fuzz
 
 $(BIN)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,10 @@ run: $(BIN)/.installed
 
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+# the CLI fuzz on a long budget (CI runs it derandomized at 40 examples a test, inside `make test`)
+fuzz: $(BIN)/.installed
+	DS_DOCTOR_FUZZ_EXAMPLES=2000 $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_fuzz_cli.py
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check doctor probes reports tests bench
