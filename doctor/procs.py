@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 #: A process of ds-doctor's (a rank's worker, the exchange, the --model check) started from the user's folder:
 #: `python -m` would put that folder first on sys.path, and a project with its own `probes/`, `reports/` or
@@ -42,14 +43,7 @@ def kill_tree(proc: subprocess.Popen[bytes]) -> None:
         tree = [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
         tree = []
-    for member in tree:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            member.terminate()
-    _, alive = psutil.wait_procs(tree, timeout=KILL_GRACE_S)
-    for member in alive:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            member.kill()
-    psutil.wait_procs(alive, timeout=KILL_GRACE_S)
+    terminate_then_kill(tree)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=KILL_GRACE_S)
 
@@ -84,6 +78,14 @@ def end_descendants(spare: set[int] = frozenset()) -> int:  # type: ignore[assig
         tree = [p for p in psutil.Process().children(recursive=True) if p.pid not in spare]
     except psutil.Error:
         return 0
+    terminate_then_kill(tree)
+    return len(tree)
+
+
+def terminate_then_kill(tree: list[Any]) -> None:
+    """SIGTERM every process of `tree` (psutil processes), then SIGKILL what is left after KILL_GRACE_S."""
+    import psutil
+
     for member in tree:
         with contextlib.suppress(psutil.Error):
             member.terminate()
@@ -92,7 +94,6 @@ def end_descendants(spare: set[int] = frozenset()) -> int:  # type: ignore[assig
         with contextlib.suppress(psutil.Error):
             member.kill()
     psutil.wait_procs(alive, timeout=KILL_GRACE_S)
-    return len(tree)
 
 
 def descendants() -> set[int]:
