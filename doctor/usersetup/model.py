@@ -184,11 +184,9 @@ def _factory(target: str, world_size: int, seed: int) -> Trainable:
     import torch
 
     module_name, _, name = target.partition(":")
-    if os.getcwd() not in sys.path:  # the console script does not put the working directory on the path; last, so
-        sys.path.append(os.getcwd())  # a project's own `probes/` or `doctor.py` never shadows ds-doctor's
     try:
-        factory = getattr(importlib.import_module(module_name), name)
-    except (ImportError, AttributeError) as exc:
+        factory = getattr(_import_user_module(module_name, target), name)
+    except AttributeError as exc:
         raise ModelSpecError(f"--model {target}: does not import: {type(exc).__name__}: {exc}") from None
     torch.manual_seed(seed)
     takes_size = any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in
@@ -207,11 +205,13 @@ def _factory(target: str, world_size: int, seed: int) -> Trainable:
     return Trainable(module, make_batch, target)
 
 
-def _import_user_module(module_name: str, text: str) -> None:
+def _import_user_module(module_name: str, text: str) -> Any:
+    """The user's module. The console script does not put the working directory on the path: it goes last, so a
+    project's own `probes/` or `doctor.py` never shadows ds-doctor's."""
     if os.getcwd() not in sys.path:
         sys.path.append(os.getcwd())
     try:
-        importlib.import_module(module_name)
+        return importlib.import_module(module_name)
     except ImportError as exc:
         raise ModelSpecError(f"--model {text}: does not import: {type(exc).__name__}: {exc}") from None
 
