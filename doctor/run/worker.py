@@ -83,7 +83,7 @@ def run_case(module: Any, ctx: ProbeContext, reproduce: bool, log_path: Path | N
     """Run one case on this rank and return its line (with this rank's log tail on an error)."""
     started = time.perf_counter()
     ctx.restart_clock()
-    error = tail = None
+    error = tail = exit_code = None
     try:
         module.run(ctx)
         outcome, reason = _ended(ctx, reproduce)
@@ -93,6 +93,8 @@ def run_case(module: Any, ctx: ProbeContext, reproduce: bool, log_path: Path | N
         outcome, error = Outcome.ERROR, ErrorInfo.of(exc)  # of user code (a --model factory), which ended the rank
         reason = error.summary[:2000] if not isinstance(exc, SystemExit) else (
             f"the case's code called sys.exit({exc.code!r}) (a --model factory, or code it imports)")
+        if isinstance(exc, SystemExit):  # the code the rank would have exited with, as sys.exit sets it
+            exit_code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         if log_path is not None:
             sys.stdout.flush()
             sys.stderr.flush()
@@ -103,7 +105,7 @@ def run_case(module: Any, ctx: ProbeContext, reproduce: bool, log_path: Path | N
         duration_s=round(time.perf_counter() - started, 3), findings=tuple(ctx.findings),
         device_map=tuple(ctx.records), notes=ctx.notes, measures=ctx.measures, series=tuple(ctx.series),
         shown=tuple(ctx.shown), known_issue=issue, issue_shown=issue_shown, error=error, stderr_tail=tail,
-        stages=ctx.stage_times(),
+        exit_code=exit_code, stages=ctx.stage_times(),
     )
 
 
