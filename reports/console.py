@@ -1,7 +1,12 @@
 """Console output with rich: progress while cases run, the summary table, and the `list` and `env` tables.
 
-On a terminal a live bar shows the case and stage each rank is in. Anywhere else (CI logs, `| tee`) each
-case prints one plain line as it finishes, as pytest does, and nothing is cut to a terminal's width.
+On a terminal a live bar shows the case and stage each rank is in, and the run closes with a table. Anywhere
+else (CI logs, `| tee`) each case prints one plain line as it finishes, as pytest does, nothing is cut to a
+terminal's width, and the run closes with a compact summary: the counts, then one line per case that failed,
+errored or timed out, its reason cut to fit `SUMMARY_WIDTH`.
+
+Strings from a report are data, not markup: they reach rich as `Text` (no markup, no emoji codes, no
+highlighting), through `reports.safe.one_line` (control characters and escape sequences shown, never sent).
 """
 
 from __future__ import annotations
@@ -11,18 +16,31 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from reports.measures import MEASURES, format_measure
-from reports.records import CaseResult, Outcome, Report, Verdict
+from reports.records import FAILING, CaseResult, Outcome, Report, Verdict
+from reports.safe import clip, one_line
 
 STYLES = {
     Outcome.PASS: "green", Outcome.FAIL: "bold red", Outcome.ERROR: "bold red", Outcome.TIMEOUT: "bold red",
     Outcome.SKIP: "yellow", Outcome.XFAIL: "magenta", Outcome.XPASS: "cyan",
 }
 WIDE = 100_000  # a console that is not a terminal: never wrap or cut a line
+SUMMARY_WIDTH = 160  # a line of the compact summary, at most (a case id is never cut)
+CELL_CHARS = 300  # a table cell, at most
+
+
+def cell_text(value: object, style: str = "", width: int = CELL_CHARS) -> Text:
+    """Data for rich: one line, control characters shown, no markup, cut to `width` characters."""
+    return Text(clip(value, width), style=style)
+
+
+def say(console: Console, line: str | Text) -> None:
+    """One line of text (built from `one_line`d data) as it is: no markup, no emoji codes, no highlighting."""
+    console.print(line if isinstance(line, Text) else Text(line))
 
 
 def make_console(*, stderr: bool = False) -> Console:
@@ -40,7 +58,7 @@ def key_measures(result: CaseResult) -> list[str]:
 def case_line(result: CaseResult) -> str:
     """One plain line for a finished case: id, outcome, time, the key measure or the reason."""
     detail = " · ".join(key_measures(result)) if result.outcome == Outcome.PASS else (result.reason or "")
-    return f"{result.case} {result.outcome.value.upper()} {result.duration_s:.1f}s" + (f" {detail}" if detail else "")
+    return one_line(f"{result.case} {result.outcome.value.upper()} {result.duration_s:.1f}s" + (f" {detail}" if detail else ""))
 
 
 class RunProgress:
@@ -53,11 +71,11 @@ class RunProgress:
         self.done: set[str] = set()
 
     def planned(self, total: int, device_kind: str, nproc: int, skipped: int) -> None:
-        self.console.print(f"ds-doctor {self.version}: level {self.level}, {total} case(s) to run on {device_kind}"
-                           + (f" with up to {nproc} ranks" if total else "") + (f", {skipped} skipped" if skipped else ""),
-                           markup=False, highlight=False)
+        say(self.console, one_line(f"ds-doctor {self.version}: level {self.level}, {total} case(s) to run on "
+                                   f"{device_kind}" + (f" with up to {nproc} ranks" if total else "")
+                                   + (f", {skipped} skipped" if skipped else "")))
         if total and self.console.is_terminal:
-            columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+            columns = (SpinnerColumn(), TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
                        TimeElapsedColumn())
             self.progress = Progress(*columns, console=self.console, transient=True)
             self.progress.start()
@@ -65,7 +83,7 @@ class RunProgress:
 
     def stage(self, case: str, rank: int, stage: str) -> None:
         if self.progress is not None:
-            self.progress.update(self.task, description=escape(f"{case} · rank {rank} · {stage}"))
+            self.progress.update(self.task, description=clip(f"{case} · rank {rank} · {stage}", CELL_CHARS))
 
     def case_done(self, result: CaseResult) -> None:
         if result.case in self.done:
@@ -74,7 +92,7 @@ class RunProgress:
         if self.progress is not None:
             self.progress.update(self.task, completed=len(self.done))
         else:
-            self.console.print(case_line(result), markup=False, highlight=False)
+            say(self.console, case_line(result))
 
     def close(self) -> None:
         if self.progress is not None:
@@ -92,7 +110,7 @@ def _details(result: CaseResult) -> str:
     measured = key_measures(result)
     if measured and not result.reason:
         details = " · ".join(filter(None, [", ".join(measured), details]))
-    return details[:300]
+    return one_line(details)
 
 
 def summary_table(report: Report) -> Table:
@@ -104,23 +122,51 @@ def summary_table(report: Report) -> Table:
     table.add_column("time", no_wrap=True)
     table.add_column("details", overflow="fold")
     for result in report.results:
-        where = [escape(report.where(result))] if report.nodes else []
-        table.add_row(escape(result.case), *where, f"[{STYLES[result.outcome]}]{result.outcome.value}[/]",
-                      f"{result.duration_s:.1f}s", escape(_details(result)))
+        where = [cell_text(report.where(result))] if report.nodes else []
+        table.add_row(cell_text(result.case), *where, Text(result.outcome.value, style=STYLES[result.outcome]),
+                      f"{result.duration_s:.1f}s", cell_text(_details(result)))
     return table
 
 
-def print_summary(report: Report, console: Console) -> None:
-    if report.results:
-        console.print(summary_table(report))
+def closing_line(report: Report) -> str:
+    """Where the run ran (each node's host, GPUs and CPUs) and the count of each outcome."""
     counts = ", ".join(f"{v} {k}" for k, v in report.summary.items() if v) or "no cases ran"
     sections = report.nodes or ({"host": report.hardware.get("host"), "hardware": report.hardware},)
     said = [f"{'node ' + str(s['node']) + ' ' if 'node' in s else ''}{s.get('host')}: "
             f"{len((s.get('hardware') or {}).get('gpus') or [])} GPU(s), {(s.get('hardware') or {}).get('cpus')} CPUs"
             for s in sections]
-    console.print(" · ".join([*said, counts]), markup=False, highlight=False)
+    return one_line(" · ".join([*said, counts]))
+
+
+def compact_summary(report: Report) -> list[str]:
+    """Off a terminal: the counts, then one line per case that failed the run (`case OUTCOME reason`), the
+    reason cut so that the line fits `SUMMARY_WIDTH` (a case id is never cut: it is what one greps for).
+    Skips, xfails and xpasses fail nothing: counted, not listed."""
+    lines = [closing_line(report)]
+    failed = [r for r in report.results if r.outcome in FAILING]
+    if failed:
+        lines.append(f"{len(failed)} case(s) failed the run:")
+    for result in failed:
+        where = f" ({report.where(result)})" if report.nodes else ""
+        head = one_line(f"  {result.case}{where} {result.outcome.value.upper()}")
+        reason = _details(result)
+        lines.append(f"{head} {clip(reason, max(SUMMARY_WIDTH - len(head) - 1, 40))}" if reason else head)
+    return lines
+
+
+def print_summary(report: Report, console: Console) -> None:
+    """The run's closing summary: on a terminal the table and the counts, anywhere else `compact_summary`;
+    then the known issues that affect this stack."""
+    if console.is_terminal:
+        if report.results:
+            console.print(summary_table(report))
+        say(console, closing_line(report))
+    else:
+        for line in compact_summary(report):
+            say(console, line)
     for issue in report.affecting_issues:
-        console.print(f"[bold]affected by {escape(issue['id'])}[/]: {escape(issue['remedy'])}")
+        say(console, Text.assemble(("affected by ", "bold"), (one_line(issue["id"]), "bold"), ": ",
+                                   one_line(issue["remedy"])))
 
 
 def print_paths(console: Console, paths: Mapping[str, Any]) -> None:
@@ -128,7 +174,7 @@ def print_paths(console: Console, paths: Mapping[str, Any]) -> None:
     for key, label in (("json", "JSON report"), ("markdown", "Markdown report"), ("junit", "JUnit XML"),
                        ("prometheus", "Prometheus metrics"), ("diff", "Diff against the baseline")):
         if key in paths:
-            console.print(f"{label}: {paths[key]}", markup=False, highlight=False)
+            say(console, one_line(f"{label}: {paths[key]}"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,17 +205,17 @@ def print_list(cases: Iterable[CaseRow], families: Iterable[FamilyRow], console:
     for column in ("scenario", "level", "ranks"):
         table.add_column(column, no_wrap=True)
     for case in cases:
-        table.add_row(escape(case.case), case.scenario, str(case.level), str(case.world_size))
+        table.add_row(cell_text(case.case), cell_text(case.scenario), str(case.level), str(case.world_size))
     console.print(table)
     for family in families:
         requires = ", ".join(family.requires) or "nothing"
-        console.print(f"{family.name} ({family.scenario}, timeout {family.timeout_s:g} s, needs {requires}"
-                      + (f"; missing: {'; '.join(family.missing)}" if family.missing else "")
-                      + f"): {family.description}", markup=False, highlight=False)
+        say(console, one_line(f"{family.name} ({family.scenario}, timeout {family.timeout_s:g} s, needs {requires}"
+                              + (f"; missing: {'; '.join(family.missing)}" if family.missing else "")
+                              + f"): {family.description}"))
 
 
 def environment_lines(env: Mapping[str, Any], hardware: Mapping[str, Any]) -> list[str]:
-    """`ds-doctor env` as plain lines."""
+    """`ds-doctor env` as plain lines (each line `one_line`: a value never starts a line or sends a control)."""
     lines = [f"host: {hardware['host']}  cpus: {hardware['cpus']}  "
              f"memory: {(hardware['memory_bytes'] or 0) / 2**30:.1f} GiB"]
     lines += [f"gpu {gpu['index']}: {gpu.get('name')} {(gpu.get('memory_total_bytes') or 0) / 2**30:.0f} GiB "
@@ -181,4 +227,4 @@ def environment_lines(env: Mapping[str, Any], hardware: Mapping[str, Any]) -> li
                  f"(CUDA {env['cuda_driver']})")
     lines += [f"{name}: {version or 'not installed'}" for name, version in env["packages"].items()]
     lines += [f"{name}={value}" for name, value in env["variables"].items()]
-    return lines
+    return [one_line(line) for line in lines]

@@ -1,9 +1,12 @@
-"""`ds-doctor diff` output: what changed between a node's baseline report and a new one, as plain data and Markdown."""
+"""`ds-doctor diff` output: what changed between a node's baseline report and a new one, as plain data and Markdown
+(every string from the reports put through `reports.safe`, as in the report's Markdown)."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
+
+from reports.safe import md_cell, md_text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,13 +44,13 @@ KIND_TITLES = (("outcome", "Outcome changes"), ("case", "Cases added or gone"), 
 
 
 def _cell(value: Any) -> str:
-    return "-" if value is None else str(value).replace("|", "\\|").replace("\n", " ")
+    return "-" if value is None else md_cell(value)
 
 
 def render_diff(diff: Diff) -> str:
     """Markdown (also read as plain text on a console)."""
     verdict = f"**REGRESSED**: {len(diff.regressions)} regression(s)" if diff.regressions else "no regression"
-    lines = [f"# ds-doctor diff: {verdict}", "", f"- baseline: {diff.baseline}", f"- new: {diff.new}",
+    lines = [f"# ds-doctor diff: {verdict}", "", f"- baseline: {md_text(diff.baseline)}", f"- new: {md_text(diff.new)}",
              f"- tolerance: {diff.tolerance_pct:g}%", ""]
     if not diff.changes:
         lines += ["Nothing changed.", ""]

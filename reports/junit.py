@@ -2,7 +2,9 @@
 
 `fail` is a <failure>; `error` and `timeout` are <error>; `skip` is <skipped> with its reason; `pass`,
 `xfail` and `xpass` pass (xfail/xpass never fail a run), the last two with a <system-out> saying what
-they found. Built from the report, so every string is already scrubbed.
+they found. Built from the report, so every string is already scrubbed; every string goes through
+`reports.safe.xml_text` (the control characters XML 1.0 forbids shown escaped: the file stays well-formed),
+and ElementTree escapes markup, quotes and `]]>`.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import xml.etree.ElementTree as ET
 from collections import defaultdict
 
 from reports.records import CaseResult, Outcome, Report
+from reports.safe import xml_text
 
 MESSAGE_CHARS = 500
 
@@ -26,6 +29,14 @@ def _problem(result: CaseResult) -> tuple[str, str, str] | None:
         body = "\n\n".join(f"rank {r.rank}: {r.reason or r.outcome}\n{t}" for r, t in zip(result.ranks, tails, strict=True))
         return "error", result.outcome.value, body or reason
     return None
+
+
+def _element(parent: ET.Element, tag: str, text: str | None = None, **attributes: str) -> ET.Element:
+    """A child element, its attribute values and text made safe for XML."""
+    element = ET.SubElement(parent, tag, {key: xml_text(value) for key, value in attributes.items()})
+    if text is not None:
+        element.text = xml_text(text)
+    return element
 
 
 def render_junit(report: Report) -> str:
@@ -44,21 +55,21 @@ def render_junit(report: Report) -> str:
             "skipped": sum(r.outcome == Outcome.SKIP for r in results),
             "time": sum(r.duration_s for r in results),
         }
-        suite = ET.SubElement(root, "testsuite", name=probe, timestamp=timestamp, hostname=host,
-                              **{k: (f"{v:.3f}" if k == "time" else str(v)) for k, v in counts.items()})
+        suite = _element(root, "testsuite", name=probe, timestamp=timestamp, hostname=host,
+                         **{k: (f"{v:.3f}" if k == "time" else str(v)) for k, v in counts.items()})
         for result in results:
-            case = ET.SubElement(suite, "testcase", name=result.key, classname=f"ds-doctor.{probe}",
-                                 time=f"{result.duration_s:.3f}")
+            case = _element(suite, "testcase", name=result.key, classname=f"ds-doctor.{probe}",
+                            time=f"{result.duration_s:.3f}")
             problem = _problem(result)
             if problem is not None:
                 element, kind, body = problem
-                ET.SubElement(case, element, message=(result.reason or kind)[:MESSAGE_CHARS], type=kind).text = body
+                _element(case, element, body, message=(result.reason or kind)[:MESSAGE_CHARS], type=kind)
             elif result.outcome == Outcome.SKIP:
-                ET.SubElement(case, "skipped", message=(result.reason or "skipped")[:MESSAGE_CHARS])
+                _element(case, "skipped", message=(result.reason or "skipped")[:MESSAGE_CHARS])
             elif result.outcome in (Outcome.XFAIL, Outcome.XPASS):
                 issue = result.known_issue
                 said = f" known issue {issue.id}: {issue.verdict.value}" if issue else " known issue None: None"
-                ET.SubElement(case, "system-out").text = f"{result.outcome.value}: {result.reason or ''}{said}"
+                _element(case, "system-out", f"{result.outcome.value}: {result.reason or ''}{said}")
         for key, value in counts.items():
             totals[key] += value
     root.attrib.update({k: (f"{v:.3f}" if k == "time" else str(int(v))) for k, v in totals.items()})

@@ -3,17 +3,23 @@ evidence, the cases that reproduce one known issue grouped under it, warnings on
 
 It must fit a ticket: GitHub refuses an issue body over 65,536 characters, so the text stays under
 `TICKET_LIMIT` at every level. Device maps and every note stay in the JSON report (the file to attach);
-the Markdown says so. Cases that do not fit whole are listed with a pointer to the JSON.
+the Markdown says so. Cases that do not fit whole are listed with a pointer to the JSON, and a cut never
+leaves a code block or a `<details>` open.
+
+Every string from the report goes through `reports.safe` (`md_text`, `md_code`, `md_fence`, `md_html`; table
+cells through `md_cell`): data never starts a block, closes a fence, breaks a table row or becomes HTML.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
 
 from reports.hang import format_stacks
 from reports.measures import MEASURES
 from reports.records import FAILING, CaseResult, Finding, Outcome, Report, TensorRecord, Verdict
+from reports.safe import clip, md_cell, md_code, md_fence, md_html, md_text
 
 TICKET_LIMIT = 60_000
 CASE_LIMIT = 8_000  # one case's block, at most
@@ -21,14 +27,10 @@ EVIDENCE_ROWS = 12  # offending records shown per finding
 TAIL_LINES = 40  # of a traceback or stderr tail
 
 
-def _cell(value: object) -> str:
-    text = "" if value is None else str(value)
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 def _table(headers: list[str], rows: Iterable[list[object]]) -> list[str]:
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows]
+    """A table; a cell is data (made text) unless it is `Md` already."""
+    lines = ["| " + " | ".join(md_cell(h) for h in headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(md_cell(v) for v in row) + " |" for row in rows]
     return lines
 
 
@@ -36,7 +38,7 @@ RECORD_HEADERS = ["rank", "stage", "role", "path", "owner", "device", "dtype", "
 
 
 def _record_rows(records: Iterable[TensorRecord]) -> list[list[object]]:
-    return [[r.rank, r.stage, r.role, f"`{r.path}`", r.owner or "", r.device, r.dtype, list(r.shape), r.numel]
+    return [[r.rank, r.stage, r.role, md_code(r.path), r.owner or "", r.device, r.dtype, list(r.shape), r.numel]
             for r in records]
 
 
@@ -86,11 +88,11 @@ def render_environment(report: Report) -> list[str]:
         lines += ["### GPUs (NVML)", "", *_table(GPU_HEADERS, [gpu_row(g) for g in gpus]), ""]
         missing = sorted({f"{field}: {why}" for g in gpus for field, why in (g.get("unavailable") or {}).items()})
         if missing:
-            lines += ["Not available from NVML here: " + "; ".join(missing), ""]
+            lines += [f"Not available from NVML here: {md_text('; '.join(missing))}", ""]
     variables = env.get("variables") or {}
     if variables:
         lines += ["<details><summary>Environment variables (allowlisted, redacted)</summary>", "",
-                  *_table(["name", "value"], [[k, f"`{v}`"] for k, v in variables.items()]), "", "</details>", ""]
+                  *_table(["name", "value"], [[k, md_code(v)] for k, v in variables.items()]), "", "</details>", ""]
     return lines
 
 
@@ -126,18 +128,18 @@ def _issue_cell(result: CaseResult) -> str:
 
 def render_summary(report: Report) -> list[str]:
     counts = {k: v for k, v in report.summary.items() if v}
-    lines = ["## Summary", "", " · ".join(f"**{k}** {v}" for k, v in counts.items()) or "no cases ran", ""]
+    lines = ["## Summary", "", " · ".join(f"**{md_text(k)}** {v}" for k, v in counts.items()) or "no cases ran", ""]
     if report.results:
         where = ["where"] if report.nodes else []
         lines += _table(["case", *where, "outcome", "ranks", "device", "duration", "known issue"], [
-            [f"`{r.case}`", *([report.where(r)] if report.nodes else []), r.outcome.value, r.world_size,
+            [md_code(r.case), *([report.where(r)] if report.nodes else []), r.outcome.value, r.world_size,
              r.device_kind, f"{r.duration_s:.1f} s", _issue_cell(r)] for r in report.results])
         lines.append("")
     affecting = report.affecting_issues
     if affecting:
         lines += ["### Known issues affecting this stack", ""]
-        lines += [f"- **{i['id']}** ({i.get('affected_versions')}): {i['remedy']} — {len(i['cases'])} case(s)"
-                  for i in affecting]
+        lines += [f"- **{md_text(i['id'])}** ({md_text(i.get('affected_versions'))}): {md_text(i['remedy'])} — "
+                  f"{len(i['cases'])} case(s)" for i in affecting]
         lines.append("")
     return lines
 
@@ -147,46 +149,47 @@ SHOWN_NOTES = ("route", "ordering", "route_refused", "tracked_before", "tracked_
 
 
 def _tail(text: str) -> str:
-    return "\n".join(text.rstrip().splitlines()[-TAIL_LINES:])
+    """The last lines of a traceback or stderr (split at newlines only: a lone `\r` is shown, in `md_fence`)."""
+    return "\n".join(text.rstrip().split("\n")[-TAIL_LINES:])
 
 
 def render_finding(finding: Finding) -> list[str]:
-    lines = [f"- **{finding.severity.value}** `{finding.invariant}` (rank {finding.rank}, {finding.stage}): "
-             f"{_cell(finding.message)}"]
+    lines = [f"- **{finding.severity.value}** {md_code(finding.invariant)} (rank {finding.rank}, "
+             f"{md_text(str(finding.stage))}): {md_text(finding.message)}"]
     if finding.expected:
-        lines += [f"  expected: {_cell(finding.expected)}"]
+        lines += [f"  expected: {md_text(finding.expected)}"]
     if finding.remedy:
-        lines += [f"  remedy: {_cell(finding.remedy)}"]
+        lines += [f"  remedy: {md_text(finding.remedy)}"]
     if finding.evidence:
         lines += evidence_table(finding.evidence)
     return lines
 
 
 def render_case(result: CaseResult) -> list[str]:
-    lines = [f"### `{result.case}` — {result.outcome.value}", ""]
+    lines = [f"### {md_code(result.case)} — {result.outcome.value}", ""]
     if result.reason:
-        lines += [f"**Reason:** {_cell(result.reason)}", ""]
+        lines += [f"**Reason:** {md_text(result.reason)}", ""]
     issue = result.known_issue
     if issue:
-        lines += [f"**Known issue:** `{issue.id}` — verdict **{issue.verdict.value}** ({issue.affected_versions}). "
-                  f"Remedy: {issue.remedy}", ""]
+        lines += [f"**Known issue:** {md_code(issue.id)} — verdict **{issue.verdict.value}** "
+                  f"({md_text(issue.affected_versions)}). Remedy: {md_text(issue.remedy)}", ""]
         if issue.refs:
-            lines += ["References: " + ", ".join(issue.refs), ""]
+            lines += [f"References: {md_text(', '.join(issue.refs))}", ""]
     lines += [line for finding in result.findings for line in render_finding(finding)]
     showed = result.notes.get("showed")
     if showed:
-        lines += ["**What went wrong for real:**", "", *[f"- {_cell(str(item))}" for item in showed], ""]
+        lines += ["**What went wrong for real:**", "", *[f"- {md_text(str(item))}" for item in showed], ""]
     for key in SHOWN_NOTES:
         if key in result.notes:
-            lines += [f"**{key.replace('_', ' ').capitalize()}:** {_cell(str(result.notes[key]))}", ""]
+            lines += [f"**{key.replace('_', ' ').capitalize()}:** {md_text(str(result.notes[key]))}", ""]
     lines += render_hang(result)
     for rank in result.ranks:
         if rank.traceback or rank.stderr_tail:
-            lines += [f"<details><summary>rank {rank.rank}: {rank.outcome} in stage {rank.stage!r}"
+            lines += [f"<details><summary>rank {rank.rank}: {md_html(rank.outcome)} in stage {md_html(repr(rank.stage))}"
                       + (f", exit code {rank.exit_code}" if rank.exit_code is not None else "")
-                      + (f" ({rank.signal})" if rank.signal else "") + "</summary>", "", "```",
-                      _tail(rank.traceback or rank.stderr_tail or ""), "```", "", "</details>", ""]
-    return _capped([*lines, ""], f"the rest of `{result.case}`")
+                      + (f" ({md_html(rank.signal)})" if rank.signal else "") + "</summary>", "",
+                      *md_fence(_tail(rank.traceback or rank.stderr_tail or "")), "", "</details>", ""]
+    return _capped([*lines, ""], f"the rest of {md_code(result.case)}")
 
 
 def render_hang(result: CaseResult) -> list[str]:
@@ -194,29 +197,57 @@ def render_hang(result: CaseResult) -> list[str]:
     rows = [[rank.rank, p.group, p.last_completed, f"{p.op} #{p.seq}" if p.op else "—", p.sizes or "", p.state or ""]
             for rank in result.ranks for p in rank.collectives]
     source = (result.notes.get("forensics") or {}).get("collectives_from") or "the collective record"
-    lines = ["", f"**Collectives when it hung** (from {source}):", "",
+    lines = ["", f"**Collectives when it hung** (from {md_text(source)}):", "",
              *_table(["rank", "group", "last completed", "waiting in", "sizes", "state"], rows), ""] if rows else []
     for rank in result.ranks:
         if rank.stacks:
             main = rank.stacks[0].innermost
             lines += [f"<details><summary>rank {rank.rank}: stacks ({len(rank.stacks)} thread(s)), main thread in "
-                      f"{_cell(str(main) if main else '?')}</summary>", "", "```", format_stacks(rank.stacks), "```",
+                      f"{md_html(str(main) if main else '?')}</summary>", "", *md_fence(format_stacks(rank.stacks)),
                       "", "</details>", ""]
         if rank.native_stack:
-            lines += [f"<details><summary>rank {rank.rank}: native stacks (py-spy)</summary>", "", "```",
-                      _tail(rank.native_stack), "```", "", "</details>", ""]
+            lines += [f"<details><summary>rank {rank.rank}: native stacks (py-spy)</summary>", "",
+                      *md_fence(_tail(rank.native_stack)), "", "</details>", ""]
     return lines
 
 
 def _capped(lines: list[str], what: str, limit: int = CASE_LIMIT) -> list[str]:
     """A block cut to `limit` characters at a line boundary, saying where the rest is."""
-    kept, size = [], 0
+    return _fit(lines, limit, ["", f"_… {what} is in the JSON report._", ""])
+
+
+_FENCE = re.compile(r"(`{3,}|~{3,})")
+
+
+def _fit(lines: list[str], limit: int, note: list[str]) -> list[str]:
+    """`lines` whole if they fit `limit` characters; else the most lines that fit with what closes the code
+    block and the `<details>` they leave open, then `note`. (Fences and `<details>` here are the report's own:
+    data never starts a line with either.)"""
+    if _size(lines) <= limit:
+        return lines
+    fence, details, size = "", 0, _size(note)
+    kept: list[str] = []
     for line in lines:
-        if size + len(line) + 1 > limit:
-            return [*kept, "", f"_… {what} is in the JSON report._", ""]
+        after_fence, after_details = fence, details
+        if fence:
+            after_fence = "" if line == fence else fence
+        elif _FENCE.fullmatch(line):
+            after_fence = line
+        elif line.startswith("<details>"):
+            after_details += 1
+        elif line == "</details>":
+            after_details -= 1
+        closers = _closers(after_fence, after_details)
+        if size + len(line) + 1 + _size(closers) > limit:
+            break
         kept.append(line)
         size += len(line) + 1
-    return kept
+        fence, details = after_fence, after_details
+    return [*kept, *_closers(fence, details), *note]
+
+
+def _closers(fence: str, details: int) -> list[str]:
+    return ([fence] if fence else []) + ["", "</details>"] * details
 
 
 def _reproduced_key(result: CaseResult) -> tuple[str, str] | None:
@@ -230,17 +261,17 @@ def render_reproduced(results: list[CaseResult]) -> list[str]:
     """One block for the cases that reproduce one known issue: the issue, the cases, one evidence table."""
     issue = results[0].known_issue
     assert issue is not None
-    lines = [f"### `{issue.id}` — {issue.verdict.value}: {len(results)} case(s)", "", f"{issue.title}", "",
-             f"Affected: {issue.affected_versions}. Remedy: {issue.remedy}", ""]
+    lines = [f"### {md_code(issue.id)} — {issue.verdict.value}: {len(results)} case(s)", "", md_text(issue.title), "",
+             f"Affected: {md_text(issue.affected_versions)}. Remedy: {md_text(issue.remedy)}", ""]
     if issue.refs:
-        lines += ["References: " + ", ".join(issue.refs), ""]
-    rows = [[f"`{r.case}`", r.outcome.value, ", ".join(sorted({f.invariant for f in r.findings if f.is_error})) or "-",
-             _cell(str((r.notes.get("showed") or [""])[0]))[:200]] for r in results]
+        lines += [f"References: {md_text(', '.join(issue.refs))}", ""]
+    rows = [[md_code(r.case), r.outcome.value, ", ".join(sorted({f.invariant for f in r.findings if f.is_error})) or "-",
+             clip(str((r.notes.get("showed") or [""])[0]), 200)] for r in results]
     lines += [*_table(["case", "outcome", "caught by", "what went wrong for real"], rows), ""]
     example = next((f for r in results for f in r.findings if f.is_error and f.evidence), None)
     if example is not None:
         lines += ["Evidence from one of them:", "", *render_finding(example)]
-    return _capped(lines, f"the rest of the `{issue.id}` cases")
+    return _capped(lines, f"the rest of the {md_code(issue.id)} cases")
 
 
 def attention_blocks(report: Report) -> list[list[str]]:
@@ -267,8 +298,8 @@ def render_warnings(report: Report) -> list[str]:
         return []
     lines = ["## Warnings", ""]
     for (severity, invariant, message), cases in seen.items():
-        shown = ", ".join(f"`{c}`" for c in cases[:10]) + (f" and {len(cases) - 10} more" if len(cases) > 10 else "")
-        lines.append(f"- **{severity}** `{invariant}`: {_cell(message)} — {len(cases)} case(s): {shown}")
+        shown = ", ".join(md_code(c) for c in cases[:10]) + (f" and {len(cases) - 10} more" if len(cases) > 10 else "")
+        lines.append(f"- **{md_text(severity)}** {md_code(invariant)}: {md_text(message)} — {len(cases)} case(s): {shown}")
     return [*lines, ""]
 
 
@@ -297,11 +328,11 @@ def render_measurements(report: Report) -> list[str]:
     lines = ["## Measurements", ""]
     for names, results in tables.items():
         lines += [*_table(["case", *[_measure_header(n) for n in names]],
-                          [[f"`{r.case}`", *[_measure_cell(r, n) for n in names]] for r in results]), ""]
+                          [[md_code(r.case), *[_measure_cell(r, n) for n in names]] for r in results]), ""]
     series = [r for r in report.results if r.series]
     if series:
         columns = [name for name in MEASURES if any(name in row for r in series for row in r.series)]
-        rows = [[f"`{r.case}`", *[row.get(n, "") for n in columns]] for r in series for row in r.series]
+        rows = [[md_code(r.case), *[row.get(n, "") for n in columns]] for r in series for row in r.series]
         lines += ["Per size, and per pair of nodes (busbw = algbw × nccl-tests' factor; time averaged over the ranks):",
                   "",
                   *_table(["case", *[_measure_header(n) for n in columns]], rows), ""]
@@ -310,7 +341,7 @@ def render_measurements(report: Report) -> list[str]:
 
 def where_the_rest_is(report: Report, full_report: str | None) -> list[str]:
     records = sum(len(r.device_map) for r in report.results)
-    name = f"`{full_report}`" if full_report else "the JSON report"
+    name = md_code(full_report) if full_report else "the JSON report"
     return ["## Device maps", "",
             f"{records} device-map records over {sum(bool(r.device_map) for r in report.results)} case(s), every "
             f"note and every finding's full evidence are in {name}: attach it to the ticket.", ""]
@@ -318,13 +349,13 @@ def where_the_rest_is(report: Report, full_report: str | None) -> list[str]:
 
 def render_markdown(report: Report, *, full_report: str | None = None, limit: int = TICKET_LIMIT) -> str:
     """The ticket Markdown, under `limit` characters; `full_report` names the JSON file that holds the rest."""
-    head = [f"# ds-doctor report — {report.hardware.get('host')}", "",
-            f"ds-doctor {report.tool['version']} · level {report.level} · {report.started_at} → {report.finished_at}",
-            "", f"Command: `{' '.join(report.command)}`", "", *render_summary(report), *render_nodes(report),
-            *render_environment(report)]
+    head = [f"# ds-doctor report — {md_text(report.hardware.get('host'))}", "",
+            f"ds-doctor {md_text(report.tool['version'])} · level {report.level} · {md_text(report.started_at)} → "
+            f"{md_text(report.finished_at)}", "", f"Command: {md_code(' '.join(report.command))}", "",
+            *render_summary(report), *render_nodes(report), *render_environment(report)]
     skipped = [r for r in report.results if r.outcome == Outcome.SKIP]
     tail = [*render_warnings(report), *render_measurements(report),
-            *(["## Skipped", "", *[f"- `{r.case}`: {r.reason}" for r in skipped], ""] if skipped else []),
+            *(["## Skipped", "", *[f"- {md_code(r.case)}: {md_text(r.reason)}" for r in skipped], ""] if skipped else []),
             *where_the_rest_is(report, full_report)]
     blocks = attention_blocks(report)
     budget = limit - _size(head) - _size(tail) - 200
@@ -334,11 +365,9 @@ def render_markdown(report: Report, *, full_report: str | None = None, limit: in
             body += [f"_… {len(blocks) - index} more block(s) did not fit a ticket: see the JSON report._", ""]
             break
         body += block
-    text = "\n".join(head + body + tail).rstrip() + "\n"
-    if len(text) > limit:  # a summary of thousands of cases: cut, and say so
-        note = "\n\n_… cut to fit a ticket: the JSON report has everything._\n"
-        text = text[: limit - len(note)].rsplit("\n", 1)[0] + note
-    return text
+    lines = "\n".join(head + body + tail).rstrip().split("\n")
+    # a summary of thousands of cases: cut, and say so (under `limit`: `_fit` counts a newline after every line)
+    return "\n".join(_fit(lines, limit - 1, ["", "_… cut to fit a ticket: the JSON report has everything._"])) + "\n"
 
 
 def _size(lines: list[str]) -> int:

@@ -5,6 +5,11 @@ One gauge per case and outcome (1 for the outcome it had, so alerts can match `o
 per outcome, findings per severity, each GPU health finding by rule, the run's start time and duration,
 and every measure `reports.measures.MEASURES` compares with a baseline (bandwidths, TFLOP/s), where it
 means something at the case's world size. Labels carry host, probe and case.
+
+Label values come from data: each goes through `reports.safe.prom_label` (control characters shown escaped;
+prometheus_client escapes `\\`, `"` and newlines as the text format wants). Names go through `prom_name`
+(`[a-zA-Z_][a-zA-Z0-9_]*`: the client takes any name now and would quote it, which the 0.0.4 format
+node_exporter reads has no way to say).
 """
 
 from __future__ import annotations
@@ -15,12 +20,24 @@ from prometheus_client import CollectorRegistry, Gauge, generate_latest, write_t
 
 from reports.measures import MEASURES
 from reports.records import Outcome, Report, Severity, parse_time
+from reports.safe import prom_label, prom_name
 
 PREFIX = "ds_doctor"
 
 
-def _gauge(registry: CollectorRegistry, name: str, help_text: str, labels: tuple[str, ...]) -> Gauge:
-    return Gauge(f"{PREFIX}_{name}", help_text, labels, registry=registry)
+class _Gauge:
+    """A gauge whose label values are made safe where they are given."""
+
+    def __init__(self, registry: CollectorRegistry, name: str, help_text: str, labels: tuple[str, ...]) -> None:
+        self.gauge = Gauge(prom_name(f"{PREFIX}_{name}"), prom_label(help_text), tuple(prom_name(n) for n in labels),
+                           registry=registry)
+
+    def labels(self, *values: object) -> Gauge:
+        return self.gauge.labels(*(prom_label(v) for v in values))
+
+
+def _gauge(registry: CollectorRegistry, name: str, help_text: str, labels: tuple[str, ...]) -> _Gauge:
+    return _Gauge(registry, name, help_text, labels)
 
 
 def _run_gauges(registry: CollectorRegistry, report: Report, host: str) -> None:

@@ -1,5 +1,9 @@
 """`ds-doctor triage` output: each known issue a user's log matched, and what a hang's evidence says, as plain
-data and as text."""
+data and as text.
+
+The text goes to a terminal: every value (the log's own words among them) goes through `reports.safe.one_line`,
+so it stays on its line and its control characters and escape sequences are shown, never sent.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from typing import Any
 
 from reports.hang import CollectivePosition
 from reports.records import Finding, IssueRef
+from reports.safe import one_line
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +54,7 @@ def render_triage(matches: list[TriageMatch]) -> str:
                  f"  cause:    {match.cause}",
                  f"  remedy:   {issue.remedy}",
                  *[f"  ref:      {ref}" for ref in issue.refs]]
-        blocks.append("\n".join(lines))
+        blocks.append("\n".join(one_line(line) for line in lines))
     return "\n\n".join(blocks)
 
 
@@ -61,13 +66,13 @@ def render_versions(versions: Mapping[str, VersionUsed]) -> str:
         lines.append("versions from the log: " + ", ".join(from_log))
     if here:
         lines.append("versions of this machine (the log names none): " + ", ".join(here))
-    return "\n".join(lines)
+    return "\n".join(one_line(line) for line in lines)
 
 
 def render_findings(findings: Iterable[Finding]) -> str:
-    return "\n".join(f"{f.severity.value.upper():7} {f.invariant}: {f.message}" for f in findings)
+    return "\n".join(one_line(f"{f.severity.value.upper():7} {f.invariant}: {f.message}") for f in findings)
 
 
 def render_positions(positions: Mapping[int, Iterable[CollectivePosition]]) -> str:
-    rows = [f"  rank {rank}: {p.describe()}" for rank, items in sorted(positions.items()) for p in items]
+    rows = [one_line(f"  rank {rank}: {p.describe()}") for rank, items in sorted(positions.items()) for p in items]
     return "\n".join(["where each rank stood:", *rows]) if rows else ""

@@ -1,13 +1,18 @@
 """Console output where stdout is no terminal (CI logs, `| tee`): one plain line per finished case as it finishes,
-and a summary that never cuts a case id or a column header."""
+and a compact summary (the counts, each case that failed the run on one short line); on a terminal a summary
+table that never cuts a case id or a column header."""
 
 from __future__ import annotations
 
-import pytest
+import dataclasses
+import io
 
-from reports.console import RunProgress, case_line, environment_lines, make_console, print_summary
-from reports.records import Outcome
-from tests.reports.samples import a_failed_case, a_report, case
+import pytest
+from rich.console import Console
+
+from reports.console import SUMMARY_WIDTH, RunProgress, case_line, environment_lines, make_console, print_summary
+from reports.records import Outcome, Report
+from tests.reports.samples import a_failed_case, a_report, case, every_outcome
 
 LONG = "accelerate_deepspeed_lifecycle[scheduler-second-prepare-auto-ws2]"
 
@@ -30,15 +35,57 @@ def test_each_finished_case_is_one_plain_line(capsys: pytest.CaptureFixture[str]
     ]
 
 
-def test_the_summary_never_cuts_case_ids_or_headers(capsys: pytest.CaptureFixture[str]) -> None:
+def summary_out(report: Report, *, terminal: bool, width: int = 200) -> str:
+    buffer = io.StringIO()
+    print_summary(report, Console(file=buffer, force_terminal=terminal, color_system=None, width=width))
+    return buffer.getvalue()
+
+
+def test_on_a_terminal_the_summary_is_a_table_that_never_cuts_case_ids_or_headers() -> None:
     results = [case(Outcome.PASS, LONG.split("[")[1].removesuffix("-ws2]"), probe=LONG.split("[")[0], world_size=2,
                     reason=None)]
-    print_summary(a_report([*results, a_failed_case()]), make_console())
-    out = capsys.readouterr().out
+    out = summary_out(a_report([*results, a_failed_case()]), terminal=True)
     assert LONG in out and "zero_offload[z3-opt-bf16-ws2]" in out
     header = next(line for line in out.splitlines() if "case" in line and "outcome" in line)
     assert all(word in header for word in ("case", "outcome", "time", "details"))
-    assert "…" not in out
+    assert "…" not in out and "node1: 0 GPU(s), 2 CPUs · 1 pass, 1 fail" in out
+
+
+LONG_DETAIL = "RuntimeError: " + "the stack under diagnosis said something very long " * 100  # ~5,000 characters
+
+
+def test_off_a_terminal_the_summary_counts_and_lists_each_case_that_failed_the_run_on_one_short_line() -> None:
+    results = [dataclasses.replace(r, reason=LONG_DETAIL) if r.outcome != Outcome.PASS else r for r in every_outcome()]
+    report = a_report([*results, case(Outcome.PASS, "healthy-but-chatty", reason=LONG_DETAIL)])
+    out = summary_out(report, terminal=False)
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= SUMMARY_WIDTH, max(lines, key=len)
+    assert lines[0] == "node1: 0 GPU(s), 2 CPUs · 2 pass, 1 fail, 1 error, 1 skip, 1 timeout, 1 xfail, 1 xpass"
+    assert lines[1] == "3 case(s) failed the run:"
+    listed = {line.split()[0]: line.split()[1] for line in lines[2:5]}
+    assert listed == {"zero_offload[z3-opt-bf16-ws2]": "FAIL", "frozen_param_names[boom-ws1]": "ERROR",
+                      "frozen_param_names[hang-ws1]": "TIMEOUT"}
+    assert all(line.endswith("…") and "RuntimeError: the stack under diagnosis" in line for line in lines[2:5])
+    assert not any(name in out for name in ("no-gpu", "set-tensor", "healthy"))  # counted, not listed
+    assert lines[5].startswith("affected by ds_z3_offload_gradnorm_device_mismatch") and len(lines) == 7
+    assert "┃" not in out and "│" not in out  # no table
+
+
+def test_off_a_terminal_a_clean_run_says_so_in_one_line_and_a_multinode_line_says_where() -> None:
+    assert summary_out(a_report([case(Outcome.PASS, "ok")]), terminal=False).splitlines() == [
+        "node1: 0 GPU(s), 2 CPUs · 1 pass"]
+    assert summary_out(a_report([]), terminal=False).splitlines() == ["node1: 0 GPU(s), 2 CPUs · no cases ran"]
+    report = dataclasses.replace(a_report([dataclasses.replace(a_failed_case(), node=1)]), nodes=(
+        {"node": 0, "host": "node1", "hardware": {"gpus": [], "cpus": 2}},
+        {"node": 1, "host": "node2", "hardware": {"gpus": [], "cpus": 2}}))
+    line = summary_out(report, terminal=False).splitlines()[2]
+    assert line.startswith("  zero_offload[z3-opt-bf16-ws2] (node 1 (node2)) FAIL ")
+
+
+def test_make_console_off_a_terminal_gives_the_compact_summary(capsys: pytest.CaptureFixture[str]) -> None:
+    print_summary(a_report(every_outcome()), make_console())
+    out = capsys.readouterr().out
+    assert "3 case(s) failed the run:" in out and "┃" not in out
 
 
 def test_a_failing_case_line_carries_its_reason() -> None:

@@ -76,3 +76,14 @@ def test_a_huge_run_still_fits_a_ticket() -> None:
     text = render_markdown(a_report(failing + [reproduced(i) for i in range(200)]))
     assert len(text) < TICKET_LIMIT
     assert "did not fit a ticket: see the JSON report" in text and "## Device maps" in text
+
+
+def test_a_block_cut_to_fit_closes_its_code_block_and_details() -> None:
+    """One long traceback line: the case's block is cut inside the code block, which must still be closed (else the
+    rest of the ticket renders as code, inside a collapsed <details>)."""
+    long = dataclasses.replace(a_failed_case(), ranks=(RankSummary(0, "error", "train", traceback="Traceback\n" + "x" * 9000),))
+    text = render_markdown(a_report([long]))
+    block = text[text.index("### `zero_offload"):text.index("## Device maps")]
+    assert block.count("```") == 2 and block.count("<details>") == block.count("</details>") == 1
+    assert "_… the rest of `zero_offload[z3-opt-bf16-ws2]` is in the JSON report._" in block
+    assert len(block) < 8_200

@@ -1,0 +1,165 @@
+"""Text from a report is someone else's text: a rank's error message, a host name, a path, a plugin's case id.
+The outputs go to public tickets, CI logs and terminals, so each output kind puts data through one function
+here, wherever it puts data, and that function keeps the data from doing anything but being read:
+
+- `visible` / `one_line`: control characters (C0 but newline and tab, DEL, C1), the bidi overrides and isolates,
+  line separators, XML's non-characters and lone surrogates (`surrogateescape`) are shown escaped (`\\x1b`,
+  `\\r`, `\\u202e`, `\\udc80`), never sent raw; `one_line` also turns line breaks into spaces. Plain text
+  (the console, `triage`) and every other kind below start here.
+- Markdown: `md_text` for inline text, `md_code` for a code span, `md_fence` for a code block, `md_cell` for a
+  table cell, `md_html` inside the report's own HTML (`<summary>`). `Md` marks text already made Markdown.
+- `xml_text` for JUnit XML, `prom_label` and `prom_name` for Prometheus.
+
+Only the standard library: every renderer imports this.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+
+#: Shown escaped wherever data goes: C0 (but \n and \t), DEL, C1, the bidi overrides (U+202A-U+202E) and
+#: isolates (U+2066-U+2069), the line and paragraph separators, U+FFFE/U+FFFF (not XML) and lone surrogates.
+CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u2028\u2029\ufffe\uffff\ud800-\udfff]")
+_NAMED = {"\r": "\\r", "\x00": "\\0"}
+
+
+def _shown(match: re.Match[str]) -> str:
+    char = match.group()
+    if char in _NAMED:
+        return _NAMED[char]
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def visible(value: object) -> str:
+    """`value` as text with every control character shown escaped; lines (`\\n`, `\\r\\n`) and tabs kept."""
+    return CONTROL.sub(_shown, "" if value is None else str(value).replace("\r\n", "\n"))
+
+
+def one_line(value: object) -> str:
+    """`visible`, on one line: a line break becomes a space, so data never starts a line of its own."""
+    return visible(value).replace("\n", " ")
+
+
+def clip(value: object, width: int) -> str:
+    """`one_line(value)`, at most `width` characters: cut with an ellipsis."""
+    text = one_line(value)
+    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
+
+
+# -- Markdown (CommonMark, and GitHub's tables) ------------------------------------------------------------------
+
+class Md(str):
+    """Text that is Markdown already (the report's own, or data put through the functions below)."""
+
+
+_TICKS = re.compile(r"`+")
+#: What starts a block when it starts a line (or a list item): a heading, a list item, a tilde fence, a link
+#: reference definition, a thematic break or setext underline. A backslash goes before the marker (for an
+#: ordered list, before its `.` or `)`); elsewhere on a line these are text anyway. (`>`, `<` and `|` are
+#: escaped everywhere; a backtick fence cannot open from `md_text`: a run of backticks is a closed code span,
+#: which a fence's info string may not hold, or escaped.)
+_BLOCK_START = re.compile(r"""\s*(?:
+      (?=\#{1,6}(?:\s|$))
+    | (?=[-+*](?:\s|$))
+    | \d{1,9}(?=[.)](?:\s|$))
+    | (?=~~~)
+    | (?=\[[^\]]*\]:)
+    | (?=([-*_=])\s*(?:\1\s*)*$)
+)""", re.X)
+
+
+def _block_start_escaped(text: str) -> str:
+    match = _BLOCK_START.match(text)
+    return text if match is None else f"{text[:match.end()]}\\{text[match.end():]}"
+
+
+def _plain(text: str) -> str:
+    """Inline text that is not code: HTML made text; backslashes, stray backticks and pipes literal; no link or
+    image (`[text](url)` shows as written)."""
+    text = html.escape(text.replace("\\", "\\\\"), quote=False)
+    return text.replace("`", "\\`").replace("|", "\\|").replace("![", "!\\[").replace("](", "]\\(")
+
+
+def _inline(value: object, *, cell: bool = False) -> str:
+    """Data as Markdown inline content on one line: no HTML, no code span left open, no table cell ended (in a
+    `cell`); its own balanced code spans stay code spans (a remedy's `pip install ninja`)."""
+    text = one_line(value)
+    out, pos = [], 0
+    while pos < len(text):
+        run = _TICKS.search(text, pos)
+        if run is None:
+            out.append(_plain(text[pos:]))
+            break
+        out.append(_plain(text[pos:run.start()]))
+        close = re.compile(rf"(?<!`){run.group()}(?!`)").search(text, run.end())
+        if close is None:
+            out.append("\\`" * len(run.group()))
+            pos = run.end()
+        else:
+            span = text[run.start():close.end()]
+            out.append(span.replace("|", "\\|") if cell else span)  # in a table, a pipe even in code ends a cell
+            pos = close.end()
+    return "".join(out)
+
+
+def md_text(value: object) -> Md:
+    """Data as inline Markdown on one line, wherever it stands (the start of a line too): no HTML, no block it
+    could start, no code span left open."""
+    return Md(_block_start_escaped(_inline(value)))
+
+
+def md_code(value: object) -> Md:
+    """Data as a code span on one line: delimited by more backticks than any run inside it."""
+    text = one_line(value)
+    longest = max((len(run) for run in _TICKS.findall(text)), default=0)
+    if not text.strip(" ") or text.startswith("`") or text.endswith("`") or (text[0] == text[-1] == " "):
+        text = f" {text} "
+    return Md(f"{'`' * (longest + 1)}{text}{'`' * (longest + 1)}")
+
+
+def md_fence(value: object) -> list[str]:
+    """Data as a fenced code block, its lines kept: the fence is longer than any run of its character inside,
+    so nothing in it closes the block (backticks, or tildes where that needs the shorter fence)."""
+    text = visible(value)
+    longest = {char: max((len(run) for run in re.findall(f"{char}+", text)), default=0) for char in "`~"}
+    char = min("`~", key=lambda c: (longest[c], c != "`"))
+    fence = char * max(3, longest[char] + 1)
+    return [fence, *text.split("\n"), fence]
+
+
+def md_cell(value: object) -> str:
+    """A table cell: `Md` as it is, any other value inline text (a cell holds no block: nothing to escape at its
+    start); a `|` never ends the cell (escaped even inside a code span, as GitHub's tables read it)."""
+    return value.replace("|", "\\|") if isinstance(value, Md) else _inline(value, cell=True)
+
+
+def md_html(value: object) -> Md:
+    """Data inside the report's own HTML (`<summary>`), where Markdown is not read: text, on one line."""
+    return Md(html.escape(one_line(value), quote=False))
+
+
+# -- JUnit XML, Prometheus -------------------------------------------------------------------------------------
+
+def xml_text(value: object) -> str:
+    """Text for an XML 1.0 attribute or element: what XML forbids (most of C0, U+FFFE/U+FFFF, lone surrogates)
+    and what a CI page would interpret (C1, bidi) shown escaped. ElementTree escapes `<`, `&`, quotes and `]]>`."""
+    return visible(value)
+
+
+LABEL_CHARS = 1_000  # a label value, at most (a scrape's label_value_length_limit fails the whole scrape)
+
+
+def prom_label(value: object) -> str:
+    """A label value: shown escaped like `visible`, at most `LABEL_CHARS` (its middle cut: ids differ at their
+    ends); prometheus_client escapes `\\`, `"` and newlines itself."""
+    text = visible(value)
+    half = LABEL_CHARS // 2
+    return text if len(text) <= LABEL_CHARS else f"{text[:half]}…{text[-(LABEL_CHARS - half - 1):]}"
+
+
+def prom_name(name: str) -> str:
+    """A metric or label name as the text format 0.0.4 allows: `[a-zA-Z_][a-zA-Z0-9_]*`."""
+    name = re.sub(r"[^a-zA-Z0-9_]", "_", name)
+    return name if re.match(r"[a-zA-Z_]", name) else f"_{name}"
