@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 from pathlib import Path
 
 import click
@@ -27,13 +26,16 @@ def triage(source: str, as_json: bool, world_size: int | None) -> int:
     if source != "-" and Path(source).is_dir():
         return triage_dumps(Path(source), as_json)
     from doctor.hardware.env import package_versions
-    from doctor.knowledge.triage import MAX_INPUT_BYTES, read_log, read_report
+    from doctor.knowledge.triage import read_log, read_report, read_source
     from reports.triage import render_findings, render_triage, render_versions
 
-    text = read_tail(source, MAX_INPUT_BYTES)
-    reading = read_report(text) or read_log(text, package_versions(), world_size)  # a ds-doctor report, or a log
+    log = read_source(source)  # bounded: the tail of a big or endless input, a compressed log decompressed
+    for note in log.notes:
+        click.echo(f"ds-doctor: note: {note}", err=True)
+    name = "stdin" if source == "-" else source
+    reading = read_report(log.text, name) or read_log(log.text, package_versions(), world_size, log.notes)
     if as_json:
-        click.echo(json.dumps({"matches": [m.to_dict() for m in reading.matches],
+        click.echo(json.dumps({"matches": [m.to_dict() for m in reading.matches], "notes": list(reading.notes),
                                "versions": {p: dataclasses.asdict(v) for p, v in reading.versions.items()},
                                "watchdog": dataclasses.asdict(reading.watchdog) if reading.watchdog else None,
                                "findings": [f.to_dict() for f in reading.findings]}, indent=2))
@@ -68,19 +70,3 @@ def triage_dumps(directory: Path, as_json: bool) -> int:
         click.echo("\n\n".join(part for part in parts if part))
     return 0 if findings else 1
 
-
-def read_tail(source: str, max_bytes: int) -> str:
-    """The last `max_bytes` of a file, or of stdin for `-`, as text."""
-    if source == "-":
-        data = sys.stdin.buffer.read()
-    else:
-        path = Path(source)
-        if not path.is_file():
-            raise click.BadParameter(f"{source}: no such file", param_hint="FILE")
-        try:
-            with path.open("rb") as handle:
-                handle.seek(max(0, path.stat().st_size - max_bytes))
-                data = handle.read()
-        except OSError as exc:
-            raise click.BadParameter(f"{source}: {exc.strerror}", param_hint="FILE") from None
-    return data[-max_bytes:].decode("utf-8", errors="replace")

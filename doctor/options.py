@@ -15,6 +15,7 @@ import click
 
 from doctor.cluster.nodes import MAX_NODES
 from doctor.files import output_kind
+from doctor.userinput import MAX_RANKS
 from reports.records import Report
 
 #: One line on stderr: a usage error quoting a 100 KB option, or one holding escape sequences, stays one short line.
@@ -45,7 +46,7 @@ class FiniteFloatRange(click.FloatRange):
 #: Bounds on what the command line may ask for, checked before anything is allocated or launched.
 MAX_SECONDS = 7 * 24 * 3600.0  # a timeout past a week is a typo, and time APIs overflow on 1e308
 MAX_NPROC = 1024  # ranks on one node (GPU nodes carry 8-16; a CPU run of more is a mistake)
-MAX_WORLD_SIZE = 1 << 20  # ranks of a job named to `triage`
+MAX_WORLD_SIZE = MAX_RANKS  # ranks of a job named to `triage`: as many as any input may claim
 
 SECONDS = FiniteFloatRange(min=0, min_open=True, max=MAX_SECONDS)
 #: --tolerance: percent, 0 <= t < 100 (100 % would accept a bandwidth of zero)

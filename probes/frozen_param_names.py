@@ -25,7 +25,14 @@ from typing import Any
 from doctor.checks.identity import identity_invariants
 from doctor.knowledge.catalog import RaisedError
 from doctor.plugins import Finding, ProbeContext, ProbeSpec, Requirement, Severity, Variant
-from doctor.usersetup.deepspeed_config import UserConfig, change_findings, fill, user_config
+from doctor.usersetup.deepspeed_config import (
+    UserConfig,
+    change_findings,
+    fill,
+    route_optimizer,
+    trainer_optimizer,
+    user_config,
+)
 from doctor.usersetup.model import freeze_pattern
 from probes.common import build_deepspeed_ops, full_values
 from probes.models import build_frozen_model, token_batch
@@ -82,6 +89,7 @@ def case_config(ctx: ProbeContext, params: S1Case) -> dict[str, Any]:
     if params.user is None:
         return build_config(params.stage)
     filled = fill(params.user.config, ctx.world_size, ctx.device)
+    trainer_optimizer(filled)  # an HF-Trainer-style config: the Trainer's optimizer, said
     ctx.note("user_config", {"path": params.user.path, "sha256": params.user.sha256, "filled": filled.filled,
                              "changed": filled.changed, "left_to_deepspeed": filled.unfilled})
     ctx.check(change_findings(filled, ctx.rank))
@@ -173,7 +181,9 @@ def _initialize(ctx: ProbeContext, config: dict[str, Any], *, seed: int, engines
         model = build_frozen_model(seed=seed)
     dispatch_model(model, device_map={"": _map_device(ctx.device)})  # place first, then initialize
     trainable = [p for p in model.parameters() if p.requires_grad]
-    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=trainable, config=config)
+    optimizer = route_optimizer(config, trainable)  # a user config without one: the Trainer's
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=None if optimizer else trainable,
+                                           optimizer=optimizer, config=config)
     engines.append(engine)
     return engine
 

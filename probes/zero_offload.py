@@ -17,7 +17,14 @@ from doctor.checks.placement import ZeroPromise, zero_invariants
 from doctor.checks.structure import buffer_placement, ties_kept
 from doctor.collect.observe import observe_unscale_and_clip
 from doctor.plugins import ProbeContext, ProbeSpec, Requirement, Variant
-from doctor.usersetup.deepspeed_config import UserConfig, change_findings, fill, user_config
+from doctor.usersetup.deepspeed_config import (
+    UserConfig,
+    change_findings,
+    fill,
+    route_optimizer,
+    trainer_optimizer,
+    user_config,
+)
 from probes.common import build_deepspeed_ops
 from probes.models import batch, build_mlp
 
@@ -94,7 +101,9 @@ def run(ctx: ProbeContext) -> None:
     if model is not None:
         ctx.note("model", model.describe())
     ctx.snapshot("before_init", module=module)
-    engine, _, _, _ = deepspeed.initialize(model=module, model_parameters=module.parameters(), config=config)
+    optimizer = route_optimizer(config, module.parameters())  # a user config without one: the Trainer's
+    engine, _, _, _ = deepspeed.initialize(model=module, model_parameters=None if optimizer else module.parameters(),
+                                           optimizer=optimizer, config=config)
     try:
         ctx.note("optimizer", type(engine.optimizer).__name__)
         ctx.note("inner_optimizer", type(getattr(engine.optimizer, "optimizer", None)).__name__)
@@ -118,6 +127,7 @@ def configure(ctx: ProbeContext) -> dict[str, Any]:
         return build_config(ctx.params)
     user: UserConfig = ctx.params
     filled = fill(user.config, ctx.world_size, ctx.device)
+    trainer_optimizer(filled)  # an HF-Trainer-style config: the Trainer's optimizer, said
     ctx.note("user_config", {"path": user.path, "sha256": user.sha256, "config": user.config, "filled": filled.filled,
                              "changed": filled.changed, "left_to_deepspeed": filled.unfilled})
     ctx.check(change_findings(filled, ctx.rank))

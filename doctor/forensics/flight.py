@@ -18,17 +18,23 @@ import contextlib
 import copy
 import dataclasses
 import io
+import itertools
 import logging
 import os
 import pickle
 import re
+import stat
+import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from doctor.forensics.dumpcheck import FORMAT_VERSION, Refused, checked_dump, unpickle
+from doctor.userinput import MAX_DUMP_BYTES, MAX_RANKS, size_text
 from reports.hang import CollectivePosition
 
 BUFFER_ENTRIES = 2000  # TORCH_FR_BUFFER_SIZE of the doctor's launches, unless the user set one
-FORMAT_VERSION = "2.10"  # the recorder format of torch 2.13, which the thin record writes too
 
 
 # ---- on a rank ---------------------------------------------------------------------------------------------------
@@ -69,31 +75,77 @@ def recorder_available() -> bool:
 
 # ---- reading and analysing dumps ---------------------------------------------------------------------------------
 
-class _PlainData(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> Any:
-        raise pickle.UnpicklingError(f"a Flight Recorder dump holds plain data only, not {module}.{name}")
-
+MAX_DIR_BYTES = 128 * 2**20  # the dumps of one folder, together (read at a few MB/s: plain data, in Python)
+MAX_FILES = 10_000  # files looked at in a dump folder
 
 _RANK = re.compile(r"(\d+)$")
 
 
+def _candidates(directory: Path, problems: list[str]) -> list[Path]:
+    """Files under `directory` named `<prefix><rank>`: no symlink followed, at most MAX_FILES looked at."""
+    found, seen = [], 0
+    for root, dirs, files in os.walk(directory):  # os.walk follows no symlinked folder
+        dirs.sort()
+        for name in sorted(files):
+            seen += 1
+            if seen > MAX_FILES:
+                problems.append(f"{directory}: stopped looking after {MAX_FILES:,} files")
+                return found
+            path = Path(root) / name
+            if _RANK.search(name) is None:
+                continue
+            if path.is_symlink():
+                problems.append(f"{name}: skipped: a symlink (not followed)")
+            elif path.is_file():
+                found.append(path)
+    return found
+
+
+def _read_dump(path: Path, budget: int) -> bytes | str:
+    """The file's bytes, or why it was skipped (opened without following a link or waiting on a FIFO)."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    with open(os.open(path, flags), "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_size == 0:
+            return ""
+        if info.st_size > MAX_DUMP_BYTES:
+            return f"skipped: {size_text(info.st_size)}, more than the {size_text(MAX_DUMP_BYTES)} a dump may have"
+        if info.st_size > budget:
+            return f"skipped: the folder's dumps are more than {size_text(MAX_DIR_BYTES)} together"
+        if handle.read(1) != b"\x80":
+            return "not a Flight Recorder dump (not a pickle)"
+        return b"\x80" + handle.read(MAX_DUMP_BYTES)
+
+
 def load_dir(directory: Path) -> tuple[dict[int, dict[str, Any]], list[str]]:
-    """rank -> dump for every file under `directory` named `<prefix><rank>` that unpickles to a recorder dump;
-    and one line per file that did not."""
+    """rank -> dump for every file under `directory` named `<prefix><rank>` that unpickles (plain data only) to a
+    recorder dump whose every field checks out (`doctor.forensics.dumpcheck`); and one line per file that did not,
+    or was skipped."""
     dumps, problems = {}, []
-    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
-        rank = _RANK.search(path.name)
-        if rank is None or path.stat().st_size == 0:
+    budget = MAX_DIR_BYTES
+    for path in _candidates(directory, problems):
+        digits = _RANK.search(path.name).group(1)  # type: ignore[union-attr]
+        if len(digits) > 7 or int(digits) >= MAX_RANKS:
+            problems.append(f"{path.name}: skipped: rank {digits[:20]} is beyond the {MAX_RANKS:,} a job can have")
             continue
         try:
-            data = _PlainData(io.BytesIO(path.read_bytes())).load()
-        except Exception as exc:
+            raw = _read_dump(path, budget)
+        except OSError as exc:
+            problems.append(f"{path.name}: cannot read it: {exc.strerror or exc}")
+            continue
+        if isinstance(raw, str):
+            problems += [f"{path.name}: {raw}"] if raw else []
+            continue
+        budget -= len(raw)
+        try:
+            data = unpickle(raw)
+        except Exception as exc:  # whatever a hostile pickle makes the unpickler raise
             problems.append(f"{path.name}: not a Flight Recorder dump ({type(exc).__name__}: {exc})"[:300])
             continue
-        if not isinstance(data, dict) or not isinstance(data.get("entries"), list):
-            problems.append(f"{path.name}: not a Flight Recorder dump (no entries)")
-            continue
-        dumps[int(rank.group(1))] = data
+        try:
+            dumps[int(digits)] = checked_dump(data, len(raw))
+        except Refused as exc:
+            problems.append(f"{path.name}: refused: {exc}"[:300])
     return dumps, problems
 
 
@@ -128,7 +180,7 @@ def positions(dump: dict[str, Any]) -> tuple[CollectivePosition, ...]:
         pending = next((e for e in entries if not _done(e)), None)
         out.append(CollectivePosition(
             group, max(done, default=0), _op(pending) if pending else None,
-            int(pending["collective_seq_id"]) if pending else None, _sizes(pending) if pending else None,
+            pending.get("collective_seq_id") if pending else None, _sizes(pending) if pending else None,
             str(pending.get("state")) if pending else None))
     return tuple(out)
 
@@ -160,6 +212,33 @@ def _known_groups(dumps: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]
     return out
 
 
+ANALYZER_SECONDS = 60.0  # torch's analyzer is quadratic in places: many groups and entries take minutes
+MAX_DISAGREEMENTS = 50  # the earliest collectives the ranks disagree on are the ones that matter
+
+
+class _TooLong(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float) -> Iterator[None]:
+    """Stop the Python code run inside after `seconds` (a profile hook looks at the clock every 4096 calls and
+    raises _TooLong into it), from any thread and with nothing left running."""
+    deadline = time.monotonic() + seconds
+    calls = itertools.count()
+
+    def check(frame: Any, event: str, arg: Any) -> None:
+        if next(calls) % 4096 == 0 and time.monotonic() > deadline:
+            raise _TooLong
+
+    previous = sys.getprofile()
+    sys.setprofile(check)
+    try:
+        yield
+    finally:
+        sys.setprofile(previous)
+
+
 def _run_analyzer(dumps: dict[int, dict[str, Any]]) -> Any:
     quiet = logging.getLogger("Flight Recorder")
     quiet.disabled = True  # it logs each finding (and a missing `tabulate` on import); ours are the findings
@@ -169,7 +248,7 @@ def _run_analyzer(dumps: dict[int, dict[str, Any]]) -> Any:
 
         args = JobConfig().parse_args(["--allow-incomplete-ranks", "--mismatch_cap", "10", "."])
         details = {f"rank_{rank}": dump for rank, dump in copy.deepcopy(_known_groups(dumps)).items()}
-        with contextlib.redirect_stdout(io.StringIO()):
+        with contextlib.redirect_stdout(io.StringIO()), _time_limit(ANALYZER_SECONDS):
             return build_db(details, args, next(iter(details.values()))["version"])
     finally:
         quiet.disabled = False
@@ -193,10 +272,15 @@ def disagreements(dumps: dict[int, dict[str, Any]]) -> tuple[list[Disagreement],
         return [], "no rank's collectives were recorded"
     try:
         db = _run_analyzer(dumps)
+    except _TooLong:
+        return [], (f"torch's Flight Recorder analyzer did not finish in {ANALYZER_SECONDS:.0f} s "
+                    f"({sum(len(d['entries']) for d in dumps.values()):,} entries of {len(dumps)} ranks)")
     except Exception as exc:
         return [], f"torch's Flight Recorder analyzer failed: {type(exc).__name__}: {exc}"[:300]
-    out = []
+    out: list[Disagreement] = []
     for c in db.collectives:
+        if len(out) >= MAX_DISAGREEMENTS:
+            break
         group, op, sizes = c.pg_desc, c.collective_name.split(":")[-1], str(c.input_sizes)
         expected = tuple(sorted(c.expected_ranks))
         if c.missing_ranks:

@@ -16,18 +16,26 @@ import collections
 import re
 from collections.abc import Iterable
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-#: a tqdm bar: "  5%|▌     | 5/100 [00:02<00:40,  2.3it/s, loss=1.2]"; what follows it on the line is a new line
-_BAR = re.compile(r"[^\n]*?\d{1,3}%\|[^|\n]*\|\s*[\d.]+[kMG]?/[\d.?]+[kMG]?\s*\[[^\]\n]*\]")
-_PREFIX = re.compile(r"^(?:\(\w+ pid=\d+\) )?(?:\[(?:rank|default)(\d+)\]:|rank(\d+): |(\d+): |\[\d+,(\d+)\]<std(?:out|err)>:)"
-                     r" ?")
+_ANSI = re.compile(r"\x1b\[[0-9;?]{0,32}[A-Za-z]")
+#: a tqdm bar: "  5%|▌     | 5/100 [00:02<00:40,  2.3it/s, loss=1.2]"; it and what precedes it on its line go, and what
+#: follows it on the line is a new line. No leading `[^\n]*?`: tried from every position of a long line, that took
+#: quadratic time (a 80 KB line, 57 s); the bar is found on its own and the text before it cut by position.
+_BAR = re.compile(r"\d{1,3}%\|[^|\n]{0,1000}\|\s{0,100}[\d.]{1,20}[kMG]?/[\d.?]{1,20}[kMG]?\s{0,100}\[[^\]\n]{0,200}\]")
+_PREFIX = re.compile(r"^(?:\(\w{1,100} pid=\d{1,10}\) )?(?:\[(?:rank|default)(\d{1,7})\]:|rank(\d{1,7}): |(\d{1,7}): |"
+                     r"\[\d{1,7},(\d{1,7})\]<std(?:out|err)>:) ?")
 WRAP_MIN = 60  # narrowest width taken for a wrap...
 WRAP_LINES = 3  # ...when at least this many lines are cut at exactly it
 
 
 def _strip_bars(text: str) -> str:
     text = _ANSI.sub("", text).replace("\r\n", "\n").replace("\r", "\n")
-    return _BAR.sub("\n", text)
+    out: list[str] = []
+    kept = 0  # text[kept:] is not written yet
+    for bar in _BAR.finditer(text):
+        newline = text.rfind("\n", kept, bar.start())  # the bar's line starts after it (or where the last bar ended)
+        out += [text[kept:newline + 1] if newline >= 0 else "", "\n"]
+        kept = bar.end()
+    return "".join(out) + text[kept:]
 
 
 def _deinterleave(lines: list[str]) -> list[str]:
@@ -51,15 +59,15 @@ def _unwrap(lines: list[str]) -> list[str]:
     width = max(lengths)
     if lengths[width] < WRAP_LINES:
         return lines
-    out: list[str] = []
+    out: list[list[str]] = []
     joining = False
     for line in lines:
         if joining and out:
-            out[-1] += line
+            out[-1].append(line)  # joined at the end: adding to a string in the loop took quadratic time
         else:
-            out.append(line)
+            out.append([line])
         joining = len(line) == width
-    return out
+    return ["".join(parts) for parts in out]
 
 
 def normalise(text: str) -> str:
@@ -72,7 +80,7 @@ _TEMPLATES = (
     r"^{n}\s*==\s*" + _VERSION,  # pip freeze
     r"^{n}\s+" + _VERSION + r"\s*$",  # pip list
     r"^Name:\s*{n}\s*\nVersion:\s*" + _VERSION,  # pip show
-    r"^\s*{n} (?:info|version)\s*\.{{2,}}\s*\[?" + _VERSION,  # ds_report
+    r"^[ \t]*{n} (?:info|version)[ \t]*\.{{2,}}[ \t]*\[?" + _VERSION,  # ds_report (not \s*: it spans lines)
     r"`?{n}`? version(?: \(GPU\?\))?:\s*" + _VERSION,  # accelerate env, transformers-cli env
     r"[/\\]{n}-" + _VERSION + r"(?:\.dist-info|\.egg|-py\d|[/\\])",  # versioned package paths
     r"(?<![\w-]){n}\s+v" + _VERSION + r"\b",  # "prodigy-plus-schedule-free v1.8.51"
@@ -89,8 +97,12 @@ def _spellings(package: str) -> list[str]:
 def log_versions(text: str, packages: Iterable[str]) -> dict[str, str]:
     """package -> the first version the log shows for it (packages it does not mention are left out)."""
     found: dict[str, tuple[int, str]] = {}
+    lowered = text.lower()
     for package in packages:
-        alternatives = "|".join(re.escape(name) for name in _spellings(package))
+        names = _spellings(package)
+        if not any(name.lower() in lowered for name in names):  # one quick look before seven regex passes
+            continue
+        alternatives = "|".join(re.escape(name) for name in names)
         for template in _TEMPLATES:
             pattern = template.replace("{n}", f"(?:{alternatives})").replace("{{2,}}", "{2,}")
             match = re.search(pattern, text, re.IGNORECASE | re.MULTILINE)

@@ -7,35 +7,161 @@ references, and the span that matched (scrubbed, since people paste these into t
 order their first match appears, because in a log the earliest error is usually the cause and later ones its
 echoes (`ChildFailedError`, `'DeepSpeedCPUAdam' object has no attribute 'ds_opt_adam'`). NCCL watchdog lines are
 lined up across ranks (`doctor.knowledge.watchdog`).
+
+The log is a stranger's text, so its matching is bounded: the log is read through `doctor.userinput` (its tail, a
+stream or a compressed file up to a cap), and a catalog pattern of the form `head.*tail` (DOTALL) is searched as
+re.search would, but tried at the first place its head matches only: re.search retries it at every later place
+the head matches, each try running to the end of the text, which a log repeating the head makes quadratic (a
+200 KB log of "server socket has failed to bind to " took 7 s in one pattern).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
-from doctor.knowledge.catalog import ISSUES, classify
-from doctor.knowledge.issues import KnownIssue
+from doctor.knowledge.catalog import ISSUES
+from doctor.knowledge.issues import REGEX_FLAGS, KnownIssue
 from doctor.knowledge.logtext import log_versions, normalise
 from doctor.knowledge.watchdog import WatchdogReport, read_watchdog, watchdog_findings
 from doctor.redact import scrub_text
+from doctor.userinput import MAX_LOG_BYTES, UserInputError, check_tree
+from doctor.userinput import read_log as read_input
 from reports.records import Finding
 from reports.triage import TriageMatch, VersionUsed
 
-MAX_INPUT_BYTES = 32 * 2**20  # a longer log is read from its tail
+MAX_INPUT_BYTES = MAX_LOG_BYTES  # a longer log is read from its tail
 SPAN_CHARS = 200
-_FLAGS = re.MULTILINE | re.DOTALL
+_FLAGS = REGEX_FLAGS
+_LEADING_FLAGS = re.compile(r"\(\?[aiLmsux]+\)")
+
+
+def _top_level(pattern: str) -> tuple[list[int], int | None] | None:
+    """Where a pattern has `|` outside groups and classes, and its first `.*` there; None for one this reading does
+    not follow (a back reference, a scoped flag)."""
+    if re.search(r"\\[1-9]|\(\?P=|\(\?[aiLmsux]*-", pattern):
+        return None
+    bars: list[int] = []
+    dots: int | None = None
+    depth, i, in_class = 0, 0, False
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+            i += 2 if pattern[i + 1:i + 2] == "^" else 1
+            i += 1 if pattern[i:i + 1] == "]" else 0  # a "]" first in a class is literal
+            continue
+        elif char in "()":
+            depth += 1 if char == "(" else -1
+        elif depth == 0 and char == "|":
+            bars.append(i)
+        elif depth == 0 and char == "." and pattern[i + 1:i + 2] == "*" and pattern[i + 2:i + 3] != "+":
+            dots = i if dots is None else dots
+        i += 1
+    return bars, dots
+
+
+@dataclasses.dataclass(frozen=True)
+class _Branch:
+    whole: re.Pattern[str]
+    head: re.Pattern[str] | None = None  # `head.*tail`: tried where the head first matches only
+    head_width: int = 0  # the most characters the head spans (an overlapping later head is tried too)
+    windowed: bool = False  # a `.*` elsewhere (in a lookahead, say): searched in windows of the text
+
+
+WINDOW = 16 * 1024  # a branch with a `.*` the head/tail reading does not cover is searched in windows this long...
+REACH = 4 * 1024  # ...overlapping by this much: its matches up to REACH long are found
+_UNBOUNDED_DOT = re.compile(r"(?<!\\)\.(?:[*+]|\{\d*,\})")
+
+
+def _max_width(pattern: str) -> int | None:
+    try:
+        from re import _parser as sre_parse  # type: ignore[attr-defined]
+    except ImportError:  # pragma: no cover - python 3.10
+        import sre_parse  # type: ignore[no-redef]
+    width = sre_parse.parse(pattern, _FLAGS).getwidth()[1]
+    return None if width >= sre_parse.MAXREPEAT else int(width)
+
+
+def _branch(prefix: str, branch: str) -> _Branch:
+    whole = re.compile(prefix + branch, _FLAGS)
+    dots = (_top_level(branch) or ([], None))[1]
+    head, tail = (branch[:dots], branch[dots + 2:]) if dots is not None else ("", branch)
+    width = _max_width(prefix + head) if dots is not None else None
+    if width is None or _UNBOUNDED_DOT.search(head) or _UNBOUNDED_DOT.search(tail.removeprefix("?")):
+        return _Branch(whole, windowed=bool(_UNBOUNDED_DOT.search(branch)))
+    return _Branch(whole, re.compile(prefix + head, _FLAGS), width)
+
+
+@functools.lru_cache(maxsize=512)
+def _branches(pattern: str) -> tuple[_Branch, ...]:
+    flags = _LEADING_FLAGS.match(pattern)
+    prefix, body = (flags.group(0), pattern[flags.end():]) if flags else ("", pattern)
+    shape = _top_level(body)
+    if shape is None:
+        return (_Branch(re.compile(pattern, _FLAGS), windowed=bool(_UNBOUNDED_DOT.search(body))),)
+    bars = [0, *(b + 1 for b in shape[0])]
+    return tuple(_branch(prefix, body[start:end]) for start, end in zip(bars, [*shape[0], len(body)], strict=True))
+
+
+def _search_branch(branch: _Branch, text: str) -> re.Match[str] | None:
+    if branch.windowed and len(text) > WINDOW:
+        for start in range(0, len(text), WINDOW - REACH):
+            if found := branch.whole.search(text, start, start + WINDOW):
+                return found
+        return None
+    if branch.head is None:
+        return branch.whole.search(text)
+    head = branch.head.search(text)
+    first = head.start() if head else None
+    # the tail may match anywhere after a head (DOTALL): where it fails after the first head it fails after every
+    # later one, but for a head overlapping the first one (it may end sooner); those few are tried too
+    while head is not None and first is not None and head.start() <= first + branch.head_width:
+        if found := branch.whole.match(text, head.start()):
+            return found
+        head = branch.head.search(text, head.start() + 1)
+    return None
+
+
+def search(pattern: str, text: str) -> re.Match[str] | None:
+    """`re.search(pattern, text, REGEX_FLAGS)` in time linear in the text. A branch `head.*tail` gives re.search's
+    match exactly; a branch with a `.*` elsewhere is searched in windows (a match longer than REACH, or a lookahead
+    reaching past its window, is not seen); any other branch is re.search itself."""
+    best = None
+    for branch in _branches(pattern):
+        found = _search_branch(branch, text)
+        if found is not None and (best is None or found.start() < best.start()):
+            best = found
+    return best
+
+
+def issue_matches(issue: KnownIssue, text: str) -> bool:
+    """`KnownIssue.matches`, through `search`."""
+    return bool(text) and any(search(p, text) for p in issue.patterns) and all(search(p, text) for p in issue.requires)
+
+
+def classify(text: str, issues: Iterable[KnownIssue] | None = None) -> list[KnownIssue]:
+    """`catalog.classify`, through `search`: the issues whose signature matches, most specific first."""
+    hits = [issue for issue in (ISSUES if issues is None else issues) if issue_matches(issue, text)]
+    return sorted(hits, key=lambda issue: -len(issue.requires))
 
 
 def _shown(span: str) -> str:
-    span = " ".join(span.split())
+    span = " ".join(span[:4 * SPAN_CHARS].split()) + " " + " ".join(span[-4 * SPAN_CHARS:].split()) \
+        if len(span) > 8 * SPAN_CHARS else " ".join(span.split())
     return span if len(span) <= SPAN_CHARS else f"{span[:130]} … {span[-60:]}"
 
 
 def first_match(issue: KnownIssue, text: str) -> tuple[int, str] | None:
     """Position and text of the earliest pattern hit (the span itself, whitespace collapsed), or None."""
-    hits = [m for p in issue.patterns if (m := re.search(p, text, _FLAGS))]
+    hits = [m for p in issue.patterns if (m := search(p, text))]
     if not hits:
         return None
     first = min(hits, key=lambda m: m.start())
@@ -71,14 +197,16 @@ class LogReading:
     versions: dict[str, VersionUsed]
     watchdog: WatchdogReport | None
     findings: list[Finding]
+    notes: tuple[str, ...] = ()  # what of the input was not read ("read the last 32 MiB of 1.2 GiB")
 
 
-def read_log(text: str, installed: Mapping[str, str | None], world_size: int | None = None) -> LogReading:
+def read_log(text: str, installed: Mapping[str, str | None], world_size: int | None = None,
+             notes: Iterable[str] = ()) -> LogReading:
     normal = normalise(text)
     watchdog = read_watchdog(normal, world_size)
     used = versions_used(normal, installed)
     return LogReading(_matches(normal, used, installed), {p: v for p, v in used.items() if v.version},
-                      watchdog, watchdog_findings(watchdog) if watchdog else [])
+                      watchdog, watchdog_findings(watchdog) if watchdog else [], tuple(notes))
 
 
 def triage(text: str, installed: Mapping[str, str | None]) -> list[TriageMatch]:
@@ -86,25 +214,67 @@ def triage(text: str, installed: Mapping[str, str | None]) -> list[TriageMatch]:
     return read_log(text, installed).matches
 
 
-def read_report(text: str) -> LogReading | None:
-    """A ds-doctor report (of `run`, or of a `watch` in a job) read as triage reads a log: the known issues its
-    failing cases' errors show, judged on the report's own package versions, and their findings with the case
-    named. None where the text is not such a report."""
+@dataclasses.dataclass(frozen=True)
+class LogText:
+    text: str
+    notes: tuple[str, ...]
+
+
+def read_source(source: str) -> LogText:
+    """What `triage FILE|-` reads: the log's tail (a stream's, a .gz/.bz2/.xz log's decompressed) as text, and what
+    was left out; UserInputError (one line, exit 2) for what is not a readable log."""
+    log = read_input(source, limit=MAX_INPUT_BYTES)
+    return LogText(log.data.decode("utf-8", errors="replace"), (log.note,) if log.note else ())
+
+
+def _report_data(text: str, name: str) -> dict | None:
+    """The JSON of a ds-doctor report, checked; None where the text does not claim to be one."""
     import json
 
-    from reports.records import FAILING, Report
+    from reports.records import SCHEMA_VERSION, validate
 
+    if not re.match(r"\s*\{", text):
+        return None
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
-    if not isinstance(data, dict) or (data.get("tool") or {}).get("name") != "ds-doctor" or "results" not in data:
+    tool = data.get("tool") if isinstance(data, dict) else None
+    if not isinstance(tool, dict) or tool.get("name") != "ds-doctor" or "results" not in data:
         return None
-    report = Report.from_dict(data)
+    check_tree(data, name, UserInputError)  # from here on it says it is a report, so it has to be one
+    import jsonschema
+
+    version = data.get("schema_version")
+    if isinstance(version, int) and version > SCHEMA_VERSION:
+        raise UserInputError(f"{name}: schema version {version} is newer than this ds-doctor reads ({SCHEMA_VERSION})")
+    try:
+        validate(data)
+    except jsonschema.ValidationError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path) or "top level"
+        raise UserInputError(f"{name}: not a valid ds-doctor report at {where}: {exc.message[:200]}") from None
+    return data
+
+
+def read_report(text: str, name: str = "the report") -> LogReading | None:
+    """A ds-doctor report (of `run`, or of a `watch` in a job) read as triage reads a log: the known issues its
+    failing cases' errors show, judged on the report's own package versions, and their findings with the case
+    named. None where the text is not such a report; UserInputError where it says it is one and is not."""
+    from reports.records import FAILING, Report
+
+    data = _report_data(text, name)
+    if data is None:
+        return None
+    try:
+        report = Report.from_dict(data)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise UserInputError(f"{name}: not a valid ds-doctor report ({type(exc).__name__}: {exc})"[:300]) from None
     failing = [r for r in report.results if r.outcome in FAILING]
     errors = "\n".join(part for r in failing for part in (r.reason or "", *(s.traceback or "" for s in r.ranks),
                                                           *(s.stderr_tail or "" for s in r.ranks)) if part)
-    reading = read_log(errors, (report.env or {}).get("packages") or {})
+    packages = (report.env or {}).get("packages")
+    installed = {k: v for k, v in packages.items() if isinstance(v, str)} if isinstance(packages, dict) else {}
+    reading = read_log(errors, installed)
     findings = [dataclasses.replace(f, message=f"{r.key}: {f.message}") for r in failing for f in r.findings
                 if not f.severity.value == "info"]
     return dataclasses.replace(reading, findings=reading.findings + findings)

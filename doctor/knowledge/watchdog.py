@@ -18,7 +18,10 @@ import dataclasses
 import re
 
 from doctor.checks.hang import collective_mismatch
+from doctor.userinput import UserInputError, check_rank, check_world_size
 from reports.records import Finding, Severity
+
+MAX_SILENT_NAMED = 16  # more ranks than this that never timed out are one finding, their ranks in ranges
 
 _TIMEOUT = re.compile(
     r"\[Rank (?P<rank>\d+)\] Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(?P<seq>\d+), "
@@ -27,7 +30,7 @@ _TIMEOUT = re.compile(
 _GROUP = re.compile(r"\[PG (?:ID )?(?P<pg>\w+)(?: PG GUID (?P<guid>[^\s\]]+))? Rank (?P<rank>\d+)\] "
                     r"(?:Exception \(either an error or timeout\) detected by watchdog at work|Timeout at NCCL work): "
                     r"(?P<seq>\d+)")
-_RANK_SEEN = re.compile(r"\[rank(\d+)\]|\[Rank (\d+)\]|\bRank (\d+)\]|^\s+rank\s+:\s*(\d+)", re.MULTILINE)
+_RANK_SEEN = re.compile(r"\[rank(\d+)\]|\[Rank (\d+)\]|\bRank (\d+)\]|^[ \t]+rank[ \t]+:[ \t]*(\d+)", re.MULTILINE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,21 +58,45 @@ class WatchdogReport:
         return tuple(r for r in everyone if r not in timed_out)
 
 
+def _number(digits: str) -> int:
+    """A number from the log (`int` refuses more than 4300 digits, and a rank is checked before it sizes anything)."""
+    if len(digits) > 20:
+        raise UserInputError(f"a watchdog line of the log holds a number of {len(digits):,} digits: not a log to line up")
+    return int(digits)
+
+
+def _rank(digits: str) -> int:
+    return check_rank(_number(digits), "the log names rank")
+
+
 def read_watchdog(text: str, world_size: int | None = None) -> WatchdogReport | None:
-    """None when the log has no watchdog timeout line."""
-    groups = {(int(m["rank"]), int(m["seq"])): (m["guid"] or m["pg"]) for m in _GROUP.finditer(text)}
+    """None when the log has no watchdog timeout line. A rank or world size beyond MAX_RANKS is a UserInputError."""
+    if world_size is not None:
+        check_world_size(world_size, "--world-size")
+    groups = {(_rank(m["rank"]), _number(m["seq"])): (m["guid"] or m["pg"]) for m in _GROUP.finditer(text)}
     first: dict[int, WatchdogTimeout] = {}
     for m in _TIMEOUT.finditer(text):
-        rank, seq = int(m["rank"]), int(m["seq"])
+        rank, seq = _rank(m["rank"]), _number(m["seq"])
         numel_in, numel_out = m["numel_in"], m["numel_out"]
-        first.setdefault(rank, WatchdogTimeout(rank, seq, m["op"], int(numel_in) if numel_in else None,
-                                               int(numel_out) if numel_out else None, int(m["timeout"]),
-                                               int(m["ran"]) if m["ran"] else None, groups.get((rank, seq))))
+        first.setdefault(rank, WatchdogTimeout(rank, seq, m["op"], _number(numel_in) if numel_in else None,
+                                               _number(numel_out) if numel_out else None, _number(m["timeout"]),
+                                               _number(m["ran"]) if m["ran"] else None, groups.get((rank, seq))))
     if not first:
         return None
-    seen = {int(next(g for g in m.groups() if g is not None)) for m in _RANK_SEEN.finditer(text)} | set(first)
+    seen = {_rank(next(g for g in m.groups() if g is not None)) for m in _RANK_SEEN.finditer(text)} | set(first)
     size = world_size or max(seen) + 1
     return WatchdogReport(tuple(first[r] for r in sorted(first)), tuple(sorted(seen)), size)
+
+
+def _ranges(ranks: tuple[int, ...]) -> str:
+    """0, 2-5, 9: ranks in ranges (a world of a million ranks is one line)."""
+    parts: list[list[int]] = []
+    for rank in ranks:
+        if parts and rank == parts[-1][1] + 1:
+            parts[-1][1] = rank
+        else:
+            parts.append([rank, rank])
+    return ", ".join(str(a) if a == b else f"{a}, {b}" if b == a + 1 else f"{a}-{b}" for a, b in parts)
 
 
 def _what(t: WatchdogTimeout) -> str:
@@ -91,23 +118,39 @@ def watchdog_findings(report: WatchdogReport) -> list[Finding]:
     lowest = min(t.seq for t in report.timeouts)
     behind = [t for t in report.timeouts if t.seq == lowest] if len(by_seq) > 1 else []
     ahead = sorted({t.seq for t in report.timeouts} - {lowest})
+    shown = f"#{', #'.join(map(str, ahead[:10]))}" + (f" and {len(ahead) - 10:,} more" if len(ahead) > 10 else "")
+    if len(behind) > MAX_SILENT_NAMED:
+        findings.append(Finding("behind_rank", Severity.WARNING,
+                                f"{len(behind):,} ranks ({_ranges(tuple(t.rank for t in behind))[:300]}) timed out in "
+                                f"{_what(behind[0])} while others were already at work {shown}: they are behind",
+                                stage="watchdog"))
+        behind = []
     for t in behind:
         findings.append(Finding("behind_rank", Severity.WARNING,
                                 f"rank {t.rank} timed out in {_what(t)} while others were already at work "
-                                f"#{', #'.join(map(str, ahead))}: it is behind (or the ranks run different groups)",
+                                f"{shown}: it is behind (or the ranks run different groups)",
                                 rank=t.rank, stage="watchdog"))
     if report.silent:
         by_what: dict[str, list[int]] = {}
         for t in report.timeouts:
             by_what.setdefault(_what(t), []).append(t.rank)
-        waiting = "; ".join(f"rank{'s' if len(r) > 1 else ''} {', '.join(map(str, r))} in {what}"
-                            for what, r in by_what.items())
-        for rank in report.silent:
+        waiting = "; ".join(f"rank{'s' if len(r) > 1 else ''} {_ranges(tuple(r))[:200]} in {what}"
+                            for what, r in list(by_what.items())[:10])
+        silent = report.silent
+        remedy = ("take that rank's stack while it hangs (py-spy dump --pid, or TORCH_NCCL_DUMP_ON_TIMEOUT=1 with "
+                  "TORCH_FR_BUFFER_SIZE set, then `ds-doctor triage` on the dump directory)")
+        if len(silent) > MAX_SILENT_NAMED:
+            findings.append(Finding(
+                "missing_rank", Severity.ERROR,
+                f"{len(silent):,} ranks ({_ranges(silent)[:300]}) never reported a watchdog timeout while the others "
+                f"timed out ({waiting[:300]}): they never entered that collective", stage="watchdog",
+                expected="every rank of the group in the same collective", remedy=remedy))
+            silent = ()
+        for rank in silent:
             findings.append(Finding(
                 "missing_rank", Severity.ERROR,
                 f"rank {rank} never reported a watchdog timeout while the others timed out ({waiting}): it never "
                 "entered that collective; its own log or stack shows where it was",
                 rank=rank, stage="watchdog", expected="every rank of the group in the same collective",
-                remedy="take that rank's stack while it hangs (py-spy dump --pid, or TORCH_NCCL_DUMP_ON_TIMEOUT=1 with "
-                       "TORCH_FR_BUFFER_SIZE set, then `ds-doctor triage` on the dump directory)"))
+                remedy=remedy))
     return findings

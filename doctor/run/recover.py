@@ -1,5 +1,8 @@
 """Reports from what is on disk: a run directory (also one whose doctor was killed), or a report file.
 
+A report file, a manifest and a run directory are user input too (attached to tickets): they are read with the
+bounds of `doctor.userinput`, and anything of the wrong shape is an `InputError`, one line.
+
 `ds-doctor run` writes the manifest (the plan, the environment) into its run directory before the
 first launch; the ranks append one fsynced rank line per finished case. From those alone a report
 is rebuilt: cases whose every rank finished are merged as in a live run; a case some rank never
@@ -9,7 +12,6 @@ with a warning; the rest is rendered.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -19,26 +21,42 @@ from doctor.run.build import anonymize, build_report
 from doctor.run.merge import merge_case, skipped_case
 from doctor.run.plan import node_checks
 from doctor.rundir import MANIFEST_VERSION, Manifest, PlannedCase, RankLine, RunDir, read_rank_lines
+from doctor.userinput import MAX_REPORT_BYTES, UserInputError, check_world_size, parse_json, read_file, short
 from reports.records import SCHEMA_VERSION, CaseResult, Outcome, RankSummary, Report, parse_time
 
 UNFINISHED = "did not finish: the run stopped before every rank reported this case (was ds-doctor killed?)"
 
 
-class InputError(Exception):
-    """A path given to `ds-doctor report` or `diff` is not something it can read; one line, exit code 2."""
+class InputError(UserInputError):
+    """A path given to `ds-doctor report` or `diff` is not something it can read; one line, exit code 2 (a
+    click.UsageError wherever it is raised)."""
+
+
+#: what turning checked JSON into records may still raise on a value of the right JSON type but no sense
+_CONVERSION = (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError)
 
 
 def _read_json(path: Path) -> Any:
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read it ({exc})") from None
+    """A report or manifest, read with the bounds of `doctor.userinput`: its size, its nesting."""
+    read = read_file(path, limit=MAX_REPORT_BYTES, error=InputError, kind="report")
+    text = read.text(InputError)
     if not text.strip():
         raise InputError(f"{path}: empty file")
+    return parse_json(text, str(path), InputError, label="not valid JSON")
+
+
+def _check_manifest(data: dict[str, Any], path: Path) -> None:
+    shapes = {"env": dict, "hardware": dict, "planned": list, "skips": list, "argv": list, "started_at": str}
+    for key, kind in shapes.items():
+        if key in data and not isinstance(data[key], kind):
+            raise InputError(f"{path}: {key} is {short(data[key])}, not a {'JSON object' if kind is dict else kind.__name__}")
+    if not all(isinstance(p, dict) for p in (*data.get("planned", ()), *data.get("skips", ()))):
+        raise InputError(f"{path}: a planned case is not a JSON object")
     try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise InputError(f"{path}: not valid JSON ({exc})") from None
+        if "started_at" in data:
+            parse_time(data["started_at"])
+    except _CONVERSION:
+        raise InputError(f"{path}: started_at is {short(data['started_at'])}, not a time") from None
 
 
 def load_manifest(run_dir: RunDir) -> Manifest:
@@ -47,12 +65,21 @@ def load_manifest(run_dir: RunDir) -> Manifest:
     data = _read_json(run_dir.manifest)
     if not isinstance(data, dict) or "planned" not in data:
         raise InputError(f"{run_dir.manifest}: not a ds-doctor run manifest")
-    if int(data.get("manifest_version", 0)) > MANIFEST_VERSION:
-        raise InputError(f"{run_dir.manifest}: written by a newer ds-doctor (manifest version {data['manifest_version']})")
+    version = data.get("manifest_version", 0)
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise InputError(f"{run_dir.manifest}: manifest_version is {short(version)}, not a number")
+    if version > MANIFEST_VERSION:
+        raise InputError(f"{run_dir.manifest}: written by a newer ds-doctor (manifest version {version})")
+    _check_manifest(data, run_dir.manifest)
     try:
-        return Manifest.from_dict(data)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise InputError(f"{run_dir.manifest}: a planned case is incomplete ({type(exc).__name__}: {exc})") from None
+        manifest = Manifest.from_dict(data)
+    except _CONVERSION as exc:
+        raise InputError(f"{run_dir.manifest}: a planned case is incomplete ({type(exc).__name__}: {exc})"[:300]) from None
+    for planned in manifest.planned:
+        if not isinstance(planned.world_size, int):
+            raise InputError(f"{run_dir.manifest}: {short(planned.case)} has world size {short(planned.world_size)}")
+        check_world_size(planned.world_size, f"{run_dir.manifest}: {short(planned.case)} has world size", InputError)
+    return manifest
 
 
 def lines_by_case(run_dir: RunDir, warnings: list[str]) -> dict[str, dict[int, RankLine]]:
@@ -115,7 +142,13 @@ def load_report_file(path: Path, *, anonymized: bool = False) -> Report:
     except jsonschema.ValidationError as exc:
         where = "/".join(str(p) for p in exc.absolute_path) or "top level"
         raise InputError(f"{path}: not a valid ds-doctor report at {where}: {exc.message[:200]}") from None
-    data = scrub(data)  # a report written by an older ds-doctor may predate a pattern
-    if anonymized:
-        data = anonymize(data, str(data["hardware"].get("host") or ""))
-    return Report.from_dict(data)
+    try:
+        data = scrub(data)  # a report written by an older ds-doctor may predate a pattern
+        if anonymized:
+            data = anonymize(data, str(data["hardware"].get("host") or ""))
+        report = Report.from_dict(data)
+    except _CONVERSION as exc:
+        raise InputError(f"{path}: not a valid ds-doctor report ({type(exc).__name__}: {exc})"[:300]) from None
+    for result in report.results:  # a world size is a count a reader may size things by
+        check_world_size(result.world_size, f"{path}: {short(result.key)} has world size", InputError)
+    return report

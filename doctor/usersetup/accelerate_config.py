@@ -14,10 +14,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import json
 import os
 from pathlib import Path
 from typing import Any
+
+from doctor.userinput import MAX_CONFIG_BYTES, UserInputError, parse_yaml, read_file, short
 
 ENV = "DS_DOCTOR_ACCELERATE_CONFIG"
 TYPES = ("DEEPSPEED", "FSDP", "MULTI_GPU", "MULTI_CPU", "NO")
@@ -28,8 +29,9 @@ _DS_FIELDS = {"zero_stage": "zero_stage", "offload_optimizer_device": "offload_o
               "zero3_save_16bit_model": "zero3_save_16bit_model"}
 
 
-class AccelerateConfigError(ValueError):
-    """A config that cannot be used; its message is the one line the CLI prints."""
+class AccelerateConfigError(UserInputError):
+    """A config that cannot be used; its message is the one line the CLI prints (a ValueError, and a
+    click.UsageError: exit code 2 wherever it is raised)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,10 +42,9 @@ class AccelerateSetup:
 
     @functools.cached_property
     def data(self) -> dict[str, Any]:
-        """The YAML, parsed once per object (every property below reads it; callers do not change it)."""
-        import yaml
-
-        return dict(yaml.safe_load(self.text) or {})
+        """The YAML, parsed once per object (every property below reads it; callers do not change it), with the
+        bounds `load` checked it against."""
+        return dict(parse_yaml(self.text, self.path, AccelerateConfigError) or {})
 
     @property
     def distributed_type(self) -> str:
@@ -60,42 +61,58 @@ class AccelerateSetup:
 
 
 def load(path: str | Path) -> AccelerateSetup:
-    import yaml
+    from doctor.usersetup.deepspeed_config import kept_path
 
-    from doctor.usersetup.deepspeed_config import read_user_file
-
-    path, raw = read_user_file(path, AccelerateConfigError)
-    text = raw.decode("utf-8", errors="replace")
-    try:
-        data = yaml.safe_load(text)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
-        raise AccelerateConfigError(f"{path}: not YAML: {exc.problem}{where}") from None
+    name = str(path)
+    read = read_file(path, limit=MAX_CONFIG_BYTES, error=AccelerateConfigError, kind="config")
+    text = read.text(AccelerateConfigError)
+    data = parse_yaml(text, name, AccelerateConfigError)
     if not isinstance(data, dict):
-        raise AccelerateConfigError(f"{path}: an Accelerate config is a YAML mapping, not {type(data).__name__}")
-    setup = AccelerateSetup(str(path), hashlib.sha256(raw).hexdigest(), text)
-    _validate(setup)
-    return setup
+        raise AccelerateConfigError(f"{name}: an Accelerate config is a YAML mapping, not {type(data).__name__}")
+    where = Path(path).expanduser().resolve() if read.regular else Path(name)
+    setup = AccelerateSetup(str(where), hashlib.sha256(read.data).hexdigest(), text)
+    _validate(setup, name, copied=not read.regular)
+    return setup if read.regular else dataclasses.replace(setup, path=str(kept_path(read, path, ".yaml")))
 
 
-def _validate(setup: AccelerateSetup) -> None:
+def _validate(setup: AccelerateSetup, name: str | None = None, copied: bool = False) -> None:
+    name = name or setup.path
+    for key in ("distributed_type", "mixed_precision"):
+        value = setup.data.get(key)
+        if value is not None and not isinstance(value, (str, bool)):
+            raise AccelerateConfigError(f"{name}: {key} is {short(value)}, not a name")
     if setup.distributed_type not in TYPES:
-        raise AccelerateConfigError(f"{setup.path}: distributed_type {setup.distributed_type!r} is none of "
+        raise AccelerateConfigError(f"{name}: distributed_type {short(setup.distributed_type)} is none of "
                                     f"{', '.join(TYPES)}")
     if setup.mixed_precision not in PRECISIONS:
-        raise AccelerateConfigError(f"{setup.path}: mixed_precision {setup.mixed_precision!r} is none of "
+        raise AccelerateConfigError(f"{name}: mixed_precision {short(setup.mixed_precision)} is none of "
                                     f"{', '.join(PRECISIONS)}")
-    ds_file = (setup.data.get("deepspeed_config") or {}).get("deepspeed_config_file")
+    for section in ("deepspeed_config", "fsdp_config"):
+        value = setup.data.get(section)
+        if value is not None and not isinstance(value, dict):
+            raise AccelerateConfigError(f"{name}: {section} is {short(value)}, not a mapping of settings")
+    section = setup.data.get("deepspeed_config") or {}
+    for key in (*_DS_FIELDS, "deepspeed_config_file"):  # what becomes a DeepSpeedPlugin argument: a scalar each
+        if isinstance(section.get(key), (dict, list)):
+            raise AccelerateConfigError(f"{name}: deepspeed_config.{key} is {short(section[key])}, not a value")
+    ds_file = section.get("deepspeed_config_file")
+    if ds_file is not None and not isinstance(ds_file, str):
+        raise AccelerateConfigError(f"{name}: deepspeed_config.deepspeed_config_file is {short(ds_file)}, not a path")
     if setup.distributed_type == "DEEPSPEED" and ds_file:
         from doctor.usersetup.deepspeed_config import ConfigError
         from doctor.usersetup.deepspeed_config import load as load_ds
 
-        base = Path(setup.path).parent
+        if copied and not Path(ds_file).is_absolute():
+            raise AccelerateConfigError(f"{name}: its deepspeed_config_file {short(ds_file)} is relative, and the YAML "
+                                        "is no file to be relative to (a pipe?): give its absolute path")
         try:
-            load_ds(ds_file if Path(ds_file).is_absolute() else base / ds_file)
+            load_ds(_ds_path(setup, ds_file))
         except ConfigError as exc:
-            raise AccelerateConfigError(f"{setup.path}: its deepspeed_config_file: {exc}") from None
+            raise AccelerateConfigError(f"{name}: its deepspeed_config_file: {exc}") from None
+
+
+def _ds_path(setup: AccelerateSetup, ds_file: str) -> Path:
+    return Path(ds_file) if Path(ds_file).is_absolute() else Path(setup.path).parent / ds_file
 
 
 def from_env() -> AccelerateSetup | None:
@@ -119,11 +136,12 @@ def deepspeed_plugin(setup: AccelerateSetup) -> Any:
     """The DeepSpeedPlugin `accelerate launch` would build from this config."""
     from accelerate.utils import DeepSpeedPlugin
 
+    from doctor.usersetup.deepspeed_config import load as load_ds
+
     section = dict(setup.data.get("deepspeed_config") or {})
     ds_file = section.get("deepspeed_config_file")
-    if ds_file:
-        path = Path(ds_file) if Path(ds_file).is_absolute() else Path(setup.path).parent / ds_file
-        return DeepSpeedPlugin(hf_ds_config=json.loads(path.read_text()))
+    if ds_file:  # read with the bounds and checks of --deepspeed-config
+        return DeepSpeedPlugin(hf_ds_config=load_ds(_ds_path(setup, ds_file)).config)
     kwargs = {ours: section[theirs] for theirs, ours in _DS_FIELDS.items() if theirs in section}
     return DeepSpeedPlugin(**kwargs)
 

@@ -1,7 +1,8 @@
 """The user's DeepSpeed config (`ds-doctor run --deepspeed-config FILE`), made runnable here and nothing more.
 
-`load` reads and parses it (a bad file is one line: path, or line and column), `check` runs DeepSpeed's own
-validation on it, `fill` makes it run on this node at this world size: HF-style `"auto"` values get values for
+`load` reads and parses it with the bounds of `doctor.userinput` (a bad file is one line: path, or line and column;
+a section such as `optimizer` that is not an object, too), `check` runs DeepSpeed's own validation on it, `fill`
+makes it run on this node at this world size: HF-style `"auto"` values get values for
 the tiny model (as the HF Trainer fills them from its arguments), and what cannot run here is changed, each
 change listed with its reason (an NVMe offload path that does not exist becomes a CPU offload *and a finding*,
 never a silent switch). The ZeRO promise the invariants check is read from the filled config.
@@ -18,6 +19,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from doctor.userinput import MAX_CONFIG_BYTES, Input, UserInputError, keep_copy, parse_json, read_file, short
 from reports.records import Finding, Severity
 
 ENV = "DS_DOCTOR_DEEPSPEED_CONFIG"
@@ -26,8 +28,9 @@ ACCUMULATION = 4
 HIDDEN = 32  # the tiny models' hidden size, for the bucket sizes HF derives from it
 
 
-class ConfigError(ValueError):
-    """A config that cannot be used; its message is the one line the CLI prints."""
+class ConfigError(UserInputError):
+    """A config that cannot be used; its message is the one line the CLI prints (a ValueError, and a
+    click.UsageError: exit code 2 wherever it is raised)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,27 +44,44 @@ class UserConfig:
         return dict(json.loads(self.text))
 
 
-def read_user_file(path: str | Path, error: type[ValueError]) -> tuple[Path, bytes]:
-    """A file an option names, resolved and read; `error` with one line when it cannot be."""
-    path = Path(path).expanduser().resolve()
-    try:
-        return path, path.read_bytes()
-    except FileNotFoundError:
-        raise error(f"{path}: no such file") from None
-    except OSError as exc:
-        raise error(f"{path}: {exc.strerror}") from None
+def read_user_file(path: str | Path, error: type[UserInputError], suffix: str = "") -> tuple[Path, bytes]:
+    """A config file an option names, read with the bounds of `doctor.userinput` (MAX_CONFIG_BYTES; a FIFO or a
+    `<(cmd)` path is read as a stream); `error` with one line when it cannot be. The path returned is one the ranks
+    can read again (`kept_path`)."""
+    read = read_file(path, limit=MAX_CONFIG_BYTES, error=error, kind="config")
+    return kept_path(read, path, suffix), read.data
+
+
+def kept_path(read: Input, path: str | Path, suffix: str = "") -> Path:
+    """Where the ranks read the config again: the file itself, resolved; for a stream (a pipe gives its bytes once)
+    a private copy of what it gave. Called once the config checked out, so a refused one leaves no copy."""
+    if read.regular:
+        return Path(path).expanduser().resolve()
+    return keep_copy(read, suffix or Path(str(path)).suffix)
+
+
+#: sections `fill` and `check` look into: each, where present, is a JSON object
+_SECTIONS = (("optimizer",), ("optimizer", "params"), ("scheduler",), ("scheduler", "params"), ("zero_optimization",),
+             ("zero_optimization", "offload_optimizer"), ("zero_optimization", "offload_param"), ("bf16",), ("fp16",))
+
+
+def _check_shape(config: dict[str, Any], name: str) -> None:
+    for *parents, last in _SECTIONS:  # parents first: a parent that is no object was refused already
+        parent = _section(config, *parents)
+        if last in parent and not isinstance(parent[last], dict):
+            raise ConfigError(f"{name}: \"{'.'.join((*parents, last))}\" is {short(parent[last])}, not a JSON object "
+                              "of settings")
 
 
 def load(path: str | Path) -> UserConfig:
-    path, raw = read_user_file(path, ConfigError)
-    text = raw.decode("utf-8", errors="replace")
-    try:
-        config = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}: not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    name = str(path)
+    read = read_file(path, limit=MAX_CONFIG_BYTES, error=ConfigError, kind="config")
+    text = read.text(ConfigError)
+    config = parse_json(text, name, ConfigError)
     if not isinstance(config, dict):
-        raise ConfigError(f"{path}: a DeepSpeed config is a JSON object, not {type(config).__name__}")
-    return UserConfig(str(path), hashlib.sha256(raw).hexdigest(), text)
+        raise ConfigError(f"{name}: a DeepSpeed config is a JSON object, not {type(config).__name__}")
+    _check_shape(config, name)
+    return UserConfig(str(kept_path(read, path, ".json")), hashlib.sha256(read.data).hexdigest(), text)
 
 
 def user_config() -> UserConfig | None:
@@ -84,13 +104,23 @@ class Filled:
     unfilled: list[str] = dataclasses.field(default_factory=list)  # "auto" with no value known: left to DeepSpeed
 
 
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _section(config: dict[str, Any], *keys: str) -> dict[str, Any]:
+    for key in keys:
+        config = config.get(key) if isinstance(config.get(key), dict) else {}
+    return config
+
+
 def _auto_values(config: dict[str, Any], world_size: int) -> dict[str, Any]:
     micro = config.get("train_micro_batch_size_per_gpu")
-    micro = micro if isinstance(micro, int) else MICRO_BATCH
+    micro = micro if isinstance(micro, int) and not isinstance(micro, bool) else MICRO_BATCH
     accumulation = config.get("gradient_accumulation_steps")
-    accumulation = accumulation if isinstance(accumulation, int) else ACCUMULATION
-    lr = (config.get("optimizer") or {}).get("params", {}).get("lr")
-    lr = lr if isinstance(lr, (int, float)) else 3e-4
+    accumulation = accumulation if isinstance(accumulation, int) and not isinstance(accumulation, bool) else ACCUMULATION
+    lr = _section(config, "optimizer", "params").get("lr")
+    lr = lr if _number(lr) else 3e-4
     return {
         "train_micro_batch_size_per_gpu": micro, "gradient_accumulation_steps": accumulation,
         "train_batch_size": micro * accumulation * world_size, "gradient_clipping": 1.0,
@@ -104,21 +134,22 @@ def _auto_values(config: dict[str, Any], world_size: int) -> dict[str, Any]:
     }
 
 
-def _walk(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
+def _walk(value: Any, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    """(key path, value) of every leaf; a path is a tuple, since a key may hold a dot itself."""
     if isinstance(value, dict):
-        return [item for key, inner in value.items() for item in _walk(inner, f"{prefix}.{key}" if prefix else key)]
+        return [item for key, inner in value.items() for item in _walk(inner, (*prefix, key))]
     return [(prefix, value)]
 
 
-def _set(config: dict[str, Any], dotted: str, value: Any) -> None:
-    *parents, last = dotted.split(".")
+def _set(config: dict[str, Any], keys: tuple[str, ...], value: Any) -> None:
+    *parents, last = keys
     for key in parents:
         config = config[key]
     config[last] = value
 
 
-def _drop(config: dict[str, Any], dotted: str) -> None:
-    *parents, last = dotted.split(".")
+def _drop(config: dict[str, Any], keys: tuple[str, ...]) -> None:
+    *parents, last = keys
     for key in parents:
         config = config[key]
     config.pop(last, None)
@@ -129,14 +160,15 @@ def fill(user: dict[str, Any], world_size: int, accelerator: str, *, fill_auto: 
     itself when the config goes through it (as the user's job does)."""
     result = Filled(copy.deepcopy(user))
     values = _auto_values(result.config, world_size)
-    for dotted, value in _walk(result.config):
+    for keys, value in _walk(result.config):
         if value != "auto" or not fill_auto:
             continue
-        if dotted in values:
-            _set(result.config, dotted, values[dotted])
+        dotted = ".".join(keys)
+        if dotted in values and len(keys) == len(dotted.split(".")):
+            _set(result.config, keys, values[dotted])
             result.filled[dotted] = values[dotted]
         else:
-            _drop(result.config, dotted)
+            _drop(result.config, keys)
             result.unfilled.append(dotted)
     _fit_batch(result, world_size)
     for section in ("offload_optimizer", "offload_param"):
@@ -151,11 +183,39 @@ def change_findings(filled: Filled, rank: int) -> list[Finding]:
             if rank == 0]
 
 
+#: what the HF Trainer passes to `deepspeed.initialize` for a config with no "optimizer" block (transformers'
+#: `deepspeed_optim_sched`: `trainer.create_optimizer()`, AdamW at its default learning rate, and
+#: `zero_allow_untested_optimizer`); DeepSpeed alone fails such a config with "zero stage N requires an optimizer"
+TRAINER_OPTIMIZER = ("torch.optim.AdamW", {"lr": 5e-5, "weight_decay": 0.0})
+
+
+def route_optimizer(config: dict[str, Any], parameters: Any) -> Any:
+    """The client optimizer for a config that names none (as the HF Trainer builds it); None where it names one."""
+    if "optimizer" in config:
+        return None
+    import torch
+
+    return torch.optim.AdamW(parameters, **TRAINER_OPTIMIZER[1])
+
+
+def trainer_optimizer(result: Filled) -> None:
+    """For a route that calls `deepspeed.initialize` itself: a config without an optimizer block is told to accept
+    the Trainer's (`route_optimizer` builds it), and the change is listed."""
+    if "optimizer" in result.config:
+        return
+    result.config["zero_allow_untested_optimizer"] = True
+    name, args = TRAINER_OPTIMIZER
+    result.changed["optimizer"] = (
+        f"(none) -> {name}({', '.join(f'{k}={v:g}' for k, v in args.items())}) passed to deepspeed.initialize, as the "
+        "HF Trainer does for a config without an optimizer block; plain deepspeed.initialize refuses it "
+        "('zero stage N requires an optimizer'): add an \"optimizer\" block to run it outside the Trainer")
+
+
 def _fit_batch(result: Filled, world_size: int) -> None:
     config = result.config
     micro, accumulation = config.get("train_micro_batch_size_per_gpu"), config.get("gradient_accumulation_steps")
     total = config.get("train_batch_size")
-    if isinstance(micro, int) and isinstance(accumulation, int) and isinstance(total, int) \
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in (micro, accumulation, total)) \
             and total != micro * accumulation * world_size:
         config["train_batch_size"] = micro * accumulation * world_size
         result.changed["train_batch_size"] = (f"{total} -> {config['train_batch_size']}: micro batch x accumulation x "
@@ -163,7 +223,7 @@ def _fit_batch(result: Filled, world_size: int) -> None:
 
 
 def _fit_offload(result: Filled, section: str, accelerator: str) -> None:
-    offload = (result.config.get("zero_optimization") or {}).get(section)
+    offload = _section(result.config, "zero_optimization").get(section)
     if not isinstance(offload, dict):
         return
     if offload.get("device") == "nvme":
@@ -183,8 +243,8 @@ def check(user: UserConfig, world_size: int = 1) -> None:
         from deepspeed.runtime.config import DeepSpeedConfig
     except ImportError:
         raise ConfigError(f"--deepspeed-config {user.path}: deepspeed is not installed (pip install deepspeed)") from None
-    filled = fill(user.config, world_size, "cpu")
     try:
+        filled = fill(user.config, world_size, "cpu")
         DeepSpeedConfig(filled.config)
     except Exception as exc:
         raise ConfigError(f"{user.path}: DeepSpeed refuses it: {_first_error(exc)}") from None

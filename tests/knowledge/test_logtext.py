@@ -4,7 +4,10 @@ versions than the installed ones."""
 
 from __future__ import annotations
 
+import random
+import re
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -109,3 +112,31 @@ def test_prodigy_named_with_a_v_and_a_resume_mismatch_is_triaged() -> None:
     assert match.issue.id == "prodigy_group_tensors_left_on_cpu"
     assert match.version.version == "1.8.51" and match.issue.verdict == Verdict.AFFECTED
     assert match.line == "Expected all tensors to be on the same device"  # the span, not its whole line
+
+
+_OLD_BAR = re.compile(r"[^\n]*?\d{1,3}%\|[^|\n]*\|\s*[\d.]+[kMG]?/[\d.?]+[kMG]?\s*\[[^\]\n]*\]")  # before: quadratic
+
+
+def test_bars_are_stripped_as_before_in_linear_time() -> None:
+    """The bar regex lost its leading `[^\\n]*?` (tried from every position of a line: 20 KB took 4 s, 80 KB 57 s);
+    the text before a bar on its line is cut by position instead, with the same result."""
+    from doctor.knowledge.logtext import _strip_bars
+
+    pieces = [" 37%|███▋      | 37/100 [00:12<00:21,  2.95it/s]", "5%|", "|", "\n", "Traceback", " 1/2 [", "]", "x", "\r"]
+    rng = random.Random(0)
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 10)))
+        assert _strip_bars(text) == _OLD_BAR.sub("\n", text.replace("\r\n", "\n").replace("\r", "\n")), repr(text)
+    for unit in ("#", " ", "[rank0]: ", "1%||1/1[", "\r 45%|####   | 450/1000 [00:01<00:02]"):
+        start = time.monotonic()
+        normalise(unit * (2**20 // len(unit)))
+        assert time.monotonic() - start < 5, unit
+
+
+def test_versions_are_found_in_linear_time() -> None:
+    """`^\\s*deepspeed info` spanned blank lines: 20,000 newlines took 26 s."""
+    start = time.monotonic()
+    assert log_versions("\n" * 200_000 + "deepspeed\n", ["deepspeed"]) == {}  # named, with no version: every try fails
+    assert log_versions("\n" * 1000 + "deepspeed info ................... 0.14.2\n", ["deepspeed"]) == {
+        "deepspeed": "0.14.2"}
+    assert time.monotonic() - start < 5

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
 
 from doctor.cli import main
 from doctor.knowledge.watchdog import read_watchdog, watchdog_findings
+from doctor.userinput import UserInputError
 
 LOGS = Path(__file__).resolve().parents[1] / "resources" / "watchdog"
 
@@ -47,3 +49,37 @@ def test_cli_prints_the_watchdog_findings(capsys: pytest.CaptureFixture[str]) ->
     data = json.loads(capsys.readouterr().out)
     assert [f["invariant"] for f in data["findings"]] == ["collective_mismatch", "missing_rank", "missing_rank"]
     assert data["watchdog"]["world_size"] == 4
+
+
+def timeout_line(rank: str, seq: str = "808") -> str:
+    return (f"[Rank {rank}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, "
+            "NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600020 milliseconds before timing out.\n")
+
+
+@pytest.mark.parametrize(("log", "world_size", "needle"), [
+    (timeout_line("99999999999"), None, "the log names rank 99,999,999,999: beyond the 1,048,576 ranks"),
+    (timeout_line("1" * 5000), None, "a number of 5,000 digits"),  # int() refuses it: was a ValueError, exit 3
+    (timeout_line("0", "9" * 5000), None, "a number of 5,000 digits"),
+    (timeout_line("0") + "[rank123456789]: hello\n", None, "the log names rank 123,456,789: beyond"),
+    ("epoch 1\n", 10**12, "--world-size 1,000,000,000,000: beyond the 1,048,576 ranks"),
+])
+def test_a_rank_or_world_size_past_the_bound_is_one_line_before_anything_is_sized(log: str, world_size: int | None,
+                                                                                 needle: str) -> None:
+    with pytest.raises(UserInputError) as caught:
+        read_watchdog(log, world_size)
+    assert needle in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_million_ranks_that_never_timed_out_are_one_finding() -> None:
+    start = time.monotonic()
+    report = read_watchdog(timeout_line("0") + timeout_line("999999"), world_size=1_000_000)
+    findings = watchdog_findings(report)  # type: ignore[arg-type]
+    assert [f.invariant for f in findings] == ["missing_rank"] and findings[0].rank is None
+    assert findings[0].message.startswith("999,998 ranks (1-999998) never reported")
+    assert time.monotonic() - start < 10
+
+
+def test_cli_world_size_past_the_bound_is_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["triage", "--world-size", "2000000", str(LOGS / "mismatch.log")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ds-doctor: error:") and "--world-size" in err and len(err.strip().splitlines()) == 1

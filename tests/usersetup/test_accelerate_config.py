@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -71,3 +73,46 @@ def test_fsdp_fields_become_the_plugin(tmp_path: Path) -> None:
     plugin = accelerator_kwargs(setup)["fsdp_plugin"]
     assert plugin.fsdp_version == 2 and type(plugin.cpu_offload).__name__ == "CPUOffloadPolicy"  # FSDP2: offload on
     assert "SHARDED_STATE_DICT" in str(plugin.state_dict_type)
+
+
+HOSTILE = Path(__file__).resolve().parents[1] / "resources" / "hostile"
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ("distributed_type: DEEPSPEED\ndeepspeed_config: \"yes\"\n", "deepspeed_config is 'yes', not a mapping of settings"),
+    ("distributed_type: FSDP\nfsdp_config: [1, 2]\n", "fsdp_config is [1, 2], not a mapping of settings"),
+    ("distributed_type: [DEEPSPEED]\n", "distributed_type is ['DEEPSPEED'], not a name"),
+    ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: {a: 1}\n", "deepspeed_config.zero_stage is {'a': 1}"),
+    ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: 5\n",
+     "deepspeed_config.deepspeed_config_file is 5, not a path"),
+    ("distributed_type: NO\nmixed_precision: no\nx: \x00\n", "a NUL byte at line 3"),  # a ReaderError before: exit 3
+    ((HOSTILE / "alias_bomb.yaml").read_text(), "its aliases expand to more than 100,000 nodes"),
+    ("a: &a [*a]\n", "a YAML alias refers to a node that contains it"),
+])
+def test_a_hostile_yaml_is_one_line(tmp_path: Path, text: str, needle: str) -> None:
+    with pytest.raises(AccelerateConfigError) as caught:
+        load(write(tmp_path, text))
+    assert needle in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_the_deepspeed_config_file_it_names_is_read_with_the_same_bounds(tmp_path: Path) -> None:
+    (tmp_path / "ds.json").write_text('{"optimizer": "adam"}')
+    with pytest.raises(AccelerateConfigError, match=r"its deepspeed_config_file: .*\"optimizer\" is 'adam'"):
+        load(write(tmp_path, "distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: ds.json\n"))
+
+
+def test_a_yaml_from_a_pipe_is_read_and_a_relative_file_in_it_is_refused(tmp_path: Path) -> None:
+    def piped(text: str) -> Path:
+        fifo = tmp_path / "acc.fifo"
+        fifo.unlink(missing_ok=True)
+        os.mkfifo(fifo)
+        threading.Thread(target=lambda: fifo.write_text(text), daemon=True).start()
+        return fifo
+
+    setup = load(piped("distributed_type: NO\nmixed_precision: bf16\n"))
+    try:
+        assert setup.mixed_precision == "bf16" and load(setup.path).sha256 == setup.sha256  # what the ranks read
+    finally:
+        Path(setup.path).unlink()
+    with pytest.raises(AccelerateConfigError, match="is relative, and the YAML is no file to be relative to"):
+        load(piped("distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: ds.json\n"))

@@ -44,6 +44,25 @@ def test_an_existing_nvme_path_is_kept(tmp_path: Path) -> None:
     assert fill(config, 1, "cpu").changed == {}
 
 
+def test_a_trainer_style_config_without_an_optimizer_gets_the_trainers_and_says_so() -> None:
+    import torch
+
+    from doctor.usersetup.deepspeed_config import route_optimizer, trainer_optimizer
+
+    filled = fill({"zero_optimization": {"stage": 2}, "train_micro_batch_size_per_gpu": 2}, 1, "cpu")
+    assert filled.changed == {}  # fill alone leaves it: a route that passes its own optimizer needs nothing
+    trainer_optimizer(filled)
+    assert filled.config["zero_allow_untested_optimizer"] is True  # as transformers' deepspeed_optim_sched sets it
+    said = filled.changed["optimizer"]
+    assert said.startswith("(none) -> torch.optim.AdamW(lr=5e-05") and 'add an "optimizer" block' in said
+    optimizer = route_optimizer(filled.config, torch.nn.Linear(2, 2).parameters())
+    assert isinstance(optimizer, torch.optim.AdamW) and optimizer.defaults["lr"] == 5e-5
+    assert route_optimizer(AUTO, torch.nn.Linear(2, 2).parameters()) is None  # the config's own is used
+    with_one = fill(AUTO, 1, "cpu")
+    trainer_optimizer(with_one)
+    assert "optimizer" not in with_one.changed and "zero_allow_untested_optimizer" not in with_one.config
+
+
 def write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "ds.json"
     path.write_text(text)
