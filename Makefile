@@ -24,6 +24,9 @@ $(BIN)/.installed: setup.cfg pyproject.toml
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q $(FROM) "$(TORCH)"
 	$(BIN)/python -m pip install -q $(FROM) $(if $(WHEELHOUSE),--no-build-isolation,) \
 		-e ".[deepspeed,$(EXTRAS)$(if $(WHEELHOUSE),,$(comma)dev)]"
+	@# DeepSpeed's ops (its Adams, the CPU shared-memory comm) JIT-built once into torch's extensions cache (~2 min
+	@# on 2 cores), here rather than inside the first run or test; a node without a compiler builds nothing here
+	$(BIN)/python -m probes.common || echo "DeepSpeed's ops did not build here; the probes try again on first use"
 	touch $@
 
 comma := ,

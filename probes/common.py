@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from doctor.plugins import ProbeContext
@@ -48,16 +48,28 @@ def full_values(module: Any) -> dict[str, Any]:
     return {name: p.detach().to("cpu" if p.device.type != "meta" else "meta", copy=True) for name, p in params.items()}
 
 
-def build_deepspeed_ops(ctx: ProbeContext) -> None:
-    """Build or load DeepSpeed's optimizer ops (a JIT build takes minutes the first time) once per launch,
-    as a probe's `setup`, so the build does not eat a case's timeout."""
+#: DeepSpeed's ops the probes load: its Adams, and on a CPU node the shared-memory comm `init_distributed` builds
+OPS = ("CPUAdamBuilder", "FusedAdamBuilder", "ShareMemCommBuilder")
+
+
+def build_ops(enter: Callable[[str], object] = lambda _: None) -> list[str]:
+    """Build (JIT, into torch's extensions cache) or load the DeepSpeed ops this accelerator has; their names."""
     from deepspeed.accelerator import get_accelerator
 
-    for builder_name in ("CPUAdamBuilder", "FusedAdamBuilder"):
+    built = []
+    for builder_name in OPS:
         builder = get_accelerator().create_op_builder(builder_name)
         if builder is not None and builder.is_compatible(verbose=False):
-            ctx.enter(f"build {builder_name}")
+            enter(f"build {builder_name}")
             builder.load()
+            built.append(builder_name)
+    return built
+
+
+def build_deepspeed_ops(ctx: ProbeContext) -> None:
+    """Build or load DeepSpeed's ops (a JIT build takes minutes the first time) once per launch, as a probe's
+    `setup`, so the build does not eat a case's timeout."""
+    build_ops(ctx.enter)
 
 
 def synchronize(device: Any) -> None:
@@ -94,3 +106,7 @@ def time_collective(collective: str, numel: int, rank: int, world_size: int, dev
     elapsed = torch.tensor([(time.perf_counter() - started) / timed], dtype=torch.float64, device=device)
     dist.all_reduce(elapsed, group=group)
     return float(elapsed) / world_size
+
+
+if __name__ == "__main__":  # `make` warms the cache once at install: `python -m probes.common`
+    print("DeepSpeed ops built:", ", ".join(build_ops()) or "none")

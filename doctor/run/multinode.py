@@ -30,7 +30,8 @@ from doctor.run.plan import node_checks
 from doctor.rundir import RunDir
 from reports.records import FAILING, CaseResult, Outcome, Report
 
-#: After a failure across the nodes, how long the closing exchange waits for a node that may be gone.
+#: After a failure across the nodes, how long the closing exchange waits for a node that may be gone (at most as
+#: long as a node was given to join: --join-timeout).
 CLOSING_AFTER_FAILURE_S = 30.0
 
 
@@ -127,7 +128,7 @@ def run(options: RunOptions, reporter: RunReporter | None = None) -> tuple[Repor
     across = [r for r in results if r.nodes > 1]
     failed = any(r.outcome in FAILING for r in across)
     everyone = closing(cluster, run_dir, _stamped(own, cluster.node_rank),
-                       CLOSING_AFTER_FAILURE_S if failed else cluster.join_timeout_s)
+                       min(CLOSING_AFTER_FAILURE_S, cluster.join_timeout_s) if failed else cluster.join_timeout_s)
     gone = [cluster_result(n, f"node {n} ({nodes[n]['host']}) did not answer the closing exchange: "
                            "its results are missing from this report (did it stop, or get killed?)")
             for n in sorted(nodes) if n not in everyone]

@@ -41,9 +41,14 @@ COMET_KEY, EXPERIMENT_KEY = "q9Vw3Lk7Zp2Rt8Yx4Mn6Bc1Df5", "9f3a2b7c1d8e4f6a0b5c2
 MONITOR = {"comet": {"enabled": False, "api_key": COMET_KEY, "experiment_key": EXPERIMENT_KEY, "project": "tiny"}}
 
 
+#: as many Trainer users write it: no optimizer block (the Trainer passes its own AdamW), and ZeRO-Offload told to
+#: accept that client optimizer
+TRAINER_CONFIG = {**{k: v for k, v in AUTO_CONFIG.items() if k != "optimizer"}, "zero_force_ds_cpu_optimizer": False}
+
+
 def test_a_user_config_with_auto_values_and_a_factory_model(tmp_path: Path) -> None:
     config = tmp_path / "ds_config.json"
-    config.write_text(json.dumps({**AUTO_CONFIG, **MONITOR}, indent=2))
+    config.write_text(json.dumps({**TRAINER_CONFIG, **MONITOR}, indent=2))
     out = tmp_path / "out"
     result = run(out, "--deepspeed-config", str(config), "--model", "tests.resources.user_models:tied_with_buffers",
                  "-k", "zero_offload and user-config and ws2", "--junit", str(tmp_path / "junit.xml"),
@@ -51,9 +56,13 @@ def test_a_user_config_with_auto_values_and_a_factory_model(tmp_path: Path) -> N
     assert result["case"] == "zero_offload[user-config-ws2]"
     user = result["notes"]["user_config"]
     assert user["path"] == str(config) and user["sha256"] == hashlib.sha256(config.read_bytes()).hexdigest()
-    assert user["config"] == {**AUTO_CONFIG, "comet": {**MONITOR["comet"], "api_key": "<redacted>",
-                                                       "experiment_key": "<redacted>"}}
+    assert user["config"] == {**TRAINER_CONFIG, "comet": {**MONITOR["comet"], "api_key": "<redacted>",
+                                                          "experiment_key": "<redacted>"}}
     assert user["filled"]["train_batch_size"] == 16
+    # no optimizer block: the case passes the Trainer's AdamW (plain deepspeed.initialize would refuse the config),
+    # and says so
+    assert user["changed"]["optimizer"].startswith("(none) -> torch.optim.AdamW(lr=5e-05")
+    assert result["notes"]["inner_optimizer"] == "AdamW" and result["notes"]["optimizer"] == "DeepSpeedZeroOptimizer_Stage3"
     # issue 21: secrets under the keys of the user's own config reach no output, the run directory included
     outputs = [p for p in tmp_path.rglob("*") if p.is_file() and p != config]
     assert any(p.suffix == ".jsonl" for p in outputs) and any(p.name.endswith(".log") for p in outputs)
@@ -74,15 +83,17 @@ def test_a_user_config_with_auto_values_and_a_factory_model(tmp_path: Path) -> N
     assert partitions == {"cpu"}  # the offload the config promises, checked by the invariants
 
 
-@pytest.mark.parametrize("model_type", ["qwen3", "qwen3_moe"])
-def test_a_real_architecture_through_zero3_offload(tmp_path: Path, model_type: str) -> None:
-    result = run(tmp_path, "--model", f"hf:{model_type}", "-k", "zero_offload and ws2")
-    assert result["case"] == "zero_offload[z3-opt+param-bf16-ws2]"
+def check_real_architecture(result: dict, model_type: str) -> None:
+    assert result["case"] == "zero_offload[z3-opt+param-bf16-ws2]" and result["outcome"] == "pass", result["reason"]
     assert result["notes"]["model"].startswith(f"hf:{model_type} (Qwen3")
     buffers = {r["path"] for r in result["device_map"] if r["role"] == "buffer"}
     assert "model.rotary_emb.inv_freq" in buffers
-    if model_type == "qwen3_moe":
-        assert any(".mlp.experts." in r["path"] for r in result["device_map"] if r["role"] == "param")
+
+
+def test_a_real_architecture_through_zero3_offload(tmp_path: Path) -> None:
+    result = run(tmp_path, "--model", "hf:qwen3_moe", "-k", "zero_offload and ws2")
+    check_real_architecture(result, "qwen3_moe")
+    assert any(".mlp.experts." in r["path"] for r in result["device_map"] if r["role"] == "param")
 
 
 ACCELERATE_DEEPSPEED = """\
@@ -136,9 +147,11 @@ def test_s1_on_a_real_architecture_with_a_frozen_part_named_by_pattern(tmp_path:
     config.write_text(json.dumps(AUTO_CONFIG))
     proc = ds_doctor("run", "--out", str(tmp_path / "out"), "--model", "hf:qwen3", "--freeze", "model.layers.0.*",
                      "--deepspeed-config", str(config), "--level", "3",
-                     "-k", "frozen_param_names and ws2 and (z2-healthy or z2-set-tensor- or user-config)", timeout=600)
+                     "-k", "frozen_param_names and ws2 and (z2-healthy or z2-set-tensor- or user-config) "
+                     "or zero_offload and z3-opt+param-bf16-ws2", timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     results = {r["case"]: r for r in read_report(tmp_path / "out")["results"]}
+    check_real_architecture(results["zero_offload[z3-opt+param-bf16-ws2]"], "qwen3")  # the same launch, qwen3
     healthy, replaced = results["frozen_param_names[z2-healthy-ws2]"], results["frozen_param_names[z2-set-tensor-ws2]"]
     assert healthy["outcome"] == "pass" and "model.layers.0.self_attn.q_proj.weight" in healthy["notes"]["frozen"]
     assert "model.embed_tokens.weight" not in healthy["notes"]["frozen"]
@@ -173,16 +186,25 @@ ACCELERATE_READY = {**AUTO_CONFIG, "optimizer": {"type": "AdamW", "params": {"lr
                                                                   "warmup_num_steps": "auto"}}}
 
 
-def test_s0_the_user_config_through_accelerate(tmp_path: Path) -> None:
-    # an HF-Trainer-style config (betas "auto") through plain Accelerate: it stops at prepare, and says why
+def test_s0_and_s3_on_the_user_config_through_accelerate_and_the_deepspeed_route(tmp_path: Path) -> None:
+    # an HF-Trainer-style config (betas "auto"): through plain Accelerate it stops at prepare, and says why; the
+    # coverage family's DeepSpeed route runs it with its own one-group optimizer (one launch for both)
     trainer_style = tmp_path / "trainer.json"
     trainer_style.write_text(json.dumps(AUTO_CONFIG))
     proc = ds_doctor("run", "--out", str(tmp_path / "trainer"), "--deepspeed-config", str(trainer_style), "-k",
-                     "accelerate_deepspeed_lifecycle and user-config and ws2", timeout=300)
+                     "(accelerate_deepspeed_lifecycle and user-config or optimizer_coverage and deepspeed-user-config)"
+                     " and ws2", timeout=300)
     assert proc.returncode == 1
-    [refused] = read_report(tmp_path / "trainer")["results"]
+    results = {r["case"]: r for r in read_report(tmp_path / "trainer")["results"]}
+    refused = results["accelerate_deepspeed_lifecycle[user-config-ws2]"]
     assert refused["outcome"] == "error" and "optimizer.params.betas" in refused["reason"]
     assert refused["known_issue"]["id"] == "acc_ds_auto_value_unfilled"
+    route = results["optimizer_coverage[deepspeed-user-config-ws2]"]
+    assert route["outcome"] == "pass", route["reason"]
+    changed = route["notes"]["user_config"]["changed"]
+    assert changed["optimizer"].startswith("dropped") and changed["scheduler"].startswith("dropped")
+    assert changed["zero_force_ds_cpu_optimizer"].startswith("false")  # ZeRO-Offload with the route's own AdamW
+    assert sorted(route["notes"]["changed_by_step"]) == ["a.bias", "a.weight", "head.bias", "head.weight"]
     # written for Accelerate, it goes through prepare and trains
     ready = tmp_path / "ready.json"
     ready.write_text(json.dumps(ACCELERATE_READY))
@@ -195,14 +217,3 @@ def test_s0_the_user_config_through_accelerate(tmp_path: Path) -> None:
     prepared = result["notes"]["prepared"]
     assert prepared["optimizer_wraps_engine"] and prepared["scheduler_wraps_engine"]
     assert prepared["num_processes"] == prepared["dist_world_size"] == 2
-
-
-def test_s3_the_deepspeed_route_on_the_user_config(tmp_path: Path) -> None:
-    config = tmp_path / "ds_config.json"
-    config.write_text(json.dumps(AUTO_CONFIG))
-    result = run(tmp_path / "out", "--deepspeed-config", str(config), "-k",
-                 "optimizer_coverage and deepspeed-user-config and ws2")
-    changed = result["notes"]["user_config"]["changed"]
-    assert changed["optimizer"].startswith("dropped") and changed["scheduler"].startswith("dropped")
-    assert changed["zero_force_ds_cpu_optimizer"].startswith("false")  # ZeRO-Offload with the route's own AdamW
-    assert sorted(result["notes"]["changed_by_step"]) == ["a.bias", "a.weight", "head.bias", "head.weight"]
