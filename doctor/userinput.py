@@ -14,6 +14,7 @@ it comes from, and a `ValueError`, as the config errors it underlies always were
 
 from __future__ import annotations
 
+import atexit
 import collections
 import contextlib
 import dataclasses
@@ -236,11 +237,17 @@ def read_log(source: str, *, limit: int = MAX_LOG_BYTES, error: Error = UserInpu
 
 def keep_copy(read: Input, suffix: str) -> Path:
     """A private regular file holding what was read: a child process can read it again by its path, where a pipe
-    (`<(cmd)`, a FIFO) gives its bytes once."""
+    (`<(cmd)`, a FIFO) gives its bytes once. Removed when this process exits (the ranks are its children)."""
     fd, name = tempfile.mkstemp(prefix="ds-doctor-input-", suffix=suffix)
     with os.fdopen(fd, "wb") as handle:
         handle.write(read.data)
+    atexit.register(_remove, name)
     return Path(name)
+
+
+def _remove(name: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(name)
 
 
 # ---- parsing -----------------------------------------------------------------------------------------------------

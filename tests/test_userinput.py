@@ -194,6 +194,11 @@ def test_a_copy_of_a_stream_is_a_private_regular_file() -> None:
         assert path.read_bytes() == b"{}" and path.suffix == ".json" and path.stat().st_mode & 0o077 == 0
     finally:
         path.unlink()
+    code = ("from doctor.userinput import Input, keep_copy; "
+            "print(keep_copy(Input('/dev/fd/63', b'{}', False), '.json'))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    left = Path(proc.stdout.strip())
+    assert proc.returncode == 0 and left.name.startswith("ds-doctor-input-") and not left.exists()  # gone at exit
 
 
 # ---- JSON and YAML ---------------------------------------------------------------------------------------------
