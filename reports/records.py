@@ -395,3 +395,17 @@ def validate(data: Mapping[str, Any]) -> None:
 
     version = data.get("schema_version")
     jsonschema.validate(instance=data, schema=load_schema(version if version in (1, SCHEMA_VERSION) else SCHEMA_VERSION))
+
+
+def check_report(data: Mapping[str, Any], name: str, error: type[Exception]) -> None:
+    """`error` with one line where report-shaped data is of a newer schema, or not valid against its own."""
+    import jsonschema
+
+    version = data.get("schema_version")
+    if isinstance(version, int) and version > SCHEMA_VERSION:
+        raise error(f"{name}: schema version {version} is newer than this ds-doctor reads ({SCHEMA_VERSION})")
+    try:
+        validate(data)
+    except jsonschema.ValidationError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path) or "top level"
+        raise error(f"{name}: not a valid ds-doctor report at {where}: {exc.message[:200]}") from None

@@ -231,7 +231,7 @@ def _report_data(text: str, name: str) -> dict | None:
     """The JSON of a ds-doctor report, checked; None where the text does not claim to be one."""
     import json
 
-    from reports.records import SCHEMA_VERSION, validate
+    from reports.records import check_report
 
     if not re.match(r"\s*\{", text):
         return None
@@ -243,16 +243,7 @@ def _report_data(text: str, name: str) -> dict | None:
     if not isinstance(tool, dict) or tool.get("name") != "ds-doctor" or "results" not in data:
         return None
     check_tree(data, name, UserInputError)  # from here on it says it is a report, so it has to be one
-    import jsonschema
-
-    version = data.get("schema_version")
-    if isinstance(version, int) and version > SCHEMA_VERSION:
-        raise UserInputError(f"{name}: schema version {version} is newer than this ds-doctor reads ({SCHEMA_VERSION})")
-    try:
-        validate(data)
-    except jsonschema.ValidationError as exc:
-        where = "/".join(str(p) for p in exc.absolute_path) or "top level"
-        raise UserInputError(f"{name}: not a valid ds-doctor report at {where}: {exc.message[:200]}") from None
+    check_report(data, name, UserInputError)
     return data
 
 

@@ -22,7 +22,7 @@ from doctor.run.merge import merge_case, skipped_case
 from doctor.run.plan import node_checks
 from doctor.rundir import MANIFEST_VERSION, Manifest, PlannedCase, RankLine, RunDir, read_rank_lines
 from doctor.userinput import MAX_REPORT_BYTES, UserInputError, check_world_size, parse_json, read_file, short
-from reports.records import SCHEMA_VERSION, CaseResult, Outcome, RankSummary, Report, parse_time
+from reports.records import CaseResult, Outcome, RankSummary, Report, check_report, parse_time
 
 UNFINISHED = "did not finish: the run stopped before every rank reported this case (was ds-doctor killed?)"
 
@@ -126,22 +126,11 @@ def report_from_run_dir(path: Path, *, anonymized: bool = False) -> tuple[Report
 
 def load_report_file(path: Path, *, anonymized: bool = False) -> Report:
     """A report JSON, checked: empty, malformed, another schema and a newer schema are input errors."""
-    import jsonschema
-
-    from reports.records import validate
-
     data = _read_json(path)
     tool = data.get("tool") if isinstance(data, dict) else None
     if not isinstance(tool, dict) or tool.get("name") != "ds-doctor":
         raise InputError(f"{path}: not a ds-doctor report")
-    version = data.get("schema_version")
-    if isinstance(version, int) and version > SCHEMA_VERSION:
-        raise InputError(f"{path}: schema version {version} is newer than this ds-doctor reads ({SCHEMA_VERSION})")
-    try:
-        validate(data)
-    except jsonschema.ValidationError as exc:
-        where = "/".join(str(p) for p in exc.absolute_path) or "top level"
-        raise InputError(f"{path}: not a valid ds-doctor report at {where}: {exc.message[:200]}") from None
+    check_report(data, str(path), InputError)
     try:
         data = scrub(data)  # a report written by an older ds-doctor may predate a pattern
         if anonymized:
