@@ -118,12 +118,18 @@ def diff_against(baseline: Report, report: Report, tolerance_pct: float, json_pa
               help="Train your model in place of the tiny ones: hf:<model_type> (e.g. hf:qwen3) or package.module:factory.")
 @click.option("--freeze", metavar="PATTERN",
               help="With --model: the parameters S1 freezes (fnmatch on names; default: the input embedding).")
+@click.option("--with", "with_releases", metavar="PKG==VER", multiple=True,
+              help="Run the selected cases again on an overlay adding these releases (repeatable; cached in "
+                   "~/.cache/ds-doctor/stacks, never installed into this environment); the report compares the two.")
+@click.option("--find-links", metavar="DIR", type=click.Path(path_type=Path),
+              help="With --with: take the releases only from this folder of wheels/sdists (no index).")
 @click.pass_obj
 def run(state: CliState, level: int, keyword: str | None, out_dir: Path, json_stdout: bool, nproc: int | None,
         timeout_s: float | None, anonymize: bool, junit_file: Path | None, prom_file: Path | None,
         baseline_file: Path | None, tolerance_pct: float, nnodes: int | None, node_rank: int | None,
         rdzv_endpoint: str | None, rdzv_id: str | None, join_timeout_s: float, suspect_below: float,
-        ds_config: str | None, acc_config: str | None, model_spec: str | None, freeze: str | None) -> int:
+        ds_config: str | None, acc_config: str | None, model_spec: str | None, freeze: str | None,
+        with_releases: tuple[str, ...], find_links: Path | None) -> int:
     """Run the probes that fit this node (or, with --nnodes, the nodes of a job) and write the report (and, with
     --baseline, the diff)."""
     from doctor.procs import reaping
@@ -140,9 +146,10 @@ def run(state: CliState, level: int, keyword: str | None, out_dir: Path, json_st
         os.environ["DS_DOCTOR_SUSPECT_BELOW"] = str(suspect_below)  # the ranks of every launch inherit it (probes/fabric.py)
         baseline = load_report(baseline_file, "--baseline") if baseline_file is not None else None
         check_nproc(nproc, level)
+        overlays = build_overlays(with_releases, find_links, cluster)
         out_dir = writable_dir(out_dir)  # last: a refused option leaves no empty folder behind
         options = pipeline.RunOptions(level=level, keyword=keyword, out_dir=out_dir, nproc=nproc, timeout_s=timeout_s,
-                                      argv=tuple(state.argv), anonymized=anonymize, cluster=cluster)
+                                      argv=tuple(state.argv), anonymized=anonymize, cluster=cluster, overlays=overlays)
         console, (report, paths) = run_with_progress(options, json_stdout)
         paths.update(write_extra_formats(report, junit_file, prom_file))
         regressed, diff_text = False, None
@@ -152,6 +159,20 @@ def run(state: CliState, level: int, keyword: str | None, out_dir: Path, json_st
         if json_stdout:
             click.echo(report.to_json())
         return max(int(report.exit_code), int(ExitCode.CASES_FAILED) if regressed else 0)
+
+
+def build_overlays(with_releases: tuple[str, ...], find_links: Path | None, cluster: Any) -> tuple[Any, ...]:
+    """`--with`: the overlay, built (or found in the cache) before anything runs; each refusal one line, exit 2."""
+    if not with_releases:
+        if find_links is not None:
+            raise click.UsageError("--find-links is for --with: it names where the releases come from")
+        return ()
+    from doctor.stacks.overlay import build, parse_releases
+
+    if cluster is not None:
+        raise click.UsageError("--with runs on one node: every node would need the same overlay (run it per node)")
+    releases = parse_releases(with_releases)
+    return (build(releases, find_links, say=lambda line: click.echo(line, err=True)),)
 
 
 def run_with_progress(options: Any, json_stdout: bool) -> tuple[Any, tuple[Report, dict[str, Path]]]:
@@ -175,6 +196,11 @@ def show_run(console: Any, report: Report, paths: dict[str, Path], diff_text: st
     from reports.console import print_summary
 
     print_summary(report, console)
+    if report.stacks:
+        from reports.stacks import changes
+
+        for change in changes(report) or ():
+            console.print(change.line(), markup=False, highlight=False, soft_wrap=True)
     if diff_text is not None:
         console.print(diff_text, markup=False, highlight=False, soft_wrap=True)
     show_paths(console, paths)

@@ -24,7 +24,7 @@ import os
 import stat
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -357,3 +357,18 @@ def check_rank(value: int, what: str, error: Error = UserInputError) -> int:
         raise error(f"{what} {value:,}: beyond the {MAX_RANKS:,} ranks ds-doctor believes a job can have")
     return value
 
+
+def check_report(data: Mapping[str, Any], name: str, error: type[Exception]) -> None:
+    """`error` with one line where report-shaped data is of a newer schema, or not valid against its own."""
+    import jsonschema
+
+    from reports.records import SCHEMA_VERSION, validate
+
+    version = data.get("schema_version")
+    if isinstance(version, int) and version > SCHEMA_VERSION:
+        raise error(f"{name}: schema version {version} is newer than this ds-doctor reads ({SCHEMA_VERSION})")
+    try:
+        validate(data)
+    except jsonschema.ValidationError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path) or "top level"
+        raise error(f"{name}: not a valid ds-doctor report at {where}: {exc.message[:200]}") from None

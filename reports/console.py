@@ -58,7 +58,7 @@ def key_measures(result: CaseResult) -> list[str]:
 def case_line(result: CaseResult) -> str:
     """One plain line for a finished case: id, outcome, time, the key measure or the reason."""
     detail = " · ".join(key_measures(result)) if result.outcome == Outcome.PASS else (result.reason or "")
-    return one_line(f"{result.case} {result.outcome.value.upper()} {result.duration_s:.1f}s" + (f" {detail}" if detail else ""))
+    return one_line(f"{result.key} {result.outcome.value.upper()} {result.duration_s:.1f}s" + (f" {detail}" if detail else ""))
 
 
 class RunProgress:
@@ -86,9 +86,9 @@ class RunProgress:
             self.progress.update(self.task, description=clip(f"{case} · rank {rank} · {stage}", CELL_CHARS))
 
     def case_done(self, result: CaseResult) -> None:
-        if result.case in self.done:
+        if result.key in self.done:
             return
-        self.done.add(result.case)
+        self.done.add(result.key)
         if self.progress is not None:
             self.progress.update(self.task, completed=len(self.done))
         else:
@@ -123,7 +123,7 @@ def summary_table(report: Report) -> Table:
     table.add_column("details", overflow="fold")
     for result in report.results:
         where = [cell_text(report.where(result))] if report.nodes else []
-        table.add_row(cell_text(result.case), *where, Text(result.outcome.value, style=STYLES[result.outcome]),
+        table.add_row(cell_text(result.label), *where, Text(result.outcome.value, style=STYLES[result.outcome]),
                       f"{result.duration_s:.1f}s", cell_text(_details(result)))
     return table
 
@@ -148,7 +148,7 @@ def compact_summary(report: Report) -> list[str]:
         lines.append(f"{len(failed)} case(s) failed the run:")
     for result in failed:
         where = f" ({report.where(result)})" if report.nodes else ""
-        head = one_line(f"  {result.case}{where} {result.outcome.value.upper()}")
+        head = one_line(f"  {result.label}{where} {result.outcome.value.upper()}")
         reason = _details(result)
         lines.append(f"{head} {clip(reason, max(SUMMARY_WIDTH - len(head) - 1, 40))}" if reason else head)
     return lines

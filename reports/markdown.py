@@ -132,7 +132,7 @@ def render_summary(report: Report) -> list[str]:
     if report.results:
         where = ["where"] if report.nodes else []
         lines += _table(["case", *where, "outcome", "ranks", "device", "duration", "known issue"], [
-            [md_code(r.case), *([report.where(r)] if report.nodes else []), r.outcome.value, r.world_size,
+            [md_code(r.label), *([report.where(r)] if report.nodes else []), r.outcome.value, r.world_size,
              r.device_kind, f"{r.duration_s:.1f} s", _issue_cell(r)] for r in report.results])
         lines.append("")
     affecting = report.affecting_issues
@@ -142,6 +142,32 @@ def render_summary(report: Report) -> list[str]:
                   f"{len(i['cases'])} case(s)" for i in affecting]
         lines.append("")
     return lines
+
+
+def render_stacks(report: Report) -> list[str]:
+    """`run --with`: the stacks' versions, each case's outcome on each, and the known issues that appear or clear."""
+    from reports.stacks import by_case, changes, stack_names
+
+    names = stack_names(report)
+    if not names:
+        return []
+    packages = sorted({p for s in report.stacks for p in (s.get("packages") or {})})
+    columns = ["installed", *names]
+    version_of = {str(s.get("name")): s.get("packages") or {} for s in report.stacks}
+    lines = ["## Stacks", "", "The selected cases ran on the stack as installed and again on each overlay "
+             "(`--with`), whose releases the ranks import first.", "",
+             *_table(["package", *[md_code(c) for c in columns]],
+                     [[md_code(p), *[md_text(version_of.get(c, {}).get(p) or "-") for c in columns]] for p in packages]),
+             ""]
+    rows = [[md_code(case + (f"@node{node}" if node is not None else "")),
+             *[(results[None if c == "installed" else c].outcome.value if (None if c == "installed" else c) in results
+                else "-") for c in columns]] for (case, node), results in by_case(report).items()
+            if len(results) > 1 or None not in results]
+    lines += [*_table(["case", *[md_code(c) for c in columns]], rows), ""]
+    found = changes(report)
+    lines += [f"- {md_text(change.line())}" for change in found] or [
+        "No known issue appears or clears between the stacks in these cases."]
+    return [*lines, ""]
 
 
 #: Notes a probe writes for the reader of a case that needs a look (the JSON has every note).
@@ -166,7 +192,7 @@ def render_finding(finding: Finding) -> list[str]:
 
 
 def render_case(result: CaseResult) -> list[str]:
-    lines = [f"### {md_code(result.case)} — {result.outcome.value}", ""]
+    lines = [f"### {md_code(result.label)} — {result.outcome.value}", ""]
     if result.reason:
         lines += [f"**Reason:** {md_text(result.reason)}", ""]
     issue = result.known_issue
@@ -189,7 +215,7 @@ def render_case(result: CaseResult) -> list[str]:
                       + (f", exit code {rank.exit_code}" if rank.exit_code is not None else "")
                       + (f" ({md_html(rank.signal)})" if rank.signal else "") + "</summary>", "",
                       *md_fence(_tail(rank.traceback or rank.stderr_tail or "")), "", "</details>", ""]
-    return _capped([*lines, ""], f"the rest of {md_code(result.case)}")
+    return _capped([*lines, ""], f"the rest of {md_code(result.label)}")
 
 
 def render_hang(result: CaseResult) -> list[str]:
@@ -265,7 +291,7 @@ def render_reproduced(results: list[CaseResult]) -> list[str]:
              f"Affected: {md_text(issue.affected_versions)}. Remedy: {md_text(issue.remedy)}", ""]
     if issue.refs:
         lines += [f"References: {md_text(', '.join(issue.refs))}", ""]
-    rows = [[md_code(r.case), r.outcome.value, ", ".join(sorted({f.invariant for f in r.findings if f.is_error})) or "-",
+    rows = [[md_code(r.label), r.outcome.value, ", ".join(sorted({f.invariant for f in r.findings if f.is_error})) or "-",
              clip(str((r.notes.get("showed") or [""])[0]), 200)] for r in results]
     lines += [*_table(["case", "outcome", "caught by", "what went wrong for real"], rows), ""]
     example = next((f for r in results for f in r.findings if f.is_error and f.evidence), None)
@@ -328,11 +354,11 @@ def render_measurements(report: Report) -> list[str]:
     lines = ["## Measurements", ""]
     for names, results in tables.items():
         lines += [*_table(["case", *[_measure_header(n) for n in names]],
-                          [[md_code(r.case), *[_measure_cell(r, n) for n in names]] for r in results]), ""]
+                          [[md_code(r.label), *[_measure_cell(r, n) for n in names]] for r in results]), ""]
     series = [r for r in report.results if r.series]
     if series:
         columns = [name for name in MEASURES if any(name in row for r in series for row in r.series)]
-        rows = [[md_code(r.case), *[row.get(n, "") for n in columns]] for r in series for row in r.series]
+        rows = [[md_code(r.label), *[row.get(n, "") for n in columns]] for r in series for row in r.series]
         lines += ["Per size, and per pair of nodes (busbw = algbw × nccl-tests' factor; time averaged over the ranks):",
                   "",
                   *_table(["case", *[_measure_header(n) for n in columns]], rows), ""]
@@ -352,10 +378,10 @@ def render_markdown(report: Report, *, full_report: str | None = None, limit: in
     head = [f"# ds-doctor report — {md_text(report.hardware.get('host'))}", "",
             f"ds-doctor {md_text(report.tool['version'])} · level {report.level} · {md_text(report.started_at)} → "
             f"{md_text(report.finished_at)}", "", f"Command: {md_code(' '.join(report.command))}", "",
-            *render_summary(report), *render_nodes(report), *render_environment(report)]
+            *render_summary(report), *render_stacks(report), *render_nodes(report), *render_environment(report)]
     skipped = [r for r in report.results if r.outcome == Outcome.SKIP]
     tail = [*render_warnings(report), *render_measurements(report),
-            *(["## Skipped", "", *[f"- {md_code(r.case)}: {md_text(r.reason)}" for r in skipped], ""] if skipped else []),
+            *(["## Skipped", "", *[f"- {md_code(r.label)}: {md_text(r.reason)}" for r in skipped], ""] if skipped else []),
             *where_the_rest_is(report, full_report)]
     blocks = attention_blocks(report)
     budget = limit - _size(head) - _size(tail) - 200

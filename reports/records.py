@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
+from reports.compat import measures_from_v1_notes
 from reports.hang import CollectivePosition, StageTime, ThreadStack, positions_from, stacks_from, stages_from
 from reports.measures import MEASURES
 
@@ -260,11 +261,19 @@ class CaseResult:
     series: tuple[dict[str, float], ...] = ()  # rows of measures, e.g. one per message size
     node: int | None = None  # multi-node runs: the node a single-node case ran on (None: across the nodes)
     nodes: int = 1  # how many nodes the case's ranks spanned
+    stack: str | None = None  # `run --with`: the overlay stack the case ran on (None: the stack as installed)
 
     @property
     def key(self) -> str:
-        """The case id, unique within a report: a multi-node run's case inside a node adds `@node<N>`."""
-        return self.case if self.node is None else f"{self.case}@node{self.node}"
+        """The case id, unique within a report: a multi-node run's case inside a node adds `@node<N>`, a case on
+        an overlay stack (`run --with`) `@<the stack>`."""
+        key = self.case if self.node is None else f"{self.case}@node{self.node}"
+        return key if self.stack is None else f"{key}@{self.stack}"
+
+    @property
+    def label(self) -> str:
+        """The case id with its overlay stack, for where the node is shown apart (a table's own column)."""
+        return self.case if self.stack is None else f"{self.case}@{self.stack}"
 
     def applicable_measures(self) -> dict[str, float | None]:
         """The measures that mean something at this case's world size."""
@@ -279,6 +288,7 @@ class CaseResult:
             "findings": [f.to_dict() for f in self.findings], "device_map": [r.to_dict() for r in self.device_map],
             "ranks": [r.to_dict() for r in self.ranks], "notes": self.notes, "measures": self.measures,
             "series": [dict(row) for row in self.series], "node": self.node, "nodes": self.nodes,
+            **({"stack": self.stack} if self.stack is not None else {}),
         }
 
     @classmethod
@@ -286,7 +296,7 @@ class CaseResult:
         notes = dict(data.get("notes") or {})
         measures, series = data.get("measures"), data.get("series")
         if measures is None:  # schema version 1 kept them in the notes
-            measures, series, notes = _measures_from_v1_notes(notes)
+            measures, series, notes = measures_from_v1_notes(notes)
         issue = data.get("known_issue")
         return cls(
             probe=data["probe"], case=data["case"], scenario=data["scenario"], level=int(data["level"]),
@@ -298,19 +308,8 @@ class CaseResult:
             ranks=tuple(RankSummary.from_dict(r) for r in data.get("ranks", [])),
             notes=notes, measures=dict(measures), series=tuple(dict(row) for row in series or ()),
             node=data.get("node"), nodes=int(data.get("nodes") or 1),
+            stack=str(data["stack"]) if data.get("stack") is not None else None,
         )
-
-
-#: How a version-1 report's notes name what version 2 keeps in `measures` and `series`.
-_V1_NOTES = {"busbw_gbps": "busbw_gbps", "algbw_gbps": "algbw_gbps", "tflops": "tflops", "size": "matmul_size",
-             "relative_error": "relative_error", "tolerance": "error_tolerance"}
-
-
-def _measures_from_v1_notes(notes: dict[str, Any]) -> tuple[dict[str, float], list[dict[str, float]], dict[str, Any]]:
-    measures = {new: notes.pop(old) for old, new in _V1_NOTES.items() if isinstance(notes.get(old), (int, float))}
-    sizes = notes.pop("sizes", None)
-    series = [dict(row) for row in sizes if isinstance(row, dict)] if isinstance(sizes, list) else []
-    return measures, series, notes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -326,6 +325,7 @@ class Report:
     run_dir: str | None = None
     schema_version: int = SCHEMA_VERSION
     nodes: tuple[dict[str, Any], ...] = ()  # multi-node runs: each node's rank, host, env and hardware sections
+    stacks: tuple[dict[str, Any], ...] = ()  # `run --with`: each overlay stack's name, releases and packages
 
     @property
     def summary(self) -> dict[str, int]:
@@ -341,7 +341,7 @@ class Report:
         for result in self.results:
             issue = result.known_issue
             if issue and issue.verdict == Verdict.AFFECTED:
-                seen.setdefault(issue.id, {**issue.to_dict(), "cases": []})["cases"].append(result.case)
+                seen.setdefault(issue.id, {**issue.to_dict(), "cases": []})["cases"].append(result.label)
         return list(seen.values())
 
     @property
@@ -354,6 +354,7 @@ class Report:
             "finished_at": self.finished_at, "command": self.command, "level": self.level, "run_dir": self.run_dir,
             "env": self.env, "hardware": self.hardware, "results": [r.to_dict() for r in self.results],
             "summary": self.summary, "affecting_issues": self.affecting_issues, "nodes": list(self.nodes),
+            **({"stacks": list(self.stacks)} if self.stacks else {}),
         }
 
     def to_json(self) -> str:
@@ -367,6 +368,7 @@ class Report:
             run_dir=data.get("run_dir"), env=dict(data["env"]), hardware=dict(data["hardware"]),
             results=tuple(CaseResult.from_dict(r) for r in data["results"]),
             nodes=tuple(dict(n) for n in data.get("nodes") or ()),
+            stacks=tuple(dict(n) for n in data.get("stacks") or ()),
         )
 
     def where(self, result: CaseResult) -> str:
@@ -396,16 +398,3 @@ def validate(data: Mapping[str, Any]) -> None:
     version = data.get("schema_version")
     jsonschema.validate(instance=data, schema=load_schema(version if version in (1, SCHEMA_VERSION) else SCHEMA_VERSION))
 
-
-def check_report(data: Mapping[str, Any], name: str, error: type[Exception]) -> None:
-    """`error` with one line where report-shaped data is of a newer schema, or not valid against its own."""
-    import jsonschema
-
-    version = data.get("schema_version")
-    if isinstance(version, int) and version > SCHEMA_VERSION:
-        raise error(f"{name}: schema version {version} is newer than this ds-doctor reads ({SCHEMA_VERSION})")
-    try:
-        validate(data)
-    except jsonschema.ValidationError as exc:
-        where = "/".join(str(p) for p in exc.absolute_path) or "top level"
-        raise error(f"{name}: not a valid ds-doctor report at {where}: {exc.message[:200]}") from None

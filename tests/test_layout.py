@@ -138,7 +138,7 @@ def test_no_import_cycle_between_doctors_subpackages() -> None:
 
 def test_doctor_has_the_layers_it_shows() -> None:
     subpackages = sorted(p.parent.name for p in (ROOT / "doctor").glob("*/__init__.py"))
-    assert subpackages == ["checks", "cluster", "collect", "forensics", "hardware", "knowledge", "run", "usersetup",
+    assert subpackages == ["checks", "cluster", "collect", "forensics", "hardware", "knowledge", "run", "stacks", "usersetup",
                            "watch"]
     for name in subpackages:  # its job in one line: the docstring of its __init__
         doc = ast.get_docstring(ast.parse((ROOT / "doctor" / name / "__init__.py").read_text())) or ""

@@ -231,7 +231,7 @@ def _report_data(text: str, name: str) -> dict | None:
     """The JSON of a ds-doctor report, checked; None where the text does not claim to be one."""
     import json
 
-    from reports.records import check_report
+    from doctor.userinput import check_report
 
     if not re.match(r"\s*\{", text):
         return None

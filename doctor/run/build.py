@@ -33,7 +33,8 @@ def clean_result(result: CaseResult, *, anonymized: bool = False, host: str = ""
 
 def build_report(*, started: dt.datetime, finished: dt.datetime, level: int, argv: tuple[str, ...],
                  env: Mapping[str, Any], hardware: Mapping[str, Any], results: list[CaseResult],
-                 run_dir: Path | None, anonymized: bool = False, nodes: tuple[Mapping[str, Any], ...] = ()) -> Report:
+                 run_dir: Path | None, anonymized: bool = False, nodes: tuple[Mapping[str, Any], ...] = (),
+                 stacks: tuple[Mapping[str, Any], ...] = ()) -> Report:
     """The one place a report is built: every string is scrubbed here (and with `anonymized`, host and user
     names, IPs and GPU UUIDs replaced), before any renderer sees it."""
     raw = {
@@ -48,6 +49,7 @@ def build_report(*, started: dt.datetime, finished: dt.datetime, level: int, arg
         "hardware": hardware,
         "results": [r.to_dict() for r in results],
         "nodes": [dict(node) for node in nodes],
+        **({"stacks": [dict(stack) for stack in stacks]} if stacks else {}),
     }
     clean = scrub(raw)
     if anonymized:

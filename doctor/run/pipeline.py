@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from doctor.cluster.nodes import Cluster
+from doctor.files import safe_component
 from doctor.hardware.env import collect_environment
 from doctor.redact import scrub
 from doctor.run import registry
@@ -31,6 +32,7 @@ from doctor.run.plan import (
 )
 from doctor.run.spec import Case
 from doctor.rundir import Manifest, PlannedCase, RankLine, RunDir
+from doctor.stacks.overlay import Overlay, first_on_path, installed
 from reports.records import CaseResult, Report, format_time
 
 
@@ -44,6 +46,7 @@ class RunOptions:
     argv: tuple[str, ...] = ()
     anonymized: bool = False
     cluster: Cluster | None = None  # a multi-node run: this node's place in it
+    overlays: tuple[Overlay, ...] = ()  # `--with`: the stacks the selected cases run on again, after the installed one
 
 
 class RunReporter(Protocol):
@@ -112,20 +115,40 @@ def make_plan(options: RunOptions, hardware: Hardware | None = None) -> RunPlan:
 
 
 def launch(run_plan: RunPlan, run_dir: RunDir, versions: dict[str, str | None], options: RunOptions,
-           reporter: RunReporter, host: str = "") -> list[CaseResult]:
+           reporter: RunReporter, host: str = "", stack: str | None = None) -> list[CaseResult]:
     """Run every launch group; each case is merged and reported (scrubbed, as the report will hold it) the
-    moment its last rank line is in."""
+    moment its last rank line is in. `stack`: the overlay the ranks import first, named on each result."""
     by_id = {p.case: p for p in run_plan.planned}
-    merged = {s.case: skipped_case(s) for s in run_plan.skips}
+    merged = {s.case: dataclasses.replace(skipped_case(s), stack=stack) for s in run_plan.skips}
 
     def case_done(case: Case, lines: list[RankLine]) -> None:
-        merged[case.id] = merge_case(by_id[case.id], lines, versions)
+        merged[case.id] = dataclasses.replace(merge_case(by_id[case.id], lines, versions), stack=stack)
         reporter.case_done(clean_result(merged[case.id], anonymized=options.anonymized, host=host))
 
     events = LaunchEvents(stage=reporter.stage, case_done=case_done)
     for group in run_plan.groups:
         run_group(group, run_dir, timeout_override=options.timeout_s, events=events, cluster=options.cluster)
     return [merged[case_id] for case_id in run_plan.selected]
+
+
+def on_overlay(overlay: Overlay, run_plan: RunPlan, run_dir: RunDir, versions: dict[str, str | None],
+               options: RunOptions, reporter: RunReporter, host: str) -> list[CaseResult]:
+    """The selected cases again, their ranks importing the overlay first (launches in `stack-<name>/` of the run
+    directory); known issues judged on the overlay's versions."""
+    stack_dir = RunDir(run_dir.path / f"stack-{safe_component(overlay.name)}")
+    stack_dir.path.mkdir()
+    with first_on_path(overlay):
+        return launch(run_plan, stack_dir, {**versions, **overlay.packages}, options, reporter, host, overlay.name)
+
+
+def stacks_section(versions: dict[str, str | None], overlays: tuple[Overlay, ...]) -> tuple[dict[str, Any], ...]:
+    """The report's `stacks`: the installed stack's versions of what any overlay holds, then each overlay."""
+    if not overlays:
+        return ()
+    names = sorted({name for overlay in overlays for name in overlay.packages})
+    here = {n: versions.get(n) or installed(n) for n in names}
+    return ({"name": "installed", "with": [], "packages": here, "path": None},
+            *(overlay.to_dict() for overlay in overlays))
 
 
 def write_manifest(run_dir: RunDir, run_plan: RunPlan, options: RunOptions, started: dt.datetime,
@@ -150,8 +173,10 @@ def run(options: RunOptions, reporter: RunReporter | None = None) -> tuple[Repor
         run_dir = RunDir.create(options.out_dir, hardware["host"], started, os.getpid())
         write_manifest(run_dir, run_plan, options, started, env, hardware)
         results = launch(run_plan, run_dir, env["packages"], options, reporter, hardware["host"])
+        for overlay in options.overlays:
+            results += on_overlay(overlay, run_plan, run_dir, env["packages"], options, reporter, hardware["host"])
     results = node_checks(env, hardware, options.keyword) + results
     report = build_report(started=started, finished=utc_now(), level=options.level, argv=options.argv, env=env,
                           hardware=hardware, results=results, run_dir=run_dir.path if run_dir else None,
-                          anonymized=options.anonymized)
+                          anonymized=options.anonymized, stacks=stacks_section(env["packages"], options.overlays))
     return report, write_reports(report, options.out_dir)

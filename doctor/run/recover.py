@@ -21,8 +21,16 @@ from doctor.run.build import anonymize, build_report
 from doctor.run.merge import merge_case, skipped_case
 from doctor.run.plan import node_checks
 from doctor.rundir import MANIFEST_VERSION, Manifest, PlannedCase, RankLine, RunDir, read_rank_lines
-from doctor.userinput import MAX_REPORT_BYTES, UserInputError, check_world_size, parse_json, read_file, short
-from reports.records import CaseResult, Outcome, RankSummary, Report, check_report, parse_time
+from doctor.userinput import (
+    MAX_REPORT_BYTES,
+    UserInputError,
+    check_report,
+    check_world_size,
+    parse_json,
+    read_file,
+    short,
+)
+from reports.records import CaseResult, Outcome, RankSummary, Report, parse_time
 
 UNFINISHED = "did not finish: the run stopped before every rank reported this case (was ds-doctor killed?)"
 

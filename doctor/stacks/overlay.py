@@ -1,0 +1,247 @@
+"""`run --with PKG==VER`: the named releases installed into a cache folder of their own, first on the ranks' path.
+
+An overlay is resolved against the stack as installed (`pip install --dry-run --report`, which sees what the
+environment holds): only the named releases and whatever of their requirements the environment does not satisfy
+go into it, each exactly as resolved, with `--no-deps` and without build isolation (a release built from source
+builds against this torch). torch is never replaced unless it is named. The overlay lands in
+`~/.cache/ds-doctor/stacks/<key>/` (`DS_DOCTOR_STACKS` moves it), the key hashing the Python, the releases, where
+they come from and the installed torch, and is reused while it holds a finished marker; it is checked to import
+before any case runs. Nothing is installed into the user's environment.
+
+Every way an overlay cannot be had is an `OverlayError`: one line (pip's own reason where pip gave one), exit 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.metadata
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+
+from reports.safe import one_line
+
+CACHE_ENV = "DS_DOCTOR_STACKS"
+MARKER = "ds-doctor-overlay.json"
+PIP_TIMEOUT_S = 1800.0  # a release built from source (DeepSpeed's sdist) takes minutes
+IMPORT_TIMEOUT_S = 180.0
+NEVER_REPLACED = ("torch",)  # replaced only where named: a CUDA build is several GB, and every case depends on it
+MAX_RELEASES = 16
+
+
+class OverlayError(click.UsageError):
+    """A release that cannot be overlaid here: one line, exit code 2."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Release:
+    name: str  # canonical distribution name
+    version: str
+
+    @property
+    def spec(self) -> str:
+        return f"{self.name}=={self.version}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Overlay:
+    releases: tuple[Release, ...]
+    path: Path
+    packages: dict[str, str]  # everything the overlay holds, canonical name -> version
+
+    @property
+    def name(self) -> str:
+        return "+".join(r.spec for r in self.releases)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "with": [r.spec for r in self.releases], "packages": dict(self.packages),
+                "path": str(self.path)}
+
+
+def canonical(name: str) -> str:
+    from packaging.utils import canonicalize_name
+
+    return str(canonicalize_name(name))
+
+
+def parse_release(text: str) -> Release:
+    """`PKG==VER` (one exact version; no extras, markers or URLs), or OverlayError."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    said = f"--with {one_line(text)[:200]!r}"
+    try:
+        requirement = Requirement(text)
+    except InvalidRequirement:
+        raise OverlayError(f"{said}: not a release (write PKG==VERSION, e.g. deepspeed==0.14.2)") from None
+    specifiers = list(requirement.specifier)
+    if requirement.extras or requirement.marker or requirement.url or len(specifiers) != 1 \
+            or specifiers[0].operator != "==" or "*" in specifiers[0].version:
+        raise OverlayError(f"{said}: name one exact release, PKG==VERSION (no ranges, extras, markers or URLs)")
+    return Release(canonical(requirement.name), specifiers[0].version)
+
+
+def parse_releases(texts: Sequence[str]) -> tuple[Release, ...]:
+    if len(texts) > MAX_RELEASES:
+        raise OverlayError(f"--with: {len(texts)} releases, more than the {MAX_RELEASES} one overlay takes")
+    releases = tuple(parse_release(t) for t in texts)
+    names = [r.name for r in releases]
+    if len(set(names)) != len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise OverlayError(f"--with names {', '.join(twice)} more than once")
+    return releases
+
+
+def installed(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "ds-doctor" / "stacks").expanduser()
+
+
+def source_args(find_links: Path | None) -> list[str]:
+    """Where releases come from: the index pip is configured with, or only the folder of `--find-links`."""
+    return ["--no-index", "--find-links", str(find_links)] if find_links is not None else []
+
+
+def _pip(args: list[str], what: str) -> subprocess.CompletedProcess[str]:
+    try:
+        proc = subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True,
+                              timeout=PIP_TIMEOUT_S, env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+    except subprocess.TimeoutExpired:
+        raise OverlayError(f"--with {what}: pip did not finish within {PIP_TIMEOUT_S:g} s") from None
+    if proc.returncode != 0:
+        raise OverlayError(f"--with {what}: pip cannot install it: {pip_reason(proc.stderr)}")
+    return proc
+
+
+def pip_reason(stderr: str) -> str:
+    """pip's reason in one line: its first ERROR line (which names the release and the versions it found)."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    errors = [line.removeprefix("ERROR: ") for line in lines if line.startswith("ERROR:")]
+    return one_line((errors or lines[-1:] or ["(no output)"])[0])[:400]
+
+
+def resolve(releases: tuple[Release, ...], find_links: Path | None) -> list[tuple[str, str, str]]:
+    """What pip would install on top of this environment for the releases: (name, version, url) each."""
+    what = " ".join(r.spec for r in releases)
+    with tempfile.TemporaryDirectory(prefix="ds-doctor-resolve-") as scratch:
+        report = Path(scratch) / "report.json"
+        _pip(["install", "--dry-run", "--quiet", "--no-build-isolation", "--report", str(report),
+              *source_args(find_links), *(r.spec for r in releases)], what)
+        data = json.loads(report.read_text())
+    items = []
+    for item in data.get("install", []):
+        meta, info = item.get("metadata") or {}, item.get("download_info") or {}
+        items.append((canonical(str(meta.get("name"))), str(meta.get("version")), str(info.get("url") or "")))
+    check_never_replaced(items, releases)
+    return items
+
+
+def check_never_replaced(items: list[tuple[str, str, str]], releases: tuple[Release, ...]) -> None:
+    """OverlayError where the resolution would replace torch (or another of NEVER_REPLACED) that was not named."""
+    named = {r.name for r in releases}
+    for name, version, _ in items:
+        if name in NEVER_REPLACED and name not in named:
+            raise OverlayError(f"--with {' '.join(r.spec for r in releases)}: needs {name} {version} (installed: "
+                               f"{installed(name)}); name --with {name}==... to replace it")
+
+
+def top_level_modules(folder: Path, name: str) -> list[str]:
+    """The modules a distribution installed into `folder` provides (top_level.txt, else its RECORD)."""
+    for dist in importlib.metadata.distributions(path=[str(folder)]):
+        if canonical(dist.metadata["Name"] or "") != name:
+            continue
+        listed = (dist.read_text("top_level.txt") or "").split()
+        if listed:
+            return listed
+        tops = {Path(str(f)).parts[0] for f in dist.files or () if Path(str(f)).parts}
+        return sorted(t.removesuffix(".py") for t in tops
+                      if not t.endswith((".dist-info", ".data")) and t not in ("..", "bin", "__pycache__")
+                      and (t.endswith(".py") or (folder / t).is_dir()))
+    return []
+
+
+def check_imports(folder: Path, releases: tuple[Release, ...]) -> None:
+    """Each named release imports from the overlay on this stack, in a child process, or OverlayError naming the
+    module and why."""
+    for release in releases:
+        for module in top_level_modules(folder, release.name)[:8]:
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))}
+            try:
+                proc = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True,
+                                      env=env, timeout=IMPORT_TIMEOUT_S, cwd=folder)
+            except subprocess.TimeoutExpired:
+                raise OverlayError(f"--with {release.spec}: import {module} did not finish within "
+                                   f"{IMPORT_TIMEOUT_S:g} s on this stack") from None
+            if proc.returncode != 0:
+                last = [line for line in proc.stderr.splitlines() if line.strip()][-1:] or ["(no output)"]
+                raise OverlayError(f"--with {release.spec}: does not import on this stack: import {module}: "
+                                   f"{one_line(last[0])[:300]}")
+
+
+def key_of(releases: tuple[Release, ...], find_links: Path | None) -> str:
+    facts = [sys.version, sys.prefix, sorted(r.spec for r in releases), str(find_links.resolve()) if find_links else None,
+             {name: installed(name) for name in NEVER_REPLACED}]
+    return hashlib.sha256(json.dumps(facts).encode()).hexdigest()[:16]
+
+
+def build(releases: tuple[Release, ...], find_links: Path | None = None,
+          say: Callable[[str], object] = lambda _: None) -> Overlay:
+    """The overlay for `releases`: from the cache when it is there and finished, else resolved, installed and
+    checked (progress through `say`)."""
+    if find_links is not None and not find_links.is_dir():
+        raise OverlayError(f"--find-links {one_line(str(find_links))[:300]}: not a folder")
+    root = cache_root()
+    target = root / key_of(releases, find_links)
+    marker = target / MARKER
+    if marker.is_file():
+        with_data = json.loads(marker.read_text())
+        return Overlay(releases, target, dict(with_data["packages"]))
+    what = " ".join(r.spec for r in releases)
+    say(f"ds-doctor: building the overlay {what} (resolved against this environment, into {target})")
+    items = resolve(releases, find_links)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OverlayError(f"{root}: cannot create the overlay cache ({exc.strerror}); set {CACHE_ENV}") from None
+    building = Path(tempfile.mkdtemp(prefix=".building-", dir=root))
+    try:
+        say(f"ds-doctor: installing {', '.join(f'{n} {v}' for n, v, _ in items)}")
+        _pip(["install", "--quiet", "--no-deps", "--no-build-isolation", "--target", str(building),
+              *source_args(find_links), *(url or f"{name}=={version}" for name, version, url in items)], what)
+        check_imports(building, releases)
+        packages = {name: version for name, version, _ in items}
+        (building / MARKER).write_text(json.dumps({"with": [r.spec for r in releases], "packages": packages}))
+        shutil.rmtree(target, ignore_errors=True)  # an unfinished one, from a build that was killed
+        os.replace(building, target)
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+    return Overlay(releases, target, packages)
+
+
+@contextmanager
+def first_on_path(overlay: Overlay) -> Iterator[None]:
+    """While it lasts, processes started from here (torchrun, the ranks) import the overlay first."""
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(overlay.path), before]))
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = before
