@@ -91,27 +91,31 @@ def make_wheel(folder: Path, name: str, body: str) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
-def test_what_cannot_be_overlaid_is_one_line_exit_2(tmp_path: Path) -> None:
+def test_what_cannot_be_overlaid_is_one_line_exit_2(tmp_path: Path, monkeypatch, capsys) -> None:
+    from doctor.cli import main
+
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     make_wheel(wheels, "broken_on_import", "raise ImportError('needs a torch this node does not have')\n")
-    env = {"DS_DOCTOR_STACKS": str(tmp_path / "stacks")}
+    monkeypatch.setenv("DS_DOCTOR_STACKS", str(tmp_path / "stacks"))
+    monkeypatch.chdir(tmp_path)
     for args, said in [
         (["--with", "prodigy-plus-schedule-free==0.0.1", "--find-links", str(WHEELS)],
          "pip cannot install it: Could not find a version that satisfies the requirement "
          "prodigy-plus-schedule-free==0.0.1 (from versions: 1.8.51)"),
-        (["--with", "no-such-package-anywhere==1.0", "--find-links", str(WHEELS)], "(from versions: none)"),
         (["--with", "broken_on_import==1.0", "--find-links", str(wheels)],
          "--with broken-on-import==1.0: does not import on this stack: import broken_on_import: ImportError: needs a "
          "torch this node does not have"),
         (["--with", PRODIGY, "--find-links", str(tmp_path / "absent")], "not a folder"),
         (["--find-links", str(WHEELS)], "--find-links is for --with"),
         (["--with", "deepspeed>0.14"], "name one exact release"),
+        (["--with", PRODIGY, "--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "127.0.0.1:29400"], "one node"),
     ]:
-        proc = ds_doctor("run", "-k", "comm", "--out", str(tmp_path / "out"), *args, extra_env=env, timeout=300)
-        last = proc.stderr.strip().splitlines()[-1]
-        assert proc.returncode == 2 and last.startswith("ds-doctor: error: ") and said in last, (args, proc.stderr)
-        assert "Traceback" not in proc.stderr and not (tmp_path / "out").exists()  # nothing ran, nothing written
+        code = main(["run", "-k", "comm", "--out", str(tmp_path / "out"), *args])
+        err = capsys.readouterr().err
+        last = err.strip().splitlines()[-1]
+        assert code == 2 and last.startswith("ds-doctor: error: ") and said in last, (args, err)
+        assert "Traceback" not in err and not (tmp_path / "out").exists()  # nothing ran, nothing written
     assert not [p for p in (tmp_path / "stacks").iterdir() if not (p / MARKER).exists()]  # no half-built overlay
 
 
