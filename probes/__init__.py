@@ -10,6 +10,7 @@ PROBE_MODULES = (
     "probes.accelerate_deepspeed_lifecycle",
     "probes.optimizer_coverage",
     "probes.optimizer_state_placement",
+    "probes.zero3_hooks",
     "probes.comm",
     "probes.compute",
     "probes.fabric",  # only across the nodes of a multi-node run

@@ -11,6 +11,7 @@ statistics) and tied weights (an LM head sharing the input embedding).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from reports.records import Finding, Severity, TensorRecord
 
@@ -60,4 +61,25 @@ def ties_kept(records: Iterable[TensorRecord], before: str, after: str) -> list[
                     expected="tied parameters stay one tensor", evidence=(record, *holders.values()),
                     remedy="re-tie after whatever replaced one of them (model.tie_weights() for transformers "
                            "models), and never assign a copy to a tied parameter after wrapping"))
+    return findings
+
+
+#: The per-module state ZeRO-3 attaches to every module it hooks (deepspeed/runtime/zero/parameter_offload.py).
+ZERO3_HOOK_STATE = ("pre_bwd_fn", "post_bwd_fn")
+
+
+def zero3_hooks_own_state(module: Any, rank: int | None = None, stage: str = "after_init") -> list[Finding]:
+    """Every module ZeRO-3 hooked holds its own backward-hook state. A wrapper that delegates attribute lookups to
+    a child (PEFT's modules_to_save) otherwise reads the child's, and its hooks count on a module whose forward
+    never ran: `'Linear' object has no attribute 'ds_grads_remaining'` (DeepSpeed #7203, fixed in 0.19.3)."""
+    findings = []
+    for name, sub in module.named_modules():
+        borrowed = [attr for attr in ZERO3_HOOK_STATE if attr not in vars(sub) and hasattr(sub, attr)]
+        if borrowed and any(attr in vars(other) for other in sub.modules() for attr in borrowed):
+            findings.append(Finding(
+                "zero3_hooks_own_state", Severity.ERROR,
+                f"{name or '<root>'} ({type(sub).__name__}) has no ZeRO-3 hook state of its own: {', '.join(borrowed)} "
+                "reach it from a child through attribute delegation", rank=rank, stage=stage,
+                expected="each hooked module's pre_bwd_fn/post_bwd_fn in its own __dict__",
+                remedy="Upgrade DeepSpeed to >= 0.19.3 (PR #8144), or do not delegate these names to the child."))
     return findings

@@ -55,5 +55,10 @@ class KnownIssue:
     def to_ref(self, verdict: Verdict) -> IssueRef:
         """The `known_issue` of a case result: this issue with this stack's verdict."""
         affected = f"{self.package} {self.affected}" if self.affected else f"{self.package} (any)"
+        if self.affected:  # where the range comes from: releases measured here, or the upstream threads
+            from doctor.knowledge.measured import for_issue
+
+            seen = sorted({r.version for r in for_issue(self.id) if r.outcome != "does_not_import"}, key=Version)
+            affected += f" (measured here at {', '.join(seen)})" if seen else " (from upstream reports)"
         return IssueRef(id=self.id, title=self.title, verdict=verdict, affected_versions=affected,
                         remedy=self.remedy, refs=self.refs, fixed_in=self.fixed_in)

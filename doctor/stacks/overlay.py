@@ -235,13 +235,17 @@ def build(releases: tuple[Release, ...], find_links: Path | None = None,
 
 @contextmanager
 def first_on_path(overlay: Overlay) -> Iterator[None]:
-    """While it lasts, processes started from here (torchrun, the ranks) import the overlay first."""
-    before = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(overlay.path), before]))
+    """While it lasts, processes started from here (torchrun, the ranks) import the overlay first, and JIT-build
+    ops (DeepSpeed's) into the overlay's own extensions folder: a release's ops never overwrite the installed one's
+    in torch's shared cache."""
+    before = {name: os.environ.get(name) for name in ("PYTHONPATH", "TORCH_EXTENSIONS_DIR")}
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(overlay.path), before["PYTHONPATH"]]))
+    os.environ["TORCH_EXTENSIONS_DIR"] = str(overlay.path / "torch_extensions")
     try:
         yield
     finally:
-        if before is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = before
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

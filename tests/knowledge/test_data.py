@@ -23,9 +23,10 @@ ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = load_catalog()
 
 
-def test_the_data_folder_holds_one_file_per_library_and_no_other() -> None:
+def test_the_data_folder_holds_one_file_per_library_and_the_measurements() -> None:
     folder = resources.files("doctor.knowledge") / "data"
-    assert sorted(p.name for p in folder.iterdir() if p.name.endswith(".toml")) == sorted(f"{n}.toml" for n in LIBRARIES)
+    assert sorted(p.name for p in folder.iterdir() if p.name.endswith(".toml")) == sorted(
+        [*(f"{n}.toml" for n in LIBRARIES), "measured.toml"])
     assert [p.name for p in data_files()] == [f"{n}.toml" for n in LIBRARIES]
 
 

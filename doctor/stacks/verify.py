@@ -1,0 +1,154 @@
+"""`make verify-catalog` (`python -m doctor.stacks.verify [ISSUE ...]`): each planned known issue's reproducing case
+run on overlays of the last affected and the first fixed release (and any release whose place in the range is in
+doubt), and what it did written to `doctor/knowledge/data/measured.toml`. A maintainer's command: it downloads
+releases and builds them; `make test` never runs it (the range test reads what it wrote).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+from doctor.knowledge.measured import HEADER, Measured, parse, summary
+
+DATA = Path(__file__).resolve().parents[1] / "knowledge" / "data" / "measured.toml"
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    keyword: str  # `-k` selecting the reproducing case
+    device: str  # where the issue can show: "cpu" (any node), or "cuda" (measured on a GPU node only)
+    extra: tuple[str, ...] = ()  # releases whose place in the range is in doubt
+
+
+#: The entries with a range and a reproducing case. Not here, and why: the S0 Accelerate entries and the S1 name-map
+#: entries hold for every release (no range to measure); ds_z3_offload_gradnorm_device_mismatch and
+#: prodigy_group_tensors_left_on_cpu show only on a GPU (measured on the H100: docs/gpu-runs.md).
+PLAN = {
+    # DeepSpeed #7615: its reporter ran 0.16.4 without the failure; 0.16.5 moved the hook classes' creation from
+    # the hooks (checked at each forward) to registration, behind hasattr(module, "post_bwd_fn")
+    "ds_z3_ds_grads_remaining_attr_missing": Plan("zero3_hooks and delegating", "cpu", ("0.16.4", "0.16.5")),
+}
+
+
+#: Entries with a range that are not measured here, and why.
+NOT_HERE = {
+    "ds_z3_offload_gradnorm_device_mismatch": "shows only with a GPU (offloaded grads vs a CUDA norm): reproduced "
+                                              "live at 0.14.2 on the H100, docs/gpu-runs.md",
+    "prodigy_group_tensors_left_on_cpu": "shows only with a GPU: reproduced live at 1.8.51 on the H100, "
+                                         "docs/gpu-runs.md",
+    "ds_offload_client_optimizer_rejected": "a refusal by design since 0.8.3: no fixed release to measure",
+    "ds_ckpt_torch26_weights_only": "no reproducing case yet (needs a torch >= 2.6 load of a < 0.16 checkpoint)",
+    "ds_import_torch_private_removed": "releases < 0.14.4 do not import on this torch: the failure is the import",
+    "ds_import_numpy2_bufsize": "releases < 0.14.4 do not import on this torch: the failure is the import",
+}
+
+
+def releases(package: str) -> list[str]:
+    """The package's released versions, oldest first, as the index lists them."""
+    proc = subprocess.run([sys.executable, "-m", "pip", "index", "versions", package], capture_output=True, text=True,
+                          timeout=300)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("Available versions:")), "")
+    found = []
+    for text in line.partition(":")[2].split(","):
+        try:
+            version = Version(text.strip())
+        except InvalidVersion:
+            continue
+        if not version.is_prerelease:
+            found.append(version)
+    return [str(v) for v in sorted(found)]
+
+
+def ends_of_range(fixed_in: str, available: list[str]) -> list[str]:
+    """The last release before the fix and the fix itself."""
+    fixed = Version(fixed_in)
+    before = [v for v in available if Version(v) < fixed]
+    return [*before[-1:], fixed_in]
+
+
+def measure(issue: str, package: str, version: str, plan: Plan, torch_version: str) -> Measured | None:
+    """One run of the case on an overlay of the release; None where it neither ran nor was refused at import."""
+    proc = subprocess.run([sys.executable, "-m", "doctor.cli", "run", "--level", "3", "-k", plan.keyword, "--with",
+                           f"{package}=={version}", "--json", "--out", str(Path.home() / ".cache" / "ds-doctor" /
+                                                                            "verify")],
+                          capture_output=True, text=True, timeout=3600)
+    today = dt.date.today().isoformat()
+    if proc.returncode == 2 and "does not import on this stack" in proc.stderr:
+        return Measured(issue, package, version, "does_not_import", plan.keyword, plan.device, torch_version, today)
+    try:
+        report = json.loads(proc.stdout)
+    except ValueError:
+        print(f"{issue} {version}: no report (exit {proc.returncode}): {proc.stderr.strip()[-300:]}", file=sys.stderr)
+        return None
+    ran = [r for r in report["results"] if r.get("stack") == f"{package}=={version}" and r["outcome"] in ("xfail", "xpass")]
+    if not ran:
+        print(f"{issue} {version}: the case neither reproduced nor passed: "
+              f"{[(r['case'], r['outcome']) for r in report['results']]}", file=sys.stderr)
+        return None
+    outcome = "reproduced" if ran[0]["outcome"] == "xfail" else "not_reproduced"
+    return Measured(issue, package, version, outcome, ran[0]["case"], ran[0]["device_kind"], torch_version, today)
+
+
+def table(records: list[Measured], issues: list) -> str:
+    """docs/known-issues.md: every entry, its range, and what was measured of it here (or why nothing was)."""
+    lines = ["# Known issues: ranges, and what was measured here", "",
+             "Generated by `python -m doctor.stacks.verify --table` from the catalog (`doctor/knowledge/data/`) and the",
+             "records `make verify-catalog` wrote (`measured.toml`); `tests/knowledge/test_measured.py` keeps it current.",
+             "A verdict on a range nobody measured here comes from the upstream threads in the entry's refs.", "",
+             f"{len({r.issue for r in records})} of {len(issues)} entries measured, {len(records)} record(s).", "",
+             "| entry | package | affected | measured here |", "|---|---|---|---|"]
+    for issue in issues:
+        seen = sorted((r for r in records if r.issue == issue.id), key=lambda r: Version(r.version))
+        said = "; ".join(f"{r.version}: {r.outcome.replace('_', ' ')} ({r.device}, torch {r.torch}, {r.date})"
+                         for r in seen) or NOT_HERE.get(issue.id) or (
+            "planned" if issue.id in PLAN else "every version: no range to bound" if not issue.affected
+            else "not measured yet")
+        lines.append(f"| `{issue.id}` | {issue.package} | {issue.affected or 'every version'} | {said} |")
+    return "\n".join(lines) + "\n"
+
+
+def write(records: list[Measured]) -> None:
+    ordered = sorted(records, key=lambda r: (r.issue, Version(r.version), r.device))
+    DATA.write_text(HEADER + "".join(r.to_toml() for r in ordered))
+
+
+def main(argv: list[str] | None = None) -> int:
+    from doctor.knowledge import catalog
+    from doctor.stacks.overlay import installed
+
+    parser = argparse.ArgumentParser(prog="python -m doctor.stacks.verify", description=__doc__)
+    parser.add_argument("issues", nargs="*", help="entries to measure (default: every planned one)")
+    parser.add_argument("--table", action="store_true", help="print docs/known-issues.md from the data; measure nothing")
+    args = parser.parse_args(argv)
+    if args.table:
+        print(table(list(parse(DATA.read_text())), list(catalog.ISSUES)), end="")
+        return 0
+    torch_version = installed("torch") or "unknown"
+    known = {i.id: i for i in catalog.ISSUES}
+    kept = list(parse(DATA.read_text())) if DATA.exists() else []
+    for issue_id in args.issues or list(PLAN):
+        entry, plan = known[issue_id], PLAN[issue_id]
+        versions = sorted({*ends_of_range(entry.fixed_in, releases(entry.package)), *plan.extra}, key=Version) \
+            if entry.fixed_in else list(plan.extra)
+        for version in versions:
+            record = measure(issue_id, entry.package, version, plan, torch_version)
+            if record is None:
+                continue
+            print(f"{issue_id}: {entry.package} {version}: {record.outcome}")
+            kept = [r for r in kept if (r.issue, r.version, r.device) != (issue_id, version, record.device)] + [record]
+            write(kept)
+    counts = summary(kept)
+    print(f"{len(counts)} entr(y/ies) measured, {len(kept)} record(s): {DATA}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
