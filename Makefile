@@ -16,7 +16,7 @@ FROM := $(if $(WHEELHOUSE),--no-index --find-links $(abspath $(WHEELHOUSE)),)
 TARGET := $(if $(PLATFORM),--platform $(PLATFORM) --only-binary=:all:,)$(if $(PYVER), --python-version $(PYVER) --only-binary=:all:,)
 EXTRAS := accelerate,optimizers,hang
 
-.PHONY: run test lint bench clean wheelhouse fuzz verify-catalog
+.PHONY: run test lint bench clean wheelhouse fuzz verify-catalog canary
 
 $(BIN)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +58,12 @@ fuzz: $(BIN)/.installed
 # (downloads and builds releases: never part of `make test`, which checks the records it writes against the ranges)
 verify-catalog: $(BIN)/.installed
 	$(BIN)/python -m doctor.stacks.verify
+
+# what upstream just broke or fixed: level 3 on the stack as installed and on an overlay of the newest deepspeed,
+# accelerate and transformers (those newer than installed), side by side in one report (downloads: not in make test)
+canary: $(BIN)/.installed
+	$(BIN)/ds-doctor run --level 3 --out ds-doctor-reports/canary \
+		$$($(BIN)/python -m doctor.stacks.verify --newest deepspeed accelerate transformers)
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check doctor probes reports tests bench

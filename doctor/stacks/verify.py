@@ -67,6 +67,20 @@ def releases(package: str) -> list[str]:
     return [str(v) for v in sorted(found)]
 
 
+def newest_overlay(packages: list[str]) -> list[str]:
+    """`--with` arguments for each package whose newest release on the index is not the one installed."""
+    from doctor.stacks.overlay import installed
+
+    args = []
+    for package in packages:
+        found = releases(package)
+        if found and found[-1] != installed(package):
+            args += ["--with", f"{package}=={found[-1]}"]
+        else:
+            print(f"canary: {package} {installed(package)} is the newest release on the index", file=sys.stderr)
+    return args
+
+
 def ends_of_range(fixed_in: str, available: list[str]) -> list[str]:
     """The last release before the fix and the fix itself."""
     fixed = Version(fixed_in)
@@ -127,7 +141,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m doctor.stacks.verify", description=__doc__)
     parser.add_argument("issues", nargs="*", help="entries to measure (default: every planned one)")
     parser.add_argument("--table", action="store_true", help="print docs/known-issues.md from the data; measure nothing")
+    parser.add_argument("--newest", nargs="+", metavar="PKG",
+                        help="print `--with PKG==VER` for each package whose newest release is not the installed one "
+                             "(make canary); measure nothing")
     args = parser.parse_args(argv)
+    if args.newest:
+        print(" ".join(newest_overlay(args.newest)))
+        return 0
     if args.table:
         print(table(list(parse(DATA.read_text())), list(catalog.ISSUES)), end="")
         return 0
