@@ -30,7 +30,7 @@ class Wrapping:
 
 
 def variants() -> list[Variant]:
-    return [Variant("plain-wrapper", Wrapping(False), level=2),
+    return [Variant("plain-wrapper", Wrapping(False), level=3),
             Variant("delegating-wrapper", Wrapping(True), level=3, reproduce=True)]
 
 

@@ -7,6 +7,7 @@ set-up are paid once per group, not once per case.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -135,8 +136,15 @@ class Hardware:
         return "nccl" if self.device_kind == "cuda" else "gloo"
 
 
+#: A CUDA device needs NVIDIA's kernel driver: without these, no torch can see one (so none is imported to ask).
+NVIDIA_DRIVER = ("/dev/nvidiactl", "/proc/driver/nvidia")
+
+
 def detect_hardware() -> Hardware:
-    """CUDA GPUs as torch sees them (it honours CUDA_VISIBLE_DEVICES); none: CPU."""
+    """CUDA GPUs as torch sees them (it honours CUDA_VISIBLE_DEVICES); none: CPU. On a node without NVIDIA's
+    driver torch is not imported at all (a second and more of every run, on a CPU node)."""
+    if not any(os.path.exists(path) for path in NVIDIA_DRIVER):
+        return Hardware("cpu", 0)
     try:
         import torch
 
