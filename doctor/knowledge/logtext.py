@@ -84,9 +84,14 @@ _TEMPLATES = (
     r"`?{n}`? version(?: \(GPU\?\))?:\s*" + _VERSION,  # accelerate env, transformers-cli env
     r"[/\\]{n}-" + _VERSION + r"(?:\.dist-info|\.egg|-py\d|[/\\])",  # versioned package paths
     r"(?<![\w-]){n}\s+v" + _VERSION + r"\b",  # "prodigy-plus-schedule-free v1.8.51"
+    # what tickets write in prose and issue templates
+    r"(?<![\w.-]){n}\s*\(\s*v?" + _VERSION + r"\s*\)",  # "deepspeed (0.14.2)"
+    r"(?<![\w.-]){n}[ \t]*={1,2}[ \t]*v?" + _VERSION,  # "deepspeed=0.17.6", collect_env's "[pip3] torch==2.3.0"
+    r"(?<![\w.-]){n}[ \t]+(?:version[ \t]+|release[ \t]+)?v?" + _VERSION + r"(?![\w.])",  # "with transformers 4.45.2,"
 )
-#: names a log may use for a distribution besides its own
-ALIASES = {"torch": ("pytorch",), "prodigy-plus-schedule-free": ("prodigyplus",), "mosaicml": ("composer",)}
+#: names a log may use for a distribution besides its own (an import name, an informal one)
+ALIASES = {"torch": ("pytorch",), "prodigy-plus-schedule-free": ("prodigyplus", "prodigy plus", "prodigy-plus"),
+           "mosaicml": ("composer",)}
 
 
 def _spellings(package: str) -> list[str]:

@@ -81,6 +81,13 @@ def test_the_s2_traceback_wrapped_at_80_still_names_its_issue() -> None:
     ("- DeepSpeed version: 0.14.2", "0.14.2"),  # transformers-cli env
     ('  File "/opt/conda/lib/python3.10/site-packages/deepspeed-0.14.2-py3.10.egg/deepspeed/runtime/engine.py"',
      "0.14.2"),  # a versioned package path
+    # versions as real tickets write them in prose and issue templates (issue 24)
+    ("I am on deepspeed (0.14.2) with 8 GPUs", "0.14.2"),
+    ("pip install deepspeed=0.17.6 then train", "0.17.6"),
+    ("DeepSpeed version: 0.14.2", "0.14.2"),
+    ("Since upgrading to DeepSpeed 0.16.4, training crashes.", "0.16.4"),
+    ("[pip3] deepspeed==0.15.1", "0.15.1"),  # python -m torch.utils.collect_env
+    ("It worked with deepspeed v0.14.0.", "0.14.0"),
 ])
 def test_the_log_says_which_deepspeed_it_ran(line: str, version: str) -> None:
     assert log_versions(line, ["deepspeed"]) == {"deepspeed": version}
@@ -131,6 +138,26 @@ def test_bars_are_stripped_as_before_in_linear_time() -> None:
         start = time.monotonic()
         normalise(unit * (2**20 // len(unit)))
         assert time.monotonic() - start < 5, unit
+
+
+@pytest.mark.parametrize(("text", "package", "version"), [
+    ("Using prodigy plus v1.8.51 with accelerate", "prodigy-plus-schedule-free", "1.8.51"),  # an informal name
+    ("prodigyplus 1.8.51", "prodigy-plus-schedule-free", "1.8.51"),  # the import name
+    ("[conda] pytorch                   2.3.0           py3.10_cuda12.1_cudnn8.9.2_0    pytorch", "torch", "2.3.0"),
+    ("The bug shows with transformers 4.45.2, not with 4.46.", "transformers", "4.45.2"),
+])
+def test_other_packages_named_in_prose(text: str, package: str, version: str) -> None:
+    assert log_versions(text, [package]) == {package: version}
+
+
+@pytest.mark.parametrize("text", [
+    "deepspeed-ops 0.14.2",  # another distribution's name around it
+    "my.deepspeed 0.14.2",
+    "deepspeed 0.14.2x",  # not a version that ends there
+    "torchvision 0.19.0",
+])
+def test_a_name_inside_another_is_no_version(text: str) -> None:
+    assert log_versions(text, ["deepspeed", "torch"]) == {}
 
 
 def test_versions_are_found_in_linear_time() -> None:
