@@ -176,11 +176,22 @@ def versions_used(text: str, installed: Mapping[str, str | None]) -> dict[str, V
             for p in packages}
 
 
+#: A message broken inside a sentence (a terminal's wrap, an indented continuation) or with doubled spaces reads as
+#: one line with single spaces: what the matcher also searches, so no pattern has to allow for either.
+_BREAKS = re.compile(r"[ \t]*\n[ \t]*|[ \t]{2,}")
+
+
+def flattened(text: str) -> str:
+    return _BREAKS.sub(" ", text)
+
+
 def _matches(text: str, used: Mapping[str, VersionUsed], installed: Mapping[str, str | None]) -> list[TriageMatch]:
     versions = {p: v.version for p, v in used.items()}
+    flat = flattened(text)
+    seen = {issue.id for issue in classify(text)}
     matches = []
-    for issue in classify(text):
-        found = first_match(issue, text)
+    for issue in [*classify(text), *(i for i in classify(flat) if i.id not in seen)]:
+        found = first_match(issue, text) or first_match(issue, flat)
         if found is None:  # pragma: no cover - classify only returns issues whose patterns matched
             continue
         version = used.get(issue.package, VersionUsed(installed.get(issue.package), "this machine"))

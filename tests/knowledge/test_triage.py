@@ -186,3 +186,14 @@ def test_a_report_with_a_3_mb_reason_is_triaged_quickly() -> None:
     start = time.monotonic()
     assert read_report(report_text(results=[case.to_dict()])) is not None
     assert time.monotonic() - start < 10
+
+
+@pytest.mark.parametrize("text", [
+    "AssertionError: zero stage 2 requires\n    an optimizer",  # wrapped by the terminal it was copied from
+    "AssertionError: zero stage 2 requires an\noptimizer",
+    "AssertionError: zero  stage 2   requires an optimizer",  # doubled spaces
+])
+def test_a_message_broken_inside_a_sentence_is_still_matched(text: str) -> None:
+    reading = read_log(text, VERSIONS)
+    assert [m.issue.id for m in reading.matches] == ["ds_zero_config_without_optimizer"]
+    assert reading.matches[0].line == "zero stage 2 requires an optimizer"
