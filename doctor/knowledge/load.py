@@ -22,8 +22,8 @@ Strings are strings and lists are lists of non-empty strings; an entry has patte
 silent one names invariants (and has no requires). Any other key is refused, so a typo cannot drop a field.
 
 Room left for what comes next (not read yet, hence refused until this module learns them): `[[issue.wording]]`
-tables holding every historical wording of the message, and `[[issue.measured]]` tables, one measured record per
-release (package version, outcome, device, torch version, date, case id).
+tables holding every historical wording of the message. What was measured of an entry, release by release, is not
+here: `data/measured.toml`, written by `make verify-catalog` and read by `doctor.knowledge.measured`.
 """
 
 from __future__ import annotations
