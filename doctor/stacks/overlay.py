@@ -209,8 +209,10 @@ def build(releases: tuple[Release, ...], find_links: Path | None = None,
     target = root / key_of(releases, find_links)
     marker = target / MARKER
     if marker.is_file():
-        with_data = json.loads(marker.read_text())
-        return Overlay(releases, target, dict(with_data["packages"]))
+        try:
+            return Overlay(releases, target, {str(k): str(v) for k, v in json.loads(marker.read_text())["packages"].items()})
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            pass  # a marker that is not ours to trust: built again below
     what = " ".join(r.spec for r in releases)
     say(f"ds-doctor: building the overlay {what} (resolved against this environment, into {target})")
     items = resolve(releases, find_links)

@@ -71,6 +71,9 @@ def test_an_overlay_from_a_local_wheel_is_built_once_and_imports(tmp_path: Path,
     assert seen.startswith("1.8.51 " + str(overlay.path))
     again: list[str] = []
     assert build(parse_releases([PRODIGY]), WHEELS, again.append) == overlay and again == []  # from the cache
+    (overlay.path / MARKER).write_text("{not json")  # a damaged cache entry is built again, not trusted
+    rebuilt: list[str] = []
+    assert build(parse_releases([PRODIGY]), WHEELS, rebuilt.append) == overlay and rebuilt
 
 
 def make_wheel(folder: Path, name: str, body: str) -> None:
