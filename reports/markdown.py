@@ -152,18 +152,18 @@ def render_stacks(report: Report) -> list[str]:
     if not names:
         return []
     packages = sorted({p for s in report.stacks for p in (s.get("packages") or {})})
-    columns = ["installed", *names]
+    columns = {"installed": None, **{name: name for name in names}}  # a column's title -> a result's `stack`
+    headers = [md_code(c) for c in columns]
     version_of = {str(s.get("name")): s.get("packages") or {} for s in report.stacks}
     lines = ["## Stacks", "", "The selected cases ran on the stack as installed and again on each overlay "
              "(`--with`), whose releases the ranks import first.", "",
-             *_table(["package", *[md_code(c) for c in columns]],
+             *_table(["package", *headers],
                      [[md_code(p), *[md_text(version_of.get(c, {}).get(p) or "-") for c in columns]] for p in packages]),
              ""]
     rows = [[md_code(case + (f"@node{node}" if node is not None else "")),
-             *[(results[None if c == "installed" else c].outcome.value if (None if c == "installed" else c) in results
-                else "-") for c in columns]] for (case, node), results in by_case(report).items()
-            if len(results) > 1 or None not in results]
-    lines += [*_table(["case", *[md_code(c) for c in columns]], rows), ""]
+             *[results[stack].outcome.value if stack in results else "-" for stack in columns.values()]]
+            for (case, node), results in by_case(report).items() if len(results) > 1 or None not in results]
+    lines += [*_table(["case", *headers], rows), ""]
     found = changes(report)
     lines += [f"- {md_text(change.line())}" for change in found] or [
         "No known issue appears or clears between the stacks in these cases."]

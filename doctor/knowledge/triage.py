@@ -188,9 +188,10 @@ def flattened(text: str) -> str:
 def _matches(text: str, used: Mapping[str, VersionUsed], installed: Mapping[str, str | None]) -> list[TriageMatch]:
     versions = {p: v.version for p, v in used.items()}
     flat = flattened(text)
-    seen = {issue.id for issue in classify(text)}
+    direct = classify(text)
+    seen = {issue.id for issue in direct}
     matches = []
-    for issue in [*classify(text), *(i for i in classify(flat) if i.id not in seen)]:
+    for issue in [*direct, *(i for i in classify(flat) if i.id not in seen)]:
         found = first_match(issue, text) or first_match(issue, flat)
         if found is None:  # pragma: no cover - classify only returns issues whose patterns matched
             continue

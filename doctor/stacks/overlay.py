@@ -178,9 +178,9 @@ def top_level_modules(folder: Path, name: str) -> list[str]:
 def check_imports(folder: Path, releases: tuple[Release, ...]) -> None:
     """Each named release imports from the overlay on this stack, in a child process, or OverlayError naming the
     module and why."""
+    env = {**os.environ, "PYTHONPATH": prepended(folder)}
     for release in releases:
         for module in top_level_modules(folder, release.name)[:8]:
-            env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))}
             try:
                 proc = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True,
                                       env=env, timeout=IMPORT_TIMEOUT_S, cwd=folder)
@@ -191,6 +191,11 @@ def check_imports(folder: Path, releases: tuple[Release, ...]) -> None:
                 last = [line for line in proc.stderr.splitlines() if line.strip()][-1:] or ["(no output)"]
                 raise OverlayError(f"--with {release.spec}: does not import on this stack: import {module}: "
                                    f"{one_line(last[0])[:300]}")
+
+
+def prepended(folder: Path) -> str:
+    """This process's PYTHONPATH with `folder` first: what a child started with it imports from the folder first."""
+    return os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))
 
 
 def key_of(releases: tuple[Release, ...], find_links: Path | None) -> str:
@@ -241,7 +246,7 @@ def first_on_path(overlay: Overlay) -> Iterator[None]:
     ops (DeepSpeed's) into the overlay's own extensions folder: a release's ops never overwrite the installed one's
     in torch's shared cache."""
     before = {name: os.environ.get(name) for name in ("PYTHONPATH", "TORCH_EXTENSIONS_DIR")}
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(overlay.path), before["PYTHONPATH"]]))
+    os.environ["PYTHONPATH"] = prepended(overlay.path)
     os.environ["TORCH_EXTENSIONS_DIR"] = str(overlay.path / "torch_extensions")
     try:
         yield

@@ -90,10 +90,10 @@ def ends_of_range(fixed_in: str, available: list[str]) -> list[str]:
 
 def measure(issue: str, package: str, version: str, plan: Plan, torch_version: str) -> Measured | None:
     """One run of the case on an overlay of the release; None where it neither ran nor was refused at import."""
+    out = Path.home() / ".cache" / "ds-doctor" / "verify"
     proc = subprocess.run([sys.executable, "-m", "doctor.cli", "run", "--level", "3", "-k", plan.keyword, "--with",
-                           f"{package}=={version}", "--json", "--out", str(Path.home() / ".cache" / "ds-doctor" /
-                                                                            "verify")],
-                          capture_output=True, text=True, timeout=3600)
+                           f"{package}=={version}", "--json", "--out", str(out)], capture_output=True, text=True,
+                          timeout=3600)
     today = dt.date.today().isoformat()
     if proc.returncode == 2 and "does not import on this stack" in proc.stderr:
         return Measured(issue, package, version, "does_not_import", plan.keyword, plan.device, torch_version, today)
