@@ -32,7 +32,7 @@ SPEC = ProbeSpec(
     world_sizes=(1, 2),
     requires=(Requirement("torch", "torch"),),
     timeout_s=180.0,
-    known_issues=("fsdp_optimizer_built_before_wrap",),
+    known_issues=("fsdp_optimizer_built_before_wrap", "composer_single_group_rebuild"),
     across_nodes=("fsdp2",),  # also across every node of a multi-node run
 )
 
@@ -60,6 +60,8 @@ class Route:
     reproduce: bool = False
     level: int = 3
     user: UserConfig | None = None  # the deepspeed route on the user's --deepspeed-config
+    groups: bool = False  # one param group per part, not one over them all
+    known_issue: str = "fsdp_optimizer_built_before_wrap"  # what a reproduce route shows
 
 
 _DS_WHAT = "deepspeed.initialize(model, optimizer=AdamW(group)), ZeRO stage {}"
@@ -82,7 +84,10 @@ ROUTES = (
           "accelerate-deepspeed"),
     Route("accelerate-fsdp", "Accelerator(fsdp_plugin) prepare(model, AdamW(group)), optimizer built before prepare",
           "accelerate-fsdp"),
-    Route("composer", "Composer Trainer with FSDP and a one-group optimizer", "composer"),
+    Route("composer", "Composer Trainer with FSDP (use_orig_params) and a one-group optimizer over a and head",
+          "composer", reproduce=True, known_issue="composer_single_group_rebuild"),
+    Route("composer-two-groups", "Composer Trainer with FSDP (use_orig_params), a and head in two param groups "
+          "(the remedy of mosaicml/composer#3493)", "composer", groups=True),
 )
 
 
@@ -131,6 +136,14 @@ def make_optimizer(module: Any, parts: tuple[str, ...] = GROUP) -> Any:
     return torch.optim.AdamW([p for n, p in module.named_parameters() if clean_name(n).split(".")[0] in parts], lr=1e-2)
 
 
+def grouped_optimizer(module: Any, parts: tuple[str, ...]) -> Any:
+    """One AdamW group per part: the remedy Composer's single-group rebuild leaves alone."""
+    import torch
+
+    return torch.optim.AdamW([{"params": [p for n, p in module.named_parameters() if clean_name(n).split(".")[0] == part]}
+                              for part in parts], lr=1e-2)
+
+
 @dataclasses.dataclass
 class Wrapped:
     module: Any  # where the live parameters are named
@@ -147,7 +160,8 @@ def run(ctx: ProbeContext) -> None:
                  "deepspeed routes")
     model = subject(ctx, route.parts, build_model, INTENDED, FROZEN)
     reference = model.build(0)
-    before = tracked_names(optimizer_groups(model.optimizer(reference)), reference)
+    optimizer = grouped_optimizer(reference, route.parts) if route.groups else model.optimizer(reference)
+    before = tracked_names(optimizer_groups(optimizer), reference)
     ctx.note("tracked_before", sorted(before.groups))
     with contextlib.ExitStack() as cleanup:
         wrapped = WRAPPERS[route.wrapper](ctx, route, cleanup) if route.wrapper != "deepspeed" else \
@@ -155,7 +169,8 @@ def run(ctx: ProbeContext) -> None:
         ctx.enter("after_wrap")
         after = _tracked_everywhere(ctx, tracked_names(optimizer_groups(wrapped.optimizer), wrapped.module))
         ctx.note("tracked_after", sorted(after.groups))
-        ctx.check(tracked_set(before.groups, after.groups, model.frozen) + tracked_live(after))
+        moved = tracked_set(before.groups, after.groups, model.frozen)
+        ctx.check(moved + tracked_live(after))
         ctx.enter("step")
         values = wrapped.full_values()
         wrapped.step()
@@ -165,7 +180,7 @@ def run(ctx: ProbeContext) -> None:
         if route.reproduce:  # what went wrong for real: an xfail if the checks above caught it first, else a fail
             for finding in missed:
                 ctx.showed(finding.message)
-            ctx.known_issue(SPEC.known_issues[0], shown=bool(missed))
+            ctx.known_issue(route.known_issue, shown=bool(missed or [f for f in moved if f.is_error]))
         else:
             ctx.check(missed)
 
@@ -350,14 +365,12 @@ def _accelerate_fsdp(ctx: ProbeContext, route: Route, cleanup: contextlib.ExitSt
 
 
 def _composer(ctx: ProbeContext, route: Route, cleanup: contextlib.ExitStack) -> Wrapped:
-    import torch
+    from probes.coverage_composer import composer_trainer
 
-    if importlib.util.find_spec("composer") is None:
-        ctx.skip(f"Composer (mosaicml) is not installed; its newest release pins torch < 2.7.1 and this node has torch "
-                 f"{torch.__version__}: pip install mosaicml in a matching environment to check its single-group "
-                 "rebuild (mosaicml/composer#3493)")
-    ctx.skip("Composer is importable, but this version of the probe has no Composer route yet; the known issue "
-             "composer_single_group_rebuild (mosaicml/composer#3493, fixed by #3502) is in `ds-doctor triage`")
+    def optimizer_of(module: Any) -> Any:
+        return (grouped_optimizer if route.groups else make_optimizer)(module, route.parts)
+
+    return Wrapped(*composer_trainer(ctx, cleanup, build_model, optimizer_of, _batch(ctx, "cpu")))
 
 
 #: Route.wrapper -> how the model and its optimizer get wrapped.

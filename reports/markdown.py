@@ -146,7 +146,7 @@ def render_summary(report: Report) -> list[str]:
 
 def render_stacks(report: Report) -> list[str]:
     """`run --with`: the stacks' versions, each case's outcome on each, and the known issues that appear or clear."""
-    from reports.stacks import by_case, changes, stack_names
+    from reports.stacks import by_case, changes, ignored_pins, stack_names
 
     names = stack_names(report)
     if not names:
@@ -159,7 +159,7 @@ def render_stacks(report: Report) -> list[str]:
              "(`--with`), whose releases the ranks import first.", "",
              *_table(["package", *headers],
                      [[md_code(p), *[md_text(version_of.get(c, {}).get(p) or "-") for c in columns]] for p in packages]),
-             ""]
+             "", *[f"- {md_text(line)}" for line in ignored_pins(report)], *([""] if ignored_pins(report) else [])]
     rows = [[md_code(case + (f"@node{node}" if node is not None else "")),
              *[results[stack].outcome.value if stack in results else "-" for stack in columns.values()]]
             for (case, node), results in by_case(report).items() if len(results) > 1 or None not in results]

@@ -28,6 +28,11 @@ class StackChange:
                 f"{self.device}, {self.date})")
 
 
+def ignored_pins(report: Report) -> list[str]:
+    """`--ignore-pins`: each requirement an overlay's releases declare that its stack does not meet, one line each."""
+    return [f"{s.get('name')} ignores a pin: {line}" for s in report.stacks for line in s.get("ignored_pins") or ()]
+
+
 def stack_names(report: Report) -> list[str]:
     return [str(s.get("name")) for s in report.stacks if s.get("name") != "installed"]
 

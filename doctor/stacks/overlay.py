@@ -58,14 +58,18 @@ class Overlay:
     releases: tuple[Release, ...]
     path: Path
     packages: dict[str, str]  # everything the overlay holds, canonical name -> version
+    ignored_pins: tuple[str, ...] = ()  # --ignore-pins: each requirement this stack does not meet, one line
 
     @property
     def name(self) -> str:
         return "+".join(r.spec for r in self.releases)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "with": [r.spec for r in self.releases], "packages": dict(self.packages),
-                "path": str(self.path)}
+        out = {"name": self.name, "with": [r.spec for r in self.releases], "packages": dict(self.packages),
+               "path": str(self.path)}
+        if self.ignored_pins:
+            out["ignored_pins"] = list(self.ignored_pins)
+        return out
 
 
 def canonical(name: str) -> str:
@@ -124,7 +128,8 @@ def _pip(args: list[str], what: str) -> subprocess.CompletedProcess[str]:
     except subprocess.TimeoutExpired:
         raise OverlayError(f"--with {what}: pip did not finish within {PIP_TIMEOUT_S:g} s") from None
     if proc.returncode != 0:
-        raise OverlayError(f"--with {what}: pip cannot install it: {pip_reason(proc.stderr)}")
+        said = f"{proc.stderr}\n{proc.stdout}"  # pip prints why a resolution conflicts on stdout
+        raise OverlayError(f"--with {what}: pip cannot install it: {pip_reason(said)}")
     return proc
 
 
@@ -132,7 +137,12 @@ def pip_reason(stderr: str) -> str:
     """pip's reason in one line: its first ERROR line (which names the release and the versions it found)."""
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     errors = [line.removeprefix("ERROR: ") for line in lines if line.startswith("ERROR:")]
-    return one_line((errors or lines[-1:] or ["(no output)"])[0])[:400]
+    reason = (errors or lines[-1:] or ["(no output)"])[0]
+    if "The conflict is caused by:" in lines:  # which requirement conflicts, not only that one does
+        start = lines.index("The conflict is caused by:") + 1
+        causes = [line for line in lines[start:start + 4] if " depends on " in line or "requested" in line]
+        reason = f"{reason.rstrip('.')}: {'; '.join(causes)} (--ignore-pins installs it anyway)"
+    return one_line(reason)[:400]
 
 
 def resolve(releases: tuple[Release, ...], find_links: Path | None) -> list[tuple[str, str, str]]:
@@ -140,8 +150,7 @@ def resolve(releases: tuple[Release, ...], find_links: Path | None) -> list[tupl
     what = " ".join(r.spec for r in releases)
     with tempfile.TemporaryDirectory(prefix="ds-doctor-resolve-") as scratch:
         report = Path(scratch) / "report.json"
-        _pip(["install", "--dry-run", "--quiet", "--no-build-isolation", "--report", str(report),
-              *source_args(find_links), *(r.spec for r in releases)], what)
+        pip_install_report([r.spec for r in releases], find_links, report, what)
         data = json.loads(report.read_text())
     items = []
     for item in data.get("install", []):
@@ -149,6 +158,12 @@ def resolve(releases: tuple[Release, ...], find_links: Path | None) -> list[tupl
         items.append((canonical(str(meta.get("name"))), str(meta.get("version")), str(info.get("url") or "")))
     check_never_replaced(items, releases)
     return items
+
+
+def pip_install_report(specs: list[str], find_links: Path | None, report: Path, what: str) -> None:
+    """pip's dry-run resolution of `specs` on top of this environment, written as its JSON report to `report`."""
+    _pip(["install", "--dry-run", "--no-build-isolation", "--report", str(report),  # not quiet: pip says why
+          *source_args(find_links), *specs], what)
 
 
 def check_never_replaced(items: list[tuple[str, str, str]], releases: tuple[Release, ...]) -> None:
@@ -198,29 +213,37 @@ def prepended(folder: Path) -> str:
     return os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))
 
 
-def key_of(releases: tuple[Release, ...], find_links: Path | None) -> str:
+def key_of(releases: tuple[Release, ...], find_links: Path | None, ignore_pins: bool = False) -> str:
     facts = [sys.version, sys.prefix, sorted(r.spec for r in releases), str(find_links.resolve()) if find_links else None,
-             {name: installed(name) for name in NEVER_REPLACED}]
+             {name: installed(name) for name in NEVER_REPLACED}, *(["ignore-pins"] if ignore_pins else [])]
     return hashlib.sha256(json.dumps(facts).encode()).hexdigest()[:16]
 
 
+#: how an overlay's contents are resolved: (what to install as (name, version, url) each, the pins it ignores)
+Resolver = Callable[[tuple[Release, ...], "Path | None"], tuple[list[tuple[str, str, str]], tuple[str, ...]]]
+
+
 def build(releases: tuple[Release, ...], find_links: Path | None = None,
-          say: Callable[[str], object] = lambda _: None) -> Overlay:
+          say: Callable[[str], object] = lambda _: None, ignoring_pins: Resolver | None = None) -> Overlay:
     """The overlay for `releases`: from the cache when it is there and finished, else resolved, installed and
-    checked (progress through `say`)."""
+    checked (progress through `say`). `ignoring_pins` resolves it instead (doctor.stacks.pins)."""
+    ignore_pins = ignoring_pins is not None
     if find_links is not None and not find_links.is_dir():
         raise OverlayError(f"--find-links {one_line(str(find_links))[:300]}: not a folder")
     root = cache_root()
-    target = root / key_of(releases, find_links)
+    target = root / key_of(releases, find_links, ignore_pins)
     marker = target / MARKER
     if marker.is_file():
         try:
-            return Overlay(releases, target, {str(k): str(v) for k, v in json.loads(marker.read_text())["packages"].items()})
+            data = json.loads(marker.read_text())
+            return Overlay(releases, target, {str(k): str(v) for k, v in data["packages"].items()},
+                           tuple(str(line) for line in data.get("ignored_pins", ())))
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             pass  # a marker that is not ours to trust: built again below
     what = " ".join(r.spec for r in releases)
-    say(f"ds-doctor: building the overlay {what} (resolved against this environment, into {target})")
-    items = resolve(releases, find_links)
+    say(f"ds-doctor: building the overlay {what} (resolved against this environment"
+        f"{', its pins ignored' if ignore_pins else ''}, into {target})")
+    items, ignored = ignoring_pins(releases, find_links) if ignoring_pins else (resolve(releases, find_links), ())
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -232,12 +255,13 @@ def build(releases: tuple[Release, ...], find_links: Path | None = None,
               *source_args(find_links), *(url or f"{name}=={version}" for name, version, url in items)], what)
         check_imports(building, releases)
         packages = {name: version for name, version, _ in items}
-        (building / MARKER).write_text(json.dumps({"with": [r.spec for r in releases], "packages": packages}))
+        (building / MARKER).write_text(json.dumps({"with": [r.spec for r in releases], "packages": packages,
+                                                   "ignored_pins": list(ignored)}))
         shutil.rmtree(target, ignore_errors=True)  # an unfinished one, from a build that was killed
         os.replace(building, target)
     finally:
         shutil.rmtree(building, ignore_errors=True)
-    return Overlay(releases, target, packages)
+    return Overlay(releases, target, packages, ignored)
 
 
 @contextmanager

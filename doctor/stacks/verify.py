@@ -48,6 +48,9 @@ NOT_HERE = {
     "ds_ckpt_torch26_weights_only": "no reproducing case yet (needs a torch >= 2.6 load of a < 0.16 checkpoint)",
     "ds_import_torch_private_removed": "releases < 0.14.4 do not import on this torch: the failure is the import",
     "ds_import_numpy2_bufsize": "releases < 0.14.4 do not import on this torch: the failure is the import",
+    "composer_single_group_rebuild": "shows only with a GPU (Composer's FSDP passes device_id=torch.cuda."
+                                     "current_device()); 0.23.5 and 0.24.0 install here with --ignore-pins: "
+                                     "docs/gpu/composer.sh",
 }
 
 

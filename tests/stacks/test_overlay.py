@@ -76,8 +76,8 @@ def test_an_overlay_from_a_local_wheel_is_built_once_and_imports(tmp_path: Path,
     assert build(parse_releases([PRODIGY]), WHEELS, rebuilt.append) == overlay and rebuilt
 
 
-def make_wheel(folder: Path, name: str, body: str) -> None:
-    """A real distribution built by pip from a project written here."""
+def make_wheel(folder: Path, name: str, body: str, requires: tuple[str, ...] = ()) -> None:
+    """A real distribution built by pip from a project written here (requiring `requires`)."""
     project = folder / f"src-{name}"
     (project / name).mkdir(parents=True)
     (project / name / "__init__.py").write_text(body)
@@ -88,6 +88,7 @@ def make_wheel(folder: Path, name: str, body: str) -> None:
         [project]
         name = "{name}"
         version = "1.0"
+        dependencies = {list(requires)!r}
         """))
     proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
                            str(folder), str(project)], capture_output=True, text=True, timeout=300)
