@@ -47,8 +47,21 @@ wheelhouse:
 run: $(BIN)/.installed
 	$(BIN)/ds-doctor run $(ARGS)
 
-test: $(BIN)/.installed
+test: $(BIN)/.installed $(BIN)/.sysdeps
 	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+# What the infrastructure tests start for real: Debian's slurm-wlm and munge (a two-node Slurm cluster in network
+# namespaces, tests/cluster/) and prometheus' promtool (the alert rules in contrib/). Installed where this is root on
+# Debian with apt; elsewhere those tests skip and say why.
+SYSDEPS := slurm-wlm munge prometheus
+$(BIN)/.sysdeps: $(BIN)/.installed
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		command -v slurmctld >/dev/null && command -v munged >/dev/null && command -v promtool >/dev/null || \
+		{ DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(SYSDEPS) >/dev/null 2>&1 || \
+		  { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+		    --no-install-recommends $(SYSDEPS) >/dev/null 2>&1; } || echo "apt could not install $(SYSDEPS): their tests skip"; }; \
+	else echo "not root with apt: the Slurm and promtool tests skip"; fi
+	touch $@
 
 # the CLI fuzz on a long budget (CI runs it derandomized at 40 examples a test, inside `make test`)
 fuzz: $(BIN)/.installed

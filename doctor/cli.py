@@ -1,4 +1,4 @@
-"""`ds-doctor`: run, list, env, triage, report, diff. The CLI parses options, calls the engine and prints.
+"""`ds-doctor`: run, list, env, triage, report, diff, fleet. The CLI parses options, calls the engine and prints.
 
 Usage errors are one line on stderr and exit code 2; a failure of the doctor itself is one line and exit
 code 3 (the traceback only with --debug). The arguments and --debug travel in click's context object.
@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 import doctor
+from doctor.cli_fleet import fleet
 from doctor.cli_outputs import say_where_the_run_is, show_paths, write_extra_formats, write_user_output
 from doctor.cli_triage import triage
 from doctor.options import (
@@ -123,13 +124,16 @@ def diff_against(baseline: Report, report: Report, tolerance_pct: float, json_pa
                    "~/.cache/ds-doctor/stacks, never installed into this environment); the report compares the two.")
 @click.option("--find-links", metavar="DIR", type=click.Path(path_type=Path),
               help="With --with: take the releases only from this folder of wheels/sdists (no index).")
+@click.option("--ignore-pins", is_flag=True,
+              help="With --with: install the named releases even where they pin this stack out (pip --no-deps); "
+                   "the report lists every pin ignored.")
 @click.pass_obj
 def run(state: CliState, level: int, keyword: str | None, out_dir: Path, json_stdout: bool, nproc: int | None,
         timeout_s: float | None, anonymize: bool, junit_file: Path | None, prom_file: Path | None,
         baseline_file: Path | None, tolerance_pct: float, nnodes: int | None, node_rank: int | None,
         rdzv_endpoint: str | None, rdzv_id: str | None, join_timeout_s: float, suspect_below: float,
         ds_config: str | None, acc_config: str | None, model_spec: str | None, freeze: str | None,
-        with_releases: tuple[str, ...], find_links: Path | None) -> int:
+        with_releases: tuple[str, ...], find_links: Path | None, ignore_pins: bool) -> int:
     """Run the probes that fit this node (or, with --nnodes, the nodes of a job) and write the report (and, with
     --baseline, the diff)."""
     from doctor.procs import reaping
@@ -146,12 +150,12 @@ def run(state: CliState, level: int, keyword: str | None, out_dir: Path, json_st
         os.environ["DS_DOCTOR_SUSPECT_BELOW"] = str(suspect_below)  # the ranks of every launch inherit it (probes/fabric.py)
         baseline = load_report(baseline_file, "--baseline") if baseline_file is not None else None
         check_nproc(nproc, level)
-        overlays = build_overlays(with_releases, find_links, cluster)
+        overlays = build_overlays(with_releases, find_links, cluster, ignore_pins)
         out_dir = writable_dir(out_dir)  # last: a refused option leaves no empty folder behind
         options = pipeline.RunOptions(level=level, keyword=keyword, out_dir=out_dir, nproc=nproc, timeout_s=timeout_s,
                                       argv=tuple(state.argv), anonymized=anonymize, cluster=cluster, overlays=overlays)
         console, (report, paths) = run_with_progress(options, json_stdout)
-        paths.update(write_extra_formats(report, junit_file, prom_file))
+        paths.update(write_extra_formats(report, junit_file, prom_file, baseline, tolerance_pct))
         regressed, diff_text = False, None
         if baseline is not None:
             diff_text, paths["diff"], regressed = diff_against(baseline, report, tolerance_pct, paths["json"])
@@ -161,18 +165,22 @@ def run(state: CliState, level: int, keyword: str | None, out_dir: Path, json_st
         return max(int(report.exit_code), int(ExitCode.CASES_FAILED) if regressed else 0)
 
 
-def build_overlays(with_releases: tuple[str, ...], find_links: Path | None, cluster: Any) -> tuple[Any, ...]:
+def build_overlays(with_releases: tuple[str, ...], find_links: Path | None, cluster: Any,
+                   ignore_pins: bool = False) -> tuple[Any, ...]:
     """`--with`: the overlay, built (or found in the cache) before anything runs; each refusal one line, exit 2."""
     if not with_releases:
-        if find_links is not None:
-            raise click.UsageError("--find-links is for --with: it names where the releases come from")
+        if find_links is not None or ignore_pins:
+            raise click.UsageError(f"{'--find-links' if find_links is not None else '--ignore-pins'} is for --with: "
+                                   "it says how the named releases are installed")
         return ()
     from doctor.stacks.overlay import build, parse_releases
+    from doctor.stacks.pins import build_ignoring_pins
 
     if cluster is not None:
         raise click.UsageError("--with runs on one node: every node would need the same overlay (run it per node)")
     releases = parse_releases(with_releases)
-    return (build(releases, find_links, say=lambda line: click.echo(line, err=True)),)
+    return ((build_ignoring_pins if ignore_pins else build)(releases, find_links,
+                                                            say=lambda line: click.echo(line, err=True)),)
 
 
 def run_with_progress(options: Any, json_stdout: bool) -> tuple[Any, tuple[Report, dict[str, Path]]]:
@@ -364,6 +372,7 @@ def report(path: Path, out_dir: Path | None, json_stdout: bool, anonymize: bool,
 
 
 cli.add_command(triage)
+cli.add_command(fleet)
 
 if __name__ == "__main__":
     sys.exit(main())

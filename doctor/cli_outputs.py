@@ -12,9 +12,10 @@ import click
 from reports.records import Report
 
 
-def write_extra_formats(report: Report, junit_file: Path | None, prom_file: Path | None) -> dict[str, Path]:
-    """JUnit XML and Prometheus metrics, from the already scrubbed report: a file replaced atomically, a stream
-    (`/dev/null`, a FIFO's reader) written in place."""
+def write_extra_formats(report: Report, junit_file: Path | None, prom_file: Path | None,
+                        baseline: Report | None = None, tolerance_pct: float = 10.0) -> dict[str, Path]:
+    """JUnit XML and Prometheus metrics (with `run --baseline`, each measure's ratio to the baseline's), from the
+    already scrubbed report: a file replaced atomically, a stream (`/dev/null`, a FIFO's reader) written in place."""
     from reports.junit import render_junit
     from reports.prometheus import render_prometheus
 
@@ -23,7 +24,7 @@ def write_extra_formats(report: Report, junit_file: Path | None, prom_file: Path
         write_user_output(junit_file, render_junit(report), "--junit")
         written["junit"] = junit_file
     if prom_file is not None:
-        write_user_output(prom_file, render_prometheus(report), "--prometheus")
+        write_user_output(prom_file, render_prometheus(report, baseline, tolerance_pct), "--prometheus")
         written["prometheus"] = prom_file
     return written
 

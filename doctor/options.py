@@ -169,13 +169,18 @@ def check_selection(level: int, keyword: str | None, nproc: int | None = None, c
         raise click.BadParameter(f"{keyword!r} selects only level-3 cases; add --level 3", param_hint="-k")
 
 
+#: More ranks than GPUs share them (doctor.run.plan.shared_gpu); beyond this many to one GPU, a typo is likelier.
+MAX_RANKS_PER_GPU = 4
+
+
 def check_nproc(nproc: int | None, level: int) -> None:
     from doctor.run.plan import detect_hardware
 
     if nproc is not None and level >= 2:
         hardware = detect_hardware()
-        if hardware.device_kind == "cuda" and nproc > hardware.gpu_count:
-            raise click.BadParameter(f"{nproc} ranks but only {hardware.gpu_count} GPU(s) visible", param_hint="--nproc")
+        if hardware.device_kind == "cuda" and nproc > MAX_RANKS_PER_GPU * hardware.gpu_count:
+            raise click.BadParameter(f"{nproc} ranks but only {hardware.gpu_count} GPU(s) visible (ranks share a GPU, "
+                                     f"at most {MAX_RANKS_PER_GPU} to one)", param_hint="--nproc")
 
 
 def cluster_from(nnodes: int | None, node_rank: int | None, endpoint: str | None, rdzv_id: str | None,

@@ -141,6 +141,7 @@ class PlannedCase:
     skip_reason: str | None = None  # set for a case the plan skipped
     nodes: int = 1  # > 1: its ranks span the nodes of a multi-node run
     node: int | None = None  # a multi-node run's case inside one node: which node
+    shared_gpu: str | None = None  # its ranks share GPUs, and how (doctor.run.plan.shared_gpu)
 
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "known_issues": list(self.known_issues)}
@@ -151,7 +152,7 @@ class PlannedCase:
                    world_size=int(data["world_size"]), level=int(data["level"]), reproduce=bool(data["reproduce"]),
                    device_kind=data["device_kind"], known_issues=tuple(data.get("known_issues", ())),
                    skip_reason=data.get("skip_reason", data.get("reason")), nodes=int(data.get("nodes", 1)),
-                   node=data.get("node"))
+                   node=data.get("node"), shared_gpu=data.get("shared_gpu"))
 
 
 @dataclasses.dataclass(frozen=True)

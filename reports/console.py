@@ -58,6 +58,7 @@ def key_measures(result: CaseResult) -> list[str]:
 def case_line(result: CaseResult) -> str:
     """One plain line for a finished case: id, outcome, time, the key measure or the reason."""
     detail = " · ".join(key_measures(result)) if result.outcome == Outcome.PASS else (result.reason or "")
+    detail = f"[shared GPU: {result.shared_gpu}] {detail}".strip() if result.shared_gpu else detail
     return one_line(f"{result.key} {result.outcome.value.upper()} {result.duration_s:.1f}s" + (f" {detail}" if detail else ""))
 
 
@@ -226,5 +227,7 @@ def environment_lines(env: Mapping[str, Any], hardware: Mapping[str, Any]) -> li
     lines.append(f"cuda (torch build): {env['cuda']}  nccl: {env['nccl']}  driver: {env['driver']} "
                  f"(CUDA {env['cuda_driver']})")
     lines += [f"{name}: {version or 'not installed'}" for name, version in env["packages"].items()]
+    lines += [f"out of declared range: {p['package']} {p['version']} declares {p['requires']}{p['declared']}; "
+              f"{p['requires']} {p['installed']} is installed" for p in env.get("version_skew") or ()]
     lines += [f"{name}={value}" for name, value in env["variables"].items()]
     return [one_line(line) for line in lines]

@@ -1,10 +1,9 @@
 """Markdown made to paste into a bug ticket: environment, summary, each failing case with its findings and
 evidence, the cases that reproduce one known issue grouped under it, warnings once each, measurements.
 
-It must fit a ticket: GitHub refuses an issue body over 65,536 characters, so the text stays under
-`TICKET_LIMIT` at every level. Device maps and every note stay in the JSON report (the file to attach);
-the Markdown says so. Cases that do not fit whole are listed with a pointer to the JSON, and a cut never
-leaves a code block or a `<details>` open.
+It must fit a ticket: GitHub refuses an issue body over 65,536 characters, so the text stays under `TICKET_LIMIT` at
+every level. Device maps and every note stay in the JSON report (the file to attach); the Markdown says so. Cases
+that do not fit whole are listed with a pointer to the JSON, and a cut never leaves a code block or `<details>` open.
 
 Every string from the report goes through `reports.safe` (`md_text`, `md_code`, `md_fence`, `md_html`; table
 cells through `md_cell`): data never starts a block, closes a fence, breaks a table row or becomes HTML.
@@ -133,7 +132,8 @@ def render_summary(report: Report) -> list[str]:
         where = ["where"] if report.nodes else []
         lines += _table(["case", *where, "outcome", "ranks", "device", "duration", "known issue"], [
             [md_code(r.label), *([report.where(r)] if report.nodes else []), r.outcome.value, r.world_size,
-             r.device_kind, f"{r.duration_s:.1f} s", _issue_cell(r)] for r in report.results])
+             r.device_kind + (" (shared GPU)" if r.shared_gpu else ""), f"{r.duration_s:.1f} s", _issue_cell(r)]
+            for r in report.results])
         lines.append("")
     affecting = report.affecting_issues
     if affecting:
@@ -335,8 +335,8 @@ def _measure_header(name: str) -> str:
 
 
 def _measure_cell(result: CaseResult, name: str) -> str:
-    if not MEASURES[name].applies(result.world_size):
-        return f"— ({MEASURES[name].why_not})"
+    if result.shared_gpu or not MEASURES[name].applies(result.world_size):  # ranks on one GPU cross no interconnect
+        return f"— ({'its ranks shared a GPU' if result.shared_gpu else MEASURES[name].why_not})"
     value = result.measures.get(name)
     return "" if value is None else f"{value:.4g}"
 

@@ -44,3 +44,11 @@ def format_measure(name: str, value: float | None, world_size: int) -> str:
     if not measure.applies(world_size) or value is None:
         return f"{measure.label} — ({measure.why_not or 'not measured'})"
     return f"{measure.label} {value:g}" + (f" {measure.unit}" if measure.unit else "")
+
+
+def on_shared_gpu(result: object) -> bool:
+    """Whether a case's ranks shared one GPU (issue 23: more ranks than GPUs): what they measured between them
+    crossed no interconnect, so it is never a node's bandwidth figure (no median, no flag, no baseline ratio).
+    Read from a result record's `shared_gpu`, or a result dict's."""
+    shared = result.get("shared_gpu") if isinstance(result, dict) else getattr(result, "shared_gpu", None)
+    return bool(shared)

@@ -4,7 +4,11 @@ prometheus_client (a registry of gauges, `write_to_textfile`: a temp file rename
 One gauge per case and outcome (1 for the outcome it had, so alerts can match `outcome="fail"`), counts
 per outcome, findings per severity, each GPU health finding by rule, the run's start time and duration,
 and every measure `reports.measures.MEASURES` compares with a baseline (bandwidths, TFLOP/s), where it
-means something at the case's world size. Labels carry host, probe and case.
+means something at the case's world size. Labels carry host, probe and case. With the node's baseline report
+(`run --baseline`), each such measure relative to the baseline's (`measure_baseline_ratio`: below 1 is worse,
+whichever way the measure is better) and the tolerance it was given, so an alert can say "below the baseline by
+more than the tolerance" (contrib/prometheus/ds-doctor.rules.yml). What ranks sharing one GPU measured between
+them is no node's figure and gets no ratio.
 
 Label values come from data: each goes through `reports.safe.prom_label` (control characters shown escaped;
 prometheus_client escapes `\\`, `"` and newlines as the text format wants). Names go through `prom_name`
@@ -14,11 +18,12 @@ node_exporter reads has no way to say).
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest, write_to_textfile
 
-from reports.measures import MEASURES
+from reports.measures import MEASURES, on_shared_gpu
 from reports.records import Outcome, Report, Severity, parse_time
 from reports.safe import prom_label, prom_name
 
@@ -72,7 +77,7 @@ def _case_gauges(registry: CollectorRegistry, report: Report, host: str) -> None
 
 def _measure_gauges(registry: CollectorRegistry, report: Report, host: str) -> None:
     for name, measure in MEASURES.items():
-        samples = [(r.probe, r.key, value) for r in report.results
+        samples = [(r.probe, r.key, value) for r in report.results if not on_shared_gpu(r)  # no node's figure
                    for key, value in r.applicable_measures().items() if key == name and value is not None]
         if measure.better is None or not samples:
             continue
@@ -81,20 +86,60 @@ def _measure_gauges(registry: CollectorRegistry, report: Report, host: str) -> N
             gauge.labels(host, probe, case).set(value)
 
 
-def build_registry(report: Report) -> CollectorRegistry:
+def baseline_ratios(report: Report, baseline: Report) -> list[tuple[str, str, str, float]]:
+    """(probe, case, measure, ratio) for each compared measure both reports have: new over baseline where higher is
+    better, baseline over new where lower is, so below 1 is always worse."""
+    before = {r.key: r.applicable_measures() for r in baseline.results if not on_shared_gpu(r)}
+    ratios = []
+    for result in report.results:
+        if result.key not in before or on_shared_gpu(result):
+            continue
+        for name, value in result.applicable_measures().items():
+            old, new, better = _positive(before[result.key].get(name)), _positive(value), MEASURES[name].better
+            if better is not None and old is not None and new is not None:
+                ratios.append((result.probe, result.key, name, new / old if better == "higher" else old / new))
+    return ratios
+
+
+def _positive(value: object) -> float | None:
+    """A measure as a positive finite float, or None (a report is data from anywhere: 1e400 as an integer, a bool)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) and number > 0 else None
+
+
+def _baseline_gauges(registry: CollectorRegistry, report: Report, baseline: Report, tolerance_pct: float,
+                     host: str) -> None:
+    _gauge(registry, "baseline_tolerance_percent", "Percent a measure may fall below the node's baseline (run "
+           "--tolerance).", ("host",)).labels(host).set(tolerance_pct)
+    ratios = baseline_ratios(report, baseline)
+    if ratios:
+        gauge = _gauge(registry, "measure_baseline_ratio", "A measure relative to the node's baseline report: 1 the "
+                       "same, below 1 worse (whichever way the measure is better).", ("host", "probe", "case", "measure"))
+        for probe, case, name, ratio in ratios:
+            gauge.labels(host, probe, case, name).set(ratio)
+
+
+def build_registry(report: Report, baseline: Report | None = None, tolerance_pct: float = 10.0) -> CollectorRegistry:
     registry = CollectorRegistry()
     host = str(report.hardware.get("host") or "")
     _run_gauges(registry, report, host)
     _case_gauges(registry, report, host)
     _measure_gauges(registry, report, host)
+    if baseline is not None:
+        _baseline_gauges(registry, report, baseline, tolerance_pct, host)
     return registry
 
 
-def render_prometheus(report: Report) -> str:
-    """The textfile's contents (Prometheus text format 0.0.4)."""
-    return generate_latest(build_registry(report)).decode()
+def render_prometheus(report: Report, baseline: Report | None = None, tolerance_pct: float = 10.0) -> str:
+    """The textfile's contents (Prometheus text format 0.0.4); with the node's baseline, the ratios to it."""
+    return generate_latest(build_registry(report, baseline, tolerance_pct)).decode()
 
 
-def write_prometheus(report: Report, path: Path) -> None:
+def write_prometheus(report: Report, path: Path, baseline: Report | None = None, tolerance_pct: float = 10.0) -> None:
     """Write the textfile atomically, as node_exporter's textfile collector needs."""
-    write_to_textfile(str(path), build_registry(report))
+    write_to_textfile(str(path), build_registry(report, baseline, tolerance_pct))

@@ -262,6 +262,7 @@ class CaseResult:
     node: int | None = None  # multi-node runs: the node a single-node case ran on (None: across the nodes)
     nodes: int = 1  # how many nodes the case's ranks spanned
     stack: str | None = None  # `run --with`: the overlay stack the case ran on (None: the stack as installed)
+    shared_gpu: str | None = None  # its ranks shared GPUs, and how (never a node's interconnect figure)
 
     @property
     def key(self) -> str:
@@ -288,7 +289,7 @@ class CaseResult:
             "findings": [f.to_dict() for f in self.findings], "device_map": [r.to_dict() for r in self.device_map],
             "ranks": [r.to_dict() for r in self.ranks], "notes": self.notes, "measures": self.measures,
             "series": [dict(row) for row in self.series], "node": self.node, "nodes": self.nodes,
-            **({"stack": self.stack} if self.stack is not None else {}),
+            **{k: v for k, v in (("stack", self.stack), ("shared_gpu", self.shared_gpu)) if v is not None},
         }
 
     @classmethod
@@ -308,7 +309,7 @@ class CaseResult:
             ranks=tuple(RankSummary.from_dict(r) for r in data.get("ranks", [])),
             notes=notes, measures=dict(measures), series=tuple(dict(row) for row in series or ()),
             node=data.get("node"), nodes=int(data.get("nodes") or 1),
-            stack=str(data["stack"]) if data.get("stack") is not None else None,
+            **{k: str(data[k]) for k in ("stack", "shared_gpu") if data.get(k) is not None},
         )
 
 
@@ -394,7 +395,6 @@ def load_schema(version: int = SCHEMA_VERSION) -> dict[str, Any]:
 def validate(data: Mapping[str, Any]) -> None:
     """Raise `jsonschema.ValidationError` if `data` is not a valid report of its own schema version."""
     import jsonschema
-
     version = data.get("schema_version")
     jsonschema.validate(instance=data, schema=load_schema(version if version in (1, SCHEMA_VERSION) else SCHEMA_VERSION))
 

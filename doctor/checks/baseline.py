@@ -98,7 +98,7 @@ def measure_changes(base: Mapping[str, CaseResult], new: Mapping[str, CaseResult
     """A compared measure worse than the baseline by more than the tolerance regresses; better is only reported."""
     changes = []
     for case, result in new.items():
-        if case not in base:
+        if case not in base or result.shared_gpu or base[case].shared_gpu:  # ranks on one GPU: no node's figure
             continue
         before_measures, after_measures = base[case].applicable_measures(), result.applicable_measures()
         for name, after in after_measures.items():

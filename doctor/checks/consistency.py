@@ -6,6 +6,7 @@ keys are warnings. Keys that differ per rank or node by design are not compared.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 
 from reports.records import Finding, Severity
@@ -49,23 +50,45 @@ def where(prints: list[Mapping[str, str]], ranks: Iterable[int]) -> str:
                      for (node, host), rs in by_node.items())
 
 
-def compare(prints: list[Mapping[str, str]]) -> list[Finding]:
-    """One finding per key whose value differs across ranks (`prints[r]` is rank r's fingerprint)."""
+@dataclasses.dataclass(frozen=True)
+class Disagreement:
+    """One key whose value differs across fingerprints: each value with the fingerprints (indices) holding it."""
+
+    key: str
+    majority: str
+    by_value: dict[str, list[int]]
+
+    @property
+    def severity(self) -> Severity:
+        return Severity.ERROR if self.key.startswith(STRICT) else Severity.WARNING
+
+    def outliers(self) -> dict[str, list[int]]:
+        return {value: ranks for value, ranks in self.by_value.items() if value != self.majority}
+
+
+def disagreements(prints: list[Mapping[str, str]]) -> list[Disagreement]:
+    """Every key whose value differs across `prints`, with the majority value (a tie goes to the lowest node). The
+    rule set both sources share: the ranks of a live job (`compare`) and the reports of a fleet (`ds-doctor fleet`)."""
     keys = sorted({key for fp in prints for key in fp} - NOT_COMPARED)
-    findings = []
+    found = []
     for key in keys:
         by_value: dict[str, list[int]] = {}
         for rank, fp in enumerate(prints):
             by_value.setdefault(fp.get(key, UNSET), []).append(rank)
-        if len(by_value) == 1:
-            continue
-        majority = max(by_value, key=lambda value: (len(by_value[value]), -_first_node(prints, by_value[value])))
-        outliers = "; ".join(f"{value!r} on {where(prints, ranks)}" for value, ranks in by_value.items()
-                             if value != majority)
-        severity = Severity.ERROR if key.startswith(STRICT) else Severity.WARNING
-        findings.append(Finding("consistency", severity, f"{key} differs across the ranks: {outliers} "
-                                f"(the other {len(by_value[majority])} rank(s) have {majority!r})",
-                                stage="fingerprint", expected=f"{key} = {majority!r} on every rank",
+        if len(by_value) > 1:
+            majority = max(by_value, key=lambda value: (len(by_value[value]), -_first_node(prints, by_value[value])))
+            found.append(Disagreement(key, majority, by_value))
+    return found
+
+
+def compare(prints: list[Mapping[str, str]]) -> list[Finding]:
+    """One finding per key whose value differs across ranks (`prints[r]` is rank r's fingerprint)."""
+    findings = []
+    for split in disagreements(prints):
+        outliers = "; ".join(f"{value!r} on {where(prints, ranks)}" for value, ranks in split.outliers().items())
+        findings.append(Finding("consistency", split.severity, f"{split.key} differs across the ranks: {outliers} "
+                                f"(the other {len(split.by_value[split.majority])} rank(s) have {split.majority!r})",
+                                stage="fingerprint", expected=f"{split.key} = {split.majority!r} on every rank",
                                 remedy="make every node's environment the same (one image or lockfile, the same "
                                 "launcher environment) before a job spans them"))
     return findings

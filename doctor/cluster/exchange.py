@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from doctor.cluster.nodes import Cluster
+from doctor.cluster.route import rendezvous_options
 from doctor.files import write_atomic
 from doctor.procs import die_with_parent, kill_tree, module_command
 from doctor.redact import scrub_text
@@ -37,10 +38,11 @@ class ExchangeError(RuntimeError):
 
 def exchange_command(cluster: Cluster, launch_dir: Path, name: str, wait_s: float) -> list[str]:
     wait = int(wait_s)
+    local, is_host = rendezvous_options(cluster.host, cluster.port)
     return [*module_command("torch.distributed.run"), f"--nnodes=1:{cluster.nnodes}", "--nproc-per-node=1",
             "--rdzv-backend=c10d", f"--rdzv-endpoint={cluster.endpoint}", f"--rdzv-id={cluster.launch_id(name)}",
-            f"--rdzv-conf=join_timeout={wait + 30},last_call_timeout={wait},read_timeout={max(wait, 60)}",
-            "--max-restarts=0", "--monitor-interval=0.5",
+            f"--rdzv-conf=join_timeout={wait + 30},last_call_timeout={wait},read_timeout={max(wait, 60)}{is_host}",
+            *local, "--max-restarts=0", "--monitor-interval=0.5",
             # (names torchrun's parser does not take for abbreviations of its own: --node would match --node-rank)
             "--no-python", *module_command("doctor.cluster.exchange"), "--exchange-dir", str(launch_dir.resolve()),
             "--this-node", str(cluster.node_rank),

@@ -117,17 +117,52 @@ def _slurm_count(environ: Mapping[str, str], name: str, default: str | None = No
     return int(text)
 
 
+#: How long `scontrol show hostnames` may take: it only parses, but without a configuration it retries for a minute.
+SCONTROL_BOUND_S = 5.0
+
+
+def scontrol_hostnames(nodelist: str, expected: int) -> list[str] | None:
+    """Slurm's own expansion of a host list (`scontrol show hostnames`), where scontrol is installed and answers
+    within SCONTROL_BOUND_S with as many hosts as ds-doctor's own expansion (which bounded the count first)."""
+    import shutil
+    import subprocess
+
+    scontrol = shutil.which("scontrol")
+    if scontrol is None:
+        return None
+    try:
+        done = subprocess.run([scontrol, "show", "hostnames", nodelist], capture_output=True, text=True,
+                              timeout=SCONTROL_BOUND_S, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    hosts = done.stdout.split()
+    return hosts if done.returncode == 0 and len(hosts) == expected else None
+
+
+#: (node count, host list) as Slurm sets them, the step's first: under srun SLURM_NNODES is the step's count while
+#: SLURM_JOB_NODELIST stays the job's (seen under `salloc -N2 srun -N1`: SLURM_NNODES=1, SLURM_JOB_NODELIST=n[1-2]).
+SLURM_NODES = (("SLURM_STEP_NUM_NODES", "SLURM_STEP_NODELIST"), ("SLURM_JOB_NUM_NODES", "SLURM_JOB_NODELIST"),
+               ("SLURM_NNODES", "SLURM_JOB_NODELIST"), ("SLURM_NNODES", "SLURM_NODELIST"))
+
+
 def from_slurm(environ: Mapping[str, str], port: int = DEFAULT_PORT) -> Cluster | None:
-    """The cluster `srun ds-doctor run` is in: N from SLURM_NNODES, R from SLURM_NODEID, the endpoint from the first
-    host of SLURM_JOB_NODELIST, the rendezvous id from SLURM_JOB_ID. None outside Slurm or on one node."""
-    name = "SLURM_NNODES" if environ.get("SLURM_NNODES") else "SLURM_JOB_NUM_NODES"
-    nnodes = _slurm_count(environ, name)
-    nodelist = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST")
-    if not nnodes or not nodelist or nnodes < 2:
+    """The cluster `srun ds-doctor run` is in: its job step's nodes (srun's SLURM_STEP_NUM_NODES and
+    SLURM_STEP_NODELIST; the job's SLURM_NNODES and SLURM_JOB_NODELIST outside a step), R from SLURM_NODEID (the
+    node's index within the step), the endpoint from the step's first host, the rendezvous id from SLURM_JOB_ID.
+    None outside Slurm or on one node.
+
+    The step's, not the job's: `srun -N2` inside a larger allocation runs on 2 of its nodes, SLURM_NODEID counts
+    within those 2, and the job's first host may not be one of them (srun(1), ENVIRONMENT VARIABLES)."""
+    count, listed = next(((c, n) for c, n in SLURM_NODES if environ.get(c) and environ.get(n)), (None, None))
+    if count is None or listed is None:
+        return None
+    nnodes, nodelist = _slurm_count(environ, count), environ[listed]
+    if not nnodes or nnodes < 2:
         return None
     hosts = expand_hostlist(nodelist)
     if len(hosts) != nnodes:
-        raise ClusterError(f"SLURM_JOB_NODELIST {nodelist[:200]!r} names {len(hosts)} hosts, {name} says {nnodes}")
+        raise ClusterError(f"{listed} {nodelist[:200]!r} names {len(hosts)} hosts, {count} says {nnodes}")
+    hosts = scontrol_hostnames(nodelist, len(hosts)) or hosts
     return Cluster(nnodes=nnodes, node_rank=_slurm_count(environ, "SLURM_NODEID", "0") or 0, host=hosts[0], port=port,
                    rdzv_id=f"slurm-{environ.get('SLURM_JOB_ID', 'job')}")
 

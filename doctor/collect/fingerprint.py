@@ -66,5 +66,8 @@ def fingerprint(rank: int, node: int | None, device: str) -> dict[str, str]:
     prints.update({f"package:{name}": str(version) for name, version in package_versions().items()})
     prints.update(_torch_build(device))
     prints.update(_nvml(device))
-    prints.update({f"env:{name}": value for name, value in relevant_variables().items()})
+    variables = relevant_variables()
+    if variables.pop("DS_DOCTOR_CHOSE_GLOO_SOCKET_IFNAME", None):  # ds-doctor's own pick, per node (run/launch.py)
+        variables.pop("GLOO_SOCKET_IFNAME", None)
+    prints.update({f"env:{name}": value for name, value in variables.items()})
     return prints

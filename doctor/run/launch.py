@@ -20,12 +20,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from doctor.cluster.nodes import Cluster
+from doctor.cluster.route import facing, rendezvous_options
 from doctor.files import log_tail
 from doctor.forensics import capture, evidence
 from doctor.forensics.flight import BUFFER_ENTRIES
 from doctor.procs import die_with_parent, kill_tree, module_command
 from doctor.redact import scrub_text
-from doctor.run.plan import LaunchGroup, timeout_for
+from doctor.run.plan import LaunchGroup, shared_gpu_mode, timeout_for
 from doctor.run.spec import Case
 from doctor.rundir import LAUNCH, Beat, LaunchDir, RankLine, RunDir, setup_name, setup_probe
 from reports.records import Outcome
@@ -66,9 +67,10 @@ def rendezvous_args(group: LaunchGroup, cluster: Cluster | None, attempt: int) -
         return ["--nnodes=1", f"--nproc-per-node={group.world_size}", "--master-addr=127.0.0.1",
                 f"--master-port={free_port()}"]
     timeout = int(cluster.join_timeout_s)
+    local, is_host = rendezvous_options(cluster.host, cluster.port)
     return [f"--nnodes={group.nodes}", f"--nproc-per-node={group.world_size // group.nodes}", "--rdzv-backend=c10d",
             f"--rdzv-endpoint={cluster.endpoint}", f"--rdzv-id={cluster.launch_id(f'{group.name}-{attempt}')}",
-            f"--rdzv-conf=join_timeout={timeout},read_timeout={max(timeout, 60)}"]
+            f"--rdzv-conf=join_timeout={timeout},read_timeout={max(timeout, 60)}{is_host}", *local]
 
 
 def torchrun_command(group: LaunchGroup, launch_dir: Path, cluster: Cluster | None = None, attempt: int = 0) -> list[str]:
@@ -76,7 +78,7 @@ def torchrun_command(group: LaunchGroup, launch_dir: Path, cluster: Cluster | No
         *module_command("torch.distributed.run"), *rendezvous_args(group, cluster, attempt),
         "--max-restarts=0", "--monitor-interval=0.5",
         "--no-python", *module_command("doctor.run.worker"), "--launch-dir", str(launch_dir.resolve()),
-        "--backend", group.backend,
+        "--backend", group.rank_backend, *(["--shared-gpu", shared_gpu_mode()] if group.shared_gpu else []),
     ]
 
 
@@ -86,6 +88,10 @@ def launch_environment(cluster: Cluster | None, across: bool = False) -> dict[st
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     if not across or cluster is None or cluster.host.startswith("127.") or cluster.host in ("localhost", "::1"):
         env.update(loopback_interfaces())
+    elif "GLOO_SOCKET_IFNAME" not in env and (where := facing(cluster.host, cluster.port)) and where.interface:
+        # gloo binds where the host name resolves (loopback on many nodes): the interface facing the rendezvous
+        # instead, marked as ds-doctor's choice so that consistency compares only what the user set
+        env.update(GLOO_SOCKET_IFNAME=where.interface, DS_DOCTOR_CHOSE_GLOO_SOCKET_IFNAME="1")
     if cluster is not None:
         env.update(DS_DOCTOR_NODE_RANK=str(cluster.node_rank), DS_DOCTOR_NNODES=str(cluster.nnodes))
     env.setdefault("OMP_NUM_THREADS", "1")

@@ -89,6 +89,7 @@ def merge_case(planned: PlannedCase, lines: list[RankLine], versions: Mapping[st
         ranks=tuple(rank_summary(line) for line in lines), notes=_first_of_each([line.notes for line in lines]),
         measures=_first_of_each([line.measures for line in lines]),
         series=next((line.series for line in lines if line.series), ()), node=planned.node, nodes=planned.nodes,
+        shared_gpu=planned.shared_gpu,
     )
 
 

@@ -93,11 +93,12 @@ def select(options: RunOptions, hardware: Hardware, nproc: int) -> list[Case]:
     return selected if options.level >= 2 else [c for c in selected if c.nodes > 1]
 
 
-def planned_case(case: Case, device_kind: str, skip_reason: str | None = None, node: int | None = None) -> PlannedCase:
+def planned_case(case: Case, device_kind: str, skip_reason: str | None = None, node: int | None = None,
+                 shared_gpu: str | None = None) -> PlannedCase:
     return PlannedCase(case=case.id, probe=case.probe, scenario=case.scenario, variant=case.variant,
                        world_size=case.world_size, level=case.level, reproduce=case.reproduce, device_kind=device_kind,
                        known_issues=registry.get(case.probe).SPEC.known_issues, skip_reason=skip_reason,
-                       nodes=case.nodes, node=node if case.nodes == 1 else None)
+                       nodes=case.nodes, node=node if case.nodes == 1 else None, shared_gpu=shared_gpu)
 
 
 def make_plan(options: RunOptions, hardware: Hardware | None = None) -> RunPlan:
@@ -110,7 +111,8 @@ def make_plan(options: RunOptions, hardware: Hardware | None = None) -> RunPlan:
     groups, skips = plan(cases, hardware, nproc)
     node = options.cluster.node_rank if options.cluster else None
     return RunPlan(hardware, nproc, tuple(groups),
-                   tuple(planned_case(c, g.device_kind, node=node) for g in groups for c in g.cases),
+                   tuple(planned_case(c, g.device_kind, node=node, shared_gpu=g.shared_gpu) for g in groups
+                         for c in g.cases),
                    tuple(planned_case(s.case, s.device_kind, s.reason, node) for s in skips), tuple(c.id for c in cases))
 
 

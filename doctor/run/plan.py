@@ -155,14 +155,34 @@ def detect_hardware() -> Hardware:
 
 
 def default_nproc(hardware: Hardware) -> int:
-    return hardware.gpu_count if hardware.device_kind == "cuda" else 2
+    """Ranks a case may have on this node: every GPU, and at least 2 (ranks then share a GPU: see shared_gpu)."""
+    return max(hardware.gpu_count, 2) if hardware.device_kind == "cuda" else 2
 
 
 def node_world_size(hardware: Hardware, nproc: int | None = None) -> int | None:
     """The world size the hardware families add: all the GPUs (or --nproc); none on a CPU node."""
     if hardware.device_kind != "cuda":
         return None
-    return nproc or default_nproc(hardware)
+    return nproc or hardware.gpu_count
+
+
+#: How ranks share a GPU: NCCL with a distinct NCCL_HOSTID per rank (each rank looks like its own host to NCCL, which
+#: then uses its network transport between them; NCCL refuses two ranks on one GPU of one host), or gloo with CUDA
+#: tensors. `DS_DOCTOR_SHARED_GPU` picks one; the first is the default.
+SHARED_GPU_MODES = {"nccl-hostid": "nccl, a distinct NCCL_HOSTID per rank", "gloo": "gloo over CUDA tensors"}
+SHARED_GPU_ENV = "DS_DOCTOR_SHARED_GPU"
+
+
+def shared_gpu_mode() -> str:
+    mode = os.environ.get(SHARED_GPU_ENV) or "nccl-hostid"
+    return mode if mode in SHARED_GPU_MODES else "nccl-hostid"
+
+
+def shared_gpu(hardware: Hardware, ranks_per_node: int) -> str | None:
+    """How a launch's ranks share this node's GPUs, in words, where there are more ranks than GPUs; else None."""
+    if hardware.device_kind != "cuda" or ranks_per_node <= hardware.gpu_count:
+        return None
+    return f"{ranks_per_node} ranks on {hardware.gpu_count} GPU(s): {SHARED_GPU_MODES[shared_gpu_mode()]}"
 
 
 def missing_requirements(spec: ProbeSpec) -> list[str]:
@@ -183,6 +203,12 @@ class LaunchGroup:
     backend: str
     cases: tuple[Case, ...]
     nodes: int = 1  # > 1: one launch across this many nodes (world_size ranks in all)
+    shared_gpu: str | None = None  # more ranks than GPUs on a node: how they share them
+
+    @property
+    def rank_backend(self) -> str:
+        """The process group's backend: gloo where ranks share GPUs that way."""
+        return "gloo" if self.shared_gpu and shared_gpu_mode() == "gloo" else self.backend
 
     @property
     def name(self) -> str:
@@ -214,8 +240,8 @@ def plan(cases: Iterable[Case], hardware: Hardware, nproc: int) -> tuple[list[La
             skips.append(Skip(case, hardware.device_kind, reason))
         else:
             runnable.setdefault((case.nodes, case.world_size), []).append(case)
-    groups = [LaunchGroup(ws, hardware.device_kind, hardware.backend, tuple(group), nodes)
-              for (nodes, ws), group in sorted(runnable.items())]
+    groups = [LaunchGroup(ws, hardware.device_kind, hardware.backend, tuple(group), nodes,
+                          shared_gpu(hardware, ws // nodes)) for (nodes, ws), group in sorted(runnable.items())]
     return groups, skips
 
 

@@ -165,13 +165,18 @@ def redirect_output(log_path: Path) -> None:
     os.close(fd)
 
 
-def init_distributed(backend: str, local_rank: int) -> str:
+def init_distributed(backend: str, local_rank: int, shared_gpu: str | None = None) -> str:
+    """The process group up, and this rank's device. Where ranks share GPUs (`shared_gpu`, doctor.run.plan), local
+    rank r takes GPU r mod the GPU count, and with NCCL each rank names its own host to NCCL (NCCL_HOSTID)."""
     import torch
     import torch.distributed as dist
 
-    if backend == "nccl":
-        torch.cuda.set_device(local_rank)
-        device = f"cuda:{local_rank}"
+    if backend == "nccl" or shared_gpu:
+        index = local_rank % max(torch.cuda.device_count(), 1)
+        torch.cuda.set_device(index)
+        device = f"cuda:{index}"
+        if shared_gpu == "nccl-hostid":
+            os.environ["NCCL_HOSTID"] = f"ds-doctor-rank{os.environ.get('RANK', local_rank)}"
     else:
         device = "cpu"
     dist.init_process_group(backend=backend)
@@ -182,8 +187,8 @@ class Worker:
     """One rank of a launch: the cases in order, each probe's setup once before its first case."""
 
     def __init__(self, launch: LaunchDir, backend: str, rank: int, world_size: int, local_rank: int,
-                 node: int | None = None) -> None:
-        self.launch, self.backend, self.node = launch, backend, node
+                 node: int | None = None, shared_gpu: str | None = None) -> None:
+        self.launch, self.backend, self.node, self.shared_gpu = launch, backend, node, shared_gpu
         self.rank, self.world_size, self.local_rank = rank, world_size, local_rank
         self.heartbeat = Heartbeat(launch.heartbeat(rank), rank)
         self.setups: dict[str, ErrorInfo | None] = {}
@@ -223,7 +228,7 @@ class Worker:
 
         self.heartbeat.start_case(LAUNCH, "init_process_group")
         share = NodeShare(self.launch, self.rank, self.world_size, self.local_rank, self.node) if across_nodes else None
-        self.device = init_distributed(self.backend, self.local_rank)
+        self.device = init_distributed(self.backend, self.local_rank, self.shared_gpu)
         writer = LineWriter(self.launch.rank_lines(self.rank))
         for case_id in self.launch.read_cases():
             case = registry.find_case(case_id)
@@ -244,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="ds-doctor rank worker (started by torchrun)")
     parser.add_argument("--launch-dir", required=True, type=Path)
     parser.add_argument("--backend", required=True, choices=("gloo", "nccl"))
+    parser.add_argument("--shared-gpu", choices=("nccl-hostid", "gloo"), help="ranks share GPUs, this way")
     args = parser.parse_args(argv)
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     launch = LaunchDir(args.launch_dir.resolve())  # absolute: a --model factory may change directory
@@ -252,7 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     die_with_parent()  # torchrun SIGKILLed: this rank goes too
     capture.arm(launch, rank, args.backend)  # a hang's stacks and collective record, when the parent asks
     node = int(os.environ["DS_DOCTOR_NODE_RANK"]) if "DS_DOCTOR_NODE_RANK" in os.environ else None
-    worker = Worker(launch, args.backend, rank, world_size, int(os.environ.get("LOCAL_RANK", "0")), node)
+    worker = Worker(launch, args.backend, rank, world_size, int(os.environ.get("LOCAL_RANK", "0")), node,
+                    args.shared_gpu)
     worker.run(across_nodes=world_size > int(os.environ.get("LOCAL_WORLD_SIZE", world_size)))
     return 0
 

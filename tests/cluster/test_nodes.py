@@ -3,9 +3,20 @@ expands."""
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
 
-from doctor.cluster.nodes import Cluster, ClusterError, expand_hostlist, from_options, from_slurm, parse_endpoint
+from doctor.cluster.nodes import (
+    Cluster,
+    ClusterError,
+    expand_hostlist,
+    from_options,
+    from_slurm,
+    parse_endpoint,
+    scontrol_hostnames,
+)
 
 
 @pytest.mark.parametrize(("text", "hosts"), [
@@ -39,6 +50,32 @@ def test_srun_gives_nodes_rank_endpoint_and_id() -> None:
     assert from_slurm({}) is None
     with pytest.raises(ClusterError, match="names 4 hosts, SLURM_NNODES says 3"):
         from_slurm({**environ, "SLURM_NNODES": "3"})
+
+
+def test_under_srun_in_a_larger_allocation_the_steps_nodes_count() -> None:
+    """What srun sets for `srun -N2 -r1` in a 3-node allocation (seen on the cluster of tests/cluster/test_slurm.py):
+    SLURM_NNODES and SLURM_NODEID are the step's, SLURM_JOB_NODELIST stays the job's, whose first host is not in the
+    step. (It was read as a mismatch, exit 2; and the endpoint would have been a host outside the step.)"""
+    environ = {"SLURM_JOB_NUM_NODES": "3", "SLURM_NNODES": "2", "SLURM_JOB_NODELIST": "n[1-3]", "SLURM_NODEID": "1",
+               "SLURM_STEP_NUM_NODES": "2", "SLURM_STEP_NODELIST": "n[2-3]", "SLURM_JOB_ID": "9"}
+    assert from_slurm(environ) == Cluster(nnodes=2, node_rank=1, host="n2", port=29400, rdzv_id="slurm-9")
+    batch = {k: v for k, v in environ.items() if not k.startswith("SLURM_STEP_")}  # an sbatch script: the job's
+    assert from_slurm({**batch, "SLURM_NNODES": "3", "SLURM_NODEID": "0"}).host == "n1"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("text", ["gpu[01-03,07],login1", "nid0[0098-0101]", "rack[1-2]-n[1-2]", "10.0.0.[1-2]",
+                                  "x[1-3]y[1-2],z"])
+def test_the_expansion_agrees_with_scontrol_show_hostnames(text: str, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slurm's own expansion, where scontrol is installed (Debian's slurm-client): it needs a configuration only
+    to start, not a controller."""
+    if shutil.which("scontrol") is None:
+        pytest.skip("scontrol not installed (Debian: apt-get install slurm-client)")
+    (tmp_path / "slurm.conf").write_text("ClusterName=dsdr\nSlurmctldHost=localhost\n")
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "slurm.conf"))
+    hosts = expand_hostlist(text)
+    assert scontrol_hostnames(text, len(hosts)) == hosts
+    assert scontrol_hostnames(text, len(hosts) + 1) is None  # a count that disagrees: ds-doctor's own is kept
 
 
 def test_options_in_torchruns_words_win_over_slurm() -> None:

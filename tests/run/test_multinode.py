@@ -9,6 +9,7 @@ from pathlib import Path
 
 from doctor.cluster.exchange import exchange_command
 from doctor.cluster.nodes import Cluster
+from doctor.cluster.route import facing, rendezvous_options
 from doctor.run.launch import launch_environment, torchrun_command
 from doctor.run.multinode import disagreement, plan_hash
 from doctor.run.pipeline import RunOptions, make_plan
@@ -48,7 +49,7 @@ def test_launches_across_the_nodes_use_torchruns_c10d_rendezvous(tmp_path: Path)
     assert "--nnodes=1" in local and "--master-addr=127.0.0.1" in local  # inside a node: private, on loopback
     command = " ".join(torchrun_command(across[0], tmp_path, CLUSTER, attempt=0))
     for part in ("--nnodes=2", "--nproc-per-node=2", "--rdzv-backend=c10d", "--rdzv-endpoint=10.0.0.1:29400",
-                 "--rdzv-id=job7-ws4-n2-0", "join_timeout=120"):
+                 "--rdzv-id=job7-ws4-n2-0", "join_timeout=120", *rendezvous_options(CLUSTER.host, CLUSTER.port)[0]):
         assert part in command, part
     exchange = " ".join(exchange_command(CLUSTER, tmp_path, "closing", 30))
     assert "--nnodes=1:2" in exchange and "last_call_timeout=30" in exchange and "--rdzv-id=job7-closing" in exchange
@@ -60,7 +61,8 @@ def test_sockets_stay_on_loopback_unless_a_launch_spans_real_hosts() -> None:
     assert "GLOO_SOCKET_IFNAME" in launch_environment(CLUSTER, across=False)  # the cases inside a node
     env = launch_environment(CLUSTER, across=True)
     assert env["DS_DOCTOR_NODE_RANK"] == "1" and env["DS_DOCTOR_NNODES"] == "2"
-    assert env.get("GLOO_SOCKET_IFNAME") == os.environ.get("GLOO_SOCKET_IFNAME")  # left as the node has it
+    where = facing(CLUSTER.host, CLUSTER.port)  # the user's choice, else the interface facing the rendezvous
+    assert env.get("GLOO_SOCKET_IFNAME") == os.environ.get("GLOO_SOCKET_IFNAME") or (where and where.interface)
 
 
 def test_the_report_is_written_by_node_0_or_the_lowest_node_left() -> None:

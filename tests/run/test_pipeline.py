@@ -39,8 +39,8 @@ def test_select_takes_level_and_keyword() -> None:
 
 
 def test_the_plan_groups_launches_and_keeps_skips_in_the_selection_order() -> None:
-    options = pipeline.RunOptions(level=3, keyword="zero_offload and z1 and bf16")
-    run_plan = pipeline.make_plan(options, Hardware("cuda", 1))  # one GPU: the two-rank cases cannot run
+    options = pipeline.RunOptions(level=3, keyword="zero_offload and z1 and bf16", nproc=1)
+    run_plan = pipeline.make_plan(options, Hardware("cuda", 1))  # one rank asked for: the two-rank cases cannot run
     assert [(g.world_size, g.backend, len(g.cases)) for g in run_plan.groups] == [(1, "nccl", 2)]
     assert [p.case for p in run_plan.planned] == ["zero_offload[z1-none-bf16-ws1]", "zero_offload[z1-opt-bf16-ws1]"]
     assert [(s.case, s.skip_reason) for s in run_plan.skips] == [

@@ -1,0 +1,197 @@
+"""The fleet's nightly view (`ds-doctor fleet`): the newest report of each node, side by side.
+
+One rule set, two sources: the fingerprint keys `consistency` compares across the ranks of a live job (Python and
+package versions, torch's CUDA, NCCL, the driver and CUDA driver, the GPU model, the allowlisted environment) are
+built here from each report's environment and hardware sections and compared by the same `disagreements`, with
+the same majority and severities. Each compared measure (`reports.measures.MEASURES` with a `better`: busbw,
+algbw, TFLOP/s) is set against the median of the nodes with the same GPU models (an older GPU generation is no
+regression of the fleet); what ranks sharing one GPU measured between them is never a node's figure and is left
+out. Exit 1 belongs to failing cases (GPU health included), as for `run`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from collections.abc import Mapping
+from typing import Any
+
+from doctor.checks.consistency import disagreements
+from doctor.checks.health import PROBE as HEALTH_PROBE
+from reports.fleet import Deviation, FailedCase, Fleet, MeasureCell, NodeView, Spread, Unreadable
+from reports.measures import MEASURES, on_shared_gpu
+from reports.records import FAILING, Report, parse_time
+
+#: Environment variables that name one run or one launch, not the node: they differ between any two nightly runs.
+PER_RUN = ("env:SLURM_", "env:TORCHELASTIC_", "env:MASTER_", "env:DS_DOCTOR_", "env:WORLD_SIZE", "env:LOCAL_WORLD_SIZE")
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """A report as read, and where from."""
+
+    source: str
+    report: Report
+
+    @property
+    def anonymized(self) -> bool:
+        """An `--anonymize`d report's host is a placeholder (`host-1` on every node): it names no node."""
+        return "--anonymize" in self.report.command
+
+    @property
+    def host(self) -> str:
+        return str(self.report.hardware.get("host") or "(no host)")
+
+    def identity(self) -> str:
+        return f"{self.host} ({self.source})" if self.anonymized else self.host
+
+    def when(self) -> tuple[Any, ...]:
+        return parse_time(self.report.started_at), parse_time(self.report.finished_at), self.source
+
+
+def _gpu_values(gpus: list[Any], field: str, convert: Any = str) -> str | None:
+    values = sorted({convert(g.get(field)) for g in gpus if isinstance(g, Mapping) and g.get(field) is not None})
+    return ", ".join(values) if values else None
+
+
+def finite(value: Any) -> float | None:
+    """A number from a report as a float, or None where it is none (a bool, null, 1e400 as an integer)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _gib(value: Any) -> str:
+    number = finite(value)
+    return f"{number / 2**30:.0f}" if number is not None else str(value)[:60]
+
+
+def report_fingerprint(report: Report) -> dict[str, str]:
+    """The keys a rank's fingerprint (`doctor.collect.fingerprint`) has, as a node's report records them; plus the
+    GPU count, which a rank cannot see and a node can lose."""
+    env, hardware = report.env, report.hardware
+    prints = {"host": str(hardware.get("host")), "python": str(env.get("python")), "torch.cuda": str(env.get("cuda"))}
+    prints.update({f"package:{name}": str(version) for name, version in (env.get("packages") or {}).items()})
+    for key, field in (("torch.nccl", "nccl"), ("driver", "driver"), ("cuda_driver", "cuda_driver")):
+        if env.get(field) is not None:
+            prints[key] = str(env[field])
+    gpus = hardware.get("gpus") or []
+    prints["gpu.count"] = str(len(gpus))
+    for key, field, convert in (("gpu.name", "name", str), ("gpu.memory_gib", "memory_total_bytes", _gib),
+                                ("gpu.compute_capability", "compute_capability", str)):
+        value = _gpu_values(gpus, field, convert)
+        if value is not None:
+            prints[key] = value
+    variables = env.get("variables") or {}
+    prints.update({f"env:{name}": str(value) for name, value in variables.items()
+                   if not f"env:{name}".startswith(PER_RUN)})
+    return prints
+
+
+def gpu_models(report: Report) -> str:
+    """The group a node's measures are compared within."""
+    return _gpu_values(report.hardware.get("gpus") or [], "name") or "no GPU"
+
+
+def newest_per_host(sources: list[Source]) -> list[tuple[Source, list[str]]]:
+    """Each host's newest report (by start, then finish time), with the sources of the older ones it replaced."""
+    by_host: dict[str, list[Source]] = {}
+    for source in sources:
+        by_host.setdefault(source.identity(), []).append(source)
+    picked = []
+    for _, group in sorted(by_host.items()):
+        group.sort(key=Source.when)
+        picked.append((group[-1], [older.source for older in reversed(group[:-1])]))
+    return picked
+
+
+def spreads(hosts: list[str], prints: list[dict[str, str]]) -> tuple[list[Spread], dict[str, list[Deviation]]]:
+    """The consistency rules over the nodes' fingerprints: each key that differs, and each node's deviations."""
+    found: list[Spread] = []
+    deviations: dict[str, list[Deviation]] = {host: [] for host in hosts}
+    for split in disagreements(prints):
+        others = {value: [hosts[i] for i in indices] for value, indices in split.outliers().items()}
+        found.append(Spread(split.key, split.severity.value, split.majority, len(split.by_value[split.majority]),
+                            others))
+        for value, indices in split.outliers().items():
+            for i in indices:
+                deviations[hosts[i]].append(Deviation(split.key, value, split.majority, split.severity.value))
+    return found, deviations
+
+
+def _compared(result: Any) -> dict[str, float]:
+    """A result's measures that are compared (better higher or lower) and are finite numbers."""
+    numbers = {name: finite(value) for name, value in result.applicable_measures().items()
+               if MEASURES[name].better is not None}
+    return {name: number for name, number in numbers.items() if number is not None}
+
+
+def measure_cells(nodes: list[tuple[str, Report]], tolerance_pct: float) -> tuple[dict[str, list[MeasureCell]],
+                                                                                 dict[str, list[str]]]:
+    """Each node's measures against the median of its group; the cases left out because their ranks shared a GPU."""
+    groups: dict[tuple[str, str, str], list[tuple[str, float]]] = {}
+    shared: dict[str, list[str]] = {host: [] for host, _ in nodes}
+    for host, report in nodes:
+        gpus = gpu_models(report)
+        for result in report.results:
+            measures = _compared(result)
+            if measures and on_shared_gpu(result):
+                shared[host].append(result.key)
+                continue
+            for name, value in measures.items():
+                groups.setdefault((result.key, name, gpus), []).append((host, value))
+    cells: dict[str, list[MeasureCell]] = {host: [] for host, _ in nodes}
+    for (case, name, gpus), values in sorted(groups.items()):
+        median = statistics.median(value for _, value in values)
+        for host, value in values:
+            delta = (value - median) / median * 100 if median > 0 else None
+            worse = delta is not None and len(values) > 1 and \
+                (delta < -tolerance_pct if MEASURES[name].better == "higher" else delta > tolerance_pct)
+            cells[host].append(MeasureCell(case, name, gpus, value, median, len(values), delta, worse))
+    return cells, shared
+
+
+def failed_cases(report: Report) -> tuple[list[FailedCase], list[FailedCase]]:
+    """(the failing cases, the failing GPU health cases) of a report."""
+    failing, health = [], []
+    for result in report.results:
+        if result.outcome not in FAILING:
+            continue
+        rules = tuple(f.invariant for f in result.findings if f.is_error)
+        case = FailedCase(result.key, result.outcome.value, result.reason or "", rules)
+        (health if result.probe == HEALTH_PROBE else failing).append(case)
+    return failing, health
+
+
+def _notes(source: Source) -> tuple[str, ...]:
+    notes = []
+    if source.anonymized:
+        notes.append(f"{source.source}: an anonymized report (its host name is a placeholder): a row of its own")
+    if source.report.nodes:
+        hosts = ", ".join(str(n.get("host")) for n in source.report.nodes)
+        notes.append(f"a {len(source.report.nodes)}-node run ({hosts}): every node's cases in this one row")
+    return tuple(notes)
+
+
+def build_fleet(sources: list[Source], unreadable: list[Unreadable], tolerance_pct: float,
+                not_read: int = 0) -> Fleet:
+    """The fleet's view of the newest report of each host."""
+    picked = newest_per_host(sources)
+    hosts = [source.identity() for source, _ in picked]
+    found, deviations = spreads(hosts, [report_fingerprint(source.report) for source, _ in picked])
+    cells, shared = measure_cells([(host, source.report) for host, (source, _) in zip(hosts, picked, strict=True)],
+                                  tolerance_pct)
+    views = []
+    for host, (source, older) in zip(hosts, picked, strict=True):
+        failing, health = failed_cases(source.report)
+        views.append(NodeView(host=host, source=source.source, started_at=source.report.started_at,
+                              outcomes=source.report.summary, failing=tuple(failing), gpu_health=tuple(health),
+                              deviations=tuple(deviations[host]), measures=tuple(cells[host]),
+                              shared_gpu=tuple(shared[host]), superseded=tuple(older), notes=_notes(source)))
+    views.sort(key=lambda view: (not view.failed, view.host))
+    return Fleet(tolerance_pct, tuple(views), tuple(found), tuple(unreadable), not_read)

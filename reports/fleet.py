@@ -1,0 +1,241 @@
+"""`ds-doctor fleet` output: many nodes' reports as one table, as plain data and Markdown.
+
+The engine (`doctor.checks.fleet`) fills these records from report files; this module only shows them. Every
+string that came from a report (a host, a case id, a version, a reason) goes through `reports.safe`, as in the
+report's own Markdown: the files are other machines' output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from reports.measures import MEASURES
+from reports.safe import clip, md_cell, md_text
+
+#: How a fingerprint key is named in the table (`package:deepspeed` is `deepspeed`, `env:NCCL_IB_HCA` `$NCCL_IB_HCA`).
+KEY_LABELS = {"python": "Python", "torch.cuda": "torch's CUDA", "torch.nccl": "NCCL", "driver": "driver",
+              "cuda_driver": "CUDA driver", "gpu.name": "GPU", "gpu.memory_gib": "GPU memory (GiB)",
+              "gpu.compute_capability": "compute capability", "gpu.count": "GPUs"}
+CELL_ITEMS = 6  # a table cell lists this many and counts the rest (the sections below list them all)
+CELL_CHARS = 200  # ...each cut to this many characters (a reason, a host name may be anything)
+
+
+def key_label(key: str) -> str:
+    if key.startswith("package:"):
+        return key.removeprefix("package:")
+    if key.startswith("env:"):
+        return "$" + key.removeprefix("env:")
+    return KEY_LABELS.get(key, key)
+
+
+@dataclasses.dataclass(frozen=True)
+class Deviation:
+    """A key on which a node differs from the fleet's majority (the consistency rules' own verdict)."""
+
+    key: str
+    value: str
+    majority: str
+    severity: str  # error: a job spanning these nodes crashes or hangs; warning: it may behave differently
+
+    def short(self) -> str:
+        return f"{key_label(self.key)} {self.value} (fleet {self.majority})"
+
+
+@dataclasses.dataclass(frozen=True)
+class MeasureCell:
+    """One measure of one case on one node, against the median of the nodes with the same GPUs."""
+
+    case: str
+    measure: str
+    gpus: str  # the group compared: the node's GPU models ("no GPU" on CPU nodes)
+    value: float
+    median: float
+    nodes: int  # nodes in the group
+    delta_pct: float | None  # against the median; None where the median is 0
+    below: bool  # worse than the median by more than the tolerance
+
+    def short(self) -> str:
+        measure = MEASURES[self.measure]
+        unit = f" {measure.unit}" if measure.unit else ""
+        delta = f" ({self.delta_pct:+.1f}% vs {self.median:g})" if self.delta_pct is not None else ""
+        return f"{self.case} {measure.label} {self.value:g}{unit}{delta}"
+
+
+@dataclasses.dataclass(frozen=True)
+class FailedCase:
+    case: str
+    outcome: str
+    reason: str
+    rules: tuple[str, ...] = ()  # a GPU health case: the error findings' rules
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeView:
+    """One node's row: its newest report, what failed, where it differs from the fleet and falls below it."""
+
+    host: str
+    source: str
+    started_at: str
+    outcomes: dict[str, int]
+    failing: tuple[FailedCase, ...]  # cases that failed, errored or timed out (GPU health apart)
+    gpu_health: tuple[FailedCase, ...]  # gpu_health cases that failed or errored
+    deviations: tuple[Deviation, ...] = ()
+    measures: tuple[MeasureCell, ...] = ()
+    shared_gpu: tuple[str, ...] = ()  # cases whose ranks shared a GPU: their measures are not compared
+    superseded: tuple[str, ...] = ()  # older reports of this host that the newest replaced
+    notes: tuple[str, ...] = ()
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.failing or self.gpu_health)
+
+    @property
+    def below(self) -> list[MeasureCell]:
+        return [m for m in self.measures if m.below]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "failed": self.failed}
+
+
+@dataclasses.dataclass(frozen=True)
+class Spread:
+    """A key whose value differs across the fleet: the majority value and the hosts holding each other one."""
+
+    key: str
+    severity: str
+    majority: str
+    majority_nodes: int
+    others: dict[str, list[str]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Unreadable:
+    source: str
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Fleet:
+    tolerance_pct: float
+    nodes: tuple[NodeView, ...]
+    spreads: tuple[Spread, ...] = ()
+    unreadable: tuple[Unreadable, ...] = ()
+    not_read: int = 0  # older reports of a host skipped by their file names (the newest was read)
+
+    @property
+    def failed(self) -> bool:
+        return any(node.failed for node in self.nodes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tolerance_pct": self.tolerance_pct, "failed": self.failed, "nodes": [n.to_dict() for n in self.nodes],
+                "spreads": [dataclasses.asdict(s) for s in self.spreads],
+                "unreadable": [dataclasses.asdict(u) for u in self.unreadable], "not_read": self.not_read}
+
+
+def _c(value: object, width: int = CELL_CHARS) -> str:
+    """Data as a table cell: on one line, cut to `width`, made safe."""
+    return md_cell(clip(value, width))
+
+
+def _cell(items: list[str]) -> str:
+    """Up to CELL_ITEMS entries of a table cell, each made safe, and how many more there are."""
+    shown = [_c(item) for item in items[:CELL_ITEMS]]
+    more = len(items) - CELL_ITEMS
+    return "; ".join(shown + ([f"… {more} more"] if more > 0 else [])) or "-"
+
+
+def _outcomes(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} {outcome}" for outcome, n in counts.items() if n) or "no case"
+
+
+def _health(node: NodeView) -> list[str]:
+    return [f"{c.case}: {', '.join(c.rules) or c.reason}" for c in node.gpu_health]
+
+
+def _node_rows(fleet: Fleet) -> list[str]:
+    lines = ["| node | run | outcomes | GPU health fails | differs from the fleet | below the fleet median | |",
+             "|---|---|---|---|---|---|---|"]
+    for node in fleet.nodes:
+        lines.append(f"| {_c(node.host)} | {_c(node.started_at)} | {_c(_outcomes(node.outcomes))} | "
+                     f"{_cell(_health(node))} | {_cell([d.short() for d in node.deviations])} | "
+                     f"{_cell([m.short() for m in node.below])} | {'**FAIL**' if node.failed else 'ok'} |")
+    return lines
+
+
+def _failing_rows(fleet: Fleet) -> list[str]:
+    rows = [(node.host, case) for node in fleet.nodes for case in (*node.gpu_health, *node.failing)]
+    if not rows:
+        return []
+    lines = ["## Failing cases", "", "| node | case | outcome | reason |", "|---|---|---|---|"]
+    lines += [f"| {_c(host)} | {_c(c.case)} | {c.outcome} | {_c(c.reason) if c.reason else '-'} |"
+              for host, c in rows]
+    return [*lines, ""]
+
+
+def _spread_rows(fleet: Fleet) -> list[str]:
+    if not fleet.spreads:
+        return []
+    lines = ["## Differences across the fleet", "",
+             "As `consistency` compares the ranks of a job: `error` where a job spanning these nodes crashes or hangs.",
+             "", "| what | fleet majority | differs on | severity |", "|---|---|---|---|"]
+    for spread in fleet.spreads:
+        others = "; ".join(f"{value} on {', '.join(hosts)}" for value, hosts in spread.others.items())
+        lines.append(f"| {_c(key_label(spread.key))} | {_c(spread.majority)} ({spread.majority_nodes} "
+                     f"node(s)) | {_c(others, 500)} | {spread.severity} |")
+    return [*lines, ""]
+
+
+def _median_rows(fleet: Fleet) -> list[str]:
+    groups: dict[tuple[str, str, str], list[tuple[str, MeasureCell]]] = {}
+    for node in fleet.nodes:
+        for cell in node.measures:
+            groups.setdefault((cell.case, cell.measure, cell.gpus), []).append((node.host, cell))
+    if not groups:
+        return []
+    lines = ["## Measures against the fleet median", "",
+             f"Per case and measure, among nodes with the same GPUs; below by more than {fleet.tolerance_pct:g}% is "
+             "flagged.", "", "| case | measure | GPUs | nodes | median | lowest | flagged |", "|---|---|---|---|---|---|---|"]
+    for (case, name, gpus), cells in sorted(groups.items()):
+        host, low = min(cells, key=lambda item: item[1].value)
+        flagged = [h for h, c in cells if c.below]
+        lines.append(f"| {_c(case)} | {MEASURES[name].label} | {_c(gpus)} | {len(cells)} | "
+                     f"{low.median:g} | {low.value:g} ({_c(host)}) | {_cell(flagged)} |")
+    return [*lines, ""]
+
+
+def _other_rows(fleet: Fleet) -> list[str]:
+    lines = []
+    shared = [(node.host, case) for node in fleet.nodes for case in node.shared_gpu]
+    if shared:
+        lines += ["## Not compared: ranks that shared a GPU", "",
+                  "What ranks sharing one GPU measured between them crossed no interconnect.", ""]
+        lines += [f"- {md_text(clip(host, CELL_CHARS))}: {md_text(clip(case, CELL_CHARS))}" for host, case in shared]
+        lines.append("")
+    if fleet.unreadable:
+        lines += ["## Unreadable reports", ""] + [f"- {md_text(clip(u.source, 500))}: {md_text(clip(u.reason, 500))}"
+                                                  for u in fleet.unreadable] + [""]
+    notes = [(node.host, note) for node in fleet.nodes for note in node.notes]
+    notes += [(node.host, f"newest of {len(node.superseded) + 1} reports of this host; older: "
+               + ", ".join(node.superseded)) for node in fleet.nodes if node.superseded]
+    if notes or fleet.not_read:
+        lines += ["## Notes", ""] + [f"- {md_text(clip(host, CELL_CHARS))}: {md_text(clip(note, 1000))}"
+                                 for host, note in notes]
+        if fleet.not_read:
+            lines.append(f"- {fleet.not_read} older report(s) not read: a newer one of the same host, by file name")
+        lines.append("")
+    return lines
+
+
+def render_fleet(fleet: Fleet) -> str:
+    """Markdown (also read as plain text on a console)."""
+    failing = sum(node.failed for node in fleet.nodes)
+    verdict = f"**{failing} of {len(fleet.nodes)} node(s) failing**" if failing else \
+        f"{len(fleet.nodes)} node(s), none failing"
+    lines = [f"# ds-doctor fleet: {verdict}", "", f"- nodes: {len(fleet.nodes)} (the newest report of each host)",
+             f"- measures: flagged below the fleet median by more than {fleet.tolerance_pct:g}%"]
+    if fleet.unreadable:
+        lines.append(f"- unreadable: {len(fleet.unreadable)} file(s), listed below")
+    lines += ["", *_node_rows(fleet), "", *_failing_rows(fleet), *_spread_rows(fleet), *_median_rows(fleet),
+              *_other_rows(fleet)]
+    return "\n".join(lines).rstrip("\n") + "\n"
