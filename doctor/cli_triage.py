@@ -15,30 +15,36 @@ from doctor.options import WORLD_SIZE
 @click.command()
 @click.argument("source", metavar="FILE|DIR|-", type=click.Path(allow_dash=True, path_type=str))
 @click.option("--json", "as_json", is_flag=True, help="Print what was found as JSON.")
+@click.option("--markdown", "as_markdown", is_flag=True, help="Print what was found as Markdown, for a ticket.")
 @click.option("--world-size", type=WORLD_SIZE, default=None,
               help="Ranks the job had, to name the ranks a watchdog log never mentions.")
-def triage(source: str, as_json: bool, world_size: int | None) -> int:
+def triage(source: str, as_json: bool, as_markdown: bool, world_size: int | None) -> int:
     """Read a log or traceback (a file, or - for stdin) against the known issues and the NCCL watchdog's lines,
     or a directory of Flight Recorder dumps (TORCH_NCCL_DUMP_ON_TIMEOUT output) through torch's analyzer.
 
     Exit code 0 when something was found, 1 when nothing was.
     """
+    if as_json and as_markdown:
+        raise click.UsageError("--json and --markdown are two outputs: give one")
     if source != "-" and Path(source).is_dir():
         return triage_dumps(Path(source), as_json)
-    from doctor.hardware.env import package_versions
+    from doctor.hardware.env import nccl_version, package_versions
     from doctor.knowledge.triage import read_log, read_report, read_source
-    from reports.triage import render_findings, render_triage, render_versions
+    from reports.triage import render_findings, render_triage, render_triage_markdown, render_versions
 
     log = read_source(source)  # bounded: the tail of a big or endless input, a compressed log decompressed
     for note in log.notes:
         click.echo(f"ds-doctor: note: {note}", err=True)
     name = "stdin" if source == "-" else source
-    reading = read_report(log.text, name) or read_log(log.text, package_versions(), world_size, log.notes)
+    installed = {**package_versions(), "nccl": nccl_version()}  # NCCL: the wheel's, where the log names none
+    reading = read_report(log.text, name) or read_log(log.text, installed, world_size, log.notes)
     if as_json:
         click.echo(json.dumps({"matches": [m.to_dict() for m in reading.matches], "notes": list(reading.notes),
                                "versions": {p: dataclasses.asdict(v) for p, v in reading.versions.items()},
                                "watchdog": dataclasses.asdict(reading.watchdog) if reading.watchdog else None,
                                "findings": [f.to_dict() for f in reading.findings]}, indent=2))
+    elif as_markdown:
+        click.echo(render_triage_markdown(reading.matches, reading.findings), nl=False)
     else:
         parts = [render_triage(reading.matches), render_findings(reading.findings),
                  render_versions({p: reading.versions[p] for p in {m.package for m in reading.matches}

@@ -13,7 +13,7 @@ from typing import Any
 
 from reports.hang import CollectivePosition
 from reports.records import Finding, IssueRef
-from reports.safe import one_line
+from reports.safe import md_code, md_text, one_line
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,10 +34,17 @@ class TriageMatch:
     version: VersionUsed
     position: int  # where its first pattern matched in the (normalised) input
     line: str  # the matched span, scrubbed
+    strength: str = "message only"  # or "message and context" (its `requires` matched), "message and frames"
+    context: tuple[str, ...] = ()  # what backs it beyond the message: the spans its requires or frames matched
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.issue.to_dict(), "cause": self.cause, "package": self.package,
-                "version": self.version.version, "version_from": self.version.source, "matched": self.line}
+                "version": self.version.version, "version_from": self.version.source, "matched": self.line,
+                "strength": self.strength, "context": list(self.context)}
+
+    @property
+    def strength_line(self) -> str:
+        return self.strength + (f" ({'; '.join(self.context)})" if self.context else "")
 
 
 def render_triage(matches: list[TriageMatch]) -> str:
@@ -49,6 +56,7 @@ def render_triage(matches: list[TriageMatch]) -> str:
         version = match.version.version or "not installed"
         lines = [f"[{issue.id}] {issue.title}",
                  f"  matched:  {match.line}",
+                 f"  strength: {match.strength_line}",
                  f"  affected: {issue.affected_versions}; {match.package} {version} (from {match.version.source}): "
                  f"{issue.verdict.value}" + (f"; fixed in {issue.fixed_in}" if issue.fixed_in else ""),
                  f"  cause:    {match.cause}",
@@ -56,6 +64,28 @@ def render_triage(matches: list[TriageMatch]) -> str:
                  *[f"  ref:      {ref}" for ref in issue.refs]]
         blocks.append("\n".join(one_line(line) for line in lines))
     return "\n\n".join(blocks)
+
+
+def render_triage_markdown(matches: list[TriageMatch], findings: Iterable[Finding] = ()) -> str:
+    """What `triage --markdown` prints, to paste into a ticket: one section per known issue (how strong the match
+    is among its first lines, so a reader weighs a message-only match as such), then the findings."""
+    lines = ["## ds-doctor triage", ""]
+    if not matches:
+        lines += ["No known issue matches this input.", ""]
+    for match in matches:
+        issue = match.issue
+        fixed = f"; fixed in {md_text(issue.fixed_in)}" if issue.fixed_in else ""
+        lines += [f"### {md_code(issue.id)} {md_text(issue.title)}", "",
+                  f"- **matched:** {md_code(match.line)}",
+                  f"- **strength:** {md_text(match.strength_line)}",
+                  f"- **verdict:** {md_text(issue.verdict.value)}: {md_text(issue.affected_versions)}; "
+                  f"{md_text(match.package)} {md_text(match.version.version or 'not installed')} (from "
+                  f"{md_text(match.version.source)}){fixed}",
+                  f"- **cause:** {md_text(match.cause)}",
+                  f"- **remedy:** {md_text(issue.remedy)}",
+                  *[f"- {md_text(ref)}" for ref in issue.refs], ""]
+    found = [f"- **{f.severity.value}** {md_code(f.invariant)}: {md_text(f.message)}" for f in findings]
+    return "\n".join(lines + (["### Findings", "", *found, ""] if found else [])).rstrip("\n") + "\n"
 
 
 def render_versions(versions: Mapping[str, VersionUsed]) -> str:

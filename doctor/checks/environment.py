@@ -25,7 +25,19 @@ def numpy_present(env: Mapping[str, Any]) -> list[Finding]:
                     "the same on every node")]
 
 
-RULES = (numpy_present,)
+def declared_ranges(env: Mapping[str, Any]) -> list[Finding]:
+    """Installed pairs outside each other's declared ranges (doctor.hardware.skew): transformers, Accelerate and
+    DeepSpeed out of step fail late, on the first code path that needs the other's newer API."""
+    return [Finding("declared_ranges", Severity.WARNING,
+                    f"{pair['package']} {pair['version']} declares {pair['requires']}{pair['declared']}, and "
+                    f"{pair['requires']} {pair['installed']} is installed",
+                    stage="environment", expected=f"{pair['requires']}{pair['declared']}",
+                    remedy=f"pip install '{pair['requires']}{pair['declared'].split(' or ')[0]}' (or a "
+                    f"{pair['package']} release whose range holds {pair['requires']} {pair['installed']})")
+            for pair in env.get("version_skew") or () if isinstance(pair, Mapping)]
+
+
+RULES = (numpy_present, declared_ranges)
 
 
 def environment_results(env: Mapping[str, Any]) -> list[CaseResult]:

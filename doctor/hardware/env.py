@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from doctor.hardware.nvml import read_gpus
+from doctor.hardware.skew import version_skew
 from doctor.redact import MASK, is_secret_name
 
 PACKAGES = (
@@ -24,7 +25,8 @@ PACKAGES = (
     "prodigyopt", "prodigy-plus-schedule-free", "mosaicml", "pydantic", "psutil", "ds-doctor",
 )
 
-ENV_PREFIXES = ("CUDA_", "NCCL_", "TORCH_", "PYTORCH_", "DS_", "ACCELERATE_", "OMP_", "MKL_", "NVIDIA_", "TORCHELASTIC_")
+ENV_PREFIXES = ("CUDA_", "NCCL_", "GLOO_", "TORCH_", "PYTORCH_", "DS_", "ACCELERATE_", "OMP_", "MKL_", "NVIDIA_",
+                "TORCHELASTIC_")
 ENV_NAMES = (
     "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK",
     "GROUP_RANK", "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_PROCID",
@@ -84,11 +86,13 @@ def memory_bytes() -> int | None:
 def collect_environment() -> tuple[dict[str, Any], dict[str, Any]]:
     """(env, hardware) sections of a report."""
     gpus, gpus_reason, drivers = read_gpus()
+    packages = package_versions()
     env = {
         "python": platform.python_version(),
         "executable": sys.executable,
         "platform": platform.platform(),
-        "packages": package_versions(),
+        "packages": packages,
+        "version_skew": version_skew(packages),  # pairs out of each other's declared ranges
         "cuda": torch_cuda_version(),
         "nccl": nccl_version(),
         "driver": drivers["driver"],

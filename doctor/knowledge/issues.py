@@ -20,6 +20,23 @@ REGEX_FLAGS = re.MULTILINE | re.DOTALL  # how patterns and requires are searched
 
 
 @dataclasses.dataclass(frozen=True)
+class Wording:
+    """One wording of an entry's message, as the library's own source prints it in a range of its releases.
+
+    A pattern written from one ticket fits one release; keeping every wording as data lets a test hold each entry's
+    patterns to all of them (and to each with its backticks gone, as a ticket shows text GitHub rendered)."""
+
+    text: str  # the message as printed, placeholders filled with sample values
+    source: str  # "<distribution> <file in it>" that raises or prints it
+    versions: str  # PEP 440 specifier on that distribution: the releases that print this wording
+    read: tuple[str, ...]  # the releases whose source was read to say so
+
+    @property
+    def package(self) -> str:
+        return self.source.split(" ", 1)[0]
+
+
+@dataclasses.dataclass(frozen=True)
 class KnownIssue:
     id: str
     title: str
@@ -34,6 +51,7 @@ class KnownIssue:
     families: tuple[str, ...] = ()
     invariants: tuple[str, ...] = ()  # invariants whose error findings show this issue
     silent: str = ""  # for an entry with no patterns: why no log shows it (what finds it instead)
+    wordings: tuple[Wording, ...] = ()  # every wording of its message the releases read print
 
     def matches(self, text: str) -> bool:
         if not any(re.search(p, text, REGEX_FLAGS) for p in self.patterns):

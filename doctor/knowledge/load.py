@@ -17,13 +17,17 @@ Schema of a data file, format 1 (the comment at the top of each file says how it
     fixed_in = '0.14.3'                 # PEP 440 version, outside `affected`; absent = no fix known
     families = ['zero_offload']         # probe families that exercise it
     invariants = ['clip_norm_device']   # invariants whose error findings show it
+    [[issue.wording]]                   # after the entry's keys, one table per wording its message ever had
+    text = '...'                        # the message as printed, placeholders filled with sample values
+    source = 'torch torch/x/y.py'       # the distribution and its file that raise it
+    versions = '>=2.1'                  # PEP 440 specifier on that distribution: the releases printing it
+    read = ['2.1.2', '2.13.0']          # the releases whose source was read; each inside versions
 
 Strings are strings and lists are lists of non-empty strings; an entry has patterns or silent, never both, and a
-silent one names invariants (and has no requires). Any other key is refused, so a typo cannot drop a field.
-
-Room left for what comes next (not read yet, hence refused until this module learns them): `[[issue.wording]]`
-tables holding every historical wording of the message. What was measured of an entry, release by release, is not
-here: `data/measured.toml`, written by `make verify-catalog` and read by `doctor.knowledge.measured`.
+silent one names invariants (and has no requires) and no wording. Any other key is refused, so a typo cannot drop
+a field. That the entry's patterns match each wording is a test's business (tests/knowledge/test_wording.py), not
+the loader's: a data file that disagrees with its patterns still loads. What was measured of an entry, release by
+release, is not here: `data/measured.toml`, written by `make verify-catalog` and read by `doctor.knowledge.measured`.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from urllib.parse import urlsplit
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from doctor.knowledge.issues import REGEX_FLAGS, KnownIssue
+from doctor.knowledge.issues import REGEX_FLAGS, KnownIssue, Wording
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -50,12 +54,13 @@ if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
 
 FORMAT = 1
-LIBRARIES = ("deepspeed", "accelerate", "fsdp", "launch")  # data/<name>.toml, in catalog order
+LIBRARIES = ("deepspeed", "accelerate", "fsdp", "launch", "equivalence")  # data/<name>.toml, in catalog order
 
 _REQUIRED = ("id", "title", "package", "cause", "remedy", "refs")
 _TEXTS = ("id", "title", "package", "cause", "remedy", "affected", "fixed_in", "silent")
 _LISTS = ("patterns", "requires", "refs", "families", "invariants")
-_KEYS = frozenset(_TEXTS + _LISTS)
+_KEYS = frozenset((*_TEXTS, *_LISTS, "wording"))
+_WORDING_KEYS = ("text", "source", "versions", "read")
 _ID = re.compile(r"[a-z][a-z0-9_]*")
 
 
@@ -140,7 +145,37 @@ def _entry(raw: Mapping[str, Any], label: str) -> KnownIssue:
         id=raw["id"], title=raw["title"], package=raw["package"], patterns=tuple(raw.get("patterns", ())),
         cause=raw["cause"], remedy=raw["remedy"], refs=tuple(raw["refs"]), requires=tuple(raw.get("requires", ())),
         affected=raw.get("affected", ""), fixed_in=fixed_in, families=tuple(raw.get("families", ())),
-        invariants=tuple(raw.get("invariants", ())), silent=raw.get("silent", ""))
+        invariants=tuple(raw.get("invariants", ())), silent=raw.get("silent", ""),
+        wordings=_wordings(raw.get("wording", []), label))
+
+
+def _wordings(raw: Any, label: str) -> tuple[Wording, ...]:
+    """The [[issue.wording]] tables of an entry, checked: every key, a "<distribution> <file>" source, a range,
+    and releases read that lie inside it."""
+    if not isinstance(raw, list) or not all(isinstance(item, dict) for item in raw):
+        raise CatalogError(f"{label}: wording must be an array of tables ([[issue.wording]])")
+    wordings = []
+    for number, table in enumerate(raw, 1):
+        where = f"{label}: wording #{number}"
+        if sorted(table) != sorted(_WORDING_KEYS):
+            raise CatalogError(f"{where}: keys {', '.join(sorted(table))}; a wording has exactly "
+                               f"{', '.join(_WORDING_KEYS)}")
+        if not all(isinstance(table[key], str) and table[key].strip() for key in _WORDING_KEYS[:3]):
+            raise CatalogError(f"{where}: text, source and versions must be non-empty strings")
+        if not re.fullmatch(r"[A-Za-z0-9][\w.-]* \S+", table["source"]):
+            raise CatalogError(f"{where}: source {table['source']!r} must be '<distribution> <file in it>'")
+        read = table["read"]
+        if not isinstance(read, list) or not read or not all(isinstance(v, str) for v in read):
+            raise CatalogError(f"{where}: read must list the releases whose source was read")
+        try:
+            versions, seen = SpecifierSet(table["versions"]), [Version(v) for v in read]
+        except (InvalidSpecifier, InvalidVersion) as exc:
+            raise CatalogError(f"{where}: {exc}") from exc
+        outside = [str(v) for v in seen if not versions.contains(v, prereleases=True)]
+        if outside:
+            raise CatalogError(f"{where}: read {', '.join(outside)} lies outside versions {table['versions']!r}")
+        wordings.append(Wording(table["text"], table["source"], table["versions"], tuple(read)))
+    return tuple(wordings)
 
 
 def _check(raw: Mapping[str, Any], label: str) -> None:
@@ -176,5 +211,7 @@ def _check(raw: Mapping[str, Any], label: str) -> None:
         raise CatalogError(f"{label}: give patterns (the error text it shows) or silent (why none shows it), not both")
     if raw.get("silent") and not raw.get("invariants"):
         raise CatalogError(f"{label}: a silent issue must name the invariants that find it")
+    if raw.get("wording") and not raw.get("patterns"):
+        raise CatalogError(f"{label}: a silent issue prints no message, so it has no wording")
     if raw.get("requires") and not raw.get("patterns"):
         raise CatalogError(f"{label}: requires narrows patterns down; it means nothing without them")

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from doctor.knowledge.catalog import ISSUES
 from doctor.knowledge.issues import REGEX_FLAGS, KnownIssue
 from doctor.knowledge.logtext import log_versions, normalise
+from doctor.knowledge.peers import peer_findings
 from doctor.knowledge.watchdog import WatchdogReport, read_watchdog, watchdog_findings
 from doctor.redact import scrub_text
 from doctor.userinput import MAX_LOG_BYTES, UserInputError, check_tree
@@ -168,6 +169,29 @@ def first_match(issue: KnownIssue, text: str) -> tuple[int, str] | None:
     return first.start(), _shown(first.group(0))
 
 
+#: import names whose traceback frames back up a message-only match (not torch's: every traceback passes through it)
+FRAME_NAMES = {"deepspeed": "deepspeed", "accelerate": "accelerate", "transformers": "transformers",
+               "prodigy-plus-schedule-free": "prodigyplus", "mosaicml": "composer"}
+CONTEXT_CHARS = 80
+
+
+def strength(issue: KnownIssue, text: str) -> tuple[str, tuple[str, ...]]:
+    """How strong a match is, and what backs it: "message and context" (the entry's `requires` matched: the
+    frames or settings that tell it from a look-alike), "message and frames" (a traceback frame of the entry's
+    package), or "message only" (a message another cause could print too)."""
+    if issue.requires:
+        spans = [found.group(0) for pattern in issue.requires if (found := search(pattern, text))]
+        return "message and context", tuple(_context(span) for span in spans)
+    name = FRAME_NAMES.get(issue.package)
+    frame = re.search(rf'File "[^"\n]{{0,300}}[/\\]{name}[/\\][^"\n]{{0,300}}"', text) if name else None
+    return ("message and frames", (_context(frame.group(0)),)) if frame else ("message only", ())
+
+
+def _context(span: str) -> str:
+    span = _shown(span)
+    return scrub_text(span if len(span) <= CONTEXT_CHARS else f"{span[:50]} … {span[-25:]}")
+
+
 def versions_used(text: str, installed: Mapping[str, str | None]) -> dict[str, VersionUsed]:
     """For every package a known issue is judged on: the version the log shows, else the installed one."""
     packages = sorted({issue.package for issue in ISSUES} | {"torch"})
@@ -196,8 +220,9 @@ def _matches(text: str, used: Mapping[str, VersionUsed], installed: Mapping[str,
         if found is None:  # pragma: no cover - classify only returns issues whose patterns matched
             continue
         version = used.get(issue.package, VersionUsed(installed.get(issue.package), "this machine"))
+        how, context = strength(issue, text if issue.id in seen else flat)
         matches.append(TriageMatch(issue.to_ref(issue.version_verdict(versions)), issue.package, issue.cause,
-                                   version, found[0], scrub_text(found[1])))
+                                   version, found[0], scrub_text(found[1]), how, context))
     return sorted(matches, key=lambda m: m.position)
 
 
@@ -212,13 +237,20 @@ class LogReading:
     notes: tuple[str, ...] = ()  # what of the input was not read ("read the last 32 MiB of 1.2 GiB")
 
 
+#: entries whose message is other ranks echoing a death: the log is searched for the rank that failed first
+ECHO_ISSUES = frozenset({"nccl_remote_error_peer_exited"})
+
+
 def read_log(text: str, installed: Mapping[str, str | None], world_size: int | None = None,
              notes: Iterable[str] = ()) -> LogReading:
     normal = normalise(text)
     watchdog = read_watchdog(normal, world_size)
     used = versions_used(normal, installed)
-    return LogReading(_matches(normal, used, installed), {p: v for p, v in used.items() if v.version},
-                      watchdog, watchdog_findings(watchdog) if watchdog else [], tuple(notes))
+    matches = _matches(normal, used, installed)
+    findings = watchdog_findings(watchdog) if watchdog else []
+    if any(m.issue.id in ECHO_ISSUES for m in matches):  # read as given: the rank prefixes say who failed first
+        findings += [dataclasses.replace(f, message=scrub_text(f.message)) for f in peer_findings(text)]
+    return LogReading(matches, {p: v for p, v in used.items() if v.version}, watchdog, findings, tuple(notes))
 
 
 def triage(text: str, installed: Mapping[str, str | None]) -> list[TriageMatch]:

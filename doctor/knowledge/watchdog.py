@@ -116,8 +116,10 @@ def watchdog_findings(report: WatchdogReport) -> list[Finding]:
             findings.append(collective_mismatch(group or "(the log does not name it)", seq, sides,
                                                 min(sides), "the ranks' watchdogs report different collectives"))
     lowest = min(t.seq for t in report.timeouts)
-    behind = [t for t in report.timeouts if t.seq == lowest] if len(by_seq) > 1 else []
     ahead = sorted({t.seq for t in report.timeouts} - {lowest})
+    # behind only where another rank is at a later work: one seq under two group names (a log cut before one
+    # rank's group line) is no rank behind
+    behind = [t for t in report.timeouts if t.seq == lowest] if ahead else []
     shown = f"#{', #'.join(map(str, ahead[:10]))}" + (f" and {len(ahead) - 10:,} more" if len(ahead) > 10 else "")
     if len(behind) > MAX_SILENT_NAMED:
         findings.append(Finding("behind_rank", Severity.WARNING,

@@ -51,6 +51,8 @@ NOT_HERE = {
     "composer_single_group_rebuild": "shows only with a GPU (Composer's FSDP passes device_id=torch.cuda."
                                      "current_device()); 0.23.5 and 0.24.0 install here with --ignore-pins: "
                                      "docs/gpu/composer.sh",
+    "nccl_duplicate_gpu_subgroups_before_set_device": "needs several GPUs with NCCL >= 2.26 (a communicator per "
+                                                      "GPU); not reproduced here",
 }
 
 

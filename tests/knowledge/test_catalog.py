@@ -39,6 +39,12 @@ def test_issues_without_a_version_range_give_unknown() -> None:
     assert known_issues.get("ds_jit_ninja_missing").version_verdict({"deepspeed": "0.19.8"}) == UNKNOWN
 
 
+#: torchtitan #1224's lines (expert parallel, one GPU per rank, NCCL 2.26.5)
+DUPLICATE_GPU_NCCL_2_26 = (
+    "torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:77, invalid "
+    "usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.26.5\nncclInvalidUsage: This usually reflects "
+    "invalid usage of NCCL library.\nLast error:\nDuplicate GPU detected : rank 0 and rank 1 both on CUDA device 6000")
+
 SAMPLES = [
     # written from the threads of DeepSpeed #7830 and PEFT #1432 (the traceback's last frames and its message)
     ('  File "/usr/lib/python3.10/site-packages/deepspeed/runtime/zero/stage3.py", line 1182, in reduce_partition\n'
@@ -105,6 +111,14 @@ SAMPLES = [
      "before calling distributed operators!", "fsdp2_mixed_tensor_dtensor"),
     ("RuntimeError: ``sharded_state_dict`` can only be used when parameters are flatten and sharded.",
      "fsdp1_sharded_state_dict_with_no_shard"),
+    # the texts of the entries issue 24 added, as the threads they cite quote them
+    (DUPLICATE_GPU_NCCL_2_26, "nccl_duplicate_gpu_subgroups_before_set_device"),
+    ("[PG ID 0 PG GUID 0(default_pg) Rank 5] Process group watchdog thread terminated with exception: NCCL error: "
+     "remote process exited or there was a network error, NCCL version 2.21.5\nncclRemoteError: A call failed "
+     "possibly due to a network error or a remote process exiting prematurely.", "nccl_remote_error_peer_exited"),
+    ('  File "/opt/venv/lib/python3.10/site-packages/accelerate/accelerator.py", line 475, in distributed_type\n'
+     "    return self.state.distributed_type\nAttributeError: 'AcceleratorState' object has no attribute "
+     "'distributed_type'", "acc_state_attrs_missing_version_skew"),
     # DeepSpeed's own launcher reports a killed rank from its sigkill_handler, not as torchrun does
     ("[2025-03-02 10:11:12,345] [ERROR] [launch.py:325:sigkill_handler] ['/usr/bin/python3', '-u', 'train.py', "
      "'--local_rank=3'] exits with return code = -9", "torchrun_child_sigkill"),
@@ -140,7 +154,7 @@ def test_the_catalog_holds_every_library_file_once() -> None:
     parts = {path.name: load_file(path) for path in data_files()}
     assert list(parts) == ["deepspeed.toml", "accelerate.toml", "fsdp.toml", "launch.toml"]
     everything = sum(parts.values(), ())
-    assert known_issues.ISSUES == everything and len({i.id for i in everything}) == len(everything) == 52
+    assert known_issues.ISSUES == everything and len({i.id for i in everything}) == len(everything) == 61
     assert all(issue.id.startswith("ds_") for issue in parts["deepspeed.toml"])
     assert known_issues.get("torchrun_child_sigkill").package == "torch"
 
@@ -172,9 +186,25 @@ LOOK_ALIKES = [
     # an autograd walk in the user's own code, no DeepSpeed on the stack
     ('  File "train.py", line 88, in walk_graph\n    for fn, _ in node.grad_fn.next_functions:\n'
      "AttributeError: 'NoneType' object has no attribute 'next_functions'"),
+    # DeepSpeed's warning that DS_SKIP_CUDA_CHECK=1 lets a mismatched CUDA through (op_builder/builder.py, 0.9.5 on):
+    # no refusal, nothing to fix
+    ("[WARNING] DeepSpeed Op Builder: Installed CUDA version 12.4 does not match the version torch was compiled with "
+     "12.1.Detected `DS_SKIP_CUDA_CHECK=1`: Allowing this combination of CUDA, but it may result in unexpected "
+     "behavior."),
 ]
 
 
 @pytest.mark.parametrize("text", LOOK_ALIKES)
 def test_a_look_alike_is_not_named(text: str) -> None:
     assert known_issues.classify(text) == []
+
+
+@pytest.mark.parametrize(("nccl", "verdict"), [("2.26.5", AFFECTED), ("2.27.3", AFFECTED), ("2.21.5", NOT_AFFECTED),
+                                               (None, UNKNOWN)])
+def test_the_duplicate_gpu_variant_is_judged_on_the_nccl_version(nccl: str | None, verdict: Verdict) -> None:
+    """One text, two entries: the classic two-ranks-one-GPU (every NCCL) and the sub-group one NCCL 2.26 brought,
+    the latter judged on the NCCL version (from the log's "NCCL version 2.26.5" in triage)."""
+    hits = {issue.id: issue for issue in known_issues.classify(DUPLICATE_GPU_NCCL_2_26)}
+    assert set(hits) == {"nccl_duplicate_gpu", "nccl_duplicate_gpu_subgroups_before_set_device"}
+    assert hits["nccl_duplicate_gpu_subgroups_before_set_device"].version_verdict({"nccl": nccl}) == verdict
+    assert hits["nccl_duplicate_gpu"].version_verdict({"nccl": nccl}) == UNKNOWN

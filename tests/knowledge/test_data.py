@@ -31,7 +31,7 @@ def test_the_data_folder_holds_one_file_per_library_and_the_measurements() -> No
 
 
 def test_every_shipped_entry_loads_into_the_catalog() -> None:
-    assert len(SHIPPED) == 52 and SHIPPED == catalog.ISSUES
+    assert len(SHIPPED) == 61 and SHIPPED == catalog.ISSUES
     assert all(isinstance(issue, KnownIssue) and isinstance(issue.patterns, tuple) for issue in SHIPPED)
 
 
@@ -66,7 +66,7 @@ def test_the_package_ships_the_data_and_its_reader() -> None:
 def test_importing_the_catalog_reads_nothing_yet() -> None:
     code = "import sys, doctor.knowledge.catalog as c; print('doctor.knowledge.load' in sys.modules, len(c.ISSUES))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert proc.returncode == 0 and proc.stdout.split() == ["False", "52"], proc.stderr[-2000:]
+    assert proc.returncode == 0 and proc.stdout.split() == ["False", "61"], proc.stderr[-2000:]
 
 
 # -- planted entries ------------------------------------------------------------------------------------------------
@@ -130,7 +130,8 @@ def test_a_good_planted_entry_loads(tmp_path: Path) -> None:
 
 
 BAD = [
-    pytest.param({"wording": "planted error 1"}, "unknown key(s) wording", id="unknown-key"),
+    pytest.param({"wordings": "planted error 1"}, "unknown key(s) wordings", id="unknown-key"),
+    pytest.param({"wording": "planted error 1"}, "wording must be an array of tables", id="wording-not-tables"),
     pytest.param({"remedies": "typo"}, "unknown key(s) remedies", id="misspelt-key"),
     pytest.param({"patterns": ["planted (error"]}, "patterns regex 'planted (error' does not compile", id="bad-pattern"),
     pytest.param({"requires": ["stage3[.py"]}, "requires regex 'stage3[.py' does not compile", id="bad-requires"),
@@ -200,3 +201,36 @@ def test_a_table_planned_for_later_is_refused_until_the_loader_reads_it(tmp_path
     measured = "[[issue.measured]]\nversion = '0.14.2'\noutcome = 'reproduced'\n"
     error = refused(plant(tmp_path, entry() + measured))
     assert "issue 'planted_issue': unknown key(s) measured" in error
+
+
+WORDING = "[[issue.wording]]\ntext = 'planted error 3 on cuda'\nsource = 'deepspeed deepspeed/x.py'\n" \
+    "versions = '>=0.14.1'\nread = ['0.14.2', '0.19.8']\n"
+
+
+def test_a_wording_table_loads_with_the_entry(tmp_path: Path) -> None:
+    from doctor.knowledge.issues import Wording
+
+    (issue,) = load_file(plant(tmp_path, entry() + WORDING + WORDING.replace("3 on cuda", "4 on cpu")))
+    assert issue.wordings == (Wording("planted error 3 on cuda", "deepspeed deepspeed/x.py", ">=0.14.1", ("0.14.2", "0.19.8")),
+                              Wording("planted error 4 on cpu", "deepspeed deepspeed/x.py", ">=0.14.1", ("0.14.2", "0.19.8")))
+    assert issue.wordings[0].package == "deepspeed"
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (("read = ['0.14.2', '0.19.8']", "read = ['0.14.0']"), "read 0.14.0 lies outside versions '>=0.14.1'"),
+    (("read = ['0.14.2', '0.19.8']", "read = []"), "read must list the releases whose source was read"),
+    (("read = ['0.14.2', '0.19.8']", "read = ['soon']"), "Invalid version"),
+    (("versions = '>=0.14.1'", "versions = '0.14'"), "Invalid specifier"),
+    (("source = 'deepspeed deepspeed/x.py'", "source = 'deepspeed/x.py'"), "must be '<distribution> <file in it>'"),
+    (("text = 'planted error 3 on cuda'", "text = ''"), "text, source and versions must be non-empty strings"),
+    (("text = 'planted error 3 on cuda'\n", ""), "keys read, source, versions; a wording has exactly"),
+    (("read = ['0.14.2', '0.19.8']", "read = ['0.14.2']\nseen = 'x'"), "a wording has exactly"),
+])
+def test_a_bad_wording_is_refused_naming_the_entry(tmp_path: Path, change: tuple[str, str], message: str) -> None:
+    error = refused(plant(tmp_path, entry() + WORDING.replace(*change)))
+    assert error.startswith(f"{tmp_path / 'planted.toml'}: issue 'planted_issue': wording #1: ") and message in error, error
+
+
+def test_a_silent_entry_has_no_wording(tmp_path: Path) -> None:
+    error = refused(plant(tmp_path, entry(patterns=None, requires=None, silent="nothing raises") + WORDING))
+    assert "a silent issue prints no message, so it has no wording" in error

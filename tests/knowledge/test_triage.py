@@ -197,3 +197,53 @@ def test_a_message_broken_inside_a_sentence_is_still_matched(text: str) -> None:
     reading = read_log(text, VERSIONS)
     assert [m.issue.id for m in reading.matches] == ["ds_zero_config_without_optimizer"]
     assert reading.matches[0].line == "zero stage 2 requires an optimizer"
+
+
+# ---- how strong a match is ----------------------------------------------------------------------------------------
+
+S2_FRAMES = ('  File "/opt/venv/lib/python3.10/site-packages/deepspeed/runtime/zero/stage3.py", line 2120, in '
+             "unscale_and_clip_grads\nRuntimeError: Expected all tensors to be on the same device, but found at least "
+             "two devices, cuda:0 and cpu!")
+
+
+@pytest.mark.parametrize(("text", "strength", "context"), [
+    (S2_FRAMES, "message and context", 'stage3.py", line 2120, in unscale_and_clip_grads'),  # its requires matched
+    ('  File "/usr/lib/python3/site-packages/deepspeed/runtime/engine.py", line 1505, in _configure_zero_optimizer\n'
+     "AssertionError: zero stage 2 requires an optimizer", "message and frames", "deepspeed/runtime/engine.py"),
+    ("AssertionError: zero stage 2 requires an optimizer", "message only", None),
+    # a torch frame backs nothing: every traceback passes through torch
+    ('  File "/x/site-packages/torch/distributed/fsdp/_flat_param.py", line 771, in _validate\n'
+     "ValueError: Cannot flatten integer dtype tensors", "message only", None),
+])
+def test_each_match_says_how_strong_it_is(text: str, strength: str, context: str | None,
+                                          capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    (match,) = triage(text, VERSIONS)
+    assert match.strength == strength and (context is None) == (match.context == ())
+    assert context is None or context in match.context[0]
+    log = tmp_path / "t.log"
+    log.write_text(text)
+    assert main(["triage", str(log)]) == 0
+    assert f"  strength: {strength}" in capsys.readouterr().out
+    assert main(["triage", "--json", str(log)]) == 0
+    data = json.loads(capsys.readouterr().out)["matches"][0]
+    assert (data["strength"], len(data["context"])) == (strength, 0 if context is None else 1)
+    assert main(["triage", "--markdown", str(log)]) == 0
+    markdown = capsys.readouterr().out
+    assert markdown.startswith("## ds-doctor triage\n") and f"- **strength:** {strength}" in markdown
+
+
+def test_markdown_and_json_together_are_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["triage", "--json", "--markdown", str(TRACES / "s0_real_scheduler.txt")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ds-doctor: error:") and len(err.strip().splitlines()) == 1
+
+
+def test_the_nccl_version_the_log_names_decides_the_duplicate_gpu_variant() -> None:
+    from tests.knowledge.test_catalog import DUPLICATE_GPU_NCCL_2_26
+
+    verdicts = {m.issue.id: (m.issue.verdict, m.version.version, m.version.source)
+                for m in read_log(DUPLICATE_GPU_NCCL_2_26, {"nccl": "2.21.5"}).matches}
+    assert verdicts["nccl_duplicate_gpu_subgroups_before_set_device"] == (Verdict.AFFECTED, "2.26.5", "the log")
+    older = DUPLICATE_GPU_NCCL_2_26.replace("2.26.5", "2.19.3")
+    assert {m.issue.id: m.issue.verdict for m in read_log(older, {}).matches}[
+        "nccl_duplicate_gpu_subgroups_before_set_device"] == Verdict.NOT_AFFECTED

@@ -83,3 +83,15 @@ def test_cli_world_size_past_the_bound_is_exit_2(capsys: pytest.CaptureFixture[s
     assert main(["triage", "--world-size", "2000000", str(LOGS / "mismatch.log")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("ds-doctor: error:") and "--world-size" in err and len(err.strip().splitlines()) == 1
+
+
+def test_ranks_at_one_work_are_not_behind_when_one_group_line_is_missing() -> None:
+    """A log cut before rank 2's group line: all three ranks sit at work 808, so no rank is behind (before: every
+    rank was "behind" others "already at work #", the seq list empty)."""
+    lines = [f"[rank{r}]:[E626 06:24:44 ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught collective operation "
+             "timeout: WorkNCCL(SeqNum=808, OpType=ALLREDUCE, NumelIn=9801523, NumelOut=9801523, Timeout(ms)=600000) "
+             "ran for 600020 milliseconds before timing out." for r in range(3)]
+    groups = [f"[rank{r}]:[E626 06:24:44 ProcessGroupNCCL.cpp:1785] [PG ID 0 PG GUID 0(default_pg) Rank {r}] Exception "
+              "(either an error or timeout) detected by watchdog at work: 808, last enqueued NCCL work: 811, last "
+              "completed NCCL work: 807." for r in range(2)]
+    assert watchdog_findings(read_watchdog("\n".join(lines + groups))) == []

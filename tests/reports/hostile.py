@@ -133,7 +133,7 @@ def hostile_diff(text: str) -> Diff:
 def hostile_triage(text: str) -> dict[str, Any]:
     """The arguments of each triage renderer, every string `text`."""
     ref = IssueRef(text, text, Verdict.AFFECTED, text, text, refs=(text, text), fixed_in=text)
-    match = TriageMatch(ref, text, text, VersionUsed(text, text), 0, text)
+    match = TriageMatch(ref, text, text, VersionUsed(text, text), 0, text, text, (text, text))
     return {"matches": [match, match], "versions": {f"{text}a": VersionUsed(text, "the log"), "b": VersionUsed(text, text)},
             "findings": [Finding(text, Severity.ERROR, text), Finding(text, Severity.WARNING, text)],
             "positions": {0: [CollectivePosition(text, 1, text, 2, text, text), CollectivePosition(text, 0)]}}
@@ -151,7 +151,8 @@ def raw_controls(text: str) -> list[str]:
 
 
 MD = MarkdownIt("commonmark", {"html": True}).enable("table")
-OWN_HEADING = re.compile(r"(ds-doctor (report|diff)\b|`|(Summary|Nodes|Environment|GPUs \(NVML\)|GPUs of every node \(NVML\)|"
+OWN_HEADING = re.compile(r"(ds-doctor (report|diff|triage)\b|`|(Summary|Findings|Nodes|Environment|GPUs \(NVML\)|"
+                         r"GPUs of every node \(NVML\)|"
                          r"Known issues affecting this stack|Cases that need a look|Warnings|Measurements|Skipped|"
                          rf"Device maps|{'|'.join(re.escape(title) for _, title in KIND_TITLES)})$)")
 OWN_TAGS = re.compile(r"</?details>|</?summary>")

@@ -18,7 +18,7 @@ from reports.junit import render_junit
 from reports.markdown import render_markdown
 from reports.prometheus import render_prometheus
 from reports.records import Report
-from reports.triage import render_findings, render_positions, render_triage, render_versions
+from reports.triage import render_findings, render_positions, render_triage, render_triage_markdown, render_versions
 from tests.reports.hostile import (
     CORPUS,
     ENV,
@@ -124,3 +124,12 @@ def test_triage_text_is_one_line_per_field(name: str) -> None:
     for hostile, benign in zip(render(CORPUS[name]), render("x"), strict=True):
         assert raw_controls(hostile) == []
         assert len(hostile.split("\n")) == len(benign.split("\n"))
+
+
+@pytest.mark.parametrize("name", PIECES)
+def test_triage_markdown_keeps_its_structure(name: str) -> None:
+    args = hostile_triage(CORPUS[name])
+    text = render_triage_markdown(args["matches"], args["findings"])
+    assert markdown_problems(text) == []
+    benign = hostile_triage("x")
+    assert len(text.split("\n")) == len(render_triage_markdown(benign["matches"], benign["findings"]).split("\n"))
