@@ -86,6 +86,7 @@ bench: $(BIN)/.installed
 	$(BIN)/python bench/bench_nightly.py
 	$(BIN)/python bench/bench_recorder.py
 	$(BIN)/python bench/bench_collect.py
+	$(BIN)/python bench/bench_equivalence.py
 
 clean:
 	rm -rf $(VENV) ds-doctor-reports wheelhouse

@@ -11,6 +11,7 @@ PROBE_MODULES = (
     "probes.optimizer_coverage",
     "probes.optimizer_state_placement",
     "probes.zero3_hooks",
+    "probes.equivalence",
     "probes.comm",
     "probes.compute",
     "probes.fabric",  # only across the nodes of a multi-node run

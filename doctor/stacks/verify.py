@@ -35,6 +35,8 @@ PLAN = {
     # DeepSpeed #7615: its reporter ran 0.16.4 without the failure; 0.16.5 moved the hook classes' creation from
     # the hooks (checked at each forward) to registration, behind hasattr(module, "post_bwd_fn")
     "ds_z3_ds_grads_remaining_attr_missing": Plan("zero3_hooks and delegating", "cpu", ("0.16.4", "0.16.5")),
+    # transformers#34191 (4.46.0): the Trainer's loss per token over the accumulated global batch
+    "hf_trainer_ga_loss_per_microbatch": Plan("equivalence and trainer-ga-per-token", "cpu"),
 }
 
 

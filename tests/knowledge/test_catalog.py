@@ -152,7 +152,7 @@ def test_the_catalog_holds_every_library_file_once() -> None:
     from doctor.knowledge.load import data_files, load_file
 
     parts = {path.name: load_file(path) for path in data_files()}
-    assert list(parts) == ["deepspeed.toml", "accelerate.toml", "fsdp.toml", "launch.toml"]
+    assert list(parts) == ["deepspeed.toml", "accelerate.toml", "fsdp.toml", "launch.toml", "equivalence.toml"]
     everything = sum(parts.values(), ())
     assert known_issues.ISSUES == everything and len({i.id for i in everything}) == len(everything) == 61
     assert all(issue.id.startswith("ds_") for issue in parts["deepspeed.toml"])

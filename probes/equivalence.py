@@ -1,0 +1,146 @@
+"""equivalence: the wrapped training computes what plain torch computes.
+
+One tiny model (the probes' MLP, or the user's `--model`), one deterministic data stream and one seed. Each case
+trains through one route (DDP, FSDP1, FSDP2, DeepSpeed ZeRO 0-3 with and without optimizer offload, Accelerate
+with and without DeepSpeed, the HF Trainer) for a few optimizer steps with gradient accumulation and a clipping
+threshold that engages, then replays the same global batches in a single-process fp32 reference on the rank itself
+(`probes.equivalence_subject`). Per step the loss, the global gradient norm before clipping and every parameter
+(gathered) are held to a tolerance that follows from the dtype and the number of steps (docs/invariants.md); the
+first step, stage and parameter that leave it are the finding, with the route's settings. Resume cases save at
+step k, load in a new process and go on (`probes.equivalence_resume`): what the load did not restore is named.
+"""
+
+from __future__ import annotations
+
+from doctor.plugins import ProbeContext, ProbeSpec, Requirement, Variant
+from doctor.usersetup import accelerate_config
+from doctor.usersetup.deepspeed_config import user_config
+from probes import equivalence_resume, equivalence_trainer
+from probes.common import accelerate_session, build_deepspeed_ops
+from probes.equivalence_routes import Route
+from probes.equivalence_setup import follows_schedule, judge, open_session
+from probes.equivalence_subject import current_subject
+
+SPEC = ProbeSpec(
+    name="equivalence",
+    scenario="smoke",
+    description="DDP/FSDP/DeepSpeed/Accelerate/Trainer: per-step loss, grad norm and parameters against plain torch; "
+                "resume restores everything",
+    world_sizes=(1, 2),
+    requires=(Requirement("torch", "torch"),),
+    timeout_s=240.0,
+)
+
+GA_ISSUE = "hf_trainer_ga_loss_per_microbatch"
+NO_KWARGS_ISSUE = "hf_trainer_ga_no_loss_kwargs"
+_DS = "deepspeed.initialize with the config's AdamW, engine.backward + engine.step per micro-batch"
+ROUTES = (
+    Route("ddp", "ddp", "DistributedDataParallel, no_sync on every micro-batch but the last, torch clip_grad_norm_, "
+          "torch AdamW", level=2),
+    Route("fsdp1", "fsdp1", "FSDP1 (a unit per Linear), no_sync, FSDP.clip_grad_norm_, torch AdamW"),
+    Route("fsdp2", "fsdp2", "FSDP2 fully_shard (each Linear and the root), set_requires_gradient_sync, clip_grad_norm_ "
+          "on DTensors, torch AdamW", level=2),
+    *(Route(f"deepspeed-z{stage}", "deepspeed", f"{_DS}, ZeRO stage {stage}", stage=stage,
+            level=2 if stage in (2, 3) else 3) for stage in (0, 1, 2, 3)),
+    *(Route(f"deepspeed-z{stage}-offload", "deepspeed", f"{_DS}, ZeRO stage {stage}, optimizer offloaded to the CPU",
+            stage=stage, offload=True) for stage in (1, 2, 3)),
+    Route("accelerate", "accelerate", "Accelerator(gradient_accumulation_steps) with accumulate, backward, "
+          "clip_grad_norm_, the prepared torch AdamW"),
+    Route("accelerate-deepspeed", "accelerate-deepspeed", "Accelerator(DeepSpeedPlugin(config)) ZeRO 2 with "
+          "accumulate and backward, the config's accumulation and clipping, a prepared torch AdamW", stage=2),
+    Route("trainer", "trainer", "transformers Trainer (DDP), a tiny Llama on right-padded sequences, "
+          "max_grad_norm, adamw_torch; reference: the global batch's token-mean loss", issue=GA_ISSUE),
+    Route("trainer-ga-per-token", "trainer", "the trainer route as a reproducing case of the per-micro-batch "
+          "normalisation (xfail on transformers < 4.46, xpass after: make verify-catalog measures it with --with)",
+          reproduce=True, issue=GA_ISSUE),
+    Route("trainer-no-loss-kwargs", "trainer", "transformers Trainer, the same Llama inside a module whose forward "
+          "takes no **kwargs (num_items_in_batch cannot reach it)", loss_kwargs=False, reproduce=True,
+          issue=NO_KWARGS_ISSUE),
+    Route("resume-deepspeed", "deepspeed", f"{_DS}, ZeRO 2, WarmupDecayLR; save_checkpoint at step 2, "
+          "load_checkpoint in a new process", stage=2, resume="deepspeed"),
+    Route("resume-accelerate", "accelerate", "Accelerator with a prepared LambdaLR warm-up; save_state at step 2, "
+          "load_state in a new process", resume="accelerate"),
+    Route("resume-trainer", "trainer", "transformers Trainer with a linear warm-up; checkpoint at step 2, "
+          "train(resume_from_checkpoint=...) in a new process", resume="trainer"),
+)
+
+
+def variants() -> list[Variant]:
+    routes = list(ROUTES)
+    user = user_config()
+    if user is not None:
+        routes.append(Route("deepspeed-user-config", "deepspeed", f"{_DS}, your DeepSpeed config", user=user, level=2))
+    if accelerate_config.from_env() is not None:
+        routes.append(Route("accelerate-user-config", "accelerate", "your Accelerate config's Accelerator, the "
+                            "documented accumulate / backward / clip loop", user_accelerate=True, level=2))
+    return [Variant(r.name, r, level=r.level, reproduce=r.reproduce) for r in routes]
+
+
+def setup(ctx: ProbeContext) -> None:
+    """DeepSpeed's ops, built once per node before any case (a first JIT build takes minutes; it must not eat a
+    case's timeout). Ops already built are left for the route that needs them to load (3 s each on 2 cores,
+    measured): a launch of FSDP and DDP cases loads none."""
+    import importlib.util
+
+    if importlib.util.find_spec("deepspeed") is None:
+        return
+    try:
+        import deepspeed  # noqa: F401
+    except ImportError:
+        return
+    if not all_built():
+        build_deepspeed_ops(ctx)
+
+
+def all_built() -> bool:
+    """Whether every op this accelerator has is in torch's extensions cache (or installed prebuilt)."""
+    import os
+
+    from deepspeed.accelerator import get_accelerator
+
+    from probes.common import OPS
+
+    try:
+        from torch.utils.cpp_extension import _get_build_directory
+    except ImportError:  # a torch without it: build (or load) them all, as the other families do
+        return False
+    for name in OPS:
+        builder = get_accelerator().create_op_builder(name)
+        if builder is None or not builder.is_compatible(verbose=False):
+            continue
+        if importlib_find(builder.absolute_name()):
+            continue
+        if not os.path.exists(os.path.join(_get_build_directory(builder.name, verbose=False), f"{builder.name}.so")):
+            return False
+    return True
+
+
+def importlib_find(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def run(ctx: ProbeContext) -> None:
+    route: Route = ctx.params
+    ctx.note("route", route.what)
+    if route.wrapper == "trainer":
+        equivalence_trainer.run(ctx, route)
+        return
+    subject = current_subject(route.model)
+    ctx.note("model", subject.spec)
+    with accelerate_session():
+        opened = open_session(ctx, route, subject)
+        if route.resume:
+            equivalence_resume.run(ctx, route, subject, opened)
+            return
+        try:
+            records = [opened.step(s) for s in range(opened.hyper.steps)]
+        finally:
+            opened.close()
+    judge(ctx, route, subject, opened.hyper, records, follows_schedule(route))
+
+

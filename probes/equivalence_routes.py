@@ -1,0 +1,347 @@
+"""The routes an equivalence case trains through, one optimizer step at a time: DDP, FSDP1, FSDP2, DeepSpeed
+(ZeRO 0-3, optimizer offload) and Accelerate with and without DeepSpeed. Each is written as its documentation
+says a training loop is written (no_sync / set_requires_gradient_sync / engine.backward+step /
+accelerator.accumulate), and each step yields what the reference yields: the global loss, the gradient norm the
+route computed before clipping, the lr and the full parameters (gathered)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from doctor.collect.tracked import clean_name
+from doctor.plugins import ProbeContext
+from doctor.usersetup.deepspeed_config import UserConfig
+from probes.common import full_values
+from probes.equivalence_subject import Hyper, StepRecord, Subject, full_params
+
+
+@dataclasses.dataclass(frozen=True)
+class Route:
+    """How the user's code wraps and trains the model (the knobs a session turns)."""
+
+    name: str
+    wrapper: str  # a key of SESSIONS, or "trainer"
+    what: str  # in words, for the report
+    stage: int = 0  # DeepSpeed's ZeRO stage
+    offload: bool = False  # ZeRO's offload_optimizer to the CPU
+    local_clip: bool = False  # FSDP1 clipped with torch.nn.utils.clip_grad_norm_: each rank's shard norm (planted)
+    resume: str | None = None  # "deepspeed", "accelerate", "trainer": the save/load path of a resume case
+    drop: tuple[str, ...] = ()  # what the resume leaves out of the load: "optimizer", "scheduler" (planted)
+    loss_kwargs: bool = True  # the Trainer's model takes **kwargs (num_items_in_batch)
+    level: int = 3
+    reproduce: bool = False
+    issue: str | None = None
+    user: UserConfig | None = None  # the DeepSpeed route on the user's --deepspeed-config
+    user_accelerate: bool = False  # the Accelerate route on the user's --accelerate-config
+    model: str | None = None  # a model spec of the route's own, as --model spells it (the tests' planted models)
+
+
+class Session:
+    """One route, built and ready to take optimizer step `s` on the shared data stream."""
+
+    dtype: Any = None
+
+    def __init__(self, ctx: ProbeContext, route: Route, subject: Subject, hyper: Hyper) -> None:
+        import torch
+
+        self.ctx, self.route, self.subject, self.hyper = ctx, route, subject, hyper
+        self.device = torch.device(ctx.device)
+        self.dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[hyper.dtype]
+
+    def step(self, s: int) -> StepRecord:
+        raise NotImplementedError
+
+    def params(self) -> dict[str, Any]:
+        """Every parameter's full value (gathered), fp32, on the CPU, under its original name."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release what the route holds (a DeepSpeed engine's hooks and groups)."""
+
+    def global_loss(self, window: Any) -> float:
+        """The mean loss over the global batch: every rank's window summed, divided by the global micro-batches."""
+        import torch.distributed as dist
+
+        dist.all_reduce(window)
+        return float(window) / (self.hyper.accumulation * self.ctx.world_size)
+
+    def micro(self, model: Any, s: int, k: int) -> Any:
+        return self.subject.micro_loss(model, s, k, self.ctx.rank, self.hyper.micro_batch, dtype=self.dtype,
+                                       device=self.device)
+
+    # resume: what a checkpoint round trip must carry
+    def save(self, directory: Path) -> None:
+        raise NotImplementedError(f"{self.route.wrapper} has no resume path here")
+
+    def load(self, directory: Path) -> None:
+        raise NotImplementedError(f"{self.route.wrapper} has no resume path here")
+
+    def optimizer(self) -> Any:
+        raise NotImplementedError
+
+    def scheduler_step(self) -> int | None:
+        return None
+
+
+class TorchSession(Session):
+    """DDP, FSDP1 and FSDP2: a torch AdamW on the wrapped model, the loop their docs write."""
+
+    def __init__(self, ctx: ProbeContext, route: Route, subject: Subject, hyper: Hyper) -> None:
+        import torch
+
+        super().__init__(ctx, route, subject, hyper)
+        ctx.enter("wrap")
+        self.module = subject.build(ctx.world_size).to(self.device)
+        self.model = self.wrap(self.module)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.opt = (torch.optim.AdamW if hyper.adamw else torch.optim.Adam)(
+            params, lr=hyper.lr, betas=hyper.betas, eps=hyper.eps, weight_decay=hyper.weight_decay)
+
+    def wrap(self, module: Any) -> Any:
+        raise NotImplementedError
+
+    def sync(self, k: int) -> Any:
+        """The context that holds the gradient all-reduce back until the last micro-batch of the window."""
+        return contextlib.nullcontext()
+
+    def clip(self) -> Any:
+        import torch
+
+        return torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.hyper.clip or float("inf"))
+
+    def step(self, s: int) -> StepRecord:
+        import torch
+
+        lr = float(self.opt.param_groups[0]["lr"])  # what this step uses (a scheduler moves it after the step)
+        window = torch.zeros((), dtype=torch.float32, device=self.device)
+        for k in range(self.hyper.accumulation):
+            self.ctx.enter(f"step {s} micro {k}")
+            with self.sync(k):
+                loss = self.micro(self.model, s, k)
+                (loss / self.hyper.accumulation).backward()
+            window += loss.detach().float()
+        loss_value = self.global_loss(window)
+        norm = self.clip()
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+        return StepRecord(loss_value, float(norm), lr, self.params())
+
+    def params(self) -> dict[str, Any]:
+        return full_params(self.module)
+
+
+class DDPSession(TorchSession):
+    def wrap(self, module: Any) -> Any:
+        from torch.nn.parallel import DistributedDataParallel
+
+        return DistributedDataParallel(module, device_ids=[self.ctx.local_rank] if self.device.type == "cuda" else None)
+
+    def sync(self, k: int) -> Any:
+        return self.model.no_sync() if k < self.hyper.accumulation - 1 else contextlib.nullcontext()
+
+
+class FSDP1Session(TorchSession):
+    def wrap(self, module: Any) -> Any:
+        import torch
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+        policy = None if self.subject.user is not None else ModuleWrapPolicy({torch.nn.Linear})  # a tied model: root
+        return FSDP(module, auto_wrap_policy=policy, device_id=self.device)
+
+    def sync(self, k: int) -> Any:
+        return self.model.no_sync() if k < self.hyper.accumulation - 1 else contextlib.nullcontext()
+
+    def clip(self) -> Any:
+        import torch
+
+        if self.route.local_clip:  # the user's mistake: the global norm of FlatParameter *shards* is this rank's
+            return torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.hyper.clip or float("inf"))
+        return self.model.clip_grad_norm_(self.hyper.clip or float("inf"))
+
+    def params(self) -> dict[str, Any]:
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        with FSDP.summon_full_params(self.model, writeback=False):
+            return full_params(self.model, clean_name)
+
+
+class FSDP2Session(TorchSession):
+    def wrap(self, module: Any) -> Any:
+        import torch
+        from torch.distributed.fsdp import fully_shard
+
+        if self.subject.user is None:  # the MLP: each Linear its own unit, as users shard blocks
+            for child in module:
+                if isinstance(child, torch.nn.Linear):
+                    fully_shard(child)
+        return fully_shard(module)
+
+    def sync(self, k: int) -> Any:
+        self.model.set_requires_gradient_sync(k == self.hyper.accumulation - 1)
+        return contextlib.nullcontext()
+
+    def params(self) -> dict[str, Any]:
+        import torch
+
+        return {n: p.full_tensor().detach().to("cpu", torch.float32, copy=True) for n, p in self.model.named_parameters()}
+
+
+class DeepSpeedSession(Session):
+    """deepspeed.initialize with the route's config; a window is `engine.backward` + `engine.step` per micro-batch."""
+
+    def __init__(self, ctx: ProbeContext, route: Route, subject: Subject, hyper: Hyper,
+                 config: dict[str, Any], client_optimizer: Any = None) -> None:
+        import deepspeed
+
+        super().__init__(ctx, route, subject, hyper)
+        ctx.enter("initialize")
+        module = subject.build(ctx.world_size)
+        optimizer = client_optimizer(module.parameters()) if client_optimizer else None
+        self.engine, _, _, _ = deepspeed.initialize(
+            model=module, optimizer=optimizer, config=config,
+            model_parameters=None if optimizer else [p for p in module.parameters() if p.requires_grad])
+
+    def step(self, s: int) -> StepRecord:
+        import torch
+
+        engine = self.engine
+        lr = float(engine.get_lr()[0])  # what this step uses (the scheduler moves it after the step)
+        window = torch.zeros((), dtype=torch.float32, device=self.device)
+        measured = None
+        for k in range(self.hyper.accumulation):
+            self.ctx.enter(f"step {s} micro {k}")
+            loss = self.micro(engine, s, k)
+            engine.backward(loss)
+            if k == self.hyper.accumulation - 1 and not engine.zero_optimization():
+                measured = _grad_norm(engine.module)  # stage 0 clips without keeping the norm: read the gradients
+            engine.step()
+            window += loss.detach().float()
+        norm = engine.get_global_grad_norm()
+        norm = float(norm) if norm is not None else measured
+        return StepRecord(self.global_loss(window), norm, lr, self.params())
+
+    def params(self) -> dict[str, Any]:
+        import torch
+
+        return {n: v.to(torch.float32) for n, v in full_values(self.engine.module).items()}
+
+    def close(self) -> None:
+        self.engine.destroy()
+
+    def save(self, directory: Path) -> None:
+        self.engine.save_checkpoint(str(directory), tag="resume")
+
+    def load(self, directory: Path) -> None:
+        self.engine.load_checkpoint(str(directory), tag="resume", load_optimizer_states="optimizer" not in self.route.drop,
+                                    load_lr_scheduler_states="scheduler" not in self.route.drop)
+
+    def optimizer(self) -> Any:
+        return self.engine.optimizer
+
+    def scheduler_step(self) -> int | None:
+        scheduler = self.engine.lr_scheduler
+        return None if scheduler is None else int(getattr(scheduler, "last_batch_iteration", -2))
+
+
+def _grad_norm(module: Any) -> float:
+    import torch
+
+    grads = [p.grad.detach().float() for p in module.parameters() if p.grad is not None]
+    return float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
+
+
+class AccelerateSession(Session):
+    """Accelerator(gradient_accumulation_steps=...) with `accelerator.accumulate`, `accelerator.backward`,
+    `accelerator.clip_grad_norm_` and the prepared optimizer (and scheduler), as Accelerate's docs write the loop;
+    with a DeepSpeed plugin the engine does the accumulation and clipping from its config."""
+
+    def __init__(self, ctx: ProbeContext, route: Route, subject: Subject, hyper: Hyper,
+                 plugin_config: dict[str, Any] | None = None, extra: dict[str, Any] | None = None,
+                 schedule: Any = None) -> None:
+        import torch
+        from accelerate import Accelerator
+        from accelerate.state import AcceleratorState
+        from accelerate.utils import DeepSpeedPlugin, InitProcessGroupKwargs
+
+        super().__init__(ctx, route, subject, hyper)
+        ctx.enter("prepare")
+        kwargs = dict(extra or {})
+        if plugin_config is not None:
+            kwargs["deepspeed_plugin"] = DeepSpeedPlugin(hf_ds_config=plugin_config)
+        else:
+            kwargs.setdefault("gradient_accumulation_steps", hyper.accumulation)
+        # on CPU Accelerate sees the process group only with cpu=True, which drops a DeepSpeed plugin (measured)
+        cpu = ctx.device_kind == "cpu" and "deepspeed_plugin" not in kwargs
+        AcceleratorState._reset_state()
+        self.accelerator = Accelerator(cpu=cpu, kwargs_handlers=[InitProcessGroupKwargs(backend=ctx.backend)], **kwargs)
+        self.module = subject.build(ctx.world_size)
+        params = [p for p in self.module.parameters() if p.requires_grad]
+        optimizer = (torch.optim.AdamW if hyper.adamw else torch.optim.Adam)(
+            params, lr=hyper.lr, betas=hyper.betas, eps=hyper.eps, weight_decay=hyper.weight_decay)
+        self.scheduler = schedule(optimizer) if schedule is not None else None
+        prepared = [self.module, optimizer] + ([self.scheduler] if self.scheduler is not None and
+                                               "scheduler" not in route.drop else [])
+        if plugin_config is not None:  # its batch sizes are checked against a prepared dataloader, as in a real job
+            loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.zeros(8, 1)),
+                                                 batch_size=hyper.micro_batch)
+            prepared.append(loader)
+        out = self.accelerator.prepare(*prepared)
+        self.model, self.opt = out[0], out[1]
+        if self.scheduler is not None and "scheduler" not in route.drop:
+            self.scheduler = out[2]
+        self.engine = self.model if plugin_config is not None else None
+
+    def step(self, s: int) -> StepRecord:
+        import torch
+
+        accelerator, norm = self.accelerator, None
+        lr = float(self.opt.param_groups[0]["lr"]) if self.engine is None else float(self.engine.get_lr()[0])
+        window = torch.zeros((), dtype=torch.float32, device=accelerator.device)
+        for k in range(self.hyper.accumulation):
+            self.ctx.enter(f"step {s} micro {k}")
+            with accelerator.accumulate(self.model):
+                loss = self.micro(self.model, s, k)
+                accelerator.backward(loss)
+                if accelerator.sync_gradients and self.engine is None:
+                    norm = accelerator.clip_grad_norm_(self.model.parameters(), self.hyper.clip or float("inf"))
+                self.opt.step()
+                if self.scheduler is not None and accelerator.sync_gradients:
+                    self.scheduler.step()
+                self.opt.zero_grad()
+            window += loss.detach().float()
+        if self.engine is not None:
+            norm = self.engine.get_global_grad_norm()
+        return StepRecord(self.global_loss(window), None if norm is None else float(norm), lr, self.params())
+
+    def params(self) -> dict[str, Any]:
+        import torch
+
+        if self.engine is not None:
+            return {n: v.to(torch.float32) for n, v in full_values(self.engine.module).items()}
+        return full_params(self.module)
+
+    def close(self) -> None:
+        if self.engine is not None:
+            self.engine.destroy()
+
+    def save(self, directory: Path) -> None:
+        self.accelerator.save_state(str(directory))
+        self.accelerator.wait_for_everyone()
+
+    def load(self, directory: Path) -> None:
+        self.accelerator.load_state(str(directory))
+
+    def optimizer(self) -> Any:
+        return self.opt
+
+    def scheduler_step(self) -> int | None:
+        inner = getattr(self.scheduler, "scheduler", self.scheduler)  # Accelerate's AcceleratedScheduler wraps it
+        return None if inner is None else int(inner.last_epoch)
+
+
+SESSIONS = {"ddp": DDPSession, "fsdp1": FSDP1Session, "fsdp2": FSDP2Session}

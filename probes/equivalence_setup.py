@@ -1,0 +1,211 @@
+"""How an equivalence case builds its route and judges it: the family's settings (or the user's DeepSpeed /
+Accelerate config made runnable here) as a `Hyper` the reference reproduces, the session that trains the route, and
+the comparison of the route's steps with the reference's (`doctor.checks.equivalence`). Shared by the case
+(`probes.equivalence`), the resumed process (`probes.equivalence_resume`) and the Trainer route."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from doctor.checks.equivalence import (
+    Tolerance,
+    divergence_finding,
+    first_divergence,
+    largest,
+    missing_finding,
+    worst_ratio,
+)
+from doctor.plugins import ProbeContext, Requirement
+from doctor.usersetup import accelerate_config
+from doctor.usersetup.deepspeed_config import (
+    TRAINER_OPTIMIZER,
+    UserConfig,
+    change_findings,
+    fill,
+    route_optimizer,
+    trainer_optimizer,
+)
+from probes.equivalence_routes import SESSIONS, AccelerateSession, DeepSpeedSession, Route, Session
+from probes.equivalence_subject import (
+    Hyper,
+    StepRecord,
+    Subject,
+    bitwise_equal,
+    clipped_steps,
+    gaps,
+    reference,
+)
+
+DEEPSPEED = Requirement("deepspeed", "deepspeed")
+ACCELERATE = Requirement("accelerate", "accelerate")
+TRANSFORMERS = Requirement("transformers", "transformers")
+#: routes whose reference performs the route's own operations in the route's order (on the CPU, at 1 or 2 ranks, in
+#: fp32, where the all-reduce average of two values is exact): held to equality
+EXACT = ("ddp", "accelerate")
+
+
+def open_session(ctx: ProbeContext, route: Route, subject: Subject) -> Session:
+    """The route built for this case: its settings (the family's, or the user's config made runnable here), the
+    packages it needs, and the session that trains it."""
+    if route.wrapper in SESSIONS:
+        return SESSIONS[route.wrapper](ctx, route, subject, Hyper())
+    if route.wrapper == "deepspeed":
+        ctx.require(DEEPSPEED)
+        config, client = deepspeed_config(ctx, route)
+        hyper = hyper_from_config(ctx, config) if route.user is not None else \
+            Hyper(kernel="torch" if client is not None else "deepspeed")
+        ctx.note("deepspeed_config", config)
+        return DeepSpeedSession(ctx, route, subject, hyper, config, client)
+    ctx.require(ACCELERATE, TRANSFORMERS)  # Accelerate's DeepSpeed plugin checks the transformers version
+    if route.user_accelerate:
+        return _user_accelerate(ctx, route, subject)
+    schedule = warmup if route.resume else None
+    if route.wrapper == "accelerate-deepspeed":
+        ctx.require(DEEPSPEED)
+        hyper = Hyper()
+        config = {**_ds_config(route, hyper), "zero_allow_untested_optimizer": True}
+        del config["optimizer"]  # a prepared torch AdamW: the config holds none
+        ctx.note("deepspeed_config", config)
+        return AccelerateSession(ctx, route, subject, hyper, plugin_config=config, schedule=schedule)
+    return AccelerateSession(ctx, route, subject, Hyper(), schedule=schedule)
+
+
+def warmup(optimizer: Any) -> Any:
+    """A linear warm-up over three steps (a resume that restarts the schedule shows in the lr)."""
+    import torch
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / 3))
+
+
+def follows_schedule(route: Route) -> bool:
+    """Whether the route's lr moves (a scheduler): then the reference takes each step's lr from the route."""
+    return bool(route.resume) or (route.user is not None and "scheduler" in route.user.config)
+
+
+def _ds_config(route: Route, hyper: Hyper) -> dict[str, Any]:
+    zero: dict[str, Any] = {"stage": route.stage}
+    if route.offload:
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": False}
+    config = {"train_micro_batch_size_per_gpu": hyper.micro_batch, "gradient_accumulation_steps": hyper.accumulation,
+              "gradient_clipping": hyper.clip, "zero_optimization": zero, "steps_per_print": 10**9,
+              "wall_clock_breakdown": False,
+              "optimizer": {"type": "AdamW", "params": {"lr": hyper.lr, "betas": list(hyper.betas), "eps": hyper.eps,
+                                                        "weight_decay": hyper.weight_decay}}}
+    if route.resume:
+        config["scheduler"] = {"type": "WarmupDecayLR", "params": {
+            "warmup_min_lr": 0.0, "warmup_max_lr": hyper.lr, "warmup_num_steps": 3, "total_num_steps": 12,
+            "warmup_type": "linear"}}
+    return config
+
+
+def deepspeed_config(ctx: ProbeContext, route: Route) -> tuple[dict[str, Any], Any]:
+    """The config and, where it names no optimizer, the client optimizer the HF Trainer would pass."""
+    if route.user is None and route.resume:  # a torch AdamW passed in: the new process loads no JIT-built op
+        hyper = Hyper()
+        config = {k: v for k, v in _ds_config(route, hyper).items() if k != "optimizer"}
+        return config, lambda params: _torch_adamw(params, hyper)
+    if route.user is None:
+        return _ds_config(route, Hyper()), None
+    user: UserConfig = route.user
+    filled = fill(user.config, ctx.world_size, ctx.device)
+    trainer_optimizer(filled)
+    ctx.note("user_config", {"path": user.path, "sha256": user.sha256, "filled": filled.filled,
+                             "changed": filled.changed, "left_to_deepspeed": filled.unfilled})
+    ctx.check(change_findings(filled, ctx.rank))
+    config = {**filled.config, "steps_per_print": 10**9, "wall_clock_breakdown": False}
+    client = None if "optimizer" in config else (lambda params: route_optimizer(config, params))
+    return config, client
+
+
+def _torch_adamw(params: Any, hyper: Hyper) -> Any:
+    import torch
+
+    return torch.optim.AdamW(params, lr=hyper.lr, betas=hyper.betas, eps=hyper.eps, weight_decay=hyper.weight_decay)
+
+
+def hyper_from_config(ctx: ProbeContext, config: dict[str, Any]) -> Hyper:
+    """What one step of this DeepSpeed config does, for the reference to do the same; a config whose optimizer the
+    reference cannot reproduce is skipped, with the reason."""
+    block = config.get("optimizer")
+    if block is None:
+        kind, params, adamw = "AdamW", dict(TRAINER_OPTIMIZER[1]), True
+    else:
+        kind, params = str(block.get("type", "")), dict(block.get("params") or {})
+        adamw = kind.lower() == "adamw" or (kind.lower() == "adam" and bool(params.get("adam_w_mode", True)))
+        if kind.lower() not in ("adam", "adamw"):
+            ctx.skip(f"the reference reproduces Adam and AdamW; the config's optimizer is {kind!r}")
+    betas = params.get("betas", (0.9, 0.999))
+    dtype = "bfloat16" if (config.get("bf16") or {}).get("enabled") else \
+        "float16" if (config.get("fp16") or {}).get("enabled") else "float32"
+    return Hyper(micro_batch=int(config.get("train_micro_batch_size_per_gpu", 1)),
+                 accumulation=int(config.get("gradient_accumulation_steps", 1)),
+                 clip=float(config.get("gradient_clipping") or 0.0), lr=float(params.get("lr", 1e-3)),
+                 betas=(float(betas[0]), float(betas[1])), eps=float(params.get("eps", 1e-8)),
+                 weight_decay=float(params.get("weight_decay", 0.0)), adamw=adamw, dtype=dtype,
+                 kernel="torch" if block is None or params.get("torch_adam") else "deepspeed")
+
+
+def _user_accelerate(ctx: ProbeContext, route: Route, subject: Subject) -> Session:
+    """The Accelerator the user's YAML builds; the reference follows its accumulation, clipping and precision."""
+    setup = accelerate_config.from_env()
+    assert setup is not None
+    ctx.note("accelerate_config", setup.summary())
+    if reason := accelerate_config.skip_reason(setup, ctx.device_kind):
+        ctx.skip(reason)
+    section = dict(setup.data.get("deepspeed_config") or {})
+    dtype = {"bf16": "bfloat16", "fp16": "float16"}.get(setup.mixed_precision, "float32")
+    hyper = Hyper(accumulation=int(section.get("gradient_accumulation_steps", Hyper.accumulation)),
+                  clip=float(section.get("gradient_clipping", Hyper.clip)), dtype=dtype)
+    extra = accelerate_config.accelerator_kwargs(setup)
+    if setup.distributed_type == "DEEPSPEED":
+        ctx.require(DEEPSPEED)
+        plugin = extra.pop("deepspeed_plugin")
+        config = {k: v for k, v in plugin.deepspeed_config.items() if k != "optimizer"}  # a prepared torch AdamW
+        config["train_micro_batch_size_per_gpu"] = hyper.micro_batch
+        return AccelerateSession(ctx, route, subject, hyper, plugin_config=config, extra=extra)
+    return AccelerateSession(ctx, route, subject, hyper, extra=extra)
+
+
+def tolerance_for(ctx: ProbeContext, route: Route, hyper: Hyper) -> Tolerance:
+    exact = (route.wrapper in EXACT and not route.user_accelerate and hyper.dtype == "float32"
+             and ctx.world_size <= 2 and ctx.device_kind == "cpu")
+    return Tolerance(hyper.dtype, exact=exact)
+
+
+def setting(ctx: ProbeContext, route: Route, hyper: Hyper) -> str:
+    extra = f", zero stage {route.stage}" if route.wrapper in ("deepspeed", "accelerate-deepspeed") else ""
+    extra += ", offload_optimizer cpu" if route.offload else ""
+    return f"{route.name} at {ctx.world_size} rank(s): {hyper.describe()}{extra}"
+
+
+def judge(ctx: ProbeContext, route: Route, subject: Subject, hyper: Hyper, records: list[StepRecord],
+          schedule: bool, remedy: str | None = None, reference_run: list[StepRecord] | None = None) -> None:
+    """The route's steps against the reference's: the first divergence is the finding."""
+    ctx.enter("reference")
+    ref = reference_run if reference_run is not None else \
+        reference(subject, hyper, ctx.world_size, [r.lr for r in records] if schedule else None)
+    tolerance = tolerance_for(ctx, route, hyper)
+    compared, missing = gaps(ref, records)
+    ctx.note("equivalence", {
+        "tolerance": tolerance.describe(), "bitwise_equal": bitwise_equal(ref, records),
+        "worst_error_over_tolerance": _finite(worst_ratio(compared, tolerance)), "largest": largest(compared, tolerance),
+        "steps": [{"loss": {"route": g.loss, "reference": r.loss},
+                   "grad_norm": {"route": g.grad_norm, "reference": r.grad_norm}, "lr": g.lr}
+                  for r, g in zip(ref, records, strict=True)],
+        "clipping_engaged_steps": clipped_steps(ref, hyper.clip), "setting": hyper.describe()})
+    findings = missing_finding(missing, "update", setting(ctx, route, hyper))
+    divergence = first_divergence(compared, tolerance)
+    if divergence is not None:
+        findings.append(divergence_finding(divergence, hyper.steps, setting(ctx, route, hyper), remedy,
+                                           first_divergence(compared, tolerance, ("update",))))
+    ctx.check(findings)
+    if route.issue:
+        if route.reproduce:
+            for finding in findings:
+                ctx.showed(finding.message)
+        ctx.known_issue(route.issue, shown=bool(findings))
+
+
+def _finite(value: float) -> float | None:
+    return value if value != float("inf") else None
+

@@ -1,0 +1,231 @@
+"""What an equivalence case trains and the plain-torch reference it is held to.
+
+One model (the probes' tiny MLP, or the user's `--model`), one deterministic data stream (micro-batch (step, micro,
+rank) always holds the same samples) and one seed. The reference runs in the rank's own process, single-process,
+fp32: for each optimizer step it computes every simulated rank's accumulation window in turn, exactly as the route
+splits the global batch (loss / accumulation, backward, gradients summed over the micro-batches), averages the ranks'
+gradients, clips to the global norm and takes a torch AdamW step. With micro-batches of equal size that is the math
+of the full global batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from doctor.checks.equivalence import Gap
+from probes.equivalence_bounds import allowances, kernel_epsilon
+from probes.models import batch, build_mlp
+
+
+@dataclasses.dataclass(frozen=True)
+class Hyper:
+    """What one optimizer step does, as the route is configured: the reference reproduces exactly this."""
+
+    steps: int = 4
+    micro_batch: int = 4
+    accumulation: int = 2
+    clip: float = 0.05  # far below this model's gradient norms (0.6-0.9): clipping engages at every step
+    lr: float = 1e-2
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    weight_decay: float = 0.01
+    adamw: bool = True  # decoupled weight decay (AdamW); False: Adam's L2
+    dtype: str = "float32"  # the route's compute dtype (the reference is fp32 always)
+    kernel: str = "torch"  # whose Adam the route steps with: "torch", or "deepspeed" (fp32 bias corrections)
+
+    def describe(self) -> str:
+        clip = f"clip {self.clip:g}" if self.clip else "no clipping"
+        return (f"gradient_accumulation_steps={self.accumulation}, micro batch {self.micro_batch}, {clip}, "
+                f"{'AdamW' if self.adamw else 'Adam'} lr {self.lr:g}, {self.dtype}")
+
+
+@dataclasses.dataclass
+class StepRecord:
+    """One optimizer step of a run: the global loss (mean over the global batch), the global gradient norm before
+    clipping (None where the route does not expose it), the lr used, and every parameter's full value after it."""
+
+    loss: float
+    grad_norm: float | None
+    lr: float
+    params: dict[str, Any]
+    allowance: dict[str, float] = dataclasses.field(default_factory=dict)  # the reference's: see equivalence_bounds
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def micro_seed(step: int, micro: int, rank: int) -> int:
+    """The seed of micro-batch `micro` of optimizer step `step` on rank `rank`: one data stream for every route."""
+    return 100_003 * step + 1_009 * micro + rank + 7
+
+
+@dataclasses.dataclass
+class Subject:
+    """The model a case trains and the loss of one micro-batch, as the user's training code would compute it."""
+
+    build: Callable[[int], Any]  # world size -> a fresh module (the same weights every time)
+    user: Any = None  # the user's Trainable (`--model`), else the family's MLP regression
+    spec: str = "probes.models:build_mlp (MSE regression)"
+
+    def micro_loss(self, model: Any, step: int, micro: int, rank: int, micro_batch: int, *, dtype: Any,
+                   device: Any) -> Any:
+        """The loss of one micro-batch through `model` (a module or a wrapper: DDP, FSDP, an engine)."""
+        import torch
+
+        seed = micro_seed(step, micro, rank)
+        if self.user is not None:
+            return self.user.loss(model, micro_batch, device=device, dtype=dtype, seed=seed)
+        x, y = batch(micro_batch, dtype=dtype, device=device, seed=seed)
+        return torch.nn.functional.mse_loss(model(x), y)
+
+
+def family_subject() -> Subject:
+    return Subject(build=lambda _world_size: build_mlp(seed=0))
+
+
+def user_subject(text: str | None = None) -> Subject | None:
+    """The user's `--model` (or the model spec `text`), built with the seed every route uses; None when there is
+    none. A factory that takes the world size gets the route's; the reference builds it as a single process would
+    (world size 1)."""
+    from doctor.usersetup import model as user_model
+
+    spec = user_model.ModelSpec.parse(text) if text else user_model.from_env()
+    if spec is None:
+        return None
+    trainable = user_model.build(spec, 1, 0)
+
+    def build(world_size: int) -> Any:
+        return user_model.build(spec, world_size, 0).module
+
+    return Subject(build=build, user=trainable, spec=trainable.describe())
+
+
+def current_subject(text: str | None = None) -> Subject:
+    """The model a case trains: `text` (a route's own model spec, e.g. a planted one), else `--model`, else the
+    family's MLP."""
+    return user_subject(text) or family_subject()
+
+
+def full_params(module: Any, names: Callable[[str], str] = lambda n: n, dtype: Any = None) -> dict[str, Any]:
+    """Every parameter as a detached CPU copy (fp32 unless `dtype`), under its original name."""
+    import torch
+
+    return {names(n): p.detach().to("cpu", dtype or torch.float32, copy=True) for n, p in module.named_parameters()}
+
+
+def reference(subject: Subject, hyper: Hyper, world_size: int, lrs: Sequence[float] | None = None) -> list[StepRecord]:
+    """The single-process fp32 run over the same global batches, each step with its allowances (the float64 run's
+    distance, `probes.equivalence_bounds`); `lrs`: the lr of each step where the route follows a schedule of its own
+    (else the configured lr throughout)."""
+    import torch
+
+    single, initial = _run(subject, hyper, world_size, lrs, torch.float32)
+    double, _ = _run(subject, hyper, world_size, lrs, torch.float64)
+    kernel = kernel_epsilon(hyper.betas) if hyper.kernel == "deepspeed" else 0.0
+    for record, extra in zip(single, allowances(single, double, kernel, initial), strict=True):
+        record.allowance = extra
+    return single
+
+
+def _run(subject: Subject, hyper: Hyper, world_size: int, lrs: Sequence[float] | None,
+         dtype: Any) -> tuple[list[StepRecord], dict[str, Any]]:
+    import torch
+
+    model = subject.build(1).to("cpu", dtype)
+    model.train()
+    named = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    params = list(named.values())
+    optimizer = (torch.optim.AdamW if hyper.adamw else torch.optim.Adam)(
+        params, lr=hyper.lr, betas=hyper.betas, eps=hyper.eps, weight_decay=hyper.weight_decay)
+    initial = full_params(model, dtype=dtype)
+    records = []
+    for step in range(hyper.steps):
+        lr = lrs[step] if lrs is not None else hyper.lr
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        loss = _accumulate(subject, model, params, hyper, world_size, step, dtype)
+        norm = torch.nn.utils.clip_grad_norm_(params, hyper.clip) if hyper.clip else _norm(params)
+        optimizer.step()
+        records.append(StepRecord(float(loss), float(norm), lr, full_params(model, dtype=dtype)))
+    return records, initial
+
+
+def _accumulate(subject: Subject, model: Any, params: list[Any], hyper: Hyper, world_size: int, step: int,
+                dtype: Any) -> Any:
+    """Each simulated rank's accumulation window (loss / accumulation, backward), then the ranks' gradients summed
+    in rank order and divided by the world size, as an all-reduce average does; the global loss likewise."""
+    import torch
+
+    grads: list[list[Any]] = []
+    total = torch.zeros((), dtype=dtype)
+    for rank in range(world_size):
+        for p in params:
+            p.grad = None
+        window = torch.zeros((), dtype=dtype)
+        for micro in range(hyper.accumulation):
+            loss = subject.micro_loss(model, step, micro, rank, hyper.micro_batch, dtype=dtype, device="cpu")
+            (loss / hyper.accumulation).backward()
+            window += loss.detach().to(dtype)
+        total += window
+        grads.append([p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in params])
+    for i, p in enumerate(params):
+        summed = grads[0][i].clone()
+        for rank_grads in grads[1:]:
+            summed += rank_grads[i]
+        p.grad = summed / world_size
+    return total / (hyper.accumulation * world_size)
+
+
+def _norm(params: list[Any]) -> Any:
+    import torch
+
+    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in params]))
+
+
+def gaps(reference_run: Sequence[StepRecord], route: Sequence[StepRecord]) -> tuple[list[list[Gap]], list[str]]:
+    """Per step, each quantity's difference and scale (2-norms in float64); and the parameters one side lacks."""
+    import torch
+
+    out, missing = [], set()
+    for ref, got in zip(reference_run, route, strict=True):
+        extra = ref.allowance
+        step = [Gap("loss", "loss", abs(got.loss - ref.loss), abs(ref.loss), got.loss, ref.loss, extra.get("loss", 0.0))]
+        if got.grad_norm is not None and ref.grad_norm is not None:
+            step.append(Gap("grad_norm", "grad_norm", abs(got.grad_norm - ref.grad_norm), abs(ref.grad_norm),
+                            got.grad_norm, ref.grad_norm, extra.get("grad_norm", 0.0)))
+        missing |= set(ref.params) ^ set(got.params)
+        for name in sorted(set(ref.params) & set(got.params)):
+            a, b = got.params[name].double(), ref.params[name].double()
+            error = float(torch.linalg.vector_norm(a - b)) if a.shape == b.shape else float("inf")
+            step.append(Gap("update", name, error, float(torch.linalg.vector_norm(b)), allowance=extra.get(name, 0.0)))
+        out.append(step)
+    return out, sorted(missing)
+
+
+def bitwise_equal(reference_run: Sequence[StepRecord], route: Sequence[StepRecord]) -> bool:
+    import torch
+
+    return all(a.loss == b.loss and a.grad_norm == b.grad_norm and a.params.keys() == b.params.keys()
+               and all(torch.equal(a.params[n], b.params[n]) for n in a.params)
+               for a, b in zip(reference_run, route, strict=True))
+
+
+def clipped_steps(run: Sequence[StepRecord], clip: float) -> int:
+    """How many steps the clipping engaged at (the gradient norm above the threshold)."""
+    return sum(1 for r in run if clip and r.grad_norm is not None and r.grad_norm > clip)
+
+
+def digest(tensor: Any) -> str:
+    """A tensor's dtype, shape and exact bytes, as one string (two tensors equal bit for bit have the same)."""
+    import torch
+
+    t = tensor.detach().to("cpu").contiguous()
+    raw = t.reshape(-1).view(torch.uint8) if t.numel() else torch.zeros(0, dtype=torch.uint8)
+    try:
+        data = raw.numpy().tobytes()
+    except (RuntimeError, TypeError):  # a node without numpy (torch's numpy bridge is gone): slower, same bytes
+        data = bytes(raw.tolist())
+    return f"sha256:{hashlib.sha256(data).hexdigest()[:24]} {str(t.dtype).removeprefix('torch.')}{list(t.shape)}"

@@ -1,0 +1,307 @@
+"""The HF Trainer route of the equivalence family: a tiny causal LM (Llama, or the user's `--model hf:...`) on
+right-padded sequences whose micro-batches hold different numbers of label tokens, so that a loss normalised per
+micro-batch and one normalised per token over the accumulated global batch differ (transformers#34191: the Trainer
+fix of 4.46 for models that take `**kwargs`).
+
+The reference is the token mean over the global batch of each optimizer step: every micro-batch's summed
+cross-entropy (labels shifted, -100 ignored) divided by the step's label-token count over all ranks, computed from
+the model's logits in plain torch. The Trainer runs with its own dataloader (sequential sampler, Accelerate's
+per-rank batches), `max_grad_norm`, `adamw_torch` and no weight decay (its no-decay groups for biases and norms would
+otherwise be a second reference to keep), logging every step; callbacks read each step's loss, gradient norm, lr and
+parameters. A resume case saves through the Trainer's own checkpoint and resumes in a new process with
+`train(resume_from_checkpoint=...)`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from doctor.plugins import ProbeContext, Requirement
+from probes.common import accelerate_session
+from probes.equivalence_routes import Route
+from probes.equivalence_subject import Hyper, StepRecord, Subject, digest
+
+SEQUENCE = 8
+PAD = 0
+TRAINER_HYPER = Hyper(lr=1e-3, weight_decay=0.0)
+REMEDY_GA = ("Let the model take **kwargs in forward (so the Trainer passes num_items_in_batch and the loss is "
+             "normalised per token over the accumulated batch), or pass compute_loss_func; upgrade transformers to "
+             ">= 4.46 for its own models.")
+
+
+def model_type() -> str | None:
+    """The HF model type to train: the user's `--model hf:X`, else Llama; None for a factory (`--model pkg:fn`),
+    whose batches carry no labels for the Trainer."""
+    from doctor.usersetup import model as user_model
+
+    spec = user_model.from_env()
+    if spec is None:
+        return "llama"
+    return spec.target if spec.kind == "hf" else None
+
+
+def build_lm(kind: str, seed: int = 0) -> Any:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from doctor.usersetup.model import tiny_config
+
+    config = tiny_config(kind)
+    layer_types = getattr(config, "layer_types", None)
+    if isinstance(layer_types, list) and len(layer_types) != config.num_hidden_layers:
+        # the class default sized it for the default depth: save_pretrained (a Trainer checkpoint) refuses that
+        config.layer_types = layer_types[: config.num_hidden_layers]
+    torch.manual_seed(seed)
+    return AutoModelForCausalLM.from_config(config).to(torch.float32)
+
+
+class NoLossKwargs:
+    """A user module around the LM whose forward names its arguments and takes no **kwargs (built lazily: torch is
+    imported inside the case)."""
+
+    @staticmethod
+    def wrap(inner: Any) -> Any:
+        import torch
+
+        class Wrapper(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.inner = inner
+
+            def forward(self, input_ids: Any, attention_mask: Any = None, labels: Any = None) -> Any:
+                return self.inner(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+
+        return Wrapper()
+
+
+def sample(index: int, vocab: int) -> dict[str, Any]:
+    """Sample `index` of the stream: a right-padded sequence of 2..SEQUENCE real tokens, labels -100 on padding."""
+    import torch
+
+    length = 2 + (5 * index) % (SEQUENCE - 1)
+    ids = torch.randint(1, vocab, (SEQUENCE,), generator=torch.Generator().manual_seed(7919 + index))
+    mask = torch.arange(SEQUENCE) < length
+    return {"input_ids": torch.where(mask, ids, PAD), "attention_mask": mask.long(),
+            "labels": torch.where(mask, ids, -100)}
+
+
+def micro_indices(step: int, micro: int, rank: int, hyper: Hyper, world_size: int) -> range:
+    """The samples of one rank's micro-batch, as the Trainer's sequential sampler and Accelerate's per-rank batches
+    deal them: batch b = (step * accumulation + micro) * world_size + rank of the stream."""
+    b = (step * hyper.accumulation + micro) * world_size + rank
+    return range(b * hyper.micro_batch, (b + 1) * hyper.micro_batch)
+
+
+def stacked(indices: range, vocab: int) -> dict[str, Any]:
+    import torch
+
+    samples = [sample(i, vocab) for i in indices]
+    return {key: torch.stack([s[key] for s in samples]) for key in samples[0]}
+
+
+def token_reference(kind: str, hyper: Hyper, world_size: int, lrs: list[float]) -> list[StepRecord]:
+    """Plain torch, single process: each step's loss is the summed token cross-entropy of the global batch over its
+    label-token count; gradients accumulate over every rank's micro-batches; clip; AdamW. Run in fp32 and again in
+    float64 for the allowances (probes.equivalence_bounds)."""
+    import torch
+
+    from probes.equivalence_bounds import allowances
+
+    single, initial = _token_run(kind, hyper, world_size, lrs, torch.float32)
+    double, _ = _token_run(kind, hyper, world_size, lrs, torch.float64)
+    for record, extra in zip(single, allowances(single, double, 0.0, initial), strict=True):
+        record.allowance = extra
+    return single
+
+
+def _token_run(kind: str, hyper: Hyper, world_size: int, lrs: list[float],
+               dtype: Any) -> tuple[list[StepRecord], dict[str, Any]]:
+    import torch
+
+    model = build_lm(kind).to(dtype)
+    model.train()
+    vocab = model.config.vocab_size
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=hyper.lr, betas=hyper.betas, eps=hyper.eps, weight_decay=0.0)
+    initial = {n: p.detach().clone() for n, p in model.named_parameters()}
+    records = []
+    for step in range(hyper.steps):
+        batches = [stacked(micro_indices(step, k, r, hyper, world_size), vocab)
+                   for r in range(world_size) for k in range(hyper.accumulation)]
+        tokens = sum(int((b["labels"][:, 1:] != -100).sum()) for b in batches)
+        optimizer.zero_grad(set_to_none=True)
+        total = torch.zeros((), dtype=dtype)
+        for b in batches:
+            logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
+            summed = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
+                                                       b["labels"][:, 1:].reshape(-1), ignore_index=-100,
+                                                       reduction="sum")
+            (summed / tokens).backward()
+            total += summed.detach()
+        for group in optimizer.param_groups:
+            group["lr"] = lrs[step]
+        norm = torch.nn.utils.clip_grad_norm_(params, hyper.clip)
+        optimizer.step()
+        records.append(StepRecord(float(total / tokens), float(norm), lrs[step],
+                                  {n: p.detach().clone() for n, p in model.named_parameters()}))
+    return records, initial
+
+
+@dataclasses.dataclass
+class Recorder:
+    """What the callbacks saw: per step the summed micro-batch losses, the lr before the step, the grad norm logged,
+    the parameters after it; and a fingerprint at the save (straight run) or the first resumed step."""
+
+    records: list[StepRecord] = dataclasses.field(default_factory=list)
+    micro_losses: list[Any] = dataclasses.field(default_factory=list)
+    lr: float = 0.0
+    fingerprint: dict[str, Any] | None = None
+    fingerprint_at_first_step: bool = False
+
+
+def make_trainer(ctx: ProbeContext, route: Route, hyper: Hyper, out: Path, recorder: Recorder, *,
+                 max_steps: int, save_steps: int | None, schedule: bool) -> Any:
+    """A Trainer over the stream, with the recording callbacks."""
+    import torch
+    import transformers
+
+    kind = model_type()
+    assert kind is not None
+    model = build_lm(kind)
+    vocab = model.config.vocab_size
+    if not route.loss_kwargs:
+        model = NoLossKwargs.wrap(model)
+    count = max_steps * hyper.accumulation * hyper.micro_batch * ctx.world_size
+
+    class Stream(torch.utils.data.Dataset):
+        def __len__(self) -> int:
+            return count
+
+        def __getitem__(self, index: int) -> dict[str, Any]:
+            return sample(index, vocab)
+
+    class Recording(transformers.Trainer):
+        def training_step(self, *args: Any, **kwargs: Any) -> Any:
+            loss = super().training_step(*args, **kwargs)
+            recorder.micro_losses.append(loss.detach().float().reshape(()))
+            return loss
+
+        def _get_train_sampler(self, *args: Any, **kwargs: Any) -> Any:
+            return torch.utils.data.SequentialSampler(self.train_dataset)
+
+    args = transformers.TrainingArguments(
+        output_dir=str(out), per_device_train_batch_size=hyper.micro_batch,
+        gradient_accumulation_steps=hyper.accumulation, max_steps=max_steps, learning_rate=hyper.lr,
+        weight_decay=0.0, max_grad_norm=hyper.clip, optim="adamw_torch",
+        lr_scheduler_type="linear" if schedule else "constant", warmup_steps=2 if schedule else 0,
+        logging_steps=1, save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500,
+        report_to="none", disable_tqdm=True, seed=0, dataloader_num_workers=0,
+        use_cpu=ctx.device_kind == "cpu", ddp_backend=ctx.backend if ctx.world_size > 1 else None)
+    return Recording(model=model, args=args, train_dataset=Stream(), callbacks=[_callback(ctx, recorder)])
+
+
+def _callback(ctx: ProbeContext, recorder: Recorder) -> Any:
+    import torch
+    import torch.distributed as dist
+    import transformers
+
+    def params(model: Any) -> dict[str, Any]:
+        return {n.removeprefix("inner."): p.detach().to("cpu", torch.float32, copy=True)
+                for n, p in model.named_parameters()}
+
+    def fingerprint(model: Any, optimizer: Any, scheduler: Any) -> dict[str, Any]:
+        from probes.equivalence_resume import optimizer_state, rng_state
+
+        return {"parameters": {n: digest(v) for n, v in params(model).items()},
+                "optimizer state": optimizer_state(optimizer),
+                "lr": {f"group{i}": float(g["lr"]) for i, g in enumerate(optimizer.param_groups)},
+                "scheduler step": {"scheduler": int(scheduler.last_epoch)}, "rng": rng_state()}
+
+    class Record(transformers.TrainerCallback):
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            optimizer = kw["optimizer"]
+            recorder.lr = float(optimizer.param_groups[0]["lr"])
+            if recorder.fingerprint_at_first_step and recorder.fingerprint is None:
+                recorder.fingerprint = fingerprint(kw["model"], optimizer, kw["lr_scheduler"])
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            window = torch.stack(recorder.micro_losses).sum().to(ctx.device)
+            recorder.micro_losses.clear()
+            if dist.is_initialized():
+                dist.all_reduce(window)
+            loss = float(window) / ctx.world_size  # as the Trainer logs it: the ranks' mean of the window's sum
+            recorder.records.append(StepRecord(loss, None, recorder.lr, params(kw["model"])))
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
+            if logs and "grad_norm" in logs and recorder.records and recorder.records[-1].grad_norm is None:
+                recorder.records[-1].grad_norm = float(logs["grad_norm"])
+
+        def on_save(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            if recorder.fingerprint is None and not recorder.fingerprint_at_first_step:
+                recorder.fingerprint = fingerprint(kw["model"], kw["optimizer"], kw["lr_scheduler"])
+
+    return Record()
+
+
+def run(ctx: ProbeContext, route: Route) -> None:
+    """Train through the Trainer; judge its steps against the token-mean reference (and, for a resume case, resume
+    in a new process and compare)."""
+    from probes.equivalence_setup import judge
+
+    ctx.require(Requirement("transformers", "transformers"), Requirement("accelerate", "accelerate"))
+    kind = model_type()
+    if kind is None:
+        ctx.skip("the Trainer route trains a causal LM on padded token batches with labels: --model hf:<type> runs "
+                 "through it, a factory (package.module:fn) does not")
+    ctx.note("model", f"hf:{kind} (tiny), right-padded sequences of 2-{SEQUENCE} tokens")
+    hyper = TRAINER_HYPER
+    out = ctx.scratch_dir() / "checkpoint"
+    recorder = Recorder()
+    with accelerate_session():
+        ctx.enter("trainer.train")
+        trainer = make_trainer(ctx, route, hyper, out, recorder, max_steps=hyper.steps,
+                               save_steps=_resume_at(hyper) if route.resume else None, schedule=bool(route.resume))
+        trainer.train()
+    subject = Subject(build=lambda _ws: None, spec=f"hf:{kind}")
+    records = recorder.records
+    ctx.note("trainer", {"transformers": _version(),
+                         "model_accepts_loss_kwargs": getattr(trainer, "model_accepts_loss_kwargs", None)})
+    judge(ctx, route, subject, hyper, records, schedule=True, remedy=REMEDY_GA if not route.loss_kwargs else None,
+          reference_run=token_reference(kind, hyper, ctx.world_size, [r.lr for r in records]))
+    if route.resume:
+        from probes.equivalence_resume import compare, spawn
+
+        k = _resume_at(hyper)
+        loaded, resumed = spawn(ctx, k, out)
+        from doctor.checks.equivalence import Tolerance
+
+        compare(ctx, route, recorder.fingerprint or {}, loaded, records, resumed, k, Tolerance(hyper.dtype))
+
+
+def _resume_at(hyper: Hyper) -> int:
+    from probes.equivalence_resume import resume_step
+
+    return resume_step(hyper.steps)
+
+
+def resume_child(ctx: ProbeContext, route: Route, k: int, directory: Path) -> dict[str, Any]:
+    """In the new process: a fresh Trainer, `train(resume_from_checkpoint=<checkpoint-k>)`, what it held at its first
+    step, and the steps after."""
+    recorder = Recorder(fingerprint_at_first_step=True)
+    hyper = TRAINER_HYPER
+    with accelerate_session():
+        trainer = make_trainer(ctx, route, hyper, directory, recorder, max_steps=hyper.steps, save_steps=None,
+                               schedule=True)
+        trainer.train(resume_from_checkpoint=str(directory / f"checkpoint-{k}"))
+    return {"fingerprint": recorder.fingerprint or {}, "records": [r.to_dict() for r in recorder.records]}
+
+
+def _version() -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version("transformers")
+    except metadata.PackageNotFoundError:
+        return None

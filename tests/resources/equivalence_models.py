@@ -1,0 +1,36 @@
+"""Model factories for the equivalence family's tests (`ds-doctor run --model tests.resources.equivalence_models:...`):
+one healthy, one that gets the math wrong in a way only more than one rank shows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from probes.models import IN_FEATURES, OUT_FEATURES, build_mlp
+
+
+class Regression(torch.nn.Module):
+    """The probes' MLP with its loss inside, as user modules often are: forward(x, y) returns the MSE."""
+
+    def __init__(self, divide_by: int = 1) -> None:
+        super().__init__()
+        self.net = build_mlp(seed=0)
+        self.divide_by = divide_by
+
+    def forward(self, x: Any, y: Any) -> Any:
+        return torch.nn.functional.mse_loss(self.net(x), y) / self.divide_by
+
+
+def make_batch(batch_size: int, device: Any) -> tuple[Any, Any]:
+    return torch.randn(batch_size, IN_FEATURES, device=device), torch.randn(batch_size, OUT_FEATURES, device=device)
+
+
+def regression() -> tuple[torch.nn.Module, Any]:
+    return Regression(), make_batch
+
+
+def loss_over_world_size(world_size: int) -> tuple[torch.nn.Module, Any]:
+    """A user who averages the loss over the ranks by hand, on top of DDP's (and ZeRO's) gradient average: the loss
+    and the gradients are divided by the world size twice. Right at one rank, wrong at two."""
+    return Regression(divide_by=world_size), make_batch
