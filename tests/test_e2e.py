@@ -50,9 +50,10 @@ class Run:
 
 @pytest.fixture(scope="module")
 def level3(tmp_path_factory: pytest.TempPathFactory) -> Run:
-    """One real `ds-doctor run --level 3`: every family, every case, as a nightly job or a user runs it."""
+    """One real `ds-doctor run --level 3`: every family, every case, as a nightly job or a user runs it; but the
+    equivalence family, whose level 3 trains every route several steps (tests/probes/test_equivalence.py runs it)."""
     out = tmp_path_factory.mktemp("level3")
-    proc = ds_doctor("run", "--level", "3", "--out", str(out), "--json", timeout=1500)
+    proc = ds_doctor("run", "--level", "3", "-k", "not equivalence", "--out", str(out), "--json", timeout=1500)
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]  # xfail/xpass never fail a run
     data = read_report(out)
     assert json.loads(proc.stdout) == data  # --json prints the same report
@@ -233,7 +234,7 @@ def test_accelerate_deepspeed_lifecycle_orderings(level3: Run) -> None:
 def test_optimizer_coverage_every_wrapper_route(level3: Run) -> None:
     data = level3.data
     results = level3.family("optimizer_coverage")
-    assert len(results) == 28
+    assert len(results) == 30
     intended = ["a.bias", "a.weight", "head.bias", "head.weight"]
     has_ds = {"deepspeed", "accelerate", "transformers"} <= {k for k, v in data["env"]["packages"].items() if v}
     for ws in (1, 2):
@@ -258,7 +259,8 @@ def test_optimizer_coverage_every_wrapper_route(level3: Run) -> None:
                 ("info", "c.bias"), ("info", "c.weight")}
         assert results[f"accelerate-fsdp-ws{ws}"]["outcome"] == "skip"
         assert "ignored the FSDP plugin" in results[f"accelerate-fsdp-ws{ws}"]["reason"]
-        assert results[f"composer-ws{ws}"]["outcome"] == "skip" and "3493" in results[f"composer-ws{ws}"]["reason"]
+        for route in ("composer", "composer-two-groups"):  # Composer pins torch < 2.7.1; its FSDP wants CUDA
+            assert results[f"{route}-ws{ws}"]["outcome"] == "skip" and "3493" in results[f"{route}-ws{ws}"]["reason"]
 
 
 def test_optimizer_state_placement_round_trip_on_cpu(level3: Run) -> None:
