@@ -47,8 +47,15 @@ wheelhouse:
 run: $(BIN)/.installed
 	$(BIN)/ds-doctor run $(ARGS)
 
+# Two pytest sessions at once, each about half the suite's time: the multi-rank tests leave a core idle while ranks
+# wait on each other, on hung ranks and on killed nodes. The second's output follows the first's; either failing fails.
+TESTS_A := tests/test_e2e.py tests/probes tests/stacks
+PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
 test: $(BIN)/.installed $(BIN)/.sysdeps
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	@log=$$(mktemp); $(PYTEST) $(addprefix --ignore=,$(TESTS_A)) > $$log 2>&1 & other=$$!; \
+	$(PYTEST) $(TESTS_A); a=$$?; wait $$other; b=$$?; \
+	echo "--- the rest of the suite (run beside it):"; cat $$log; rm -f $$log; \
+	[ $$a -eq 0 ] && [ $$b -eq 0 ]
 
 # What the infrastructure tests start for real: Debian's slurm-wlm and munge (a two-node Slurm cluster in network
 # namespaces, tests/cluster/) and prometheus' promtool (the alert rules in contrib/). Installed where this is root on

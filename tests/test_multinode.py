@@ -1,5 +1,6 @@
 """Several nodes for real: several `ds-doctor run` processes on 127.0.0.1 joined through torchrun's c10d
-rendezvous (one or two ranks per node, gloo). Marked multirank; kept under 4 minutes on 2 cores."""
+rendezvous (gloo): the refusals and the bounds. A run across two hosts of their own addresses, whose cases pass and
+whose report node 0 writes, is tests/cluster/test_netns.py; under Slurm, tests/cluster/test_slurm.py."""
 
 from __future__ import annotations
 
@@ -13,9 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from reports.records import validate
 from tests.cluster import slurm
-from tests.conftest import requires_deepspeed
 from tests.test_e2e import leftover_processes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,53 +47,6 @@ def finish(*procs: subprocess.Popen[str], timeout: float = 400) -> list[tuple[in
                 proc.kill()
         out.append((proc.returncode, stdout, stderr))
     return out
-
-
-def the_report(out: Path) -> dict:
-    (path,) = (out / "node0").glob("ds-doctor-*.json")
-    data = json.loads(path.read_text())
-    validate(data)
-    assert path.with_suffix(".md").exists()
-    assert list((out / "node1").glob("ds-doctor-*")) == []  # one report, on node 0
-    return data
-
-
-@requires_deepspeed
-def test_two_nodes_run_across_the_network_and_write_one_report(tmp_path: Path) -> None:
-    """Cases inside each node and across both (comm, a ZeRO-3 offload case, FSDP2, consistency, fabric); a variable
-    set on node 1 only is a consistency finding naming node 1; node 1 exits with node 0's code."""
-    # inside each node only comm (the rest ran inside a node in every other test): the across cases are the point
-    selection = "consistency or fabric or (comm and all_reduce) or (zero_offload and z3-opt+param-bf16-ws4) or fsdp2-ws4"
-    port = free_port()
-    zero = node(0, port, tmp_path, "-k", selection, "--junit", str(tmp_path / "junit.xml"))
-    one = node(1, port, tmp_path, "-k", selection, env={"NCCL_IB_DISABLE": "1"})
-    (code0, _, err0), (code1, out1, err1) = finish(zero, one)
-    assert code0 == code1 == 0, err0[-3000:] + err1[-3000:]
-    assert "node 1: the report is written on node 0" in out1
-    data = the_report(tmp_path)
-    host = data["hardware"]["host"]
-    assert [(n["node"], n["host"]) for n in data["nodes"]] == [(0, host), (1, host)]
-    results = {(r["case"], r["node"]): r for r in data["results"]}
-    across = {case: r for (case, where), r in results.items() if where is None}
-    assert set(across) == {"consistency[fingerprint-ws4-n2]", "fabric[pairs-ws4-n2]", "comm[all_reduce-ws4-n2]",
-                           "zero_offload[z3-opt+param-bf16-ws4-n2]", "optimizer_coverage[fsdp2-ws4-n2]"}
-    for result in across.values():
-        assert result["outcome"] == "pass" and result["nodes"] == 2, (result["case"], result["reason"])
-        assert sorted(r["node"] for r in result["ranks"]) == [0, 0, 1, 1]  # two ranks on each node
-    zero3 = across["zero_offload[z3-opt+param-bf16-ws4-n2]"]
-    assert {(r["node"], r["device"]) for r in zero3["device_map"] if r["role"] == "fp32_partition"} == {
-        (0, "cpu"), (1, "cpu")}  # every node's partitions offloaded, each record saying which node
-    for where in (0, 1):  # the cases inside each node ran on both, each result with its node
-        assert results[("comm[all_reduce-ws2]", where)]["outcome"] == "pass"
-    (finding,) = [f for f in across["consistency[fingerprint-ws4-n2]"]["findings"] if f["invariant"] == "consistency"]
-    assert finding["severity"] == "warning" and "env:NCCL_IB_DISABLE" in finding["message"]
-    assert "'1' on node 1" in finding["message"]
-    fabric = across["fabric[pairs-ws4-n2]"]
-    assert [(row["node_a"], row["node_b"]) for row in fabric["series"]] == [(0, 1)] and fabric["measures"]["busbw_gbps"] > 0
-    markdown = next((tmp_path / "node0").glob("ds-doctor-*.md")).read_text()
-    assert "## Nodes" in markdown and "| `comm[all_reduce-ws4-n2]` | all nodes |" in markdown
-    junit = (tmp_path / "junit.xml").read_text()  # the same case on two nodes stays two test cases
-    assert 'name="comm[all_reduce-ws2]@node0"' in junit and 'name="comm[all_reduce-ws2]@node1"' in junit
 
 
 def test_a_node_with_another_selection_stops_both_with_one_line(tmp_path: Path) -> None:

@@ -23,7 +23,11 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.multirank
 HOSTS = ("a", "b")
 PORT = 29400
-SELECTION = ("--level", "2", "-k", "consistency or all_reduce-ws2-n2", "--nproc", "1", "--join-timeout", "30")
+#: across the nodes: the fingerprints, a collective, the pairs' fabric, a ZeRO-3 offload case and FSDP2 (one rank each)
+SELECTION = ("--level", "3", "-k", "consistency or all_reduce-ws2-n2 or fabric or z3-opt+param-bf16-ws2-n2 or "
+             "fsdp2-ws2-n2", "--nproc", "1", "--join-timeout", "30")
+ACROSS = {"consistency[fingerprint-ws2-n2]", "comm[all_reduce-ws2-n2]", "fabric[pairs-ws2-n2]",
+          "zero_offload[z3-opt+param-bf16-ws2-n2]", "optimizer_coverage[fsdp2-ws2-n2]"}
 
 
 def ds_doctor(lab: Lab, node: int, out: Path, env: dict[str, str]) -> list[str]:
@@ -62,11 +66,18 @@ def test_two_hosts_on_their_own_addresses_run_across_and_node_0_reports_both(two
     data = the_report(two_hosts["root"])
     assert [n["node"] for n in data["nodes"]] == [0, 1]
     across = {r["case"]: r for r in data["results"] if r["node"] is None}
-    assert set(across) == {"consistency[fingerprint-ws2-n2]", "comm[all_reduce-ws2-n2]"}
+    assert set(across) == ACROSS
     for result in across.values():
         assert result["outcome"] == "pass" and result["nodes"] == 2, (result["case"], result["reason"])
         assert sorted(r["node"] for r in result["ranks"]) == [0, 1]
     assert across["comm[all_reduce-ws2-n2]"]["measures"]["busbw_gbps"] > 0  # bytes crossed the veth pair
+    fabric = across["fabric[pairs-ws2-n2]"]
+    assert [(row["node_a"], row["node_b"]) for row in fabric["series"]] == [(0, 1)] and fabric["measures"]["busbw_gbps"] > 0
+    zero3 = across["zero_offload[z3-opt+param-bf16-ws2-n2]"]
+    assert {(r["node"], r["device"]) for r in zero3["device_map"] if r["role"] == "fp32_partition"} == {
+        (0, "cpu"), (1, "cpu")}  # every node's partitions offloaded, each record saying which node
+    markdown = next((two_hosts["root"] / "node0").glob("ds-doctor-*.md")).read_text()
+    assert "## Nodes" in markdown and "| `comm[all_reduce-ws2-n2]` | all nodes |" in markdown
 
 
 def test_the_node_with_the_endpoint_hosts_the_store_and_each_node_offers_its_own_address(
