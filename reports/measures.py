@@ -4,6 +4,7 @@ the console, the Markdown, `diff` and Prometheus alike."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,3 +53,15 @@ def on_shared_gpu(result: object) -> bool:
     Read from a result record's `shared_gpu`, or a result dict's."""
     shared = result.get("shared_gpu") if isinstance(result, dict) else getattr(result, "shared_gpu", None)
     return bool(shared)
+
+
+def finite(value: object) -> float | None:
+    """A number from a report as a float, or None where it is none (a bool, null, 1e400 as an integer): a report is
+    data from anywhere."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None

@@ -18,12 +18,11 @@ node_exporter reads has no way to say).
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest, write_to_textfile
 
-from reports.measures import MEASURES, on_shared_gpu
+from reports.measures import MEASURES, finite, on_shared_gpu
 from reports.records import Outcome, Report, Severity, parse_time
 from reports.safe import prom_label, prom_name
 
@@ -102,14 +101,9 @@ def baseline_ratios(report: Report, baseline: Report) -> list[tuple[str, str, st
 
 
 def _positive(value: object) -> float | None:
-    """A measure as a positive finite float, or None (a report is data from anywhere: 1e400 as an integer, a bool)."""
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:
-        return None
-    return number if math.isfinite(number) and number > 0 else None
+    """A measure as a positive finite float, or None."""
+    number = finite(value)
+    return number if number is not None and number > 0 else None
 
 
 def _baseline_gauges(registry: CollectorRegistry, report: Report, baseline: Report, tolerance_pct: float,

@@ -12,7 +12,6 @@ out. Exit 1 belongs to failing cases (GPU health included), as for `run`.
 from __future__ import annotations
 
 import dataclasses
-import math
 import statistics
 from collections.abc import Mapping
 from typing import Any
@@ -20,7 +19,7 @@ from typing import Any
 from doctor.checks.consistency import disagreements
 from doctor.checks.health import PROBE as HEALTH_PROBE
 from reports.fleet import Deviation, FailedCase, Fleet, MeasureCell, NodeView, Spread, Unreadable
-from reports.measures import MEASURES, on_shared_gpu
+from reports.measures import MEASURES, finite, on_shared_gpu
 from reports.records import FAILING, Report, parse_time
 
 #: Environment variables that name one run or one launch, not the node: they differ between any two nightly runs.
@@ -53,17 +52,6 @@ class Source:
 def _gpu_values(gpus: list[Any], field: str, convert: Any = str) -> str | None:
     values = sorted({convert(g.get(field)) for g in gpus if isinstance(g, Mapping) and g.get(field) is not None})
     return ", ".join(values) if values else None
-
-
-def finite(value: Any) -> float | None:
-    """A number from a report as a float, or None where it is none (a bool, null, 1e400 as an integer)."""
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:
-        return None
-    return number if math.isfinite(number) else None
 
 
 def _gib(value: Any) -> str:
