@@ -167,19 +167,22 @@ class Manifest:
     hardware: dict[str, Any]
     planned: tuple[PlannedCase, ...]
     skips: tuple[PlannedCase, ...]
+    stacks: tuple[dict[str, Any], ...] = ()  # `run --with`: the report's stacks; each overlay's cases run again
 
     def to_json(self) -> str:
         return json.dumps(scrub({"manifest_version": MANIFEST_VERSION, "started_at": self.started_at,
                                  "level": self.level, "argv": list(self.argv), "keyword": self.keyword, "env": self.env,
                                  "hardware": self.hardware, "planned": [p.to_dict() for p in self.planned],
-                                 "skips": [s.to_dict() for s in self.skips]}), indent=1, default=str)
+                                 "skips": [s.to_dict() for s in self.skips],
+                                 **({"stacks": list(self.stacks)} if self.stacks else {})}), indent=1, default=str)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Manifest:
         return cls(started_at=data["started_at"], level=int(data["level"]), argv=tuple(data["argv"]),
                    keyword=data.get("keyword"), env=dict(data["env"]), hardware=dict(data["hardware"]),
                    planned=tuple(PlannedCase.from_dict(p) for p in data["planned"]),
-                   skips=tuple(PlannedCase.from_dict(s) for s in data["skips"]))
+                   skips=tuple(PlannedCase.from_dict(s) for s in data["skips"]),
+                   stacks=tuple(dict(s) for s in data.get("stacks") or ()))
 
 
 class LaunchDir:
@@ -271,6 +274,11 @@ class RunDir:
 
     def rank_line_files(self) -> list[Path]:
         return sorted(self.path.glob("ws*/rank*.jsonl"))
+
+    def stack(self, name: str) -> RunDir:
+        """`run --with`: the launches of the cases on the overlay `name`, in `stack-<name>/` (a name read from a
+        manifest is data: it stays inside the run directory)."""
+        return RunDir(self.path / f"stack-{safe_component(name)}")
 
     def write_manifest(self, manifest: Manifest) -> None:
         write_atomic(self.manifest, manifest.to_json())

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from doctor.cluster.nodes import Cluster
-from doctor.files import safe_component
 from doctor.hardware.env import collect_environment
 from doctor.redact import scrub
 from doctor.run import registry
@@ -137,7 +136,7 @@ def on_overlay(overlay: Overlay, run_plan: RunPlan, run_dir: RunDir, versions: d
                options: RunOptions, reporter: RunReporter, host: str) -> list[CaseResult]:
     """The selected cases again, their ranks importing the overlay first (launches in `stack-<name>/` of the run
     directory); known issues judged on the overlay's versions."""
-    stack_dir = RunDir(run_dir.path / f"stack-{safe_component(overlay.name)}")
+    stack_dir = run_dir.stack(overlay.name)
     stack_dir.path.mkdir()
     with first_on_path(overlay):
         return launch(run_plan, stack_dir, {**versions, **overlay.packages}, options, reporter, host, overlay.name)
@@ -157,7 +156,8 @@ def write_manifest(run_dir: RunDir, run_plan: RunPlan, options: RunOptions, star
                    env: dict[str, Any], hardware: dict[str, Any]) -> None:
     run_dir.write_manifest(Manifest(started_at=format_time(started), level=options.level, argv=options.argv,
                                     keyword=options.keyword, env=scrub(env), hardware=scrub(hardware),
-                                    planned=run_plan.planned, skips=run_plan.skips))
+                                    planned=run_plan.planned, skips=run_plan.skips,
+                                    stacks=stacks_section(env["packages"], options.overlays)))
 
 
 def run(options: RunOptions, reporter: RunReporter | None = None) -> tuple[Report, dict[str, Path]]:

@@ -12,6 +12,7 @@ with a warning; the rest is rendered.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -54,12 +55,18 @@ def _read_json(path: Path) -> Any:
 
 
 def _check_manifest(data: dict[str, Any], path: Path) -> None:
-    shapes = {"env": dict, "hardware": dict, "planned": list, "skips": list, "argv": list, "started_at": str}
+    shapes = {"env": dict, "hardware": dict, "planned": list, "skips": list, "argv": list, "started_at": str,
+              "stacks": list}
     for key, kind in shapes.items():
         if key in data and not isinstance(data[key], kind):
             raise InputError(f"{path}: {key} is {short(data[key])}, not a {'JSON object' if kind is dict else kind.__name__}")
     if not all(isinstance(p, dict) for p in (*data.get("planned", ()), *data.get("skips", ()))):
         raise InputError(f"{path}: a planned case is not a JSON object")
+    for stack in data.get("stacks", ()):
+        if not (isinstance(stack, dict) and isinstance(stack.get("name"), str)
+                and isinstance(stack.get("packages", {}), dict)
+                and all(isinstance(v, (str, type(None))) for v in stack.get("packages", {}).values())):
+            raise InputError(f"{path}: a stack is {short(stack)}, not a name and its package versions")
     try:
         if "started_at" in data:
             parse_time(data["started_at"])
@@ -112,23 +119,37 @@ def unfinished_case(planned: PlannedCase, lines: Mapping[int, RankLine]) -> Case
                       node=planned.node, nodes=planned.nodes)
 
 
-def report_from_run_dir(path: Path, *, anonymized: bool = False) -> tuple[Report, list[str]]:
-    """Rebuild the report of a run from its directory; returns the report and the warnings."""
-    run_dir = RunDir(path)
-    manifest = load_manifest(run_dir)
-    warnings: list[str] = []
+def stack_results(manifest: Manifest, run_dir: RunDir, versions: Mapping[str, Any], warnings: list[str],
+                  stack: str | None = None) -> list[CaseResult]:
+    """Every planned case and skip of one stack (None: the installed one), from its rank lines, as `run` merged them
+    (known issues judged on that stack's versions); a case that never finished, on a stack never reached too, is
+    marked."""
     by_case = lines_by_case(run_dir, warnings)
-    versions = manifest.env.get("packages", {})
     results = []
     for planned in manifest.planned:
         lines = by_case.get(planned.case, {})
         finished = len(lines) == planned.world_size
         results.append(merge_case(planned, list(lines.values()), versions) if finished else unfinished_case(planned, lines))
     results += [skipped_case(skip) for skip in manifest.skips]
+    return [dataclasses.replace(result, stack=stack) for result in results] if stack is not None else results
+
+
+def report_from_run_dir(path: Path, *, anonymized: bool = False) -> tuple[Report, list[str]]:
+    """Rebuild the report of a run from its directory, the cases on each `--with` overlay included; returns the
+    report and the warnings."""
+    run_dir = RunDir(path)
+    manifest = load_manifest(run_dir)
+    warnings: list[str] = []
+    versions = manifest.env.get("packages", {})
+    results = stack_results(manifest, run_dir, versions, warnings)
+    for stack in manifest.stacks:
+        if stack["name"] != "installed":
+            results += stack_results(manifest, run_dir.stack(stack["name"]), {**versions, **stack.get("packages", {})},
+                                     warnings, stack["name"])
     results = node_checks(manifest.env, manifest.hardware, manifest.keyword) + results  # as `run` puts them
     report = build_report(started=parse_time(manifest.started_at), finished=run_dir.last_write(), level=manifest.level,
                           argv=manifest.argv, env=manifest.env, hardware=manifest.hardware, results=results,
-                          run_dir=path, anonymized=anonymized)
+                          run_dir=path, anonymized=anonymized, stacks=manifest.stacks)
     return report, warnings
 
 

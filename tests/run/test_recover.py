@@ -51,6 +51,30 @@ def test_a_killed_run_is_rebuilt_with_its_unfinished_case_marked(tmp_path: Path)
     assert report.started_at == "2026-11-22T20:00:00Z" and report.run_dir == str(tmp_path / "run-node1")
 
 
+def test_the_cases_on_an_overlay_are_rebuilt_on_its_versions_and_named_by_it(tmp_path: Path) -> None:
+    run = a_run_dir(tmp_path)
+    manifest = json.loads(run.manifest.read_text())
+    hostile = "../../outside"  # a manifest is data: the stack's folder stays inside the run directory
+    manifest["stacks"] = [{"name": "installed", "with": [], "packages": {"deepspeed": "0.19.8"}, "path": None},
+                          {"name": hostile, "with": [hostile], "packages": {"deepspeed": "0.14.2"}, "path": "/x"}]
+    run.manifest.write_text(json.dumps(manifest))
+    stack = run.stack(hostile)
+    assert stack.path.parent == run.path and stack.path.name == "stack-outside"
+    launch = stack.launch("ws2", "cpu", 0)
+    launch.path.mkdir(parents=True)
+    for rank in (0, 1):  # on the overlay the first case finished, the second never started
+        launch.rank_lines(rank).write_text(RankLine(DONE, rank, 2, Outcome.FAIL, reason="moved").to_json() + "\n")
+    report, _ = report_from_run_dir(run.path)
+    validate(report.to_dict())
+    assert [s["name"] for s in report.stacks] == ["installed", hostile]
+    results = {(r.case, r.stack): r for r in report.results if r.probe != "health"}
+    assert [k for k in results if k[1] == hostile] == [(DONE, hostile), (HUNG, hostile),
+                                                        ("zero_offload[z1-none-fp32-ws2]", hostile)]
+    assert (results[(DONE, None)].outcome, results[(DONE, hostile)].outcome) == (Outcome.PASS, Outcome.FAIL)
+    assert results[(HUNG, hostile)].reason == UNFINISHED and results[(HUNG, hostile)].ranks[0].outcome == "error"
+    assert results[("zero_offload[z1-none-fp32-ws2]", hostile)].outcome == Outcome.SKIP
+
+
 @pytest.mark.parametrize(("manifest", "message"), [
     (None, "is not a ds-doctor run directory (no run.json)"),
     ("", "empty file"),
@@ -58,6 +82,10 @@ def test_a_killed_run_is_rebuilt_with_its_unfinished_case_marked(tmp_path: Path)
     ('{"a": 1}', "not a ds-doctor run manifest"),
     ('{"manifest_version": 9, "planned": []}', "written by a newer ds-doctor (manifest version 9)"),
     ('{"manifest_version": 1, "planned": [{"case": "x"}], "skips": []}', "a planned case is incomplete"),
+    ('{"manifest_version": 1, "planned": [], "skips": [], "stacks": {}}', "stacks is {}, not a list"),
+    ('{"manifest_version": 1, "planned": [], "skips": [], "stacks": [{"name": 3}]}', "a stack is"),
+    ('{"manifest_version": 1, "planned": [], "skips": [], "stacks": [{"name": "a", "packages": {"x": 1}}]}',
+     "a stack is"),
 ])
 def test_an_unreadable_run_directory_is_an_input_error(tmp_path: Path, manifest: str | None, message: str) -> None:
     if manifest is not None:

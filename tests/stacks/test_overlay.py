@@ -148,6 +148,16 @@ def test_the_cases_run_on_both_stacks_side_by_side(tmp_path: Path) -> None:
     assert f"{case_id}@{PRODIGY} PASS" in proc.stderr  # the console's line names the stack (--json: on stderr)
     stack_dirs = list((tmp_path / "out").glob("run-*/stack-prodigy-plus-schedule-free*1.8.51/ws2-cpu-0"))
     assert stack_dirs, "the overlay's launches are in the run directory"
+    # the run directory alone gives the same report back: both stacks' cases, each judged on its own versions
+    rebuilt = ds_doctor("report", str(stack_dirs[0].parent.parent), "--out", str(tmp_path / "rebuilt"), "--json")
+    assert rebuilt.returncode == 0, rebuilt.stderr[-3000:]
+    again = json.loads(rebuilt.stdout)
+
+    def verdicts(report: dict) -> list[tuple]:
+        return sorted((r["case"], r.get("stack") or "", r["outcome"], (r.get("known_issue") or {}).get("verdict") or "")
+                      for r in report["results"])
+
+    assert again["stacks"] == data["stacks"] and verdicts(again) == verdicts(data)
 
 
 def test_a_known_issue_that_appears_or_clears_between_stacks_is_said() -> None:
