@@ -159,6 +159,10 @@ def tiny_config(model_type: str) -> Any:
             setattr(config, key, value)
     if getattr(config, "sliding_window", None):
         config.sliding_window = TINY["max_position_embeddings"]
+    layer_types = getattr(config, "layer_types", None)
+    if isinstance(layer_types, list) and len(layer_types) != config.num_hidden_layers:
+        # the class sized it for its default depth: save_pretrained (a Trainer's checkpoint) refuses the mismatch
+        config.layer_types = layer_types[: config.num_hidden_layers]
     return config
 
 

@@ -18,6 +18,20 @@ def test_every_tested_architecture_builds_tiny_and_trains_one_step(model_type: s
     assert loss.dim() == 0 and all(p.grad is not None for p in trainable.module.parameters() if p.requires_grad)
 
 
+@pytest.mark.parametrize("model_type", HF_TESTED)
+def test_every_tiny_architecture_saves_and_loads_back(model_type: str, tmp_path) -> None:
+    """A Trainer's checkpoint is save_pretrained: a tiny config has to be a valid one (qwen3's layer_types were
+    sized for its default 32 layers, and transformers refused to save it)."""
+    from transformers import AutoModelForCausalLM
+
+    module = build(check(f"hf:{model_type}")).module
+    module.save_pretrained(tmp_path)
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path)
+    assert loaded.config.num_hidden_layers == module.config.num_hidden_layers == 2
+    saved, back = module.state_dict(), loaded.state_dict()
+    assert saved.keys() == back.keys() and all(torch.equal(saved[key], back[key]) for key in saved)
+
+
 def test_factories_with_and_without_world_size_and_with_their_own_batches() -> None:
     assert build(ModelSpec.parse("tests.resources.user_models:sized"), world_size=3).module[1].out_features == 11
     images = build(check("tests.resources.user_models:images"))
