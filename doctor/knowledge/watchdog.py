@@ -5,7 +5,11 @@ The line (ProcessGroupNCCL's WorkNCCL printout, unchanged in form from torch 1.x
 2.2): `[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=808, OpType=ALLREDUCE, NumelIn=9801523,
 NumelOut=9801523, Timeout(ms)=600000) ran for 600020 milliseconds before timing out.` and, with it since 2.3, the
 group line `[PG ID 0 PG GUID 0(default_pg) Rank 3] Exception (either an error or timeout) detected by watchdog at
-work: 808, last enqueued NCCL work: 811, last completed NCCL work: 807.`
+work: 808, last enqueued NCCL work: 811, last completed NCCL work: 807.` From torch 2.14 the timeout line carries its
+own group, `[PG GUID 0(default_pg) Rank 3] Watchdog caught ...` (pytorch#191440): before, its `[Rank N]` was cached
+from the first work of the process, a rank of whichever group ran first (pytorch#191305). A rank is therefore read
+from the `[rankN]:` torch puts before every line of rank N (the global rank) where the line has one, else from the
+line's own `Rank N`.
 
 Every rank waiting in a collective that cannot complete times out in it; a rank that never entered it (stuck in
 Python, in I/O, in another branch) has nothing pending, so its watchdog says nothing: the ranks missing from the
@@ -24,12 +28,15 @@ from reports.records import Finding, Severity
 MAX_SILENT_NAMED = 16  # more ranks than this that never timed out are one finding, their ranks in ranges
 
 _TIMEOUT = re.compile(
-    r"\[Rank (?P<rank>\d+)\] Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(?P<seq>\d+), "
+    r"\[(?:PG GUID (?P<guid>[^\s\]]+) )?Rank (?P<rank>\d+)\] "
+    r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(?P<seq>\d+), "
     r"OpType=(?P<op>\w+)(?:, NumelIn=(?P<numel_in>-?\d+), NumelOut=(?P<numel_out>-?\d+))?, "
     r"Timeout\(ms\)=(?P<timeout>\d+)\)(?: ran for (?P<ran>\d+) milliseconds)?")
 _GROUP = re.compile(r"\[PG (?:ID )?(?P<pg>\w+)(?: PG GUID (?P<guid>[^\s\]]+))? Rank (?P<rank>\d+)\] "
                     r"(?:Exception \(either an error or timeout\) detected by watchdog at work|Timeout at NCCL work): "
                     r"(?P<seq>\d+)")
+_LINE_RANK = re.compile(r"\[rank(\d+)\]:")  # torch's prefix of a rank's log lines: its global rank
+LINE_RANK_LOOKBACK = 400  # how far before a timeout line's message its `[rankN]:` prefix is looked for
 _RANK_SEEN = re.compile(r"\[rank(\d+)\]|\[Rank (\d+)\]|\bRank (\d+)\]|^[ \t]+rank[ \t]+:[ \t]*(\d+)", re.MULTILINE)
 
 
@@ -76,11 +83,15 @@ def read_watchdog(text: str, world_size: int | None = None) -> WatchdogReport | 
     groups = {(_rank(m["rank"]), _number(m["seq"])): (m["guid"] or m["pg"]) for m in _GROUP.finditer(text)}
     first: dict[int, WatchdogTimeout] = {}
     for m in _TIMEOUT.finditer(text):
-        rank, seq = _rank(m["rank"]), _number(m["seq"])
+        local, seq = _rank(m["rank"]), _number(m["seq"])
+        line_start = max(text.rfind("\n", 0, m.start()) + 1, m.start() - LINE_RANK_LOOKBACK)
+        prefixes = _LINE_RANK.findall(text, line_start, m.start())
+        rank = _rank(prefixes[-1]) if prefixes else local
         numel_in, numel_out = m["numel_in"], m["numel_out"]
+        group = m["guid"] or groups.get((local, seq))
         first.setdefault(rank, WatchdogTimeout(rank, seq, m["op"], _number(numel_in) if numel_in else None,
                                                _number(numel_out) if numel_out else None, _number(m["timeout"]),
-                                               _number(m["ran"]) if m["ran"] else None, groups.get((rank, seq))))
+                                               _number(m["ran"]) if m["ran"] else None, group))
     if not first:
         return None
     seen = {_rank(next(g for g in m.groups() if g is not None)) for m in _RANK_SEEN.finditer(text)} | set(first)
@@ -104,22 +115,14 @@ def _what(t: WatchdogTimeout) -> str:
     return f"{t.op} (SeqNum={t.seq}{numel})"
 
 
-def watchdog_findings(report: WatchdogReport) -> list[Finding]:
+def _behind(timeouts: list[WatchdogTimeout]) -> list[Finding]:
+    """Ranks of one group that timed out at an earlier work than others of it."""
     findings = []
-    by_seq: dict[tuple[str | None, int], list[WatchdogTimeout]] = {}
-    for t in report.timeouts:
-        by_seq.setdefault((t.group, t.seq), []).append(t)
-    for (group, seq), timeouts in sorted(by_seq.items(), key=lambda item: item[0][1]):
-        kinds = {(t.op, t.numel_in, t.numel_out) for t in timeouts}
-        if len(kinds) > 1:
-            sides = {t.rank: _what(t) for t in timeouts}
-            findings.append(collective_mismatch(group or "(the log does not name it)", seq, sides,
-                                                min(sides), "the ranks' watchdogs report different collectives"))
-    lowest = min(t.seq for t in report.timeouts)
-    ahead = sorted({t.seq for t in report.timeouts} - {lowest})
+    lowest = min(t.seq for t in timeouts)
+    ahead = sorted({t.seq for t in timeouts} - {lowest})
     # behind only where another rank is at a later work: one seq under two group names (a log cut before one
     # rank's group line) is no rank behind
-    behind = [t for t in report.timeouts if t.seq == lowest] if ahead else []
+    behind = [t for t in timeouts if t.seq == lowest] if ahead else []
     shown = f"#{', #'.join(map(str, ahead[:10]))}" + (f" and {len(ahead) - 10:,} more" if len(ahead) > 10 else "")
     if len(behind) > MAX_SILENT_NAMED:
         findings.append(Finding("behind_rank", Severity.WARNING,
@@ -132,6 +135,26 @@ def watchdog_findings(report: WatchdogReport) -> list[Finding]:
                                 f"rank {t.rank} timed out in {_what(t)} while others were already at work "
                                 f"{shown}: it is behind (or the ranks run different groups)",
                                 rank=t.rank, stage="watchdog"))
+    return findings
+
+
+def watchdog_findings(report: WatchdogReport) -> list[Finding]:
+    findings = []
+    by_seq: dict[tuple[str | None, int], list[WatchdogTimeout]] = {}
+    for t in report.timeouts:
+        by_seq.setdefault((t.group, t.seq), []).append(t)
+    for (group, seq), timeouts in sorted(by_seq.items(), key=lambda item: item[0][1]):
+        kinds = {(t.op, t.numel_in, t.numel_out) for t in timeouts}
+        if len(kinds) > 1:
+            sides = {t.rank: _what(t) for t in timeouts}
+            findings.append(collective_mismatch(group or "(the log does not name it)", seq, sides,
+                                                min(sides), "the ranks' watchdogs report different collectives"))
+    # work numbers count per group: ranks are compared within the groups the lines name (all of them together where
+    # the log names one group or none)
+    named = sorted({t.group for t in report.timeouts if t.group is not None})
+    for timeouts in [list(report.timeouts)] if len(named) <= 1 else [
+            [t for t in report.timeouts if t.group == g] for g in named]:
+        findings += _behind(timeouts)
     if report.silent:
         by_what: dict[str, list[int]] = {}
         for t in report.timeouts:

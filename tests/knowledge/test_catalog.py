@@ -97,6 +97,8 @@ SAMPLES = [
     ("Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1000", "nccl_duplicate_gpu"),
     ("[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=1) ran "
      "for 1800000 milliseconds before timing out.", "nccl_watchdog_timeout"),
+    ("[rank1]:[E ProcessGroupNCCL.cpp:1316] [PG 0 Rank 1] Heartbeat monitor timed out! Process will be terminated "
+     "after dumping debug info. workMetaList_.size()=12", "nccl_watchdog_heartbeat_stuck"),
     ("Installed CUDA version 12.1 does not match the version torch was compiled with 11.8, unable to compile "
      "cuda/cpp extensions without a matching cuda version.", "ds_op_builder_cuda_mismatch"),
     ('  File "/opt/venv/lib/python3.10/site-packages/torch/utils/file_baton.py", line 43, in wait\n'
@@ -154,7 +156,7 @@ def test_the_catalog_holds_every_library_file_once() -> None:
     parts = {path.name: load_file(path) for path in data_files()}
     assert list(parts) == ["deepspeed.toml", "accelerate.toml", "fsdp.toml", "launch.toml", "equivalence.toml"]
     everything = sum(parts.values(), ())
-    assert known_issues.ISSUES == everything and len({i.id for i in everything}) == len(everything) == 61
+    assert known_issues.ISSUES == everything and len({i.id for i in everything}) == len(everything) == 62
     assert all(issue.id.startswith("ds_") for issue in parts["deepspeed.toml"])
     assert known_issues.get("torchrun_child_sigkill").package == "torch"
 

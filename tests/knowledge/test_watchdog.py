@@ -37,6 +37,26 @@ def test_the_world_size_names_ranks_the_log_never_mentions() -> None:
     assert report is not None and report.silent == (2, 3)
 
 
+def test_torch_214_lines_name_their_group_and_ranks_are_the_global_ones() -> None:
+    """torch 2.14's line carries its group and the rank in it; the global rank is torch's `[rankN]:` prefix. Work
+    numbers count per group: #40 of group 3 is not behind #120 of the default group."""
+    report = read_watchdog((LOGS / "torch214_groups.log").read_text())
+    assert report is not None
+    assert [(t.rank, t.group, t.seq, t.op) for t in report.timeouts] == [
+        (0, "0(default_pg)", 120, "ALLREDUCE"), (2, "3", 40, "ALLTOALL_BASE"), (3, "3", 40, "ALLTOALL_BASE")]
+    findings = watchdog_findings(report)
+    assert [(f.invariant, f.rank) for f in findings] == [("missing_rank", 1)]
+
+
+def test_a_stale_rank_in_the_line_gives_way_to_the_rank_prefix() -> None:
+    """Before 2.14 a WorkNCCL line's `[Rank N]` was the rank in the first group the process used (pytorch#191305):
+    two processes both saying `[Rank 0]` are two ranks."""
+    log = f"[rank2]:[E1124 ProcessGroupNCCL.cpp:616] {timeout_line('0', '7')}[rank0]:[E1124] {timeout_line('0', '9')}"
+    report = read_watchdog(log, world_size=3)
+    assert report is not None and [(t.rank, t.seq) for t in report.timeouts] == [(0, 9), (2, 7)]
+    assert report.silent == (1,)
+
+
 def test_a_log_without_watchdog_lines_reads_as_none() -> None:
     assert read_watchdog("epoch 1 loss 0.3\n[rank0]: all good\n") is None
 
@@ -49,6 +69,9 @@ def test_cli_prints_the_watchdog_findings(capsys: pytest.CaptureFixture[str]) ->
     data = json.loads(capsys.readouterr().out)
     assert [f["invariant"] for f in data["findings"]] == ["collective_mismatch", "missing_rank", "missing_rank"]
     assert data["watchdog"]["world_size"] == 4
+    assert main(["triage", "--json", str(LOGS / "torch214_groups.log")]) == 0
+    data = json.loads(capsys.readouterr().out)  # the timeout is the cause, the stuck watchdog follows from it
+    assert [m["id"] for m in data["matches"]][:2] == ["nccl_watchdog_timeout", "nccl_watchdog_heartbeat_stuck"]
 
 
 def timeout_line(rank: str, seq: str = "808") -> str:

@@ -25,7 +25,6 @@ CASES = [pytest.param(issue, wording, id=f"{issue.id}-{n}") for issue in catalog
 UNREAD = {
     "ds_jit_build_stale_lock": "matches a frame (file_baton.py, wait), not a message",
     "ds_replaced_trainable_param_not_trained": "Python's own IndexError; its frames decide",
-    "nccl_watchdog_timeout": "torch's CUDA build only (ProcessGroupNCCL.cpp); no CUDA wheel's source was read here",
 }
 
 #: entries that share a message on purpose (a version or the frames tell them apart)
