@@ -22,7 +22,8 @@ from doctor.redact import MASK, is_secret_name
 
 PACKAGES = (
     "torch", "deepspeed", "accelerate", "transformers", "numpy", "triton", "ninja", "nvidia-ml-py",
-    "prodigyopt", "prodigy-plus-schedule-free", "mosaicml", "pydantic", "psutil", "ds-doctor",
+    "prodigyopt", "prodigy-plus-schedule-free", "mosaicml", "peft", "trl", "bitsandbytes", "safetensors", "pydantic",
+    "psutil", "ds-doctor",
 )
 
 ENV_PREFIXES = ("CUDA_", "NCCL_", "GLOO_", "TORCH_", "PYTORCH_", "DS_", "ACCELERATE_", "OMP_", "MKL_", "NVIDIA_",

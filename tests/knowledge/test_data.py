@@ -234,3 +234,11 @@ def test_a_bad_wording_is_refused_naming_the_entry(tmp_path: Path, change: tuple
 def test_a_silent_entry_has_no_wording(tmp_path: Path) -> None:
     error = refused(plant(tmp_path, entry(patterns=None, requires=None, silent="nothing raises") + WORDING))
     assert "a silent issue prints no message, so it has no wording" in error
+
+
+def test_every_entry_is_judged_on_a_version_the_environment_records() -> None:
+    """A verdict reads the installed version of the entry's package from the report's environment (NCCL's from the
+    torch build, doctor.hardware.env.nccl_version): a package the environment never records is never judged."""
+    from doctor.hardware.env import PACKAGES
+
+    assert {issue.package for issue in catalog.ISSUES} - set(PACKAGES) == {"nccl"}
