@@ -299,7 +299,11 @@ class Launch:
         limit = self.limit_for(self.timed_out[0] if self.timed_out else case.id)
         reason = f"timed out after {limit:g} s on rank {rank} in stage {stage!r}"
         found = self.evidence or evidence.Evidence()
-        first = min(found.stacks, default=0)
+        # what is about no rank in particular (the evidence's summary, its general findings) goes on the first line
+        # built here: a rank that finished the case has its own line already, and would take it nowhere
+        finished, beats = self.lines.get(case.id, {}), self.timed_out[1] if self.timed_out else {}
+        first = min((r for r in range(case.world_size) if r not in finished and (self.cluster is None or r in beats)),
+                    default=rank)
         findings = tuple(found.findings_of(rank, first))
         if found.findings:
             reason += f": {found.findings[0].message}"
