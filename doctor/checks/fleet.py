@@ -32,6 +32,7 @@ class Source:
 
     source: str
     report: Report
+    across: int = 0  # one node's part of a multi-node report: how many nodes that run spanned
 
     @property
     def anonymized(self) -> bool:
@@ -127,7 +128,7 @@ def measure_cells(nodes: list[tuple[str, Report]], tolerance_pct: float) -> tupl
     for host, report in nodes:
         gpus = gpu_models(report)
         for result in report.results:
-            measures = _compared(result)
+            measures = _compared(result) if result.nodes == 1 else {}  # across the nodes: the fabric's figure
             if measures and on_shared_gpu(result):
                 shared[host].append(result.key)
                 continue
@@ -156,20 +157,41 @@ def failed_cases(report: Report) -> tuple[list[FailedCase], list[FailedCase]]:
     return failing, health
 
 
+def per_node(source: Source) -> list[Source]:
+    """A multi-node report as one source per node: that node's environment and hardware (what the fleet compares),
+    the cases that ran on it, and those across the nodes (in each node's row). A report whose node sections are
+    not that shape stays one row."""
+    sections = source.report.nodes
+    if not sections or not all(isinstance(n.get("node"), int) and not isinstance(n.get("node"), bool)
+                               and isinstance(n.get("env"), dict) and isinstance(n.get("hardware"), dict)
+                               for n in sections):
+        return [source]
+    return [Source(f"{source.source} (node {n['node']} of {len(sections)})",
+                   dataclasses.replace(source.report, env=n["env"], hardware=n["hardware"], nodes=(),
+                                       results=tuple(dataclasses.replace(r, node=None) for r in source.report.results
+                                                     if r.node in (n["node"], None))),  # keyed as on one node
+                   across=len(sections))
+            for n in sections]
+
+
 def _notes(source: Source) -> tuple[str, ...]:
     notes = []
     if source.anonymized:
         notes.append(f"{source.source}: an anonymized report (its host name is a placeholder): a row of its own")
     if source.report.nodes:
         hosts = ", ".join(str(n.get("host")) for n in source.report.nodes)
-        notes.append(f"a {len(source.report.nodes)}-node run ({hosts}): every node's cases in this one row")
+        notes.append(f"a {len(source.report.nodes)}-node run ({hosts}) whose node sections are unreadable: every "
+                     "node's cases in this one row")
+    if source.across:
+        notes.append(f"one node of a {source.across}-node run: its cases across the nodes are in each node's row, "
+                     "their measures the fabric's, compared nowhere")
     return tuple(notes)
 
 
 def build_fleet(sources: list[Source], unreadable: list[Unreadable], tolerance_pct: float,
                 not_read: int = 0) -> Fleet:
-    """The fleet's view of the newest report of each host."""
-    picked = newest_per_host(sources)
+    """The fleet's view of the newest report of each host (each node of a multi-node report is a host)."""
+    picked = newest_per_host([part for source in sources for part in per_node(source)])
     hosts = [source.identity() for source, _ in picked]
     found, deviations = spreads(hosts, [report_fingerprint(source.report) for source, _ in picked])
     cells, shared = measure_cells([(host, source.report) for host, (source, _) in zip(hosts, picked, strict=True)],

@@ -127,6 +127,33 @@ def test_anonymized_reports_are_rows_of_their_own() -> None:
     assert all("anonymized" in n.notes[0] for n in fleet.nodes)
 
 
+def two_node_run(a: Report, b: Report, across: CaseResult) -> Report:
+    """The one report `run --nnodes 2` writes, from each node's own report: its results stamped with its node, its
+    env and hardware as its node section, and a case across the nodes (node None)."""
+    stamped = [dataclasses.replace(r, node=n) for n, part in enumerate((a, b)) for r in part.results]
+    sections = tuple({"node": n, "host": part.hardware["host"], "env": part.env, "hardware": part.hardware}
+                     for n, part in enumerate((a, b)))
+    return dataclasses.replace(a, results=(*stamped, across), nodes=sections)
+
+
+def test_each_node_of_a_multi_node_run_is_a_row_of_its_own() -> None:
+    """node 1's versions and GPUs are compared with the fleet as a node of its own; a failing case across the nodes
+    shows in both rows, and its bandwidth (the fabric's) is compared nowhere."""
+    across = dataclasses.replace(comm(5.0, Outcome.FAIL, reason="ranks disagree"), case="comm[all_reduce-ws16-n2]",
+                                 nodes=2)
+    run = two_node_run(node("node-a"), node("node-b", deepspeed="0.16.0", recording=SICK), across)
+    fleet = fleet_of(run, node("node-c"), node("node-d"))
+    assert sorted(n.host for n in fleet.nodes) == ["node-a", "node-b", "node-c", "node-d"]
+    a, b = row(fleet, "node-a"), row(fleet, "node-b")
+    assert a.source == "/state/0.json (node 0 of 2)" and b.source == "/state/0.json (node 1 of 2)"
+    assert [d.key for d in b.deviations if d.key == "package:deepspeed"] and not a.deviations
+    assert b.gpu_health and not a.gpu_health  # node 1's own health cases, in its own row
+    assert [c.case for c in a.failing] == [c.case for c in b.failing] == ["comm[all_reduce-ws16-n2]"]
+    assert not [m for n in fleet.nodes for m in n.measures if m.case == "comm[all_reduce-ws16-n2]"]
+    assert {m.nodes for n in fleet.nodes for m in n.measures if m.case == COMM} == {4}
+    assert "one node of a 2-node run" in a.notes[0]
+
+
 def test_what_ranks_sharing_a_gpu_measured_never_meets_the_median() -> None:
     shared = with_shared_gpu(comm(3.0))
     lone = node("node-d", busbw=1.0)
