@@ -93,6 +93,11 @@ def make_hostile(folder: Path) -> dict[str, str]:
         "ds-doctor-deep.json": ("[" * 100_000 + "]" * 100_000, "nested"),
         "ds-doctor-latin1.json": ('{"a": "caf\xe9"}', "not UTF-8"),
         "ds-doctor-time.json": (json.dumps({**good, "started_at": "last tuesday"}), "is not a time"),
+        # a multi-node report's node section is a node's row in the fleet: it is held to a node's own shape
+        "ds-doctor-node-section.json": (json.dumps({**good, "nodes": [
+            {"node": 0, "host": "node-x", "env": good["env"], "hardware": good["hardware"]},
+            {"node": 1, "host": "node-y", "env": good["env"], "hardware": {**good["hardware"], "gpus": "eight"}}]}),
+            "not a valid ds-doctor report at nodes/1/hardware/gpus"),
     }
     for name, (text, _) in planted.items():
         encoding = "latin-1" if "latin1" in name else "utf-8"
