@@ -142,14 +142,15 @@ def report_from_run_dir(path: Path, *, anonymized: bool = False) -> tuple[Report
     warnings: list[str] = []
     versions = manifest.env.get("packages", {})
     results = stack_results(manifest, run_dir, versions, warnings)
-    for stack in manifest.stacks:
+    stacks = tuple({s["name"]: s for s in manifest.stacks}.values())  # a name twice (a manifest is data) counts once
+    for stack in stacks:
         if stack["name"] != "installed":
             results += stack_results(manifest, run_dir.stack(stack["name"]), {**versions, **stack.get("packages", {})},
                                      warnings, stack["name"])
     results = node_checks(manifest.env, manifest.hardware, manifest.keyword) + results  # as `run` puts them
     report = build_report(started=parse_time(manifest.started_at), finished=run_dir.last_write(), level=manifest.level,
                           argv=manifest.argv, env=manifest.env, hardware=manifest.hardware, results=results,
-                          run_dir=path, anonymized=anonymized, stacks=manifest.stacks)
+                          run_dir=path, anonymized=anonymized, stacks=stacks)
     return report, warnings
 
 

@@ -56,7 +56,7 @@ def test_the_cases_on_an_overlay_are_rebuilt_on_its_versions_and_named_by_it(tmp
     manifest = json.loads(run.manifest.read_text())
     hostile = "../../outside"  # a manifest is data: the stack's folder stays inside the run directory
     manifest["stacks"] = [{"name": "installed", "with": [], "packages": {"deepspeed": "0.19.8"}, "path": None},
-                          {"name": hostile, "with": [hostile], "packages": {"deepspeed": "0.14.2"}, "path": "/x"}]
+                          {"name": hostile, "with": [hostile], "packages": {"deepspeed": "0.14.2"}, "path": "/x"}] * 2
     run.manifest.write_text(json.dumps(manifest))
     stack = run.stack(hostile)
     assert stack.path.parent == run.path and stack.path.name == "stack-outside"
@@ -66,7 +66,7 @@ def test_the_cases_on_an_overlay_are_rebuilt_on_its_versions_and_named_by_it(tmp
         launch.rank_lines(rank).write_text(RankLine(DONE, rank, 2, Outcome.FAIL, reason="moved").to_json() + "\n")
     report, _ = report_from_run_dir(run.path)
     validate(report.to_dict())
-    assert [s["name"] for s in report.stacks] == ["installed", hostile]
+    assert [s["name"] for s in report.stacks] == ["installed", hostile]  # each once
     results = {(r.case, r.stack): r for r in report.results if r.probe != "health"}
     assert [k for k in results if k[1] == hostile] == [(DONE, hostile), (HUNG, hostile),
                                                         ("zero_offload[z1-none-fp32-ws2]", hostile)]
