@@ -160,11 +160,11 @@ def failed_cases(report: Report) -> tuple[list[FailedCase], list[FailedCase]]:
 def per_node(source: Source) -> list[Source]:
     """A multi-node report as one source per node: that node's environment and hardware (what the fleet compares),
     the cases that ran on it, and those across the nodes (in each node's row). A report whose node sections are
-    not that shape stays one row."""
+    not that shape, or name no host of their own each (two "nodes" on one host), stays one row."""
     sections = source.report.nodes
-    if not sections or not all(isinstance(n.get("node"), int) and not isinstance(n.get("node"), bool)
-                               and isinstance(n.get("env"), dict) and isinstance(n.get("hardware"), dict)
-                               for n in sections):
+    readable = all(isinstance(n.get("node"), int) and not isinstance(n.get("node"), bool)
+                   and isinstance(n.get("env"), dict) and isinstance(n.get("hardware"), dict) for n in sections)
+    if not sections or not readable or len({str(n.get("host")) for n in sections}) < len(sections):
         return [source]
     return [Source(f"{source.source} (node {n['node']} of {len(sections)})",
                    dataclasses.replace(source.report, env=n["env"], hardware=n["hardware"], nodes=(),
@@ -180,8 +180,8 @@ def _notes(source: Source) -> tuple[str, ...]:
         notes.append(f"{source.source}: an anonymized report (its host name is a placeholder): a row of its own")
     if source.report.nodes:
         hosts = ", ".join(str(n.get("host")) for n in source.report.nodes)
-        notes.append(f"a {len(source.report.nodes)}-node run ({hosts}) whose node sections are unreadable: every "
-                     "node's cases in this one row")
+        notes.append(f"a {len(source.report.nodes)}-node run ({hosts}): every node's cases in this one row (its "
+                     "node sections do not each name a host of their own)")
     if source.across:
         notes.append(f"one node of a {source.across}-node run: its cases across the nodes are in each node's row, "
                      "their measures the fabric's, compared nowhere")

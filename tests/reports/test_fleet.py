@@ -152,6 +152,10 @@ def test_each_node_of_a_multi_node_run_is_a_row_of_its_own() -> None:
     assert not [m for n in fleet.nodes for m in n.measures if m.case == "comm[all_reduce-ws16-n2]"]
     assert {m.nodes for n in fleet.nodes for m in n.measures if m.case == COMM} == {4}
     assert "one node of a 2-node run" in a.notes[0]
+    same_host = two_node_run(node("node-a"), node("node-a"), across)  # two "nodes" on one host: one row
+    (only,) = fleet_of(same_host).nodes
+    assert only.source == "/state/0.json" and "2-node run (node-a, node-a): every node's cases in this one row" in \
+        only.notes[0]
 
 
 def test_what_ranks_sharing_a_gpu_measured_never_meets_the_median() -> None:
