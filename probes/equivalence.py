@@ -56,6 +56,9 @@ ROUTES = (
     Route("trainer-no-loss-kwargs", "trainer", "transformers Trainer, the same Llama inside a module whose forward "
           "takes no **kwargs (num_items_in_batch cannot reach it)", loss_kwargs=False, reproduce=True,
           issue=NO_KWARGS_ISSUE),
+    Route("trainer-num-items", "trainer", "transformers Trainer on a tiny GPT-2, whose config names no loss_type: "
+          "num_items_in_batch counted on the labels as given while the loss shifts them", reproduce=True,
+          issue=equivalence_trainer.OVERCOUNT_ISSUE, model="hf:gpt2"),
     Route("resume-deepspeed", "deepspeed", f"{_DS}, ZeRO 2, WarmupDecayLR; save_checkpoint at step 2, "
           "load_checkpoint in a new process", stage=2, resume="deepspeed"),
     Route("resume-accelerate", "accelerate", "Accelerator with a prepared LambdaLR warm-up; save_state at step 2, "

@@ -178,9 +178,16 @@ def setting(ctx: ProbeContext, route: Route, hyper: Hyper) -> str:
     return f"{route.name} at {ctx.world_size} rank(s): {hyper.describe()}{extra}"
 
 
+#: what `judge`'s explain returns for a divergence no known issue fits
+UNEXPLAINED = "(no known issue fits)"
+
+
 def judge(ctx: ProbeContext, route: Route, subject: Subject, hyper: Hyper, records: list[StepRecord],
-          schedule: bool, remedy: str | None = None, reference_run: list[StepRecord] | None = None) -> None:
-    """The route's steps against the reference's: the first divergence is the finding."""
+          schedule: bool, remedy: str | None = None, reference_run: list[StepRecord] | None = None,
+          explain: Any = None) -> None:
+    """The route's steps against the reference's: the first divergence is the finding. `explain(reference)`: the
+    known issue a divergence is, where the route tells them apart: an id, UNEXPLAINED (no known issue fits), or
+    None (the route's own)."""
     ctx.enter("reference")
     ref = reference_run if reference_run is not None else \
         reference(subject, hyper, ctx.world_size, [r.lr for r in records] if schedule else None)
@@ -199,11 +206,14 @@ def judge(ctx: ProbeContext, route: Route, subject: Subject, hyper: Hyper, recor
         findings.append(divergence_finding(divergence, hyper.steps, setting(ctx, route, hyper), remedy,
                                            first_divergence(compared, tolerance, ("update",))))
     ctx.check(findings)
-    if route.issue:
+    issue = (explain(ref) if explain is not None and findings else None) or route.issue
+    if route.reproduce and issue != route.issue:  # another issue showing is no reproduction of this one
+        ctx.showed_instead(None if issue == UNEXPLAINED else issue)
+    elif issue:
         if route.reproduce:
             for finding in findings:
                 ctx.showed(finding.message)
-        ctx.known_issue(route.issue, shown=bool(findings))
+        ctx.known_issue(issue, shown=bool(findings))
 
 
 def _finite(value: float) -> float | None:

@@ -50,6 +50,7 @@ class ProbeContext:
         self.series: list[dict[str, float]] = []
         self.shown: list[str] = []
         self.issue: tuple[str, bool] | None = None
+        self.instead = False  # a reproduce case caught something other than its own issue (`showed_instead`)
         self._heartbeat = heartbeat
         self._scratch = scratch
         self._entered: list[tuple[str, float]] = [(self.stage, time.time())]  # (stage, when) for the stage times
@@ -141,6 +142,13 @@ class ProbeContext:
     def known_issue(self, issue_id: str, *, shown: bool) -> None:
         """The known issue this case is about, and whether it showed here (verdict `affected`)."""
         self.issue = (issue_id, shown)
+
+    def showed_instead(self, issue_id: str | None) -> None:
+        """What a reproduce case's invariants caught is not its own issue, as the probe tells them apart: another
+        known issue (named, `affected`), or None where nothing in the catalog explains it. The case is a `fail`,
+        never an `xfail` of its own issue (which `make verify-catalog` records as reproduced)."""
+        self.instead = True
+        self.issue = (issue_id, True) if issue_id else None
 
     @property
     def has_error_findings(self) -> bool:

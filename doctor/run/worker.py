@@ -71,7 +71,7 @@ def rank_outcome(findings_failed: bool, reproduce: bool, shown: bool = False) ->
 def _ended(ctx: ProbeContext, reproduce: bool) -> tuple[Outcome, str | None]:
     """The outcome of a case whose `run` returned, and its reason."""
     errors = [f.message for f in ctx.findings if f.is_error]
-    outcome = rank_outcome(bool(errors), reproduce, bool(ctx.shown))
+    outcome = rank_outcome(bool(errors), reproduce and not ctx.instead, bool(ctx.shown))
     if errors:
         return outcome, "; ".join(errors)[:2000]
     if outcome == Outcome.FAIL:

@@ -21,10 +21,12 @@ def test_every_measured_record_agrees_with_its_entrys_range() -> None:
 
 
 def test_every_planned_entry_is_measured_at_both_ends_of_its_range() -> None:
+    """Reproduced inside its range, and not at its fix where it has one (an entry no release fixes has one end)."""
     for issue_id, plan in PLAN.items():
         entry = next(i for i in catalog.ISSUES if i.id == issue_id)
         seen = {r.version: r.outcome for r in for_issue(issue_id) if r.device == plan.device}
-        assert seen.get(entry.fixed_in) == "not_reproduced", (issue_id, seen)
+        if entry.fixed_in:
+            assert seen.get(entry.fixed_in) == "not_reproduced", (issue_id, seen)
         assert any(o == "reproduced" for o in seen.values()), (issue_id, seen)  # the last affected release
 
 

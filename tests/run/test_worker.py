@@ -30,8 +30,8 @@ class Plays:
     """A probe stand-in whose run() plays one path of a reproduce case."""
 
     def __init__(self, catch: bool = False, show: bool = False, raises: Exception | None = None,
-                 skip: str | None = None) -> None:
-        self.catch, self.show, self.raises, self.skip = catch, show, raises, skip
+                 skip: str | None = None, instead: str | None = None) -> None:
+        self.catch, self.show, self.raises, self.skip, self.instead = catch, show, raises, skip, instead
 
     def run(self, ctx: ProbeContext) -> None:
         ctx.enter("playing")
@@ -44,6 +44,9 @@ class Plays:
             ctx.showed("save_checkpoint raised ValueError: failed to find frozen ...")
         if self.raises:
             raise self.raises
+        if self.instead is not None:
+            ctx.showed_instead(self.instead or None)
+            return
         ctx.known_issue("ds_frozen_param_not_in_param_names", shown=self.show)
 
 
@@ -65,6 +68,16 @@ def test_a_caught_and_shown_case_is_an_xfail_with_its_findings_and_issue() -> No
         Outcome.XFAIL, "playing", "ds_frozen_param_not_in_param_names", True)
     assert line.reason == "emb.weight is not a key of engine.param_names" and line.measures == {"tflops": 1.5}
     assert [f.rank for f in line.findings] == [0]  # stamped with the rank that found it
+
+
+def test_another_known_issue_caught_by_a_reproduce_case_is_a_fail_naming_it() -> None:
+    """Never an xfail of the case's own issue: make verify-catalog would record that issue as reproduced."""
+    line = played(Plays(catch=True, instead="ds_z3_param_not_available_on_fetch"))
+    assert (line.outcome, line.known_issue, line.issue_shown) == (Outcome.FAIL, "ds_z3_param_not_available_on_fetch",
+                                                                  True)
+    assert line.reason == "emb.weight is not a key of engine.param_names"
+    unexplained = played(Plays(catch=True, instead=""))  # nothing in the catalog fits: a fail naming no issue
+    assert (unexplained.outcome, unexplained.known_issue) == (Outcome.FAIL, None)
 
 
 def test_shown_but_not_caught_is_a_fail_that_says_so() -> None:
