@@ -8,25 +8,15 @@ noisy, that sum is not)."""
 
 from __future__ import annotations
 
-import json
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from runs import timed_run
 
 REPEATS = 2
 TARGET_S = 20.0
-
-
-def timed_run(args: list[str], out: Path) -> tuple[float, dict]:
-    started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "doctor.cli", "run", *args, "--out", str(out)], stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL, check=False)
-    elapsed = time.perf_counter() - started
-    newest = max(out.glob("ds-doctor-*.json"), key=lambda p: p.stat().st_mtime)
-    return elapsed, json.loads(newest.read_text())
 
 
 def family(report: dict) -> list[dict]:

@@ -5,27 +5,17 @@ Exit 1 if level 1 misses its target."""
 
 from __future__ import annotations
 
-import json
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from runs import timed_run
 
 from reports.measures import format_measure
 
 REPEATS = 3
 LEVEL1_TARGET_S = 5.0
-
-
-def timed_run(args: list[str], out: Path) -> tuple[float, dict]:
-    started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "doctor.cli", "run", *args, "--out", str(out)], stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL, check=False)
-    elapsed = time.perf_counter() - started
-    newest = max(out.glob("ds-doctor-*.json"), key=lambda p: p.stat().st_mtime)
-    return elapsed, json.loads(newest.read_text())
 
 
 def main() -> int:
