@@ -39,7 +39,7 @@ def model_type(route: Route | None = None) -> str | None:
     factory (`--model pkg:fn`), whose batches carry no labels for the Trainer."""
     from doctor.usersetup import model as user_model
 
-    spec = user_model.check(route.model) if route is not None and route.model else user_model.from_env()
+    spec = user_model.ModelSpec.parse(route.model) if route is not None and route.model else user_model.from_env()
     if spec is None:
         return "llama"
     return spec.target if spec.kind == "hf" else None
