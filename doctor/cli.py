@@ -30,11 +30,11 @@ from doctor.options import (
     check_distinct,
     check_nproc,
     check_selection,
+    check_user_setup,
     check_writable_file,
     cluster_from,
     load_report,
     one_line,
-    use_user_setup,
     writable_dir,
 )
 from reports.records import ExitCode, Report
@@ -128,41 +128,81 @@ def diff_against(baseline: Report, report: Report, tolerance_pct: float, json_pa
               help="With --with: install the named releases even where they pin this stack out (pip --no-deps); "
                    "the report lists every pin ignored.")
 @click.pass_obj
-def run(state: CliState, level: int, keyword: str | None, out_dir: Path, json_stdout: bool, nproc: int | None,
-        timeout_s: float | None, anonymize: bool, junit_file: Path | None, prom_file: Path | None,
-        baseline_file: Path | None, tolerance_pct: float, nnodes: int | None, node_rank: int | None,
-        rdzv_endpoint: str | None, rdzv_id: str | None, join_timeout_s: float, suspect_below: float,
-        ds_config: str | None, acc_config: str | None, model_spec: str | None, freeze: str | None,
-        with_releases: tuple[str, ...], find_links: Path | None, ignore_pins: bool) -> int:
+def run(state: CliState, **given: Any) -> int:
     """Run the probes that fit this node (or, with --nnodes, the nodes of a job) and write the report (and, with
     --baseline, the diff)."""
     from doctor.procs import reaping
-    from doctor.run import pipeline
 
-    check_writable_file(junit_file, "--junit")  # every output is checked before anything runs or is created
-    check_writable_file(prom_file, "--prometheus")
-    check_distinct({"--junit": junit_file, "--prometheus": prom_file},
-                   {"--baseline": baseline_file, "--deepspeed-config": ds_config, "--accelerate-config": acc_config})
+    args = RunArgs(**given)
+    check_writable_file(args.junit_file, "--junit")  # every output is checked before anything runs or is created
+    check_writable_file(args.prom_file, "--prometheus")
+    check_distinct({"--junit": args.junit_file, "--prometheus": args.prom_file},
+                   {"--baseline": args.baseline_file, "--deepspeed-config": args.ds_config,
+                    "--accelerate-config": args.acc_config})
     with reaping():  # user code (the --model check, factories on the ranks) may leave processes: none outlives the run
-        cluster = cluster_from(nnodes, node_rank, rdzv_endpoint, rdzv_id, join_timeout_s)
-        use_user_setup(ds_config, model_spec, acc_config, freeze, timeout_s)  # before the selection: they add cases
-        check_selection(level, keyword, nproc, cluster)
-        os.environ["DS_DOCTOR_SUSPECT_BELOW"] = str(suspect_below)  # the ranks of every launch inherit it (probes/fabric.py)
-        baseline = load_report(baseline_file, "--baseline") if baseline_file is not None else None
-        check_nproc(nproc, level)
-        overlays = build_overlays(with_releases, find_links, cluster, ignore_pins)
-        out_dir = writable_dir(out_dir)  # last: a refused option leaves no empty folder behind
-        options = pipeline.RunOptions(level=level, keyword=keyword, out_dir=out_dir, nproc=nproc, timeout_s=timeout_s,
-                                      argv=tuple(state.argv), anonymized=anonymize, cluster=cluster, overlays=overlays)
-        console, (report, paths) = run_with_progress(options, json_stdout)
-        paths.update(write_extra_formats(report, junit_file, prom_file, baseline, tolerance_pct))
+        options, baseline = run_options(state, args)
+        console, (report, paths) = run_with_progress(options, args.json_stdout)
+        paths.update(write_extra_formats(report, args.junit_file, args.prom_file, baseline, args.tolerance_pct))
         regressed, diff_text = False, None
         if baseline is not None:
-            diff_text, paths["diff"], regressed = diff_against(baseline, report, tolerance_pct, paths["json"])
-        show_run(console, report, paths, diff_text, cluster)
-        if json_stdout:
+            diff_text, paths["diff"], regressed = diff_against(baseline, report, args.tolerance_pct, paths["json"])
+        show_run(console, report, paths, diff_text, options.cluster)
+        if args.json_stdout:
             click.echo(report.to_json())
         return max(int(report.exit_code), int(ExitCode.CASES_FAILED) if regressed else 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunArgs:
+    """`ds-doctor run`'s options as click parsed them (one value, not 24 arguments)."""
+
+    level: int
+    keyword: str | None
+    out_dir: Path
+    json_stdout: bool
+    nproc: int | None
+    timeout_s: float | None
+    anonymize: bool
+    junit_file: Path | None
+    prom_file: Path | None
+    baseline_file: Path | None
+    tolerance_pct: float
+    nnodes: int | None
+    node_rank: int | None
+    rdzv_endpoint: str | None
+    rdzv_id: str | None
+    join_timeout_s: float
+    suspect_below: float
+    ds_config: str | None
+    acc_config: str | None
+    model_spec: str | None
+    freeze: str | None
+    with_releases: tuple[str, ...]
+    find_links: Path | None
+    ignore_pins: bool
+
+
+def run_options(state: CliState, args: RunArgs) -> tuple[Any, Report | None]:
+    """Every option checked (each refusal one line, exit 2) and turned into the one value the run reads: the
+    pipeline's options, which hold the ranks' (`RankOptions`); and the baseline. Nothing is put into this
+    process's environment."""
+    from doctor.run import pipeline
+    from doctor.run.plan import shared_gpu_mode
+
+    cluster = cluster_from(args.nnodes, args.node_rank, args.rdzv_endpoint, args.rdzv_id, args.join_timeout_s)
+    user = check_user_setup(args.ds_config, args.model_spec, args.acc_config, args.freeze, args.timeout_s)
+    rank = dataclasses.replace(user, suspect_below=args.suspect_below, shared_gpu=shared_gpu_mode(os.environ),
+                               node_rank=cluster.node_rank if cluster else None,
+                               nnodes=cluster.nnodes if cluster else None)
+    check_selection(args.level, args.keyword, args.nproc, cluster, rank)  # after the user's setup: it adds cases
+    baseline = load_report(args.baseline_file, "--baseline") if args.baseline_file is not None else None
+    check_nproc(args.nproc, args.level)
+    overlays = build_overlays(args.with_releases, args.find_links, cluster, args.ignore_pins)
+    out_dir = writable_dir(args.out_dir)  # last: a refused option leaves no empty folder behind
+    options = pipeline.RunOptions(level=args.level, keyword=args.keyword, out_dir=out_dir, nproc=args.nproc,
+                                  timeout_s=args.timeout_s, argv=tuple(state.argv), anonymized=args.anonymize,
+                                  cluster=cluster, overlays=overlays, rank=rank)
+    return options, baseline
 
 
 def build_overlays(with_releases: tuple[str, ...], find_links: Path | None, cluster: Any,

@@ -15,6 +15,7 @@ import click
 
 from doctor.cluster.nodes import MAX_NODES
 from doctor.files import output_kind
+from doctor.run.rankoptions import RankOptions
 from doctor.userinput import MAX_RANKS
 from reports.records import Report
 
@@ -136,9 +137,10 @@ def load_report(path: Path, hint: str) -> Report:
         raise click.BadParameter(str(exc), param_hint=hint) from None
 
 
-def check_selection(level: int, keyword: str | None, nproc: int | None = None, cluster: Any = None) -> None:
-    """A `-k` that parses and selects something: a probe case (across the nodes too, in a multi-node run) or a GPU
-    health result of this node."""
+def check_selection(level: int, keyword: str | None, nproc: int | None = None, cluster: Any = None,
+                    options: RankOptions | None = None) -> None:
+    """A `-k` that parses and selects something: a probe case (across the nodes too, in a multi-node run, and those
+    the run's `options` add) or a GPU health result of this node."""
     from doctor.checks.health import PROBE as HEALTH
     from doctor.run import registry
     from doctor.run.plan import (
@@ -159,7 +161,7 @@ def check_selection(level: int, keyword: str | None, nproc: int | None = None, c
     hardware = detect_hardware()
     # on a GPU node the hardware families also have cases at its world size (`-k "comm and ws8"`)
     across = (cluster.nnodes, nproc or default_nproc(hardware)) if cluster is not None else None
-    cases = registry.all_cases(node_world_size(hardware, nproc), across)
+    cases = registry.all_cases(node_world_size(hardware, nproc), across, options)
     health = any(matcher(f"{HEALTH}[gpu{index}]") for index in range(hardware.gpu_count))
     if not health and not select_cases(cases, level=3, keyword=keyword):
         names = ", ".join([spec.name for spec in registry.specs()] + ([HEALTH] if hardware.gpu_count else []))
@@ -219,36 +221,31 @@ def unresolved(host: str, port: int, bound_s: float = RESOLVE_BOUND_S) -> str | 
     return outcome[0] if outcome else f"the host {host!r} did not resolve within {bound_s:.0f} s"
 
 
-def use_user_setup(ds_config: str | None, model_spec: str | None, acc_config: str | None = None,
-                   freeze: str | None = None, timeout_s: float | None = None) -> None:
+def check_user_setup(ds_config: str | None, model_spec: str | None, acc_config: str | None = None,
+                     freeze: str | None = None, timeout_s: float | None = None) -> RankOptions:
     """Check `--deepspeed-config`, `--accelerate-config` and `--model` (DeepSpeed's own validation; the YAML's
-    fields; one forward of the model on the CPU) and hand them to the ranks through the environment."""
-    import os
-
+    fields; one forward of the model on the CPU): the run options that carry them to the ranks."""
     from doctor.usersetup import accelerate_config, deepspeed_config, model_check
     from doctor.usersetup import model as user_model
 
+    acc_path = ds_path = model_text = None
     if acc_config is not None:
         try:
-            setup = accelerate_config.load(acc_config)
+            acc_path = accelerate_config.load(acc_config).path
         except accelerate_config.AccelerateConfigError as exc:
             raise click.BadParameter(str(exc), param_hint="--accelerate-config") from None
-        os.environ[accelerate_config.ENV] = setup.path
-
     if ds_config is not None:
         try:
             user = deepspeed_config.load(ds_config)
             deepspeed_config.check(user)
         except deepspeed_config.ConfigError as exc:
             raise click.BadParameter(str(exc), param_hint="--deepspeed-config") from None
-        os.environ[deepspeed_config.ENV] = user.path
+        ds_path = user.path
     if freeze is not None and model_spec is None:
         raise click.BadParameter("--freeze names a part of your model: give --model too", param_hint="--freeze")
     if model_spec is not None:
         try:
-            spec = model_check.check_in_child(model_spec, freeze, timeout_s)
+            model_text = model_check.check_in_child(model_spec, freeze, timeout_s).text
         except user_model.ModelSpecError as exc:
             raise click.BadParameter(str(exc), param_hint="--model") from None
-        os.environ[user_model.ENV] = spec.text
-        if freeze is not None:
-            os.environ[user_model.FREEZE_ENV] = freeze
+    return RankOptions(deepspeed_config=ds_path, accelerate_config=acc_path, model=model_text, freeze=freeze)

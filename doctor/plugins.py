@@ -25,6 +25,7 @@ docs/writing-probes.md walks through a complete one. ds-doctor's own families (`
 """
 
 from doctor.run.context import ProbeContext, SkipCase
+from doctor.run.rankoptions import RankOptions
 from doctor.run.registry import ENTRY_POINT_GROUP, EXTRA_ENV
 from doctor.run.spec import SCENARIOS, ProbeSpec, Requirement, Variant
 from reports.measures import MEASURES
@@ -38,6 +39,7 @@ __all__ = [
     "Finding",
     "ProbeContext",
     "ProbeSpec",
+    "RankOptions",
     "Requirement",
     "Severity",
     "SkipCase",

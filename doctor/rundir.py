@@ -227,12 +227,17 @@ class LaunchDir:
     def heartbeat(self, rank: int) -> Path:
         return self.path / f"heartbeat-rank{rank}.json"
 
-    def write_cases(self, case_ids: list[str]) -> None:
+    def write_cases(self, case_ids: list[str], entries: list[dict[str, Any]] | None = None) -> None:
+        """The launch's cases by id, and (for the ranks) each as probe, variant, world size and nodes."""
         self.path.mkdir(parents=True, exist_ok=True)
-        self.cases.write_text(json.dumps({"cases": case_ids}))
+        self.cases.write_text(json.dumps({"cases": case_ids, "entries": entries or []}))
 
     def read_cases(self) -> list[str]:
         return list(json.loads(self.cases.read_text())["cases"])
+
+    def read_entries(self) -> list[dict[str, Any]]:
+        """What each case is, as the parent wrote it: the ranks run these, in order."""
+        return list(json.loads(self.cases.read_text()).get("entries", []))
 
     def read_beats(self) -> dict[int, Beat]:
         """The heartbeats of this node's ranks (across nodes, the other nodes' ranks beat on their own disks)."""

@@ -18,8 +18,8 @@ from typing import Any
 
 from doctor.checks.lifecycle import PreparedFacts, lifecycle_invariants
 from doctor.knowledge.catalog import RaisedError
-from doctor.plugins import Finding, ProbeContext, ProbeSpec, Requirement, Severity, Variant
-from doctor.usersetup.deepspeed_config import UserConfig, change_findings, fill, user_config
+from doctor.plugins import Finding, ProbeContext, ProbeSpec, RankOptions, Requirement, Severity, Variant
+from doctor.usersetup.deepspeed_config import UserConfig, change_findings, fill
 from probes.common import accelerate_session, build_deepspeed_ops, dist_world_size
 from probes.models import HIDDEN, IN_FEATURES, OUT_FEATURES, build_mlp
 
@@ -105,10 +105,10 @@ ORDERINGS = (
 )
 
 
-def variants() -> list[Variant]:
+def variants(options: RankOptions) -> list[Variant]:
     out = [Variant(name=f"z{stage}-healthy", params=dataclasses.replace(HEALTHY, stage=stage),
                    level=2 if stage == 2 else 3) for stage in (2, 3)]
-    user = user_config()
+    user = options.user_deepspeed_config()
     if user is not None:
         out.append(Variant("user-config", params=user_ordering(user), level=2))
     return out + [Variant(name=o.name, params=o, level=3, reproduce=True) for o in ORDERINGS]

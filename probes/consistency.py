@@ -26,11 +26,8 @@ def variants() -> list[Variant]:
 
 
 def run(ctx: ProbeContext) -> None:
-    import os
-
     ctx.enter("fingerprint")
-    node = os.environ.get("DS_DOCTOR_NODE_RANK")
-    prints = ctx.all_gather_json(fingerprint(ctx.rank, int(node) if node is not None else None, ctx.device))
+    prints = ctx.all_gather_json(fingerprint(ctx.rank, ctx.options.node_rank, ctx.device))
     ctx.note("keys_compared", len({key for fp in prints for key in fp}))
     if ctx.rank == 0:
         ctx.enter("compare")

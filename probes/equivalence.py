@@ -12,9 +12,7 @@ step k, load in a new process and go on (`probes.equivalence_resume`): what the 
 
 from __future__ import annotations
 
-from doctor.plugins import ProbeContext, ProbeSpec, Requirement, Variant
-from doctor.usersetup import accelerate_config
-from doctor.usersetup.deepspeed_config import user_config
+from doctor.plugins import ProbeContext, ProbeSpec, RankOptions, Requirement, Variant
 from probes import equivalence_resume, equivalence_trainer
 from probes.common import accelerate_session, build_deepspeed_ops
 from probes.equivalence_routes import Route
@@ -68,12 +66,12 @@ ROUTES = (
 )
 
 
-def variants() -> list[Variant]:
+def variants(options: RankOptions) -> list[Variant]:
     routes = list(ROUTES)
-    user = user_config()
+    user = options.user_deepspeed_config()
     if user is not None:
         routes.append(Route("deepspeed-user-config", "deepspeed", f"{_DS}, your DeepSpeed config", user=user, level=2))
-    if accelerate_config.from_env() is not None:
+    if options.accelerate_config is not None:
         routes.append(Route("accelerate-user-config", "accelerate", "your Accelerate config's Accelerator, the "
                             "documented accumulate / backward / clip loop", user_accelerate=True, level=2))
     return [Variant(r.name, r, level=r.level, reproduce=r.reproduce) for r in routes]
@@ -133,7 +131,7 @@ def run(ctx: ProbeContext) -> None:
     if route.wrapper == "trainer":
         equivalence_trainer.run(ctx, route)
         return
-    subject = current_subject(route.model)
+    subject = current_subject(ctx.options, route.model)
     ctx.note("model", subject.spec)
     with accelerate_session():
         opened = open_session(ctx, route, subject)

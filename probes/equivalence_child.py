@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from doctor.plugins import ProbeContext
+from doctor.plugins import ProbeContext, RankOptions
 from probes import equivalence_trainer
 from probes.common import accelerate_session
 from probes.equivalence_resume import fingerprint
@@ -29,7 +29,7 @@ def resume_child(ctx: ProbeContext, k: int, directory: Path) -> dict[str, Any]:
     timing: dict[str, float] = {}
     with accelerate_session():
         started = time.monotonic()
-        session = open_session(ctx, route, current_subject(route.model))
+        session = open_session(ctx, route, current_subject(ctx.options, route.model))
         timing["build_s"] = round(time.monotonic() - started, 2)
         try:
             session.load(directory)
@@ -59,9 +59,11 @@ def main(argv: list[str] | None = None) -> int:
     if args["backend"] == "nccl":
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     dist.init_process_group(backend=args["backend"])
-    case = registry.find_case(args["case"])
+    options = RankOptions.from_json(args["options"])  # the case's own run options, not this process's environment
+    case = registry.find_case(args["case"], options)
     ctx = ProbeContext(case_id=case.id, params=case.params, rank=rank, world_size=world_size,
-                       local_rank=int(os.environ["LOCAL_RANK"]), device=args["device"], backend=args["backend"])
+                       local_rank=int(os.environ["LOCAL_RANK"]), device=args["device"], backend=args["backend"],
+                       options=options)
     result = resume_child(ctx, int(args["resume_from"]), Path(args["directory"]))
     result.setdefault("timing", {}).update(start_s=to_main, process_s=round(time.monotonic() - started, 2))
     with open(args["out"], "wb") as handle:

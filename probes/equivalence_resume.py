@@ -155,7 +155,7 @@ def spawn(ctx: ProbeContext, k: int, directory: Path) -> tuple[dict, list[StepRe
     env.update(RANK=str(ctx.rank), WORLD_SIZE=str(ctx.world_size), LOCAL_RANK=str(ctx.local_rank),
                LOCAL_WORLD_SIZE=str(ctx.world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     args = {"case": ctx.case_id, "resume_from": k, "directory": str(directory), "out": str(out),
-            "backend": ctx.backend, "device": ctx.device, "spawned_at": time.time()}
+            "backend": ctx.backend, "device": ctx.device, "spawned_at": time.time(), "options": ctx.options.to_json()}
     ctx.enter("new process: load and resume")
     started = time.monotonic()
     with log.open("wb") as sink:

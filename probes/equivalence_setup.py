@@ -147,7 +147,7 @@ def hyper_from_config(ctx: ProbeContext, config: dict[str, Any]) -> Hyper:
 
 def _user_accelerate(ctx: ProbeContext, route: Route, subject: Subject) -> Session:
     """The Accelerator the user's YAML builds; the reference follows its accumulation, clipping and precision."""
-    setup = accelerate_config.from_env()
+    setup = ctx.options.user_accelerate_config()
     assert setup is not None
     ctx.note("accelerate_config", setup.summary())
     if reason := accelerate_config.skip_reason(setup, ctx.device_kind):

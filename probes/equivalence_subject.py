@@ -13,11 +13,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from doctor.checks.equivalence import Gap
 from probes.equivalence_bounds import allowances, kernel_epsilon
 from probes.models import batch, build_mlp
+
+if TYPE_CHECKING:
+    from doctor.plugins import RankOptions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,13 +89,13 @@ def family_subject() -> Subject:
     return Subject(build=lambda _world_size: build_mlp(seed=0))
 
 
-def user_subject(text: str | None = None) -> Subject | None:
+def user_subject(options: RankOptions, text: str | None = None) -> Subject | None:
     """The user's `--model` (or the model spec `text`), built with the seed every route uses; None when there is
     none. A factory that takes the world size gets the route's; the reference builds it as a single process would
     (world size 1)."""
     from doctor.usersetup import model as user_model
 
-    spec = user_model.ModelSpec.parse(text) if text else user_model.from_env()
+    spec = user_model.ModelSpec.parse(text) if text else options.model_spec()
     if spec is None:
         return None
     trainable = user_model.build(spec, 1, 0)
@@ -103,10 +106,10 @@ def user_subject(text: str | None = None) -> Subject | None:
     return Subject(build=build, user=trainable, spec=trainable.describe())
 
 
-def current_subject(text: str | None = None) -> Subject:
+def current_subject(options: RankOptions, text: str | None = None) -> Subject:
     """The model a case trains: `text` (a route's own model spec, e.g. a planted one), else `--model`, else the
     family's MLP."""
-    return user_subject(text) or family_subject()
+    return user_subject(options, text) or family_subject()
 
 
 def full_params(module: Any, names: Callable[[str], str] = lambda n: n, dtype: Any = None) -> dict[str, Any]:

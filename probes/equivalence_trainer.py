@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from doctor.plugins import ProbeContext, Requirement
 from probes.common import accelerate_session
@@ -33,13 +33,16 @@ REMEDY_GA = ("Let the model take **kwargs in forward (so the Trainer passes num_
              "normalised per token over the accumulated batch), or pass compute_loss_func; upgrade transformers to "
              ">= 4.46 for its own models.")
 
+if TYPE_CHECKING:
+    from doctor.plugins import RankOptions
 
-def model_type(route: Route | None = None) -> str | None:
+
+def model_type(options: RankOptions, route: Route | None = None) -> str | None:
     """The HF model type to train: the route's own (`hf:X`), else the user's `--model hf:X`, else Llama; None for a
     factory (`--model pkg:fn`), whose batches carry no labels for the Trainer."""
     from doctor.usersetup import model as user_model
 
-    spec = user_model.ModelSpec.parse(route.model) if route is not None and route.model else user_model.from_env()
+    spec = user_model.ModelSpec.parse(route.model) if route is not None and route.model else options.model_spec()
     if spec is None:
         return "llama"
     return spec.target if spec.kind == "hf" else None
@@ -178,7 +181,7 @@ def make_trainer(ctx: ProbeContext, route: Route, hyper: Hyper, out: Path, recor
     import torch
     import transformers
 
-    kind = model_type(route)
+    kind = model_type(ctx.options, route)
     assert kind is not None
     model = build_lm(kind)
     vocab = model.config.vocab_size
@@ -262,7 +265,7 @@ def run(ctx: ProbeContext, route: Route) -> None:
     from probes.equivalence_setup import UNEXPLAINED, judge
 
     ctx.require(Requirement("transformers", "transformers"), Requirement("accelerate", "accelerate"))
-    kind = model_type(route)
+    kind = model_type(ctx.options, route)
     if kind is None:
         ctx.skip("the Trainer route trains a causal LM on padded token batches with labels: --model hf:<type> runs "
                  "through it, a factory (package.module:fn) does not")

@@ -3,17 +3,16 @@ rank of every other node (a ring of pairs on large clusters; doctor.checks.fabri
 disjoint pairs at a time: an all_reduce checked element for element, then timed, as gcm's pairwise NCCL check
 does. Each pair's bus bandwidth is reported; a wrong element names the pair, and a node whose every pair falls
 below a fraction of the median pair (`ds-doctor run --suspect-below`, default 0.5; the ranks read it from
-DS_DOCTOR_SUSPECT_BELOW) is named as the suspect."""
+the run options' suspect_below) is named as the suspect."""
 
 from __future__ import annotations
 
-import os
 import socket
 import statistics
 from typing import Any
 
 from doctor.checks import collectives
-from doctor.checks.fabric import DEFAULT_FRACTION, fabric_findings, rounds
+from doctor.checks.fabric import fabric_findings, rounds
 from doctor.plugins import Finding, ProbeContext, ProbeSpec, Requirement, Severity, Variant
 from probes.common import time_collective
 
@@ -29,7 +28,6 @@ SPEC = ProbeSpec(
 
 SIZE = {"cpu": 1 << 22, "cuda": 1 << 28}  # bytes per pair measurement
 ITERS = {"cpu": (2, 5), "cuda": (5, 20)}  # (warm-up, timed)
-FRACTION_ENV = "DS_DOCTOR_SUSPECT_BELOW"
 
 
 def variants() -> list[Variant]:
@@ -39,7 +37,7 @@ def variants() -> list[Variant]:
 def run(ctx: ProbeContext) -> None:
     import torch.distributed as dist
 
-    me = {"node": int(os.environ.get("DS_DOCTOR_NODE_RANK", "0")), "local": ctx.local_rank, "host": socket.gethostname()}
+    me = {"node": ctx.options.node_rank or 0, "local": ctx.local_rank, "host": socket.gethostname()}
     everyone = ctx.all_gather_json(me)
     leaders = {w["node"]: rank for rank, w in enumerate(everyone) if w["local"] == 0}
     hosts = {w["node"]: w["host"] for w in everyone}
@@ -83,8 +81,7 @@ def _report(ctx: ProbeContext, rows: list[dict[str, Any]], hosts: dict[int, str]
     ctx.note("rounds", len(rounds(len(hosts))))
     if ctx.rank != 0:
         return
-    fraction = float(os.environ.get(FRACTION_ENV, DEFAULT_FRACTION))
-    ctx.check(fabric_findings(bandwidth, hosts, fraction))
+    ctx.check(fabric_findings(bandwidth, hosts, ctx.options.suspect_below))
     ctx.check(Finding("fabric_result", Severity.ERROR, f"all_reduce between node {row['node_a']} and node "
                       f"{row['node_b']} ({hosts.get(row['node_a'])} - {hosts.get(row['node_b'])}): {row['check']}",
                       stage="pairs", expected="every element exact")

@@ -24,16 +24,14 @@ from typing import Any
 
 from doctor.checks.identity import identity_invariants
 from doctor.knowledge.catalog import RaisedError
-from doctor.plugins import Finding, ProbeContext, ProbeSpec, Requirement, Severity, Variant
+from doctor.plugins import Finding, ProbeContext, ProbeSpec, RankOptions, Requirement, Severity, Variant
 from doctor.usersetup.deepspeed_config import (
     UserConfig,
     change_findings,
     fill,
     route_optimizer,
     trainer_optimizer,
-    user_config,
 )
-from doctor.usersetup.model import freeze_pattern
 from probes.common import build_deepspeed_ops, full_values
 from probes.models import build_frozen_model, token_batch
 
@@ -73,11 +71,11 @@ class S1Case:
         return self.route != "healthy"
 
 
-def variants() -> list[Variant]:
+def variants(options: RankOptions) -> list[Variant]:
     cases = [S1Case(stage, route) for stage in (0, 1, 2, 3) for route in ROUTES]
     out = [Variant(name=f"z{c.stage}-{c.route}", params=c, level=2 if f"z{c.stage}-{c.route}" in LEVEL2 else 3,
                    reproduce=c.reproduce) for c in cases]
-    user = user_config()
+    user = options.user_deepspeed_config()
     if user is not None:
         stage = int((user.config.get("zero_optimization") or {}).get("stage", 0))
         out.append(Variant("user-config-healthy", S1Case(stage, "healthy", user), level=2))
@@ -175,7 +173,7 @@ def _initialize(ctx: ProbeContext, config: dict[str, Any], *, seed: int, engines
     user = ctx.user_model(seed=seed)
     if user is not None:
         model = user.module
-        ctx.note("frozen", user.freeze(freeze_pattern()))
+        ctx.note("frozen", user.freeze(ctx.options.freeze))
         ctx.note("model", user.describe())
     else:
         model = build_frozen_model(seed=seed)

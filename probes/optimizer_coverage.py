@@ -19,8 +19,8 @@ from typing import Any
 from doctor.checks.coverage import step_changes, tracked_live, tracked_set
 from doctor.checks.lifecycle import process_count_agreement
 from doctor.collect.tracked import Tracked, clean_name, optimizer_groups, tracked_names
-from doctor.plugins import ProbeContext, ProbeSpec, Requirement, Variant
-from doctor.usersetup.deepspeed_config import UserConfig, user_config
+from doctor.plugins import ProbeContext, ProbeSpec, RankOptions, Requirement, Variant
+from doctor.usersetup.deepspeed_config import UserConfig
 from probes.common import accelerate_session, build_deepspeed_ops, dist_world_size
 from probes.common import full_values as gathered_values
 from probes.coverage_subject import Subject, subject, user_ds_config
@@ -91,9 +91,9 @@ ROUTES = (
 )
 
 
-def variants() -> list[Variant]:
+def variants(options: RankOptions) -> list[Variant]:
     routes = list(ROUTES)
-    user = user_config()
+    user = options.user_deepspeed_config()
     if user is not None:
         routes.append(Route("deepspeed-user-config", "deepspeed.initialize(model, optimizer=AdamW(group)) with your "
                             "DeepSpeed config", "deepspeed", level=2, user=user))

@@ -13,14 +13,13 @@ it, an error when the step raises; one still there after the step is an error.
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 from typing import Any
 
 from doctor.checks.lifecycle import process_count_agreement
 from doctor.checks.placement import optimizer_state_colocation
 from doctor.checks.structure import buffer_placement, ties_kept
-from doctor.plugins import Finding, ProbeContext, ProbeSpec, Requirement, Severity, Variant
+from doctor.plugins import Finding, ProbeContext, ProbeSpec, RankOptions, Requirement, Severity, Variant
 from doctor.usersetup import accelerate_config
 from probes.common import accelerate_session, dist_world_size
 from probes.models import batch, build_mlp
@@ -55,9 +54,9 @@ REMEDY = ("After accelerator.load_state move each param group's tensors to the d
           "(prodigy-plus-schedule-free >= 1.9.2 moves them back on access).")
 
 
-def variants() -> list[Variant]:
+def variants(options: RankOptions) -> list[Variant]:
     cases = list(OPTIMIZERS)
-    if os.environ.get(accelerate_config.ENV):
+    if options.accelerate_config is not None:
         cases += [dataclasses.replace(c, name=f"{c.name}-user-accelerate-config", user_accelerate=True) for c in OPTIMIZERS]
     return [Variant(name=case.name, params=case, level=2 if case.issue else 3) for case in cases]
 
@@ -97,7 +96,7 @@ def run(ctx: ProbeContext) -> None:
 def _user_setup(ctx: ProbeContext, case: OptimizerCase) -> Any:
     """The user's --accelerate-config for a `-user-accelerate-config` case (skipped where this node cannot run
     what it asks for); None for the family's own cases."""
-    setup = accelerate_config.from_env() if case.user_accelerate else None
+    setup = ctx.options.user_accelerate_config() if case.user_accelerate else None
     if setup is not None:
         ctx.note("accelerate_config", setup.summary())
         if reason := accelerate_config.skip_reason(setup, ctx.device_kind):

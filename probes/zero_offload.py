@@ -16,14 +16,13 @@ from typing import Any
 from doctor.checks.placement import ZeroPromise, zero_invariants
 from doctor.checks.structure import buffer_placement, ties_kept
 from doctor.collect.observe import observe_unscale_and_clip
-from doctor.plugins import ProbeContext, ProbeSpec, Requirement, Variant
+from doctor.plugins import ProbeContext, ProbeSpec, RankOptions, Requirement, Variant
 from doctor.usersetup.deepspeed_config import (
     UserConfig,
     change_findings,
     fill,
     route_optimizer,
     trainer_optimizer,
-    user_config,
 )
 from probes.common import build_deepspeed_ops
 from probes.models import batch, build_mlp
@@ -57,12 +56,12 @@ class ZeroCase:
         return f"z{self.stage}-{self.offload}-{self.dtype}"
 
 
-def variants() -> list[Variant]:
+def variants(options: RankOptions) -> list[Variant]:
     cases = [ZeroCase(stage, offload, dtype) for stage in (1, 2, 3) for offload, (_, offload_param) in OFFLOADS.items()
              if not offload_param or stage == 3  # parameter offload exists only in ZeRO-3
              for dtype in ("bf16", "fp32")]
     out = [Variant(name=case.name, params=case, level=2 if case.name == REPRESENTATIVE else 3) for case in cases]
-    user = user_config()
+    user = options.user_deepspeed_config()
     return [*out, Variant("user-config", user, level=2)] if user is not None else out
 
 

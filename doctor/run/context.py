@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from doctor.collect.devicemap import Recorder, collect
+from doctor.run.rankoptions import RankOptions
 from doctor.run.spec import Requirement, missing_dependency
 from reports.hang import StageTime
 from reports.measures import MEASURES
@@ -33,8 +34,10 @@ class ProbeContext:
         backend: str,
         heartbeat: Callable[[str], None] | None = None,
         scratch: Path | None = None,
+        options: RankOptions | None = None,
     ) -> None:
         self.case_id = case_id
+        self.options = options or RankOptions()  # the run's options, as the launch directory holds them
         self.params = params
         self.rank = rank
         self.world_size = world_size
@@ -70,16 +73,14 @@ class ProbeContext:
     @property
     def has_user_model(self) -> bool:
         """Whether the run names a model (`--model`): a check that builds nothing."""
-        from doctor.usersetup import model as user_model
-
-        return user_model.from_env() is not None
+        return self.options.model is not None
 
     def user_model(self, seed: int = 0) -> Any:
         """The model `ds-doctor run --model` names (`doctor.usersetup.model.Trainable`: module, batches, loss), built
         on this rank with `seed` (the same on every rank); None when the run has none and the probe uses its own."""
         from doctor.usersetup import model as user_model
 
-        spec = user_model.from_env()
+        spec = self.options.model_spec()
         return user_model.build(spec, self.world_size, seed) if spec is not None else None
 
     def stage_times(self) -> tuple[StageTime, ...]:

@@ -26,9 +26,12 @@ from doctor.forensics import capture, evidence
 from doctor.forensics.flight import BUFFER_ENTRIES
 from doctor.procs import die_with_parent, kill_tree, module_command
 from doctor.redact import scrub_text
-from doctor.run.plan import LaunchGroup, shared_gpu_mode, timeout_for
+from doctor.run.attribution import Cause, Ending, attribute, remaining, stage_of
+from doctor.run.plan import LaunchGroup, timeout_for
+from doctor.run.rankoptions import DEFAULTS, RankOptions
+from doctor.run.registry import CaseEntry
 from doctor.run.spec import Case
-from doctor.rundir import LAUNCH, Beat, LaunchDir, RankLine, RunDir, setup_name, setup_probe
+from doctor.rundir import LAUNCH, LaunchDir, RankLine, RunDir
 from reports.records import Outcome
 
 LAUNCH_TIMEOUT_S = 180.0  # process start, imports and process-group set-up
@@ -78,13 +81,15 @@ def torchrun_command(group: LaunchGroup, launch_dir: Path, cluster: Cluster | No
         *module_command("torch.distributed.run"), *rendezvous_args(group, cluster, attempt),
         "--max-restarts=0", "--monitor-interval=0.5",
         "--no-python", *module_command("doctor.run.worker"), "--launch-dir", str(launch_dir.resolve()),
-        "--backend", group.rank_backend, *(["--shared-gpu", shared_gpu_mode()] if group.shared_gpu else []),
+        "--backend", group.rank_backend, *(["--shared-gpu", group.share_mode] if group.shared_gpu else []),
     ]
 
 
-def launch_environment(cluster: Cluster | None, across: bool = False) -> dict[str, str]:
-    """The ranks' environment: their node in a multi-node run; sockets on loopback unless the launch spans nodes
-    whose rendezvous is elsewhere."""
+def rank_environment(options: RankOptions, cluster: Cluster | None = None, across: bool = False,
+                     launch_dir: Path | None = None) -> dict[str, str]:
+    """The ranks' environment, built here alone from this process's and the run's `options` (the parent never
+    assigns to its own `os.environ`): sockets on loopback unless the launch spans nodes whose rendezvous is
+    elsewhere; the overlay first on the path with its own extensions folder; the collective record on."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     if not across or cluster is None or cluster.host.startswith("127.") or cluster.host in ("localhost", "::1"):
         env.update(loopback_interfaces())
@@ -92,13 +97,17 @@ def launch_environment(cluster: Cluster | None, across: bool = False) -> dict[st
         # gloo binds where the host name resolves (loopback on many nodes): the interface facing the rendezvous
         # instead, marked as ds-doctor's choice so that consistency compares only what the user set
         env.update(GLOO_SOCKET_IFNAME=where.interface, DS_DOCTOR_CHOSE_GLOO_SOCKET_IFNAME="1")
-    if cluster is not None:
-        env.update(DS_DOCTOR_NODE_RANK=str(cluster.node_rank), DS_DOCTOR_NNODES=str(cluster.nnodes))
+    if options.overlay is not None:  # a release's modules first; its ops never overwrite the installed one's
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [options.overlay, os.environ.get("PYTHONPATH")]))
+    if options.extensions_dir is not None:
+        env["TORCH_EXTENSIONS_DIR"] = options.extensions_dir
     env.setdefault("OMP_NUM_THREADS", "1")
     # the Flight Recorder on (gloo too, since torch 2.8), so a hung case's collectives can be lined up across ranks
     # (the worker sets the older TORCH_NCCL_TRACE_BUFFER_SIZE itself where its torch predates this name)
     env.setdefault("TORCH_FR_BUFFER_SIZE", env.get("TORCH_NCCL_TRACE_BUFFER_SIZE", str(BUFFER_ENTRIES)))
     env.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
+    if launch_dir is not None:  # NCCL's own watchdog, on its own (longer) timeout, dumps where ours does
+        env.setdefault("TORCH_FR_DUMP_TEMP_FILE", str(launch_dir / "forensics" / "nccl-watchdog" / "rank_"))
     return env
 
 
@@ -148,8 +157,10 @@ class Launch:
     """One torchrun process running some cases of a group."""
 
     def __init__(self, group: LaunchGroup, cases: list[Case], launch_dir: LaunchDir, timeout_override: float | None,
-                 events: LaunchEvents, cluster: Cluster | None = None, attempt: int = 0) -> None:
+                 events: LaunchEvents, cluster: Cluster | None = None, attempt: int = 0,
+                 options: RankOptions = DEFAULTS) -> None:
         self.group = group
+        self.options = options
         self.run_cluster = cluster  # the run's nodes: every launch's ranks learn their node from it
         self.cluster = cluster if group.nodes > 1 else None  # set for a launch across the nodes
         self.attempt = attempt
@@ -159,7 +170,7 @@ class Launch:
         self.events = events
         self.lines: dict[str, dict[int, RankLine]] = {}
         self.tails = {r: LineTail(launch_dir.rank_lines(r)) for r in range(group.world_size)}
-        self.timed_out: tuple[str, dict[int, Beat]] | None = None
+        self.timed_out: Ending | None = None  # set when a heartbeat overran its limit and the launch was killed
         self.returncode: int | None = None
         self.last_stage: dict[int, tuple[str, str]] = {}
         self.evidence: evidence.Evidence | None = None  # a timed-out launch's stacks and collectives
@@ -178,12 +189,11 @@ class Launch:
         return [self.lines[case.id][rank] for rank in range(self.group.world_size)]
 
     def run(self) -> None:
-        self.dir.write_cases([c.id for c in self.cases])
+        self.dir.write_cases([c.id for c in self.cases], [CaseEntry.of(c).to_dict() for c in self.cases])
+        self.options.write(self.dir.path)
         command = torchrun_command(self.group, self.dir.path, self.cluster, self.attempt)
         self.dir.command.write_text(scrub_text(" ".join(command)) + "\n")  # the run directory goes into tickets
-        env = launch_environment(self.run_cluster, across=self.cluster is not None)
-        # NCCL's own watchdog, on its own (longer) timeout, dumps where ours does
-        env.setdefault("TORCH_FR_DUMP_TEMP_FILE", str(self.dir.forensics / "nccl-watchdog" / "rank_"))
+        env = rank_environment(self.options, self.run_cluster, self.cluster is not None, self.dir.path)
         started = time.time()
         with self.dir.torchrun_log.open("wb") as log:
             proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -214,7 +224,7 @@ class Launch:
         beats = self.dir.read_beats()
         now = time.time()
         if not beats and now - started > self.limit_for(LAUNCH):
-            self.timed_out = (LAUNCH, beats)
+            self.timed_out = Ending(LAUNCH, beats)
             return True
         for rank, beat in beats.items():
             if self.last_stage.get(rank) != (beat.case, beat.stage):
@@ -223,7 +233,7 @@ class Launch:
             if beat.stage == "finished" or rank in self.lines.get(beat.case, {}):
                 continue
             if now - beat.case_started > self.limit_for(beat.case):
-                self.timed_out = (beat.case, beats)
+                self.timed_out = Ending(beat.case, beats)
                 return True
         return False
 
@@ -236,56 +246,35 @@ class Launch:
     def unfinished(self) -> list[Case]:
         return [c for c in self.cases if not self.complete(c.id)]
 
+    def ending(self) -> Ending:
+        """How the launch ended: the timeout it was killed for, or the process's own exit with the last beats."""
+        return self.timed_out or Ending(None, self.dir.read_beats())
+
     def blame(self) -> dict[str, list[RankLine]]:
-        """Lines for the cases this launch's timeout or crash took down; the rest are left to rerun."""
+        """Lines for the cases this launch's timeout or crash took down (`doctor.run.attribution` decides which, and
+        why); the rest are left to rerun."""
         unfinished = self.unfinished()
         if not unfinished:
             return {}
-        beats = self.timed_out[1] if self.timed_out else self.dir.read_beats()
-        culprit = self.timed_out[0] if self.timed_out else self._in_progress(beats, unfinished)
-        victims = self._victims(culprit, unfinished)
-        return {case.id: [self._line_for(case, rank, beats) if case.id == culprit or self.cluster is None
-                          else self._not_run(case, rank, culprit) for rank in range(self.group.world_size)]
-                for case in victims}
+        ending = self.ending()
+        blamed, causes = attribute(unfinished, self.lines, ending, self.cluster is not None)
+        by_id = {case.id: case for case in unfinished}
+        return {case_id: [self._line(why, by_id[case_id], rank, blamed, ending) for rank, why in ranks.items()]
+                for case_id, ranks in causes.items()}
 
-    def _not_run(self, case: Case, rank: int, culprit: str | None) -> RankLine:
-        return RankLine(case.id, rank, case.world_size, Outcome.ERROR,
-                        f"not run: the launch across the nodes ended in {culprit}; ds-doctor does not relaunch across "
-                        "nodes (every node would have to agree on what is left)", "not started")
-
-    def _in_progress(self, beats: dict[int, Beat], unfinished: list[Case]) -> str | None:
-        ids = {c.id for c in unfinished}
-        names = [b.case for b in beats.values() if b.case in ids or b.case.startswith("<")]
-        for case in unfinished:
-            if case.id in names:
-                return case.id
-        return names[0] if names else None
-
-    def _victims(self, culprit: str | None, unfinished: list[Case]) -> list[Case]:
-        if culprit is None or culprit == LAUNCH or self.cluster is not None:
-            # died before any case started: nothing to gain by relaunching; across nodes every node would have to
-            # agree on what is left, so what did not finish there is reported, never rerun
-            return unfinished
-        probe = setup_probe(culprit)
-        if probe:
-            return [c for c in unfinished if c.probe == probe]
-        return [c for c in unfinished if c.id == culprit] or unfinished
-
-    def _line_for(self, case: Case, rank: int, beats: dict[int, Beat]) -> RankLine:
-        existing = self.lines.get(case.id, {}).get(rank)
-        if existing is not None:
-            return existing
-        if self.cluster is not None and not beats:
+    def _line(self, why: Cause, case: Case, rank: int, blamed: str | None, ending: Ending) -> RankLine:
+        """The line a cause gives, with the evidence this launch holds (logs, exit codes, stacks)."""
+        if why is Cause.FINISHED:
+            return self.lines[case.id][rank]
+        if why is Cause.NOT_RUN:
+            return self._not_run(case, rank, blamed)
+        if why is Cause.NEVER_GATHERED:
             return self._never_gathered(case, rank)
-        if self.cluster is not None and rank not in beats:
+        if why is Cause.REMOTE:
             return self._remote_line(case, rank)
-        beat = beats.get(rank)
-        where = beat.case if beat else None
-        stage = beat.stage if beat and where in (case.id, setup_name(case.probe), LAUNCH) else "not started"
-        if beat and where == setup_name(case.probe):
-            stage = f"setup: {beat.stage}"
+        stage = stage_of(case, ending.beats.get(rank))
         tail = log_tail(self.dir.rank_log(rank))
-        if self.timed_out:
+        if why is Cause.TIMED_OUT:
             return self._timed_out_line(case, rank, stage, tail)
         code = exit_codes(self.dir.torchrun_log.read_text(errors="replace")).get(rank, self.returncode)
         sig = signal_name(code)
@@ -293,15 +282,20 @@ class Launch:
         return RankLine(case.id, rank, case.world_size, Outcome.ERROR, f"rank {rank} {how} in stage {stage!r}", stage,
                         exit_code=code, signal=sig, stderr_tail=tail or log_tail(self.dir.torchrun_log))
 
+    def _not_run(self, case: Case, rank: int, culprit: str | None) -> RankLine:
+        return RankLine(case.id, rank, case.world_size, Outcome.ERROR,
+                        f"not run: the launch across the nodes ended in {culprit}; ds-doctor does not relaunch across "
+                        "nodes (every node would have to agree on what is left)", "not started")
 
     def _timed_out_line(self, case: Case, rank: int, stage: str, tail: str) -> RankLine:
         """A rank of the hung case: where it was, and what the evidence taken before the kill says."""
-        limit = self.limit_for(self.timed_out[0] if self.timed_out else case.id)
+        overran = self.timed_out.timed_out if self.timed_out else None
+        limit = self.limit_for(overran or case.id)
         reason = f"timed out after {limit:g} s on rank {rank} in stage {stage!r}"
         found = self.evidence or evidence.Evidence()
         # what is about no rank in particular (the evidence's summary, its general findings) goes on the first line
         # built here: a rank that finished the case has its own line already, and would take it nowhere
-        finished, beats = self.lines.get(case.id, {}), self.timed_out[1] if self.timed_out else {}
+        finished, beats = self.lines.get(case.id, {}), self.timed_out.beats if self.timed_out else {}
         first = min((r for r in range(case.world_size) if r not in finished and (self.cluster is None or r in beats)),
                     default=rank)
         findings = tuple(found.findings_of(rank, first))
@@ -335,14 +329,16 @@ class Launch:
 
 
 def run_group(group: LaunchGroup, run_dir: RunDir, *, timeout_override: float | None,
-              events: LaunchEvents = LaunchEvents(), cluster: Cluster | None = None) -> dict[str, list[RankLine]]:
+              events: LaunchEvents = LaunchEvents(), cluster: Cluster | None = None,
+              options: RankOptions = DEFAULTS) -> dict[str, list[RankLine]]:
     """Run every case of a group, relaunching after a timeout or crash inside one node; per-rank lines by case id."""
     pending = list(group.cases)
     results: dict[str, list[RankLine]] = {}
     attempt = 0
+    bound = len(pending)  # each attempt settles at least one case (doctor.run.attribution.remaining)
     while pending:
         launch = Launch(group, pending, run_dir.launch(group.name, group.device_kind, attempt), timeout_override,
-                        events, cluster, attempt)
+                        events, cluster, attempt, options)
         launch.run()
         launch.dir.scrub_logs()
         for case in pending:
@@ -353,6 +349,6 @@ def run_group(group: LaunchGroup, run_dir: RunDir, *, timeout_override: float | 
             if case.id in blamed:
                 results[case.id] = blamed[case.id]
                 events.case_done(case, blamed[case.id])
-        pending = [c for c in pending if c.id not in results]
         attempt += 1
+        pending = remaining(pending, results, attempt, bound)
     return results

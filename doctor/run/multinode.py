@@ -24,9 +24,10 @@ from doctor.cluster.nodes import Cluster
 from doctor.hardware.env import collect_environment
 from doctor.redact import scrub
 from doctor.run.build import build_report, utc_now, write_reports
-from doctor.run.launch import launch_environment
+from doctor.run.launch import rank_environment
 from doctor.run.pipeline import RunOptions, RunPlan, RunReporter, SilentReporter, launch, make_plan, write_manifest
 from doctor.run.plan import node_checks
+from doctor.run.rankoptions import RankOptions
 from doctor.rundir import RunDir
 from reports.records import FAILING, CaseResult, Outcome, Report
 
@@ -77,18 +78,19 @@ def handshake(cluster: Cluster, run_dir: RunDir, options: RunOptions, run_plan: 
     payload = {"node": cluster.node_rank, "host": hardware["host"], "version": doctor.__version__,
                "plan_hash": plan_hash(options, run_plan), "env": scrub(env), "hardware": scrub(hardware)}
     nodes = exchange(cluster, run_dir, "handshake", payload, cluster.join_timeout_s,
-                     launch_environment(cluster, across=True))
+                     rank_environment(options.rank, cluster, across=True))
     problem = disagreement(nodes)
     if problem:
         raise ClusterMismatch(problem)
     return nodes
 
 
-def closing(cluster: Cluster, run_dir: RunDir, own: list[CaseResult], wait_s: float) -> dict[int, list[CaseResult]]:
+def closing(cluster: Cluster, run_dir: RunDir, own: list[CaseResult], wait_s: float,
+            rank_options: RankOptions) -> dict[int, list[CaseResult]]:
     """Every node's own results (those inside the node, and its node checks), by node; a node gone is absent."""
     payload = [r.to_dict() for r in own]
     try:
-        nodes = exchange(cluster, run_dir, "closing", payload, wait_s, launch_environment(cluster, across=True))
+        nodes = exchange(cluster, run_dir, "closing", payload, wait_s, rank_environment(rank_options, cluster, across=True))
     except ExchangeError:
         nodes = {cluster.node_rank: payload}
     return {node: [CaseResult.from_dict(r) for r in results] for node, results in nodes.items()}
@@ -128,7 +130,8 @@ def run(options: RunOptions, reporter: RunReporter | None = None) -> tuple[Repor
     across = [r for r in results if r.nodes > 1]
     failed = any(r.outcome in FAILING for r in across)
     everyone = closing(cluster, run_dir, _stamped(own, cluster.node_rank),
-                       min(CLOSING_AFTER_FAILURE_S, cluster.join_timeout_s) if failed else cluster.join_timeout_s)
+                       min(CLOSING_AFTER_FAILURE_S, cluster.join_timeout_s) if failed else cluster.join_timeout_s,
+                       options.rank)
     gone = [cluster_result(n, f"node {n} ({nodes[n]['host']}) did not answer the closing exchange: "
                            "its results are missing from this report (did it stop, or get killed?)")
             for n in sorted(nodes) if n not in everyone]

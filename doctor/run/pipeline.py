@@ -29,9 +29,10 @@ from doctor.run.plan import (
     plan,
     select_cases,
 )
+from doctor.run.rankoptions import DEFAULTS, RankOptions
 from doctor.run.spec import Case
 from doctor.rundir import Manifest, PlannedCase, RankLine, RunDir
-from doctor.stacks.overlay import Overlay, first_on_path, installed
+from doctor.stacks.overlay import Overlay, installed
 from reports.records import CaseResult, Report, format_time
 
 
@@ -46,6 +47,7 @@ class RunOptions:
     anonymized: bool = False
     cluster: Cluster | None = None  # a multi-node run: this node's place in it
     overlays: tuple[Overlay, ...] = ()  # `--with`: the stacks the selected cases run on again, after the installed one
+    rank: RankOptions = DEFAULTS  # what every rank needs (the user's configs and model, thresholds, ...)
 
 
 class RunReporter(Protocol):
@@ -87,7 +89,7 @@ def select(options: RunOptions, hardware: Hardware, nproc: int) -> list[Case]:
     """The registered cases that `--level`, `-k`, this node's world size and the run's nodes select. Level 1 runs
     cases only across the nodes of a multi-node run (the consistency of the nodes)."""
     across = (options.cluster.nnodes, nproc) if options.cluster else None
-    cases = registry.all_cases(node_world_size(hardware, options.nproc), across)
+    cases = registry.all_cases(node_world_size(hardware, options.nproc), across, options.rank)
     selected = select_cases(cases, level=options.level, keyword=options.keyword)
     return selected if options.level >= 2 else [c for c in selected if c.nodes > 1]
 
@@ -107,7 +109,7 @@ def make_plan(options: RunOptions, hardware: Hardware | None = None) -> RunPlan:
     hardware = hardware or detect_hardware()
     nproc = options.nproc or default_nproc(hardware)
     cases = select(options, hardware, nproc)
-    groups, skips = plan(cases, hardware, nproc)
+    groups, skips = plan(cases, hardware, nproc, options.rank.shared_gpu)
     node = options.cluster.node_rank if options.cluster else None
     return RunPlan(hardware, nproc, tuple(groups),
                    tuple(planned_case(c, g.device_kind, node=node, shared_gpu=g.shared_gpu) for g in groups
@@ -118,7 +120,8 @@ def make_plan(options: RunOptions, hardware: Hardware | None = None) -> RunPlan:
 def launch(run_plan: RunPlan, run_dir: RunDir, versions: dict[str, str | None], options: RunOptions,
            reporter: RunReporter, host: str = "", stack: str | None = None) -> list[CaseResult]:
     """Run every launch group; each case is merged and reported (scrubbed, as the report will hold it) the
-    moment its last rank line is in. `stack`: the overlay the ranks import first, named on each result."""
+    moment its last rank line is in. `stack`: the overlay the ranks import first (in `options.rank`), named on
+    each result."""
     by_id = {p.case: p for p in run_plan.planned}
     merged = {s.case: dataclasses.replace(skipped_case(s), stack=stack) for s in run_plan.skips}
 
@@ -128,7 +131,8 @@ def launch(run_plan: RunPlan, run_dir: RunDir, versions: dict[str, str | None], 
 
     events = LaunchEvents(stage=reporter.stage, case_done=case_done)
     for group in run_plan.groups:
-        run_group(group, run_dir, timeout_override=options.timeout_s, events=events, cluster=options.cluster)
+        run_group(group, run_dir, timeout_override=options.timeout_s, events=events, cluster=options.cluster,
+                  options=options.rank)
     return [merged[case_id] for case_id in run_plan.selected]
 
 
@@ -138,8 +142,8 @@ def on_overlay(overlay: Overlay, run_plan: RunPlan, run_dir: RunDir, versions: d
     directory); known issues judged on the overlay's versions."""
     stack_dir = run_dir.stack(overlay.name)
     stack_dir.path.mkdir()
-    with first_on_path(overlay):
-        return launch(run_plan, stack_dir, {**versions, **overlay.packages}, options, reporter, host, overlay.name)
+    on_it = dataclasses.replace(options, rank=options.rank.with_overlay(overlay.path))
+    return launch(run_plan, stack_dir, {**versions, **overlay.packages}, on_it, reporter, host, overlay.name)
 
 
 def stacks_section(versions: dict[str, str | None], overlays: tuple[Overlay, ...]) -> tuple[dict[str, Any], ...]:

@@ -173,16 +173,17 @@ SHARED_GPU_MODES = {"nccl-hostid": "nccl, a distinct NCCL_HOSTID per rank", "glo
 SHARED_GPU_ENV = "DS_DOCTOR_SHARED_GPU"
 
 
-def shared_gpu_mode() -> str:
-    mode = os.environ.get(SHARED_GPU_ENV) or "nccl-hostid"
+def shared_gpu_mode(environ: Mapping[str, str]) -> str:
+    """The mode `DS_DOCTOR_SHARED_GPU` picks in `environ` (read once, by the parent, into the run options)."""
+    mode = environ.get(SHARED_GPU_ENV) or "nccl-hostid"
     return mode if mode in SHARED_GPU_MODES else "nccl-hostid"
 
 
-def shared_gpu(hardware: Hardware, ranks_per_node: int) -> str | None:
+def shared_gpu(hardware: Hardware, ranks_per_node: int, mode: str = "nccl-hostid") -> str | None:
     """How a launch's ranks share this node's GPUs, in words, where there are more ranks than GPUs; else None."""
     if hardware.device_kind != "cuda" or ranks_per_node <= hardware.gpu_count:
         return None
-    return f"{ranks_per_node} ranks on {hardware.gpu_count} GPU(s): {SHARED_GPU_MODES[shared_gpu_mode()]}"
+    return f"{ranks_per_node} ranks on {hardware.gpu_count} GPU(s): {SHARED_GPU_MODES[mode]}"
 
 
 def missing_requirements(spec: ProbeSpec) -> list[str]:
@@ -203,12 +204,13 @@ class LaunchGroup:
     backend: str
     cases: tuple[Case, ...]
     nodes: int = 1  # > 1: one launch across this many nodes (world_size ranks in all)
-    shared_gpu: str | None = None  # more ranks than GPUs on a node: how they share them
+    shared_gpu: str | None = None  # more ranks than GPUs on a node: how they share them, in words
+    share_mode: str = "nccl-hostid"  # ... and as a key of SHARED_GPU_MODES
 
     @property
     def rank_backend(self) -> str:
         """The process group's backend: gloo where ranks share GPUs that way."""
-        return "gloo" if self.shared_gpu and shared_gpu_mode() == "gloo" else self.backend
+        return "gloo" if self.shared_gpu and self.share_mode == "gloo" else self.backend
 
     @property
     def name(self) -> str:
@@ -228,7 +230,8 @@ def _skip_reason(case: Case, spec: ProbeSpec, hardware: Hardware, nproc: int) ->
     return None
 
 
-def plan(cases: Iterable[Case], hardware: Hardware, nproc: int) -> tuple[list[LaunchGroup], list[Skip]]:
+def plan(cases: Iterable[Case], hardware: Hardware, nproc: int,
+         share_mode: str = "nccl-hostid") -> tuple[list[LaunchGroup], list[Skip]]:
     """Group runnable cases by world size (and nodes); everything else becomes a skip with its reason. Launches
     inside the node come first, then those across the nodes, in the registry's order within each."""
     specs = {spec.name: spec for spec in registry.specs()}
@@ -241,7 +244,8 @@ def plan(cases: Iterable[Case], hardware: Hardware, nproc: int) -> tuple[list[La
         else:
             runnable.setdefault((case.nodes, case.world_size), []).append(case)
     groups = [LaunchGroup(ws, hardware.device_kind, hardware.backend, tuple(group), nodes,
-                          shared_gpu(hardware, ws // nodes)) for (nodes, ws), group in sorted(runnable.items())]
+                          shared_gpu(hardware, ws // nodes, share_mode), share_mode)
+              for (nodes, ws), group in sorted(runnable.items())]
     return groups, skips
 
 

@@ -2,20 +2,23 @@
 the entry-point group `ds_doctor.probes` (pytest's plugin convention), and `DS_DOCTOR_EXTRA_PROBES`.
 
 Every source yields probe modules with the same protocol (`doctor.run.spec.Probe`); a name used twice is an
-error that names both. The registry is read again in each torchrun worker, from the same environment, so
-the parent and the ranks see one registry.
+error that names both. A probe's variants may depend on the run's options (`variants(options)`: the user's
+configs add cases); a rank expands them with the options its launch directory holds, never from its environment.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
+import inspect
 import os
 import re
 from importlib import metadata
 from typing import Any
 
-from doctor.run.spec import Case, Probe, ProbeSpec
+from doctor.run.rankoptions import RankOptions
+from doctor.run.spec import Case, Probe, ProbeSpec, Variant
 
 ENTRY_POINT_GROUP = "ds_doctor.probes"
 #: Comma-separated extra probe modules (the tests' fault probes, or a site's own probes).
@@ -91,11 +94,23 @@ def get(name: str) -> Probe:
 Shape = tuple[int, int]
 
 
-def cases_of(module: Probe, node_world_size: int | None = None, across: Shape | None = None) -> list[Case]:
+def variants_of(module: Probe, options: RankOptions | None = None) -> list[Variant]:
+    """A probe's variants for a run with `options`: `variants(options)` where the probe takes them (the built-in
+    families whose cases come from the user's configs), `variants()` otherwise."""
+    function: Any = module.variants
+    try:
+        takes_options = bool(inspect.signature(function).parameters)
+    except (TypeError, ValueError):
+        takes_options = False
+    return list(function(options or RankOptions()) if takes_options else function())
+
+
+def cases_of(module: Probe, node_world_size: int | None = None, across: Shape | None = None,
+             options: RankOptions | None = None) -> list[Case]:
     """A probe's cases: each variant at each world size (the node's too, for `scale_to_node` probes), and in a
     multi-node run the variants it names in `across_nodes` at the whole world size, spanning every node."""
     spec: ProbeSpec = module.SPEC
-    variants = module.variants()
+    variants = variants_of(module, options)
     cases = [Case(probe=spec.name, scenario=spec.scenario, variant=variant.name, world_size=world_size,
                   level=variant.level, params=variant.params, reproduce=variant.reproduce)
              for variant in variants for world_size in spec.world_sizes_for(node_world_size)]
@@ -107,20 +122,57 @@ def cases_of(module: Probe, node_world_size: int | None = None, across: Shape | 
     return cases
 
 
-def all_cases(node_world_size: int | None = None, across: Shape | None = None) -> list[Case]:
-    cases = [case for module in load_modules().values() for case in cases_of(module, node_world_size, across)]
+def all_cases(node_world_size: int | None = None, across: Shape | None = None,
+              options: RankOptions | None = None) -> list[Case]:
+    cases = [case for module in load_modules().values() for case in cases_of(module, node_world_size, across, options)]
     ids = [case.id for case in cases]
     if len(ids) != len(set(ids)):
         raise RegistryError("duplicate case ids in the registry")
     return cases
 
 
-def find_case(case_id: str) -> Case:
+def find_case(case_id: str, options: RankOptions | None = None) -> Case:
     """A case by id; a node-scaled or multi-node one is found from the world size (and nodes) its id carries."""
     match = re.search(r"-ws(\d+)(?:-n(\d+))?\]$", case_id)
     world_size, nodes = (int(match.group(1)), int(match.group(2) or 1)) if match else (None, 1)
     across = (nodes, world_size // nodes) if world_size and nodes > 1 else None
-    for case in all_cases(world_size if nodes == 1 else None, across):
+    for case in all_cases(world_size if nodes == 1 else None, across, options):
         if case.id == case_id:
             return case
     raise KeyError(f"unknown case {case_id!r}")
+
+
+def resolve(entry: CaseEntry, options: RankOptions) -> Case:
+    """A case a launch file names (probe, variant, world size, nodes), with the params its probe's variant has under
+    the launch's `options`: no search of the registry, and nothing read from the rank's environment."""
+    module = get(entry.probe)
+    for variant in variants_of(module, options):
+        if variant.name == entry.variant:
+            spec: ProbeSpec = module.SPEC
+            return Case(probe=spec.name, scenario=spec.scenario, variant=variant.name, world_size=entry.world_size,
+                        level=variant.level, params=variant.params, reproduce=variant.reproduce, nodes=entry.nodes)
+    raise KeyError(f"probe {entry.probe!r} has no variant {entry.variant!r} under this launch's options")
+
+
+@dataclasses.dataclass(frozen=True)
+class CaseEntry:
+    """One case as a launch file names it."""
+
+    probe: str
+    variant: str
+    world_size: int
+    nodes: int = 1
+
+    @classmethod
+    def of(cls, case: Case) -> CaseEntry:
+        return cls(case.probe, case.variant, case.world_size, case.nodes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> CaseEntry:
+        if not isinstance(data, dict) or not isinstance(data.get("probe"), str) or not isinstance(
+                data.get("variant"), str) or not isinstance(data.get("world_size"), int):
+            raise ValueError(f"not a case entry: {str(data)[:200]}")
+        return cls(data["probe"], data["variant"], data["world_size"], int(data.get("nodes", 1)))

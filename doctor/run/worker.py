@@ -24,6 +24,7 @@ from doctor.forensics import capture
 from doctor.procs import die_with_parent
 from doctor.run import registry
 from doctor.run.context import ProbeContext, SkipCase
+from doctor.run.rankoptions import DEFAULTS, RankOptions
 from doctor.run.spec import Case, missing_dependency
 from doctor.rundir import LAUNCH, Beat, LaunchDir, RankLine, setup_name
 from reports.records import ErrorInfo, Outcome
@@ -187,8 +188,9 @@ class Worker:
     """One rank of a launch: the cases in order, each probe's setup once before its first case."""
 
     def __init__(self, launch: LaunchDir, backend: str, rank: int, world_size: int, local_rank: int,
-                 node: int | None = None, shared_gpu: str | None = None) -> None:
-        self.launch, self.backend, self.node, self.shared_gpu = launch, backend, node, shared_gpu
+                 options: RankOptions = DEFAULTS, shared_gpu: str | None = None) -> None:
+        self.launch, self.backend, self.options, self.shared_gpu = launch, backend, options, shared_gpu
+        self.node = options.node_rank
         self.rank, self.world_size, self.local_rank = rank, world_size, local_rank
         self.heartbeat = Heartbeat(launch.heartbeat(rank), rank)
         self.setups: dict[str, ErrorInfo | None] = {}
@@ -197,7 +199,7 @@ class Worker:
     def context(self, case: Case) -> ProbeContext:
         return ProbeContext(case_id=case.id, params=case.params, rank=self.rank, world_size=self.world_size,
                             local_rank=self.local_rank, device=self.device, backend=self.backend,
-                            heartbeat=self.heartbeat.beat, scratch=self.launch.scratch)
+                            heartbeat=self.heartbeat.beat, scratch=self.launch.scratch, options=self.options)
 
     def setup(self, case: Case, module: Any, ctx: ProbeContext) -> ErrorInfo | None:
         """The probe's one-off setup, before its first case (a failure fails each of its cases)."""
@@ -230,8 +232,8 @@ class Worker:
         share = NodeShare(self.launch, self.rank, self.world_size, self.local_rank, self.node) if across_nodes else None
         self.device = init_distributed(self.backend, self.local_rank, self.shared_gpu)
         writer = LineWriter(self.launch.rank_lines(self.rank))
-        for case_id in self.launch.read_cases():
-            case = registry.find_case(case_id)
+        for entry in self.launch.read_entries():
+            case = registry.resolve(registry.CaseEntry.from_dict(entry), self.options)
             module = registry.get(case.probe)
             line = on_node(self.line_for(case, module, self.context(case)), self.node)
             writer.write(line)
@@ -257,9 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     faulthandler.enable()  # a segfault or abort leaves the Python stack in this rank's log
     die_with_parent()  # torchrun SIGKILLed: this rank goes too
     capture.arm(launch, rank, args.backend)  # a hang's stacks and collective record, when the parent asks
-    node = int(os.environ["DS_DOCTOR_NODE_RANK"]) if "DS_DOCTOR_NODE_RANK" in os.environ else None
-    worker = Worker(launch, args.backend, rank, world_size, int(os.environ.get("LOCAL_RANK", "0")), node,
-                    args.shared_gpu)
+    worker = Worker(launch, args.backend, rank, world_size, int(os.environ.get("LOCAL_RANK", "0")),
+                    RankOptions.read(launch.path), args.shared_gpu)
     worker.run(across_nodes=world_size > int(os.environ.get("LOCAL_WORLD_SIZE", world_size)))
     return 0
 

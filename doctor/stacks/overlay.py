@@ -22,8 +22,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -262,21 +261,3 @@ def build(releases: tuple[Release, ...], find_links: Path | None = None,
     finally:
         shutil.rmtree(building, ignore_errors=True)
     return Overlay(releases, target, packages, ignored)
-
-
-@contextmanager
-def first_on_path(overlay: Overlay) -> Iterator[None]:
-    """While it lasts, processes started from here (torchrun, the ranks) import the overlay first, and JIT-build
-    ops (DeepSpeed's) into the overlay's own extensions folder: a release's ops never overwrite the installed one's
-    in torch's shared cache."""
-    before = {name: os.environ.get(name) for name in ("PYTHONPATH", "TORCH_EXTENSIONS_DIR")}
-    os.environ["PYTHONPATH"] = prepended(overlay.path)
-    os.environ["TORCH_EXTENSIONS_DIR"] = str(overlay.path / "torch_extensions")
-    try:
-        yield
-    finally:
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value

@@ -14,13 +14,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import os
 from pathlib import Path
 from typing import Any
 
 from doctor.userinput import MAX_CONFIG_BYTES, UserInputError, parse_yaml, read_file, short
 
-ENV = "DS_DOCTOR_ACCELERATE_CONFIG"
 TYPES = ("DEEPSPEED", "FSDP", "MULTI_GPU", "MULTI_CPU", "NO")
 PRECISIONS = ("no", "fp16", "bf16", "fp8")
 _DS_FIELDS = {"zero_stage": "zero_stage", "offload_optimizer_device": "offload_optimizer_device",
@@ -115,9 +113,10 @@ def _ds_path(setup: AccelerateSetup, ds_file: str) -> Path:
     return Path(ds_file) if Path(ds_file).is_absolute() else Path(setup.path).parent / ds_file
 
 
-def from_env() -> AccelerateSetup | None:
-    path = os.environ.get(ENV)
-    return load(path) if path else None
+@functools.lru_cache(maxsize=4)
+def load_once(path: str) -> AccelerateSetup:
+    """The setup `--accelerate-config` named (its kept copy, from the run options), read once per process."""
+    return load(path)
 
 
 def skip_reason(setup: AccelerateSetup, device_kind: str) -> str | None:

@@ -15,14 +15,12 @@ import dataclasses
 import functools
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from doctor.userinput import MAX_CONFIG_BYTES, Input, UserInputError, keep_copy, parse_json, read_file, short
 from reports.records import Finding, Severity
 
-ENV = "DS_DOCTOR_DEEPSPEED_CONFIG"
 MICRO_BATCH = 2
 ACCUMULATION = 4
 HIDDEN = 32  # the tiny models' hidden size, for the bucket sizes HF derives from it
@@ -84,15 +82,9 @@ def load(path: str | Path) -> UserConfig:
     return UserConfig(str(kept_path(read, path, ".json")), hashlib.sha256(read.data).hexdigest(), text)
 
 
-def user_config() -> UserConfig | None:
-    """The config `--deepspeed-config` named (the CLI puts its path in DS_DOCTOR_DEEPSPEED_CONFIG for the ranks),
-    read once per process."""
-    path = os.environ.get(ENV)
-    return _load_once(path) if path else None
-
-
 @functools.lru_cache(maxsize=4)
-def _load_once(path: str) -> UserConfig:
+def load_once(path: str) -> UserConfig:
+    """The config `--deepspeed-config` named (its kept copy, from the run options), read once per process."""
     return load(path)
 
 

@@ -8,8 +8,8 @@
   what the forward takes (a dict is passed as keyword arguments, a tuple as positional ones).
 
 The loss of a forward is its `.loss`, else the output itself when it is a scalar, else its sum. The spec
-travels to the ranks in `DS_DOCTOR_MODEL`; the parent builds the model once on the CPU to refuse a bad spec
-with one line before anything launches.
+travels to the ranks in the run options (doctor.run.rankoptions); the parent builds the model once on the CPU to
+refuse a bad spec with one line before anything launches.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-ENV = "DS_DOCTOR_MODEL"
 HF_TESTED = ("qwen3", "llama", "mistral", "gpt2", "qwen3_moe", "mixtral")
 TINY: dict[str, Any] = {
     "vocab_size": 128, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
@@ -232,18 +231,6 @@ def _input_vocab(module: Any) -> int:
 
 def build(spec: ModelSpec, world_size: int = 1, seed: int = 0) -> Trainable:
     return _hf(spec.target, seed) if spec.kind == "hf" else _factory(spec.target, world_size, seed)
-
-
-FREEZE_ENV = "DS_DOCTOR_FREEZE"
-
-
-def freeze_pattern() -> str | None:
-    return os.environ.get(FREEZE_ENV) or None
-
-
-def from_env() -> ModelSpec | None:
-    text = os.environ.get(ENV)
-    return ModelSpec.parse(text) if text else None
 
 
 def check(text: str, freeze: str | None = None, stage: Callable[[str], None] = lambda _name: None) -> ModelSpec:

@@ -13,7 +13,8 @@ from doctor.checks.consistency import compare
 from doctor.cluster.nodes import Cluster
 from doctor.cluster.route import facing, named_by_host_name, rendezvous_options
 from doctor.collect.fingerprint import fingerprint
-from doctor.run.launch import launch_environment
+from doctor.run.launch import rank_environment
+from doctor.run.rankoptions import DEFAULTS
 
 
 def own_address() -> str | None:
@@ -56,11 +57,11 @@ def test_gloo_gets_the_interface_facing_a_remote_rendezvous_unless_the_user_chos
         pytest.skip("this machine has no IPv4 address besides loopback")
     monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
     cluster = Cluster(nnodes=2, node_rank=1, host=address, port=29400, rdzv_id="r")
-    env = launch_environment(cluster, across=True)
+    env = rank_environment(DEFAULTS, cluster, across=True)
     assert env["GLOO_SOCKET_IFNAME"] == facing(address, 29400).interface  # type: ignore[union-attr]
     assert env["DS_DOCTOR_CHOSE_GLOO_SOCKET_IFNAME"] == "1"
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "ib0")
-    chosen = launch_environment(cluster, across=True)
+    chosen = rank_environment(DEFAULTS, cluster, across=True)
     assert chosen["GLOO_SOCKET_IFNAME"] == "ib0" and "DS_DOCTOR_CHOSE_GLOO_SOCKET_IFNAME" not in chosen
 
 

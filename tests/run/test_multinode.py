@@ -10,10 +10,11 @@ from pathlib import Path
 from doctor.cluster.exchange import exchange_command
 from doctor.cluster.nodes import Cluster
 from doctor.cluster.route import facing, rendezvous_options
-from doctor.run.launch import launch_environment, torchrun_command
+from doctor.run.launch import rank_environment, torchrun_command
 from doctor.run.multinode import disagreement, plan_hash
 from doctor.run.pipeline import RunOptions, make_plan
 from doctor.run.plan import Hardware
+from doctor.run.rankoptions import DEFAULTS
 from reports.records import Report
 
 CLUSTER = Cluster(nnodes=2, node_rank=1, host="10.0.0.1", port=29400, rdzv_id="job7", join_timeout_s=120)
@@ -57,10 +58,9 @@ def test_launches_across_the_nodes_use_torchruns_c10d_rendezvous(tmp_path: Path)
 
 
 def test_sockets_stay_on_loopback_unless_a_launch_spans_real_hosts() -> None:
-    assert "GLOO_SOCKET_IFNAME" in launch_environment(None)
-    assert "GLOO_SOCKET_IFNAME" in launch_environment(CLUSTER, across=False)  # the cases inside a node
-    env = launch_environment(CLUSTER, across=True)
-    assert env["DS_DOCTOR_NODE_RANK"] == "1" and env["DS_DOCTOR_NNODES"] == "2"
+    assert "GLOO_SOCKET_IFNAME" in rank_environment(DEFAULTS)
+    assert "GLOO_SOCKET_IFNAME" in rank_environment(DEFAULTS, CLUSTER, across=False)  # the cases inside a node
+    env = rank_environment(DEFAULTS, CLUSTER, across=True)
     where = facing(CLUSTER.host, CLUSTER.port)  # the user's choice, else the interface facing the rendezvous
     assert env.get("GLOO_SOCKET_IFNAME") == os.environ.get("GLOO_SOCKET_IFNAME") or (where and where.interface)
 

@@ -11,7 +11,7 @@ from doctor.run import registry
 from doctor.run.launch import torchrun_command
 from doctor.run.merge import merge_case
 from doctor.run.pipeline import RunOptions, make_plan
-from doctor.run.plan import Hardware, node_world_size, plan, select_cases
+from doctor.run.plan import Hardware, node_world_size, plan, select_cases, shared_gpu_mode
 from doctor.rundir import PlannedCase, RankLine
 from reports.console import case_line
 from reports.markdown import render_markdown
@@ -22,8 +22,7 @@ from tests.reports.samples import a_report, case
 SHARED = "2 ranks on 1 GPU(s): nccl, a distinct NCCL_HOSTID per rank"
 
 
-def test_a_case_wider_than_the_node_shares_its_gpu_instead_of_skipping(monkeypatch) -> None:
-    monkeypatch.delenv("DS_DOCTOR_SHARED_GPU", raising=False)
+def test_a_case_wider_than_the_node_shares_its_gpu_instead_of_skipping() -> None:
     run_plan = make_plan(RunOptions(level=3, keyword="zero_offload and z3"), Hardware("cuda", 1))
     assert run_plan.skips == () and run_plan.nproc == 2
     assert {(g.world_size, g.backend, g.shared_gpu) for g in run_plan.groups} == {(1, "nccl", None), (2, "nccl", SHARED)}
@@ -37,11 +36,11 @@ def test_a_case_wider_than_the_node_shares_its_gpu_instead_of_skipping(monkeypat
     assert node_world_size(Hardware("cuda", 1)) == 1  # the hardware families measure the node as it is
 
 
-def test_the_launch_says_how_ranks_share(monkeypatch, tmp_path: Path) -> None:
+def test_the_launch_says_how_ranks_share(tmp_path: Path) -> None:
     cases = select_cases(registry.all_cases(), level=3, keyword="zero_offload and z3 and ws2")
     for mode, backend in (("nccl-hostid", "nccl"), ("gloo", "gloo")):
-        monkeypatch.setenv("DS_DOCTOR_SHARED_GPU", mode)
-        (group,), _ = plan(cases, Hardware("cuda", 1), nproc=2)
+        assert shared_gpu_mode({"DS_DOCTOR_SHARED_GPU": mode}) == mode  # the parent reads it once, into the options
+        (group,), _ = plan(cases, Hardware("cuda", 1), nproc=2, share_mode=mode)
         command = torchrun_command(group, tmp_path)
         at = command.index("--backend")
         assert command[at:at + 4] == ["--backend", backend, "--shared-gpu", mode], command
