@@ -333,7 +333,7 @@ def diff_command(baseline_file: Path, new_file: Path, tolerance_pct: float, as_j
 @click.option("-k", "keyword", metavar="EXPR", help="Filter cases by name, as pytest -k.")
 def list_cases(level: int, keyword: str | None) -> int:
     """List probe families and their cases: scenario, level, world size, requirements."""
-    from doctor.run import registry
+    from doctor.probe import registry
     from doctor.run.plan import detect_hardware, missing_requirements, node_world_size, select_cases
     from reports.console import CaseRow, FamilyRow, make_console, print_list
 

@@ -15,7 +15,7 @@ import click
 
 from doctor.cluster.nodes import MAX_NODES
 from doctor.files import output_kind
-from doctor.run.rankoptions import RankOptions
+from doctor.probe.rankoptions import RankOptions
 from doctor.userinput import MAX_RANKS
 from reports.records import Report
 
@@ -142,7 +142,7 @@ def check_selection(level: int, keyword: str | None, nproc: int | None = None, c
     """A `-k` that parses and selects something: a probe case (across the nodes too, in a multi-node run, and those
     the run's `options` add) or a GPU health result of this node."""
     from doctor.checks.health import PROBE as HEALTH
-    from doctor.run import registry
+    from doctor.probe import registry
     from doctor.run.plan import (
         KeywordError,
         compile_keyword,

@@ -1,5 +1,5 @@
 """The built-in probe families, in the order they run. Each module is a probe written against
-`doctor.plugins` like any third-party probe; `doctor.run.registry` loads them (and the probes other
+`doctor.plugins` like any third-party probe; `doctor.probe.registry` loads them (and the probes other
 packages register). Importing a probe module must stay cheap: heavy imports live inside `setup`/`run`.
 """
 
@@ -8,10 +8,10 @@ PROBE_MODULES = (
     "probes.zero_offload",
     "probes.frozen_param_names",
     "probes.accelerate_deepspeed_lifecycle",
-    "probes.optimizer_coverage",
+    "probes.coverage.probe",
     "probes.optimizer_state_placement",
     "probes.zero3_hooks",
-    "probes.equivalence",
+    "probes.equivalence.probe",
     "probes.comm",
     "probes.compute",
     "probes.fabric",  # only across the nodes of a multi-node run

@@ -16,12 +16,11 @@ import dataclasses
 import types
 from typing import Any
 
-from doctor.checks.lifecycle import PreparedFacts, lifecycle_invariants
-from doctor.knowledge.catalog import RaisedError
-from doctor.plugins import Finding, ProbeContext, ProbeSpec, RankOptions, Requirement, Severity, Variant
-from doctor.usersetup.deepspeed_config import UserConfig, change_findings, fill
-from probes.common import accelerate_session, build_deepspeed_ops, dist_world_size
-from probes.models import HIDDEN, IN_FEATURES, OUT_FEATURES, build_mlp
+from doctor.plugins import Finding, ProbeContext, ProbeSpec, RaisedError, RankOptions, Requirement, Severity, Variant
+from doctor.plugins.checks import PreparedFacts, lifecycle_invariants
+from doctor.plugins.usersetup import UserConfig, change_findings, fill
+from probes.shared.common import accelerate_session, build_deepspeed_ops, dist_world_size
+from probes.shared.models import HIDDEN, IN_FEATURES, OUT_FEATURES, build_mlp
 
 SPEC = ProbeSpec(
     name="accelerate_deepspeed_lifecycle",

@@ -13,9 +13,9 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from doctor.checks import collectives
 from doctor.plugins import Finding, ProbeContext, ProbeSpec, Requirement, Severity, Variant
-from probes.common import time_collective
+from doctor.plugins.checks import collectives
+from probes.shared.common import time_collective
 
 SPEC = ProbeSpec(
     name="comm",

@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from doctor.plugins import Finding, ProbeContext, ProbeSpec, Requirement, Severity, Variant
-from probes.common import synchronize
+from probes.shared.common import synchronize
 
 SPEC = ProbeSpec(
     name="compute",

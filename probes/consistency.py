@@ -6,9 +6,9 @@ on one node)."""
 
 from __future__ import annotations
 
-from doctor.checks.consistency import compare
-from doctor.collect.fingerprint import fingerprint
 from doctor.plugins import ProbeContext, ProbeSpec, Variant
+from doctor.plugins.checks import compare
+from doctor.plugins.collect import fingerprint
 
 SPEC = ProbeSpec(
     name="consistency",

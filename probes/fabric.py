@@ -11,10 +11,9 @@ import socket
 import statistics
 from typing import Any
 
-from doctor.checks import collectives
-from doctor.checks.fabric import fabric_findings, rounds
 from doctor.plugins import Finding, ProbeContext, ProbeSpec, Requirement, Severity, Variant
-from probes.common import time_collective
+from doctor.plugins.checks import collectives, fabric_findings, rounds
+from probes.shared.common import time_collective
 
 SPEC = ProbeSpec(
     name="fabric",

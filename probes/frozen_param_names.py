@@ -22,18 +22,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from doctor.checks.identity import identity_invariants
-from doctor.knowledge.catalog import RaisedError
-from doctor.plugins import Finding, ProbeContext, ProbeSpec, RankOptions, Requirement, Severity, Variant
-from doctor.usersetup.deepspeed_config import (
+from doctor.plugins import Finding, ProbeContext, ProbeSpec, RaisedError, RankOptions, Requirement, Severity, Variant
+from doctor.plugins.checks import identity_invariants
+from doctor.plugins.usersetup import (
     UserConfig,
     change_findings,
     fill,
     route_optimizer,
     trainer_optimizer,
 )
-from probes.common import build_deepspeed_ops, full_values
-from probes.models import build_frozen_model, token_batch
+from probes.shared.common import build_deepspeed_ops, full_values
+from probes.shared.models import build_frozen_model, token_batch
 
 SPEC = ProbeSpec(
     name="frozen_param_names",
@@ -366,7 +365,7 @@ def meta_entries(tag_dir: Path) -> list[str]:
     """Names of tensors stored on meta (no data) in a DeepSpeed checkpoint's model-state files."""
     import torch
 
-    from doctor.collect.devicemap import iter_nested_tensors
+    from doctor.plugins.collect import iter_nested_tensors
 
     empty: list[str] = []
     for path in sorted(tag_dir.glob("*model_states.pt")):

@@ -16,13 +16,11 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from doctor.checks.lifecycle import process_count_agreement
-from doctor.checks.placement import optimizer_state_colocation
-from doctor.checks.structure import buffer_placement, ties_kept
 from doctor.plugins import Finding, ProbeContext, ProbeSpec, RankOptions, Requirement, Severity, Variant
-from doctor.usersetup import accelerate_config
-from probes.common import accelerate_session, dist_world_size
-from probes.models import batch, build_mlp
+from doctor.plugins.checks import buffer_placement, optimizer_state_colocation, process_count_agreement, ties_kept
+from doctor.plugins.usersetup import accelerate_config
+from probes.shared.common import accelerate_session, dist_world_size
+from probes.shared.models import batch, build_mlp
 
 SPEC = ProbeSpec(
     name="optimizer_state_placement",

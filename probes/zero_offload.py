@@ -13,19 +13,18 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from doctor.checks.placement import ZeroPromise, zero_invariants
-from doctor.checks.structure import buffer_placement, ties_kept
-from doctor.collect.observe import observe_unscale_and_clip
 from doctor.plugins import ProbeContext, ProbeSpec, RankOptions, Requirement, Variant
-from doctor.usersetup.deepspeed_config import (
+from doctor.plugins.checks import ZeroPromise, buffer_placement, ties_kept, zero_invariants
+from doctor.plugins.collect import observe_unscale_and_clip
+from doctor.plugins.usersetup import (
     UserConfig,
     change_findings,
     fill,
     route_optimizer,
     trainer_optimizer,
 )
-from probes.common import build_deepspeed_ops
-from probes.models import batch, build_mlp
+from probes.shared.common import build_deepspeed_ops
+from probes.shared.models import batch, build_mlp
 
 SPEC = ProbeSpec(
     name="zero_offload",

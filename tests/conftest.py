@@ -45,7 +45,7 @@ def build_engine(params: Any) -> Any:
     """A real DeepSpeed engine over the probes' tiny MLP, with the zero_offload probe's config for a `ZeroCase`."""
     import deepspeed
 
-    from probes.models import build_mlp
+    from probes.shared.models import build_mlp
     from probes.zero_offload import build_config
 
     model = build_mlp()

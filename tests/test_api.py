@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from doctor.api import inspect
-from probes.models import build_mlp
+from probes.shared.models import build_mlp
 from probes.zero_offload import ZeroCase
 from tests.conftest import build_engine, requires_deepspeed, train_one_step
 

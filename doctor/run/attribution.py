@@ -20,7 +20,7 @@ import dataclasses
 import enum
 from collections.abc import Container, Mapping, Sequence
 
-from doctor.run.spec import Case
+from doctor.probe.spec import Case
 from doctor.rundir import LAUNCH, Beat, setup_name, setup_probe
 
 

@@ -24,13 +24,13 @@ from doctor.cluster.route import facing, rendezvous_options
 from doctor.files import log_tail
 from doctor.forensics import capture, evidence
 from doctor.forensics.flight import BUFFER_ENTRIES
+from doctor.probe.rankoptions import DEFAULTS, RankOptions
+from doctor.probe.registry import CaseEntry
+from doctor.probe.spec import Case
 from doctor.procs import die_with_parent, kill_tree, module_command
 from doctor.redact import scrub_text
 from doctor.run.attribution import Cause, Ending, attribute, remaining, stage_of
 from doctor.run.plan import LaunchGroup, timeout_for
-from doctor.run.rankoptions import DEFAULTS, RankOptions
-from doctor.run.registry import CaseEntry
-from doctor.run.spec import Case
 from doctor.rundir import LAUNCH, LaunchDir, RankLine, RunDir
 from reports.records import Outcome
 

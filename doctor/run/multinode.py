@@ -22,12 +22,12 @@ import doctor
 from doctor.cluster.exchange import ExchangeError, exchange
 from doctor.cluster.nodes import Cluster
 from doctor.hardware.env import collect_environment
+from doctor.probe.rankoptions import RankOptions
 from doctor.redact import scrub
 from doctor.run.build import build_report, utc_now, write_reports
 from doctor.run.launch import rank_environment
 from doctor.run.pipeline import RunOptions, RunPlan, RunReporter, SilentReporter, launch, make_plan, write_manifest
 from doctor.run.plan import node_checks
-from doctor.run.rankoptions import RankOptions
 from doctor.rundir import RunDir
 from reports.records import FAILING, CaseResult, Outcome, Report
 

@@ -14,8 +14,10 @@ from typing import Any, Protocol
 
 from doctor.cluster.nodes import Cluster
 from doctor.hardware.env import collect_environment
+from doctor.probe import registry
+from doctor.probe.rankoptions import DEFAULTS, RankOptions
+from doctor.probe.spec import Case
 from doctor.redact import scrub
-from doctor.run import registry
 from doctor.run.build import build_report, clean_result, utc_now, write_reports
 from doctor.run.launch import LaunchEvents, run_group
 from doctor.run.merge import merge_case, skipped_case
@@ -29,8 +31,6 @@ from doctor.run.plan import (
     plan,
     select_cases,
 )
-from doctor.run.rankoptions import DEFAULTS, RankOptions
-from doctor.run.spec import Case
 from doctor.rundir import Manifest, PlannedCase, RankLine, RunDir
 from doctor.stacks.overlay import Overlay, installed
 from reports.records import CaseResult, Report, format_time

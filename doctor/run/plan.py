@@ -14,8 +14,8 @@ from typing import Any
 
 from doctor.checks.environment import environment_results
 from doctor.checks.health import health_results
-from doctor.run import registry
-from doctor.run.spec import Case, ProbeSpec, missing_dependency, missing_install_lines
+from doctor.probe import registry
+from doctor.probe.spec import Case, ProbeSpec, missing_dependency, missing_install_lines
 from doctor.rundir import setup_probe
 from reports.records import CaseResult
 

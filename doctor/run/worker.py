@@ -21,11 +21,11 @@ from typing import Any
 from doctor.cluster.exchange import rendezvous_store
 from doctor.files import log_tail, write_atomic
 from doctor.forensics import capture
+from doctor.probe import registry
+from doctor.probe.context import ProbeContext, SkipCase
+from doctor.probe.rankoptions import DEFAULTS, RankOptions
+from doctor.probe.spec import Case, missing_dependency
 from doctor.procs import die_with_parent
-from doctor.run import registry
-from doctor.run.context import ProbeContext, SkipCase
-from doctor.run.rankoptions import DEFAULTS, RankOptions
-from doctor.run.spec import Case, missing_dependency
 from doctor.rundir import LAUNCH, Beat, LaunchDir, RankLine, setup_name
 from reports.records import ErrorInfo, Outcome
 

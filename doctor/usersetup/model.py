@@ -8,7 +8,7 @@
   what the forward takes (a dict is passed as keyword arguments, a tuple as positional ones).
 
 The loss of a forward is its `.loss`, else the output itself when it is a scalar, else its sum. The spec
-travels to the ranks in the run options (doctor.run.rankoptions); the parent builds the model once on the CPU to
+travels to the ranks in the run options (doctor.probe.rankoptions); the parent builds the model once on the CPU to
 refuse a bad spec with one line before anything launches.
 """
 

@@ -4,7 +4,7 @@ tests/collect/test_tracked.py)."""
 from __future__ import annotations
 
 from doctor.checks.coverage import step_changes, tracked_set
-from probes.optimizer_coverage import FROZEN, INTENDED
+from probes.coverage.probe import FROZEN, INTENDED
 
 BEFORE = {name: 0 for name in INTENDED}
 

@@ -9,9 +9,9 @@ import torch
 
 from doctor.checks.identity import held_parameters, identity_invariants, no_meta_params, optimizer_params_live, param_name_map
 from doctor.collect.devicemap import Recorder, collect
-from probes.common import full_values
 from probes.frozen_param_names import build_config, meta_entries
-from probes.models import build_frozen_model
+from probes.shared.common import full_values
+from probes.shared.models import build_frozen_model
 from reports.records import Severity
 from tests.conftest import requires_accelerate, requires_deepspeed
 

@@ -16,7 +16,7 @@ from doctor.checks.placement import (
     zero_invariants,
 )
 from doctor.collect.devicemap import Recorder, collect
-from probes.models import build_mlp
+from probes.shared.models import build_mlp
 from probes.zero_offload import ZeroCase, build_config
 from reports.records import Severity, TensorRecord
 from tests.conftest import build_engine, requires_deepspeed, train_one_step

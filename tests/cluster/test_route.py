@@ -13,8 +13,8 @@ from doctor.checks.consistency import compare
 from doctor.cluster.nodes import Cluster
 from doctor.cluster.route import facing, named_by_host_name, rendezvous_options
 from doctor.collect.fingerprint import fingerprint
+from doctor.probe.rankoptions import DEFAULTS
 from doctor.run.launch import rank_environment
-from doctor.run.rankoptions import DEFAULTS
 
 
 def own_address() -> str | None:

@@ -10,7 +10,7 @@ import torch
 
 from doctor.checks.coverage import tracked_live, tracked_set
 from doctor.collect.tracked import clean_name, optimizer_groups, tracked_names
-from probes.optimizer_coverage import FROZEN, INTENDED, build_model, make_optimizer
+from probes.coverage.probe import FROZEN, INTENDED, build_model, make_optimizer
 from tests.conftest import requires_deepspeed
 
 BEFORE = {name: 0 for name in INTENDED}

@@ -11,9 +11,9 @@ import torch
 
 from doctor.checks.placement import optimizer_state_colocation
 from doctor.collect.devicemap import Recorder, collect
-from probes.common import accelerate_session
-from probes.models import batch, build_mlp
 from probes.optimizer_state_placement import make_optimizer, placement
+from probes.shared.common import accelerate_session
+from probes.shared.models import batch, build_mlp
 
 needs_ppsf = pytest.mark.skipif(importlib.util.find_spec("prodigyplus") is None or
                                 importlib.util.find_spec("accelerate") is None,

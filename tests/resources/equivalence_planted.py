@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 from doctor.plugins import Variant
-from probes import equivalence
+from probes.equivalence import probe as equivalence
 
 SPEC = dataclasses.replace(equivalence.SPEC, name="equivalence_planted",
                            description="equivalence with planted divergences (tests only)")

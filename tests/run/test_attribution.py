@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from doctor.probe.spec import Case
 from doctor.run.attribution import (
     Cause,
     Ending,
@@ -15,7 +16,6 @@ from doctor.run.attribution import (
     stage_of,
     victims,
 )
-from doctor.run.spec import Case
 from doctor.rundir import LAUNCH, Beat, setup_name
 
 A1, A2 = Case("alpha", "S2", "one", 2, 2), Case("alpha", "S2", "two", 2, 3)

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from doctor.probe.registry import find_case
 from doctor.run.merge import merge_case
 from doctor.run.pipeline import planned_case
-from doctor.run.registry import find_case
 from doctor.rundir import PlannedCase, RankLine
 from reports.records import ErrorInfo, Finding, Outcome, Severity, TensorRecord, Verdict
 

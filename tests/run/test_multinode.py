@@ -10,11 +10,11 @@ from pathlib import Path
 from doctor.cluster.exchange import exchange_command
 from doctor.cluster.nodes import Cluster
 from doctor.cluster.route import facing, rendezvous_options
+from doctor.probe.rankoptions import DEFAULTS
 from doctor.run.launch import rank_environment, torchrun_command
 from doctor.run.multinode import disagreement, plan_hash
 from doctor.run.pipeline import RunOptions, make_plan
 from doctor.run.plan import Hardware
-from doctor.run.rankoptions import DEFAULTS
 from reports.records import Report
 
 CLUSTER = Cluster(nnodes=2, node_rank=1, host="10.0.0.1", port=29400, rdzv_id="job7", join_timeout_s=120)

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from doctor.probe.registry import EXTRA_ENV
 from doctor.run import pipeline
 from doctor.run.plan import Hardware
-from doctor.run.registry import EXTRA_ENV
 from doctor.rundir import RunDir
 from reports.records import CaseResult, ExitCode, Outcome
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from doctor.plugins import ProbeSpec, Requirement
-from doctor.run import registry
+from doctor.probe import registry
 from doctor.run.pipeline import RunOptions, make_plan
 from doctor.run.plan import (
     MAX_KEYWORD_CHARS,

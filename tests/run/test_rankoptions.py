@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from doctor.cli import main
-from doctor.run import registry
+from doctor.probe import registry
+from doctor.probe.rankoptions import DEFAULTS, FILE_NAME, RankOptions, RankOptionsError
 from doctor.run.launch import rank_environment
-from doctor.run.rankoptions import DEFAULTS, FILE_NAME, RankOptions, RankOptionsError
 from doctor.rundir import LaunchDir
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from doctor.probe.registry import find_case
 from doctor.run.pipeline import planned_case
 from doctor.run.recover import UNFINISHED, InputError, load_report_file, report_from_run_dir
-from doctor.run.registry import find_case
 from doctor.rundir import Manifest, RankLine, RunDir
 from reports.records import Outcome, validate
 from tests.reports.samples import a_report, case

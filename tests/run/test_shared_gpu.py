@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from doctor.checks.baseline import measure_changes
-from doctor.run import registry
+from doctor.probe import registry
 from doctor.run.launch import torchrun_command
 from doctor.run.merge import merge_case
 from doctor.run.pipeline import RunOptions, make_plan

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from doctor.plugins import ProbeContext
-from doctor.run.registry import find_case
+from doctor.probe.registry import find_case
 from doctor.run.worker import rank_outcome, run_case, setup_failure_line
 from doctor.rundir import RankLine
 from reports.records import ErrorInfo, Finding, Outcome, Severity

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from doctor.collect.devicemap import Recorder, collect
-from doctor.run.rankoptions import RankOptions
-from doctor.run.spec import Requirement, missing_dependency
+from doctor.probe.rankoptions import RankOptions
+from doctor.probe.spec import Requirement, missing_dependency
 from reports.hang import StageTime
 from reports.measures import MEASURES
 from reports.records import Finding, TensorRecord

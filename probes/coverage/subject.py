@@ -7,9 +7,9 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from doctor.collect.tracked import clean_name
 from doctor.plugins import ProbeContext
-from doctor.usersetup.deepspeed_config import UserConfig, change_findings, fill
+from doctor.plugins.collect import clean_name
+from doctor.plugins.usersetup import UserConfig, change_findings, fill
 
 
 @dataclasses.dataclass

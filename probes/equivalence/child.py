@@ -1,5 +1,5 @@
-"""The resumed half of an equivalence resume case: `python -m probes.equivalence_child '<json>'` is one rank of
-the new process group `probes.equivalence_resume.spawn` starts. It builds the route afresh, loads the checkpoint,
+"""The resumed half of an equivalence resume case: `python -m probes.equivalence.child '<json>'` is one rank of
+the new process group `probes.equivalence.resume.spawn` starts. It builds the route afresh, loads the checkpoint,
 notes what it holds and trains the remaining steps, writing it all to a file the case's rank reads back."""
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from doctor.plugins import ProbeContext, RankOptions
-from probes import equivalence_trainer
-from probes.common import accelerate_session
-from probes.equivalence_resume import fingerprint
-from probes.equivalence_routes import Route
-from probes.equivalence_setup import open_session
-from probes.equivalence_subject import current_subject
+from probes.equivalence import trainer as equivalence_trainer
+from probes.equivalence.resume import fingerprint
+from probes.equivalence.routes import Route
+from probes.equivalence.sessions import open_session
+from probes.equivalence.subject import current_subject
+from probes.shared.common import accelerate_session
 
 
 def resume_child(ctx: ProbeContext, k: int, directory: Path) -> dict[str, Any]:
@@ -42,12 +42,11 @@ def resume_child(ctx: ProbeContext, k: int, directory: Path) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m probes.equivalence_child '<json>'`: one rank of the new process group."""
+    """`python -m probes.equivalence.child '<json>'`: one rank of the new process group."""
     import torch
     import torch.distributed as dist
 
-    from doctor.procs import die_with_parent
-    from doctor.run import registry
+    from doctor.plugins.process import die_with_parent, find_case
 
     started = time.monotonic()
     die_with_parent()
@@ -60,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     dist.init_process_group(backend=args["backend"])
     options = RankOptions.from_json(args["options"])  # the case's own run options, not this process's environment
-    case = registry.find_case(args["case"], options)
+    case = find_case(args["case"], options)
     ctx = ProbeContext(case_id=case.id, params=case.params, rank=rank, world_size=world_size,
                        local_rank=int(os.environ["LOCAL_RANK"]), device=args["device"], backend=args["backend"],
                        options=options)

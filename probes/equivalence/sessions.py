@@ -1,13 +1,14 @@
 """How an equivalence case builds its route and judges it: the family's settings (or the user's DeepSpeed /
 Accelerate config made runnable here) as a `Hyper` the reference reproduces, the session that trains the route, and
 the comparison of the route's steps with the reference's (`doctor.checks.equivalence`). Shared by the case
-(`probes.equivalence`), the resumed process (`probes.equivalence_resume`) and the Trainer route."""
+(`probes.equivalence`), the resumed process (`probes.equivalence.resume`) and the Trainer route."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from doctor.checks.equivalence import (
+from doctor.plugins import ProbeContext, Requirement
+from doctor.plugins.checks import (
     Tolerance,
     divergence_finding,
     first_divergence,
@@ -15,18 +16,17 @@ from doctor.checks.equivalence import (
     missing_finding,
     worst_ratio,
 )
-from doctor.plugins import ProbeContext, Requirement
-from doctor.usersetup import accelerate_config
-from doctor.usersetup.deepspeed_config import (
+from doctor.plugins.usersetup import (
     TRAINER_OPTIMIZER,
     UserConfig,
+    accelerate_config,
     change_findings,
     fill,
     route_optimizer,
     trainer_optimizer,
 )
-from probes.equivalence_routes import SESSIONS, AccelerateSession, DeepSpeedSession, Route, Session
-from probes.equivalence_subject import (
+from probes.equivalence.routes import SESSIONS, AccelerateSession, DeepSpeedSession, Route, Session
+from probes.equivalence.subject import (
     Hyper,
     StepRecord,
     Subject,

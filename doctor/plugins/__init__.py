@@ -21,13 +21,17 @@ A probe is a module (or an object) with `SPEC`, `variants()`, `run(ctx)` and opt
 
 Register it from another package through the entry-point group `ds_doctor.probes`
 (`my_probe = my_package.my_probe` under `[options.entry_points]`), or with `DS_DOCTOR_EXTRA_PROBES=my_package.my_probe`.
-docs/writing-probes.md walks through a complete one. ds-doctor's own families (`probes/`) use this module too.
+docs/writing-probes.md walks through a complete one. ds-doctor's own families (`probes/`) use this package and
+nothing else of ds-doctor: its submodules hold what they need beyond the core, `checks` (the invariants), `collect`
+(what a probe records beyond `ctx.snapshot`), `usersetup` (the user's configs and model) and `process` (a case that
+goes on in a process of its own).
 """
 
-from doctor.run.context import ProbeContext, SkipCase
-from doctor.run.rankoptions import RankOptions
-from doctor.run.registry import ENTRY_POINT_GROUP, EXTRA_ENV
-from doctor.run.spec import SCENARIOS, ProbeSpec, Requirement, Variant
+from doctor.knowledge.catalog import RaisedError
+from doctor.probe.context import ProbeContext, SkipCase
+from doctor.probe.rankoptions import RankOptions
+from doctor.probe.registry import ENTRY_POINT_GROUP, EXTRA_ENV
+from doctor.probe.spec import SCENARIOS, ProbeSpec, Requirement, Variant
 from reports.measures import MEASURES
 from reports.records import Finding, Severity, TensorRecord
 
@@ -39,6 +43,7 @@ __all__ = [
     "Finding",
     "ProbeContext",
     "ProbeSpec",
+    "RaisedError",
     "RankOptions",
     "Requirement",
     "Severity",

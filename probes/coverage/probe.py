@@ -16,14 +16,13 @@ import importlib.util
 from collections.abc import Callable
 from typing import Any
 
-from doctor.checks.coverage import step_changes, tracked_live, tracked_set
-from doctor.checks.lifecycle import process_count_agreement
-from doctor.collect.tracked import Tracked, clean_name, optimizer_groups, tracked_names
 from doctor.plugins import ProbeContext, ProbeSpec, RankOptions, Requirement, Variant
-from doctor.usersetup.deepspeed_config import UserConfig
-from probes.common import accelerate_session, build_deepspeed_ops, dist_world_size
-from probes.common import full_values as gathered_values
-from probes.coverage_subject import Subject, subject, user_ds_config
+from doctor.plugins.checks import process_count_agreement, step_changes, tracked_live, tracked_set
+from doctor.plugins.collect import Tracked, clean_name, optimizer_groups, tracked_names
+from doctor.plugins.usersetup import UserConfig
+from probes.coverage.subject import Subject, subject, user_ds_config
+from probes.shared.common import accelerate_session, build_deepspeed_ops, dist_world_size
+from probes.shared.common import full_values as gathered_values
 
 SPEC = ProbeSpec(
     name="optimizer_coverage",
@@ -365,7 +364,7 @@ def _accelerate_fsdp(ctx: ProbeContext, route: Route, cleanup: contextlib.ExitSt
 
 
 def _composer(ctx: ProbeContext, route: Route, cleanup: contextlib.ExitStack) -> Wrapped:
-    from probes.coverage_composer import composer_trainer
+    from probes.coverage.composer import composer_trainer
 
     def optimizer_of(module: Any) -> Any:
         return (grouped_optimizer if route.groups else make_optimizer)(module, route.parts)

@@ -21,7 +21,7 @@ import struct
 from collections.abc import Sequence
 from typing import Any
 
-from doctor.checks.equivalence import UNIT_ROUNDOFF
+from doctor.plugins.checks import UNIT_ROUNDOFF
 
 SHADOW_FACTOR = 4.0
 

@@ -11,11 +11,11 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from doctor.collect.tracked import clean_name
 from doctor.plugins import ProbeContext
-from doctor.usersetup.deepspeed_config import UserConfig
-from probes.common import full_values
-from probes.equivalence_subject import Hyper, StepRecord, Subject, full_params
+from doctor.plugins.collect import clean_name
+from doctor.plugins.usersetup import UserConfig
+from probes.equivalence.subject import Hyper, StepRecord, Subject, full_params
+from probes.shared.common import full_values
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,53 @@
+"""The invariants a probe checks its device maps and results with: each a pure function returning findings (the
+built-in families use exactly these; docs/invariants.md says what each holds)."""
+
+from doctor.checks import collectives
+from doctor.checks.consistency import compare
+from doctor.checks.coverage import step_changes, tracked_live, tracked_set
+from doctor.checks.equivalence import (
+    UNIT_ROUNDOFF,
+    Gap,
+    Tolerance,
+    continuation_finding,
+    divergence_finding,
+    first_divergence,
+    largest,
+    missing_finding,
+    not_restored,
+    worst_ratio,
+)
+from doctor.checks.fabric import fabric_findings, rounds
+from doctor.checks.identity import identity_invariants
+from doctor.checks.lifecycle import PreparedFacts, lifecycle_invariants, process_count_agreement
+from doctor.checks.placement import ZeroPromise, optimizer_state_colocation, zero_invariants
+from doctor.checks.structure import buffer_placement, ties_kept, zero3_hooks_own_state
+
+__all__ = [
+    "UNIT_ROUNDOFF",
+    "Gap",
+    "PreparedFacts",
+    "Tolerance",
+    "ZeroPromise",
+    "buffer_placement",
+    "collectives",
+    "compare",
+    "continuation_finding",
+    "divergence_finding",
+    "fabric_findings",
+    "first_divergence",
+    "identity_invariants",
+    "largest",
+    "lifecycle_invariants",
+    "missing_finding",
+    "not_restored",
+    "optimizer_state_colocation",
+    "process_count_agreement",
+    "rounds",
+    "step_changes",
+    "ties_kept",
+    "tracked_live",
+    "tracked_set",
+    "worst_ratio",
+    "zero3_hooks_own_state",
+    "zero_invariants",
+]
