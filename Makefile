@@ -26,7 +26,7 @@ $(BIN)/.installed: setup.cfg pyproject.toml
 		-e ".[deepspeed,$(EXTRAS)$(if $(WHEELHOUSE),,$(comma)dev)]"
 	@# DeepSpeed's ops (its Adams, the CPU shared-memory comm) JIT-built once into torch's extensions cache (~2 min
 	@# on 2 cores), here rather than inside the first run or test; a node without a compiler builds nothing here
-	$(BIN)/python -m probes.shared.common || echo "DeepSpeed's ops did not build here; the probes try again on first use"
+	$(BIN)/python -m ds_doctor.probes.shared.common || echo "DeepSpeed's ops did not build here; the probes try again on first use"
 	touch $@
 
 comma := ,
@@ -77,13 +77,13 @@ fuzz: $(BIN)/.installed
 # the known-issue catalog measured: each planned entry's case on overlays of the releases at both ends of its range
 # (downloads and builds releases: never part of `make test`, which checks the records it writes against the ranges)
 verify-catalog: $(BIN)/.installed
-	$(BIN)/python -m doctor.stacks.verify
+	$(BIN)/python -m ds_doctor.stacks.verify
 
 # what upstream just broke or fixed: level 3 on the stack as installed and on an overlay of the newest deepspeed,
 # accelerate and transformers (those newer than installed), side by side in one report (downloads: not in make test)
 canary: $(BIN)/.installed
 	$(BIN)/ds-doctor run --level 3 --out ds-doctor-reports/canary \
-		$$($(BIN)/python -m doctor.stacks.verify --newest deepspeed accelerate transformers)
+		$$($(BIN)/python -m ds_doctor.stacks.verify --newest deepspeed accelerate transformers)
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check doctor probes reports tests bench

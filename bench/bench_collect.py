@@ -74,10 +74,10 @@ def best(run: Callable[[], Any]) -> tuple[float, Any]:
 
 def measure(kind: str) -> list[tuple[str, int, float]]:
     """(what, records, best seconds) for one shape: inspect, then each of the watch's moments."""
-    from doctor.api import inspect
-    from doctor.watch import moments
-    from doctor.watch.target import Target, name_map_of
-    from doctor.watch.watcher import no_gc
+    from ds_doctor.api import inspect
+    from ds_doctor.watch import moments
+    from ds_doctor.watch.target import Target, name_map_of
+    from ds_doctor.watch.watcher import no_gc
 
     model, optimizer = build(kind)
     gc.collect()

@@ -32,7 +32,7 @@ def main() -> int:
     if ds_report is None:
         print("ds_report not found: pip install deepspeed")
         return 1
-    doctor = time_command([sys.executable, "-m", "doctor.cli", "env"])
+    doctor = time_command([sys.executable, "-m", "ds_doctor.cli", "env"])
     peer = time_command([ds_report])
     ratio = doctor / peer
     print(f"ds-doctor env: {doctor * 1000:.0f} ms (median of {REPEATS})")

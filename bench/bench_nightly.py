@@ -12,7 +12,7 @@ from pathlib import Path
 
 from runs import timed_run
 
-from reports.measures import format_measure
+from ds_doctor.reports.measures import format_measure
 
 REPEATS = 3
 LEVEL1_TARGET_S = 5.0

@@ -1,12 +1,12 @@
 """The Python API: the same collectors and invariants, inside a user's own training job.
 
-    from doctor.api import watch, DoctorCallback
+    from ds_doctor.api import watch, DoctorCallback
     w = watch(engine)                        # a DeepSpeed engine, right after deepspeed.initialize
     w = watch(accelerator)                   # an Accelerator, right after prepare
     trainer.add_callback(DoctorCallback())   # an HF Trainer
     # options: out="ds-doctor-watch.json", every=None | N (steps), raise_on=None | "error"
 
-    from doctor.api import inspect           # one snapshot, placement only
+    from ds_doctor.api import inspect           # one snapshot, placement only
     result = inspect(model, optimizer, engine=engine, stage="after_step")
 
 Metadata only: nothing is copied or synced; a watch gathers findings (never tensors) once per moment.
@@ -20,20 +20,20 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from doctor.checks.placement import (
+from ds_doctor.checks.placement import (
     ZeroPromise,
     fp32_partition_placement,
     grad_accum_dtype,
     optimizer_state_colocation,
     param_partition_placement,
 )
-from doctor.collect.devicemap import Recorder, collect
-from doctor.files import write_atomic
-from doctor.redact import scrub
-from doctor.watch.hooks import Session, attach_accelerator, attach_engine
-from doctor.watch.target import Target, current_rank, engine_config, is_accelerator, is_deepspeed_engine
-from doctor.watch.watcher import DoctorError, Watch
-from reports.records import Finding, TensorRecord
+from ds_doctor.collect.devicemap import Recorder, collect
+from ds_doctor.files import write_atomic
+from ds_doctor.redact import scrub
+from ds_doctor.reports.records import Finding, TensorRecord
+from ds_doctor.watch.hooks import Session, attach_accelerator, attach_engine
+from ds_doctor.watch.target import Target, current_rank, engine_config, is_accelerator, is_deepspeed_engine
+from ds_doctor.watch.watcher import DoctorError, Watch
 
 __all__ = ["DoctorError", "Inspection", "Watch", "inspect", "watch"]
 
@@ -91,7 +91,7 @@ def watch(obj: Any, *, out: str | Path | None = "ds-doctor-watch.json", every: i
 def __getattr__(name: str) -> Any:
     """`DoctorCallback` imports transformers: only when asked for."""
     if name == "DoctorCallback":
-        from doctor.watch.callback import DoctorCallback
+        from ds_doctor.watch.callback import DoctorCallback
 
         return DoctorCallback
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -16,11 +16,11 @@ from typing import Any
 
 import click
 
-import doctor
-from doctor.cli_fleet import fleet
-from doctor.cli_outputs import say_where_the_run_is, show_paths, write_extra_formats, write_user_output
-from doctor.cli_triage import triage
-from doctor.options import (
+import ds_doctor
+from ds_doctor.cli_fleet import fleet
+from ds_doctor.cli_outputs import say_where_the_run_is, show_paths, write_extra_formats, write_user_output
+from ds_doctor.cli_triage import triage
+from ds_doctor.options import (
     FRACTION,
     NNODES,
     NODE_RANK,
@@ -37,7 +37,7 @@ from doctor.options import (
     one_line,
     writable_dir,
 )
-from reports.records import ExitCode, Report
+from ds_doctor.reports.records import ExitCode, Report
 
 
 @dataclasses.dataclass
@@ -49,7 +49,7 @@ class CliState:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(doctor.__version__, prog_name="ds-doctor")
+@click.version_option(ds_doctor.__version__, prog_name="ds-doctor")
 @click.option("--debug", is_flag=True, help="Show tracebacks of the doctor's own errors.")
 @click.pass_obj
 def cli(state: CliState, debug: bool) -> None:
@@ -63,7 +63,7 @@ def cli(state: CliState, debug: bool) -> None:
 
 def run_pipeline(options: Any, progress: Any) -> tuple[Report, dict[str, Path]]:
     """On one node the pipeline; across nodes the same between two exchanges (a disagreement is a usage error)."""
-    from doctor.run import multinode, pipeline
+    from ds_doctor.run import multinode, pipeline
 
     if options.cluster is None:
         return pipeline.run(options, progress)
@@ -75,9 +75,9 @@ def run_pipeline(options: Any, progress: Any) -> tuple[Report, dict[str, Path]]:
 
 def diff_against(baseline: Report, report: Report, tolerance_pct: float, json_path: Path) -> tuple[str, Path, bool]:
     """`run --baseline`: the diff as Markdown, written beside the report; whether anything regressed."""
-    from doctor.checks.baseline import diff_reports
-    from doctor.files import write_atomic
-    from reports.diff import render_diff
+    from ds_doctor.checks.baseline import diff_reports
+    from ds_doctor.files import write_atomic
+    from ds_doctor.reports.diff import render_diff
 
     diff = diff_reports(baseline, report, tolerance_pct)  # beside the report: a file of ds-doctor's own naming
     text, path = render_diff(diff), json_path.with_suffix(".diff.md")
@@ -131,7 +131,7 @@ def diff_against(baseline: Report, report: Report, tolerance_pct: float, json_pa
 def run(state: CliState, **given: Any) -> int:
     """Run the probes that fit this node (or, with --nnodes, the nodes of a job) and write the report (and, with
     --baseline, the diff)."""
-    from doctor.procs import reaping
+    from ds_doctor.procs import reaping
 
     args = RunArgs(**given)
     check_writable_file(args.junit_file, "--junit")  # every output is checked before anything runs or is created
@@ -186,8 +186,8 @@ def run_options(state: CliState, args: RunArgs) -> tuple[Any, Report | None]:
     """Every option checked (each refusal one line, exit 2) and turned into the one value the run reads: the
     pipeline's options, which hold the ranks' (`RankOptions`); and the baseline. Nothing is put into this
     process's environment."""
-    from doctor.run import pipeline
-    from doctor.run.plan import shared_gpu_mode
+    from ds_doctor.run import pipeline
+    from ds_doctor.run.plan import shared_gpu_mode
 
     cluster = cluster_from(args.nnodes, args.node_rank, args.rdzv_endpoint, args.rdzv_id, args.join_timeout_s)
     user = check_user_setup(args.ds_config, args.model_spec, args.acc_config, args.freeze, args.timeout_s)
@@ -213,8 +213,8 @@ def build_overlays(with_releases: tuple[str, ...], find_links: Path | None, clus
             raise click.UsageError(f"{'--find-links' if find_links is not None else '--ignore-pins'} is for --with: "
                                    "it says how the named releases are installed")
         return ()
-    from doctor.stacks.overlay import build, parse_releases
-    from doctor.stacks.pins import build_ignoring_pins
+    from ds_doctor.stacks.overlay import build, parse_releases
+    from ds_doctor.stacks.pins import build_ignoring_pins
 
     if cluster is not None:
         raise click.UsageError("--with runs on one node: every node would need the same overlay (run it per node)")
@@ -225,10 +225,10 @@ def build_overlays(with_releases: tuple[str, ...], find_links: Path | None, clus
 
 def run_with_progress(options: Any, json_stdout: bool) -> tuple[Any, tuple[Report, dict[str, Path]]]:
     """The run under its live progress; on SIGINT, say where the finished cases are."""
-    from reports.console import RunProgress, make_console
+    from ds_doctor.reports.console import RunProgress, make_console
 
     console = make_console(stderr=json_stdout)
-    progress = RunProgress(console, doctor.__version__, options.level)
+    progress = RunProgress(console, ds_doctor.__version__, options.level)
     try:
         return console, run_pipeline(options, progress)
     except KeyboardInterrupt:
@@ -241,11 +241,11 @@ def run_with_progress(options: Any, json_stdout: bool) -> tuple[Any, tuple[Repor
 
 def show_run(console: Any, report: Report, paths: dict[str, Path], diff_text: str | None, cluster: Any) -> None:
     """The closing summary, the baseline's diff, where the files went (or, on a node that writes none, which does)."""
-    from reports.console import print_summary
+    from ds_doctor.reports.console import print_summary
 
     print_summary(report, console)
     if report.stacks:
-        from reports.stacks import changes
+        from ds_doctor.reports.stacks import changes
 
         for change in changes(report) or ():
             console.print(change.line(), markup=False, highlight=False, soft_wrap=True)
@@ -253,7 +253,7 @@ def show_run(console: Any, report: Report, paths: dict[str, Path], diff_text: st
         console.print(diff_text, markup=False, highlight=False, soft_wrap=True)
     show_paths(console, paths)
     if cluster is not None and not paths:
-        from doctor.run.multinode import report_writer
+        from ds_doctor.run.multinode import report_writer
 
         writer = report_writer(report)
         console.print(f"node {cluster.node_rank}: the report is written on node {writer} ({report.host_of(writer)})",
@@ -314,8 +314,8 @@ def diff_command(baseline_file: Path, new_file: Path, tolerance_pct: float, as_j
 
     Exit code 0 when nothing regressed, 1 on a regression.
     """
-    from doctor.checks.baseline import diff_reports
-    from reports.diff import render_diff
+    from ds_doctor.checks.baseline import diff_reports
+    from ds_doctor.reports.diff import render_diff
 
     check_writable_file(out_file, "--out")
     check_distinct({"--out": out_file}, {"BASELINE": baseline_file, "NEW": new_file})
@@ -333,9 +333,9 @@ def diff_command(baseline_file: Path, new_file: Path, tolerance_pct: float, as_j
 @click.option("-k", "keyword", metavar="EXPR", help="Filter cases by name, as pytest -k.")
 def list_cases(level: int, keyword: str | None) -> int:
     """List probe families and their cases: scenario, level, world size, requirements."""
-    from doctor.probe import registry
-    from doctor.run.plan import detect_hardware, missing_requirements, node_world_size, select_cases
-    from reports.console import CaseRow, FamilyRow, make_console, print_list
+    from ds_doctor.probe import registry
+    from ds_doctor.reports.console import CaseRow, FamilyRow, make_console, print_list
+    from ds_doctor.run.plan import detect_hardware, missing_requirements, node_world_size, select_cases
 
     check_selection(3, keyword)
     cases = select_cases(registry.all_cases(node_world_size(detect_hardware())), level=level, keyword=keyword)
@@ -349,9 +349,9 @@ def list_cases(level: int, keyword: str | None) -> int:
 @click.option("--json", "as_json", is_flag=True, help="Print the environment section as JSON.")
 def env(as_json: bool) -> int:
     """The environment and hardware sections alone (fast: imports neither torch nor deepspeed)."""
-    from doctor.hardware.env import collect_environment
-    from doctor.redact import scrub
-    from reports.console import environment_lines
+    from ds_doctor.hardware.env import collect_environment
+    from ds_doctor.redact import scrub
+    from ds_doctor.reports.console import environment_lines
 
     environment, hardware = scrub(collect_environment())
     if as_json:
@@ -377,10 +377,10 @@ def report(path: Path, out_dir: Path | None, json_stdout: bool, anonymize: bool,
     Cases that never finished are marked; truncated result lines are skipped with a warning.
     Exit code as for `run`: 0 nothing failed, 1 a case failed, errored, timed out or never finished.
     """
-    from doctor.redact import scrub_text
-    from doctor.run.build import write_reports
-    from doctor.run.recover import InputError, load_report_file, report_from_run_dir
-    from reports.console import make_console, print_summary
+    from ds_doctor.redact import scrub_text
+    from ds_doctor.reports.console import make_console, print_summary
+    from ds_doctor.run.build import write_reports
+    from ds_doctor.run.recover import InputError, load_report_file, report_from_run_dir
 
     if not path.exists():
         raise click.BadParameter(f"{path}: no such file or directory", param_hint="PATH")

@@ -1,6 +1,6 @@
 """`ds-doctor fleet`: many nodes' reports (what `run` and the nightly job write) as one table.
 
-Every file is read as `diff` reads one (`doctor.run.recover.load_report_file`: size-bounded, checked against its
+Every file is read as `diff` reads one (`ds_doctor.run.recover.load_report_file`: size-bounded, checked against its
 schema, scrubbed); a file it cannot use is one line, listed under "Unreadable reports", and the rest go on. With
 nothing readable left it is a usage error (exit 2). In a directory the files `run` writes
 (`ds-doctor-<host>-<UTC time>….json`) are found at any depth up to MAX_DEPTH (links to directories not followed),
@@ -18,10 +18,10 @@ from pathlib import Path
 
 import click
 
-from doctor.checks.baseline import DEFAULT_TOLERANCE_PCT
-from doctor.checks.fleet import Source, build_fleet
-from doctor.options import TOLERANCE, check_distinct, check_writable_file, one_line
-from reports.fleet import Unreadable, render_fleet
+from ds_doctor.checks.baseline import DEFAULT_TOLERANCE_PCT
+from ds_doctor.checks.fleet import Source, build_fleet
+from ds_doctor.options import TOLERANCE, check_distinct, check_writable_file, one_line
+from ds_doctor.reports.fleet import Unreadable, render_fleet
 
 PATTERN = "ds-doctor-*.json"
 #: `report_basename`'s names: the host (one safe path component), the start time, `report`'s suffix, a retry's pid.
@@ -61,7 +61,7 @@ def fleet(sources: tuple[Path, ...], tolerance_pct: float, as_json: bool, out_fi
     built = build_fleet(read, unreadable, tolerance_pct, not_read)
     text = render_fleet(built)
     if out_file is not None:
-        from doctor.cli_outputs import write_user_output
+        from ds_doctor.cli_outputs import write_user_output
 
         write_user_output(out_file, text, "--out")
     click.echo(json.dumps(built.to_dict(), indent=2) if as_json else text, nl=as_json)
@@ -130,8 +130,8 @@ def _take(entry: os.DirEntry[str], depth: int, stack: list[tuple[Path, int]], fo
 def read_reports(groups: list[list[Path]], unreadable: list[Unreadable]) -> tuple[list[Source], int]:
     """Each group read newest first until one reads well and is the host its name says; the rest of that group
     is not read (counted). Every file that cannot be used is one entry of `unreadable`."""
-    from doctor.files import safe_component
-    from doctor.run.recover import InputError, load_report_file
+    from ds_doctor.files import safe_component
+    from ds_doctor.run.recover import InputError, load_report_file
 
     read, not_read = [], 0
     for group in groups:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from doctor.options import WORLD_SIZE
+from ds_doctor.options import WORLD_SIZE
 
 
 @click.command()
@@ -28,9 +28,9 @@ def triage(source: str, as_json: bool, as_markdown: bool, world_size: int | None
         raise click.UsageError("--json and --markdown are two outputs: give one")
     if source != "-" and Path(source).is_dir():
         return triage_dumps(Path(source), as_json)
-    from doctor.hardware.env import nccl_version, package_versions
-    from doctor.knowledge.triage import read_log, read_report, read_source
-    from reports.triage import render_findings, render_triage, render_triage_markdown, render_versions
+    from ds_doctor.hardware.env import nccl_version, package_versions
+    from ds_doctor.knowledge.triage import read_log, read_report, read_source
+    from ds_doctor.reports.triage import render_findings, render_triage, render_triage_markdown, render_versions
 
     log = read_source(source)  # bounded: the tail of a big or endless input, a compressed log decompressed
     for note in log.notes:
@@ -54,9 +54,9 @@ def triage(source: str, as_json: bool, as_markdown: bool, world_size: int | None
 
 
 def triage_dumps(directory: Path, as_json: bool) -> int:
-    from doctor.forensics.evidence import judge
-    from doctor.forensics.flight import load_dir, positions
-    from reports.triage import render_findings, render_positions
+    from ds_doctor.forensics.evidence import judge
+    from ds_doctor.forensics.flight import load_dir, positions
+    from ds_doctor.reports.triage import render_findings, render_positions
 
     dumps, problems = load_dir(directory)
     if not dumps:

@@ -13,11 +13,11 @@ from typing import Any
 
 import click
 
-from doctor.cluster.nodes import MAX_NODES
-from doctor.files import output_kind
-from doctor.probe.rankoptions import RankOptions
-from doctor.userinput import MAX_RANKS
-from reports.records import Report
+from ds_doctor.cluster.nodes import MAX_NODES
+from ds_doctor.files import output_kind
+from ds_doctor.probe.rankoptions import RankOptions
+from ds_doctor.reports.records import Report
+from ds_doctor.userinput import MAX_RANKS
 
 #: One line on stderr: a usage error quoting a 100 KB option, or one holding escape sequences, stays one short line.
 ONE_LINE_CHARS = 500
@@ -26,7 +26,7 @@ ONE_LINE_CHARS = 500
 def one_line(text: str, limit: int = ONE_LINE_CHARS) -> str:
     """A message for stderr: secrets scrubbed, control characters shown escaped, on one line, at most `limit`
     characters."""
-    from doctor.redact import scrub_text
+    from ds_doctor.redact import scrub_text
 
     text = scrub_text(text[: limit * 4])
     shown = "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
@@ -125,7 +125,7 @@ def writable_dir(path: Path) -> Path:
 
 def load_report(path: Path, hint: str) -> Report:
     """A report JSON for diffing; anything else is a usage error naming the option or argument."""
-    from doctor.run.recover import InputError, load_report_file
+    from ds_doctor.run.recover import InputError, load_report_file
 
     if path.is_dir():
         raise click.BadParameter(f"{path} is a directory; give a report JSON (ds-doctor-*.json)", param_hint=hint)
@@ -141,9 +141,9 @@ def check_selection(level: int, keyword: str | None, nproc: int | None = None, c
                     options: RankOptions | None = None) -> None:
     """A `-k` that parses and selects something: a probe case (across the nodes too, in a multi-node run, and those
     the run's `options` add) or a GPU health result of this node."""
-    from doctor.checks.health import PROBE as HEALTH
-    from doctor.probe import registry
-    from doctor.run.plan import (
+    from ds_doctor.checks.health import PROBE as HEALTH
+    from ds_doctor.probe import registry
+    from ds_doctor.run.plan import (
         KeywordError,
         compile_keyword,
         default_nproc,
@@ -171,12 +171,12 @@ def check_selection(level: int, keyword: str | None, nproc: int | None = None, c
         raise click.BadParameter(f"{keyword!r} selects only level-3 cases; add --level 3", param_hint="-k")
 
 
-#: More ranks than GPUs share them (doctor.run.plan.shared_gpu); beyond this many to one GPU, a typo is likelier.
+#: More ranks than GPUs share them (ds_doctor.run.plan.shared_gpu); beyond this many to one GPU, a typo is likelier.
 MAX_RANKS_PER_GPU = 4
 
 
 def check_nproc(nproc: int | None, level: int) -> None:
-    from doctor.run.plan import detect_hardware
+    from ds_doctor.run.plan import detect_hardware
 
     if nproc is not None and level >= 2:
         hardware = detect_hardware()
@@ -188,7 +188,7 @@ def check_nproc(nproc: int | None, level: int) -> None:
 def cluster_from(nnodes: int | None, node_rank: int | None, endpoint: str | None, rdzv_id: str | None,
                  join_timeout_s: float) -> Any:
     """The nodes of the run from the options, or from srun's SLURM_* variables; None on one node."""
-    from doctor.cluster.nodes import ClusterError, from_options
+    from ds_doctor.cluster.nodes import ClusterError, from_options
 
     try:
         cluster = from_options(nnodes, node_rank, endpoint, rdzv_id, join_timeout_s, os.environ)
@@ -225,8 +225,8 @@ def check_user_setup(ds_config: str | None, model_spec: str | None, acc_config: 
                      freeze: str | None = None, timeout_s: float | None = None) -> RankOptions:
     """Check `--deepspeed-config`, `--accelerate-config` and `--model` (DeepSpeed's own validation; the YAML's
     fields; one forward of the model on the CPU): the run options that carry them to the ranks."""
-    from doctor.usersetup import accelerate_config, deepspeed_config, model_check
-    from doctor.usersetup import model as user_model
+    from ds_doctor.usersetup import accelerate_config, deepspeed_config, model_check
+    from ds_doctor.usersetup import model as user_model
 
     acc_path = ds_path = model_text = None
     if acc_config is not None:

@@ -11,14 +11,13 @@ from collections.abc import Iterator
 from typing import Any
 
 #: A process of ds-doctor's (a rank's worker, the exchange, the --model check) started from the user's folder:
-#: `python -m` would put that folder first on sys.path, and a project with its own `probes/`, `reports/` or
-#: `doctor.py` (common in user repositories) shadowed ds-doctor's and broke every rank. The folder goes last
-#: instead, so the user's --model module still imports, and ds-doctor's own top-level packages are imported
-#: before it is there: an editable install's finder comes after the path search, so a project's `doctor.py` would
-#: win even from the end of the path.
+#: `python -m` would put that folder first on sys.path. ds-doctor's one import name (`ds_doctor`) shadows nothing
+#: a project holds, but a project's own `ds_doctor` would still win there: the folder goes last instead, so the
+#: user's --model module still imports, and ds-doctor is imported before it is there (an editable install's finder
+#: comes after the path search, so a look-alike would win even from the end of the path).
 BOOT = ("import os, runpy, sys; cwd = os.getcwd(); "
         "sys.path[:] = [p for p in sys.path if p not in ('', '.', cwd)]; "
-        "import doctor, probes, reports; sys.path.append(cwd); "
+        "import ds_doctor; sys.path.append(cwd); "
         "runpy.run_module({module!r}, run_name='__main__', alter_sys=True)")
 
 

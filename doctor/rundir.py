@@ -20,10 +20,10 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from doctor.files import safe_component, write_atomic
-from doctor.redact import scrub, scrub_text
-from reports.hang import CollectivePosition, StageTime, ThreadStack, positions_from, stacks_from, stages_from
-from reports.records import ErrorInfo, Finding, Outcome, TensorRecord
+from ds_doctor.files import safe_component, write_atomic
+from ds_doctor.redact import scrub, scrub_text
+from ds_doctor.reports.hang import CollectivePosition, StageTime, ThreadStack, positions_from, stacks_from, stages_from
+from ds_doctor.reports.records import ErrorInfo, Finding, Outcome, TensorRecord
 
 MANIFEST_VERSION = 1
 
@@ -141,7 +141,7 @@ class PlannedCase:
     skip_reason: str | None = None  # set for a case the plan skipped
     nodes: int = 1  # > 1: its ranks span the nodes of a multi-node run
     node: int | None = None  # a multi-node run's case inside one node: which node
-    shared_gpu: str | None = None  # its ranks share GPUs, and how (doctor.run.plan.shared_gpu)
+    shared_gpu: str | None = None  # its ranks share GPUs, and how (ds_doctor.run.plan.shared_gpu)
 
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "known_issues": list(self.known_issues)}

@@ -16,11 +16,11 @@ import dataclasses
 import types
 from typing import Any
 
-from doctor.plugins import Finding, ProbeContext, ProbeSpec, RaisedError, RankOptions, Requirement, Severity, Variant
-from doctor.plugins.checks import PreparedFacts, lifecycle_invariants
-from doctor.plugins.usersetup import UserConfig, change_findings, fill
-from probes.shared.common import accelerate_session, build_deepspeed_ops, dist_world_size
-from probes.shared.models import HIDDEN, IN_FEATURES, OUT_FEATURES, build_mlp
+from ds_doctor.plugins import Finding, ProbeContext, ProbeSpec, RaisedError, RankOptions, Requirement, Severity, Variant
+from ds_doctor.plugins.checks import PreparedFacts, lifecycle_invariants
+from ds_doctor.plugins.usersetup import UserConfig, change_findings, fill
+from ds_doctor.probes.shared.common import accelerate_session, build_deepspeed_ops, dist_world_size
+from ds_doctor.probes.shared.models import HIDDEN, IN_FEATURES, OUT_FEATURES, build_mlp
 
 SPEC = ProbeSpec(
     name="accelerate_deepspeed_lifecycle",

@@ -13,9 +13,9 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from doctor.plugins import Finding, ProbeContext, ProbeSpec, Requirement, Severity, Variant
-from doctor.plugins.checks import collectives
-from probes.shared.common import time_collective
+from ds_doctor.plugins import Finding, ProbeContext, ProbeSpec, Requirement, Severity, Variant
+from ds_doctor.plugins.checks import collectives
+from ds_doctor.probes.shared.common import time_collective
 
 SPEC = ProbeSpec(
     name="comm",

@@ -15,8 +15,8 @@ import dataclasses
 import time
 from typing import Any
 
-from doctor.plugins import Finding, ProbeContext, ProbeSpec, Requirement, Severity, Variant
-from probes.shared.common import synchronize
+from ds_doctor.plugins import Finding, ProbeContext, ProbeSpec, Requirement, Severity, Variant
+from ds_doctor.probes.shared.common import synchronize
 
 SPEC = ProbeSpec(
     name="compute",

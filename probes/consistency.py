@@ -1,14 +1,14 @@
 """consistency: every rank of a launch publishes its fingerprint (versions, builds, driver, GPU, /dev/shm, the
-allowlisted environment) and rank 0 compares them key by key (`doctor.checks.consistency`). It is the first
+allowlisted environment) and rank 0 compares them key by key (`ds_doctor.checks.consistency`). It is the first
 case of every launch with more than one rank, and on a multi-node run it runs across the nodes at level 1
 too: on a cluster it is the cheapest and most telling check (a version, build or NCCL setting that differs
 on one node)."""
 
 from __future__ import annotations
 
-from doctor.plugins import ProbeContext, ProbeSpec, Variant
-from doctor.plugins.checks import compare
-from doctor.plugins.collect import fingerprint
+from ds_doctor.plugins import ProbeContext, ProbeSpec, Variant
+from ds_doctor.plugins.checks import compare
+from ds_doctor.plugins.collect import fingerprint
 
 SPEC = ProbeSpec(
     name="consistency",

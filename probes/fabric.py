@@ -1,5 +1,5 @@
 """fabric: node isolation across the nodes of a multi-node run. The first rank of each node pairs with the first
-rank of every other node (a ring of pairs on large clusters; doctor.checks.fabric.rounds), one round of
+rank of every other node (a ring of pairs on large clusters; ds_doctor.checks.fabric.rounds), one round of
 disjoint pairs at a time: an all_reduce checked element for element, then timed, as gcm's pairwise NCCL check
 does. Each pair's bus bandwidth is reported; a wrong element names the pair, and a node whose every pair falls
 below a fraction of the median pair (`ds-doctor run --suspect-below`, default 0.5; the ranks read it from
@@ -11,9 +11,9 @@ import socket
 import statistics
 from typing import Any
 
-from doctor.plugins import Finding, ProbeContext, ProbeSpec, Requirement, Severity, Variant
-from doctor.plugins.checks import collectives, fabric_findings, rounds
-from probes.shared.common import time_collective
+from ds_doctor.plugins import Finding, ProbeContext, ProbeSpec, Requirement, Severity, Variant
+from ds_doctor.plugins.checks import collectives, fabric_findings, rounds
+from ds_doctor.probes.shared.common import time_collective
 
 SPEC = ProbeSpec(
     name="fabric",

@@ -22,17 +22,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from doctor.plugins import Finding, ProbeContext, ProbeSpec, RaisedError, RankOptions, Requirement, Severity, Variant
-from doctor.plugins.checks import identity_invariants
-from doctor.plugins.usersetup import (
+from ds_doctor.plugins import Finding, ProbeContext, ProbeSpec, RaisedError, RankOptions, Requirement, Severity, Variant
+from ds_doctor.plugins.checks import identity_invariants
+from ds_doctor.plugins.usersetup import (
     UserConfig,
     change_findings,
     fill,
     route_optimizer,
     trainer_optimizer,
 )
-from probes.shared.common import build_deepspeed_ops, full_values
-from probes.shared.models import build_frozen_model, token_batch
+from ds_doctor.probes.shared.common import build_deepspeed_ops, full_values
+from ds_doctor.probes.shared.models import build_frozen_model, token_batch
 
 SPEC = ProbeSpec(
     name="frozen_param_names",
@@ -365,7 +365,7 @@ def meta_entries(tag_dir: Path) -> list[str]:
     """Names of tensors stored on meta (no data) in a DeepSpeed checkpoint's model-state files."""
     import torch
 
-    from doctor.plugins.collect import iter_nested_tensors
+    from ds_doctor.plugins.collect import iter_nested_tensors
 
     empty: list[str] = []
     for path in sorted(tag_dir.glob("*model_states.pt")):

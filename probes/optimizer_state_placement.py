@@ -16,11 +16,11 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from doctor.plugins import Finding, ProbeContext, ProbeSpec, RankOptions, Requirement, Severity, Variant
-from doctor.plugins.checks import buffer_placement, optimizer_state_colocation, process_count_agreement, ties_kept
-from doctor.plugins.usersetup import accelerate_config
-from probes.shared.common import accelerate_session, dist_world_size
-from probes.shared.models import batch, build_mlp
+from ds_doctor.plugins import Finding, ProbeContext, ProbeSpec, RankOptions, Requirement, Severity, Variant
+from ds_doctor.plugins.checks import buffer_placement, optimizer_state_colocation, process_count_agreement, ties_kept
+from ds_doctor.plugins.usersetup import accelerate_config
+from ds_doctor.probes.shared.common import accelerate_session, dist_world_size
+from ds_doctor.probes.shared.models import batch, build_mlp
 
 SPEC = ProbeSpec(
     name="optimizer_state_placement",

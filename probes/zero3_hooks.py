@@ -9,8 +9,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from doctor.plugins import ProbeContext, ProbeSpec, Requirement, Variant
-from doctor.plugins.checks import zero3_hooks_own_state
+from ds_doctor.plugins import ProbeContext, ProbeSpec, Requirement, Variant
+from ds_doctor.plugins.checks import zero3_hooks_own_state
 
 SPEC = ProbeSpec(
     name="zero3_hooks",

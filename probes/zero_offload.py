@@ -13,18 +13,18 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from doctor.plugins import ProbeContext, ProbeSpec, RankOptions, Requirement, Variant
-from doctor.plugins.checks import ZeroPromise, buffer_placement, ties_kept, zero_invariants
-from doctor.plugins.collect import observe_unscale_and_clip
-from doctor.plugins.usersetup import (
+from ds_doctor.plugins import ProbeContext, ProbeSpec, RankOptions, Requirement, Variant
+from ds_doctor.plugins.checks import ZeroPromise, buffer_placement, ties_kept, zero_invariants
+from ds_doctor.plugins.collect import observe_unscale_and_clip
+from ds_doctor.plugins.usersetup import (
     UserConfig,
     change_findings,
     fill,
     route_optimizer,
     trainer_optimizer,
 )
-from probes.shared.common import build_deepspeed_ops
-from probes.shared.models import batch, build_mlp
+from ds_doctor.probes.shared.common import build_deepspeed_ops
+from ds_doctor.probes.shared.models import batch, build_mlp
 
 SPEC = ProbeSpec(
     name="zero_offload",

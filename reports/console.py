@@ -6,7 +6,7 @@ terminal's width, and the run closes with a compact summary: the counts, then on
 errored or timed out, its reason cut to fit `SUMMARY_WIDTH`.
 
 Strings from a report are data, not markup: they reach rich as `Text` (no markup, no emoji codes, no
-highlighting), through `reports.safe.one_line` (control characters and escape sequences shown, never sent).
+highlighting), through `ds_doctor.reports.safe.one_line` (control characters and escape sequences shown, never sent).
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 from rich.text import Text
 
-from reports.measures import MEASURES, format_measure
-from reports.records import FAILING, CaseResult, Outcome, Report, Verdict
-from reports.safe import clip, one_line
+from ds_doctor.reports.measures import MEASURES, format_measure
+from ds_doctor.reports.records import FAILING, CaseResult, Outcome, Report, Verdict
+from ds_doctor.reports.safe import clip, one_line
 
 STYLES = {
     Outcome.PASS: "green", Outcome.FAIL: "bold red", Outcome.ERROR: "bold red", Outcome.TIMEOUT: "bold red",

@@ -1,12 +1,12 @@
 """`ds-doctor diff` output: what changed between a node's baseline report and a new one, as plain data and Markdown
-(every string from the reports put through `reports.safe`, as in the report's Markdown)."""
+(every string from the reports put through `ds_doctor.reports.safe`, as in the report's Markdown)."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
 
-from reports.safe import md_cell, md_text
+from ds_doctor.reports.safe import md_cell, md_text
 
 
 @dataclasses.dataclass(frozen=True)

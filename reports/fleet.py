@@ -1,7 +1,7 @@
 """`ds-doctor fleet` output: many nodes' reports as one table, as plain data and Markdown.
 
-The engine (`doctor.checks.fleet`) fills these records from report files; this module only shows them. Every
-string that came from a report (a host, a case id, a version, a reason) goes through `reports.safe`, as in the
+The engine (`ds_doctor.checks.fleet`) fills these records from report files; this module only shows them. Every
+string that came from a report (a host, a case id, a version, a reason) goes through `ds_doctor.reports.safe`, as in the
 report's own Markdown: the files are other machines' output.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from reports.measures import MEASURES
-from reports.safe import clip, md_cell, md_text
+from ds_doctor.reports.measures import MEASURES
+from ds_doctor.reports.safe import clip, md_cell, md_text
 
 #: How a fingerprint key is named in the table (`package:deepspeed` is `deepspeed`, `env:NCCL_IB_HCA` `$NCCL_IB_HCA`).
 KEY_LABELS = {"python": "Python", "torch.cuda": "torch's CUDA", "torch.nccl": "NCCL", "driver": "driver",

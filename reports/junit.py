@@ -3,7 +3,7 @@
 `fail` is a <failure>; `error` and `timeout` are <error>; `skip` is <skipped> with its reason; `pass`,
 `xfail` and `xpass` pass (xfail/xpass never fail a run), the last two with a <system-out> saying what
 they found. Built from the report, so every string is already scrubbed; every string goes through
-`reports.safe.xml_text` (the control characters XML 1.0 forbids shown escaped: the file stays well-formed),
+`ds_doctor.reports.safe.xml_text` (the control characters XML 1.0 forbids shown escaped: the file stays well-formed),
 and ElementTree escapes markup, quotes and `]]>`.
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 
-from reports.records import CaseResult, Outcome, Report
-from reports.safe import xml_text
+from ds_doctor.reports.records import CaseResult, Outcome, Report
+from ds_doctor.reports.safe import xml_text
 
 MESSAGE_CHARS = 500
 

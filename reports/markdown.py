@@ -5,7 +5,7 @@ It must fit a ticket: GitHub refuses an issue body over 65,536 characters, so th
 every level. Device maps and every note stay in the JSON report (the file to attach); the Markdown says so. Cases
 that do not fit whole are listed with a pointer to the JSON, and a cut never leaves a code block or `<details>` open.
 
-Every string from the report goes through `reports.safe` (`md_text`, `md_code`, `md_fence`, `md_html`; table
+Every string from the report goes through `ds_doctor.reports.safe` (`md_text`, `md_code`, `md_fence`, `md_html`; table
 cells through `md_cell`): data never starts a block, closes a fence, breaks a table row or becomes HTML.
 """
 
@@ -15,10 +15,10 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from reports.hang import format_stacks
-from reports.measures import MEASURES
-from reports.records import FAILING, CaseResult, Finding, Outcome, Report, TensorRecord, Verdict
-from reports.safe import clip, md_cell, md_code, md_fence, md_html, md_text
+from ds_doctor.reports.hang import format_stacks
+from ds_doctor.reports.measures import MEASURES
+from ds_doctor.reports.records import FAILING, CaseResult, Finding, Outcome, Report, TensorRecord, Verdict
+from ds_doctor.reports.safe import clip, md_cell, md_code, md_fence, md_html, md_text
 
 TICKET_LIMIT = 60_000
 CASE_LIMIT = 8_000  # one case's block, at most
@@ -146,7 +146,7 @@ def render_summary(report: Report) -> list[str]:
 
 def render_stacks(report: Report) -> list[str]:
     """`run --with`: the stacks' versions, each case's outcome on each, and the known issues that appear or clear."""
-    from reports.stacks import by_case, changes, ignored_pins, stack_names
+    from ds_doctor.reports.stacks import by_case, changes, ignored_pins, stack_names
 
     names = stack_names(report)
     if not names:

@@ -3,14 +3,14 @@ prometheus_client (a registry of gauges, `write_to_textfile`: a temp file rename
 
 One gauge per case and outcome (1 for the outcome it had, so alerts can match `outcome="fail"`), counts
 per outcome, findings per severity, each GPU health finding by rule, the run's start time and duration,
-and every measure `reports.measures.MEASURES` compares with a baseline (bandwidths, TFLOP/s), where it
+and every measure `ds_doctor.reports.measures.MEASURES` compares with a baseline (bandwidths, TFLOP/s), where it
 means something at the case's world size. Labels carry host, probe and case. With the node's baseline report
 (`run --baseline`), each such measure relative to the baseline's (`measure_baseline_ratio`: below 1 is worse,
 whichever way the measure is better) and the tolerance it was given, so an alert can say "below the baseline by
 more than the tolerance" (contrib/prometheus/ds-doctor.rules.yml). What ranks sharing one GPU measured between
 them is no node's figure and gets no ratio.
 
-Label values come from data: each goes through `reports.safe.prom_label` (control characters shown escaped;
+Label values come from data: each goes through `ds_doctor.reports.safe.prom_label` (control characters shown escaped;
 prometheus_client escapes `\\`, `"` and newlines as the text format wants). Names go through `prom_name`
 (`[a-zA-Z_][a-zA-Z0-9_]*`: the client takes any name now and would quote it, which the 0.0.4 format
 node_exporter reads has no way to say).
@@ -22,9 +22,9 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest, write_to_textfile
 
-from reports.measures import MEASURES, finite, on_shared_gpu
-from reports.records import Outcome, Report, Severity, parse_time
-from reports.safe import prom_label, prom_name
+from ds_doctor.reports.measures import MEASURES, finite, on_shared_gpu
+from ds_doctor.reports.records import Outcome, Report, Severity, parse_time
+from ds_doctor.reports.safe import prom_label, prom_name
 
 PREFIX = "ds_doctor"
 

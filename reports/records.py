@@ -3,7 +3,7 @@
 Nothing here is live and nothing here imports more than the standard library, so renderers (this package)
 can read a report without the engine, torch or the probe registry. The engine (`doctor/`) builds these
 objects; `Report.from_dict(scrub(...))` is the only way a report is made from run data
-(`doctor.run.build.build_report`), so every renderer sees already-redacted strings.
+(`ds_doctor.run.build.build_report`), so every renderer sees already-redacted strings.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
-from reports.compat import measures_from_v1_notes
-from reports.hang import CollectivePosition, StageTime, ThreadStack, positions_from, stacks_from, stages_from
-from reports.measures import MEASURES
+from ds_doctor.reports.compat import measures_from_v1_notes
+from ds_doctor.reports.hang import CollectivePosition, StageTime, ThreadStack, positions_from, stacks_from, stages_from
+from ds_doctor.reports.measures import MEASURES
 
 #: Version 2 added each result's `measures` and `series` (version 1 kept them in `notes`; still read).
 SCHEMA_VERSION = 2
@@ -389,7 +389,7 @@ class Report:
 def load_schema(version: int = SCHEMA_VERSION) -> dict[str, Any]:
     """The JSON Schema of a report of `version` (every version this ds-doctor reads is kept)."""
     name = "schema.json" if version == SCHEMA_VERSION else f"schema-v{version}.json"
-    return json.loads(resources.files("reports").joinpath(name).read_text())
+    return json.loads(resources.files("ds_doctor.reports").joinpath(name).read_text())
 
 
 def validate(data: Mapping[str, Any]) -> None:

@@ -1,7 +1,7 @@
 """`ds-doctor triage` output: each known issue a user's log matched, and what a hang's evidence says, as plain
 data and as text.
 
-The text goes to a terminal: every value (the log's own words among them) goes through `reports.safe.one_line`,
+The text goes to a terminal: every value (the log's own words among them) goes through `ds_doctor.reports.safe.one_line`,
 so it stays on its line and its control characters and escape sequences are shown, never sent.
 """
 
@@ -11,9 +11,9 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from reports.hang import CollectivePosition
-from reports.records import Finding, IssueRef
-from reports.safe import md_code, md_text, one_line
+from ds_doctor.reports.hang import CollectivePosition
+from ds_doctor.reports.records import Finding, IssueRef
+from ds_doctor.reports.safe import md_code, md_text, one_line
 
 
 @dataclasses.dataclass(frozen=True)

@@ -45,8 +45,8 @@ def build_engine(params: Any) -> Any:
     """A real DeepSpeed engine over the probes' tiny MLP, with the zero_offload probe's config for a `ZeroCase`."""
     import deepspeed
 
-    from probes.shared.models import build_mlp
-    from probes.zero_offload import build_config
+    from ds_doctor.probes.shared.models import build_mlp
+    from ds_doctor.probes.zero_offload import build_config
 
     model = build_mlp()
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=build_config(params))
@@ -55,8 +55,8 @@ def build_engine(params: Any) -> Any:
 
 def train_one_step(engine: Any, sink: Any = None) -> int:
     """Run one accumulation window; returns how many unscale_and_clip_grads calls were seen."""
-    from doctor.collect.observe import observe_unscale_and_clip
-    from probes.zero_offload import train_window
+    from ds_doctor.collect.observe import observe_unscale_and_clip
+    from ds_doctor.probes.zero_offload import train_window
 
     with observe_unscale_and_clip(engine.optimizer, 0, sink or (lambda _r: None)) as calls:
         train_window(engine, seed=0)

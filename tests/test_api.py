@@ -1,4 +1,4 @@
-"""`doctor.api.inspect`, as a user calls it inside a training job."""
+"""`ds_doctor.api.inspect`, as a user calls it inside a training job."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from doctor.api import inspect
-from probes.shared.models import build_mlp
-from probes.zero_offload import ZeroCase
+from ds_doctor.api import inspect
+from ds_doctor.probes.shared.models import build_mlp
+from ds_doctor.probes.zero_offload import ZeroCase
 from tests.conftest import build_engine, requires_deepspeed, train_one_step
 
 

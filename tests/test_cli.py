@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from doctor.cli import main
+from ds_doctor.cli import main
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -33,7 +33,7 @@ def test_list_shows_cases(capsys) -> None:
 
 
 def test_env_json_has_no_torch_import() -> None:
-    code = ("import sys, json, io, contextlib; from doctor.cli import main; buf = io.StringIO();\n"
+    code = ("import sys, json, io, contextlib; from ds_doctor.cli import main; buf = io.StringIO();\n"
             "with contextlib.redirect_stdout(buf): rc = main(['env', '--json'])\n"
             "data = json.loads(buf.getvalue()); assert rc == 0 and 'packages' in data['env'], data;\n"
             "assert 'torch' not in sys.modules and 'deepspeed' not in sys.modules, 'heavy import'")
@@ -42,7 +42,7 @@ def test_env_json_has_no_torch_import() -> None:
 
 def good_report_json() -> str:
     """A valid (empty) report, the other side of the diff cases."""
-    from doctor.run.build import build_report, utc_now
+    from ds_doctor.run.build import build_report, utc_now
 
     now = utc_now()
     return build_report(started=now, finished=now, level=1, argv=(), env={"python": "3.11", "packages": {}},
@@ -178,7 +178,7 @@ def test_bad_input_table_has_at_least_20_cases() -> None:
 def test_level_1_writes_an_environment_only_report(capsys, tmp_path: Path) -> None:
     import json
 
-    from reports.records import validate
+    from ds_doctor.reports.records import validate
 
     code, out, _ = run_cli(capsys, "run", "--level", "1", "--out", str(tmp_path))
     assert code == 0
@@ -197,7 +197,7 @@ def test_a_missing_transformers_skips_the_accelerate_family_with_the_install_lin
     (shim / "sitecustomize.py").write_text("import sys\nsys.modules['transformers'] = None\n")
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": f"{shim}:{root}"}
-    proc = subprocess.run([sys.executable, "-m", "doctor.cli", "run", "--level", "3", "-k", "accelerate_deepspeed",
+    proc = subprocess.run([sys.executable, "-m", "ds_doctor.cli", "run", "--level", "3", "-k", "accelerate_deepspeed",
                            "--out", str(tmp_path / "out"), "--json"], capture_output=True, text=True, env=env,
                           cwd=root, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -214,7 +214,7 @@ def test_the_report_records_the_arguments_main_was_given(capsys, tmp_path: Path)
 
 
 def test_debug_travels_in_the_context_and_shows_the_traceback(capsys, tmp_path: Path, monkeypatch) -> None:
-    from doctor.run import pipeline
+    from ds_doctor.run import pipeline
 
     def broken(*_args: object, **_kwargs: object) -> None:
         raise RuntimeError("the doctor itself broke")

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from doctor.cli import main
-from doctor.cli_fleet import MAX_DEPTH
+from ds_doctor.cli import main
+from ds_doctor.cli_fleet import MAX_DEPTH
 from tests.reports.fleet_samples import COMM, SICK, node, write_nightly
 from tests.reports.samples import NOW
 
@@ -174,7 +174,7 @@ def test_a_shared_gpu_case_is_named_and_not_compared(capsys, tmp_path: Path) -> 
 
 def test_a_folder_too_big_to_walk_is_a_usage_error(capsys, monkeypatch, state: Path) -> None:
     """A DIR of `/` stops at a bound (entries looked at, reports found), in one line, before anything is read."""
-    import doctor.cli_fleet as cli_fleet
+    import ds_doctor.cli_fleet as cli_fleet
 
     monkeypatch.setattr(cli_fleet, "MAX_ENTRIES", 5)
     code, _, err = run_cli(capsys, "fleet", state)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from reports.records import validate
+from ds_doctor.reports.records import validate
 from tests.conftest import requires_accelerate, requires_deepspeed
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.multirank
 
 def ds_doctor(*args: str, extra_env: dict[str, str] | None = None, timeout: float = 900) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), **(extra_env or {})}
-    return subprocess.run([sys.executable, "-m", "doctor.cli", *args], capture_output=True, text=True, env=env,
+    return subprocess.run([sys.executable, "-m", "ds_doctor.cli", *args], capture_output=True, text=True, env=env,
                           timeout=timeout, cwd=ROOT)
 
 
@@ -332,7 +332,7 @@ def test_a_node_without_numpy_is_named_and_whatever_crosses_ranks_still_works(wi
     """torch does not require numpy, but its object collectives decode through it: the probes gather JSON through
     tensors instead, level 1 names the missing numpy, and a stack that does need it is classified, not unknown."""
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(without_numpy), "-m", "doctor.cli", "run", "--out", str(tmp_path), "--json", *args],
+        return subprocess.run([str(without_numpy), "-m", "ds_doctor.cli", "run", "--out", str(tmp_path), "--json", *args],
                               capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT,
                               timeout=600)
 
@@ -358,7 +358,7 @@ def test_a_killed_doctor_leaves_a_run_dir_that_report_renders(tmp_path: Path) ->
 
     env = {**os.environ, "PYTHONPATH": str(ROOT), "DS_DOCTOR_EXTRA_PROBES": "tests.resources.fault_probes"}
     out = tmp_path / "out"
-    doctor_proc = subprocess.Popen([sys.executable, "-m", "doctor.cli", "run", "--level", "3", "-k",
+    doctor_proc = subprocess.Popen([sys.executable, "-m", "ds_doctor.cli", "run", "--level", "3", "-k",
                                     "faults and (ok or hang)", "--out", str(out), "--timeout", "60"],
                                    env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
@@ -467,7 +467,7 @@ def listeners(marker: str) -> dict[str, list[tuple[str, int]]]:
             cmd = " ".join(proc.info["cmdline"] or [])
             if marker in cmd:
                 # torchrun's command line names the worker module too (its arguments): ask for torchrun first
-                kind = "torchrun" if "torch.distributed.run" in cmd else "worker" if "doctor.run.worker" in cmd else "doctor"
+                kind = "torchrun" if "torch.distributed.run" in cmd else "worker" if "ds_doctor.run.worker" in cmd else "doctor"
                 found.setdefault(kind, []).extend(
                     (c.laddr.ip, c.laddr.port) for c in proc.net_connections("inet") if c.status == psutil.CONN_LISTEN)
     return found
@@ -482,7 +482,7 @@ def test_a_shared_node_port_29500_taken_and_two_runs_at_once(tmp_path: Path) -> 
         holder.listen()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "DS_DOCTOR_EXTRA_PROBES": "tests.resources.fault_probes"}
     out = tmp_path / "shared"
-    command = [sys.executable, "-m", "doctor.cli", "run", "--level", "3", "--out", str(out), "--json", "-k"]
+    command = [sys.executable, "-m", "ds_doctor.cli", "run", "--level", "3", "--out", str(out), "--json", "-k"]
     hanging = subprocess.Popen([*command, "faults and hang"], env=env, cwd=ROOT, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     quick = subprocess.Popen([*command, "faults and ok and not after"], env=env, cwd=ROOT, stdout=subprocess.PIPE,
@@ -526,7 +526,7 @@ def test_nightly_smoke_comm_compute_junit_prometheus_and_a_baseline_diff(tmp_pat
     prom_parser = pytest.importorskip("prometheus_client.parser")
     from importlib import resources
 
-    from doctor.checks import collectives
+    from ds_doctor.checks import collectives
 
     extra = {"DS_DOCTOR_EXTRA_PROBES": "tests.resources.faulty_link_probes"}
     first, second = tmp_path / "first", tmp_path / "second"

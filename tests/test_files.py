@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from doctor.files import log_tail, write_atomic
+from ds_doctor.files import log_tail, write_atomic
 
 
 def test_a_concurrent_reader_never_sees_half_a_json(tmp_path: Path) -> None:
@@ -53,7 +53,7 @@ def test_log_tail(tmp_path: Path) -> None:
 
 
 def test_output_to_a_symlink_replaces_the_file_it_names_and_keeps_the_link(tmp_path: Path) -> None:
-    from doctor.files import write_output
+    from ds_doctor.files import write_output
 
     target, link = tmp_path / "real.xml", tmp_path / "link.xml"
     target.write_text("old")
@@ -66,7 +66,7 @@ def test_output_to_a_fifo_is_written_in_place_and_refused_without_a_reader(tmp_p
     import os
     import stat
 
-    from doctor.files import OutputError, write_output
+    from ds_doctor.files import OutputError, write_output
 
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
@@ -89,7 +89,7 @@ def test_output_to_a_fifo_is_written_in_place_and_refused_without_a_reader(tmp_p
 def test_output_to_what_is_not_a_file_is_refused(tmp_path: Path, kind: str) -> None:
     import socket
 
-    from doctor.files import OutputError, write_output
+    from ds_doctor.files import OutputError, write_output
 
     path = tmp_path / kind
     if kind == "dir":
@@ -114,6 +114,6 @@ def test_text_with_lone_surrogates_is_written_escaped(tmp_path: Path) -> None:
     ("a/b\\c", "a_b_c"), ("", "unknown"), (None, "None"), (12, "12"), ("x" * 500, "x" * 64), ("\x00\n", "unknown"),
 ])
 def test_a_name_built_from_data_is_one_safe_component(text: object, expected: str) -> None:
-    from doctor.files import safe_component
+    from ds_doctor.files import safe_component
 
     assert safe_component(text) == expected

@@ -19,7 +19,7 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from doctor.cli import main  # noqa: E402
+from ds_doctor.cli import main  # noqa: E402
 from tests.test_cli import good_report_json  # noqa: E402
 
 EXAMPLES = int(os.environ.get("DS_DOCTOR_FUZZ_EXAMPLES", "40"))

@@ -14,15 +14,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("doctor", "probes", "reports")
+#: Each source folder and the import name it installs as (setup.cfg's package_dir).
+PACKAGES = {"doctor": "ds_doctor", "probes": "ds_doctor.probes", "reports": "ds_doctor.reports"}
 
 
 def modules() -> dict[str, Path]:
     found = {}
-    for package in PACKAGES:
-        for path in (ROOT / package).rglob("*.py"):
-            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
-            found[name.removesuffix(".__init__")] = path
+    for folder, name in PACKAGES.items():
+        for path in (ROOT / folder).rglob("*.py"):
+            dotted = ".".join([name, *path.relative_to(ROOT / folder).with_suffix("").parts])
+            found[dotted.removesuffix(".__init__")] = path
     return found
 
 
@@ -86,16 +87,26 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def top(module: str) -> str:
+    """The source folder a module lives in: `doctor`, `probes` or `reports` (another name: its first part)."""
+    parts = module.split(".")
+    if parts[0] != "ds_doctor":
+        return parts[0]
+    return parts[1] if len(parts) > 1 and parts[1] in ("probes", "reports") else "doctor"
+
+
+REGISTRY = "ds_doctor.probes"  # the runner loads the probe registry by name: the one edge allowed back
+
+
 def package_edges(edges: dict[str, set[str]]) -> set[tuple[str, str]]:
-    """Edges between top-level packages, leaving out the runner's load of the probe registry (`probes`)."""
-    return {(a.split(".")[0], b.split(".")[0]) for a, targets in edges.items() for b in targets
-            if a.split(".")[0] != b.split(".")[0] and b != "probes"}
+    """Edges between the source folders, leaving out the runner's load of the probe registry (`ds_doctor.probes`)."""
+    return {(top(a), top(b)) for a, targets in edges.items() for b in targets if top(a) != top(b) and b != REGISTRY}
 
 
 def test_the_cycle_check_finds_a_planted_cycle() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
-    assert package_edges({"doctor.x": {"reports.y", "probes"}, "probes.z": {"doctor.x"}}) == {
+    assert package_edges({"ds_doctor.x": {"ds_doctor.reports.y", REGISTRY}, "ds_doctor.probes.z": {"ds_doctor.x"}}) == {
         ("doctor", "reports"), ("probes", "doctor")}
 
 
@@ -110,26 +121,25 @@ def test_no_import_cycle_between_packages_but_the_probe_registry() -> None:
 
 
 def unit(module: str) -> str:
-    """The unit a module belongs to for the layering check: a subpackage of doctor (`doctor.run`), one of doctor's
-    own modules (`doctor.rundir`), or a top-level package (`probes`, `reports`)."""
-    parts = module.split(".")
-    if parts[0] != "doctor":
-        return parts[0]
-    return ".".join(parts[:2])
+    """The unit a module belongs to for the layering check: a subpackage of doctor (`ds_doctor.run`), one of doctor's
+    own modules (`ds_doctor.rundir`), or a top-level package (`probes`, `reports`)."""
+    if top(module) != "doctor":
+        return top(module)
+    return ".".join(module.split(".")[:2])
 
 
 def unit_edges(edges: dict[str, set[str]]) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for a, targets in edges.items():
         for b in targets:
-            if unit(a) != unit(b) and b != "probes":
+            if unit(a) != unit(b) and b != REGISTRY:
                 out.setdefault(unit(a), set()).add(unit(b))
     return out
 
 
 def test_the_unit_check_finds_a_planted_cycle_between_subpackages() -> None:
-    planted = {"doctor.run.launch": {"doctor.forensics.capture"}, "doctor.forensics.capture": {"doctor.run.rundir"}}
-    assert cycles(unit_edges(planted)) == [["doctor.forensics", "doctor.run"]]
+    planted = {"ds_doctor.run.launch": {"ds_doctor.forensics.capture"}, "ds_doctor.forensics.capture": {"ds_doctor.run.rundir"}}
+    assert cycles(unit_edges(planted)) == [["ds_doctor.forensics", "ds_doctor.run"]]
 
 
 def test_no_import_cycle_between_doctors_subpackages() -> None:
@@ -138,9 +148,10 @@ def test_no_import_cycle_between_doctors_subpackages() -> None:
 
 
 def test_doctor_has_the_layers_it_shows() -> None:
-    """`doctor.plugins`, the probe author's API over the layers, is no layer of its own."""
+    """`ds_doctor.plugins`, the probe author's API over the layers, is no layer of its own."""
     subpackages = sorted(p.parent.name for p in (ROOT / "doctor").glob("*/__init__.py") if p.parent.name != "plugins")
-    assert subpackages == ["checks", "cluster", "collect", "forensics", "hardware", "knowledge", "probe", "run", "stacks", "usersetup",
+    assert subpackages == ["checks", "cluster", "collect", "forensics", "hardware", "knowledge", "probe", "run", "stacks",
+                           "usersetup",
                            "watch"]
     for name in subpackages:  # its job in one line: the docstring of its __init__
         doc = ast.get_docstring(ast.parse((ROOT / "doctor" / name / "__init__.py").read_text())) or ""
@@ -166,35 +177,36 @@ def test_a_module_over_400_lines_asks_for_a_cohesion_review() -> None:
 
 
 def probe_api_violations(edges: dict[str, set[str]]) -> list[str]:
-    return sorted(f"{a} imports {b}" for a, targets in edges.items() if a.split(".")[0] == "probes"
-                  for b in targets if b.split(".")[0] == "doctor" and not b.startswith("doctor.plugins"))
+    return sorted(f"{a} imports {b}" for a, targets in edges.items() if top(a) == "probes"
+                  for b in targets if top(b) == "doctor" and not b.startswith("ds_doctor.plugins"))
 
 
 def test_the_built_in_probes_reach_ds_doctor_through_the_probe_api_alone() -> None:
-    """What a built-in family needs, a third-party probe will too: doctor.plugins (and its submodules) has it."""
-    assert probe_api_violations({"probes.x": {"doctor.run.launch", "doctor.plugins.checks"}}) == [
-        "probes.x imports doctor.run.launch"]
+    """What a built-in family needs, a third-party probe will too: ds_doctor.plugins (and its submodules) has it."""
+    assert probe_api_violations({"ds_doctor.probes.x": {"ds_doctor.run.launch", "ds_doctor.plugins.checks"}}) == [
+        "ds_doctor.probes.x imports ds_doctor.run.launch"]
     assert probe_api_violations(graph()) == []
 
 
 def test_a_probe_is_a_top_level_module_or_a_family_package_s_probe_and_helpers_live_apart() -> None:
-    import probes
+    import ds_doctor.probes
 
     families = {p.parent.name for p in (ROOT / "probes").glob("*/__init__.py")} - {"shared"}
-    expected = {f"probes.{p.stem}" for p in (ROOT / "probes").glob("*.py") if p.stem != "__init__"}
-    expected |= {f"probes.{family}.probe" for family in families}
-    assert set(probes.PROBE_MODULES) == expected
+    expected = {f"ds_doctor.probes.{p.stem}" for p in (ROOT / "probes").glob("*.py") if p.stem != "__init__"}
+    expected |= {f"ds_doctor.probes.{family}.probe" for family in families}
+    assert set(ds_doctor.probes.PROBE_MODULES) == expected
 
 
 def reports_modules() -> Iterator[str]:
-    return (m for m in sorted(modules()) if m.split(".")[0] == "reports")
+    return (m for m in sorted(modules()) if top(m) == "reports")
 
 
 BLOCK_TORCH = """
 import importlib, importlib.abc, sys
 class Blocked(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in ("torch", "deepspeed", "accelerate", "doctor", "probes"):
+        engine = name.startswith("ds_doctor.") and not name.startswith("ds_doctor.reports")
+        if name.split(".")[0] in ("torch", "deepspeed", "accelerate") or engine:
             raise ImportError(f"{name} is blocked: renderers read records only")
 sys.meta_path.insert(0, Blocked())
 for name in sys.argv[1:]:
@@ -205,7 +217,7 @@ print("imported", len(sys.argv) - 1)
 
 def test_every_renderer_imports_with_torch_and_the_engine_blocked() -> None:
     names = list(reports_modules())
-    assert "reports.markdown" in names and "reports.console" in names
+    assert "ds_doctor.reports.markdown" in names and "ds_doctor.reports.console" in names
     proc = subprocess.run([sys.executable, "-c", BLOCK_TORCH, *names], capture_output=True, text=True, cwd=ROOT,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -213,12 +225,12 @@ def test_every_renderer_imports_with_torch_and_the_engine_blocked() -> None:
 
 
 def test_the_blocker_blocks() -> None:
-    proc = subprocess.run([sys.executable, "-c", BLOCK_TORCH, "doctor.run.pipeline"], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-c", BLOCK_TORCH, "ds_doctor.run.pipeline"], capture_output=True, text=True,
                           cwd=ROOT, timeout=120)
     assert proc.returncode != 0 and "blocked" in proc.stderr
 
 
-@pytest.mark.parametrize("module", ["doctor.cli", "doctor.plugins", "doctor.hardware.env"])
+@pytest.mark.parametrize("module", ["ds_doctor.cli", "ds_doctor.plugins", "ds_doctor.hardware.env"])
 def test_entry_points_stay_light(module: str) -> None:
     """`ds-doctor --help`, `env` and a probe module's import never pull torch in (heavy imports live in functions)."""
     code = f"import sys, {module}; print('torch' in sys.modules)"

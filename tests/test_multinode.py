@@ -30,7 +30,7 @@ def free_port() -> int:
 
 
 def node(rank: int, port: int, out: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    command = [sys.executable, "-m", "doctor.cli", "run", "--nnodes", "2", "--node-rank", str(rank),
+    command = [sys.executable, "-m", "ds_doctor.cli", "run", "--nnodes", "2", "--node-rank", str(rank),
                "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"test-{port}", "--out", str(out / f"node{rank}"),
                *args]
     full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}

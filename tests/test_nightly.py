@@ -19,7 +19,7 @@ NIGHTLY = ROOT / "docs" / "nightly"
 
 
 def nightly(tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "DS_DOCTOR": f"{sys.executable} -m doctor.cli", "LEVEL": "1",
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DS_DOCTOR": f"{sys.executable} -m ds_doctor.cli", "LEVEL": "1",
            "STATE_DIR": str(tmp_path / "state"), "TEXTFILE_DIR": str(tmp_path / "textfile")}
     return subprocess.run(["bash", str(NIGHTLY / "ds-doctor-nightly.sh")], capture_output=True, text=True, env=env,
                           timeout=300, cwd=tmp_path)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from doctor.options import MAX_NPROC, MAX_WORLD_SIZE, check_distinct, one_line
+from ds_doctor.options import MAX_NPROC, MAX_WORLD_SIZE, check_distinct, one_line
 from tests.test_cli import make_inputs, run_cli
 
 #: (arguments, a word the one-line message must contain); {tmp} is the test's directory, made by make_inputs

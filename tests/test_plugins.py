@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-import doctor.plugins
-from doctor.probe import registry
+from ds_doctor import plugins
+from ds_doctor.probe import registry
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "tests" / "resources" / "plugin_pkg"
@@ -36,13 +36,13 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def ds_doctor(*args: str, site: Path | None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != registry.EXTRA_ENV}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *([str(site)] if site else [])])
-    return subprocess.run([sys.executable, "-m", "doctor.cli", *args], capture_output=True, text=True, env=env,
+    return subprocess.run([sys.executable, "-m", "ds_doctor.cli", *args], capture_output=True, text=True, env=env,
                           cwd=ROOT, timeout=600)
 
 
 def test_the_plugin_module_exports_what_a_probe_author_needs() -> None:
-    assert {"ProbeSpec", "Variant", "Requirement", "ProbeContext", "Finding", "Severity"} <= set(doctor.plugins.__all__)
-    assert doctor.plugins.ENTRY_POINT_GROUP == "ds_doctor.probes"
+    assert {"ProbeSpec", "Variant", "Requirement", "ProbeContext", "Finding", "Severity"} <= set(plugins.__all__)
+    assert plugins.ENTRY_POINT_GROUP == "ds_doctor.probes"
 
 
 @pytest.mark.multirank
@@ -61,7 +61,7 @@ def test_a_probe_registered_only_by_its_entry_point_is_listed_and_runs(installed
 
 
 def test_registry_errors_name_both_sides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / "twin_probe.py").write_text("from probes.comm import SPEC, run, variants  # noqa: F401\n")
+    (tmp_path / "twin_probe.py").write_text("from ds_doctor.probes.comm import SPEC, run, variants  # noqa: F401\n")
     (tmp_path / "not_a_probe.py").write_text("X = 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv(registry.EXTRA_ENV, "twin_probe")

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from doctor.hardware.env import relevant_variables
-from doctor.redact import MASK, Anonymizer, is_secret_name, scrub, scrub_text
+from ds_doctor.hardware.env import relevant_variables
+from ds_doctor.redact import MASK, Anonymizer, is_secret_name, scrub, scrub_text
 
 RESOURCES = Path(__file__).resolve().parent / "resources"
 HEX40 = "0123456789abcdef0123456789abcdef01234567"
@@ -239,11 +239,11 @@ def rich_report() -> dict[str, Any]:
     """A report with every section filled as a real run fills it (scrubbed once, where it is built)."""
     import dataclasses
 
-    from doctor.hardware.env import package_versions
-    from doctor.hardware.nvml import read_gpus
-    from doctor.run.build import build_report
-    from reports.hang import CollectivePosition, Frame, StageTime, ThreadStack
-    from reports.records import Outcome, RankSummary
+    from ds_doctor.hardware.env import package_versions
+    from ds_doctor.hardware.nvml import read_gpus
+    from ds_doctor.reports.hang import CollectivePosition, Frame, StageTime, ThreadStack
+    from ds_doctor.reports.records import Outcome, RankSummary
+    from ds_doctor.run.build import build_report
     from tests.hardware.test_nvml import AnsweringNVML, answers
     from tests.reports.samples import NOW, case, every_outcome
 
@@ -281,7 +281,7 @@ def key_names(value: Any) -> Iterator[str]:
 
 
 def test_no_field_of_a_report_is_masked_by_its_name() -> None:
-    from reports.records import load_schema, validate
+    from ds_doctor.reports.records import load_schema, validate
 
     report = rich_report()
     validate(report)

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from doctor.rundir import (
+from ds_doctor.reports.records import ErrorInfo, Finding, Outcome, Severity, TensorRecord
+from ds_doctor.rundir import (
     Beat,
     LaunchDir,
     Manifest,
@@ -19,7 +20,6 @@ from doctor.rundir import (
     setup_name,
     setup_probe,
 )
-from reports.records import ErrorInfo, Finding, Outcome, Severity, TensorRecord
 
 RECORD = TensorRecord(1, "after_step", "fp32_partition", "optimizer.x[0]", None, "meta", "float32", (8,), 8, 32)
 

@@ -19,9 +19,9 @@ from pathlib import Path
 import click
 import pytest
 
-from doctor.run.recover import InputError, load_manifest, load_report_file
-from doctor.rundir import RunDir
-from doctor.userinput import (
+from ds_doctor.run.recover import InputError, load_manifest, load_report_file
+from ds_doctor.rundir import RunDir
+from ds_doctor.userinput import (
     MAX_CONFIG_BYTES,
     MAX_LOG_BYTES,
     MAX_RANKS,
@@ -70,7 +70,7 @@ def test_a_fifo_is_read_as_a_stream(tmp_path: Path) -> None:
 
 def test_process_substitution_is_read_not_no_such_file(tmp_path: Path) -> None:
     """`<(cmd)` hands the program /dev/fd/63: a pipe, whose name means nothing once resolved."""
-    code = ("import sys; from doctor.userinput import read_file, read_log; "
+    code = ("import sys; from ds_doctor.userinput import read_file, read_log; "
             "r = read_file(sys.argv[1], limit=2**20); print(r.data.decode(), r.regular); "
             "print(read_log(sys.argv[2]).data.decode())")
     proc = subprocess.run(["bash", "-c", f'"{sys.executable}" -c "{code}" <(printf "{{}}") <(printf "a log")'],
@@ -178,7 +178,7 @@ def test_a_truncated_gzip_is_one_line(tmp_path: Path) -> None:
 
 
 def test_stdin_is_bounded_too() -> None:
-    code = "from doctor.userinput import read_log; print(len(read_log('-').data))"
+    code = "from ds_doctor.userinput import read_log; print(len(read_log('-').data))"
     with open("/dev/zero", "rb") as zeros:
         proc = subprocess.run([sys.executable, "-c", code], stdin=zeros, capture_output=True, text=True, cwd=ROOT,
                               timeout=120)
@@ -194,7 +194,7 @@ def test_a_copy_of_a_stream_is_a_private_regular_file() -> None:
         assert path.read_bytes() == b"{}" and path.suffix == ".json" and path.stat().st_mode & 0o077 == 0
     finally:
         path.unlink()
-    code = ("from doctor.userinput import Input, keep_copy; "
+    code = ("from ds_doctor.userinput import Input, keep_copy; "
             "print(keep_copy(Input('/dev/fd/63', b'{}', False), '.json'))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     left = Path(proc.stdout.strip())

@@ -8,7 +8,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --tar
 export PYTHONPATH=${SHIM:+$PWD/docs/gpu/shim:}/tmp/aff:/tmp/site:$PWD PATH=/tmp/aff/bin:/tmp/site/bin:$PATH
 python3 -c "import deepspeed, prodigyplus, importlib.metadata as m; print('ds', deepspeed.__version__, 'ppsf', m.version('prodigy-plus-schedule-free'))" 2>&1 | tail -3
 rm -rf /tmp/r; mkdir -p /tmp/r
-timeout ${RUN_LIMIT:-420} python3 -m doctor.cli run --level 3 -k "${K:-zero_offload or optimizer_state_placement}" --out /tmp/r > $OUT/affected.log 2>&1
+timeout ${RUN_LIMIT:-420} python3 -m ds_doctor.cli run --level 3 -k "${K:-zero_offload or optimizer_state_placement}" --out /tmp/r > $OUT/affected.log 2>&1
 echo "run rc=$?" | tee -a $OUT/affected.log
 tail -40 $OUT/affected.log
 cp /tmp/r/*.json $OUT/affected.json; cp /tmp/r/*.md $OUT/affected.md

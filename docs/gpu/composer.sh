@@ -9,7 +9,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --tar
 export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH DS_DOCTOR_STACKS=/tmp/stacks
 for v in 0.23.5 0.24.0; do
   rm -rf /tmp/r; mkdir -p /tmp/r
-  timeout ${RUN_LIMIT:-280} python3 -m doctor.cli run --level 3 -k "optimizer_coverage and composer" --out /tmp/r \
+  timeout ${RUN_LIMIT:-280} python3 -m ds_doctor.cli run --level 3 -k "optimizer_coverage and composer" --out /tmp/r \
     --with torchvision==0.26.0 --with mosaicml==$v --ignore-pins --find-links $W/composer > $OUT/composer-$v.log 2>&1
   echo "composer $v rc=$?" | tee -a $OUT/composer-$v.log
   tail -25 $OUT/composer-$v.log

@@ -30,7 +30,7 @@ fi
 if [ -f "$baseline" ]; then
     args+=(--baseline "$baseline" --tolerance "$TOLERANCE")
 fi
-# DS_DOCTOR may be several words ("python -m doctor.cli"): split on purpose
+# DS_DOCTOR may be several words ("python -m ds_doctor.cli"): split on purpose
 # shellcheck disable=SC2086
 $DS_DOCTOR "${args[@]}"
 rc=$?

@@ -3,7 +3,7 @@ baseline report, and whether it regressed.
 
 Regressions (exit code 1): a case that was not failing and now fails, errors or times out (or a
 new case that does); a new error finding; fewer GPUs, or a GPU with less memory; a measure that
-`reports.measures.MEASURES` says is better higher or lower (bandwidths, TFLOP/s) worse than the baseline
+`ds_doctor.reports.measures.MEASURES` says is better higher or lower (bandwidths, TFLOP/s) worse than the baseline
 by more than the tolerance. Everything else that changed is reported and does not fail: outcomes
 that got better, new warnings, versions, drivers, hosts, measures that got faster.
 """
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from reports.diff import Change, Diff
-from reports.measures import MEASURES
-from reports.records import FAILING, CaseResult, Report, Severity
+from ds_doctor.reports.diff import Change, Diff
+from ds_doctor.reports.measures import MEASURES
+from ds_doctor.reports.records import FAILING, CaseResult, Report, Severity
 
 DEFAULT_TOLERANCE_PCT = 10.0
 

@@ -1,4 +1,4 @@
-"""Consistency across the ranks of a job: every key of every rank's fingerprint (`doctor.collect.fingerprint`)
+"""Consistency across the ranks of a job: every key of every rank's fingerprint (`ds_doctor.collect.fingerprint`)
 has one value, or the outliers are named with their node, host and ranks beside the majority value.
 
 Versions, builds, the driver and the GPU model are errors (a job built against them crashes or hangs); other
@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 
-from reports.records import Finding, Severity
+from ds_doctor.reports.records import Finding, Severity
 
 UNSET = "<unset>"
 #: Keys that legitimately differ per rank or node: where a fingerprint was taken, and the launcher's own.

@@ -1,5 +1,5 @@
 """Coverage invariants (S3): which parameters the optimizer tracks, by module name, before and after
-a framework wraps the model and the optimizer (`doctor.collect.tracked`), and which of them a step
+a framework wraps the model and the optimizer (`ds_doctor.collect.tracked`), and which of them a step
 really changes.
 """
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from doctor.collect.tracked import Tracked
-from reports.records import Finding, Severity
+from ds_doctor.collect.tracked import Tracked
+from ds_doctor.reports.records import Finding, Severity
 
 REMEDY_ORDER = ("Build the optimizer after wrapping, from the wrapped model's parameters (or let Accelerate's prepare "
                 "remap it: FSDP1 needs use_orig_params=True for that).")

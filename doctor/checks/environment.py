@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from reports.records import CaseResult, Finding, Outcome, Severity
+from ds_doctor.reports.records import CaseResult, Finding, Outcome, Severity
 
 PROBE = "environment"
 
@@ -26,7 +26,7 @@ def numpy_present(env: Mapping[str, Any]) -> list[Finding]:
 
 
 def declared_ranges(env: Mapping[str, Any]) -> list[Finding]:
-    """Installed pairs outside each other's declared ranges (doctor.hardware.skew): transformers, Accelerate and
+    """Installed pairs outside each other's declared ranges (ds_doctor.hardware.skew): transformers, Accelerate and
     DeepSpeed out of step fail late, on the first code path that needs the other's newer API."""
     return [Finding("declared_ranges", Severity.WARNING,
                     f"{pair['package']} {pair['version']} declares {pair['requires']}{pair['declared']}, and "

@@ -3,7 +3,7 @@
 One rule set, two sources: the fingerprint keys `consistency` compares across the ranks of a live job (Python and
 package versions, torch's CUDA, NCCL, the driver and CUDA driver, the GPU model, the allowlisted environment) are
 built here from each report's environment and hardware sections and compared by the same `disagreements`, with
-the same majority and severities. Each compared measure (`reports.measures.MEASURES` with a `better`: busbw,
+the same majority and severities. Each compared measure (`ds_doctor.reports.measures.MEASURES` with a `better`: busbw,
 algbw, TFLOP/s) is set against the median of the nodes with the same GPU models (an older GPU generation is no
 regression of the fleet); what ranks sharing one GPU measured between them is never a node's figure and is left
 out. Exit 1 belongs to failing cases (GPU health included), as for `run`.
@@ -16,11 +16,11 @@ import statistics
 from collections.abc import Mapping
 from typing import Any
 
-from doctor.checks.consistency import disagreements
-from doctor.checks.health import PROBE as HEALTH_PROBE
-from reports.fleet import Deviation, FailedCase, Fleet, MeasureCell, NodeView, Spread, Unreadable
-from reports.measures import MEASURES, finite, on_shared_gpu
-from reports.records import FAILING, Report, parse_time
+from ds_doctor.checks.consistency import disagreements
+from ds_doctor.checks.health import PROBE as HEALTH_PROBE
+from ds_doctor.reports.fleet import Deviation, FailedCase, Fleet, MeasureCell, NodeView, Spread, Unreadable
+from ds_doctor.reports.measures import MEASURES, finite, on_shared_gpu
+from ds_doctor.reports.records import FAILING, Report, parse_time
 
 #: Environment variables that name one run or one launch, not the node: they differ between any two nightly runs.
 PER_RUN = ("env:SLURM_", "env:TORCHELASTIC_", "env:MASTER_", "env:DS_DOCTOR_", "env:WORLD_SIZE", "env:LOCAL_WORLD_SIZE")
@@ -61,7 +61,7 @@ def _gib(value: Any) -> str:
 
 
 def report_fingerprint(report: Report) -> dict[str, str]:
-    """The keys a rank's fingerprint (`doctor.collect.fingerprint`) has, as a node's report records them; plus the
+    """The keys a rank's fingerprint (`ds_doctor.collect.fingerprint`) has, as a node's report records them; plus the
     GPU count, which a rank cannot see and a node can lose."""
     env, hardware = report.env, report.hardware
     prints = {"host": str(hardware.get("host")), "python": str(env.get("python")), "torch.cuda": str(env.get("cuda"))}

@@ -1,6 +1,6 @@
 """What makes a distributed case slow or stuck, as findings: a straggler rank (from the per-rank stage times), and,
 for a hung case, the collective the ranks disagree on or the rank that never joined (from torch's Flight Recorder
-analysis, `doctor.forensics.flight`).
+analysis, `ds_doctor.forensics.flight`).
 
 A straggler is judged on when a rank *left* a stage as well as how long it spent there: a rank that waits in a
 collective for a slow peer spends as long in that stage as the peer spent before it, but it leaves with everyone;
@@ -12,8 +12,8 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 
-from reports.hang import StageTime, ThreadStack
-from reports.records import Finding, Severity
+from ds_doctor.reports.hang import StageTime, ThreadStack
+from ds_doctor.reports.records import Finding, Severity
 
 STRAGGLER_FACTOR = 3.0  # a rank this many times slower at a stage than the median of the others...
 STRAGGLER_FLOOR_S = 0.5  # ...and at least this much later out of it (short stages jitter by multiples)

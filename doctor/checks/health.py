@@ -1,4 +1,4 @@
-"""GPU health rules as pure functions over NVML readings (`doctor.hardware.nvml`), and the
+"""GPU health rules as pure functions over NVML readings (`ds_doctor.hardware.nvml`), and the
 `gpu_health[gpuN]` results they make.
 
 The rules read only the dicts `read_gpus` returns, so they are tested over recorded readings, with
@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from reports.records import CaseResult, Finding, Outcome, Severity
+from ds_doctor.reports.records import CaseResult, Finding, Outcome, Severity
 
 GIB = 1 << 30
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from doctor.collect.devicemap import Recorder
-from doctor.collect.tracked import optimizer_groups
-from reports.records import Finding, Severity, TensorRecord
+from ds_doctor.collect.devicemap import Recorder
+from ds_doctor.collect.tracked import optimizer_groups
+from ds_doctor.reports.records import Finding, Severity, TensorRecord
 
 NamedParams = Sequence[tuple[str, Any]]
 
@@ -64,7 +64,7 @@ def param_name_map(named_params: NamedParams, param_names: Mapping[Any, str] | N
 
 
 def held_parameters(optimizer: Any) -> list[Any]:
-    """The module parameters an optimizer holds, all groups together (see `doctor.collect.tracked.optimizer_groups`)."""
+    """The module parameters an optimizer holds, all groups together (see `ds_doctor.collect.tracked.optimizer_groups`)."""
     return [p for group in optimizer_groups(optimizer) for p in group]
 
 

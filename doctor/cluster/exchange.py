@@ -6,7 +6,7 @@ The rendezvous is elastic (`--nnodes 1:N`, last call = the wait allowed): every 
 part, so a node that never comes is named rather than waited for forever.
 
     parent: exchange(cluster, run_dir, "handshake", payload, wait_s) -> {node rank: payload}
-    rank:   python -m doctor.cluster.exchange --exchange-dir LAUNCH_DIR --this-node R --wait-s S
+    rank:   python -m ds_doctor.cluster.exchange --exchange-dir LAUNCH_DIR --this-node R --wait-s S
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from doctor.cluster.nodes import Cluster
-from doctor.cluster.route import rendezvous_options
-from doctor.files import write_atomic
-from doctor.procs import die_with_parent, kill_tree, module_command
-from doctor.redact import scrub_text
-from doctor.rundir import RunDir
+from ds_doctor.cluster.nodes import Cluster
+from ds_doctor.cluster.route import rendezvous_options
+from ds_doctor.files import write_atomic
+from ds_doctor.procs import die_with_parent, kill_tree, module_command
+from ds_doctor.redact import scrub_text
+from ds_doctor.rundir import RunDir
 
 PAYLOAD = "payload.json"
 EXCHANGED = "exchanged.json"
@@ -44,7 +44,7 @@ def exchange_command(cluster: Cluster, launch_dir: Path, name: str, wait_s: floa
             f"--rdzv-conf=join_timeout={wait + 30},last_call_timeout={wait},read_timeout={max(wait, 60)}{is_host}",
             *local, "--max-restarts=0", "--monitor-interval=0.5",
             # (names torchrun's parser does not take for abbreviations of its own: --node would match --node-rank)
-            "--no-python", *module_command("doctor.cluster.exchange"), "--exchange-dir", str(launch_dir.resolve()),
+            "--no-python", *module_command("ds_doctor.cluster.exchange"), "--exchange-dir", str(launch_dir.resolve()),
             "--this-node", str(cluster.node_rank),
             "--wait-s", str(wait)]
 

@@ -9,7 +9,7 @@ import platform
 import socket
 from typing import Any
 
-from doctor.hardware.env import package_versions, relevant_variables
+from ds_doctor.hardware.env import package_versions, relevant_variables
 
 UNSET = "<unset>"
 

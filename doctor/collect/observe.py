@@ -9,8 +9,8 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from doctor.collect.devicemap import Recorder, is_zero3_optimizer
-from reports.records import TensorRecord
+from ds_doctor.collect.devicemap import Recorder, is_zero3_optimizer
+from ds_doctor.reports.records import TensorRecord
 
 CLIP_STAGE = "at_clip"
 

@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from doctor.files import write_atomic
-from doctor.rundir import LaunchDir
+from ds_doctor.files import write_atomic
+from ds_doctor.rundir import LaunchDir
 
 STACK_SIGNAL = signal.SIGUSR2
 TAKE_BOUND_S = 10.0  # the most a timeout waits for the evidence before the launch is killed
@@ -67,7 +67,7 @@ class Armed:
 
 
 def _recorder_dump(backend: str) -> dict[str, Any] | None:
-    from doctor.forensics.flight import recorder_dump
+    from ds_doctor.forensics.flight import recorder_dump
 
     try:
         return recorder_dump(backend)
@@ -79,7 +79,7 @@ def arm(launch: LaunchDir, rank: int, backend: str) -> Armed:
     """Called by each worker before its process group starts (the thin record must wrap the collectives first)."""
     import torch._C._distributed_c10d as c10d_ext
 
-    from doctor.forensics.flight import recorder_available
+    from ds_doctor.forensics.flight import recorder_available
 
     if not hasattr(c10d_ext, "_dump_fr_trace"):  # an older torch reads the recorder's settings by their NCCL names
         for new, old in (("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"),
@@ -88,7 +88,7 @@ def arm(launch: LaunchDir, rank: int, backend: str) -> Armed:
                 os.environ.setdefault(old, os.environ[new])
     thin = None
     if not recorder_available():
-        from doctor.forensics.thin_record import ThinRecord
+        from ds_doctor.forensics.thin_record import ThinRecord
 
         thin = ThinRecord().install()
     return Armed(launch, rank, backend, thin)

@@ -1,5 +1,5 @@
 """A Flight Recorder dump from a user's folder, read as plain data and checked field by field before any code
-reads it (`doctor.forensics.flight` reads the folder and runs torch's analyzer over what passes).
+reads it (`ds_doctor.forensics.flight` reads the folder and runs torch's analyzer over what passes).
 
 Why: torch's analyzer `eval`s a group's `ranks` string where `ast.literal_eval` of it gives a string
 (torch/distributed/flight_recorder/components/builder.py, build_groups_memberships), so a dump holding nothing but
@@ -17,7 +17,7 @@ import pickle
 import re
 from typing import Any, ClassVar
 
-from doctor.userinput import MAX_RANKS, short
+from ds_doctor.userinput import MAX_RANKS, short
 
 FORMAT_VERSION = "2.10"  # the recorder format of torch 2.13, which the thin record writes too
 

@@ -9,13 +9,13 @@ import json
 import re
 from collections.abc import Iterable
 
-from doctor.checks.hang import collective_mismatch, missing_rank
-from doctor.forensics.capture import THREAD_NAME
-from doctor.forensics.flight import disagreements, load_dir, positions
-from doctor.forensics.stacks import parse_faulthandler
-from doctor.rundir import LaunchDir
-from reports.hang import CollectivePosition, ThreadStack
-from reports.records import Finding
+from ds_doctor.checks.hang import collective_mismatch, missing_rank
+from ds_doctor.forensics.capture import THREAD_NAME
+from ds_doctor.forensics.flight import disagreements, load_dir, positions
+from ds_doctor.forensics.stacks import parse_faulthandler
+from ds_doctor.reports.hang import CollectivePosition, ThreadStack
+from ds_doctor.reports.records import Finding
+from ds_doctor.rundir import LaunchDir
 
 NATIVE_CHARS = 4000
 

@@ -4,7 +4,7 @@
 On a rank: `dump()` is this process's recorder buffer. Torch 2.13 records gloo as well as NCCL, but gloo's dump
 leaves `pg_config` empty (no group names, no ranks), and the analyzer cannot map a single entry without it, so the
 dump is completed from torch's own group registry. Where there is no recorder (an older torch) the thin record
-(`doctor.forensics.thin_record`) stands in, in the same format, so one analysis serves both.
+(`ds_doctor.forensics.thin_record`) stands in, in the same format, so one analysis serves both.
 
 In the parent, or in `ds-doctor triage DIR`: `load_dir` reads the dumps (a restricted unpickler: a dump is plain
 data, and a pickle from a user's job must not run code), `positions` says where each rank stands in each group, and
@@ -30,9 +30,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from doctor.forensics.dumpcheck import FORMAT_VERSION, Refused, checked_dump, unpickle
-from doctor.userinput import MAX_DUMP_BYTES, MAX_RANKS, size_text
-from reports.hang import CollectivePosition
+from ds_doctor.forensics.dumpcheck import FORMAT_VERSION, Refused, checked_dump, unpickle
+from ds_doctor.reports.hang import CollectivePosition
+from ds_doctor.userinput import MAX_DUMP_BYTES, MAX_RANKS, size_text
 
 BUFFER_ENTRIES = 2000  # TORCH_FR_BUFFER_SIZE of the doctor's launches, unless the user set one
 
@@ -119,7 +119,7 @@ def _read_dump(path: Path, budget: int) -> bytes | str:
 
 def load_dir(directory: Path) -> tuple[dict[int, dict[str, Any]], list[str]]:
     """rank -> dump for every file under `directory` named `<prefix><rank>` that unpickles (plain data only) to a
-    recorder dump whose every field checks out (`doctor.forensics.dumpcheck`); and one line per file that did not,
+    recorder dump whose every field checks out (`ds_doctor.forensics.dumpcheck`); and one line per file that did not,
     or was skipped."""
     dumps, problems = {}, []
     budget = MAX_DIR_BYTES

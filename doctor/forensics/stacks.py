@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from reports.hang import Frame, ThreadStack
+from ds_doctor.reports.hang import Frame, ThreadStack
 
 KEEP_FRAMES = 12  # innermost frames kept per thread; the outer rest is one marker
 

@@ -3,7 +3,7 @@
 It wraps `torch.distributed`'s collective functions (in `torch.distributed` and in `distributed_c10d`, so the
 calls torch makes internally are seen too) and keeps, per call, what the recorder would: group, sequence id per
 group, op, input/output sizes and dtypes, whether it returned, and the calling frames. It writes the recorder's
-dump format, so torch's analyzer reads it unchanged (`doctor.forensics.flight`). Only ds-doctor's own workers
+dump format, so torch's analyzer reads it unchanged (`ds_doctor.forensics.flight`). Only ds-doctor's own workers
 install it (never a user's job), and only where the recorder is missing or `DS_DOCTOR_COLLECTIVE_RECORD=thin`.
 """
 
@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from doctor.forensics.flight import BUFFER_ENTRIES, FORMAT_VERSION, group_config
+from ds_doctor.forensics.flight import BUFFER_ENTRIES, FORMAT_VERSION, group_config
 
 OPS = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor", "broadcast",
        "reduce", "all_to_all", "all_to_all_single", "barrier", "gather", "scatter")

@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from doctor.hardware.nvml import read_gpus
-from doctor.hardware.skew import version_skew
-from doctor.redact import MASK, is_secret_name
+from ds_doctor.hardware.nvml import read_gpus
+from ds_doctor.hardware.skew import version_skew
+from ds_doctor.redact import MASK, is_secret_name
 
 PACKAGES = (
     "torch", "deepspeed", "accelerate", "transformers", "numpy", "triton", "ninja", "nvidia-ml-py",

@@ -2,7 +2,7 @@
 
 Any call may be unsupported on some GPU, driver or container: that field is then `None` and
 `unavailable[field]` says why; a reading never raises. Without NVML or a GPU the list is empty and
-the reason says which. The health rules over these readings are in `doctor.checks.health`.
+the reason says which. The health rules over these readings are in `ds_doctor.checks.health`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Every known issue (read from `doctor/knowledge/data/*.toml` by `doctor.knowledge.load`), and one classifier
+"""Every known issue (read from `doctor/knowledge/data/*.toml` by `ds_doctor.knowledge.load`), and one classifier
 that matches any error text (message, traceback, stderr tail) against all of them.
 
 The data files are read and checked on first use, not at import: probes and the CLI import this module in every
@@ -11,13 +11,13 @@ import dataclasses
 import functools
 from collections.abc import Iterable
 
-from doctor.knowledge.issues import KnownIssue
-from reports.records import ErrorInfo
+from ds_doctor.knowledge.issues import KnownIssue
+from ds_doctor.reports.records import ErrorInfo
 
 
 @functools.cache
 def _catalog() -> tuple[tuple[KnownIssue, ...], dict[str, KnownIssue]]:
-    from doctor.knowledge.load import load_catalog
+    from ds_doctor.knowledge.load import load_catalog
 
     issues = load_catalog()  # checked as it loads: ids unique, regexes compile, ranges parse
     return issues, {issue.id: issue for issue in issues}

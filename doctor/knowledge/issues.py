@@ -1,8 +1,8 @@
 """A known upstream issue: its signature in error texts, the versions it affects, its cause and remedy.
 
 Version ranges are PEP 440 specifiers on the named distribution. The entries themselves are data, one TOML file
-per library in `doctor/knowledge/data/`, read and checked by `doctor.knowledge.load` (its docstring states the
-schema); `doctor.knowledge.catalog` holds them all.
+per library in `doctor/knowledge/data/`, read and checked by `ds_doctor.knowledge.load` (its docstring states the
+schema); `ds_doctor.knowledge.catalog` holds them all.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from reports.records import IssueRef, Verdict
+from ds_doctor.reports.records import IssueRef, Verdict
 
 REGEX_FLAGS = re.MULTILINE | re.DOTALL  # how patterns and requires are searched in an error text
 
@@ -74,7 +74,7 @@ class KnownIssue:
         """The `known_issue` of a case result: this issue with this stack's verdict."""
         affected = f"{self.package} {self.affected}" if self.affected else f"{self.package} (any)"
         if self.affected:  # where the range comes from: releases measured here, or the upstream threads
-            from doctor.knowledge.measured import for_issue
+            from ds_doctor.knowledge.measured import for_issue
 
             seen = sorted({r.version for r in for_issue(self.id) if r.outcome != "does_not_import"}, key=Version)
             affected += f" (measured here at {', '.join(seen)})" if seen else " (from upstream reports)"

@@ -27,7 +27,7 @@ Strings are strings and lists are lists of non-empty strings; an entry has patte
 silent one names invariants (and has no requires) and no wording. Any other key is refused, so a typo cannot drop
 a field. That the entry's patterns match each wording is a test's business (tests/knowledge/test_wording.py), not
 the loader's: a data file that disagrees with its patterns still loads. What was measured of an entry, release by
-release, is not here: `data/measured.toml`, written by `make verify-catalog` and read by `doctor.knowledge.measured`.
+release, is not here: `data/measured.toml`, written by `make verify-catalog` and read by `ds_doctor.knowledge.measured`.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from urllib.parse import urlsplit
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from doctor.knowledge.issues import REGEX_FLAGS, KnownIssue, Wording
+from ds_doctor.knowledge.issues import REGEX_FLAGS, KnownIssue, Wording
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -70,7 +70,7 @@ class CatalogError(ValueError):
 
 def data_files() -> list[Traversable]:
     """The shipped data files, in catalog order (read through importlib.resources, so from a wheel too)."""
-    folder = resources.files("doctor.knowledge") / "data"
+    folder = resources.files("ds_doctor.knowledge") / "data"
     return [folder / f"{name}.toml" for name in LIBRARIES]
 
 

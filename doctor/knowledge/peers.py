@@ -13,8 +13,8 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from doctor.userinput import check_rank
-from reports.records import Finding, Severity
+from ds_doctor.reports.records import Finding, Severity
+from ds_doctor.userinput import check_rank
 
 #: an error that only says a peer went away: not the first failure, whoever prints it
 ECHO = re.compile(r"ncclRemoteError|remote process exited or there was a network error|Broken pipe|"

@@ -1,14 +1,14 @@
 """`ds-doctor triage`: match a user's log or traceback against every known issue.
 
-The text is normalised first (`doctor.knowledge.logtext`: bars, rank prefixes, interleaving, wrapping). For each
+The text is normalised first (`ds_doctor.knowledge.logtext`: bars, rank prefixes, interleaving, wrapping). For each
 hit: the issue, why it happens, the affected versions judged against the versions *the log* shows (the installed
 ones only for a package the log does not name, and the output says which), the remedy and the upstream
 references, and the span that matched (scrubbed, since people paste these into tickets). Hits are listed in the
 order their first match appears, because in a log the earliest error is usually the cause and later ones its
 echoes (`ChildFailedError`, `'DeepSpeedCPUAdam' object has no attribute 'ds_opt_adam'`). NCCL watchdog lines are
-lined up across ranks (`doctor.knowledge.watchdog`).
+lined up across ranks (`ds_doctor.knowledge.watchdog`).
 
-The log is a stranger's text, so its matching is bounded: the log is read through `doctor.userinput` (its tail, a
+The log is a stranger's text, so its matching is bounded: the log is read through `ds_doctor.userinput` (its tail, a
 stream or a compressed file up to a cap), and a catalog pattern of the form `head.*tail` (DOTALL) is searched as
 re.search would, but tried at the first place its head matches only: re.search retries it at every later place
 the head matches, each try running to the end of the text, which a log repeating the head makes quadratic (a
@@ -22,16 +22,16 @@ import functools
 import re
 from collections.abc import Iterable, Mapping
 
-from doctor.knowledge.catalog import ISSUES
-from doctor.knowledge.issues import REGEX_FLAGS, KnownIssue
-from doctor.knowledge.logtext import log_versions, normalise
-from doctor.knowledge.peers import peer_findings
-from doctor.knowledge.watchdog import WatchdogReport, read_watchdog, watchdog_findings
-from doctor.redact import scrub_text
-from doctor.userinput import MAX_LOG_BYTES, UserInputError, check_tree
-from doctor.userinput import read_log as read_input
-from reports.records import Finding
-from reports.triage import TriageMatch, VersionUsed
+from ds_doctor.knowledge.catalog import ISSUES
+from ds_doctor.knowledge.issues import REGEX_FLAGS, KnownIssue
+from ds_doctor.knowledge.logtext import log_versions, normalise
+from ds_doctor.knowledge.peers import peer_findings
+from ds_doctor.knowledge.watchdog import WatchdogReport, read_watchdog, watchdog_findings
+from ds_doctor.redact import scrub_text
+from ds_doctor.reports.records import Finding
+from ds_doctor.reports.triage import TriageMatch, VersionUsed
+from ds_doctor.userinput import MAX_LOG_BYTES, UserInputError, check_tree
+from ds_doctor.userinput import read_log as read_input
 
 MAX_INPUT_BYTES = MAX_LOG_BYTES  # a longer log is read from its tail
 SPAN_CHARS = 200
@@ -275,7 +275,7 @@ def _report_data(text: str, name: str) -> dict | None:
     """The JSON of a ds-doctor report, checked; None where the text does not claim to be one."""
     import json
 
-    from doctor.userinput import check_report
+    from ds_doctor.userinput import check_report
 
     if not re.match(r"\s*\{", text):
         return None
@@ -295,7 +295,7 @@ def read_report(text: str, name: str = "the report") -> LogReading | None:
     """A ds-doctor report (of `run`, or of a `watch` in a job) read as triage reads a log: the known issues its
     failing cases' errors show, judged on the report's own package versions, and their findings with the case
     named. None where the text is not such a report; UserInputError where it says it is one and is not."""
-    from reports.records import FAILING, Report
+    from ds_doctor.reports.records import FAILING, Report
 
     data = _report_data(text, name)
     if data is None:

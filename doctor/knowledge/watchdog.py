@@ -21,9 +21,9 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from doctor.checks.hang import collective_mismatch
-from doctor.userinput import UserInputError, check_rank, check_world_size
-from reports.records import Finding, Severity
+from ds_doctor.checks.hang import collective_mismatch
+from ds_doctor.reports.records import Finding, Severity
+from ds_doctor.userinput import UserInputError, check_rank, check_world_size
 
 MAX_SILENT_NAMED = 16  # more ranks than this that never timed out are one finding, their ranks in ranges
 

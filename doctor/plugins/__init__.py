@@ -3,7 +3,7 @@
 A probe is a module (or an object) with `SPEC`, `variants()`, `run(ctx)` and optionally `setup(ctx)`:
 
     from dataclasses import dataclass
-    from doctor.plugins import Finding, ProbeContext, ProbeSpec, Requirement, Severity, Variant
+    from ds_doctor.plugins import Finding, ProbeContext, ProbeSpec, Requirement, Severity, Variant
 
     SPEC = ProbeSpec(name="my_probe", scenario="smoke", description="...", requires=(Requirement("torch", "torch"),))
 
@@ -27,13 +27,13 @@ nothing else of ds-doctor: its submodules hold what they need beyond the core, `
 goes on in a process of its own).
 """
 
-from doctor.knowledge.catalog import RaisedError
-from doctor.probe.context import ProbeContext, SkipCase
-from doctor.probe.rankoptions import RankOptions
-from doctor.probe.registry import ENTRY_POINT_GROUP, EXTRA_ENV
-from doctor.probe.spec import SCENARIOS, ProbeSpec, Requirement, Variant
-from reports.measures import MEASURES
-from reports.records import Finding, Severity, TensorRecord
+from ds_doctor.knowledge.catalog import RaisedError
+from ds_doctor.probe.context import ProbeContext, SkipCase
+from ds_doctor.probe.rankoptions import RankOptions
+from ds_doctor.probe.registry import ENTRY_POINT_GROUP, EXTRA_ENV
+from ds_doctor.probe.spec import SCENARIOS, ProbeSpec, Requirement, Variant
+from ds_doctor.reports.measures import MEASURES
+from ds_doctor.reports.records import Finding, Severity, TensorRecord
 
 __all__ = [
     "ENTRY_POINT_GROUP",

@@ -1,10 +1,10 @@
 """The invariants a probe checks its device maps and results with: each a pure function returning findings (the
 built-in families use exactly these; docs/invariants.md says what each holds)."""
 
-from doctor.checks import collectives
-from doctor.checks.consistency import compare
-from doctor.checks.coverage import step_changes, tracked_live, tracked_set
-from doctor.checks.equivalence import (
+from ds_doctor.checks import collectives
+from ds_doctor.checks.consistency import compare
+from ds_doctor.checks.coverage import step_changes, tracked_live, tracked_set
+from ds_doctor.checks.equivalence import (
     UNIT_ROUNDOFF,
     Gap,
     Tolerance,
@@ -16,11 +16,11 @@ from doctor.checks.equivalence import (
     not_restored,
     worst_ratio,
 )
-from doctor.checks.fabric import fabric_findings, rounds
-from doctor.checks.identity import identity_invariants
-from doctor.checks.lifecycle import PreparedFacts, lifecycle_invariants, process_count_agreement
-from doctor.checks.placement import ZeroPromise, optimizer_state_colocation, zero_invariants
-from doctor.checks.structure import buffer_placement, ties_kept, zero3_hooks_own_state
+from ds_doctor.checks.fabric import fabric_findings, rounds
+from ds_doctor.checks.identity import identity_invariants
+from ds_doctor.checks.lifecycle import PreparedFacts, lifecycle_invariants, process_count_agreement
+from ds_doctor.checks.placement import ZeroPromise, optimizer_state_colocation, zero_invariants
+from ds_doctor.checks.structure import buffer_placement, ties_kept, zero3_hooks_own_state
 
 __all__ = [
     "UNIT_ROUNDOFF",

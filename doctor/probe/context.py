@@ -9,12 +9,12 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from doctor.collect.devicemap import Recorder, collect
-from doctor.probe.rankoptions import RankOptions
-from doctor.probe.spec import Requirement, missing_dependency
-from reports.hang import StageTime
-from reports.measures import MEASURES
-from reports.records import Finding, TensorRecord
+from ds_doctor.collect.devicemap import Recorder, collect
+from ds_doctor.probe.rankoptions import RankOptions
+from ds_doctor.probe.spec import Requirement, missing_dependency
+from ds_doctor.reports.hang import StageTime
+from ds_doctor.reports.measures import MEASURES
+from ds_doctor.reports.records import Finding, TensorRecord
 
 
 class SkipCase(Exception):
@@ -76,9 +76,9 @@ class ProbeContext:
         return self.options.model is not None
 
     def user_model(self, seed: int = 0) -> Any:
-        """The model `ds-doctor run --model` names (`doctor.usersetup.model.Trainable`: module, batches, loss), built
+        """The model `ds-doctor run --model` names (`ds_doctor.usersetup.model.Trainable`: module, batches, loss), built
         on this rank with `seed` (the same on every rank); None when the run has none and the probe uses its own."""
-        from doctor.usersetup import model as user_model
+        from ds_doctor.usersetup import model as user_model
 
         spec = self.options.model_spec()
         return user_model.build(spec, self.world_size, seed) if spec is not None else None
@@ -112,7 +112,7 @@ class ProbeContext:
         self.notes[key] = value
 
     def measure(self, name: str, value: float | None) -> None:
-        """A headline number of the case (`reports.measures.MEASURES` names it and gives its unit)."""
+        """A headline number of the case (`ds_doctor.reports.measures.MEASURES` names it and gives its unit)."""
         self.measures[_measure_name(name)] = value
 
     def measure_row(self, **values: float) -> None:
@@ -166,7 +166,7 @@ class ProbeContext:
 
 def _measure_name(name: str) -> str:
     if name not in MEASURES:
-        raise KeyError(f"unknown measure {name!r}; known: {', '.join(MEASURES)} (add it to reports.measures.MEASURES)")
+        raise KeyError(f"unknown measure {name!r}; known: {', '.join(MEASURES)} (add it to ds_doctor.reports.measures.MEASURES)")
     return name
 
 

@@ -1,7 +1,7 @@
 """Every option of a run that a rank needs, as one frozen value (nox threads one `Namespace` the same way).
 
 The parent builds it from the command line once, writes it into each launch directory beside `cases.json`, and
-builds the ranks' environment from it in one function (`doctor.run.launch.rank_environment`). A rank reads it back
+builds the ranks' environment from it in one function (`ds_doctor.run.launch.rank_environment`). A rank reads it back
 into its probe context (`ctx.options`) and expands the registry's variants with it, so the cases a rank finds and
 what they run on never depend on the rank's ambient environment, and the parent never assigns to `os.environ`.
 """
@@ -33,7 +33,7 @@ class RankOptions:
         freeze: `--freeze`'s pattern, or None for the default.
         suspect_below: `--suspect-below`, the fabric family's threshold.
         shared_gpu: how ranks share a GPU where there are more ranks than GPUs (a key of
-            `doctor.run.plan.SHARED_GPU_MODES`).
+            `ds_doctor.run.plan.SHARED_GPU_MODES`).
         overlay: the `--with` overlay folder the ranks import first, or None on the installed stack.
         extensions_dir: where the ranks JIT-build ops (`TORCH_EXTENSIONS_DIR`), or None for torch's default.
         node_rank: this node's rank in a multi-node run, or None on one node.
@@ -71,7 +71,7 @@ class RankOptions:
         return cls(**data)
 
     def write(self, folder: Path) -> Path:
-        from doctor.files import write_atomic
+        from ds_doctor.files import write_atomic
 
         path = folder / FILE_NAME
         write_atomic(path, self.to_json() + "\n")
@@ -93,20 +93,20 @@ class RankOptions:
     # what the probes read: parsed and loaded here, once per process
 
     def model_spec(self) -> Any:
-        """`--model` as a `doctor.usersetup.model.ModelSpec`, or None."""
-        from doctor.usersetup.model import ModelSpec
+        """`--model` as a `ds_doctor.usersetup.model.ModelSpec`, or None."""
+        from ds_doctor.usersetup.model import ModelSpec
 
         return ModelSpec.parse(self.model) if self.model else None
 
     def user_deepspeed_config(self) -> Any:
-        """`--deepspeed-config` as a `doctor.usersetup.deepspeed_config.UserConfig`, or None."""
-        from doctor.usersetup.deepspeed_config import load_once
+        """`--deepspeed-config` as a `ds_doctor.usersetup.deepspeed_config.UserConfig`, or None."""
+        from ds_doctor.usersetup.deepspeed_config import load_once
 
         return load_once(self.deepspeed_config) if self.deepspeed_config else None
 
     def user_accelerate_config(self) -> Any:
-        """`--accelerate-config` as a `doctor.usersetup.accelerate_config.AccelerateSetup`, or None."""
-        from doctor.usersetup.accelerate_config import load_once
+        """`--accelerate-config` as a `ds_doctor.usersetup.accelerate_config.AccelerateSetup`, or None."""
+        from ds_doctor.usersetup.accelerate_config import load_once
 
         return load_once(self.accelerate_config) if self.accelerate_config else None
 

@@ -1,7 +1,7 @@
-"""The probe registry: the built-in families (`probes.PROBE_MODULES`), probes other packages register through
+"""The probe registry: the built-in families (`ds_doctor.probes.PROBE_MODULES`), probes other packages register through
 the entry-point group `ds_doctor.probes` (pytest's plugin convention), and `DS_DOCTOR_EXTRA_PROBES`.
 
-Every source yields probe modules with the same protocol (`doctor.probe.spec.Probe`); a name used twice is an
+Every source yields probe modules with the same protocol (`ds_doctor.probe.spec.Probe`); a name used twice is an
 error that names both. A probe's variants may depend on the run's options (`variants(options)`: the user's
 configs add cases); a rank expands them with the options its launch directory holds, never from its environment.
 """
@@ -17,8 +17,8 @@ import re
 from importlib import metadata
 from typing import Any
 
-from doctor.probe.rankoptions import RankOptions
-from doctor.probe.spec import Case, Probe, ProbeSpec, Variant
+from ds_doctor.probe.rankoptions import RankOptions
+from ds_doctor.probe.spec import Case, Probe, ProbeSpec, Variant
 
 ENTRY_POINT_GROUP = "ds_doctor.probes"
 #: Comma-separated extra probe modules (the tests' fault probes, or a site's own probes).
@@ -38,7 +38,7 @@ def entry_point_probes() -> tuple[tuple[str, str], ...]:
 
 def sources() -> list[tuple[str, str]]:
     """(where it came from, module path) for every probe: built-ins, entry points, then the environment."""
-    import probes
+    from ds_doctor import probes
 
     found = [("built-in", name) for name in probes.PROBE_MODULES]
     found += entry_point_probes()

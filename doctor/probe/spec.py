@@ -1,7 +1,7 @@
 """What a probe declares: a frozen spec, its variants, and the cases they expand to.
 
 A probe is a module (or any object) with `SPEC` (a `ProbeSpec`), `variants()` returning `Variant`s, `run(ctx)`
-and optionally `setup(ctx)` (one-off work per launch). Probe authors import these through `doctor.plugins`.
+and optionally `setup(ctx)` (one-off work per launch). Probe authors import these through `ds_doctor.plugins`.
 """
 
 from __future__ import annotations

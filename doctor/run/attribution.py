@@ -1,6 +1,6 @@
 """Who is blamed when a launch ends early, and what runs again: pure functions over heartbeats and lines.
 
-`doctor.run.launch.Launch` supervises (starts torchrun, polls, kills, reads logs); what its ending means is
+`ds_doctor.run.launch.Launch` supervises (starts torchrun, polls, kills, reads logs); what its ending means is
 decided here, apart from any process, so each branch of the product's promise "one bad case never costs the
 others" is a unit test of milliseconds (pytest keeps `CallInfo.from_call` apart from `TestReport` the same way):
 
@@ -20,8 +20,8 @@ import dataclasses
 import enum
 from collections.abc import Container, Mapping, Sequence
 
-from doctor.probe.spec import Case
-from doctor.rundir import LAUNCH, Beat, setup_name, setup_probe
+from ds_doctor.probe.spec import Case
+from ds_doctor.rundir import LAUNCH, Beat, setup_name, setup_probe
 
 
 @dataclasses.dataclass(frozen=True)

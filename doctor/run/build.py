@@ -8,11 +8,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import doctor
-from doctor.files import safe_component, write_atomic
-from doctor.redact import Anonymizer, scrub
-from reports.markdown import render_markdown
-from reports.records import SCHEMA_VERSION, CaseResult, Report, format_time, parse_time
+import ds_doctor
+from ds_doctor.files import safe_component, write_atomic
+from ds_doctor.redact import Anonymizer, scrub
+from ds_doctor.reports.markdown import render_markdown
+from ds_doctor.reports.records import SCHEMA_VERSION, CaseResult, Report, format_time, parse_time
 
 
 def utc_now() -> dt.datetime:
@@ -39,7 +39,7 @@ def build_report(*, started: dt.datetime, finished: dt.datetime, level: int, arg
     names, IPs and GPU UUIDs replaced), before any renderer sees it."""
     raw = {
         "schema_version": SCHEMA_VERSION,
-        "tool": {"name": "ds-doctor", "version": doctor.__version__},
+        "tool": {"name": "ds-doctor", "version": ds_doctor.__version__},
         "started_at": format_time(started),
         "finished_at": format_time(finished),
         "command": ["ds-doctor", *argv],

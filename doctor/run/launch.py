@@ -19,20 +19,20 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from doctor.cluster.nodes import Cluster
-from doctor.cluster.route import facing, rendezvous_options
-from doctor.files import log_tail
-from doctor.forensics import capture, evidence
-from doctor.forensics.flight import BUFFER_ENTRIES
-from doctor.probe.rankoptions import DEFAULTS, RankOptions
-from doctor.probe.registry import CaseEntry
-from doctor.probe.spec import Case
-from doctor.procs import die_with_parent, kill_tree, module_command
-from doctor.redact import scrub_text
-from doctor.run.attribution import Cause, Ending, attribute, remaining, stage_of
-from doctor.run.plan import LaunchGroup, timeout_for
-from doctor.rundir import LAUNCH, LaunchDir, RankLine, RunDir
-from reports.records import Outcome
+from ds_doctor.cluster.nodes import Cluster
+from ds_doctor.cluster.route import facing, rendezvous_options
+from ds_doctor.files import log_tail
+from ds_doctor.forensics import capture, evidence
+from ds_doctor.forensics.flight import BUFFER_ENTRIES
+from ds_doctor.probe.rankoptions import DEFAULTS, RankOptions
+from ds_doctor.probe.registry import CaseEntry
+from ds_doctor.probe.spec import Case
+from ds_doctor.procs import die_with_parent, kill_tree, module_command
+from ds_doctor.redact import scrub_text
+from ds_doctor.reports.records import Outcome
+from ds_doctor.run.attribution import Cause, Ending, attribute, remaining, stage_of
+from ds_doctor.run.plan import LaunchGroup, timeout_for
+from ds_doctor.rundir import LAUNCH, LaunchDir, RankLine, RunDir
 
 LAUNCH_TIMEOUT_S = 180.0  # process start, imports and process-group set-up
 POLL_S = 0.2
@@ -80,7 +80,7 @@ def torchrun_command(group: LaunchGroup, launch_dir: Path, cluster: Cluster | No
     return [
         *module_command("torch.distributed.run"), *rendezvous_args(group, cluster, attempt),
         "--max-restarts=0", "--monitor-interval=0.5",
-        "--no-python", *module_command("doctor.run.worker"), "--launch-dir", str(launch_dir.resolve()),
+        "--no-python", *module_command("ds_doctor.run.worker"), "--launch-dir", str(launch_dir.resolve()),
         "--backend", group.rank_backend, *(["--shared-gpu", group.share_mode] if group.shared_gpu else []),
     ]
 
@@ -251,7 +251,7 @@ class Launch:
         return self.timed_out or Ending(None, self.dir.read_beats())
 
     def blame(self) -> dict[str, list[RankLine]]:
-        """Lines for the cases this launch's timeout or crash took down (`doctor.run.attribution` decides which, and
+        """Lines for the cases this launch's timeout or crash took down (`ds_doctor.run.attribution` decides which, and
         why); the rest are left to rerun."""
         unfinished = self.unfinished()
         if not unfinished:
@@ -335,7 +335,7 @@ def run_group(group: LaunchGroup, run_dir: RunDir, *, timeout_override: float | 
     pending = list(group.cases)
     results: dict[str, list[RankLine]] = {}
     attempt = 0
-    bound = len(pending)  # each attempt settles at least one case (doctor.run.attribution.remaining)
+    bound = len(pending)  # each attempt settles at least one case (ds_doctor.run.attribution.remaining)
     while pending:
         launch = Launch(group, pending, run_dir.launch(group.name, group.device_kind, attempt), timeout_override,
                         events, cluster, attempt, options)

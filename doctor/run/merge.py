@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from doctor.checks.hang import stragglers
-from doctor.knowledge import catalog
-from doctor.rundir import PlannedCase, RankLine
-from reports.records import CaseResult, Finding, IssueRef, Outcome, RankSummary, Verdict, worst
+from ds_doctor.checks.hang import stragglers
+from ds_doctor.knowledge import catalog
+from ds_doctor.reports.records import CaseResult, Finding, IssueRef, Outcome, RankSummary, Verdict, worst
+from ds_doctor.rundir import PlannedCase, RankLine
 
 
 def rank_summary(line: RankLine) -> RankSummary:

@@ -6,7 +6,7 @@
                rendezvous, every rank's line on every node)
     closing    every node sends its own results; node 0 writes the one report; every node exits with its code
 
-Both exchanges are torchrun launches of one rank per node (`doctor.cluster.exchange`): no protocol of ds-doctor's.
+Both exchanges are torchrun launches of one rank per node (`ds_doctor.cluster.exchange`): no protocol of ds-doctor's.
 """
 
 from __future__ import annotations
@@ -18,18 +18,18 @@ import os
 from pathlib import Path
 from typing import Any
 
-import doctor
-from doctor.cluster.exchange import ExchangeError, exchange
-from doctor.cluster.nodes import Cluster
-from doctor.hardware.env import collect_environment
-from doctor.probe.rankoptions import RankOptions
-from doctor.redact import scrub
-from doctor.run.build import build_report, utc_now, write_reports
-from doctor.run.launch import rank_environment
-from doctor.run.pipeline import RunOptions, RunPlan, RunReporter, SilentReporter, launch, make_plan, write_manifest
-from doctor.run.plan import node_checks
-from doctor.rundir import RunDir
-from reports.records import FAILING, CaseResult, Outcome, Report
+import ds_doctor
+from ds_doctor.cluster.exchange import ExchangeError, exchange
+from ds_doctor.cluster.nodes import Cluster
+from ds_doctor.hardware.env import collect_environment
+from ds_doctor.probe.rankoptions import RankOptions
+from ds_doctor.redact import scrub
+from ds_doctor.reports.records import FAILING, CaseResult, Outcome, Report
+from ds_doctor.run.build import build_report, utc_now, write_reports
+from ds_doctor.run.launch import rank_environment
+from ds_doctor.run.pipeline import RunOptions, RunPlan, RunReporter, SilentReporter, launch, make_plan, write_manifest
+from ds_doctor.run.plan import node_checks
+from ds_doctor.rundir import RunDir
 
 #: After a failure across the nodes, how long the closing exchange waits for a node that may be gone (at most as
 #: long as a node was given to join: --join-timeout).
@@ -75,7 +75,7 @@ def cluster_result(node: int, reason: str) -> CaseResult:
 def handshake(cluster: Cluster, run_dir: RunDir, options: RunOptions, run_plan: RunPlan, env: dict[str, Any],
               hardware: dict[str, Any]) -> dict[int, dict[str, Any]]:
     """Every node that joined within the join timeout, with its environment and hardware; a disagreement raises."""
-    payload = {"node": cluster.node_rank, "host": hardware["host"], "version": doctor.__version__,
+    payload = {"node": cluster.node_rank, "host": hardware["host"], "version": ds_doctor.__version__,
                "plan_hash": plan_hash(options, run_plan), "env": scrub(env), "hardware": scrub(hardware)}
     nodes = exchange(cluster, run_dir, "handshake", payload, cluster.join_timeout_s,
                      rank_environment(options.rank, cluster, across=True))

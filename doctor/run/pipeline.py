@@ -12,16 +12,17 @@ import os
 from pathlib import Path
 from typing import Any, Protocol
 
-from doctor.cluster.nodes import Cluster
-from doctor.hardware.env import collect_environment
-from doctor.probe import registry
-from doctor.probe.rankoptions import DEFAULTS, RankOptions
-from doctor.probe.spec import Case
-from doctor.redact import scrub
-from doctor.run.build import build_report, clean_result, utc_now, write_reports
-from doctor.run.launch import LaunchEvents, run_group
-from doctor.run.merge import merge_case, skipped_case
-from doctor.run.plan import (
+from ds_doctor.cluster.nodes import Cluster
+from ds_doctor.hardware.env import collect_environment
+from ds_doctor.probe import registry
+from ds_doctor.probe.rankoptions import DEFAULTS, RankOptions
+from ds_doctor.probe.spec import Case
+from ds_doctor.redact import scrub
+from ds_doctor.reports.records import CaseResult, Report, format_time
+from ds_doctor.run.build import build_report, clean_result, utc_now, write_reports
+from ds_doctor.run.launch import LaunchEvents, run_group
+from ds_doctor.run.merge import merge_case, skipped_case
+from ds_doctor.run.plan import (
     Hardware,
     LaunchGroup,
     default_nproc,
@@ -31,9 +32,8 @@ from doctor.run.plan import (
     plan,
     select_cases,
 )
-from doctor.rundir import Manifest, PlannedCase, RankLine, RunDir
-from doctor.stacks.overlay import Overlay, installed
-from reports.records import CaseResult, Report, format_time
+from ds_doctor.rundir import Manifest, PlannedCase, RankLine, RunDir
+from ds_doctor.stacks.overlay import Overlay, installed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,7 +165,7 @@ def write_manifest(run_dir: RunDir, run_plan: RunPlan, options: RunOptions, star
 
 
 def run(options: RunOptions, reporter: RunReporter | None = None) -> tuple[Report, dict[str, Path]]:
-    """The whole run on one node: the report and the paths of the files written (`doctor.run.multinode.run` is the
+    """The whole run on one node: the report and the paths of the files written (`ds_doctor.run.multinode.run` is the
     run across the nodes)."""
     reporter = reporter or SilentReporter()
     started = utc_now()

@@ -12,12 +12,12 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from doctor.checks.environment import environment_results
-from doctor.checks.health import health_results
-from doctor.probe import registry
-from doctor.probe.spec import Case, ProbeSpec, missing_dependency, missing_install_lines
-from doctor.rundir import setup_probe
-from reports.records import CaseResult
+from ds_doctor.checks.environment import environment_results
+from ds_doctor.checks.health import health_results
+from ds_doctor.probe import registry
+from ds_doctor.probe.spec import Case, ProbeSpec, missing_dependency, missing_install_lines
+from ds_doctor.reports.records import CaseResult
+from ds_doctor.rundir import setup_probe
 
 
 class KeywordError(ValueError):

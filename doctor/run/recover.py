@@ -1,7 +1,7 @@
 """Reports from what is on disk: a run directory (also one whose doctor was killed), or a report file.
 
 A report file, a manifest and a run directory are user input too (attached to tickets): they are read with the
-bounds of `doctor.userinput`, and anything of the wrong shape is an `InputError`, one line.
+bounds of `ds_doctor.userinput`, and anything of the wrong shape is an `InputError`, one line.
 
 `ds-doctor run` writes the manifest (the plan, the environment) into its run directory before the
 first launch; the ranks append one fsynced rank line per finished case. From those alone a report
@@ -17,12 +17,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from doctor.redact import scrub
-from doctor.run.build import anonymize, build_report
-from doctor.run.merge import merge_case, skipped_case
-from doctor.run.plan import node_checks
-from doctor.rundir import MANIFEST_VERSION, Manifest, PlannedCase, RankLine, RunDir, read_rank_lines
-from doctor.userinput import (
+from ds_doctor.redact import scrub
+from ds_doctor.reports.records import CaseResult, Outcome, RankSummary, Report, parse_time
+from ds_doctor.run.build import anonymize, build_report
+from ds_doctor.run.merge import merge_case, skipped_case
+from ds_doctor.run.plan import node_checks
+from ds_doctor.rundir import MANIFEST_VERSION, Manifest, PlannedCase, RankLine, RunDir, read_rank_lines
+from ds_doctor.userinput import (
     MAX_REPORT_BYTES,
     UserInputError,
     check_report,
@@ -31,7 +32,6 @@ from doctor.userinput import (
     read_file,
     short,
 )
-from reports.records import CaseResult, Outcome, RankSummary, Report, parse_time
 
 UNFINISHED = "did not finish: the run stopped before every rank reported this case (was ds-doctor killed?)"
 
@@ -46,7 +46,7 @@ _CONVERSION = (KeyError, TypeError, ValueError, AttributeError, IndexError, Over
 
 
 def _read_json(path: Path) -> Any:
-    """A report or manifest, read with the bounds of `doctor.userinput`: its size, its nesting."""
+    """A report or manifest, read with the bounds of `ds_doctor.userinput`: its size, its nesting."""
     read = read_file(path, limit=MAX_REPORT_BYTES, error=InputError, kind="report")
     text = read.text(InputError)
     if not text.strip():

@@ -18,16 +18,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from doctor.cluster.exchange import rendezvous_store
-from doctor.files import log_tail, write_atomic
-from doctor.forensics import capture
-from doctor.probe import registry
-from doctor.probe.context import ProbeContext, SkipCase
-from doctor.probe.rankoptions import DEFAULTS, RankOptions
-from doctor.probe.spec import Case, missing_dependency
-from doctor.procs import die_with_parent
-from doctor.rundir import LAUNCH, Beat, LaunchDir, RankLine, setup_name
-from reports.records import ErrorInfo, Outcome
+from ds_doctor.cluster.exchange import rendezvous_store
+from ds_doctor.files import log_tail, write_atomic
+from ds_doctor.forensics import capture
+from ds_doctor.probe import registry
+from ds_doctor.probe.context import ProbeContext, SkipCase
+from ds_doctor.probe.rankoptions import DEFAULTS, RankOptions
+from ds_doctor.probe.spec import Case, missing_dependency
+from ds_doctor.procs import die_with_parent
+from ds_doctor.reports.records import ErrorInfo, Outcome
+from ds_doctor.rundir import LAUNCH, Beat, LaunchDir, RankLine, setup_name
 
 
 class Heartbeat:
@@ -167,7 +167,7 @@ def redirect_output(log_path: Path) -> None:
 
 
 def init_distributed(backend: str, local_rank: int, shared_gpu: str | None = None) -> str:
-    """The process group up, and this rank's device. Where ranks share GPUs (`shared_gpu`, doctor.run.plan), local
+    """The process group up, and this rank's device. Where ranks share GPUs (`shared_gpu`, ds_doctor.run.plan), local
     rank r takes GPU r mod the GPU count, and with NCCL each rank names its own host to NCCL (NCCL_HOSTID)."""
     import torch
     import torch.distributed as dist

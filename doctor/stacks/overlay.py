@@ -28,7 +28,7 @@ from typing import Any
 
 import click
 
-from reports.safe import one_line
+from ds_doctor.reports.safe import one_line
 
 CACHE_ENV = "DS_DOCTOR_STACKS"
 MARKER = "ds-doctor-overlay.json"
@@ -225,7 +225,7 @@ Resolver = Callable[[tuple[Release, ...], "Path | None"], tuple[list[tuple[str, 
 def build(releases: tuple[Release, ...], find_links: Path | None = None,
           say: Callable[[str], object] = lambda _: None, ignoring_pins: Resolver | None = None) -> Overlay:
     """The overlay for `releases`: from the cache when it is there and finished, else resolved, installed and
-    checked (progress through `say`). `ignoring_pins` resolves it instead (doctor.stacks.pins)."""
+    checked (progress through `say`). `ignoring_pins` resolves it instead (ds_doctor.stacks.pins)."""
     ignore_pins = ignoring_pins is not None
     if find_links is not None and not find_links.is_dir():
         raise OverlayError(f"--find-links {one_line(str(find_links))[:300]}: not a folder")

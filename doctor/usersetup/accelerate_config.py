@@ -17,7 +17,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from doctor.userinput import MAX_CONFIG_BYTES, UserInputError, parse_yaml, read_file, short
+from ds_doctor.userinput import MAX_CONFIG_BYTES, UserInputError, parse_yaml, read_file, short
 
 TYPES = ("DEEPSPEED", "FSDP", "MULTI_GPU", "MULTI_CPU", "NO")
 PRECISIONS = ("no", "fp16", "bf16", "fp8")
@@ -59,7 +59,7 @@ class AccelerateSetup:
 
 
 def load(path: str | Path) -> AccelerateSetup:
-    from doctor.usersetup.deepspeed_config import kept_path
+    from ds_doctor.usersetup.deepspeed_config import kept_path
 
     name = str(path)
     read = read_file(path, limit=MAX_CONFIG_BYTES, error=AccelerateConfigError, kind="config")
@@ -97,8 +97,8 @@ def _validate(setup: AccelerateSetup, name: str | None = None, copied: bool = Fa
     if ds_file is not None and not isinstance(ds_file, str):
         raise AccelerateConfigError(f"{name}: deepspeed_config.deepspeed_config_file is {short(ds_file)}, not a path")
     if setup.distributed_type == "DEEPSPEED" and ds_file:
-        from doctor.usersetup.deepspeed_config import ConfigError
-        from doctor.usersetup.deepspeed_config import load as load_ds
+        from ds_doctor.usersetup.deepspeed_config import ConfigError
+        from ds_doctor.usersetup.deepspeed_config import load as load_ds
 
         if copied and not Path(ds_file).is_absolute():
             raise AccelerateConfigError(f"{name}: its deepspeed_config_file {short(ds_file)} is relative, and the YAML "
@@ -135,7 +135,7 @@ def deepspeed_plugin(setup: AccelerateSetup) -> Any:
     """The DeepSpeedPlugin `accelerate launch` would build from this config."""
     from accelerate.utils import DeepSpeedPlugin
 
-    from doctor.usersetup.deepspeed_config import load as load_ds
+    from ds_doctor.usersetup.deepspeed_config import load as load_ds
 
     section = dict(setup.data.get("deepspeed_config") or {})
     ds_file = section.get("deepspeed_config_file")

@@ -1,6 +1,6 @@
 """The user's DeepSpeed config (`ds-doctor run --deepspeed-config FILE`), made runnable here and nothing more.
 
-`load` reads and parses it with the bounds of `doctor.userinput` (a bad file is one line: path, or line and column;
+`load` reads and parses it with the bounds of `ds_doctor.userinput` (a bad file is one line: path, or line and column;
 a section such as `optimizer` that is not an object, too), `check` runs DeepSpeed's own validation on it, `fill`
 makes it run on this node at this world size: HF-style `"auto"` values get values for
 the tiny model (as the HF Trainer fills them from its arguments), and what cannot run here is changed, each
@@ -18,8 +18,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from doctor.userinput import MAX_CONFIG_BYTES, Input, UserInputError, keep_copy, parse_json, read_file, short
-from reports.records import Finding, Severity
+from ds_doctor.reports.records import Finding, Severity
+from ds_doctor.userinput import MAX_CONFIG_BYTES, Input, UserInputError, keep_copy, parse_json, read_file, short
 
 MICRO_BATCH = 2
 ACCUMULATION = 4
@@ -43,7 +43,7 @@ class UserConfig:
 
 
 def read_user_file(path: str | Path, error: type[UserInputError], suffix: str = "") -> tuple[Path, bytes]:
-    """A config file an option names, read with the bounds of `doctor.userinput` (MAX_CONFIG_BYTES; a FIFO or a
+    """A config file an option names, read with the bounds of `ds_doctor.userinput` (MAX_CONFIG_BYTES; a FIFO or a
     `<(cmd)` path is read as a stream); `error` with one line when it cannot be. The path returned is one the ranks
     can read again (`kept_path`)."""
     read = read_file(path, limit=MAX_CONFIG_BYTES, error=error, kind="config")

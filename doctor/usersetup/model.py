@@ -8,7 +8,7 @@
   what the forward takes (a dict is passed as keyword arguments, a tuple as positional ones).
 
 The loss of a forward is its `.loss`, else the output itself when it is a scalar, else its sum. The spec
-travels to the ranks in the run options (doctor.probe.rankoptions); the parent builds the model once on the CPU to
+travels to the ranks in the run options (ds_doctor.probe.rankoptions); the parent builds the model once on the CPU to
 refuse a bad spec with one line before anything launches.
 """
 
@@ -236,7 +236,7 @@ def build(spec: ModelSpec, world_size: int = 1, seed: int = 0) -> Trainable:
 def check(text: str, freeze: str | None = None, stage: Callable[[str], None] = lambda _name: None) -> ModelSpec:
     """The check before launching: parse, build once on the CPU, freeze what --freeze names, run one forward;
     ModelSpecError with one line when any of it fails. A factory's check runs in a process of its own
-    (`doctor.usersetup.model_check`), which reports each `stage` as it is reached."""
+    (`ds_doctor.usersetup.model_check`), which reports each `stage` as it is reached."""
     spec = ModelSpec.parse(text)
     try:
         import torch

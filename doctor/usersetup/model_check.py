@@ -15,9 +15,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from doctor.files import log_tail, write_atomic
-from doctor.procs import kill_tree, module_command
-from doctor.usersetup.model import ModelSpec, ModelSpecError, check
+from ds_doctor.files import log_tail, write_atomic
+from ds_doctor.procs import kill_tree, module_command
+from ds_doctor.usersetup.model import ModelSpec, ModelSpecError, check
 
 #: The bound when `--timeout` is not given: importing torch and transformers and one forward of a tiny model
 CHECK_BOUND_S = 300.0

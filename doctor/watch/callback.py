@@ -20,9 +20,9 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from doctor.watch.hooks import Session
-from doctor.watch.target import Target
-from doctor.watch.watcher import Watch
+from ds_doctor.watch.hooks import Session
+from ds_doctor.watch.target import Target
+from ds_doctor.watch.watcher import Watch
 
 
 class DoctorCallback(TrainerCallback):  # type: ignore[misc]

@@ -1,18 +1,18 @@
 """The device-map invariants on a Recorder's rows, for a check inside a job.
 
 Each function first finds, on rows (tensor, role, path, owner, aliases, device), the few rows that could break
-its invariant, makes records of those only, and hands them to the invariant of `doctor.checks` itself. Findings
+its invariant, makes records of those only, and hands them to the invariant of `ds_doctor.checks` itself. Findings
 are the same as on a full device map (the invariants judge offenders and their anchors alone); the cost is a
 dict lookup and a string comparison per tensor, not a record.
 """
 
 from __future__ import annotations
 
-from doctor.checks.identity import no_meta_params
-from doctor.checks.placement import ANCHOR_ROLES, ZeroPromise, check_placement, optimizer_state_colocation
-from doctor.checks.structure import buffer_placement, same_device
-from doctor.collect.devicemap import Recorder
-from reports.records import Finding, Severity
+from ds_doctor.checks.identity import no_meta_params
+from ds_doctor.checks.placement import ANCHOR_ROLES, ZeroPromise, check_placement, optimizer_state_colocation
+from ds_doctor.checks.structure import buffer_placement, same_device
+from ds_doctor.collect.devicemap import Recorder
+from ds_doctor.reports.records import Finding, Severity
 
 _OPTIMIZER_ROLES = ("optim_state", "optim_group_tensor")
 

@@ -1,7 +1,7 @@
 """Where a watch hooks into a job, each undone by `Watch.close`.
 
 The libraries' own hook points where they fire at the right moment: the HF Trainer's callback events
-(`doctor.watch.callback`), Accelerate's `register_save_state_pre_hook` (without DeepSpeed). Methods are wrapped
+(`ds_doctor.watch.callback`), Accelerate's `register_save_state_pre_hook` (without DeepSpeed). Methods are wrapped
 where no hook point fires in time: DeepSpeed's `save_checkpoint` / `load_checkpoint` / `step` have none, and
 Accelerate runs its save pre-hooks after DeepSpeed has written its checkpoint (accelerator.py `save_state`) and its
 load pre-hooks before anything is loaded, so under DeepSpeed the engine's `save_checkpoint` is wrapped, and
@@ -16,12 +16,12 @@ import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from doctor.collect.devicemap import is_zero3_optimizer, is_zero12_optimizer
-from doctor.collect.observe import observe_unscale_and_clip
-from doctor.watch import moments
-from doctor.watch.target import Target
-from doctor.watch.watcher import Watch
-from reports.records import TensorRecord
+from ds_doctor.collect.devicemap import is_zero3_optimizer, is_zero12_optimizer
+from ds_doctor.collect.observe import observe_unscale_and_clip
+from ds_doctor.reports.records import TensorRecord
+from ds_doctor.watch import moments
+from ds_doctor.watch.target import Target
+from ds_doctor.watch.watcher import Watch
 
 
 def wrap(watch: Watch, obj: Any, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:

@@ -10,15 +10,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from doctor.checks.identity import optimizer_params_live, param_name_map
-from doctor.checks.lifecycle import placeholders_among
-from doctor.checks.placement import ZeroPromise, boundary_grads, clip_norm_device, grad_accum_dtype
-from doctor.checks.structure import ties_kept
-from doctor.collect.devicemap import Recorder, by_tensor, collect_rows, named_tensors
-from doctor.collect.tracked import optimizer_groups
-from doctor.watch import fast
-from doctor.watch.target import Target, prepared_classes
-from reports.records import Finding, Severity, TensorRecord
+from ds_doctor.checks.identity import optimizer_params_live, param_name_map
+from ds_doctor.checks.lifecycle import placeholders_among
+from ds_doctor.checks.placement import ZeroPromise, boundary_grads, clip_norm_device, grad_accum_dtype
+from ds_doctor.checks.structure import ties_kept
+from ds_doctor.collect.devicemap import Recorder, by_tensor, collect_rows, named_tensors
+from ds_doctor.collect.tracked import optimizer_groups
+from ds_doctor.reports.records import Finding, Severity, TensorRecord
+from ds_doctor.watch import fast
+from ds_doctor.watch.target import Target, prepared_classes
 
 #: Per moment, the invariants it is there for, first first: a moment's known issue is the one of the first broken.
 PRIMARY = {
@@ -143,8 +143,8 @@ def guarded(findings: list[Finding], optimizer: Any) -> list[Finding]:
     import dataclasses as dc
     from importlib import metadata
 
-    from doctor.knowledge import catalog
-    from reports.records import Verdict
+    from ds_doctor.knowledge import catalog
+    from ds_doctor.reports.records import Verdict
 
     root = type(optimizer).__module__.split(".")[0]
     for dist in metadata.packages_distributions().get(root, []):

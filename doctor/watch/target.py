@@ -8,7 +8,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from doctor.collect.devicemap import unwrap_optimizer
+from ds_doctor.collect.devicemap import unwrap_optimizer
 
 
 def engine_config(engine: Any) -> Mapping[str, Any] | None:

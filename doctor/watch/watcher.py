@@ -14,11 +14,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from doctor.files import OutputError, write_output
-from doctor.knowledge import catalog
-from doctor.watch.moments import PRIMARY, Check, describe
-from doctor.watch.target import Target, current_rank
-from reports.records import CaseResult, Finding, Outcome, Severity, Verdict
+from ds_doctor.files import OutputError, write_output
+from ds_doctor.knowledge import catalog
+from ds_doctor.reports.records import CaseResult, Finding, Outcome, Severity, Verdict
+from ds_doctor.watch.moments import PRIMARY, Check, describe
+from ds_doctor.watch.target import Target, current_rank
 
 logger = logging.getLogger("ds_doctor")
 
@@ -92,7 +92,7 @@ def no_gc() -> Iterator[None]:
 
 
 class Watch:
-    """Created by `doctor.api.watch` (or `DoctorCallback`); hooks add `undo` callbacks that `close` runs."""
+    """Created by `ds_doctor.api.watch` (or `DoctorCallback`); hooks add `undo` callbacks that `close` runs."""
 
     def __init__(self, target: Target, *, out: str | Path | None = "ds-doctor-watch.json", every: int | None = None,
                  raise_on: str | None = None, device_maps: bool = False) -> None:
@@ -225,10 +225,10 @@ class Watch:
         """Rank 0 rewrites the report after every moment, so a job that dies later still leaves it."""
         if self.out is None or self.rank != 0:
             return None
-        from doctor.run.build import build_report, utc_now
+        from ds_doctor.run.build import build_report, utc_now
 
         if self._env is None:
-            from doctor.hardware.env import collect_environment
+            from ds_doctor.hardware.env import collect_environment
 
             self._env = collect_environment()
         env, hardware = self._env

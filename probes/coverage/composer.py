@@ -12,8 +12,8 @@ import importlib.util
 from collections.abc import Callable
 from typing import Any
 
-from doctor.plugins import ProbeContext
-from doctor.plugins.collect import clean_name
+from ds_doctor.plugins import ProbeContext
+from ds_doctor.plugins.collect import clean_name
 
 
 def composer_trainer(ctx: ProbeContext, cleanup: contextlib.ExitStack, build_model: Callable[[], Any],

@@ -16,13 +16,13 @@ import importlib.util
 from collections.abc import Callable
 from typing import Any
 
-from doctor.plugins import ProbeContext, ProbeSpec, RankOptions, Requirement, Variant
-from doctor.plugins.checks import process_count_agreement, step_changes, tracked_live, tracked_set
-from doctor.plugins.collect import Tracked, clean_name, optimizer_groups, tracked_names
-from doctor.plugins.usersetup import UserConfig
-from probes.coverage.subject import Subject, subject, user_ds_config
-from probes.shared.common import accelerate_session, build_deepspeed_ops, dist_world_size
-from probes.shared.common import full_values as gathered_values
+from ds_doctor.plugins import ProbeContext, ProbeSpec, RankOptions, Requirement, Variant
+from ds_doctor.plugins.checks import process_count_agreement, step_changes, tracked_live, tracked_set
+from ds_doctor.plugins.collect import Tracked, clean_name, optimizer_groups, tracked_names
+from ds_doctor.plugins.usersetup import UserConfig
+from ds_doctor.probes.coverage.subject import Subject, subject, user_ds_config
+from ds_doctor.probes.shared.common import accelerate_session, build_deepspeed_ops, dist_world_size
+from ds_doctor.probes.shared.common import full_values as gathered_values
 
 SPEC = ProbeSpec(
     name="optimizer_coverage",
@@ -364,7 +364,7 @@ def _accelerate_fsdp(ctx: ProbeContext, route: Route, cleanup: contextlib.ExitSt
 
 
 def _composer(ctx: ProbeContext, route: Route, cleanup: contextlib.ExitStack) -> Wrapped:
-    from probes.coverage.composer import composer_trainer
+    from ds_doctor.probes.coverage.composer import composer_trainer
 
     def optimizer_of(module: Any) -> Any:
         return (grouped_optimizer if route.groups else make_optimizer)(module, route.parts)

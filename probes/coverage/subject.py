@@ -7,9 +7,9 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from doctor.plugins import ProbeContext
-from doctor.plugins.collect import clean_name
-from doctor.plugins.usersetup import UserConfig, change_findings, fill
+from ds_doctor.plugins import ProbeContext
+from ds_doctor.plugins.collect import clean_name
+from ds_doctor.plugins.usersetup import UserConfig, change_findings, fill
 
 
 @dataclasses.dataclass

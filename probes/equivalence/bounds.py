@@ -21,7 +21,7 @@ import struct
 from collections.abc import Sequence
 from typing import Any
 
-from doctor.plugins.checks import UNIT_ROUNDOFF
+from ds_doctor.plugins.checks import UNIT_ROUNDOFF
 
 SHADOW_FACTOR = 4.0
 

@@ -1,5 +1,5 @@
-"""The resumed half of an equivalence resume case: `python -m probes.equivalence.child '<json>'` is one rank of
-the new process group `probes.equivalence.resume.spawn` starts. It builds the route afresh, loads the checkpoint,
+"""The resumed half of an equivalence resume case: `python -m ds_doctor.probes.equivalence.child '<json>'` is one rank of
+the new process group `ds_doctor.probes.equivalence.resume.spawn` starts. It builds the route afresh, loads the checkpoint,
 notes what it holds and trains the remaining steps, writing it all to a file the case's rank reads back."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from doctor.plugins import ProbeContext, RankOptions
-from probes.equivalence import trainer as equivalence_trainer
-from probes.equivalence.resume import fingerprint
-from probes.equivalence.routes import Route
-from probes.equivalence.sessions import open_session
-from probes.equivalence.subject import current_subject
-from probes.shared.common import accelerate_session
+from ds_doctor.plugins import ProbeContext, RankOptions
+from ds_doctor.probes.equivalence import trainer as equivalence_trainer
+from ds_doctor.probes.equivalence.resume import fingerprint
+from ds_doctor.probes.equivalence.routes import Route
+from ds_doctor.probes.equivalence.sessions import open_session
+from ds_doctor.probes.equivalence.subject import current_subject
+from ds_doctor.probes.shared.common import accelerate_session
 
 
 def resume_child(ctx: ProbeContext, k: int, directory: Path) -> dict[str, Any]:
@@ -42,11 +42,11 @@ def resume_child(ctx: ProbeContext, k: int, directory: Path) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m probes.equivalence.child '<json>'`: one rank of the new process group."""
+    """`python -m ds_doctor.probes.equivalence.child '<json>'`: one rank of the new process group."""
     import torch
     import torch.distributed as dist
 
-    from doctor.plugins.process import die_with_parent, find_case
+    from ds_doctor.plugins.process import die_with_parent, find_case
 
     started = time.monotonic()
     die_with_parent()

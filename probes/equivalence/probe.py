@@ -4,21 +4,21 @@ One tiny model (the probes' MLP, or the user's `--model`), one deterministic dat
 trains through one route (DDP, FSDP1, FSDP2, DeepSpeed ZeRO 0-3 with and without optimizer offload, Accelerate
 with and without DeepSpeed, the HF Trainer) for a few optimizer steps with gradient accumulation and a clipping
 threshold that engages, then replays the same global batches in a single-process fp32 reference on the rank itself
-(`probes.equivalence.subject`). Per step the loss, the global gradient norm before clipping and every parameter
+(`ds_doctor.probes.equivalence.subject`). Per step the loss, the global gradient norm before clipping and every parameter
 (gathered) are held to a tolerance that follows from the dtype and the number of steps (docs/invariants.md); the
 first step, stage and parameter that leave it are the finding, with the route's settings. Resume cases save at
-step k, load in a new process and go on (`probes.equivalence.resume`): what the load did not restore is named.
+step k, load in a new process and go on (`ds_doctor.probes.equivalence.resume`): what the load did not restore is named.
 """
 
 from __future__ import annotations
 
-from doctor.plugins import ProbeContext, ProbeSpec, RankOptions, Requirement, Variant
-from probes.equivalence import resume as equivalence_resume
-from probes.equivalence import trainer as equivalence_trainer
-from probes.equivalence.routes import Route
-from probes.equivalence.sessions import follows_schedule, judge, open_session
-from probes.equivalence.subject import current_subject
-from probes.shared.common import accelerate_session, build_deepspeed_ops
+from ds_doctor.plugins import ProbeContext, ProbeSpec, RankOptions, Requirement, Variant
+from ds_doctor.probes.equivalence import resume as equivalence_resume
+from ds_doctor.probes.equivalence import trainer as equivalence_trainer
+from ds_doctor.probes.equivalence.routes import Route
+from ds_doctor.probes.equivalence.sessions import follows_schedule, judge, open_session
+from ds_doctor.probes.equivalence.subject import current_subject
+from ds_doctor.probes.shared.common import accelerate_session, build_deepspeed_ops
 
 SPEC = ProbeSpec(
     name="equivalence",
@@ -100,7 +100,7 @@ def all_built() -> bool:
 
     from deepspeed.accelerator import get_accelerator
 
-    from probes.shared.common import OPS
+    from ds_doctor.probes.shared.common import OPS
 
     try:
         from torch.utils.cpp_extension import _get_build_directory

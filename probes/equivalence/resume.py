@@ -2,7 +2,7 @@
 
 The case's ranks train N steps and save at step k through the route's own path (DeepSpeed `save_checkpoint`,
 Accelerate `save_state`, the Trainer's checkpoint), noting what they held then. Each rank then starts a new Python
-process (`python -m probes.equivalence.resume`), and those processes form a process group of their own on a fresh
+process (`python -m ds_doctor.probes.equivalence.resume`), and those processes form a process group of their own on a fresh
 port: nothing of the first run survives but the files. They build the route afresh, load, note what they hold right
 after the load, train the remaining N - k steps and write it all down. The case compares: what the load did not
 restore (parameters, optimizer moments, lr, the scheduler's step count, the grad scaler where one is used, the RNG
@@ -22,10 +22,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from doctor.plugins import ProbeContext
-from doctor.plugins.checks import Tolerance, continuation_finding, first_divergence, not_restored
-from probes.equivalence.routes import Route, Session
-from probes.equivalence.subject import StepRecord, Subject, digest, gaps
+from ds_doctor.plugins import ProbeContext
+from ds_doctor.plugins.checks import Tolerance, continuation_finding, first_divergence, not_restored
+from ds_doctor.probes.equivalence.routes import Route, Session
+from ds_doctor.probes.equivalence.subject import StepRecord, Subject, digest, gaps
 
 CHILD_TIMEOUT_S = 150.0
 PATHS = {"deepspeed": "DeepSpeed save_checkpoint / load_checkpoint", "accelerate": "Accelerate save_state / load_state",
@@ -39,7 +39,7 @@ def resume_step(steps: int) -> int:
 
 def run(ctx: ProbeContext, route: Route, subject: Subject, session: Session) -> None:
     """The straight run with a save at step k, then the new process, then the comparisons."""
-    from probes.equivalence.sessions import follows_schedule, judge
+    from ds_doctor.probes.equivalence.sessions import follows_schedule, judge
 
     hyper, k = session.hyper, resume_step(session.hyper.steps)
     directory = ctx.scratch_dir() / "checkpoint"
@@ -115,7 +115,7 @@ def rng_state() -> dict[str, object]:
 
 
 def fingerprint(session: Session, params: dict[str, Any], *, rng: bool) -> dict[str, dict[str, object]]:
-    """What a process holds at one point, by category (doctor.checks.equivalence.CATEGORIES)."""
+    """What a process holds at one point, by category (ds_doctor.checks.equivalence.CATEGORIES)."""
     optimizer = session.optimizer()
     base = _base_optimizer(optimizer)
     out: dict[str, dict[str, object]] = {
@@ -146,7 +146,7 @@ def spawn(ctx: ProbeContext, k: int, directory: Path) -> tuple[dict, list[StepRe
     import torch
     import torch.distributed as dist
 
-    from doctor.plugins.process import module_command
+    from ds_doctor.plugins.process import module_command
 
     dist.barrier()  # every rank's files are written
     port = ctx.all_gather_json(_free_port() if ctx.rank == 0 else 0)[0]
@@ -159,7 +159,7 @@ def spawn(ctx: ProbeContext, k: int, directory: Path) -> tuple[dict, list[StepRe
     ctx.enter("new process: load and resume")
     started = time.monotonic()
     with log.open("wb") as sink:
-        proc = subprocess.Popen([*module_command("probes.equivalence.child"), json.dumps(args)], env=env,
+        proc = subprocess.Popen([*module_command("ds_doctor.probes.equivalence.child"), json.dumps(args)], env=env,
                                 stdout=sink, stderr=subprocess.STDOUT)
         try:
             code = proc.wait(timeout=CHILD_TIMEOUT_S)

@@ -11,11 +11,11 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from doctor.plugins import ProbeContext
-from doctor.plugins.collect import clean_name
-from doctor.plugins.usersetup import UserConfig
-from probes.equivalence.subject import Hyper, StepRecord, Subject, full_params
-from probes.shared.common import full_values
+from ds_doctor.plugins import ProbeContext
+from ds_doctor.plugins.collect import clean_name
+from ds_doctor.plugins.usersetup import UserConfig
+from ds_doctor.probes.equivalence.subject import Hyper, StepRecord, Subject, full_params
+from ds_doctor.probes.shared.common import full_values
 
 
 @dataclasses.dataclass(frozen=True)

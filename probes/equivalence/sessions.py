@@ -1,14 +1,14 @@
 """How an equivalence case builds its route and judges it: the family's settings (or the user's DeepSpeed /
 Accelerate config made runnable here) as a `Hyper` the reference reproduces, the session that trains the route, and
-the comparison of the route's steps with the reference's (`doctor.checks.equivalence`). Shared by the case
-(`probes.equivalence`), the resumed process (`probes.equivalence.resume`) and the Trainer route."""
+the comparison of the route's steps with the reference's (`ds_doctor.checks.equivalence`). Shared by the case
+(`ds_doctor.probes.equivalence`), the resumed process (`ds_doctor.probes.equivalence.resume`) and the Trainer route."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from doctor.plugins import ProbeContext, Requirement
-from doctor.plugins.checks import (
+from ds_doctor.plugins import ProbeContext, Requirement
+from ds_doctor.plugins.checks import (
     Tolerance,
     divergence_finding,
     first_divergence,
@@ -16,7 +16,7 @@ from doctor.plugins.checks import (
     missing_finding,
     worst_ratio,
 )
-from doctor.plugins.usersetup import (
+from ds_doctor.plugins.usersetup import (
     TRAINER_OPTIMIZER,
     UserConfig,
     accelerate_config,
@@ -25,8 +25,8 @@ from doctor.plugins.usersetup import (
     route_optimizer,
     trainer_optimizer,
 )
-from probes.equivalence.routes import SESSIONS, AccelerateSession, DeepSpeedSession, Route, Session
-from probes.equivalence.subject import (
+from ds_doctor.probes.equivalence.routes import SESSIONS, AccelerateSession, DeepSpeedSession, Route, Session
+from ds_doctor.probes.equivalence.subject import (
     Hyper,
     StepRecord,
     Subject,

@@ -15,12 +15,12 @@ import hashlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from doctor.plugins.checks import Gap
-from probes.equivalence.bounds import allowances, kernel_epsilon
-from probes.shared.models import batch, build_mlp
+from ds_doctor.plugins.checks import Gap
+from ds_doctor.probes.equivalence.bounds import allowances, kernel_epsilon
+from ds_doctor.probes.shared.models import batch, build_mlp
 
 if TYPE_CHECKING:
-    from doctor.plugins import RankOptions
+    from ds_doctor.plugins import RankOptions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +71,7 @@ class Subject:
 
     build: Callable[[int], Any]  # world size -> a fresh module (the same weights every time)
     user: Any = None  # the user's Trainable (`--model`), else the family's MLP regression
-    spec: str = "probes.shared.models:build_mlp (MSE regression)"
+    spec: str = "ds_doctor.probes.shared.models:build_mlp (MSE regression)"
 
     def micro_loss(self, model: Any, step: int, micro: int, rank: int, micro_batch: int, *, dtype: Any,
                    device: Any) -> Any:
@@ -93,7 +93,7 @@ def user_subject(options: RankOptions, text: str | None = None) -> Subject | Non
     """The user's `--model` (or the model spec `text`), built with the seed every route uses; None when there is
     none. A factory that takes the world size gets the route's; the reference builds it as a single process would
     (world size 1)."""
-    from doctor.plugins.usersetup import user_model
+    from ds_doctor.plugins.usersetup import user_model
 
     spec = user_model.ModelSpec.parse(text) if text else options.model_spec()
     if spec is None:
@@ -121,7 +121,7 @@ def full_params(module: Any, names: Callable[[str], str] = lambda n: n, dtype: A
 
 def reference(subject: Subject, hyper: Hyper, world_size: int, lrs: Sequence[float] | None = None) -> list[StepRecord]:
     """The single-process fp32 run over the same global batches, each step with its allowances (the float64 run's
-    distance, `probes.equivalence.bounds`); `lrs`: the lr of each step where the route follows a schedule of its own
+    distance, `ds_doctor.probes.equivalence.bounds`); `lrs`: the lr of each step where the route follows a schedule of its own
     (else the configured lr throughout)."""
     import torch
 

@@ -18,10 +18,10 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from doctor.plugins import ProbeContext, Requirement
-from probes.equivalence.routes import Route
-from probes.equivalence.subject import Hyper, StepRecord, Subject, digest
-from probes.shared.common import accelerate_session
+from ds_doctor.plugins import ProbeContext, Requirement
+from ds_doctor.probes.equivalence.routes import Route
+from ds_doctor.probes.equivalence.subject import Hyper, StepRecord, Subject, digest
+from ds_doctor.probes.shared.common import accelerate_session
 
 SEQUENCE = 8
 PAD = 0
@@ -34,13 +34,13 @@ REMEDY_GA = ("Let the model take **kwargs in forward (so the Trainer passes num_
              ">= 4.46 for its own models.")
 
 if TYPE_CHECKING:
-    from doctor.plugins import RankOptions
+    from ds_doctor.plugins import RankOptions
 
 
 def model_type(options: RankOptions, route: Route | None = None) -> str | None:
     """The HF model type to train: the route's own (`hf:X`), else the user's `--model hf:X`, else Llama; None for a
     factory (`--model pkg:fn`), whose batches carry no labels for the Trainer."""
-    from doctor.plugins.usersetup import user_model
+    from ds_doctor.plugins.usersetup import user_model
 
     spec = user_model.ModelSpec.parse(route.model) if route is not None and route.model else options.model_spec()
     if spec is None:
@@ -52,7 +52,7 @@ def build_lm(kind: str, seed: int = 0) -> Any:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from doctor.plugins.usersetup import tiny_config
+    from ds_doctor.plugins.usersetup import tiny_config
 
     config = tiny_config(kind)
     for key, value in config.to_dict().items():  # dropout is randomness no reference reproduces (GPT-2 drops 0.1)
@@ -118,10 +118,10 @@ def stacked(indices: range, vocab: int) -> dict[str, Any]:
 def token_reference(kind: str, hyper: Hyper, world_size: int, lrs: list[float]) -> list[StepRecord]:
     """Plain torch, single process: each step's loss is the summed token cross-entropy of the global batch over its
     label-token count; gradients accumulate over every rank's micro-batches; clip; AdamW. Run in fp32 and again in
-    float64 for the allowances (probes.equivalence.bounds)."""
+    float64 for the allowances (ds_doctor.probes.equivalence.bounds)."""
     import torch
 
-    from probes.equivalence.bounds import allowances
+    from ds_doctor.probes.equivalence.bounds import allowances
 
     single, initial = _token_run(kind, hyper, world_size, lrs, torch.float32)
     double, _ = _token_run(kind, hyper, world_size, lrs, torch.float64)
@@ -226,7 +226,7 @@ def _callback(ctx: ProbeContext, recorder: Recorder) -> Any:
                 for n, p in model.named_parameters()}
 
     def fingerprint(model: Any, optimizer: Any, scheduler: Any) -> dict[str, Any]:
-        from probes.equivalence.resume import optimizer_state, rng_state
+        from ds_doctor.probes.equivalence.resume import optimizer_state, rng_state
 
         return {"parameters": {n: digest(v) for n, v in params(model).items()},
                 "optimizer state": optimizer_state(optimizer),
@@ -262,7 +262,7 @@ def _callback(ctx: ProbeContext, recorder: Recorder) -> Any:
 def run(ctx: ProbeContext, route: Route) -> None:
     """Train through the Trainer; judge its steps against the token-mean reference (and, for a resume case, resume
     in a new process and compare)."""
-    from probes.equivalence.sessions import UNEXPLAINED, judge
+    from ds_doctor.probes.equivalence.sessions import UNEXPLAINED, judge
 
     ctx.require(Requirement("transformers", "transformers"), Requirement("accelerate", "accelerate"))
     kind = model_type(ctx.options, route)
@@ -297,17 +297,17 @@ def run(ctx: ProbeContext, route: Route) -> None:
     judge(ctx, route, subject, hyper, records, schedule=True, remedy=REMEDY_GA if not route.loss_kwargs else None,
           reference_run=token_reference(kind, hyper, ctx.world_size, [r.lr for r in records]), explain=explain)
     if route.resume:
-        from probes.equivalence.resume import compare, spawn
+        from ds_doctor.probes.equivalence.resume import compare, spawn
 
         k = _resume_at(hyper)
         loaded, resumed = spawn(ctx, k, out)
-        from doctor.plugins.checks import Tolerance
+        from ds_doctor.plugins.checks import Tolerance
 
         compare(ctx, route, recorder.fingerprint or {}, loaded, records, resumed, k, Tolerance(hyper.dtype))
 
 
 def _resume_at(hyper: Hyper) -> int:
-    from probes.equivalence.resume import resume_step
+    from ds_doctor.probes.equivalence.resume import resume_step
 
     return resume_step(hyper.steps)
 

@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from doctor.plugins import ProbeContext
+from ds_doctor.plugins import ProbeContext
 
 
 @contextlib.contextmanager
@@ -89,7 +89,7 @@ def time_collective(collective: str, numel: int, rank: int, world_size: int, dev
     import torch
     import torch.distributed as dist
 
-    from doctor.plugins.checks import collectives
+    from ds_doctor.plugins.checks import collectives
 
     warmup, timed = iters
     tensors = collectives.inputs(collective, numel, rank, world_size, device=device)
@@ -108,5 +108,5 @@ def time_collective(collective: str, numel: int, rank: int, world_size: int, dev
     return float(elapsed) / world_size
 
 
-if __name__ == "__main__":  # `make` warms the cache once at install: `python -m probes.shared.common`
+if __name__ == "__main__":  # `make` warms the cache once at install: `python -m ds_doctor.probes.shared.common`
     print("DeepSpeed ops built:", ", ".join(build_ops()) or "none")

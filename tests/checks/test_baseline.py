@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from doctor.checks.baseline import diff_reports
-from doctor.hardware.nvml import read_gpus
-from doctor.run.build import build_report, utc_now
-from reports.diff import render_diff
-from reports.records import CaseResult, Finding, Outcome, Report, Severity
+from ds_doctor.checks.baseline import diff_reports
+from ds_doctor.hardware.nvml import read_gpus
+from ds_doctor.reports.diff import render_diff
+from ds_doctor.reports.records import CaseResult, Finding, Outcome, Report, Severity
+from ds_doctor.run.build import build_report, utc_now
 from tests.hardware.test_nvml import AnsweringNVML, answers
 
 GPUS, _, DRIVERS = read_gpus(AnsweringNVML(answers("h100_node_sick.json")))

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from doctor.checks import collectives
+from ds_doctor.checks import collectives
 
 # nccl-tests src/{all_reduce,all_gather,reduce_scatter,broadcast}.cu, *GetBw: busbw = algbw * factor
 NCCL_TESTS_FACTORS = {

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from doctor.checks.consistency import compare, where
-from reports.records import Severity
+from ds_doctor.checks.consistency import compare, where
+from ds_doctor.reports.records import Severity
 
 
 def prints(nodes: int = 2, per_node: int = 2, **overrides: dict[int, dict[str, str]]) -> list[dict[str, str]]:

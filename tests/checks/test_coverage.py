@@ -3,8 +3,8 @@ tests/collect/test_tracked.py)."""
 
 from __future__ import annotations
 
-from doctor.checks.coverage import step_changes, tracked_set
-from probes.coverage.probe import FROZEN, INTENDED
+from ds_doctor.checks.coverage import step_changes, tracked_set
+from ds_doctor.probes.coverage.probe import FROZEN, INTENDED
 
 BEFORE = {name: 0 for name in INTENDED}
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from doctor.checks.environment import environment_results, numpy_present
-from reports.records import Outcome, Severity
+from ds_doctor.checks.environment import environment_results, numpy_present
+from ds_doctor.reports.records import Outcome, Severity
 
 
 def test_torch_without_numpy_is_a_warning() -> None:

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from doctor.checks.equivalence import (
+from ds_doctor.checks.equivalence import (
     ULPS_PER_STEP,
     UNIT_ROUNDOFF,
     Gap,
@@ -136,7 +136,7 @@ def test_a_resumed_run_that_parts_from_the_straight_one_names_the_step() -> None
 
 
 def test_deepspeeds_fp32_betas_give_the_kernel_term() -> None:
-    from probes.equivalence.bounds import fp32, kernel_epsilon
+    from ds_doctor.probes.equivalence.bounds import fp32, kernel_epsilon
 
     assert fp32(0.999) == pytest.approx(0.99900001287, abs=1e-11) and fp32(0.5) == 0.5
     assert kernel_epsilon((0.9, 0.999)) == pytest.approx(6.44e-6 + 2.38e-7 + 4 * U, rel=1e-2)
@@ -146,8 +146,8 @@ def test_deepspeeds_fp32_betas_give_the_kernel_term() -> None:
 def test_allowances_follow_the_float64_reference_and_the_kernel_term() -> None:
     import torch
 
-    from probes.equivalence.bounds import SHADOW_FACTOR, allowances
-    from probes.equivalence.subject import StepRecord
+    from ds_doctor.probes.equivalence.bounds import SHADOW_FACTOR, allowances
+    from ds_doctor.probes.equivalence.subject import StepRecord
 
     initial = {"w": torch.zeros(2)}
     single = [StepRecord(1.0, 0.5, 0.1, {"w": torch.tensor([3.0, 4.0])})]
@@ -160,7 +160,7 @@ def test_allowances_follow_the_float64_reference_and_the_kernel_term() -> None:
 def test_digests_are_bit_exact() -> None:
     import torch
 
-    from probes.equivalence.subject import digest
+    from ds_doctor.probes.equivalence.subject import digest
 
     a = torch.tensor([1.0, 2.0])
     assert digest(a) == digest(a.clone()) and digest(a) != digest(a + 1e-7)
@@ -175,7 +175,7 @@ class _Ctx:
 
 
 def test_a_deepspeed_config_is_read_as_the_step_the_reference_reproduces() -> None:
-    from probes.equivalence.sessions import hyper_from_config
+    from ds_doctor.probes.equivalence.sessions import hyper_from_config
 
     written = hyper_from_config(_Ctx(), {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4,
                                          "gradient_clipping": 1.0, "bf16": {"enabled": True},

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from doctor.checks.fabric import ALL_PAIRS_UP_TO, fabric_findings, rounds, suspects
+from ds_doctor.checks.fabric import ALL_PAIRS_UP_TO, fabric_findings, rounds, suspects
 
 
 @pytest.mark.parametrize("nodes", [2, 3, 4, 5, 8])

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from doctor.checks.hang import STRAGGLER_FACTOR, stragglers
-from reports.hang import StageTime
+from ds_doctor.checks.hang import STRAGGLER_FACTOR, stragglers
+from ds_doctor.reports.hang import StageTime
 
 
 def stages(*rows: tuple[str, float, float]) -> list[StageTime]:

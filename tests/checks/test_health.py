@@ -7,9 +7,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from doctor.checks import health
-from doctor.hardware.nvml import read_gpus, throttle_names
-from reports.records import Outcome, Severity, validate
+from ds_doctor.checks import health
+from ds_doctor.hardware.nvml import read_gpus, throttle_names
+from ds_doctor.reports.records import Outcome, Severity, validate
 from tests.hardware.test_nvml import AnsweringNVML, answers
 
 ERROR, WARNING, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
@@ -81,9 +81,9 @@ def test_a_node_with_device_files_but_no_nvml_is_an_error(tmp_path: Path) -> Non
 
 def test_a_run_directory_report_judges_the_gpus_it_recorded(tmp_path: Path) -> None:
     """`ds-doctor report RUN_DIR` (a killed run) gives the same health results `run` gives, -k included."""
-    from doctor.hardware.env import collect_environment
-    from doctor.run.recover import report_from_run_dir
-    from doctor.rundir import Manifest, RunDir
+    from ds_doctor.hardware.env import collect_environment
+    from ds_doctor.run.recover import report_from_run_dir
+    from ds_doctor.rundir import Manifest, RunDir
 
     env, hardware = collect_environment()
     hardware["gpus"], _, _ = read_gpus(AnsweringNVML(answers("h100_node_sick.json")))

@@ -7,12 +7,12 @@ from typing import Any
 import pytest
 import torch
 
-from doctor.checks.identity import held_parameters, identity_invariants, no_meta_params, optimizer_params_live, param_name_map
-from doctor.collect.devicemap import Recorder, collect
-from probes.frozen_param_names import build_config, meta_entries
-from probes.shared.common import full_values
-from probes.shared.models import build_frozen_model
-from reports.records import Severity
+from ds_doctor.checks.identity import held_parameters, identity_invariants, no_meta_params, optimizer_params_live, param_name_map
+from ds_doctor.collect.devicemap import Recorder, collect
+from ds_doctor.probes.frozen_param_names import build_config, meta_entries
+from ds_doctor.probes.shared.common import full_values
+from ds_doctor.probes.shared.models import build_frozen_model
+from ds_doctor.reports.records import Severity
 from tests.conftest import requires_accelerate, requires_deepspeed
 
 

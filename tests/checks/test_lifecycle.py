@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from doctor.checks.lifecycle import (
+from ds_doctor.checks.lifecycle import (
     PreparedFacts,
     lifecycle_invariants,
     lr_agreement,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from doctor.checks.placement import (
+from ds_doctor.checks.placement import (
     ZeroPromise,
     boundary_grads,
     clip_norm_device,
@@ -15,10 +15,10 @@ from doctor.checks.placement import (
     param_partition_placement,
     zero_invariants,
 )
-from doctor.collect.devicemap import Recorder, collect
-from probes.shared.models import build_mlp
-from probes.zero_offload import ZeroCase, build_config
-from reports.records import Severity, TensorRecord
+from ds_doctor.collect.devicemap import Recorder, collect
+from ds_doctor.probes.shared.models import build_mlp
+from ds_doctor.probes.zero_offload import ZeroCase, build_config
+from ds_doctor.reports.records import Severity, TensorRecord
 from tests.conftest import build_engine, requires_deepspeed, train_one_step
 
 OFFLOAD_BOTH = ZeroCase(3, "opt+param", "bf16")

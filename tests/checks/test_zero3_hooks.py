@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from doctor.checks.structure import zero3_hooks_own_state
-from probes.zero3_hooks import build_model
+from ds_doctor.checks.structure import zero3_hooks_own_state
+from ds_doctor.probes.zero3_hooks import build_model
 from tests.conftest import requires_deepspeed
 
 

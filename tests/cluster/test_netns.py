@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from reports.records import validate
+from ds_doctor.reports.records import validate
 from tests.cluster.lab import Lab, lab
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,7 +31,7 @@ ACROSS = {"consistency[fingerprint-ws2-n2]", "comm[all_reduce-ws2-n2]", "fabric[
 
 
 def ds_doctor(lab: Lab, node: int, out: Path, env: dict[str, str]) -> list[str]:
-    return [sys.executable, "-m", "doctor.cli", "run", "--nnodes", "2", "--node-rank", str(node), "--rdzv-endpoint",
+    return [sys.executable, "-m", "ds_doctor.cli", "run", "--nnodes", "2", "--node-rank", str(node), "--rdzv-endpoint",
             f"{lab.address[HOSTS[0]]}:{PORT}", "--rdzv-id", lab.tag, "--out", str(out / f"node{node}"), *SELECTION]
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from doctor.cluster.nodes import (
+from ds_doctor.cluster.nodes import (
     Cluster,
     ClusterError,
     expand_hostlist,

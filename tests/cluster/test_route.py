@@ -9,12 +9,12 @@ import socket
 import psutil
 import pytest
 
-from doctor.checks.consistency import compare
-from doctor.cluster.nodes import Cluster
-from doctor.cluster.route import facing, named_by_host_name, rendezvous_options
-from doctor.collect.fingerprint import fingerprint
-from doctor.probe.rankoptions import DEFAULTS
-from doctor.run.launch import rank_environment
+from ds_doctor.checks.consistency import compare
+from ds_doctor.cluster.nodes import Cluster
+from ds_doctor.cluster.route import facing, named_by_host_name, rendezvous_options
+from ds_doctor.collect.fingerprint import fingerprint
+from ds_doctor.probe.rankoptions import DEFAULTS
+from ds_doctor.run.launch import rank_environment
 
 
 def own_address() -> str | None:

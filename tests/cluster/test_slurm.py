@@ -17,7 +17,7 @@ from typing import Any
 import psutil
 import pytest
 
-from reports.records import validate
+from ds_doctor.reports.records import validate
 from tests.cluster import slurm
 from tests.cluster.lab import Lab, lab
 
@@ -62,7 +62,7 @@ def test_srun_gives_each_task_its_steps_nodes_inside_a_larger_allocation(
     """`srun -N2 -r1` in an allocation of three: the step is dsdr-n[2-3], its node 0 is dsdr-n2 (the job's first
     host, dsdr-n1, is not in it), SLURM_NODEID counts within the step."""
     made, env, _ = cluster
-    show = ("import os; from doctor.cluster.nodes import from_slurm; c = from_slurm(os.environ); "
+    show = ("import os; from ds_doctor.cluster.nodes import from_slurm; c = from_slurm(os.environ); "
             "print(os.environ['SLURMD_NODENAME'], c.nnodes, c.node_rank, c.endpoint, c.rdzv_id)")
     done = made.run("hub", ["salloc", "-N3", "srun", "-N2", "-r1", "--ntasks-per-node=1", sys.executable, "-c", show],
                     timeout=60, env=env)

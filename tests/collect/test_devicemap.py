@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from doctor.collect.devicemap import Recorder, TensorRecord, collect, collect_optimizer, parameter_names, select
-from probes.shared.models import build_mlp
-from probes.zero_offload import ZeroCase
+from ds_doctor.collect.devicemap import Recorder, TensorRecord, collect, collect_optimizer, parameter_names, select
+from ds_doctor.probes.shared.models import build_mlp
+from ds_doctor.probes.zero_offload import ZeroCase
 from tests.conftest import build_engine, requires_deepspeed, train_one_step
 
 

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from doctor.cli import main
-from doctor.forensics import flight
-from doctor.forensics.dumpcheck import Refused, canonical_ranks, checked_dump, unpickle
-from doctor.forensics.flight import disagreements, load_dir, positions
+from ds_doctor.cli import main
+from ds_doctor.forensics import flight
+from ds_doctor.forensics.dumpcheck import Refused, canonical_ranks, checked_dump, unpickle
+from ds_doctor.forensics.flight import disagreements, load_dir, positions
 
 
 def entry(seq: int, op: str = "all_reduce", state: str = "completed", group: str = "0") -> dict[str, Any]:

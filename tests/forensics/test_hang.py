@@ -62,7 +62,7 @@ def test_a_rank_elsewhere_is_named_with_its_stack_and_the_others_collective(hung
 
 
 def test_py_spy_adds_native_frames_where_it_is_installed(hung) -> None:
-    from doctor.forensics.capture import py_spy
+    from ds_doctor.forensics.capture import py_spy
 
     case = hung[0]["hangs[missing-ws2]"]
     if py_spy() is None:  # the `hang` extra is optional: then the report says how to get native frames

@@ -6,8 +6,8 @@ import faulthandler
 import tempfile
 import threading
 
-from doctor.forensics.stacks import KEEP_FRAMES, fold, parse_faulthandler
-from reports.hang import Frame
+from ds_doctor.forensics.stacks import KEEP_FRAMES, fold, parse_faulthandler
+from ds_doctor.reports.hang import Frame
 
 
 def parked(ready: threading.Event, release: threading.Event) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import pynvml
 import pytest
 
-from doctor.hardware.nvml import read_gpus
+from ds_doctor.hardware.nvml import read_gpus
 
 NVML_DIR = Path(__file__).resolve().parents[1] / "resources" / "nvml"
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from doctor.checks.environment import declared_ranges, environment_results
-from doctor.hardware.skew import declared, out_of_range, version_skew
-from reports.records import Outcome, Severity
+from ds_doctor.checks.environment import declared_ranges, environment_results
+from ds_doctor.hardware.skew import declared, out_of_range, version_skew
+from ds_doctor.reports.records import Outcome, Severity
 
 #: the header of transformers-4.30.2.dist-info/METADATA (the wheel on PyPI), the lines naming the stack
 TRANSFORMERS_4_30_2 = """Metadata-Version: 2.1
@@ -61,7 +61,7 @@ def test_a_local_version_is_judged_by_its_public_part() -> None:
 
 def test_this_machine_has_no_pair_out_of_range() -> None:
     """The stack installed here (torch 2.13, deepspeed 0.19.8, accelerate 1.15, transformers 5.23) agrees."""
-    from doctor.hardware.env import package_versions
+    from ds_doctor.hardware.env import package_versions
 
     assert version_skew(package_versions()) == []
 
@@ -79,7 +79,7 @@ def test_level_1_warns_of_a_pair_out_of_range() -> None:
 
 
 def test_ds_doctor_env_prints_a_pair_out_of_range() -> None:
-    from reports.console import environment_lines
+    from ds_doctor.reports.console import environment_lines
 
     env = {"python": "3.11", "platform": "linux", "cuda": None, "nccl": None, "driver": None, "cuda_driver": None,
            "packages": {"accelerate": "0.18.0"}, "variables": {},

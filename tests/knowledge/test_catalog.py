@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from doctor.knowledge import catalog as known_issues
-from reports.records import Verdict
+from ds_doctor.knowledge import catalog as known_issues
+from ds_doctor.reports.records import Verdict
 
 AFFECTED, NOT_AFFECTED, UNKNOWN = Verdict.AFFECTED, Verdict.NOT_AFFECTED, Verdict.UNKNOWN
 
@@ -151,7 +151,7 @@ def test_every_entry_has_a_remedy_and_references() -> None:
 
 
 def test_the_catalog_holds_every_library_file_once() -> None:
-    from doctor.knowledge.load import data_files, load_file
+    from ds_doctor.knowledge.load import data_files, load_file
 
     parts = {path.name: load_file(path) for path in data_files()}
     assert list(parts) == ["deepspeed.toml", "accelerate.toml", "fsdp.toml", "launch.toml", "equivalence.toml"]

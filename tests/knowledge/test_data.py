@@ -15,16 +15,16 @@ import pytest
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from doctor.knowledge import catalog
-from doctor.knowledge.issues import REGEX_FLAGS, KnownIssue
-from doctor.knowledge.load import LIBRARIES, CatalogError, data_files, load_catalog, load_file
+from ds_doctor.knowledge import catalog
+from ds_doctor.knowledge.issues import REGEX_FLAGS, KnownIssue
+from ds_doctor.knowledge.load import LIBRARIES, CatalogError, data_files, load_catalog, load_file
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = load_catalog()
 
 
 def test_the_data_folder_holds_one_file_per_library_and_the_measurements() -> None:
-    folder = resources.files("doctor.knowledge") / "data"
+    folder = resources.files("ds_doctor.knowledge") / "data"
     assert sorted(p.name for p in folder.iterdir() if p.name.endswith(".toml")) == sorted(
         [*(f"{n}.toml" for n in LIBRARIES), "measured.toml"])
     assert [p.name for p in data_files()] == [f"{n}.toml" for n in LIBRARIES]
@@ -59,12 +59,12 @@ def test_regex_backslashes_stay_as_written() -> None:
 def test_the_package_ships_the_data_and_its_reader() -> None:
     setup = configparser.ConfigParser()
     setup.read(ROOT / "setup.cfg")
-    assert "data/*.toml" in setup["options.package_data"]["doctor.knowledge"]
+    assert "data/*.toml" in setup["options.package_data"]["ds_doctor.knowledge"]
     assert 'tomli>=2; python_version<"3.11"' in setup["options"]["install_requires"]
 
 
 def test_importing_the_catalog_reads_nothing_yet() -> None:
-    code = "import sys, doctor.knowledge.catalog as c; print('doctor.knowledge.load' in sys.modules, len(c.ISSUES))"
+    code = "import sys, ds_doctor.knowledge.catalog as c; print('ds_doctor.knowledge.load' in sys.modules, len(c.ISSUES))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 0 and proc.stdout.split() == ["False", "63"], proc.stderr[-2000:]
 
@@ -208,7 +208,7 @@ WORDING = "[[issue.wording]]\ntext = 'planted error 3 on cuda'\nsource = 'deepsp
 
 
 def test_a_wording_table_loads_with_the_entry(tmp_path: Path) -> None:
-    from doctor.knowledge.issues import Wording
+    from ds_doctor.knowledge.issues import Wording
 
     (issue,) = load_file(plant(tmp_path, entry() + WORDING + WORDING.replace("3 on cuda", "4 on cpu")))
     assert issue.wordings == (Wording("planted error 3 on cuda", "deepspeed deepspeed/x.py", ">=0.14.1", ("0.14.2", "0.19.8")),
@@ -238,7 +238,7 @@ def test_a_silent_entry_has_no_wording(tmp_path: Path) -> None:
 
 def test_every_entry_is_judged_on_a_version_the_environment_records() -> None:
     """A verdict reads the installed version of the entry's package from the report's environment (NCCL's from the
-    torch build, doctor.hardware.env.nccl_version): a package the environment never records is never judged."""
-    from doctor.hardware.env import PACKAGES
+    torch build, ds_doctor.hardware.env.nccl_version): a package the environment never records is never judged."""
+    from ds_doctor.hardware.env import PACKAGES
 
     assert {issue.package for issue in catalog.ISSUES} - set(PACKAGES) == {"nccl"}

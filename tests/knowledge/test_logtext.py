@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from doctor.knowledge.catalog import classify
-from doctor.knowledge.logtext import log_versions, normalise
-from doctor.knowledge.triage import read_log, triage
-from reports.records import Verdict
+from ds_doctor.knowledge.catalog import classify
+from ds_doctor.knowledge.logtext import log_versions, normalise
+from ds_doctor.knowledge.triage import read_log, triage
+from ds_doctor.reports.records import Verdict
 from tests.knowledge.test_triage import EXPECTED, TRACES, VERSIONS
 
 S2 = (Path(__file__).resolve().parents[1] / "resources" / "ds_5538_unscale_and_clip.txt").read_text()
@@ -127,7 +127,7 @@ _OLD_BAR = re.compile(r"[^\n]*?\d{1,3}%\|[^|\n]*\|\s*[\d.]+[kMG]?/[\d.?]+[kMG]?\
 def test_bars_are_stripped_as_before_in_linear_time() -> None:
     """The bar regex lost its leading `[^\\n]*?` (tried from every position of a line: 20 KB took 4 s, 80 KB 57 s);
     the text before a bar on its line is cut by position instead, with the same result."""
-    from doctor.knowledge.logtext import _strip_bars
+    from ds_doctor.knowledge.logtext import _strip_bars
 
     pieces = [" 37%|███▋      | 37/100 [00:12<00:21,  2.95it/s]", "5%|", "|", "\n", "Traceback", " 1/2 [", "]", "x", "\r"]
     rng = random.Random(0)

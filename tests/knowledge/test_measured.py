@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from doctor.knowledge import catalog
-from doctor.knowledge.measured import HEADER, Measured, contradictions, for_issue, parse, shipped
-from doctor.stacks.verify import PLAN, ends_of_range
-from reports.records import Verdict
+from ds_doctor.knowledge import catalog
+from ds_doctor.knowledge.measured import HEADER, Measured, contradictions, for_issue, parse, shipped
+from ds_doctor.reports.records import Verdict
+from ds_doctor.stacks.verify import PLAN, ends_of_range
 
 
 def record(version: str, outcome: str, issue: str = "ds_x") -> Measured:
@@ -61,14 +61,14 @@ def test_the_ends_of_a_range_are_the_last_affected_and_the_fix() -> None:
 def test_docs_known_issues_is_the_generated_table() -> None:
     from pathlib import Path
 
-    from doctor.stacks.verify import table
+    from ds_doctor.stacks.verify import table
 
     docs = Path(__file__).resolve().parents[2] / "docs" / "known-issues.md"
-    assert docs.read_text() == table(list(shipped()), list(catalog.ISSUES)), "python -m doctor.stacks.verify --table"
+    assert docs.read_text() == table(list(shipped()), list(catalog.ISSUES)), "python -m ds_doctor.stacks.verify --table"
 
 
 def test_every_entry_with_a_range_is_measured_or_says_why_not() -> None:
-    from doctor.stacks.verify import NOT_HERE
+    from ds_doctor.stacks.verify import NOT_HERE
 
     ranged = {i.id for i in catalog.ISSUES if i.affected}
     assert ranged - set(PLAN) - set(NOT_HERE) == set() and not set(PLAN) & set(NOT_HERE)

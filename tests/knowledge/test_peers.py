@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 
-from doctor.knowledge.peers import first_failure, peer_findings
-from doctor.knowledge.triage import read_log
-from reports.records import Severity
+from ds_doctor.knowledge.peers import first_failure, peer_findings
+from ds_doctor.knowledge.triage import read_log
+from ds_doctor.reports.records import Severity
 
 #: ranks 5 and 6 lose their peer; rank 3 ran out of memory first (the shapes of LlamaFactory #6849's log and
 #: torch's own ProcessGroupNCCL lines, with the rank that died put back in)

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from doctor.cli import main
-from doctor.knowledge.catalog import ISSUES
-from doctor.knowledge.issues import REGEX_FLAGS
-from doctor.knowledge.triage import read_log, read_report, read_source, search, triage
-from doctor.userinput import UserInputError
-from reports.records import Verdict
+from ds_doctor.cli import main
+from ds_doctor.knowledge.catalog import ISSUES
+from ds_doctor.knowledge.issues import REGEX_FLAGS
+from ds_doctor.knowledge.triage import read_log, read_report, read_source, search, triage
+from ds_doctor.reports.records import Verdict
+from ds_doctor.userinput import UserInputError
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACES = ROOT / "tests" / "resources" / "triage"
@@ -90,7 +90,7 @@ def test_cli_exit_codes_file_stdin_json(tmp_path: Path, capsys: pytest.CaptureFi
         err = capsys.readouterr().err
         assert err.startswith("ds-doctor: error:") and len(err.strip().splitlines()) == 1
     stdin = (TRACES / "s0_no_dataloader.txt").read_text()
-    proc = subprocess.run([sys.executable, "-m", "doctor.cli", "triage", "-"], input=stdin, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "ds_doctor.cli", "triage", "-"], input=stdin, capture_output=True,
                           text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 0 and "[acc_ds_auto_batch_needs_dataloader]" in proc.stdout
 
@@ -179,7 +179,7 @@ def test_a_report_shaped_json_that_is_no_report_is_one_line_exit_2(tmp_path: Pat
 
 
 def test_a_report_with_a_3_mb_reason_is_triaged_quickly() -> None:
-    from reports.records import CaseResult, Outcome
+    from ds_doctor.reports.records import CaseResult, Outcome
 
     case = CaseResult(probe="p", case="p[x-ws1]", scenario="s", level=1, world_size=1, device_kind="cpu",
                       outcome=Outcome.FAIL, duration_s=1.0, reason="#" * 3_000_000)

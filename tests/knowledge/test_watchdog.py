@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from doctor.cli import main
-from doctor.knowledge.watchdog import read_watchdog, watchdog_findings
-from doctor.userinput import UserInputError
+from ds_doctor.cli import main
+from ds_doctor.knowledge.watchdog import read_watchdog, watchdog_findings
+from ds_doctor.userinput import UserInputError
 
 LOGS = Path(__file__).resolve().parents[1] / "resources" / "watchdog"
 

@@ -14,9 +14,9 @@ import textwrap
 
 import pytest
 
-from doctor.knowledge import catalog
-from doctor.knowledge.issues import REGEX_FLAGS, KnownIssue, Wording
-from doctor.knowledge.triage import read_log
+from ds_doctor.knowledge import catalog
+from ds_doctor.knowledge.issues import REGEX_FLAGS, KnownIssue, Wording
+from ds_doctor.knowledge.triage import read_log
 
 CASES = [pytest.param(issue, wording, id=f"{issue.id}-{n}") for issue in catalog.ISSUES
          for n, wording in enumerate(issue.wordings)]

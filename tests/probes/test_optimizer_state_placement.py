@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 import torch
 
-from doctor.checks.placement import optimizer_state_colocation
-from doctor.collect.devicemap import Recorder, collect
-from probes.optimizer_state_placement import make_optimizer, placement
-from probes.shared.common import accelerate_session
-from probes.shared.models import batch, build_mlp
+from ds_doctor.checks.placement import optimizer_state_colocation
+from ds_doctor.collect.devicemap import Recorder, collect
+from ds_doctor.probes.optimizer_state_placement import make_optimizer, placement
+from ds_doctor.probes.shared.common import accelerate_session
+from ds_doctor.probes.shared.models import batch, build_mlp
 
 needs_ppsf = pytest.mark.skipif(importlib.util.find_spec("prodigyplus") is None or
                                 importlib.util.find_spec("accelerate") is None,

@@ -8,10 +8,10 @@ import datetime as dt
 from pathlib import Path
 from typing import Any
 
-from doctor.checks.health import health_results
-from doctor.hardware.nvml import read_gpus
-from doctor.run.build import build_report, write_reports
-from reports.records import CaseResult, Outcome, Report
+from ds_doctor.checks.health import health_results
+from ds_doctor.hardware.nvml import read_gpus
+from ds_doctor.reports.records import CaseResult, Outcome, Report
+from ds_doctor.run.build import build_report, write_reports
 from tests.hardware.test_nvml import AnsweringNVML, answers
 from tests.reports.samples import NOW, case
 

@@ -16,10 +16,10 @@ from markdown_it import MarkdownIt
 from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 
-from reports.diff import KIND_TITLES, Change, Diff
-from reports.hang import CollectivePosition, Frame, ThreadStack
-from reports.records import CaseResult, Finding, IssueRef, Outcome, RankSummary, Report, Severity, TensorRecord, Verdict
-from reports.triage import TriageMatch, VersionUsed
+from ds_doctor.reports.diff import KIND_TITLES, Change, Diff
+from ds_doctor.reports.hang import CollectivePosition, Frame, ThreadStack
+from ds_doctor.reports.records import CaseResult, Finding, IssueRef, Outcome, RankSummary, Report, Severity, TensorRecord, Verdict
+from ds_doctor.reports.triage import TriageMatch, VersionUsed
 from tests.reports.samples import a_report, case, every_outcome, issue
 
 CORPUS: dict[str, str] = {

@@ -7,9 +7,9 @@ import datetime as dt
 
 import torch
 
-from doctor.collect.devicemap import Recorder
-from doctor.run.build import build_report
-from reports.records import CaseResult, Finding, IssueRef, Outcome, RankSummary, Report, Severity, Verdict
+from ds_doctor.collect.devicemap import Recorder
+from ds_doctor.reports.records import CaseResult, Finding, IssueRef, Outcome, RankSummary, Report, Severity, Verdict
+from ds_doctor.run.build import build_report
 
 NOW = dt.datetime(2026, 11, 21, 12, 0, tzinfo=dt.timezone.utc)
 TOKEN = "hf_" + "Zz9Yy8Xx7Ww6Vv5Uu4Tt3Ss2Rr1Qq0Pp9"

@@ -16,11 +16,11 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from doctor.checks.health import health_results
-from doctor.hardware.nvml import read_gpus
-from doctor.run.build import build_report
-from reports.prometheus import render_prometheus
-from reports.records import CaseResult, Outcome, Report
+from ds_doctor.checks.health import health_results
+from ds_doctor.hardware.nvml import read_gpus
+from ds_doctor.reports.prometheus import render_prometheus
+from ds_doctor.reports.records import CaseResult, Outcome, Report
+from ds_doctor.run.build import build_report
 from tests.hardware.test_nvml import AnsweringNVML, answers
 from tests.reports.samples import case
 
@@ -199,7 +199,7 @@ def test_the_ratios_to_the_baseline_are_what_the_rules_compare() -> None:
 def test_run_with_a_baseline_exports_its_tolerance(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """`run --baseline B --tolerance T --prometheus P` (the nightly wrapper's call) carries T into the textfile;
     without a baseline there is no baseline series (and nothing for DsDoctorBelowBaseline to compare)."""
-    from doctor.cli import main
+    from ds_doctor.cli import main
 
     prom = tmp_path / "ds_doctor.prom"
     assert main(["run", "--level", "1", "--out", str(tmp_path), "--prometheus", str(prom)]) == 0

@@ -10,8 +10,8 @@ import io
 import pytest
 from rich.console import Console
 
-from reports.console import SUMMARY_WIDTH, RunProgress, case_line, environment_lines, make_console, print_summary
-from reports.records import Outcome, Report
+from ds_doctor.reports.console import SUMMARY_WIDTH, RunProgress, case_line, environment_lines, make_console, print_summary
+from ds_doctor.reports.records import Outcome, Report
 from tests.reports.samples import a_failed_case, a_report, case, every_outcome
 
 LONG = "accelerate_deepspeed_lifecycle[scheduler-second-prepare-auto-ws2]"

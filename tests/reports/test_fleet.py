@@ -1,4 +1,4 @@
-"""The fleet's view (`doctor.checks.fleet`, `reports.fleet`) over nodes' reports built from recorded NVML readings:
+"""The fleet's view (`ds_doctor.checks.fleet`, `ds_doctor.reports.fleet`) over nodes' reports built from recorded NVML readings:
 which node fails, where versions differ from the majority (by the live consistency rules), which measure falls
 below the fleet's median, what ranks sharing a GPU measured kept out, hostile strings kept in their cells."""
 
@@ -11,12 +11,12 @@ import re
 
 import pytest
 
-from doctor.checks.consistency import compare
-from doctor.checks.fleet import Source, build_fleet, report_fingerprint
-from reports.fleet import Fleet, NodeView, render_fleet
-from reports.measures import on_shared_gpu
-from reports.prometheus import baseline_ratios
-from reports.records import CaseResult, Outcome, Report
+from ds_doctor.checks.consistency import compare
+from ds_doctor.checks.fleet import Source, build_fleet, report_fingerprint
+from ds_doctor.reports.fleet import Fleet, NodeView, render_fleet
+from ds_doctor.reports.measures import on_shared_gpu
+from ds_doctor.reports.prometheus import baseline_ratios
+from ds_doctor.reports.records import CaseResult, Outcome, Report
 from tests.reports.fleet_samples import COMM, COMPUTE, SICK, T4, comm, node, with_shared_gpu
 from tests.reports.hostile import CORPUS, markdown_problems, plant
 from tests.reports.samples import NOW
@@ -94,9 +94,9 @@ def test_the_fleet_runs_the_consistency_rules_of_a_live_job() -> None:
 def test_a_report_is_fingerprinted_as_a_live_rank_is() -> None:
     """A report of this machine (its environment collected as `run` collects it) and this machine's live fingerprint
     agree on every key both have: the fleet compares what `consistency` compares."""
-    from doctor.collect.fingerprint import fingerprint
-    from doctor.hardware.env import collect_environment
-    from doctor.run.build import build_report
+    from ds_doctor.collect.fingerprint import fingerprint
+    from ds_doctor.hardware.env import collect_environment
+    from ds_doctor.run.build import build_report
 
     env, hardware = collect_environment()
     report = build_report(started=NOW, finished=NOW, level=1, argv=(), env=env, hardware=hardware, results=[],

@@ -12,12 +12,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
-from reports.diff import render_diff
-from reports.junit import render_junit
-from reports.markdown import render_markdown
-from reports.prometheus import render_prometheus
-from reports.safe import md_cell, md_code, md_text, one_line
-from reports.triage import render_findings, render_positions, render_triage
+from ds_doctor.reports.diff import render_diff
+from ds_doctor.reports.junit import render_junit
+from ds_doctor.reports.markdown import render_markdown
+from ds_doctor.reports.prometheus import render_prometheus
+from ds_doctor.reports.safe import md_cell, md_code, md_text, one_line
+from ds_doctor.reports.triage import render_findings, render_positions, render_triage
 from tests.reports.hostile import (
     CORPUS,
     console_output,

@@ -12,13 +12,22 @@ from importlib import resources
 import pytest
 from rich.console import Console
 
-from reports.console import CaseRow, FamilyRow, RunProgress, case_line, environment_lines, print_list, print_paths, print_summary
-from reports.diff import render_diff
-from reports.junit import render_junit
-from reports.markdown import render_markdown
-from reports.prometheus import render_prometheus
-from reports.records import Report
-from reports.triage import render_findings, render_positions, render_triage, render_triage_markdown, render_versions
+from ds_doctor.reports.console import (
+    CaseRow,
+    FamilyRow,
+    RunProgress,
+    case_line,
+    environment_lines,
+    print_list,
+    print_paths,
+    print_summary,
+)
+from ds_doctor.reports.diff import render_diff
+from ds_doctor.reports.junit import render_junit
+from ds_doctor.reports.markdown import render_markdown
+from ds_doctor.reports.prometheus import render_prometheus
+from ds_doctor.reports.records import Report
+from ds_doctor.reports.triage import render_findings, render_positions, render_triage, render_triage_markdown, render_versions
 from tests.reports.hostile import (
     CORPUS,
     ENV,

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from doctor.cli import main
-from reports.junit import render_junit
-from reports.records import Outcome
+from ds_doctor.cli import main
+from ds_doctor.reports.junit import render_junit
+from ds_doctor.reports.records import Outcome
 from tests.reports.samples import a_report, case, every_outcome
 
 xmlschema = pytest.importorskip("xmlschema")

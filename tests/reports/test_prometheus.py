@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from doctor.cli import main
-from reports.prometheus import render_prometheus
-from reports.records import Outcome
+from ds_doctor.cli import main
+from ds_doctor.reports.prometheus import render_prometheus
+from ds_doctor.reports.records import Outcome
 from tests.reports.samples import a_report, case, every_outcome
 
 parser = pytest.importorskip("prometheus_client.parser")
@@ -44,8 +44,8 @@ def test_run_writes_the_textfile(capsys: pytest.CaptureFixture[str], tmp_path: P
 
 
 def test_gpu_health_findings_become_one_sample_per_rule() -> None:
-    from doctor.checks.health import health_results
-    from doctor.hardware.nvml import read_gpus
+    from ds_doctor.checks.health import health_results
+    from ds_doctor.hardware.nvml import read_gpus
     from tests.hardware.test_nvml import AnsweringNVML, answers
 
     gpus, _, _ = read_gpus(AnsweringNVML(answers("h100_node_sick.json")))

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from reports.measures import MEASURES, format_measure
-from reports.records import (
+from ds_doctor.reports.measures import MEASURES, format_measure
+from ds_doctor.reports.records import (
     SCHEMA_VERSION,
     CaseResult,
     ExitCode,
@@ -98,8 +98,8 @@ def test_a_case_from_two_nodes_keeps_two_keys() -> None:
 def test_a_hung_rank_round_trips_with_its_stacks_positions_and_stages() -> None:
     import dataclasses
 
-    from reports.hang import CollectivePosition, Frame, StageTime, ThreadStack
-    from reports.records import RankSummary
+    from ds_doctor.reports.hang import CollectivePosition, Frame, StageTime, ThreadStack
+    from ds_doctor.reports.records import RankSummary
 
     rank = RankSummary(rank=1, outcome="timeout", stage="planted",
                        stacks=(ThreadStack("MainThread", (Frame("wait_for_me", "/p/h.py", 22), Frame("... 2 frames of torch")),

@@ -3,7 +3,19 @@ properties over random text are in test_fuzz.py."""
 
 from __future__ import annotations
 
-from reports.safe import LABEL_CHARS, clip, md_cell, md_code, md_fence, md_html, md_text, one_line, prom_label, prom_name, visible
+from ds_doctor.reports.safe import (
+    LABEL_CHARS,
+    clip,
+    md_cell,
+    md_code,
+    md_fence,
+    md_html,
+    md_text,
+    one_line,
+    prom_label,
+    prom_name,
+    visible,
+)
 
 
 def test_control_characters_are_shown_escaped() -> None:

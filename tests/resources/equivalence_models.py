@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from probes.shared.models import IN_FEATURES, OUT_FEATURES, build_mlp
+from ds_doctor.probes.shared.models import IN_FEATURES, OUT_FEATURES, build_mlp
 
 
 class Regression(torch.nn.Module):

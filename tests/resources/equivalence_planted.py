@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from doctor.plugins import Variant
-from probes.equivalence import probe as equivalence
+from ds_doctor.plugins import Variant
+from ds_doctor.probes.equivalence import probe as equivalence
 
 SPEC = dataclasses.replace(equivalence.SPEC, name="equivalence_planted",
                            description="equivalence with planted divergences (tests only)")

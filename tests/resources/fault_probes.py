@@ -8,7 +8,7 @@ import signal
 import sys
 import time
 
-from doctor.plugins import ProbeContext, ProbeSpec, Variant
+from ds_doctor.plugins import ProbeContext, ProbeSpec, Variant
 
 SPEC = ProbeSpec(name="faults", scenario="smoke", description="planted faults for the runner's tests",
                  world_sizes=(2,), timeout_s=6.0)

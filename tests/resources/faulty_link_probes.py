@@ -9,8 +9,8 @@ import dataclasses
 import os
 from typing import Any
 
-from doctor.plugins import ProbeContext, Variant
-from probes import comm
+from ds_doctor.plugins import ProbeContext, Variant
+from ds_doctor.probes import comm
 
 SPEC = dataclasses.replace(comm.SPEC, name="faulty_link", world_sizes=(2,), scale_to_node=False)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from doctor.plugins import ProbeContext, ProbeSpec, Variant
+from ds_doctor.plugins import ProbeContext, ProbeSpec, Variant
 
 SPEC = ProbeSpec(name="hangs", scenario="smoke", description="planted hangs for the forensics tests",
                  world_sizes=(2,), timeout_s=5.0)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from doctor.plugins import ProbeContext, ProbeSpec, Variant
+from ds_doctor.plugins import ProbeContext, ProbeSpec, Variant
 
 SPEC = ProbeSpec(name="node_faults", scenario="smoke", description="a case across the nodes that waits to be killed",
                  world_sizes=(), timeout_s=60.0, across_nodes=("*",))

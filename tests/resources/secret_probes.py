@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from doctor.plugins import ProbeContext, ProbeSpec, Variant
+from ds_doctor.plugins import ProbeContext, ProbeSpec, Variant
 
 SPEC = ProbeSpec(name="leaky", scenario="smoke", description="plants secrets for the redaction tests",
                  world_sizes=(1,), timeout_s=60.0)

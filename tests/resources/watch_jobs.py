@@ -1,4 +1,4 @@
-"""Training jobs as a user writes them, each with `doctor.api.watch` (or `DoctorCallback`) added, for
+"""Training jobs as a user writes them, each with `ds_doctor.api.watch` (or `DoctorCallback`) added, for
 tests/watch/test_jobs.py to run under a real torchrun (2 ranks, gloo on CPU; nccl with a GPU per rank):
 
     python -m torch.distributed.run --nproc-per-node 2 tests/resources/watch_jobs.py JOB PLANT OUT_DIR [RAISE]
@@ -80,7 +80,7 @@ class GroupTensorSGD(torch.optim.SGD):
 def deepspeed_job(plant: str, out: Path, raise_on: str | None) -> dict[str, Any]:
     import deepspeed
 
-    from doctor.api import DoctorError, watch
+    from ds_doctor.api import DoctorError, watch
 
     deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
     config = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, "gradient_clipping": 1.0,
@@ -115,7 +115,7 @@ def accelerate_job(plant: str, out: Path, raise_on: str | None) -> dict[str, Any
     from accelerate import Accelerator
     from accelerate.utils import DeepSpeedPlugin, DummyOptim, InitProcessGroupKwargs
 
-    from doctor.api import DoctorError, watch
+    from ds_doctor.api import DoctorError, watch
 
     model = tiny_lm()
     trainable = [p for p in model.parameters() if p.requires_grad]
@@ -180,7 +180,7 @@ def resume_onto_meta(out: Path) -> None:
     The model is prepared without DDP (evaluation_mode), which cannot broadcast meta tensors."""
     from accelerate import Accelerator
 
-    from doctor.api import watch
+    from ds_doctor.api import watch
 
     resumed = Accelerator(cpu=not torch.cuda.is_available(), device_placement=False)
     model = resumed.prepare_model(tiny_lm().to("meta"), device_placement=False, evaluation_mode=True)
@@ -192,7 +192,7 @@ def resume_onto_meta(out: Path) -> None:
 def trainer_job(plant: str, out: Path, raise_on: str | None) -> dict[str, Any]:
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
-    from doctor.api import DoctorCallback, DoctorError
+    from ds_doctor.api import DoctorCallback, DoctorError
 
     class ReplaceBeforeSave(TrainerCallback):  # type: ignore[misc]
         """S1 without DeepSpeed, planted: the state_dict saves by module name, so what breaks is the optimizer,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from doctor.probe.spec import Case
-from doctor.run.attribution import (
+from ds_doctor.probe.spec import Case
+from ds_doctor.run.attribution import (
     Cause,
     Ending,
     RelaunchError,
@@ -16,7 +16,7 @@ from doctor.run.attribution import (
     stage_of,
     victims,
 )
-from doctor.rundir import LAUNCH, Beat, setup_name
+from ds_doctor.rundir import LAUNCH, Beat, setup_name
 
 A1, A2 = Case("alpha", "S2", "one", 2, 2), Case("alpha", "S2", "two", 2, 3)
 B1 = Case("beta", "S1", "one", 2, 2)

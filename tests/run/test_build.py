@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from doctor.run.build import clean_result, report_basename, write_reports
-from reports.records import Report
+from ds_doctor.reports.records import Report
+from ds_doctor.run.build import clean_result, report_basename, write_reports
 from tests.reports.samples import TOKEN, a_failed_case, a_report
 
 

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from doctor.probe.registry import find_case
-from doctor.run.merge import merge_case
-from doctor.run.pipeline import planned_case
-from doctor.rundir import PlannedCase, RankLine
-from reports.records import ErrorInfo, Finding, Outcome, Severity, TensorRecord, Verdict
+from ds_doctor.probe.registry import find_case
+from ds_doctor.reports.records import ErrorInfo, Finding, Outcome, Severity, TensorRecord, Verdict
+from ds_doctor.run.merge import merge_case
+from ds_doctor.run.pipeline import planned_case
+from ds_doctor.rundir import PlannedCase, RankLine
 
 VERSIONS = {"deepspeed": "0.19.8", "accelerate": "1.15.0", "torch": "2.13.0"}
 S1 = "frozen_param_names[z2-set-tensor-ws2]"

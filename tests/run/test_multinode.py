@@ -7,15 +7,15 @@ import dataclasses
 import os
 from pathlib import Path
 
-from doctor.cluster.exchange import exchange_command
-from doctor.cluster.nodes import Cluster
-from doctor.cluster.route import facing, rendezvous_options
-from doctor.probe.rankoptions import DEFAULTS
-from doctor.run.launch import rank_environment, torchrun_command
-from doctor.run.multinode import disagreement, plan_hash
-from doctor.run.pipeline import RunOptions, make_plan
-from doctor.run.plan import Hardware
-from reports.records import Report
+from ds_doctor.cluster.exchange import exchange_command
+from ds_doctor.cluster.nodes import Cluster
+from ds_doctor.cluster.route import facing, rendezvous_options
+from ds_doctor.probe.rankoptions import DEFAULTS
+from ds_doctor.reports.records import Report
+from ds_doctor.run.launch import rank_environment, torchrun_command
+from ds_doctor.run.multinode import disagreement, plan_hash
+from ds_doctor.run.pipeline import RunOptions, make_plan
+from ds_doctor.run.plan import Hardware
 
 CLUSTER = Cluster(nnodes=2, node_rank=1, host="10.0.0.1", port=29400, rdzv_id="job7", join_timeout_s=120)
 
@@ -66,7 +66,7 @@ def test_sockets_stay_on_loopback_unless_a_launch_spans_real_hosts() -> None:
 
 
 def test_the_report_is_written_by_node_0_or_the_lowest_node_left() -> None:
-    from doctor.run.multinode import cluster_result, report_writer
+    from ds_doctor.run.multinode import cluster_result, report_writer
     from tests.reports.samples import a_report
 
     def report(gone: list[int]) -> Report:

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from doctor.probe.registry import EXTRA_ENV
-from doctor.run import pipeline
-from doctor.run.plan import Hardware
-from doctor.rundir import RunDir
-from reports.records import CaseResult, ExitCode, Outcome
+from ds_doctor.probe.registry import EXTRA_ENV
+from ds_doctor.reports.records import CaseResult, ExitCode, Outcome
+from ds_doctor.run import pipeline
+from ds_doctor.run.plan import Hardware
+from ds_doctor.rundir import RunDir
 
 
 class Recorder:

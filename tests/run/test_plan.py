@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from doctor.plugins import ProbeSpec, Requirement
-from doctor.probe import registry
-from doctor.run.pipeline import RunOptions, make_plan
-from doctor.run.plan import (
+from ds_doctor.plugins import ProbeSpec, Requirement
+from ds_doctor.probe import registry
+from ds_doctor.run.pipeline import RunOptions, make_plan
+from ds_doctor.run.plan import (
     MAX_KEYWORD_CHARS,
     MAX_KEYWORD_DEPTH,
     Hardware,

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from doctor.cli import main
-from doctor.probe import registry
-from doctor.probe.rankoptions import DEFAULTS, FILE_NAME, RankOptions, RankOptionsError
-from doctor.run.launch import rank_environment
-from doctor.rundir import LaunchDir
+from ds_doctor.cli import main
+from ds_doctor.probe import registry
+from ds_doctor.probe.rankoptions import DEFAULTS, FILE_NAME, RankOptions, RankOptionsError
+from ds_doctor.run.launch import rank_environment
+from ds_doctor.rundir import LaunchDir
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Modules that run on a rank, where the environment is the rank's own (torch reads its settings from there).
@@ -57,7 +57,7 @@ def test_a_rank_resolves_its_cases_from_the_launch_files_alone(tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """The user's config reaches the rank in options.json: the case it adds is found, with the config as its params,
     whatever the rank's environment holds."""
-    from doctor.usersetup.deepspeed_config import UserConfig, load
+    from ds_doctor.usersetup.deepspeed_config import UserConfig, load
 
     config = load(str(a_deepspeed_config(tmp_path)))
     case = next(c for c in registry.all_cases(options=RankOptions(deepspeed_config=config.path))

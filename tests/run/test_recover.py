@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from doctor.probe.registry import find_case
-from doctor.run.pipeline import planned_case
-from doctor.run.recover import UNFINISHED, InputError, load_report_file, report_from_run_dir
-from doctor.rundir import Manifest, RankLine, RunDir
-from reports.records import Outcome, validate
+from ds_doctor.probe.registry import find_case
+from ds_doctor.reports.records import Outcome, validate
+from ds_doctor.run.pipeline import planned_case
+from ds_doctor.run.recover import UNFINISHED, InputError, load_report_file, report_from_run_dir
+from ds_doctor.rundir import Manifest, RankLine, RunDir
 from tests.reports.samples import a_report, case
 
 ENV = {"python": "3.11.7", "packages": {"deepspeed": "0.19.8", "torch": "2.13.0", "numpy": "2.3.5"}, "variables": {}}

@@ -6,17 +6,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from doctor.checks.baseline import measure_changes
-from doctor.probe import registry
-from doctor.run.launch import torchrun_command
-from doctor.run.merge import merge_case
-from doctor.run.pipeline import RunOptions, make_plan
-from doctor.run.plan import Hardware, node_world_size, plan, select_cases, shared_gpu_mode
-from doctor.rundir import PlannedCase, RankLine
-from reports.console import case_line
-from reports.markdown import render_markdown
-from reports.prometheus import render_prometheus
-from reports.records import CaseResult, Outcome, validate
+from ds_doctor.checks.baseline import measure_changes
+from ds_doctor.probe import registry
+from ds_doctor.reports.console import case_line
+from ds_doctor.reports.markdown import render_markdown
+from ds_doctor.reports.prometheus import render_prometheus
+from ds_doctor.reports.records import CaseResult, Outcome, validate
+from ds_doctor.run.launch import torchrun_command
+from ds_doctor.run.merge import merge_case
+from ds_doctor.run.pipeline import RunOptions, make_plan
+from ds_doctor.run.plan import Hardware, node_world_size, plan, select_cases, shared_gpu_mode
+from ds_doctor.rundir import PlannedCase, RankLine
 from tests.reports.samples import a_report, case
 
 SHARED = "2 ranks on 1 GPU(s): nccl, a distinct NCCL_HOSTID per rank"

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from doctor.plugins import ProbeContext
-from doctor.probe.registry import find_case
-from doctor.run.worker import rank_outcome, run_case, setup_failure_line
-from doctor.rundir import RankLine
-from reports.records import ErrorInfo, Finding, Outcome, Severity
+from ds_doctor.plugins import ProbeContext
+from ds_doctor.probe.registry import find_case
+from ds_doctor.reports.records import ErrorInfo, Finding, Outcome, Severity
+from ds_doctor.run.worker import rank_outcome, run_case, setup_failure_line
+from ds_doctor.rundir import RankLine
 
 CASE = "frozen_param_names[z2-set-tensor-ws1]"
 

@@ -13,8 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from doctor.run.build import build_report
-from doctor.stacks.overlay import (
+from ds_doctor.reports.markdown import render_markdown
+from ds_doctor.reports.records import Outcome, Report, Verdict
+from ds_doctor.reports.stacks import changes
+from ds_doctor.run.build import build_report
+from ds_doctor.stacks.overlay import (
     MARKER,
     OverlayError,
     Release,
@@ -23,9 +26,6 @@ from doctor.stacks.overlay import (
     parse_release,
     parse_releases,
 )
-from reports.markdown import render_markdown
-from reports.records import Outcome, Report, Verdict
-from reports.stacks import changes
 from tests.reports.samples import NOW, case, issue
 from tests.test_e2e import ROOT, ds_doctor, read_report
 
@@ -96,7 +96,7 @@ def make_wheel(folder: Path, name: str, body: str, requires: tuple[str, ...] = (
 
 
 def test_what_cannot_be_overlaid_is_one_line_exit_2(tmp_path: Path, monkeypatch, capsys) -> None:
-    from doctor.cli import main
+    from ds_doctor.cli import main
 
     wheels = tmp_path / "wheels"
     wheels.mkdir()

@@ -6,10 +6,10 @@ from __future__ import annotations
 import importlib.metadata
 from pathlib import Path
 
-from doctor.stacks.overlay import MARKER, parse_releases
-from doctor.stacks.pins import build_ignoring_pins
-from reports.records import Report
-from reports.stacks import ignored_pins
+from ds_doctor.reports.records import Report
+from ds_doctor.reports.stacks import ignored_pins
+from ds_doctor.stacks.overlay import MARKER, parse_releases
+from ds_doctor.stacks.pins import build_ignoring_pins
 from tests.reports.samples import a_report, every_outcome
 from tests.stacks.test_overlay import make_wheel
 
@@ -25,7 +25,7 @@ def wheels(tmp_path: Path) -> Path:
 
 
 def test_pins_are_ignored_and_said_what_is_missing_is_resolved(tmp_path: Path, monkeypatch, capsys) -> None:
-    from doctor.cli import main
+    from ds_doctor.cli import main
 
     found = wheels(tmp_path)
     monkeypatch.setenv("DS_DOCTOR_STACKS", str(tmp_path / "stacks"))
@@ -49,7 +49,7 @@ def test_pins_are_ignored_and_said_what_is_missing_is_resolved(tmp_path: Path, m
 
 
 def test_ignore_pins_is_for_with(tmp_path: Path, monkeypatch, capsys) -> None:
-    from doctor.cli import main
+    from ds_doctor.cli import main
 
     monkeypatch.chdir(tmp_path)
     assert main(["run", "-k", "comm", "--out", str(tmp_path / "out"), "--ignore-pins"]) == 2

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from doctor.usersetup.accelerate_config import AccelerateConfigError, accelerator_kwargs, load, skip_reason
+from ds_doctor.usersetup.accelerate_config import AccelerateConfigError, accelerator_kwargs, load, skip_reason
 
 
 def write(tmp_path: Path, text: str, name: str = "default_config.yaml") -> Path:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from doctor.usersetup.deepspeed_config import ConfigError, check, fill, load
+from ds_doctor.usersetup.deepspeed_config import ConfigError, check, fill, load
 from tests.conftest import requires_deepspeed
 
 AUTO = {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
@@ -47,7 +47,7 @@ def test_an_existing_nvme_path_is_kept(tmp_path: Path) -> None:
 def test_a_trainer_style_config_without_an_optimizer_gets_the_trainers_and_says_so() -> None:
     import torch
 
-    from doctor.usersetup.deepspeed_config import route_optimizer, trainer_optimizer
+    from ds_doctor.usersetup.deepspeed_config import route_optimizer, trainer_optimizer
 
     filled = fill({"zero_optimization": {"stage": 2}, "train_micro_batch_size_per_gpu": 2}, 1, "cpu")
     assert filled.changed == {}  # fill alone leaves it: a route that passes its own optimizer needs nothing

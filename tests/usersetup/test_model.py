@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from doctor.usersetup.model import HF_TESTED, ModelSpec, ModelSpecError, build, check, loss_of
+from ds_doctor.usersetup.model import HF_TESTED, ModelSpec, ModelSpecError, build, check, loss_of
 
 
 @pytest.mark.parametrize("model_type", HF_TESTED)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from reports.records import Outcome, Report
+from ds_doctor.reports.records import Outcome, Report
 from tests.conftest import requires_accelerate, requires_deepspeed
 
 pytestmark = pytest.mark.multirank
@@ -44,7 +44,7 @@ def cases(report: Report) -> dict[str, Any]:
 
 
 def renders(path: Path) -> str:
-    proc = subprocess.run([sys.executable, "-m", "doctor.cli", "report", str(path)], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "ds_doctor.cli", "report", str(path)], capture_output=True, text=True,
                           cwd=ROOT, timeout=120)
     assert proc.returncode in (0, 1), proc.stderr[-2000:]
     markdown = next(path.parent.glob("*-report.md")).read_text()
@@ -80,7 +80,7 @@ def test_a_zero3_offload_job_watched_healthy_then_planted_s1_stopped_before_its_
     assert sorted((f.invariant, f.rank) for f in save.findings) == [("param_name_map", 0), ("param_name_map", 1)]
     assert all("emb.weight (frozen) is not a key of engine.param_names" in f.message for f in save.findings)
     assert save.findings[0].evidence[0].path == "emb.weight"
-    diff = subprocess.run([sys.executable, "-m", "doctor.cli", "diff", str(out / "watch.json"), str(bad / "watch.json")],
+    diff = subprocess.run([sys.executable, "-m", "ds_doctor.cli", "diff", str(out / "watch.json"), str(bad / "watch.json")],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert diff.returncode == 1 and "param_name_map" in diff.stdout  # the planted save, a regression against healthy
 
@@ -156,5 +156,5 @@ def test_an_hf_trainer_run_with_the_callback_healthy_and_stopped_before_a_broken
     assert by_kind == {("optimizer_params_live", "error"), ("param_name_map", "warning")}
     # the torch-wide entry (optimizers keep the objects they were given), not a DeepSpeed-only one
     assert save.known_issue.id == "ds_replaced_trainable_param_not_trained"
-    from doctor.knowledge.catalog import get
+    from ds_doctor.knowledge.catalog import get
     assert get(save.known_issue.id).package == "torch"

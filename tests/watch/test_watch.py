@@ -12,16 +12,16 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from doctor.api import DoctorError, watch
-from doctor.checks.identity import no_meta_params
-from doctor.checks.placement import optimizer_state_colocation
-from doctor.checks.structure import buffer_placement
-from doctor.collect.devicemap import Recorder, collect, named_tensors
-from doctor.watch import fast, moments
-from doctor.watch.target import Target, name_map_of
-from doctor.watch.watcher import Watch
-from probes.zero_offload import ZeroCase
-from reports.records import Outcome, Report
+from ds_doctor.api import DoctorError, watch
+from ds_doctor.checks.identity import no_meta_params
+from ds_doctor.checks.placement import optimizer_state_colocation
+from ds_doctor.checks.structure import buffer_placement
+from ds_doctor.collect.devicemap import Recorder, collect, named_tensors
+from ds_doctor.probes.zero_offload import ZeroCase
+from ds_doctor.reports.records import Outcome, Report
+from ds_doctor.watch import fast, moments
+from ds_doctor.watch.target import Target, name_map_of
+from ds_doctor.watch.watcher import Watch
 from tests.conftest import build_engine, requires_deepspeed, train_one_step
 from tests.resources.user_models import TiedWithBuffers
 
@@ -110,7 +110,7 @@ def test_a_moment_logs_each_finding_and_reports_it(tmp_path: Path, caplog: pytes
     assert [(r.case, r.outcome) for r in report.results] == [("watch[after_prepare]", Outcome.PASS),
                                                             ("watch[before_save step 0]", Outcome.FAIL)]
     assert report.command == ["ds-doctor", "watch", "test"] and report.env["packages"]
-    from doctor.knowledge.triage import read_log, read_report  # `ds-doctor triage` reads the file as well
+    from ds_doctor.knowledge.triage import read_log, read_report  # `ds-doctor triage` reads the file as well
 
     reading = read_report((tmp_path / "w.json").read_text())
     assert reading is not None and [f.invariant for f in reading.findings if f.is_error] == ["optimizer_params_live"] * 2

@@ -14,7 +14,7 @@ try:
             return s
 
         _api._get_socket_with_port = _get_socket_with_port
-except Exception:  # noqa: BLE001
+except Exception:
     pass
 
 try:
@@ -22,5 +22,5 @@ try:
 
     if not hasattr(numpy, "BUFSIZE"):
         numpy.BUFSIZE = 8192
-except Exception:  # noqa: BLE001
+except Exception:
     pass

@@ -1,1 +1,1 @@
-"""The known-issue catalog as data: one TOML file per library, read and checked by `doctor.knowledge.load`."""
+"""The known-issue catalog as data: one TOML file per library, read and checked by `ds_doctor.knowledge.load`."""

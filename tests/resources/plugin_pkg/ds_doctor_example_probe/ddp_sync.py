@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from doctor.plugins import Finding, ProbeContext, ProbeSpec, Requirement, Severity, Variant
+from ds_doctor.plugins import Finding, ProbeContext, ProbeSpec, Requirement, Severity, Variant
 
 SPEC = ProbeSpec(
     name="ddp_sync",
