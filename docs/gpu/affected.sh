@@ -5,7 +5,8 @@ export PYTHONUNBUFFERED=1 TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16
 W=${WHEELS:-.gpuwheels}
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site $W/current/*.whl || exit 9
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/aff $W/affected/*.whl || exit 9
-export PYTHONPATH=${SHIM:+$PWD/docs/gpu/shim:}/tmp/aff:/tmp/site:$PWD PATH=/tmp/aff/bin:/tmp/site/bin:$PATH
+. docs/gpu/linktree.sh
+export PYTHONPATH=${SHIM:+$PWD/docs/gpu/shim:}/tmp/aff:/tmp/site:/tmp/dsd:$PWD PATH=/tmp/aff/bin:/tmp/site/bin:$PATH
 python3 -c "import deepspeed, prodigyplus, importlib.metadata as m; print('ds', deepspeed.__version__, 'ppsf', m.version('prodigy-plus-schedule-free'))" 2>&1 | tail -3
 rm -rf /tmp/r; mkdir -p /tmp/r
 timeout ${RUN_LIMIT:-420} python3 -m ds_doctor.cli run --level 3 -k "${K:-zero_offload or optimizer_state_placement}" --out /tmp/r > $OUT/affected.log 2>&1

@@ -6,7 +6,8 @@ set -o pipefail
 export PYTHONUNBUFFERED=1
 W=${WHEELS:-.gpuwheels}
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site $W/current/*.whl || exit 9
-export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH DS_DOCTOR_STACKS=/tmp/stacks
+. docs/gpu/linktree.sh
+export PYTHONPATH=/tmp/site:/tmp/dsd:$PWD PATH=/tmp/site/bin:$PATH DS_DOCTOR_STACKS=/tmp/stacks
 for v in 0.23.5 0.24.0; do
   rm -rf /tmp/r; mkdir -p /tmp/r
   timeout ${RUN_LIMIT:-280} python3 -m ds_doctor.cli run --level 3 -k "optimizer_coverage and composer" --out /tmp/r \

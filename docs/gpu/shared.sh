@@ -9,7 +9,8 @@ set -o pipefail
 export PYTHONUNBUFFERED=1 TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16
 W=${WHEELS:-.gpuwheels}
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site $W/current/*.whl || exit 9
-export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH
+. docs/gpu/linktree.sh
+export PYTHONPATH=/tmp/site:/tmp/dsd:$PWD PATH=/tmp/site/bin:$PATH
 python3 -c "import torch; print('torch', torch.__version__, 'nccl', torch.cuda.nccl.version(), torch.cuda.get_device_name(0))" > $OUT/env.txt 2>&1
 for mode in nccl-hostid gloo; do
   rm -rf /tmp/r-$mode; mkdir -p /tmp/r-$mode

@@ -7,7 +7,8 @@ W=${WHEELS:-.gpuwheels}
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site $W/current/*.whl || exit 9
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/aff-ds $W/affected/deepspeed-*.whl || exit 9
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/aff-ppsf $W/affected/prodigy_plus*.whl || exit 9
-BASE=/tmp/site:$PWD
+. docs/gpu/linktree.sh
+BASE=/tmp/site:/tmp/dsd:$PWD
 job() {  # name pythonpath-prefix job plant [raise]
   name=$1; pre=$2; shift 2; mkdir -p /tmp/w/$name
   echo "=== $name: $*"
