@@ -51,7 +51,7 @@ run: $(BIN)/.installed
 # wait on each other, on hung ranks and on killed nodes. The second's output follows the first's; either failing fails.
 TESTS_A := tests/test_e2e.py tests/probes tests/stacks
 PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
-test: $(BIN)/.installed $(BIN)/.sysdeps
+test: $(BIN)/.installed lint $(BIN)/.sysdeps
 	@log=$$(mktemp); $(PYTEST) $(addprefix --ignore=,$(TESTS_A)) > $$log 2>&1 & other=$$!; \
 	$(PYTEST) $(TESTS_A); a=$$?; wait $$other; b=$$?; \
 	echo "--- the rest of the suite (run beside it):"; cat $$log; rm -f $$log; \
@@ -85,8 +85,16 @@ canary: $(BIN)/.installed
 	$(BIN)/ds-doctor run --level 3 --out ds-doctor-reports/canary \
 		$$($(BIN)/python -m ds_doctor.stacks.verify --newest deepspeed accelerate transformers)
 
+# The formatter, the linter (complexity and argument counts included) and the type checker. mypy reads the one
+# import name: build/typecheck/ds_doctor links the folders as setup.cfg's package_dir maps them.
+LINTED := doctor probes reports tests bench
 lint: $(BIN)/.installed
-	$(BIN)/ruff check doctor probes reports tests bench
+	$(BIN)/ruff format --check -q $(LINTED)
+	$(BIN)/ruff check -q $(LINTED)
+	@rm -rf build/typecheck && mkdir -p build/typecheck/ds_doctor && ln -s $(CURDIR)/doctor/* build/typecheck/ds_doctor/ \
+		&& ln -s $(CURDIR)/probes $(CURDIR)/reports build/typecheck/ds_doctor/
+	cd build/typecheck && $(abspath $(BIN))/mypy --config-file $(CURDIR)/pyproject.toml \
+		--cache-dir $(CURDIR)/build/mypy-cache -p ds_doctor
 
 bench: $(BIN)/.installed
 	$(BIN)/python bench/bench_env.py

@@ -37,9 +37,16 @@ def build(kind: str) -> tuple[Any, Any]:
             self.input_norm, self.post_norm = nn.RMSNorm(h), nn.RMSNorm(h)
             if experts:
                 self.router = nn.Linear(h, experts, bias=False)
-                self.experts = nn.ModuleList(nn.ModuleDict({
-                    "gate": nn.Linear(h, expert_inter, bias=False), "up": nn.Linear(h, expert_inter, bias=False),
-                    "down": nn.Linear(expert_inter, h, bias=False)}) for _ in range(experts))
+                self.experts = nn.ModuleList(
+                    nn.ModuleDict(
+                        {
+                            "gate": nn.Linear(h, expert_inter, bias=False),
+                            "up": nn.Linear(h, expert_inter, bias=False),
+                            "down": nn.Linear(expert_inter, h, bias=False),
+                        }
+                    )
+                    for _ in range(experts)
+                )
             else:
                 self.gate, self.up = nn.Linear(h, inter, bias=False), nn.Linear(h, inter, bias=False)
                 self.down = nn.Linear(inter, h, bias=False)
@@ -53,13 +60,21 @@ def build(kind: str) -> tuple[Any, Any]:
             self.head = nn.Linear(h, vocab, bias=False)
 
     with torch.device("meta"):
-        model = (LM(80, 8192, 1024, 28672, 32000) if kind == "70b"
-                 else LM(60, 5120, 5120, 0, 102400, experts=160, expert_inter=1536))
+        model = (
+            LM(80, 8192, 1024, 28672, 32000)
+            if kind == "70b"
+            else LM(60, 5120, 5120, 0, 102400, experts=160, expert_inter=1536)
+        )
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    for param in model.parameters():  # AdamW's state after a step: a CPU step count, two moments on the device
+    for (
+        param
+    ) in model.parameters():  # AdamW's state after a step: a CPU step count, two moments on the device
         param.grad = torch.empty_like(param)
-        optimizer.state[param] = {"step": torch.tensor(1.0), "exp_avg": torch.empty_like(param),
-                                  "exp_avg_sq": torch.empty_like(param)}
+        optimizer.state[param] = {
+            "step": torch.tensor(1.0),
+            "exp_avg": torch.empty_like(param),
+            "exp_avg_sq": torch.empty_like(param),
+        }
     return model, optimizer
 
 
@@ -81,7 +96,9 @@ def measure(kind: str) -> list[tuple[str, int, float]]:
 
     model, optimizer = build(kind)
     gc.collect()
-    target = Target(kind="bench", module=model, optimizer=optimizer, device="meta", own_name_map=name_map_of(model))
+    target = Target(
+        kind="bench", module=model, optimizer=optimizer, device="meta", own_name_map=name_map_of(model)
+    )
     seconds, result = best(lambda: inspect(model, optimizer))
     rows = [("inspect (all records)", len(result.records), seconds)]
     checks: dict[str, Callable[[], Any]] = {
@@ -90,9 +107,11 @@ def measure(kind: str) -> list[tuple[str, int, float]]:
         "after_load": lambda: moments.after_load(target, 0, "after_load", []),
     }
     for name, check in checks.items():
+
         def timed(check: Callable[[], Any] = check) -> Any:
             with no_gc():  # as Watch.moment runs it
                 return check()
+
         seconds, check_result = best(timed)
         rows.append((f"watch {name}", check_result.records, seconds))
     return rows

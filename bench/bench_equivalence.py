@@ -26,8 +26,10 @@ def family(report: dict) -> list[dict]:
 def show(label: str, elapsed: float, report: dict) -> None:
     cases = family(report)
     outcomes = sorted({r["outcome"] for r in cases})
-    print(f"{label}: {elapsed:.1f} s wall, {len(cases)} cases ({', '.join(outcomes)}), "
-          f"{sum(r['duration_s'] for r in cases):.1f} s in the cases")
+    print(
+        f"{label}: {elapsed:.1f} s wall, {len(cases)} cases ({', '.join(outcomes)}), "
+        f"{sum(r['duration_s'] for r in cases):.1f} s in the cases"
+    )
     for result in cases:
         print(f"  {result['case']}: {result['outcome']} {result['duration_s']:.1f} s")
 
@@ -44,9 +46,11 @@ def main() -> int:
         level2 = timed_run(["--level", "2", "-k", "equivalence"], root / "level2")
         level3 = timed_run(["--level", "3", "-k", "equivalence"], root / "level3")
     added = statistics.median(full) - statistics.median(without)
-    print(f"run --level 2: {statistics.median(full):.1f} s with the family, {statistics.median(without):.1f} s without "
-          f"(medians of {REPEATS}): {added:+.1f} s added (target <= {TARGET_S:g} s); the family's cases inside the "
-          f"full run: {statistics.median(inside):.1f} s")
+    print(
+        f"run --level 2: {statistics.median(full):.1f} s with the family, {statistics.median(without):.1f} s without "
+        f"(medians of {REPEATS}): {added:+.1f} s added (target <= {TARGET_S:g} s); the family's cases inside the "
+        f"full run: {statistics.median(inside):.1f} s"
+    )
     show("run --level 2 -k equivalence", *level2)
     show("run --level 3 -k equivalence", *level3)
     return 0 if added <= TARGET_S else 1

@@ -50,9 +50,22 @@ def free_port() -> int:
 
 def once(script: Path, buffer: int) -> tuple[str, float]:
     env = {**os.environ, "TORCH_FR_BUFFER_SIZE": str(buffer), "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--master-addr=127.0.0.1",
-                          f"--master-port={free_port()}", str(script)], capture_output=True, text=True, env=env,
-                         timeout=300, check=True).stdout
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node=2",
+            "--master-addr=127.0.0.1",
+            f"--master-port={free_port()}",
+            str(script),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=True,
+    ).stdout
     match = re.search(r"RESULT (\w+) ([\d.]+)", out)
     assert match, out
     return match.group(1), float(match.group(2))
@@ -69,7 +82,9 @@ def main() -> int:
                 backend, micros = once(script, buffer)
                 samples[buffer].append(micros)
     off, on = statistics.median(samples[0]), statistics.median(samples[2000])
-    print(f"{backend} all_reduce of 4 elements, 2 ranks, median of {ROUNDS} launches (best of 5 x {CALLS} calls):")
+    print(
+        f"{backend} all_reduce of 4 elements, 2 ranks, median of {ROUNDS} launches (best of 5 x {CALLS} calls):"
+    )
     print(f"  recorder off (TORCH_FR_BUFFER_SIZE=0):    {off:8.1f} us   {samples[0]}")
     print(f"  recorder on  (TORCH_FR_BUFFER_SIZE=2000): {on:8.1f} us   {samples[2000]}")
     print(f"  difference: {on - off:+.1f} us per call ({(on - off) / off:+.0%})")

@@ -13,8 +13,12 @@ from pathlib import Path
 def timed_run(args: list[str], out: Path) -> tuple[float, dict]:
     """`ds-doctor run ARGS --out OUT` in a new process: its wall time and the report it wrote."""
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "ds_doctor.cli", "run", *args, "--out", str(out)], stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL, check=False)
+    subprocess.run(
+        [sys.executable, "-m", "ds_doctor.cli", "run", *args, "--out", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=False,
+    )
     elapsed = time.perf_counter() - started
     newest = max(out.glob("ds-doctor-*.json"), key=lambda p: p.stat().st_mtime)
     return elapsed, json.loads(newest.read_text())

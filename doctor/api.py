@@ -48,7 +48,12 @@ class Inspection:
         return not any(f.is_error for f in self.findings)
 
     def to_dict(self) -> dict[str, Any]:
-        return scrub({"device_map": [r.to_dict() for r in self.records], "findings": [f.to_dict() for f in self.findings]})
+        return scrub(
+            {
+                "device_map": [r.to_dict() for r in self.records],
+                "findings": [f.to_dict() for f in self.findings],
+            }
+        )
 
     def write(self, path: str | Path) -> Path:
         path = Path(path)
@@ -56,8 +61,14 @@ class Inspection:
         return path
 
 
-def watch(obj: Any, *, out: str | Path | None = "ds-doctor-watch.json", every: int | None = None,
-          raise_on: str | None = None, device_maps: bool = False) -> Watch:
+def watch(
+    obj: Any,
+    *,
+    out: str | Path | None = "ds-doctor-watch.json",
+    every: int | None = None,
+    raise_on: str | None = None,
+    device_maps: bool = False,
+) -> Watch:
     """Watch a DeepSpeed engine or an Accelerator (after initialize / prepare) at the moments S0-S4 bite.
 
     Runs the after_prepare checks now, then before each save, after each load, at the first optimizer step and
@@ -72,8 +83,10 @@ def watch(obj: Any, *, out: str | Path | None = "ds-doctor-watch.json", every: i
     elif is_accelerator(obj):
         target = Target.of_accelerator(obj)
     else:
-        raise TypeError(f"watch() takes a DeepSpeed engine or an accelerate.Accelerator, not {type(obj).__name__}; "
-                        "for the HF Trainer add DoctorCallback() to it")
+        raise TypeError(
+            f"watch() takes a DeepSpeed engine or an accelerate.Accelerator, not {type(obj).__name__}; "
+            "for the HF Trainer add DoctorCallback() to it"
+        )
     handle = Watch(target, out=out, every=every, raise_on=raise_on, device_maps=device_maps)
     session = Session(handle)
     if target.kind == "deepspeed":
@@ -97,8 +110,15 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def inspect(model: Any = None, optimizer: Any = None, *, engine: Any = None, stage: str = "inspect",
-            config: Mapping[str, Any] | None = None, accelerator: str | None = None) -> Inspection:
+def inspect(
+    model: Any = None,
+    optimizer: Any = None,
+    *,
+    engine: Any = None,
+    stage: str = "inspect",
+    config: Mapping[str, Any] | None = None,
+    accelerator: str | None = None,
+) -> Inspection:
     """Device map and findings for what is given.
 
     Optimizer tensors are always checked against their parameters' devices. With a DeepSpeed

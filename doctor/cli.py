@@ -69,64 +69,146 @@ def run_pipeline(options: Any, progress: Any) -> tuple[Report, dict[str, Path]]:
         return pipeline.run(options, progress)
     try:
         return multinode.run(options, progress)
-    except (multinode.ClusterMismatch, multinode.ExchangeError) as exc:  # the nodes' setup, not ds-doctor, is at fault
+    except (
+        multinode.ClusterMismatch,
+        multinode.ExchangeError,
+    ) as exc:  # the nodes' setup, not ds-doctor, is at fault
         raise click.UsageError(str(exc)) from None
 
 
-def diff_against(baseline: Report, report: Report, tolerance_pct: float, json_path: Path) -> tuple[str, Path, bool]:
+def diff_against(
+    baseline: Report, report: Report, tolerance_pct: float, json_path: Path
+) -> tuple[str, Path, bool]:
     """`run --baseline`: the diff as Markdown, written beside the report; whether anything regressed."""
     from ds_doctor.checks.baseline import diff_reports
     from ds_doctor.files import write_atomic
     from ds_doctor.reports.diff import render_diff
 
-    diff = diff_reports(baseline, report, tolerance_pct)  # beside the report: a file of ds-doctor's own naming
+    # beside the report: a file of ds-doctor's own naming
+    diff = diff_reports(baseline, report, tolerance_pct)
     text, path = render_diff(diff), json_path.with_suffix(".diff.md")
     write_atomic(path, text)
     return text, path, bool(diff.regressions)
 
 
 @cli.command()
-@click.option("--level", type=click.IntRange(1, 3), default=2, show_default=True,
-              help="1: environment and hardware only; 2: one representative case per family; 3: every case.")
-@click.option("-k", "keyword", metavar="EXPR", help="Select cases by name: substrings with and/or/not, as pytest -k.")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("ds-doctor-reports"),
-              show_default=True, help="Directory for the JSON and Markdown reports and the run directory.")
+@click.option(
+    "--level",
+    type=click.IntRange(1, 3),
+    default=2,
+    show_default=True,
+    help="1: environment and hardware only; 2: one representative case per family; 3: every case.",
+)
+@click.option(
+    "-k", "keyword", metavar="EXPR", help="Select cases by name: substrings with and/or/not, as pytest -k."
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(path_type=Path),
+    default=Path("ds-doctor-reports"),
+    show_default=True,
+    help="Directory for the JSON and Markdown reports and the run directory.",
+)
 @click.option("--json", "json_stdout", is_flag=True, help="Also print the JSON report to stdout.")
 @click.option("--nproc", type=NPROC, help="Ranks for multi-rank cases (default: GPUs, or 2 on CPU).")
-@click.option("--timeout", "timeout_s", type=SECONDS,
-              help="Per-case timeout in seconds, overriding each family's own.")
-@click.option("--anonymize", is_flag=True, help="Also replace host and user names, IP addresses and GPU UUIDs.")
-@click.option("--junit", "junit_file", type=click.Path(path_type=Path), help="Also write JUnit XML (Jenkins, GitLab).")
-@click.option("--prometheus", "prom_file", type=click.Path(path_type=Path),
-              help="Also write node_exporter textfile-collector metrics.")
-@click.option("--baseline", "baseline_file", type=click.Path(path_type=Path),
-              help="A report of this node to diff the run against (exit 1 on a regression).")
-@click.option("--tolerance", "tolerance_pct", type=TOLERANCE, default=10.0, show_default=True,
-              help="With --baseline: percent a bandwidth or TFLOP/s may drop before it is a regression.")
+@click.option(
+    "--timeout", "timeout_s", type=SECONDS, help="Per-case timeout in seconds, overriding each family's own."
+)
+@click.option(
+    "--anonymize", is_flag=True, help="Also replace host and user names, IP addresses and GPU UUIDs."
+)
+@click.option(
+    "--junit", "junit_file", type=click.Path(path_type=Path), help="Also write JUnit XML (Jenkins, GitLab)."
+)
+@click.option(
+    "--prometheus",
+    "prom_file",
+    type=click.Path(path_type=Path),
+    help="Also write node_exporter textfile-collector metrics.",
+)
+@click.option(
+    "--baseline",
+    "baseline_file",
+    type=click.Path(path_type=Path),
+    help="A report of this node to diff the run against (exit 1 on a regression).",
+)
+@click.option(
+    "--tolerance",
+    "tolerance_pct",
+    type=TOLERANCE,
+    default=10.0,
+    show_default=True,
+    help="With --baseline: percent a bandwidth or TFLOP/s may drop before it is a regression.",
+)
 @click.option("--nnodes", type=NNODES, help="Nodes in the run (as torchrun's --nnodes); srun: SLURM_NNODES.")
 @click.option("--node-rank", type=NODE_RANK, help="This node's rank, 0 writes the report (as torchrun's).")
-@click.option("--rdzv-endpoint", metavar="HOST:PORT", help="torchrun's c10d rendezvous endpoint, the same on every node.")
-@click.option("--rdzv-id", help="The rendezvous id, the same on every node (default: ds-doctor; srun: the job id).")
-@click.option("--join-timeout", "join_timeout_s", type=SECONDS, default=300.0,
-              show_default=True, help="Seconds a node waits for the others at each rendezvous before naming them.")
-@click.option("--suspect-below", type=FRACTION, default=0.5, show_default=True,
-              help="fabric: a node whose every pair is below this fraction of the median pair is the suspect.")
-@click.option("--deepspeed-config", "ds_config", metavar="FILE",
-              help="Your DeepSpeed JSON: the DeepSpeed families gain cases built from it (`auto` filled, changes listed).")
-@click.option("--accelerate-config", "acc_config", metavar="FILE",
-              help="Your Accelerate YAML (what `accelerate config` writes): the Accelerate families gain cases built from it.")
-@click.option("--model", "model_spec", metavar="SPEC",
-              help="Train your model in place of the tiny ones: hf:<model_type> (e.g. hf:qwen3) or package.module:factory.")
-@click.option("--freeze", metavar="PATTERN",
-              help="With --model: the parameters S1 freezes (fnmatch on names; default: the input embedding).")
-@click.option("--with", "with_releases", metavar="PKG==VER", multiple=True,
-              help="Run the selected cases again on an overlay adding these releases (repeatable; cached in "
-                   "~/.cache/ds-doctor/stacks, never installed into this environment); the report compares the two.")
-@click.option("--find-links", metavar="DIR", type=click.Path(path_type=Path),
-              help="With --with: take the releases only from this folder of wheels/sdists (no index).")
-@click.option("--ignore-pins", is_flag=True,
-              help="With --with: install the named releases even where they pin this stack out (pip --no-deps); "
-                   "the report lists every pin ignored.")
+@click.option(
+    "--rdzv-endpoint",
+    metavar="HOST:PORT",
+    help="torchrun's c10d rendezvous endpoint, the same on every node.",
+)
+@click.option(
+    "--rdzv-id", help="The rendezvous id, the same on every node (default: ds-doctor; srun: the job id)."
+)
+@click.option(
+    "--join-timeout",
+    "join_timeout_s",
+    type=SECONDS,
+    default=300.0,
+    show_default=True,
+    help="Seconds a node waits for the others at each rendezvous before naming them.",
+)
+@click.option(
+    "--suspect-below",
+    type=FRACTION,
+    default=0.5,
+    show_default=True,
+    help="fabric: a node whose every pair is below this fraction of the median pair is the suspect.",
+)
+@click.option(
+    "--deepspeed-config",
+    "ds_config",
+    metavar="FILE",
+    help="Your DeepSpeed JSON: the DeepSpeed families gain cases built from it (`auto` filled, changes listed).",
+)
+@click.option(
+    "--accelerate-config",
+    "acc_config",
+    metavar="FILE",
+    help="Your Accelerate YAML (what `accelerate config` writes): the Accelerate families gain cases built from it.",
+)
+@click.option(
+    "--model",
+    "model_spec",
+    metavar="SPEC",
+    help="Train your model in place of the tiny ones: hf:<model_type> (e.g. hf:qwen3) or package.module:factory.",
+)
+@click.option(
+    "--freeze",
+    metavar="PATTERN",
+    help="With --model: the parameters S1 freezes (fnmatch on names; default: the input embedding).",
+)
+@click.option(
+    "--with",
+    "with_releases",
+    metavar="PKG==VER",
+    multiple=True,
+    help="Run the selected cases again on an overlay adding these releases (repeatable; cached in "
+    "~/.cache/ds-doctor/stacks, never installed into this environment); the report compares the two.",
+)
+@click.option(
+    "--find-links",
+    metavar="DIR",
+    type=click.Path(path_type=Path),
+    help="With --with: take the releases only from this folder of wheels/sdists (no index).",
+)
+@click.option(
+    "--ignore-pins",
+    is_flag=True,
+    help="With --with: install the named releases even where they pin this stack out (pip --no-deps); "
+    "the report lists every pin ignored.",
+)
 @click.pass_obj
 def run(state: CliState, **given: Any) -> int:
     """Run the probes that fit this node (or, with --nnodes, the nodes of a job) and write the report (and, with
@@ -134,18 +216,29 @@ def run(state: CliState, **given: Any) -> int:
     from ds_doctor.procs import reaping
 
     args = RunArgs(**given)
-    check_writable_file(args.junit_file, "--junit")  # every output is checked before anything runs or is created
+    # every output is checked before anything runs or is created
+    check_writable_file(args.junit_file, "--junit")
     check_writable_file(args.prom_file, "--prometheus")
-    check_distinct({"--junit": args.junit_file, "--prometheus": args.prom_file},
-                   {"--baseline": args.baseline_file, "--deepspeed-config": args.ds_config,
-                    "--accelerate-config": args.acc_config})
-    with reaping():  # user code (the --model check, factories on the ranks) may leave processes: none outlives the run
+    check_distinct(
+        {"--junit": args.junit_file, "--prometheus": args.prom_file},
+        {
+            "--baseline": args.baseline_file,
+            "--deepspeed-config": args.ds_config,
+            "--accelerate-config": args.acc_config,
+        },
+    )
+    # user code (the --model check, factories on the ranks) may leave processes: none outlives the run
+    with reaping():
         options, baseline = run_options(state, args)
         console, (report, paths) = run_with_progress(options, args.json_stdout)
-        paths.update(write_extra_formats(report, args.junit_file, args.prom_file, baseline, args.tolerance_pct))
+        paths.update(
+            write_extra_formats(report, args.junit_file, args.prom_file, baseline, args.tolerance_pct)
+        )
         regressed, diff_text = False, None
         if baseline is not None:
-            diff_text, paths["diff"], regressed = diff_against(baseline, report, args.tolerance_pct, paths["json"])
+            diff_text, paths["diff"], regressed = diff_against(
+                baseline, report, args.tolerance_pct, paths["json"]
+            )
         show_run(console, report, paths, diff_text, options.cluster)
         if args.json_stdout:
             click.echo(report.to_json())
@@ -191,36 +284,58 @@ def run_options(state: CliState, args: RunArgs) -> tuple[Any, Report | None]:
 
     cluster = cluster_from(args.nnodes, args.node_rank, args.rdzv_endpoint, args.rdzv_id, args.join_timeout_s)
     user = check_user_setup(args.ds_config, args.model_spec, args.acc_config, args.freeze, args.timeout_s)
-    rank = dataclasses.replace(user, suspect_below=args.suspect_below, shared_gpu=shared_gpu_mode(os.environ),
-                               node_rank=cluster.node_rank if cluster else None,
-                               nnodes=cluster.nnodes if cluster else None)
-    check_selection(args.level, args.keyword, args.nproc, cluster, rank)  # after the user's setup: it adds cases
+    rank = dataclasses.replace(
+        user,
+        suspect_below=args.suspect_below,
+        shared_gpu=shared_gpu_mode(os.environ),
+        node_rank=cluster.node_rank if cluster else None,
+        nnodes=cluster.nnodes if cluster else None,
+    )
+    # after the user's setup: it adds cases
+    check_selection(args.level, args.keyword, args.nproc, cluster, rank)
     baseline = load_report(args.baseline_file, "--baseline") if args.baseline_file is not None else None
     check_nproc(args.nproc, args.level)
     overlays = build_overlays(args.with_releases, args.find_links, cluster, args.ignore_pins)
     out_dir = writable_dir(args.out_dir)  # last: a refused option leaves no empty folder behind
-    options = pipeline.RunOptions(level=args.level, keyword=args.keyword, out_dir=out_dir, nproc=args.nproc,
-                                  timeout_s=args.timeout_s, argv=tuple(state.argv), anonymized=args.anonymize,
-                                  cluster=cluster, overlays=overlays, rank=rank)
+    options = pipeline.RunOptions(
+        level=args.level,
+        keyword=args.keyword,
+        out_dir=out_dir,
+        nproc=args.nproc,
+        timeout_s=args.timeout_s,
+        argv=tuple(state.argv),
+        anonymized=args.anonymize,
+        cluster=cluster,
+        overlays=overlays,
+        rank=rank,
+    )
     return options, baseline
 
 
-def build_overlays(with_releases: tuple[str, ...], find_links: Path | None, cluster: Any,
-                   ignore_pins: bool = False) -> tuple[Any, ...]:
+def build_overlays(
+    with_releases: tuple[str, ...], find_links: Path | None, cluster: Any, ignore_pins: bool = False
+) -> tuple[Any, ...]:
     """`--with`: the overlay, built (or found in the cache) before anything runs; each refusal one line, exit 2."""
     if not with_releases:
         if find_links is not None or ignore_pins:
-            raise click.UsageError(f"{'--find-links' if find_links is not None else '--ignore-pins'} is for --with: "
-                                   "it says how the named releases are installed")
+            raise click.UsageError(
+                f"{'--find-links' if find_links is not None else '--ignore-pins'} is for --with: "
+                "it says how the named releases are installed"
+            )
         return ()
     from ds_doctor.stacks.overlay import build, parse_releases
     from ds_doctor.stacks.pins import build_ignoring_pins
 
     if cluster is not None:
-        raise click.UsageError("--with runs on one node: every node would need the same overlay (run it per node)")
+        raise click.UsageError(
+            "--with runs on one node: every node would need the same overlay (run it per node)"
+        )
     releases = parse_releases(with_releases)
-    return ((build_ignoring_pins if ignore_pins else build)(releases, find_links,
-                                                            say=lambda line: click.echo(line, err=True)),)
+    return (
+        (build_ignoring_pins if ignore_pins else build)(
+            releases, find_links, say=lambda line: click.echo(line, err=True)
+        ),
+    )
 
 
 def run_with_progress(options: Any, json_stdout: bool) -> tuple[Any, tuple[Report, dict[str, Path]]]:
@@ -239,7 +354,9 @@ def run_with_progress(options: Any, json_stdout: bool) -> tuple[Any, tuple[Repor
         progress.close()
 
 
-def show_run(console: Any, report: Report, paths: dict[str, Path], diff_text: str | None, cluster: Any) -> None:
+def show_run(
+    console: Any, report: Report, paths: dict[str, Path], diff_text: str | None, cluster: Any
+) -> None:
     """The closing summary, the baseline's diff, where the files went (or, on a node that writes none, which does)."""
     from ds_doctor.reports.console import print_summary
 
@@ -256,12 +373,16 @@ def show_run(console: Any, report: Report, paths: dict[str, Path], diff_text: st
         from ds_doctor.run.multinode import report_writer
 
         writer = report_writer(report)
-        console.print(f"node {cluster.node_rank}: the report is written on node {writer} ({report.host_of(writer)})",
-                      markup=False)
+        console.print(
+            f"node {cluster.node_rank}: the report is written on node {writer} ({report.host_of(writer)})",
+            markup=False,
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
-    state = CliState(argv=list(sys.argv[1:] if argv is None else argv), debug=bool(os.environ.get("DS_DOCTOR_DEBUG")))
+    state = CliState(
+        argv=list(sys.argv[1:] if argv is None else argv), debug=bool(os.environ.get("DS_DOCTOR_DEBUG"))
+    )
     if any("\x00" in arg for arg in state.argv):  # no path or value holds one (argv from a shell never can)
         click.echo("ds-doctor: error: an argument holds a NUL byte", err=True)
         return int(ExitCode.USAGE_ERROR)
@@ -297,18 +418,30 @@ def _internal_error(exc: Exception, debug: bool) -> int:
     if debug:
         traceback.print_exc()
     message = str(exc).splitlines()[0] if str(exc) else ""
-    click.echo(f"ds-doctor: internal error: {type(exc).__name__}: {one_line(message)} (rerun with --debug)", err=True)
+    click.echo(
+        f"ds-doctor: internal error: {type(exc).__name__}: {one_line(message)} (rerun with --debug)", err=True
+    )
     return int(ExitCode.INTERNAL_ERROR)
 
 
 @cli.command(name="diff")
 @click.argument("baseline_file", metavar="BASELINE", type=click.Path(path_type=Path))
 @click.argument("new_file", metavar="NEW", type=click.Path(path_type=Path))
-@click.option("--tolerance", "tolerance_pct", type=TOLERANCE, default=10.0, show_default=True,
-              help="Percent a bandwidth or TFLOP/s may drop before it is a regression.")
+@click.option(
+    "--tolerance",
+    "tolerance_pct",
+    type=TOLERANCE,
+    default=10.0,
+    show_default=True,
+    help="Percent a bandwidth or TFLOP/s may drop before it is a regression.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the diff as JSON.")
-@click.option("--out", "out_file", type=click.Path(path_type=Path), help="Also write the diff (Markdown) here.")
-def diff_command(baseline_file: Path, new_file: Path, tolerance_pct: float, as_json: bool, out_file: Path | None) -> int:
+@click.option(
+    "--out", "out_file", type=click.Path(path_type=Path), help="Also write the diff (Markdown) here."
+)
+def diff_command(
+    baseline_file: Path, new_file: Path, tolerance_pct: float, as_json: bool, out_file: Path | None
+) -> int:
     """Compare two reports of a node: outcome changes, new findings, version and hardware changes,
     bandwidth and TFLOP/s drops beyond --tolerance.
 
@@ -329,7 +462,9 @@ def diff_command(baseline_file: Path, new_file: Path, tolerance_pct: float, as_j
 
 
 @cli.command(name="list")
-@click.option("--level", type=click.IntRange(1, 3), default=3, show_default=True, help="Show cases up to this level.")
+@click.option(
+    "--level", type=click.IntRange(1, 3), default=3, show_default=True, help="Show cases up to this level."
+)
 @click.option("-k", "keyword", metavar="EXPR", help="Filter cases by name, as pytest -k.")
 def list_cases(level: int, keyword: str | None) -> int:
     """List probe families and their cases: scenario, level, world size, requirements."""
@@ -339,8 +474,17 @@ def list_cases(level: int, keyword: str | None) -> int:
 
     check_selection(3, keyword)
     cases = select_cases(registry.all_cases(node_world_size(detect_hardware())), level=level, keyword=keyword)
-    families = [FamilyRow(spec.name, spec.scenario, spec.timeout_s, tuple(r.module for r in spec.requires),
-                          tuple(missing_requirements(spec)), spec.description) for spec in registry.specs()]
+    families = [
+        FamilyRow(
+            spec.name,
+            spec.scenario,
+            spec.timeout_s,
+            tuple(r.module for r in spec.requires),
+            tuple(missing_requirements(spec)),
+            spec.description,
+        )
+        for spec in registry.specs()
+    ]
     print_list([CaseRow(c.id, c.scenario, c.level, c.world_size) for c in cases], families, make_console())
     return 0
 
@@ -363,15 +507,33 @@ def env(as_json: bool) -> int:
 
 @cli.command()
 @click.argument("path", type=click.Path(path_type=Path))
-@click.option("--out", "out_dir", type=click.Path(path_type=Path),
-              help="Where to write the rebuilt report (default: beside PATH).")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(path_type=Path),
+    help="Where to write the rebuilt report (default: beside PATH).",
+)
 @click.option("--json", "json_stdout", is_flag=True, help="Also print the JSON report to stdout.")
-@click.option("--anonymize", is_flag=True, help="Also replace host and user names, IP addresses and GPU UUIDs.")
-@click.option("--junit", "junit_file", type=click.Path(path_type=Path), help="Also write JUnit XML (Jenkins, GitLab).")
-@click.option("--prometheus", "prom_file", type=click.Path(path_type=Path),
-              help="Also write node_exporter textfile-collector metrics.")
-def report(path: Path, out_dir: Path | None, json_stdout: bool, anonymize: bool, junit_file: Path | None,
-           prom_file: Path | None) -> int:
+@click.option(
+    "--anonymize", is_flag=True, help="Also replace host and user names, IP addresses and GPU UUIDs."
+)
+@click.option(
+    "--junit", "junit_file", type=click.Path(path_type=Path), help="Also write JUnit XML (Jenkins, GitLab)."
+)
+@click.option(
+    "--prometheus",
+    "prom_file",
+    type=click.Path(path_type=Path),
+    help="Also write node_exporter textfile-collector metrics.",
+)
+def report(
+    path: Path,
+    out_dir: Path | None,
+    json_stdout: bool,
+    anonymize: bool,
+    junit_file: Path | None,
+    prom_file: Path | None,
+) -> int:
     """Render a report from a run directory (also one whose run was killed) or from a report JSON.
 
     Cases that never finished are marked; truncated result lines are skipped with a warning.
@@ -388,9 +550,14 @@ def report(path: Path, out_dir: Path | None, json_stdout: bool, anonymize: bool,
     check_writable_file(prom_file, "--prometheus")
     check_distinct({"--junit": junit_file, "--prometheus": prom_file}, {"PATH": path})
     for option, output in (("--junit", junit_file), ("--prometheus", prom_file)):
-        if output is not None and path.is_dir() and Path(os.path.realpath(output)).is_relative_to(path.resolve()):
-            raise click.BadParameter(f"{output} is inside the run directory {path}, which is the evidence",
-                                     param_hint=option)
+        if (
+            output is not None
+            and path.is_dir()
+            and Path(os.path.realpath(output)).is_relative_to(path.resolve())
+        ):
+            raise click.BadParameter(
+                f"{output} is inside the run directory {path}, which is the evidence", param_hint=option
+            )
     target = writable_dir(out_dir or path.parent)
     try:
         if path.is_dir():

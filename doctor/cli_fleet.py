@@ -34,8 +34,14 @@ MAX_DEPTH = 16
 
 @click.command()
 @click.argument("sources", metavar="DIR|FILE...", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--tolerance", "tolerance_pct", type=TOLERANCE, default=DEFAULT_TOLERANCE_PCT, show_default=True,
-              help="Percent a bandwidth or TFLOP/s may fall below the fleet's median before the node is flagged.")
+@click.option(
+    "--tolerance",
+    "tolerance_pct",
+    type=TOLERANCE,
+    default=DEFAULT_TOLERANCE_PCT,
+    show_default=True,
+    help="Percent a bandwidth or TFLOP/s may fall below the fleet's median before the node is flagged.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the fleet as JSON.")
 @click.option("--out", "out_file", type=click.Path(path_type=Path), help="Also write the Markdown here.")
 def fleet(sources: tuple[Path, ...], tolerance_pct: float, as_json: bool, out_file: Path | None) -> int:
@@ -78,7 +84,9 @@ def find_reports(sources: tuple[Path, ...], unreadable: list[Unreadable]) -> lis
         else:
             files.append(source)
     if len(files) > MAX_FILES:
-        raise click.UsageError(f"{len(files):,} reports: ds-doctor fleet reads at most {MAX_FILES:,} (name fewer)")
+        raise click.UsageError(
+            f"{len(files):,} reports: ds-doctor fleet reads at most {MAX_FILES:,} (name fewer)"
+        )
     groups: dict[tuple[str, str], list[tuple[str, Path]]] = {}
     alone, seen = [], set()
     for path in files:
@@ -90,8 +98,10 @@ def find_reports(sources: tuple[Path, ...], unreadable: list[Unreadable]) -> lis
             alone.append([path])
         else:
             groups.setdefault((str(path.parent), match["host"]), []).append((match["time"], path))
-    ordered = [[path for _, path in sorted(group, key=lambda item: (item[0], item[1].name), reverse=True)]
-               for _, group in sorted(groups.items())]
+    ordered = [
+        [path for _, path in sorted(group, key=lambda item: (item[0], item[1].name), reverse=True)]
+        for _, group in sorted(groups.items())
+    ]
     return ordered + alone
 
 
@@ -106,16 +116,22 @@ def _walk(root: Path, unreadable: list[Unreadable]) -> list[Path]:
                 for entry in listing:
                     entries += 1
                     if entries > MAX_ENTRIES:
-                        raise click.UsageError(f"{root}: more than {MAX_ENTRIES:,} entries below it: name the "
-                                               "reports' folder")
+                        raise click.UsageError(
+                            f"{root}: more than {MAX_ENTRIES:,} entries below it: name the reports' folder"
+                        )
                     _take(entry, depth, stack, found, unreadable)
         except OSError as exc:
             unreadable.append(Unreadable(str(folder), f"cannot list it: {exc.strerror or exc}"))
     return sorted(found)
 
 
-def _take(entry: os.DirEntry[str], depth: int, stack: list[tuple[Path, int]], found: list[Path],
-          unreadable: list[Unreadable]) -> None:
+def _take(
+    entry: os.DirEntry[str],
+    depth: int,
+    stack: list[tuple[Path, int]],
+    found: list[Path],
+    unreadable: list[Unreadable],
+) -> None:
     """One directory entry of the walk: a folder to look into (not through a link), a report file, or neither."""
     if entry.is_dir(follow_symlinks=False):
         if depth < MAX_DEPTH:

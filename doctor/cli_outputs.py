@@ -12,8 +12,13 @@ import click
 from ds_doctor.reports.records import Report
 
 
-def write_extra_formats(report: Report, junit_file: Path | None, prom_file: Path | None,
-                        baseline: Report | None = None, tolerance_pct: float = 10.0) -> dict[str, Path]:
+def write_extra_formats(
+    report: Report,
+    junit_file: Path | None,
+    prom_file: Path | None,
+    baseline: Report | None = None,
+    tolerance_pct: float = 10.0,
+) -> dict[str, Path]:
     """JUnit XML and Prometheus metrics (with `run --baseline`, each measure's ratio to the baseline's), from the
     already scrubbed report: a file replaced atomically, a stream (`/dev/null`, a FIFO's reader) written in place."""
     from ds_doctor.reports.junit import render_junit
@@ -53,5 +58,8 @@ def say_where_the_run_is(out_dir: Path) -> None:
     from ds_doctor.redact import scrub_text
 
     for run_dir in sorted(out_dir.glob(f"run-*-{os.getpid()}")):
-        click.echo(f"ds-doctor: the cases that finished are in {scrub_text(str(run_dir))}; "
-                   f"render them with: ds-doctor report {scrub_text(str(run_dir))}", err=True)
+        click.echo(
+            f"ds-doctor: the cases that finished are in {scrub_text(str(run_dir))}; "
+            f"render them with: ds-doctor report {scrub_text(str(run_dir))}",
+            err=True,
+        )

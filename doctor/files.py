@@ -88,7 +88,7 @@ def write_output(path: Path, text: str) -> None:
         os.set_blocking(fd, True)
         data = text.encode("utf-8", errors="backslashreplace")
         while data:
-            data = data[os.write(fd, data):]
+            data = data[os.write(fd, data) :]
     except OSError as exc:
         raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
     finally:

@@ -72,7 +72,9 @@ def check_writable_file(path: Path | None, option: str) -> None:
     real = Path(os.path.realpath(path))
     parent = real.parent
     if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise click.BadParameter(f"cannot write {path}: {parent} is not a writable directory", param_hint=option)
+        raise click.BadParameter(
+            f"cannot write {path}: {parent} is not a writable directory", param_hint=option
+        )
 
 
 def _identity(path: Path) -> tuple[str, tuple[int, int] | None]:
@@ -98,7 +100,9 @@ def check_distinct(outputs: Mapping[str, Path | None], inputs: Mapping[str, Path
         for other, other_ident in seen:
             if ident[0] == other_ident[0] or (ident[1] is not None and ident[1] == other_ident[1]):
                 role = "an input" if other in dict(given_in) else "another output"
-                raise click.BadParameter(f"{path} is also {other} ({role}): it would be overwritten", param_hint=name)
+                raise click.BadParameter(
+                    f"{path} is also {other} ({role}): it would be overwritten", param_hint=name
+                )
         seen.append((name, ident))
 
 
@@ -128,7 +132,9 @@ def load_report(path: Path, hint: str) -> Report:
     from ds_doctor.run.recover import InputError, load_report_file
 
     if path.is_dir():
-        raise click.BadParameter(f"{path} is a directory; give a report JSON (ds-doctor-*.json)", param_hint=hint)
+        raise click.BadParameter(
+            f"{path} is a directory; give a report JSON (ds-doctor-*.json)", param_hint=hint
+        )
     if not path.exists():
         raise click.BadParameter(f"{path}: no such file", param_hint=hint)
     try:
@@ -137,8 +143,13 @@ def load_report(path: Path, hint: str) -> Report:
         raise click.BadParameter(str(exc), param_hint=hint) from None
 
 
-def check_selection(level: int, keyword: str | None, nproc: int | None = None, cluster: Any = None,
-                    options: RankOptions | None = None) -> None:
+def check_selection(
+    level: int,
+    keyword: str | None,
+    nproc: int | None = None,
+    cluster: Any = None,
+    options: RankOptions | None = None,
+) -> None:
     """A `-k` that parses and selects something: a probe case (across the nodes too, in a multi-node run, and those
     the run's `options` add) or a GPU health result of this node."""
     from ds_doctor.checks.health import PROBE as HEALTH
@@ -165,8 +176,9 @@ def check_selection(level: int, keyword: str | None, nproc: int | None = None, c
     health = any(matcher(f"{HEALTH}[gpu{index}]") for index in range(hardware.gpu_count))
     if not health and not select_cases(cases, level=3, keyword=keyword):
         names = ", ".join([spec.name for spec in registry.specs()] + ([HEALTH] if hardware.gpu_count else []))
-        raise click.BadParameter(f"{keyword!r} selects no case; probe families: {names} (see `ds-doctor list`)",
-                                 param_hint="-k")
+        raise click.BadParameter(
+            f"{keyword!r} selects no case; probe families: {names} (see `ds-doctor list`)", param_hint="-k"
+        )
     if level >= 2 and not health and not select_cases(cases, level=level, keyword=keyword):
         raise click.BadParameter(f"{keyword!r} selects only level-3 cases; add --level 3", param_hint="-k")
 
@@ -181,12 +193,20 @@ def check_nproc(nproc: int | None, level: int) -> None:
     if nproc is not None and level >= 2:
         hardware = detect_hardware()
         if hardware.device_kind == "cuda" and nproc > MAX_RANKS_PER_GPU * hardware.gpu_count:
-            raise click.BadParameter(f"{nproc} ranks but only {hardware.gpu_count} GPU(s) visible (ranks share a GPU, "
-                                     f"at most {MAX_RANKS_PER_GPU} to one)", param_hint="--nproc")
+            raise click.BadParameter(
+                f"{nproc} ranks but only {hardware.gpu_count} GPU(s) visible (ranks share a GPU, "
+                f"at most {MAX_RANKS_PER_GPU} to one)",
+                param_hint="--nproc",
+            )
 
 
-def cluster_from(nnodes: int | None, node_rank: int | None, endpoint: str | None, rdzv_id: str | None,
-                 join_timeout_s: float) -> Any:
+def cluster_from(
+    nnodes: int | None,
+    node_rank: int | None,
+    endpoint: str | None,
+    rdzv_id: str | None,
+    join_timeout_s: float,
+) -> Any:
     """The nodes of the run from the options, or from srun's SLURM_* variables; None on one node."""
     from ds_doctor.cluster.nodes import ClusterError, from_options
 
@@ -221,8 +241,13 @@ def unresolved(host: str, port: int, bound_s: float = RESOLVE_BOUND_S) -> str | 
     return outcome[0] if outcome else f"the host {host!r} did not resolve within {bound_s:.0f} s"
 
 
-def check_user_setup(ds_config: str | None, model_spec: str | None, acc_config: str | None = None,
-                     freeze: str | None = None, timeout_s: float | None = None) -> RankOptions:
+def check_user_setup(
+    ds_config: str | None,
+    model_spec: str | None,
+    acc_config: str | None = None,
+    freeze: str | None = None,
+    timeout_s: float | None = None,
+) -> RankOptions:
     """Check `--deepspeed-config`, `--accelerate-config` and `--model` (DeepSpeed's own validation; the YAML's
     fields; one forward of the model on the CPU): the run options that carry them to the ranks."""
     from ds_doctor.usersetup import accelerate_config, deepspeed_config, model_check
@@ -242,7 +267,9 @@ def check_user_setup(ds_config: str | None, model_spec: str | None, acc_config: 
             raise click.BadParameter(str(exc), param_hint="--deepspeed-config") from None
         ds_path = user.path
     if freeze is not None and model_spec is None:
-        raise click.BadParameter("--freeze names a part of your model: give --model too", param_hint="--freeze")
+        raise click.BadParameter(
+            "--freeze names a part of your model: give --model too", param_hint="--freeze"
+        )
     if model_spec is not None:
         try:
             model_text = model_check.check_in_child(model_spec, freeze, timeout_s).text

@@ -15,10 +15,12 @@ from typing import Any
 #: a project holds, but a project's own `ds_doctor` would still win there: the folder goes last instead, so the
 #: user's --model module still imports, and ds-doctor is imported before it is there (an editable install's finder
 #: comes after the path search, so a look-alike would win even from the end of the path).
-BOOT = ("import os, runpy, sys; cwd = os.getcwd(); "
-        "sys.path[:] = [p for p in sys.path if p not in ('', '.', cwd)]; "
-        "import ds_doctor; sys.path.append(cwd); "
-        "runpy.run_module({module!r}, run_name='__main__', alter_sys=True)")
+BOOT = (
+    "import os, runpy, sys; cwd = os.getcwd(); "
+    "sys.path[:] = [p for p in sys.path if p not in ('', '.', cwd)]; "
+    "import ds_doctor; sys.path.append(cwd); "
+    "runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
+)
 
 
 def module_command(module: str) -> list[str]:

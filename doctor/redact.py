@@ -35,34 +35,174 @@ MASK = "<redacted>"
 
 _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
 #: Words that make a name secret wherever they stand (`db_password`, `client_secret`, `credentials`, `auth`).
-_SECRET_WORDS = frozenset({
-    "password", "passwd", "passphrase", "pwd", "secret", "secrets", "credential", "credentials", "creds", "auth",
-    "oauth", "authorization", "cookie", "cookies", "webhook", "webhooks", "dsn", "apikey", "apikeys", "privatekey",
-    "accesstoken", "authtoken", "refreshtoken", "clientsecret", "connstr", "sas",
-})
+_SECRET_WORDS = frozenset(
+    {
+        "password",
+        "passwd",
+        "passphrase",
+        "pwd",
+        "secret",
+        "secrets",
+        "credential",
+        "credentials",
+        "creds",
+        "auth",
+        "oauth",
+        "authorization",
+        "cookie",
+        "cookies",
+        "webhook",
+        "webhooks",
+        "dsn",
+        "apikey",
+        "apikeys",
+        "privatekey",
+        "accesstoken",
+        "authtoken",
+        "refreshtoken",
+        "clientsecret",
+        "connstr",
+        "sas",
+    }
+)
 #: A last word that only describes the secret, which is not in the value: `password_file`, `secret_name`, `auth_type`.
-_DESCRIBES = frozenset({
-    "name", "names", "file", "files", "path", "paths", "dir", "env", "var", "type", "kind", "mode", "method", "scheme",
-    "provider", "enabled", "required", "length", "len", "count", "policy", "ref", "source", "backend", "version", "format",
-})
+_DESCRIBES = frozenset(
+    {
+        "name",
+        "names",
+        "file",
+        "files",
+        "path",
+        "paths",
+        "dir",
+        "env",
+        "var",
+        "type",
+        "kind",
+        "mode",
+        "method",
+        "scheme",
+        "provider",
+        "enabled",
+        "required",
+        "length",
+        "len",
+        "count",
+        "policy",
+        "ref",
+        "source",
+        "backend",
+        "version",
+        "format",
+    }
+)
 #: `token` as the last word is a secret (`hf_token`, `auth_token`, `token`) unless the word before names a
 #: vocabulary token or a count (`pad_token`, `eos_token`, `max_token`).
-_VOCABULARY = frozenset({
-    "pad", "bos", "eos", "unk", "sep", "cls", "mask", "special", "start", "end", "stop", "max", "min", "num", "n",
-    "total", "first", "last", "next", "prev", "new", "image", "audio", "video", "vision", "decoder", "additional",
-    "eot", "per", "position",
-})
+_VOCABULARY = frozenset(
+    {
+        "pad",
+        "bos",
+        "eos",
+        "unk",
+        "sep",
+        "cls",
+        "mask",
+        "special",
+        "start",
+        "end",
+        "stop",
+        "max",
+        "min",
+        "num",
+        "n",
+        "total",
+        "first",
+        "last",
+        "next",
+        "prev",
+        "new",
+        "image",
+        "audio",
+        "video",
+        "vision",
+        "decoder",
+        "additional",
+        "eot",
+        "per",
+        "position",
+    }
+)
 #: `key` as the last word is a secret after a word that says which kind (`api_key`, `experiment_key`,
 #: `wandb_key`, `access_key_id`, `api_keys`) and not after any other (`sort_key`, `cache_key`, `missing_keys`,
 #: torch's `store_based_barrier_key`); plural `tokens` likewise (`access_tokens`; not `num_tokens`).
-_KEY_KINDS = frozenset({
-    "api", "access", "secret", "private", "auth", "ssh", "deploy", "client", "signing", "encryption", "session",
-    "refresh", "bearer", "service", "account", "master", "license", "gpg", "pgp", "shared", "hmac",
-    "experiment", "app", "admin", "subscription", "wandb", "comet", "neptune", "clearml", "openai", "anthropic",
-    "hf", "huggingface", "hub", "cohere", "mistral", "groq", "gemini", "google", "replicate", "together", "pinecone",
-    "aws", "azure", "gcp", "github", "gitlab", "slack", "stripe", "twilio", "sendgrid", "mailgun", "datadog", "dd",
-    "sentry", "kaggle", "ngc", "nvidia", "databricks", "langsmith", "langchain", "serpapi", "tavily", "deepseek",
-})
+_KEY_KINDS = frozenset(
+    {
+        "api",
+        "access",
+        "secret",
+        "private",
+        "auth",
+        "ssh",
+        "deploy",
+        "client",
+        "signing",
+        "encryption",
+        "session",
+        "refresh",
+        "bearer",
+        "service",
+        "account",
+        "master",
+        "license",
+        "gpg",
+        "pgp",
+        "shared",
+        "hmac",
+        "experiment",
+        "app",
+        "admin",
+        "subscription",
+        "wandb",
+        "comet",
+        "neptune",
+        "clearml",
+        "openai",
+        "anthropic",
+        "hf",
+        "huggingface",
+        "hub",
+        "cohere",
+        "mistral",
+        "groq",
+        "gemini",
+        "google",
+        "replicate",
+        "together",
+        "pinecone",
+        "aws",
+        "azure",
+        "gcp",
+        "github",
+        "gitlab",
+        "slack",
+        "stripe",
+        "twilio",
+        "sendgrid",
+        "mailgun",
+        "datadog",
+        "dd",
+        "sentry",
+        "kaggle",
+        "ngc",
+        "nvidia",
+        "databricks",
+        "langsmith",
+        "langchain",
+        "serpapi",
+        "tavily",
+        "deepseek",
+    }
+)
 
 
 def _secrecy(words: list[str], shouted: bool = False) -> int:
@@ -90,8 +230,12 @@ def _words(name: str) -> list[str]:
     return [w.lower() for w in _WORD.findall(name)]
 
 
-_KEY_BLOCK = re.compile(r"(-----BEGIN[A-Z0-9 ]{0,40} PRIVATE KEY(?: BLOCK)?-----)(.*?)"
-                        r"(-----END[A-Z0-9 ]{0,40} PRIVATE KEY(?: BLOCK)?-----|\Z)", re.S)  # no END: to the end
+# no END: to the end
+_KEY_BLOCK = re.compile(
+    r"(-----BEGIN[A-Z0-9 ]{0,40} PRIVATE KEY(?: BLOCK)?-----)(.*?)"
+    r"(-----END[A-Z0-9 ]{0,40} PRIVATE KEY(?: BLOCK)?-----|\Z)",
+    re.S,
+)
 _KEY_END = re.compile(r"-----END[A-Z0-9 ]{0,40} PRIVATE KEY(?: BLOCK)?-----")
 _BODY = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=\\\r"  # base64, JSON's `\n`, CR
 
@@ -105,11 +249,12 @@ def _key_blocks(text: str) -> str:
     out: list[str] = []
     done = lo = 0
     for m in _KEY_END.finditer(text):
-        seg = text[lo:m.start()]
+        seg = text[lo : m.start()]
         pos, first = len(seg.rstrip(_BODY)), True
-        while pos > 0 and seg[pos - 1] == "\n":  # walk back over whole lines of base64, then the cut line's tail
+        # walk back over whole lines of base64, then the cut line's tail
+        while pos > 0 and seg[pos - 1] == "\n":
             start = seg.rfind("\n", 0, pos - 1) + 1
-            line = seg[start:pos - 1]
+            line = seg[start : pos - 1]
             kept = line.rstrip(_BODY)
             body = len(line) - len(kept)
             if not kept and (body >= 16 or (first and body)):
@@ -119,7 +264,7 @@ def _key_blocks(text: str) -> str:
                 pos = start + len(kept)
             break
         if pos < len(seg):
-            out += [text[done:lo + pos], MASK]
+            out += [text[done : lo + pos], MASK]
             done = m.start()
         lo = m.end()
     return "".join(out) + text[done:]
@@ -135,33 +280,60 @@ def _basic(m: re.Match[str]) -> str:
 
 def _wandb_key(m: re.Match[str]) -> str:
     """A W&B API key is 40 hex digits, like a git commit: masked only near the word "wandb"."""
-    near = m.string[max(0, m.start() - 100):m.end() + 60].lower()
+    near = m.string[max(0, m.start() - 100) : m.end() + 60].lower()
     return MASK if "wandb" in near else m.group(0)
 
 
 #: Prefixed tokens of the common services (gitleaks' default rules, detect-secrets' plugins), each entered at
 #: the start of a run of token characters only.
 _TOKEN_SHAPES = (
-    r"hf_[A-Za-z0-9]{30,}", r"api_org_[A-Za-z0-9]{30,}",  # Hugging Face
-    r"gh[pousr]_[A-Za-z0-9]{36,}", r"github_pat_\w{22,}",  # GitHub
-    r"gl(?:pat|dt|rt|ptt|ft|imt|cbt|oas|soat|agent)-[\w-]{20,}", r"GR1348941[\w-]{20,}",  # GitLab
+    r"hf_[A-Za-z0-9]{30,}",
+    r"api_org_[A-Za-z0-9]{30,}",  # Hugging Face
+    r"gh[pousr]_[A-Za-z0-9]{36,}",
+    r"github_pat_\w{22,}",  # GitHub
+    r"gl(?:pat|dt|rt|ptt|ft|imt|cbt|oas|soat|agent)-[\w-]{20,}",
+    r"GR1348941[\w-]{20,}",  # GitLab
     r"sk-(?:proj-|ant-|svcacct-|admin-)?[\w-]{20,}",  # OpenAI, Anthropic
-    r"xox[abposre]-[\w-]{10,}", r"xapp-[\w-]{20,}",  # Slack
+    r"xox[abposre]-[\w-]{10,}",
+    r"xapp-[\w-]{20,}",  # Slack
     r"A(?:3T[A-Z0-9]|KIA|SIA|BIA|CCA)[A-Z0-9]{16}(?![A-Za-z0-9])",  # AWS access key ids
-    r"AIza[\w-]{35}", r"ya29\.[\w-]{20,}",  # Google API keys, OAuth access tokens
-    r"sk_(?:live|test)_[A-Za-z0-9]{20,}", r"rk_(?:live|test)_[A-Za-z0-9]{20,}", r"whsec_[A-Za-z0-9]{24,}",  # Stripe
-    r"npm_[A-Za-z0-9]{36}", r"pypi-AgE[\w-]{50,}", r"rubygems_[a-f0-9]{48}",  # package registries
+    r"AIza[\w-]{35}",
+    r"ya29\.[\w-]{20,}",  # Google API keys, OAuth access tokens
+    r"sk_(?:live|test)_[A-Za-z0-9]{20,}",
+    r"rk_(?:live|test)_[A-Za-z0-9]{20,}",
+    r"whsec_[A-Za-z0-9]{24,}",  # Stripe
+    r"npm_[A-Za-z0-9]{36}",
+    r"pypi-AgE[\w-]{50,}",
+    r"rubygems_[a-f0-9]{48}",  # package registries
     r"dapi[0-9a-f]{32}(?:-\d+)?(?![\w-])",  # Databricks
     r"SK[0-9a-fA-F]{32}(?![\w-])",  # Twilio
     r"SG\.[\w-]{22}\.[\w-]{43}",  # SendGrid
-    r"M[A-Za-z\d]{23,25}\.[\w-]{6}\.[\w-]{27,38}(?![\w-])", r"N[A-Za-z\d]{23,25}\.[\w-]{6}\.[\w-]{27,38}(?![\w-])",  # Discord
-    r"nvapi-[\w-]{40,}", r"dckr_pat_[\w-]{20,}", r"hv[sb]\.[\w-]{24,}", r"do[por]_v1_[a-f0-9]{64}",  # NGC, Docker, Vault, DO
-    r"gl(?:c|sa)_[\w+/]{32,}={0,2}", r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}", r"lin_api_[A-Za-z0-9]{40}",  # Grafana, ...
-    r"r8_[A-Za-z0-9]{37}", r"gsk_[A-Za-z0-9]{48,}", r"pcsk_\w{40,}", r"lsv2_(?:pt|sk)_\w{40,}",  # Replicate, Groq, ...
-    r"PMAK-[a-f0-9]{24}-[a-f0-9]{34}", r"NRAK-[A-Z0-9]{27}", r"sntr[ysu]_[\w+/]{40,}={0,2}", r"LTAI[A-Za-z0-9]{12,20}",
-    r"AGE-SECRET-KEY-1[0-9A-Z]{58}", r"xkeysib-[\w-]{60,}", r"key-[0-9a-f]{32}(?![\w-])", r"sq0(?:atp|csp)-[\w-]{22,}",
-    r"ATATT3[\w-]{100,}=[A-F0-9]{8}", r"ntn_\w{40,}", r"pul-[a-f0-9]{40}",
-    r"eyJ[\w-]{8,}\.eyJ[\w-]{8,}\.[\w-]*", r"eyJ[\w+/-]{40,}={0,2}",  # JWTs, base64 JSON credentials (Neptune)
+    r"M[A-Za-z\d]{23,25}\.[\w-]{6}\.[\w-]{27,38}(?![\w-])",
+    r"N[A-Za-z\d]{23,25}\.[\w-]{6}\.[\w-]{27,38}(?![\w-])",  # Discord
+    r"nvapi-[\w-]{40,}",
+    r"dckr_pat_[\w-]{20,}",
+    r"hv[sb]\.[\w-]{24,}",
+    r"do[por]_v1_[a-f0-9]{64}",  # NGC, Docker, Vault, DO
+    r"gl(?:c|sa)_[\w+/]{32,}={0,2}",
+    r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}",
+    r"lin_api_[A-Za-z0-9]{40}",  # Grafana, ...
+    r"r8_[A-Za-z0-9]{37}",
+    r"gsk_[A-Za-z0-9]{48,}",
+    r"pcsk_\w{40,}",
+    r"lsv2_(?:pt|sk)_\w{40,}",  # Replicate, Groq, ...
+    r"PMAK-[a-f0-9]{24}-[a-f0-9]{34}",
+    r"NRAK-[A-Z0-9]{27}",
+    r"sntr[ysu]_[\w+/]{40,}={0,2}",
+    r"LTAI[A-Za-z0-9]{12,20}",
+    r"AGE-SECRET-KEY-1[0-9A-Z]{58}",
+    r"xkeysib-[\w-]{60,}",
+    r"key-[0-9a-f]{32}(?![\w-])",
+    r"sq0(?:atp|csp)-[\w-]{22,}",
+    r"ATATT3[\w-]{100,}=[A-F0-9]{8}",
+    r"ntn_\w{40,}",
+    r"pul-[a-f0-9]{40}",
+    r"eyJ[\w-]{8,}\.eyJ[\w-]{8,}\.[\w-]*",
+    r"eyJ[\w+/-]{40,}={0,2}",  # JWTs, base64 JSON credentials (Neptune)
 )
 
 
@@ -171,9 +343,15 @@ def _at_run_start(*shapes: str) -> str:
     groups: dict[tuple[str, str], list[str]] = {}
     for shape in shapes:
         first = re.match(r"\\d|\[[^]]*\]|.", shape)
-        assert first is not None and shape[first.end():][:1] not in ("{", "*", "+", "?")  # `\d\d{7,9}`, not `\d{8,10}`
+        # `\d\d{7,9}`, not `\d{8,10}`
+        assert first is not None and shape[first.end() :][:1] not in (
+            "{",
+            "*",
+            "+",
+            "?",
+        )
         body = r"[\w+/-]" if re.search(r"\[[^]]*[+/]", shape) else r"[\w-]"  # a class with "+" or "/"
-        groups.setdefault((first.group(), body), []).append(shape[first.end():])
+        groups.setdefault((first.group(), body), []).append(shape[first.end() :])
     return "|".join(f"{first}(?<!{body}.)(?:{'|'.join(rests)})" for (first, body), rests in groups.items())
 
 
@@ -182,14 +360,22 @@ _HINT = r"[\w.-]{0,64}?(?i:ass|wd|ecret|red|uth|ookie|ook|sn|ey|oken|onn)"
 #: (pattern, replacement), applied in order after private keys; `name=value` comes last.
 _PATTERNS: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], ...] = (
     # webhooks: the host and the route stay
-    (re.compile(r"((?:hooks\.slack\.com/(?:services|workflows|triggers)|discord(?:app)?\.com/api/webhooks"
-                r"|\.webhook\.office\.com|outlook\.office(?:365)?\.com/webhook)/)[^\s\"'<>]+"), rf"\1{MASK}"),
+    (
+        re.compile(
+            r"((?:hooks\.slack\.com/(?:services|workflows|triggers)|discord(?:app)?\.com/api/webhooks"
+            r"|\.webhook\.office\.com|outlook\.office(?:365)?\.com/webhook)/)[^\s\"'<>]+"
+        ),
+        rf"\1{MASK}",
+    ),
     # scheme://user:password@host, scheme://:password@host, scheme://<token>@host (a scan stops at the next "/")
     (re.compile(r"://([^/\s:@]*):[^/\s]+@"), rf"://\1:{MASK}@"),
     (re.compile(r"://[\w.~%-]{20,}@"), f"://{MASK}@"),
     # SAS and presigned URLs: ?sig=, &X-Amz-Signature= (other secret names are judged with `name=value`)
     (re.compile(r"([?&;](?i:sig|signature|x-amz-signature|x-goog-signature)=)[^&#\s\"'<>;]+"), rf"\1{MASK}"),
-    (re.compile(r"([Bb](?<![\w-].)(?i:earer)[ \t]+)(?=[\w~+/=-]*[\d.~+/=-])[\w.~+/=-]{8,}"), rf"\1{MASK}"),  # not prose
+    (
+        re.compile(r"([Bb](?<![\w-].)(?i:earer)[ \t]+)(?=[\w~+/=-]*[\d.~+/=-])[\w.~+/=-]{8,}"),
+        rf"\1{MASK}",
+    ),  # not prose
     (re.compile(r"(Basic(?<![\w-]Basic)[ \t]+)([A-Za-z0-9+/]{6,}={0,2})(?![\w+/=])"), _basic),
     (re.compile(r"(machine(?<![\w-]machine)\s+\S+\s+login\s+\S+\s+password\s+)\S+"), rf"\1{MASK}"),  # .netrc
     (re.compile(_at_run_start(*_TOKEN_SHAPES)), MASK),  # every alternative starts with a literal: a fast scan
@@ -201,17 +387,45 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], .
 #: a name (entered at the start of its run, and only with a hint of a secret word) and its separator; the value
 #: is taken only where the whole name is judged secret.
 _NAMES = (
-    re.compile(rf"-(?<![^\s\"'\[(,=]-)-?(?=.{_HINT})" + r"([A-Za-z_][\w-]*)(?:[ \t]*=[ \t]*|[ \t]+(?![ \t-]))"),
+    re.compile(
+        rf"-(?<![^\s\"'\[(,=]-)-?(?=.{_HINT})" + r"([A-Za-z_][\w-]*)(?:[ \t]*=[ \t]*|[ \t]+(?![ \t-]))"
+    ),
     re.compile(rf"([A-Za-z_](?<![\w.-].)(?={_HINT})" + r"[\w.-]*)[\"']?\]?[ \t]*[=:](?!=)[ \t]*"),
 )
-_SCHEME = rf"(?i:bearer|basic|token|digest|bot)[ \t]+(?=[^\s\"',;&|<>()\[\]{{}}]|{MASK})"  # `Authorization: Bearer <...>`
-_VALUE = re.compile(rf"({_SCHEME})?" + r"(\"[^\"\n]*\"?|'[^'\n]*'?|[^\s\"',;&{\[][^\s\"',;&]*)")  # `{`, `[`: keys judged
+_SCHEME = rf"(?i:bearer|basic|token|digest|bot)[ \t]+(?=[^\s\"',;&|<>()\[\]{{}}]|{MASK})"  # `Authorization:
+# Bearer <...>`
+# `{`, `[`: keys judged
+_VALUE = re.compile(rf"({_SCHEME})?" + r"(\"[^\"\n]*\"?|'[^'\n]*'?|[^\s\"',;&{\[][^\s\"',;&]*)")
 _QUOTED_SCHEME = re.compile(_SCHEME)
 
 
-_CODE_WORDS = frozenset({"str", "bytes", "int", "float", "bool", "dict", "list", "any", "self", "none", "null", "true", "false",
-                         "yes", "no", "on", "off", "enabled", "disabled", "required", "optional"})
-_IDENTIFIER = re.compile(r"_*[A-Za-z][A-Za-z0-9]*(?:[._]+[A-Za-z][A-Za-z0-9]*)+")  # self._x, mask2_token; not tkn_5f1e
+_CODE_WORDS = frozenset(
+    {
+        "str",
+        "bytes",
+        "int",
+        "float",
+        "bool",
+        "dict",
+        "list",
+        "any",
+        "self",
+        "none",
+        "null",
+        "true",
+        "false",
+        "yes",
+        "no",
+        "on",
+        "off",
+        "enabled",
+        "disabled",
+        "required",
+        "optional",
+    }
+)
+# self._x, mask2_token; not tkn_5f1e
+_IDENTIFIER = re.compile(r"_*[A-Za-z][A-Za-z0-9]*(?:[._]+[A-Za-z][A-Za-z0-9]*)+")
 _CREDENTIAL = re.compile(r"[\w.~+/=:@%-]{8,}")
 _NOT_CREDENTIAL = re.compile(r"[\s<>|()\[\]{}]")
 
@@ -254,14 +468,18 @@ def _assignments(text: str, names: re.Pattern[str]) -> str:
         pos, outer, value, inner = v.end(), v.group(1) or "", v.group(2), ""
         quote, content = value[0] if value[0] in "\"'" else "", value.strip("\"'")
         if quote and (scheme := _QUOTED_SCHEME.match(content)) is not None:  # "Authorization": "Bearer ..."
-            inner, content = scheme.group(), content[scheme.end():]
+            inner, content = scheme.group(), content[scheme.end() :]
         if not content or content.startswith(MASK):
             continue
-        code = not quote and _is_code(value, text[pos:pos + 1], level)
-        if (m.group(0).startswith("-") or text[m.start() - 1:m.start()] in ("?", "&", ";")  # flags, URL queries
-                or (level == 2 and (outer or inner or not code)) or (level == 1 and _is_credential(content) and not code)):
+        code = not quote and _is_code(value, text[pos : pos + 1], level)
+        if (
+            m.group(0).startswith("-")
+            or text[m.start() - 1 : m.start()] in ("?", "&", ";")  # flags, URL queries
+            or (level == 2 and (outer or inner or not code))
+            or (level == 1 and _is_credential(content) and not code)
+        ):
             closing = quote if len(value) > 1 and value.endswith(quote) else ""
-            out += [text[done:m.end()], outer, quote, inner, MASK, closing]
+            out += [text[done : m.end()], outer, quote, inner, MASK, closing]
             done = pos
     return "".join(out) + text[done:]
 
@@ -281,20 +499,34 @@ _FLAG = re.compile(r"--?([A-Za-z][\w.-]*)")
 
 def _scrub(value: Any, level: int) -> Any:
     if isinstance(value, str):
-        return MASK if value and (level == 2 or (level == 1 and _is_credential(value, loose=True))) else scrub_text(value)
+        return (
+            MASK
+            if value and (level == 2 or (level == 1 and _is_credential(value, loose=True)))
+            else scrub_text(value)
+        )
     if isinstance(value, bool) or value is None:
         return value
     if isinstance(value, (int, float)):
         return MASK if level else value
     if isinstance(value, dict):
-        return {(scrub_text(k) if isinstance(k, str) else k):
-                _scrub(v, max(level, _secrecy(_words(k), k.isupper()) if isinstance(k, str) else 0)) for k, v in value.items()}
+        return {
+            (scrub_text(k) if isinstance(k, str) else k): _scrub(
+                v, max(level, _secrecy(_words(k), k.isupper()) if isinstance(k, str) else 0)
+            )
+            for k, v in value.items()
+        }
     if isinstance(value, (list, tuple)):
         items = [_scrub(v, level) for v in value]
         for i in range(1, len(items)):  # an argv list: ["--password", "hunter2"]
             flag, item = value[i - 1], value[i]
-            if (isinstance(flag, str) and isinstance(item, str) and item and not item.startswith("-")
-                    and (m := _FLAG.fullmatch(flag)) is not None and is_secret_name(m.group(1))):
+            if (
+                isinstance(flag, str)
+                and isinstance(item, str)
+                and item
+                and not item.startswith("-")
+                and (m := _FLAG.fullmatch(flag)) is not None
+                and is_secret_name(m.group(1))
+            ):
                 items[i] = MASK
         return items
     return value
@@ -307,10 +539,14 @@ def scrub(value: Any) -> Any:
 
 
 #: Words that are never treated as a user or host name to hide (they would mangle ordinary text).
-_COMMON = frozenset({"root", "user", "admin", "ubuntu", "localhost", "runner", "vm", "node", "host", "worker"})
+_COMMON = frozenset(
+    {"root", "user", "admin", "ubuntu", "localhost", "runner", "vm", "node", "host", "worker"}
+)
 _IPV4 = re.compile(r"(?<![\w.])(?:(?:25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(?:25[0-5]|2[0-4]\d|1?\d?\d)(?![\w.])")
 _IPV6 = re.compile(r"(?<![\w:])(?:[0-9a-fA-F]{1,4}:){7}[0-9a-fA-F]{1,4}(?![\w:])")
-_GPU_UUID = re.compile(r"\b(?:GPU|MIG)-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b")
+_GPU_UUID = re.compile(
+    r"\b(?:GPU|MIG)-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"
+)
 
 
 class Anonymizer:
@@ -341,20 +577,32 @@ class Anonymizer:
             self.seen[key] = f"{kind}-{sum(1 for k, _ in self.seen if k == kind) + 1}"
         return self.seen[key]
 
+    def _replace(self, kind: str, value: str, _match: re.Match[str]) -> str:
+        """`re.sub`'s replacement for a value known beforehand (a host or user name)."""
+        return self._token(kind, value)
+
     def text(self, text: str) -> str:
         text = _GPU_UUID.sub(lambda m: self._token("gpu-uuid", m.group(0)), text)
-        text = _IPV4.sub(lambda m: m.group(0) if m.group(0).startswith("127.") else self._token("ip", m.group(0)), text)
+        text = _IPV4.sub(
+            lambda m: m.group(0) if m.group(0).startswith("127.") else self._token("ip", m.group(0)), text
+        )
         text = _IPV6.sub(lambda m: self._token("ip", m.group(0)), text)
         for host in self.hosts:
             if host.lower() in _COMMON and text != host:
                 continue  # a common word: only a value that is exactly the host name is replaced
-            text = re.sub(rf"(?<![A-Za-z0-9_.]){re.escape(host)}(?![A-Za-z0-9_])",
-                          lambda _m, host=host: self._token("host", host), text)
+            text = re.sub(
+                rf"(?<![A-Za-z0-9_.]){re.escape(host)}(?![A-Za-z0-9_])",
+                functools.partial(self._replace, "host", host),
+                text,
+            )
         for user in self.users:
             if text == user:
                 return self._token("user", user)
-            text = re.sub(rf"(?<=/){re.escape(user)}(?=/|$|\s|[\"'])", lambda _m, user=user: self._token("user", user),
-                          text)
+            text = re.sub(
+                rf"(?<=/){re.escape(user)}(?=/|$|\s|[\"'])",
+                functools.partial(self._replace, "user", user),
+                text,
+            )
         return text
 
     def __call__(self, value: Any) -> Any:

@@ -22,7 +22,14 @@ from typing import Any
 
 from ds_doctor.files import safe_component, write_atomic
 from ds_doctor.redact import scrub, scrub_text
-from ds_doctor.reports.hang import CollectivePosition, StageTime, ThreadStack, positions_from, stacks_from, stages_from
+from ds_doctor.reports.hang import (
+    CollectivePosition,
+    StageTime,
+    ThreadStack,
+    positions_from,
+    stacks_from,
+    stages_from,
+)
 from ds_doctor.reports.records import ErrorInfo, Finding, Outcome, TensorRecord
 
 MANIFEST_VERSION = 1
@@ -74,9 +81,13 @@ class RankLine:
 
     def to_json(self) -> str:
         data = dataclasses.asdict(self)
-        data.update(outcome=self.outcome.value, findings=[f.to_dict() for f in self.findings],
-                    device_map=[r.to_dict() for r in self.device_map])
-        return json.dumps(scrub(data), default=str)  # the run directory goes into tickets as it is: scrubbed here
+        data.update(
+            outcome=self.outcome.value,
+            findings=[f.to_dict() for f in self.findings],
+            device_map=[r.to_dict() for r in self.device_map],
+        )
+        # the run directory goes into tickets as it is: scrubbed here
+        return json.dumps(scrub(data), default=str)
 
     @classmethod
     def from_json(cls, text: str | bytes) -> RankLine:
@@ -97,13 +108,21 @@ class RankLine:
         if isinstance(issue, Mapping):  # written before the line was typed: {"id": ..., "shown": ...}
             values.update(known_issue=issue.get("id"), issue_shown=bool(issue.get("shown")))
         error = data.get("error")
-        return cls(**{**values, "outcome": Outcome(data["outcome"]), "rank": int(data["rank"]),
-                      "findings": tuple(Finding.from_dict(f) for f in data.get("findings") or ()),
-                      "device_map": tuple(TensorRecord.from_dict(r) for r in data.get("device_map") or ()),
-                      "series": tuple(data.get("series") or ()), "shown": tuple(data.get("shown") or ()),
-                      "error": ErrorInfo(**error) if error else None, "stages": stages_from(data.get("stages")),
-                      "stacks": stacks_from(data.get("stacks")),
-                      "collectives": positions_from(data.get("collectives"))})
+        return cls(
+            **{
+                **values,
+                "outcome": Outcome(data["outcome"]),
+                "rank": int(data["rank"]),
+                "findings": tuple(Finding.from_dict(f) for f in data.get("findings") or ()),
+                "device_map": tuple(TensorRecord.from_dict(r) for r in data.get("device_map") or ()),
+                "series": tuple(data.get("series") or ()),
+                "shown": tuple(data.get("shown") or ()),
+                "error": ErrorInfo(**error) if error else None,
+                "stages": stages_from(data.get("stages")),
+                "stacks": stacks_from(data.get("stacks")),
+                "collectives": positions_from(data.get("collectives")),
+            }
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,11 +167,21 @@ class PlannedCase:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PlannedCase:
-        return cls(case=data["case"], probe=data["probe"], scenario=data["scenario"], variant=data["variant"],
-                   world_size=int(data["world_size"]), level=int(data["level"]), reproduce=bool(data["reproduce"]),
-                   device_kind=data["device_kind"], known_issues=tuple(data.get("known_issues", ())),
-                   skip_reason=data.get("skip_reason", data.get("reason")), nodes=int(data.get("nodes", 1)),
-                   node=data.get("node"), shared_gpu=data.get("shared_gpu"))
+        return cls(
+            case=data["case"],
+            probe=data["probe"],
+            scenario=data["scenario"],
+            variant=data["variant"],
+            world_size=int(data["world_size"]),
+            level=int(data["level"]),
+            reproduce=bool(data["reproduce"]),
+            device_kind=data["device_kind"],
+            known_issues=tuple(data.get("known_issues", ())),
+            skip_reason=data.get("skip_reason", data.get("reason")),
+            nodes=int(data.get("nodes", 1)),
+            node=data.get("node"),
+            shared_gpu=data.get("shared_gpu"),
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,22 +196,43 @@ class Manifest:
     hardware: dict[str, Any]
     planned: tuple[PlannedCase, ...]
     skips: tuple[PlannedCase, ...]
-    stacks: tuple[dict[str, Any], ...] = ()  # `run --with`: the report's stacks; each overlay's cases run again
+    stacks: tuple[
+        dict[str, Any], ...
+    ] = ()  # `run --with`: the report's stacks; each overlay's cases run again
 
     def to_json(self) -> str:
-        return json.dumps(scrub({"manifest_version": MANIFEST_VERSION, "started_at": self.started_at,
-                                 "level": self.level, "argv": list(self.argv), "keyword": self.keyword, "env": self.env,
-                                 "hardware": self.hardware, "planned": [p.to_dict() for p in self.planned],
-                                 "skips": [s.to_dict() for s in self.skips],
-                                 **({"stacks": list(self.stacks)} if self.stacks else {})}), indent=1, default=str)
+        return json.dumps(
+            scrub(
+                {
+                    "manifest_version": MANIFEST_VERSION,
+                    "started_at": self.started_at,
+                    "level": self.level,
+                    "argv": list(self.argv),
+                    "keyword": self.keyword,
+                    "env": self.env,
+                    "hardware": self.hardware,
+                    "planned": [p.to_dict() for p in self.planned],
+                    "skips": [s.to_dict() for s in self.skips],
+                    **({"stacks": list(self.stacks)} if self.stacks else {}),
+                }
+            ),
+            indent=1,
+            default=str,
+        )
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Manifest:
-        return cls(started_at=data["started_at"], level=int(data["level"]), argv=tuple(data["argv"]),
-                   keyword=data.get("keyword"), env=dict(data["env"]), hardware=dict(data["hardware"]),
-                   planned=tuple(PlannedCase.from_dict(p) for p in data["planned"]),
-                   skips=tuple(PlannedCase.from_dict(s) for s in data["skips"]),
-                   stacks=tuple(dict(s) for s in data.get("stacks") or ()))
+        return cls(
+            started_at=data["started_at"],
+            level=int(data["level"]),
+            argv=tuple(data["argv"]),
+            keyword=data.get("keyword"),
+            env=dict(data["env"]),
+            hardware=dict(data["hardware"]),
+            planned=tuple(PlannedCase.from_dict(p) for p in data["planned"]),
+            skips=tuple(PlannedCase.from_dict(s) for s in data["skips"]),
+            stacks=tuple(dict(s) for s in data.get("stacks") or ()),
+        )
 
 
 class LaunchDir:
@@ -195,7 +245,8 @@ class LaunchDir:
         self.command = path / "command.txt"
         self.torchrun_log = path / "torchrun.log"
         self.scratch = path / "scratch"
-        self.forensics = path / "forensics"  # a hung case's evidence: the request, each rank's stacks and dump
+        # a hung case's evidence: the request, each rank's stacks and dump
+        self.forensics = path / "forensics"
         self.forensics_request = self.forensics / "request"
 
     def stacks_text(self, rank: int) -> Path:

@@ -26,20 +26,23 @@ import sys
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 import click
 
 MiB = 2**20
-MAX_CONFIG_BYTES = 1 * MiB  # a DeepSpeed JSON or Accelerate YAML (real ones are a few KiB; the report copies it)
+# a DeepSpeed JSON or Accelerate YAML (real ones are a few KiB; the report copies it)
+MAX_CONFIG_BYTES = 1 * MiB
 MAX_LOG_BYTES = 32 * MiB  # triage reads a longer log from its tail
-MAX_STREAM_BYTES = 128 * MiB  # a pipe, stdin or a decompressed log is read this far at most (its tail is kept)
+# a pipe, stdin or a decompressed log is read this far at most (its tail is kept)
+MAX_STREAM_BYTES = 128 * MiB
 MAX_REPORT_BYTES = 64 * MiB  # a report JSON or a run manifest
 MAX_DUMP_BYTES = 64 * MiB  # one Flight Recorder dump; a bigger file in a dump folder is skipped with a line
 MAX_DEPTH = 64  # JSON nesting (a DeepSpeed config has 4 levels, a report about 8)
 MAX_JSON_NODES = 5_000_000
 MAX_YAML_NODES = 100_000  # the YAML document with every alias expanded
-MAX_RANKS = 1 << 20  # the most ranks a job is believed to have (1,048,576, as --world-size): checked before sizing
+# the most ranks a job is believed to have (1,048,576, as --world-size): checked before sizing
+MAX_RANKS = 1 << 20
 CHUNK = MiB
 
 
@@ -69,7 +72,7 @@ def short(value: Any, chars: int = 60) -> str:
     brief.maxlevel, brief.maxstring, brief.maxother = 2, chars, chars
     brief.maxlist = brief.maxtuple = brief.maxdict = brief.maxset = 4
     text = brief.repr(value)
-    return text if len(text) <= chars else f"{text[:chars - 1]}…"
+    return text if len(text) <= chars else f"{text[: chars - 1]}…"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,8 +90,10 @@ class Input:
             return self.data.decode("utf-8")
         except UnicodeDecodeError as exc:
             line = self.data.count(b"\n", 0, exc.start) + 1
-            raise error(f"{self.name}: not UTF-8 text (byte {self.data[exc.start]:#04x} at line {line}, offset "
-                        f"{exc.start})") from None
+            raise error(
+                f"{self.name}: not UTF-8 text (byte {self.data[exc.start]:#04x} at line {line}, offset "
+                f"{exc.start})"
+            ) from None
 
 
 def _stat(path: Path, name: str, error: Error) -> os.stat_result:
@@ -98,7 +103,11 @@ def _stat(path: Path, name: str, error: Error) -> os.stat_result:
         raise error(f"{name}: no such file") from None
     except OSError as exc:
         raise error(f"{name}: {exc.strerror or exc}") from None
-    for test, what in ((stat.S_ISDIR, "a directory"), (stat.S_ISSOCK, "a socket"), (stat.S_ISBLK, "a block device")):
+    for test, what in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISBLK, "a block device"),
+    ):
         if test(info.st_mode):
             raise error(f"{name}: is {what}, not a file")
     return info
@@ -149,13 +158,15 @@ def _read_capped(read: Callable[[int], bytes], cap: int, keep: int) -> tuple[byt
         while held - len(chunks[0]) >= keep:
             held -= len(chunks.popleft())
     if held > keep:
-        chunks[0] = chunks[0][held - keep:]
+        chunks[0] = chunks[0][held - keep :]
     return b"".join(chunks), total
 
 
 def _too_much(name: str, cap: int, regular: bool, what: str = "") -> str:
     endless = "" if regular else " (an endless stream?)"
-    return f"{name}: more than {size_text(cap)}{what}{endless}: ds-doctor reads at most {size_text(cap)} of it"
+    return (
+        f"{name}: more than {size_text(cap)}{what}{endless}: ds-doctor reads at most {size_text(cap)} of it"
+    )
 
 
 def read_file(source: str | Path, *, limit: int, error: Error = UserInputError, kind: str = "file") -> Input:
@@ -189,8 +200,8 @@ def _decompressed(handle: BinaryIO, kind: str) -> BinaryIO:
     import lzma
 
     if kind == "gzip":
-        return gzip.GzipFile(fileobj=handle, mode="rb")
-    return bz2.BZ2File(handle, "rb") if kind == "bz2" else lzma.LZMAFile(handle, "rb")
+        return cast(BinaryIO, gzip.GzipFile(fileobj=handle, mode="rb"))
+    return cast(BinaryIO, bz2.BZ2File(handle, "rb") if kind == "bz2" else lzma.LZMAFile(handle, "rb"))
 
 
 def read_log(source: str, *, limit: int = MAX_LOG_BYTES, error: Error = UserInputError) -> Input:
@@ -198,41 +209,54 @@ def read_log(source: str, *, limit: int = MAX_LOG_BYTES, error: Error = UserInpu
     of a stream or a compressed log, which is read up to MAX_STREAM_BYTES (more is an error: save it to a file)."""
     opened = _open(source, error)
     name, regular, size = opened.name, opened.regular, opened.size
-    kind, total = None, 0
+    data, total, kind = _read_tail(opened, limit, error)
+    if total > MAX_STREAM_BYTES and (size is None or kind is not None):
+        what = f" of {kind} data decompressed" if kind else ""
+        how = "decompress it and give the file" if kind else "save it to a file"
+        raise error(_too_much(name, MAX_STREAM_BYTES, kind is not None, what) + f"; {how} (its tail is read)")
+    note = _skipped(name, total, limit, size, kind)
+    if note is not None and b"\n" in data[: 64 * 1024]:
+        data = data[data.index(b"\n") + 1 :]  # the first line was cut in the middle
+    if data.count(b"\x00") > len(data) // 2:
+        raise error(f"{name}: binary data (mostly NUL bytes), not a log")
+    return Input(name, data, regular and kind is None, note)
+
+
+def _read_tail(opened: Any, limit: int, error: Error) -> tuple[bytes, int, str | None]:
+    """(the last `limit` bytes, how many there were, the compression read through or None)."""
+    kind = None
     with contextlib.ExitStack() as stack:
         handle = stack.enter_context(opened.handle) if opened.owned else opened.handle
         try:
             if not hasattr(handle, "peek"):
-                handle = io.BufferedReader(handle)  # type: ignore[arg-type]
-            kind = _compression(handle.peek(8)[:8])  # type: ignore[attr-defined]
+                handle = io.BufferedReader(handle)
+            kind = _compression(handle.peek(8)[:8])
             if kind is not None:
                 with _decompressed(handle, kind) as inner:
                     data, total = _read_capped(inner.read, MAX_STREAM_BYTES, limit)
-            elif size is not None:
-                if size > limit:
-                    handle.seek(size - limit, os.SEEK_SET if opened.owned else os.SEEK_CUR)
-                data, total = handle.read(limit), size
+            elif opened.size is not None:
+                if opened.size > limit:
+                    handle.seek(opened.size - limit, os.SEEK_SET if opened.owned else os.SEEK_CUR)
+                data, total = handle.read(limit), opened.size
             else:
                 data, total = _read_capped(handle.read, MAX_STREAM_BYTES, limit)
         except EOFError:
-            raise error(f"{name}: the {kind} data ends early (a truncated file?)") from None
-        except (OSError, ValueError) as exc:  # BadGzipFile, bz2's "Invalid data stream", LZMAError, a read error
-            raise error(f"{name}: cannot read it: {exc}"[:300]) from None
-    if total > MAX_STREAM_BYTES and (size is None or kind is not None):
-        what = f" of {kind} data decompressed" if kind else ""
-        raise error(_too_much(name, MAX_STREAM_BYTES, kind is not None, what) +
-                    ("; decompress it and give the file (its tail is read)" if kind else
-                     "; save it to a file (its tail is read)"))
-    note = None
-    if total > limit:
-        whole = f"{size_text(total)} decompressed" if kind else size_text(total) if size is not None else \
-            f"the {size_text(total)} it gave"
-        note = f"{name}: read the last {size_text(limit)} of {whole}: the start of the log was skipped"
-    if note is not None and b"\n" in data[:64 * 1024]:
-        data = data[data.index(b"\n") + 1:]  # the first line was cut in the middle
-    if data.count(b"\x00") > len(data) // 2:
-        raise error(f"{name}: binary data (mostly NUL bytes), not a log")
-    return Input(name, data, regular and kind is None, note)
+            raise error(f"{opened.name}: the {kind} data ends early (a truncated file?)") from None
+        # BadGzipFile, bz2's "Invalid data stream", LZMAError, a read error
+        except (OSError, ValueError) as exc:
+            raise error(f"{opened.name}: cannot read it: {exc}"[:300]) from None
+    return data, total, kind
+
+
+def _skipped(name: str, total: int, limit: int, size: int | None, kind: str | None) -> str | None:
+    """The note that the start of the log was skipped, or None when all of it was read."""
+    if total <= limit:
+        return None
+    if kind:
+        whole = f"{size_text(total)} decompressed"
+    else:
+        whole = size_text(total) if size is not None else f"the {size_text(total)} it gave"
+    return f"{name}: read the last {size_text(limit)} of {whole}: the start of the log was skipped"
 
 
 def keep_copy(read: Input, suffix: str) -> Path:
@@ -252,7 +276,10 @@ def _remove(name: str) -> None:
 
 # ---- parsing -----------------------------------------------------------------------------------------------------
 
-def check_tree(data: Any, name: str, error: Error, *, max_depth: int = MAX_DEPTH, max_nodes: int = MAX_JSON_NODES) -> None:
+
+def check_tree(
+    data: Any, name: str, error: Error, *, max_depth: int = MAX_DEPTH, max_nodes: int = MAX_JSON_NODES
+) -> None:
     """Parsed JSON (or YAML) no deeper than `max_depth` and of at most `max_nodes` values; walked without recursion."""
     stack: list[tuple[Any, int]] = [(data, 1)]
     nodes = 0
@@ -269,8 +296,14 @@ def check_tree(data: Any, name: str, error: Error, *, max_depth: int = MAX_DEPTH
             stack.extend((inner, depth + 1) for inner in value)
 
 
-def parse_json(text: str, name: str, error: Error = UserInputError, *, label: str = "not JSON",
-               max_depth: int = MAX_DEPTH) -> Any:
+def parse_json(
+    text: str,
+    name: str,
+    error: Error = UserInputError,
+    *,
+    label: str = "not JSON",
+    max_depth: int = MAX_DEPTH,
+) -> Any:
     """JSON, its syntax errors with line and column; nesting beyond `max_depth` (or beyond what Python's parser
     can recurse into) is one line, not a RecursionError."""
     try:
@@ -291,7 +324,9 @@ def parse_yaml(text: str, name: str, error: Error = UserInputError) -> Any:
     import yaml
 
     if "\x00" in text:
-        raise error(f"{name}: a NUL byte at line {text.count(chr(10), 0, text.index(chr(0))) + 1}: not a YAML text")
+        raise error(
+            f"{name}: a NUL byte at line {text.count(chr(10), 0, text.index(chr(0))) + 1}: not a YAML text"
+        )
     loader = yaml.SafeLoader(text)
     try:
         node = loader.get_single_node()
@@ -329,7 +364,9 @@ def _check_expansion(root: Any, name: str, error: Error) -> None:
             active.discard(key)
             size[key] = 1 + sum(size[id(child)] for child in children)
             if size[key] > MAX_YAML_NODES:
-                raise error(f"{name}: its aliases expand to more than {MAX_YAML_NODES:,} nodes (an alias bomb?)")
+                raise error(
+                    f"{name}: its aliases expand to more than {MAX_YAML_NODES:,} nodes (an alias bomb?)"
+                )
             continue
         if key in size:
             continue

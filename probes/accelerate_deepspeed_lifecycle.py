@@ -16,7 +16,16 @@ import dataclasses
 import types
 from typing import Any
 
-from ds_doctor.plugins import Finding, ProbeContext, ProbeSpec, RaisedError, RankOptions, Requirement, Severity, Variant
+from ds_doctor.plugins import (
+    Finding,
+    ProbeContext,
+    ProbeSpec,
+    RaisedError,
+    RankOptions,
+    Requirement,
+    Severity,
+    Variant,
+)
 from ds_doctor.plugins.checks import PreparedFacts, lifecycle_invariants
 from ds_doctor.plugins.usersetup import UserConfig, change_findings, fill
 from ds_doctor.probes.shared.common import accelerate_session, build_deepspeed_ops, dist_world_size
@@ -27,10 +36,13 @@ SPEC = ProbeSpec(
     scenario="S0",
     description="Accelerate + DeepSpeed config-owned optimizer/scheduler: placeholders, orderings, lr, process count",
     world_sizes=(1, 2),
-    requires=(Requirement("torch", "torch"), Requirement("deepspeed", "deepspeed"),
-              Requirement("accelerate", "accelerate"),
-              # accelerate's DeepSpeed plugin compares the transformers version when it builds the engine
-              Requirement("transformers", "transformers")),
+    requires=(
+        Requirement("torch", "torch"),
+        Requirement("deepspeed", "deepspeed"),
+        Requirement("accelerate", "accelerate"),
+        # accelerate's DeepSpeed plugin compares the transformers version when it builds the engine
+        Requirement("transformers", "transformers"),
+    ),
     timeout_s=180.0,
     known_issues=("acc_ds_placeholder_used_before_prepare",),
 )
@@ -40,6 +52,7 @@ MISMATCHED_LR = 5e-3
 WARMUP = 2
 STEPS = 6
 MICRO_BATCH = 2
+
 
 @dataclasses.dataclass(frozen=True)
 class Ordering:
@@ -51,8 +64,12 @@ class Ordering:
     issue: str | None = None  # the known issue it should end in
     stage: int = 2
     optimizer: str = "dummy"  # "dummy": DummyOptim; "torch": a real AdamW
-    scheduler: str = "dummy"  # "dummy": DummyScheduler; "torch": a LambdaLR on the optimizer, built before prepare
-    prepare: str = "one"  # "one" call with the dataloader; "no-dataloader"; "second": the scheduler in a later call
+    scheduler: str = (
+        "dummy"  # "dummy": DummyScheduler; "torch": a LambdaLR on the optimizer, built before prepare
+    )
+    prepare: str = (
+        "one"  # "one" call with the dataloader; "no-dataloader"; "second": the scheduler in a later call
+    )
     drop: tuple[str, ...] = ()  # config blocks the user left out ("optimizer", "scheduler")
     config_lr: float | str = "auto"
     dummy_lr: float = LR
@@ -65,48 +82,97 @@ class Ordering:
         return self.issue is not None
 
 
-HEALTHY = Ordering("healthy", "model -> DummyOptim -> DummyScheduler -> one prepare(model, optimizer, dataloader, scheduler)")
+HEALTHY = Ordering(
+    "healthy", "model -> DummyOptim -> DummyScheduler -> one prepare(model, optimizer, dataloader, scheduler)"
+)
 SECOND_PREPARE_FIX = "prepare the scheduler in the same call as the model and the optimizer"
 ORDERINGS = (
-    Ordering("scheduler-before-prepare", "a torch LR scheduler built on DummyOptim before prepare",
-             "build schedulers after prepare on the prepared optimizer, or use DummyScheduler with the config's scheduler",
-             "acc_ds_placeholder_used_before_prepare", scheduler="torch"),
-    Ordering("real-optimizer", "a torch AdamW passed to prepare while the DeepSpeed config has an optimizer",
-             "use DummyOptim, or remove the optimizer block from the DeepSpeed config", "acc_ds_optimizer_defined_twice",
-             optimizer="torch"),
-    Ordering("real-scheduler",
-             "a torch optimizer and LR scheduler passed to prepare while the DeepSpeed config has a scheduler",
-             "use DummyScheduler, or remove the scheduler block from the DeepSpeed config",
-             "acc_ds_scheduler_defined_twice", optimizer="torch", scheduler="torch", drop=("optimizer",)),
-    Ordering("dummy-scheduler-no-config",
-             "DummyScheduler with no scheduler in the DeepSpeed config and no lr_scheduler_callable",
-             "add a scheduler block to the config or pass lr_scheduler_callable", "acc_ds_scheduler_missing",
-             drop=("scheduler",)),
-    Ordering("dummy-optim-no-config", "DummyOptim with no optimizer in the DeepSpeed config",
-             "add an optimizer block to the config, or pass a real optimizer", "acc_ds_optimizer_defined_twice",
-             drop=("optimizer",)),
-    Ordering("no-dataloader",
-             "prepare(model, optimizer, scheduler) without a dataloader while train_micro_batch_size_per_gpu is \"auto\"",
-             "pass the training dataloader to the same prepare call, or write the micro batch size into the config",
-             "acc_ds_auto_batch_needs_dataloader", prepare="no-dataloader"),
-    Ordering("scheduler-second-prepare",
-             "prepare(model, optimizer, dataloader), then prepare(scheduler) in a second call (config values written out)",
-             SECOND_PREPARE_FIX, "acc_ds_placeholder_used_before_prepare", prepare="second", written_schedule=True),
-    Ordering("scheduler-second-prepare-auto",
-             "prepare(model, optimizer, dataloader), then prepare(scheduler), with \"auto\" scheduler values",
-             SECOND_PREPARE_FIX, "acc_ds_auto_value_unfilled", prepare="second"),
-    Ordering("lr-mismatch", f"DummyOptim(lr={MISMATCHED_LR:g}) while the DeepSpeed config sets lr {LR:g}",
-             "set the lr in one place (\"lr\": \"auto\" in the config)", "acc_ds_dummy_lr_overrides_config",
-             config_lr=LR, dummy_lr=MISMATCHED_LR),
-    Ordering("no-backend-kwargs", "Accelerator(...) with no InitProcessGroupKwargs(backend=...) (on CPU: no gloo)",
-             "pass kwargs_handlers=[InitProcessGroupKwargs(backend=\"gloo\")] on CPU", "acc_cpu_process_count_mismatch",
-             backend_kwargs=False),
+    Ordering(
+        "scheduler-before-prepare",
+        "a torch LR scheduler built on DummyOptim before prepare",
+        "build schedulers after prepare on the prepared optimizer, or use DummyScheduler with the config's scheduler",
+        "acc_ds_placeholder_used_before_prepare",
+        scheduler="torch",
+    ),
+    Ordering(
+        "real-optimizer",
+        "a torch AdamW passed to prepare while the DeepSpeed config has an optimizer",
+        "use DummyOptim, or remove the optimizer block from the DeepSpeed config",
+        "acc_ds_optimizer_defined_twice",
+        optimizer="torch",
+    ),
+    Ordering(
+        "real-scheduler",
+        "a torch optimizer and LR scheduler passed to prepare while the DeepSpeed config has a scheduler",
+        "use DummyScheduler, or remove the scheduler block from the DeepSpeed config",
+        "acc_ds_scheduler_defined_twice",
+        optimizer="torch",
+        scheduler="torch",
+        drop=("optimizer",),
+    ),
+    Ordering(
+        "dummy-scheduler-no-config",
+        "DummyScheduler with no scheduler in the DeepSpeed config and no lr_scheduler_callable",
+        "add a scheduler block to the config or pass lr_scheduler_callable",
+        "acc_ds_scheduler_missing",
+        drop=("scheduler",),
+    ),
+    Ordering(
+        "dummy-optim-no-config",
+        "DummyOptim with no optimizer in the DeepSpeed config",
+        "add an optimizer block to the config, or pass a real optimizer",
+        "acc_ds_optimizer_defined_twice",
+        drop=("optimizer",),
+    ),
+    Ordering(
+        "no-dataloader",
+        'prepare(model, optimizer, scheduler) without a dataloader while train_micro_batch_size_per_gpu is "auto"',
+        "pass the training dataloader to the same prepare call, or write the micro batch size into the config",
+        "acc_ds_auto_batch_needs_dataloader",
+        prepare="no-dataloader",
+    ),
+    Ordering(
+        "scheduler-second-prepare",
+        "prepare(model, optimizer, dataloader), then prepare(scheduler) in a second call (config values written out)",
+        SECOND_PREPARE_FIX,
+        "acc_ds_placeholder_used_before_prepare",
+        prepare="second",
+        written_schedule=True,
+    ),
+    Ordering(
+        "scheduler-second-prepare-auto",
+        'prepare(model, optimizer, dataloader), then prepare(scheduler), with "auto" scheduler values',
+        SECOND_PREPARE_FIX,
+        "acc_ds_auto_value_unfilled",
+        prepare="second",
+    ),
+    Ordering(
+        "lr-mismatch",
+        f"DummyOptim(lr={MISMATCHED_LR:g}) while the DeepSpeed config sets lr {LR:g}",
+        'set the lr in one place ("lr": "auto" in the config)',
+        "acc_ds_dummy_lr_overrides_config",
+        config_lr=LR,
+        dummy_lr=MISMATCHED_LR,
+    ),
+    Ordering(
+        "no-backend-kwargs",
+        "Accelerator(...) with no InitProcessGroupKwargs(backend=...) (on CPU: no gloo)",
+        'pass kwargs_handlers=[InitProcessGroupKwargs(backend="gloo")] on CPU',
+        "acc_cpu_process_count_mismatch",
+        backend_kwargs=False,
+    ),
 )
 
 
 def variants(options: RankOptions) -> list[Variant]:
-    out = [Variant(name=f"z{stage}-healthy", params=dataclasses.replace(HEALTHY, stage=stage),
-                   level=2 if stage == 2 else 3) for stage in (2, 3)]
+    out = [
+        Variant(
+            name=f"z{stage}-healthy",
+            params=dataclasses.replace(HEALTHY, stage=stage),
+            level=2 if stage == 2 else 3,
+        )
+        for stage in (2, 3)
+    ]
     user = options.user_deepspeed_config()
     if user is not None:
         out.append(Variant("user-config", params=user_ordering(user), level=2))
@@ -124,13 +190,17 @@ def user_ordering(user: UserConfig) -> Ordering:
     config = user.config
     has_optimizer, has_scheduler = "optimizer" in config, "scheduler" in config
     return dataclasses.replace(
-        HEALTHY, name="user-config", user=user, stage=int((config.get("zero_optimization") or {}).get("stage", 0)),
+        HEALTHY,
+        name="user-config",
+        user=user,
+        stage=int((config.get("zero_optimization") or {}).get("stage", 0)),
         what="your DeepSpeed config through Accelerate: model -> "
-             f"{'DummyOptim' if has_optimizer else 'AdamW'} -> {'DummyScheduler' if has_scheduler else 'a scheduler'}"
-             " -> one prepare(model, optimizer, dataloader, scheduler)",
+        f"{'DummyOptim' if has_optimizer else 'AdamW'} -> {'DummyScheduler' if has_scheduler else 'a scheduler'}"
+        " -> one prepare(model, optimizer, dataloader, scheduler)",
         optimizer="dummy" if has_optimizer else "torch",
         scheduler="dummy" if has_scheduler else ("callable" if has_optimizer else "torch"),
-        config_lr=(config.get("optimizer") or {}).get("params", {}).get("lr", "auto"))
+        config_lr=(config.get("optimizer") or {}).get("params", {}).get("lr", "auto"),
+    )
 
 
 def build_config(ordering: Ordering, world_size: int = 1, device: str = "cpu") -> dict[str, Any]:
@@ -142,8 +212,15 @@ def build_config(ordering: Ordering, world_size: int = 1, device: str = "cpu") -
         "train_micro_batch_size_per_gpu": "auto",
         "gradient_accumulation_steps": 1,
         "optimizer": {"type": "AdamW", "params": {"lr": ordering.config_lr, "weight_decay": 0.0}},
-        "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": 0.0, "warmup_max_lr": "auto",
-                                                          "warmup_num_steps": "auto", "total_num_steps": "auto"}},
+        "scheduler": {
+            "type": "WarmupDecayLR",
+            "params": {
+                "warmup_min_lr": 0.0,
+                "warmup_max_lr": "auto",
+                "warmup_num_steps": "auto",
+                "total_num_steps": "auto",
+            },
+        },
         "zero_optimization": {"stage": ordering.stage},
         "steps_per_print": 10**9,
         "wall_clock_breakdown": False,
@@ -163,7 +240,10 @@ def run(ctx: ProbeContext) -> None:
     config = build_config(ordering, ctx.world_size, ctx.device)
     if ordering.user is not None:
         filled = fit(ordering.user, ctx.world_size, ctx.device)
-        ctx.note("user_config", {"path": ordering.user.path, "sha256": ordering.user.sha256, "changed": filled.changed})
+        ctx.note(
+            "user_config",
+            {"path": ordering.user.path, "sha256": ordering.user.sha256, "changed": filled.changed},
+        )
         ctx.check(change_findings(filled, ctx.rank))
     ctx.note("ordering", ordering.what)
     ctx.note("deepspeed_config", copy.deepcopy(config))
@@ -186,7 +266,9 @@ def _what_showed(ctx: ProbeContext, ordering: Ordering, facts: PreparedFacts) ->
     if isinstance(ordering.config_lr, float) and peak is not None and not _same(peak, ordering.config_lr):
         ctx.showed(f"the lr peaked at {peak:g}, while the DeepSpeed config sets lr {ordering.config_lr:g}")
     if not ordering.backend_kwargs and facts.num_processes != facts.dist_world_size:
-        ctx.showed(f"accelerator.num_processes is {facts.num_processes} on a {facts.dist_world_size}-rank group")
+        ctx.showed(
+            f"accelerator.num_processes is {facts.num_processes} on a {facts.dist_world_size}-rank group"
+        )
 
 
 def _same(a: float, b: float) -> bool:
@@ -200,9 +282,18 @@ def _diagnose(ctx: ProbeContext, exc: Exception, ordering: Ordering) -> None:
         raise exc
     hit, fix = raised.hits[0], ordering.fix
     ctx.note("raised", raised.traceback)
-    ctx.check([Finding("prepare_order", Severity.ERROR, f"{ordering.what}: {raised.summary} (known issue {hit.id})",
-                       stage=ctx.stage, expected="model -> DummyOptim -> DummyScheduler -> one prepare call",
-                       remedy=f"{fix[0].upper()}{fix[1:]}. {hit.remedy}" if fix else hit.remedy)])
+    ctx.check(
+        [
+            Finding(
+                "prepare_order",
+                Severity.ERROR,
+                f"{ordering.what}: {raised.summary} (known issue {hit.id})",
+                stage=ctx.stage,
+                expected="model -> DummyOptim -> DummyScheduler -> one prepare call",
+                remedy=f"{fix[0].upper()}{fix[1:]}. {hit.remedy}" if fix else hit.remedy,
+            )
+        ]
+    )
     ctx.showed(f"{raised.summary} in stage {ctx.stage!r}")
     ctx.known_issue(hit.id, shown=True)
 
@@ -211,8 +302,9 @@ def _loader() -> Any:
     import torch
 
     generator = torch.Generator().manual_seed(0)
-    data = torch.utils.data.TensorDataset(torch.randn(64, IN_FEATURES, generator=generator),
-                                          torch.randn(64, OUT_FEATURES, generator=generator))
+    data = torch.utils.data.TensorDataset(
+        torch.randn(64, IN_FEATURES, generator=generator), torch.randn(64, OUT_FEATURES, generator=generator)
+    )
     return torch.utils.data.DataLoader(data, batch_size=MICRO_BATCH)
 
 
@@ -227,13 +319,18 @@ def _optimizer_and_scheduler(ordering: Ordering, model: Any) -> tuple[Any, Any]:
         optimizer = DummyOptim(model.parameters(), lr=ordering.dummy_lr)
     if ordering.scheduler == "torch":
         return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
-    if ordering.scheduler == "callable":  # a config with an optimizer and no scheduler: the scheduler is built late
-        return optimizer, DummyScheduler(optimizer, lr_scheduler_callable=lambda opt: torch.optim.lr_scheduler.LambdaLR(
-            opt, lambda step: 1.0))
+    # a config with an optimizer and no scheduler: the scheduler is built late
+    if ordering.scheduler == "callable":
+        return optimizer, DummyScheduler(
+            optimizer,
+            lr_scheduler_callable=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0),
+        )
     return optimizer, DummyScheduler(optimizer, total_num_steps=STEPS, warmup_num_steps=WARMUP)
 
 
-def _prepare(ctx: ProbeContext, ordering: Ordering, accelerator: Any, parts: tuple[Any, Any, Any, Any]) -> tuple:
+def _prepare(
+    ctx: ProbeContext, ordering: Ordering, accelerator: Any, parts: tuple[Any, Any, Any, Any]
+) -> tuple:
     """`accelerator.prepare` the way the ordering calls it; (model, optimizer, loader, scheduler) back."""
     model, optimizer, loader, scheduler = parts
     ctx.enter("prepare")
@@ -248,7 +345,9 @@ def _prepare(ctx: ProbeContext, ordering: Ordering, accelerator: Any, parts: tup
     return model, optimizer, loader, scheduler
 
 
-def _train(ctx: ProbeContext, accelerator: Any, engine: Any, optimizer: Any, loader: Any, scheduler: Any) -> list[float]:
+def _train(
+    ctx: ProbeContext, accelerator: Any, engine: Any, optimizer: Any, loader: Any, scheduler: Any
+) -> list[float]:
     """A few steps; the lr each ran with."""
     import torch
 
@@ -272,15 +371,19 @@ def _drive(ctx: ProbeContext, ordering: Ordering, config: dict[str, Any]) -> Pre
 
     ctx.enter("Accelerator")
     handlers = [InitProcessGroupKwargs(backend=ctx.backend)] if ordering.backend_kwargs else []
-    accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=copy.deepcopy(config)),
-                              kwargs_handlers=handlers)
+    accelerator = Accelerator(
+        deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=copy.deepcopy(config)), kwargs_handlers=handlers
+    )
     model = build_mlp()
-    if ordering.user is not None:  # the user's "auto" bucket sizes: Accelerate reads them off an HF model's config
+    # the user's "auto" bucket sizes: Accelerate reads them off an HF model's config
+    if ordering.user is not None:
         model.config = types.SimpleNamespace(hidden_size=HIDDEN)
     ctx.enter("build optimizer and scheduler")
     optimizer, scheduler = _optimizer_and_scheduler(ordering, model)
     used_dummy = isinstance(optimizer, DummyOptim)
-    engine, optimizer, loader, scheduler = _prepare(ctx, ordering, accelerator, (model, optimizer, _loader(), scheduler))
+    engine, optimizer, loader, scheduler = _prepare(
+        ctx, ordering, accelerator, (model, optimizer, _loader(), scheduler)
+    )
     resolved = accelerator.state.deepspeed_plugin.deepspeed_config
     trace = _train(ctx, accelerator, engine, optimizer, loader, scheduler)
     facts = PreparedFacts(
@@ -288,8 +391,10 @@ def _drive(ctx: ProbeContext, ordering: Ordering, config: dict[str, Any]) -> Pre
         optimizer_inner_class=_inner_name(optimizer, "optimizer"),
         scheduler_class=type(scheduler).__name__,
         scheduler_inner_class=_inner_name(scheduler, "scheduler"),
-        optimizer_wraps_engine=getattr(optimizer, "optimizer", None) is getattr(engine, "optimizer", object()),
-        scheduler_wraps_engine=getattr(scheduler, "scheduler", None) is getattr(engine, "lr_scheduler", object()),
+        optimizer_wraps_engine=getattr(optimizer, "optimizer", None)
+        is getattr(engine, "optimizer", object()),
+        scheduler_wraps_engine=getattr(scheduler, "scheduler", None)
+        is getattr(engine, "lr_scheduler", object()),
         num_processes=int(accelerator.num_processes),
         dist_world_size=dist_world_size(),
         dp_world_size=getattr(engine, "dp_world_size", None),

@@ -62,8 +62,12 @@ def run(ctx: ProbeContext, after_run: AfterRun | None = None) -> None:
         ctx.enter(f"{collective} {numel * 4} B: check again")
         _check(ctx, collective, numel, device, after_run, when="after timing")
         algbw, busbw = collectives.bandwidths(collective, numel * 4, seconds, ctx.world_size)
-        ctx.measure_row(bytes=numel * 4, time_us=round(seconds * 1e6, 2), algbw_gbps=round(algbw, 4),
-                        busbw_gbps=round(busbw, 4))
+        ctx.measure_row(
+            bytes=numel * 4,
+            time_us=round(seconds * 1e6, 2),
+            algbw_gbps=round(algbw, 4),
+            busbw_gbps=round(busbw, 4),
+        )
     ctx.note("backend", ctx.backend)
     ctx.note("dtype", "float32")
     ctx.note("bus_factor", collectives.bus_factor(collective, ctx.world_size))
@@ -72,22 +76,28 @@ def run(ctx: ProbeContext, after_run: AfterRun | None = None) -> None:
     ctx.measure("busbw_gbps", round(busbw, 4))
 
 
-def _check(ctx: ProbeContext, collective: str, numel: int, device: Any, after_run: AfterRun | None,
-           *, when: str) -> None:
+def _check(
+    ctx: ProbeContext, collective: str, numel: int, device: Any, after_run: AfterRun | None, *, when: str
+) -> None:
     tensors = collectives.inputs(collective, numel, ctx.rank, ctx.world_size, device=device)
     result = collectives.run_once(collective, tensors)
     if after_run is not None:
         after_run(collective, ctx.rank, result)
-    check = collectives.compare(result, collectives.expected(collective, numel, ctx.rank, ctx.world_size,
-                                                             device=device))
+    check = collectives.compare(
+        result, collectives.expected(collective, numel, ctx.rank, ctx.world_size, device=device)
+    )
     if not check.ok:
-        ctx.check([Finding(
-            invariant="collective_result",
-            severity=Severity.ERROR,
-            message=f"{collective} of {numel * 4} B over {ctx.world_size} rank(s), {when}: {check.describe()}",
-            stage=ctx.stage,
-            expected="every element equal to the exact reduction of the ranks' inputs",
-            remedy="a wrong collective result is a hardware or transport fault: rerun with NCCL_DEBUG=INFO, "
-                   "check the GPUs' health section and the links (nvidia-smi topo -m, nvidia-smi nvlink -s), "
-                   "and drain the node if it repeats",
-        )])
+        ctx.check(
+            [
+                Finding(
+                    invariant="collective_result",
+                    severity=Severity.ERROR,
+                    message=f"{collective} of {numel * 4} B over {ctx.world_size} rank(s), {when}: {check.describe()}",
+                    stage=ctx.stage,
+                    expected="every element equal to the exact reduction of the ranks' inputs",
+                    remedy="a wrong collective result is a hardware or transport fault: rerun with NCCL_DEBUG=INFO, "
+                    "check the GPUs' health section and the links (nvidia-smi topo -m, nvidia-smi nvlink -s), "
+                    "and drain the node if it repeats",
+                )
+            ]
+        )

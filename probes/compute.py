@@ -117,7 +117,8 @@ def _seconds_per_matmul(a: Any, b: Any, device: Any, warmup: int, iters: int) ->
 
 
 def _record_matmul(ctx: ProbeContext, dtype_name: str, n: int, error: float, *, tflops: float) -> None:
-    """The case's measures; TFLOP/s is the slowest rank's, since the slowest GPU decides what a job on this node gets."""
+    """The case's measures; TFLOP/s is the slowest rank's, since the slowest GPU decides what a job on this
+    node gets."""
     import torch
 
     ctx.note("dtype", dtype_name)
@@ -141,7 +142,7 @@ def _matmul_finding(ctx: ProbeContext, dtype_name: str, n: int, error: float, fi
         stage=ctx.stage,
         expected=f"relative error vs fp64 <= {TOLERANCE[dtype_name]:g}",
         remedy="a wrong matmul is a faulty GPU (or a broken math library): rerun on this GPU alone, check its "
-               "health section (ECC, remapped rows, throttling), and drain the node if it repeats",
+        "health section (ECC, remapped rows, throttling), and drain the node if it repeats",
     )
 
 
@@ -164,20 +165,27 @@ def _memory(ctx: ProbeContext) -> None:
         # write or an aliased page shows. Chunked, so the check needs little memory beyond the block.
         for number, chunk in enumerate(_chunks(block)):
             chunk.copy_(_chunk_pattern(number, chunk.numel(), device))
-        wrong = sum(int((chunk != _chunk_pattern(number, chunk.numel(), device)).sum())
-                    for number, chunk in enumerate(_chunks(block)))
+        wrong = sum(
+            int((chunk != _chunk_pattern(number, chunk.numel(), device)).sum())
+            for number, chunk in enumerate(_chunks(block))
+        )
         ctx.note("allocated_bytes", nbytes)
         ctx.note("wrong_elements", wrong)
         if wrong:
-            ctx.check([Finding(
-                invariant="memory_readback",
-                severity=Severity.ERROR,
-                message=f"{wrong} of {block.numel()} int32 elements read back wrong from {nbytes} B on {ctx.device}",
-                stage=ctx.stage,
-                expected="every element reads back the value written",
-                remedy="memory that does not read back is a hardware fault: check ECC and remapped rows in the "
-                       "health section, reset the GPU, and drain the node if it repeats",
-            )])
+            ctx.check(
+                [
+                    Finding(
+                        invariant="memory_readback",
+                        severity=Severity.ERROR,
+                        message=f"{wrong} of {block.numel()} int32 elements read back wrong from {nbytes} B "
+                        f"on {ctx.device}",
+                        stage=ctx.stage,
+                        expected="every element reads back the value written",
+                        remedy="memory that does not read back is a hardware fault: check ECC and remapped rows in the "
+                        "health section, reset the GPU, and drain the node if it repeats",
+                    )
+                ]
+            )
     finally:
         del block
         if device.type == "cuda":
@@ -188,7 +196,7 @@ CHUNK_ELEMENTS = 1 << 26
 
 
 def _chunks(block: Any) -> list[Any]:
-    return [block[start:start + CHUNK_ELEMENTS] for start in range(0, block.numel(), CHUNK_ELEMENTS)]
+    return [block[start : start + CHUNK_ELEMENTS] for start in range(0, block.numel(), CHUNK_ELEMENTS)]
 
 
 def _chunk_pattern(number: int, numel: int, device: Any) -> Any:

@@ -62,13 +62,22 @@ def _pair(ctx: ProbeContext, group: Any, pair_rank: int, node_a: int, node_b: in
     device = torch.device(ctx.device)
     numel = SIZE[ctx.device_kind] // 4
     tensors = collectives.inputs("all_reduce", numel, pair_rank, 2, device=device)
-    check = collectives.compare(collectives.run_once("all_reduce", tensors, group),
-                                collectives.expected("all_reduce", numel, pair_rank, 2, device=device))
+    check = collectives.compare(
+        collectives.run_once("all_reduce", tensors, group),
+        collectives.expected("all_reduce", numel, pair_rank, 2, device=device),
+    )
     seconds = time_collective("all_reduce", numel, pair_rank, 2, device, ITERS[ctx.device_kind], group)
     _, busbw = collectives.bandwidths("all_reduce", numel * 4, seconds, 2)
-    return {"first": pair_rank == 0, "node_a": node_a, "node_b": node_b, "bytes": numel * 4,
-            "time_us": round(seconds * 1e6, 2), "busbw_gbps": round(busbw, 4), "check": check.describe(),
-            "ok": check.ok}
+    return {
+        "first": pair_rank == 0,
+        "node_a": node_a,
+        "node_b": node_b,
+        "bytes": numel * 4,
+        "time_us": round(seconds * 1e6, 2),
+        "busbw_gbps": round(busbw, 4),
+        "check": check.describe(),
+        "ok": check.ok,
+    }
 
 
 def _report(ctx: ProbeContext, rows: list[dict[str, Any]], hosts: dict[int, str]) -> None:
@@ -81,7 +90,15 @@ def _report(ctx: ProbeContext, rows: list[dict[str, Any]], hosts: dict[int, str]
     if ctx.rank != 0:
         return
     ctx.check(fabric_findings(bandwidth, hosts, ctx.options.suspect_below))
-    ctx.check(Finding("fabric_result", Severity.ERROR, f"all_reduce between node {row['node_a']} and node "
-                      f"{row['node_b']} ({hosts.get(row['node_a'])} - {hosts.get(row['node_b'])}): {row['check']}",
-                      stage="pairs", expected="every element exact")
-              for row in rows if not row["ok"])
+    ctx.check(
+        Finding(
+            "fabric_result",
+            Severity.ERROR,
+            f"all_reduce between node {row['node_a']} and node "
+            f"{row['node_b']} ({hosts.get(row['node_a'])} - {hosts.get(row['node_b'])}): {row['check']}",
+            stage="pairs",
+            expected="every element exact",
+        )
+        for row in rows
+        if not row["ok"]
+    )

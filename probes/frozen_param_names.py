@@ -18,11 +18,21 @@ kept as a warning).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ds_doctor.plugins import Finding, ProbeContext, ProbeSpec, RaisedError, RankOptions, Requirement, Severity, Variant
+from ds_doctor.plugins import (
+    Finding,
+    ProbeContext,
+    ProbeSpec,
+    RaisedError,
+    RankOptions,
+    Requirement,
+    Severity,
+    Variant,
+)
 from ds_doctor.plugins.checks import identity_invariants
 from ds_doctor.plugins.usersetup import (
     UserConfig,
@@ -37,10 +47,14 @@ from ds_doctor.probes.shared.models import build_frozen_model, token_batch
 SPEC = ProbeSpec(
     name="frozen_param_names",
     scenario="S1",
-    description="ZeRO 0-3: parameters replaced after initialize vs the engine's name map, the optimizer and checkpoints",
+    description="ZeRO 0-3: parameters replaced after initialize vs the engine's name map, the optimizer and "
+    "checkpoints",
     world_sizes=(1, 2),
-    requires=(Requirement("torch", "torch"), Requirement("deepspeed", "deepspeed"),
-              Requirement("accelerate", "accelerate")),
+    requires=(
+        Requirement("torch", "torch"),
+        Requirement("deepspeed", "deepspeed"),
+        Requirement("accelerate", "accelerate"),
+    ),
     timeout_s=180.0,
     known_issues=("ds_frozen_param_not_in_param_names",),
 )
@@ -49,7 +63,8 @@ SPEC = ProbeSpec(
 ROUTES = {
     "healthy": "model placed with accelerate.dispatch_model before deepspeed.initialize (the recommended order)",
     "dispatch-disk": "accelerate.dispatch_model(module, device_map={'emb': 'disk', 'head': <device>}) after initialize",
-    "set-tensor": "accelerate.utils.set_module_tensor_to_device(module, 'emb.weight', <device>, value=...) after initialize",
+    "set-tensor": "accelerate.utils.set_module_tensor_to_device(module, 'emb.weight', <device>, value=...) "
+    "after initialize",
     "set-tensor-trainable": "set_module_tensor_to_device(module, 'head.weight', <device>, value=...) after initialize",
     "assign": "module.load_state_dict(state_dict, assign=True) after initialize",
 }
@@ -72,8 +87,15 @@ class S1Case:
 
 def variants(options: RankOptions) -> list[Variant]:
     cases = [S1Case(stage, route) for stage in (0, 1, 2, 3) for route in ROUTES]
-    out = [Variant(name=f"z{c.stage}-{c.route}", params=c, level=2 if f"z{c.stage}-{c.route}" in LEVEL2 else 3,
-                   reproduce=c.reproduce) for c in cases]
+    out = [
+        Variant(
+            name=f"z{c.stage}-{c.route}",
+            params=c,
+            level=2 if f"z{c.stage}-{c.route}" in LEVEL2 else 3,
+            reproduce=c.reproduce,
+        )
+        for c in cases
+    ]
     user = options.user_deepspeed_config()
     if user is not None:
         stage = int((user.config.get("zero_optimization") or {}).get("stage", 0))
@@ -87,8 +109,16 @@ def case_config(ctx: ProbeContext, params: S1Case) -> dict[str, Any]:
         return build_config(params.stage)
     filled = fill(params.user.config, ctx.world_size, ctx.device)
     trainer_optimizer(filled)  # an HF-Trainer-style config: the Trainer's optimizer, said
-    ctx.note("user_config", {"path": params.user.path, "sha256": params.user.sha256, "filled": filled.filled,
-                             "changed": filled.changed, "left_to_deepspeed": filled.unfilled})
+    ctx.note(
+        "user_config",
+        {
+            "path": params.user.path,
+            "sha256": params.user.sha256,
+            "filled": filled.filled,
+            "changed": filled.changed,
+            "left_to_deepspeed": filled.unfilled,
+        },
+    )
     ctx.check(change_findings(filled, ctx.rank))
     return {**filled.config, "steps_per_print": 10**9, "wall_clock_breakdown": False}
 
@@ -122,11 +152,14 @@ def run(ctx: ProbeContext) -> None:
     config = case_config(ctx, params)
     ctx.note("deepspeed_config", config)
     if route == "dispatch-disk" and ctx.has_user_model:
-        ctx.skip("the dispatch-disk route sends ds-doctor's own `emb` module to disk: it runs on the tiny model only")
+        ctx.skip(
+            "the dispatch-disk route sends ds-doctor's own `emb` module to disk: it runs on the tiny model only"
+        )
     engines: list[Any] = []
     try:
         engine = _initialize(ctx, config, seed=0, engines=engines)
-        batches = ctx.user_model()  # the user's model makes the batches and the loss (`--model`); None: the tiny one
+        # the user's model makes the batches and the loss (`--model`); None: the tiny one
+        batches = ctx.user_model()
         _train_step(engine, ctx, seed=0, user=batches)
         if reproduce:
             ctx.enter(f"replace: {route}")
@@ -149,7 +182,9 @@ def run(ctx: ProbeContext) -> None:
 def _conclude(ctx: ProbeContext, reproduce: bool, caught: list[Finding], problems: list[Problem]) -> None:
     if not reproduce:
         ctx.check(caught)
-        ctx.check(Finding("checkpoint_round_trip", Severity.ERROR, p.what, stage="after_reload") for p in problems)
+        ctx.check(
+            Finding("checkpoint_round_trip", Severity.ERROR, p.what, stage="after_reload") for p in problems
+        )
         return
     for problem in problems:
         ctx.showed(problem.what)
@@ -159,8 +194,10 @@ def _conclude(ctx: ProbeContext, reproduce: bool, caught: list[Finding], problem
         ctx.known_issue(issue, shown=True)
         return
     latent = " (latent here: the step, the save and the reload all came out right)"
-    ctx.check(dataclasses.replace(f, severity=Severity.WARNING, message=f.message + latent) if f.is_error else f
-              for f in caught)
+    ctx.check(
+        dataclasses.replace(f, severity=Severity.WARNING, message=f.message + latent) if f.is_error else f
+        for f in caught
+    )
     ctx.known_issue(DEFAULT_ISSUE, shown=False)
 
 
@@ -179,8 +216,9 @@ def _initialize(ctx: ProbeContext, config: dict[str, Any], *, seed: int, engines
     dispatch_model(model, device_map={"": _map_device(ctx.device)})  # place first, then initialize
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = route_optimizer(config, trainable)  # a user config without one: the Trainer's
-    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=None if optimizer else trainable,
-                                           optimizer=optimizer, config=config)
+    engine, _, _, _ = deepspeed.initialize(
+        model=model, model_parameters=None if optimizer else trainable, optimizer=optimizer, config=config
+    )
     engines.append(engine)
     return engine
 
@@ -194,14 +232,22 @@ def _train_step(engine: Any, ctx: ProbeContext, *, seed: int, user: Any = None) 
     import torch
 
     ctx.enter(f"train step {seed}")
-    for micro in range(engine.gradient_accumulation_steps()):  # one optimizer step: a whole accumulation window
+    # one optimizer step: a whole accumulation window
+    for micro in range(engine.gradient_accumulation_steps()):
         micro_seed = 1000 * ctx.rank + 100 * seed + micro
         if user is not None:
             dtype = torch.bfloat16 if engine.bfloat16_enabled() else torch.float32
-            loss = user.loss(engine, engine.train_micro_batch_size_per_gpu(), device=engine.device, dtype=dtype,
-                             seed=micro_seed)
+            loss = user.loss(
+                engine,
+                engine.train_micro_batch_size_per_gpu(),
+                device=engine.device,
+                dtype=dtype,
+                seed=micro_seed,
+            )
         else:
-            ids, y = token_batch(MICRO_BATCH, device=engine.device, seed=micro_seed if micro else 1000 * ctx.rank + seed)
+            ids, y = token_batch(
+                MICRO_BATCH, device=engine.device, seed=micro_seed if micro else 1000 * ctx.rank + seed
+            )
             loss = torch.nn.functional.mse_loss(engine(ids), y)
         engine.backward(loss)
         engine.step()
@@ -214,13 +260,16 @@ def _replace(module: Any, route: str, ctx: ProbeContext) -> None:
         from accelerate import dispatch_model
 
         offload = ctx.scratch_dir() / f"offload-rank{ctx.rank}"
-        dispatch_model(module, device_map={"emb": "disk", "head": _map_device(ctx.device)}, offload_dir=str(offload))
+        dispatch_model(
+            module, device_map={"emb": "disk", "head": _map_device(ctx.device)}, offload_dir=str(offload)
+        )
     elif route in ("set-tensor", "set-tensor-trainable"):
         from accelerate.utils import set_module_tensor_to_device
 
         frozen = [n for n, p in module.named_parameters() if not p.requires_grad]
         trainable = [n for n, p in module.named_parameters() if p.requires_grad]
-        name = frozen[0] if route == "set-tensor" else trainable[-1]  # emb.weight / head.weight on the tiny model
+        # emb.weight / head.weight on the tiny model
+        name = frozen[0] if route == "set-tensor" else trainable[-1]
         set_module_tensor_to_device(module, name, ctx.device, value=values[name])
     elif route == "assign":
         module.load_state_dict(values, assign=True)
@@ -237,8 +286,14 @@ def _differs(a: Any, b: Any) -> bool | None:
     return not torch.equal(a.float(), b.float())
 
 
-def _consequences(ctx: ProbeContext, engine: Any, named: list[tuple[str, Any]], config: dict[str, Any],
-                  engines: list[Any], batches: Any) -> list[Problem]:
+def _consequences(
+    ctx: ProbeContext,
+    engine: Any,
+    named: list[tuple[str, Any]],
+    config: dict[str, Any],
+    engines: list[Any],
+    batches: Any,
+) -> list[Problem]:
     """Train, save, read the file, reload: what actually went wrong, in order. A stage that went wrong ends the
     chain, since the later ones would only report its echo."""
     problems: list[Problem] = []
@@ -249,14 +304,17 @@ def _consequences(ctx: ProbeContext, engine: Any, named: list[tuple[str, Any]], 
     return problems
 
 
-def _train_and_judge(ctx: ProbeContext, engine: Any, named: list[tuple[str, Any]], batches: Any,
-                     problems: list[Problem]) -> dict[str, Any]:
+def _train_and_judge(
+    ctx: ProbeContext, engine: Any, named: list[tuple[str, Any]], batches: Any, problems: list[Problem]
+) -> dict[str, Any]:
     """One training step after the replacement, judged per parameter; returns the values a checkpoint should
     hold (those before the step where it raised)."""
     _step_past_warmup(ctx, engine, batches, problems)
     before = full_values(engine.module)
     lr = _current_lr(engine)
-    if not _attempt(ctx, problems, "the training step after it", lambda: _train_step(engine, ctx, seed=1, user=batches)):
+    if not _attempt(
+        ctx, problems, "the training step after it", lambda: _train_step(engine, ctx, seed=1, user=batches)
+    ):
         return before
     after = full_values(engine.module)
     _judge_step(ctx, named, before, after, lr, problems)
@@ -268,13 +326,23 @@ def _step_past_warmup(ctx: ProbeContext, engine: Any, batches: Any, problems: li
     for extra in range(3):
         if _current_lr(engine) != 0:
             break
-        if not _attempt(ctx, problems, "a warmup step",
-                        lambda seed=10 + extra: _train_step(engine, ctx, seed=seed, user=batches)):
+        if not _attempt(
+            ctx,
+            problems,
+            "a warmup step",
+            functools.partial(_train_step, engine, ctx, seed=10 + extra, user=batches),
+        ):
             break
 
 
-def _judge_step(ctx: ProbeContext, named: list[tuple[str, Any]], before: dict[str, Any], after: dict[str, Any],
-                lr: float | None, problems: list[Problem]) -> None:
+def _judge_step(
+    ctx: ProbeContext,
+    named: list[tuple[str, Any]],
+    before: dict[str, Any],
+    after: dict[str, Any],
+    lr: float | None,
+    problems: list[Problem],
+) -> None:
     """A trainable parameter the step left unchanged no longer trains, a frozen one it changed is not frozen;
     an unchanged one whose update could not show (lr 0, below the dtype's resolution) is noted, not judged."""
     unjudged = []
@@ -283,9 +351,13 @@ def _judge_step(ctx: ProbeContext, named: list[tuple[str, Any]], before: dict[st
         if param.requires_grad and changed is False and not _visible(before[name], lr):
             unjudged.append(name)  # a zero lr (warmup) or an update below the dtype's resolution
         elif param.requires_grad and changed is False:
-            problems.append(Problem(f"{name} is trainable, but a training step left it unchanged: it no longer "
-                                    "trains (the optimizer updates another object)",
-                                    "ds_replaced_trainable_param_not_trained"))
+            problems.append(
+                Problem(
+                    f"{name} is trainable, but a training step left it unchanged: it no longer "
+                    "trains (the optimizer updates another object)",
+                    "ds_replaced_trainable_param_not_trained",
+                )
+            )
         if not param.requires_grad and changed:
             problems.append(Problem(f"{name} is frozen, but a training step changed it"))
     if unjudged:
@@ -304,19 +376,34 @@ def _save_and_read(ctx: ProbeContext, engine: Any, problems: list[Problem]) -> P
     empty = meta_entries(save_dir / TAG)
     ctx.note("checkpoint_files", sorted(p.name for p in (save_dir / TAG).glob("*.pt")))
     if empty:
-        problems.append(Problem(f"save_checkpoint wrote meta tensors (no data) for {', '.join(empty)}: the checkpoint "
-                                "silently lost those weights", "ds_ckpt_meta_params_saved"))
+        problems.append(
+            Problem(
+                f"save_checkpoint wrote meta tensors (no data) for {', '.join(empty)}: the checkpoint "
+                "silently lost those weights",
+                "ds_ckpt_meta_params_saved",
+            )
+        )
         return None
     return save_dir
 
 
-def _reload_and_compare(ctx: ProbeContext, config: dict[str, Any], engines: list[Any], save_dir: Path,
-                        expected: dict[str, Any], problems: list[Problem]) -> None:
+def _reload_and_compare(
+    ctx: ProbeContext,
+    config: dict[str, Any],
+    engines: list[Any],
+    save_dir: Path,
+    expected: dict[str, Any],
+    problems: list[Problem],
+) -> None:
     """Load the checkpoint into a fresh engine (other initial values) and compare with what was saved."""
     fresh = _initialize(ctx, config, seed=1, engines=engines)
     ctx.enter("load_checkpoint")
-    if not _attempt(ctx, problems, "load_checkpoint into a fresh engine",
-                    lambda: fresh.load_checkpoint(str(save_dir), tag=TAG)):
+    if not _attempt(
+        ctx,
+        problems,
+        "load_checkpoint into a fresh engine",
+        lambda: fresh.load_checkpoint(str(save_dir), tag=TAG),
+    ):
         return
     ctx.enter("compare reloaded values")
     reloaded = full_values(fresh.module)
@@ -324,7 +411,9 @@ def _reload_and_compare(ctx: ProbeContext, config: dict[str, Any], engines: list
         if value.device.type == "meta":
             continue  # no value to compare with; no_meta_params reported it
         if reloaded.get(name) is None or _differs(value, reloaded[name]) is not False:
-            problems.append(Problem(f"{name} did not come back from the checkpoint with the value it was saved with"))
+            problems.append(
+                Problem(f"{name} did not come back from the checkpoint with the value it was saved with")
+            )
     ctx.note("reloaded", sorted(reloaded))
 
 
@@ -357,7 +446,9 @@ def _attempt(ctx: ProbeContext, problems: list[Problem], what: str, action: Call
     except Exception as exc:
         raised = RaisedError.of(exc)
         ctx.note(f"raised in {what}", raised.traceback)
-        problems.append(Problem(f"{what} raised {raised.summary}", raised.hits[0].id if raised.hits else None))
+        problems.append(
+            Problem(f"{what} raised {raised.summary}", raised.hits[0].id if raised.hits else None)
+        )
         return False
 
 

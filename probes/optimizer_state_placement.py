@@ -17,7 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from ds_doctor.plugins import Finding, ProbeContext, ProbeSpec, RankOptions, Requirement, Severity, Variant
-from ds_doctor.plugins.checks import buffer_placement, optimizer_state_colocation, process_count_agreement, ties_kept
+from ds_doctor.plugins.checks import (
+    buffer_placement,
+    optimizer_state_colocation,
+    process_count_agreement,
+    ties_kept,
+)
 from ds_doctor.plugins.usersetup import accelerate_config
 from ds_doctor.probes.shared.common import accelerate_session, dist_world_size
 from ds_doctor.probes.shared.models import batch, build_mlp
@@ -43,19 +48,27 @@ class OptimizerCase:
 OPTIMIZERS = (
     OptimizerCase("adamw", Requirement("torch", "torch")),
     OptimizerCase("prodigy", Requirement("prodigyopt", "prodigyopt")),
-    OptimizerCase("prodigy-plus-schedule-free", Requirement("prodigyplus", "prodigy-plus-schedule-free"),
-                  "prodigy_group_tensors_left_on_cpu"),
+    OptimizerCase(
+        "prodigy-plus-schedule-free",
+        Requirement("prodigyplus", "prodigy-plus-schedule-free"),
+        "prodigy_group_tensors_left_on_cpu",
+    ),
 )
 MICRO_BATCH = 4
-REMEDY = ("After accelerator.load_state move each param group's tensors to the device of the group's first "
-          "parameter; or load_state(dir, map_location=\"on_device\"); or upgrade an optimizer that has no guard "
-          "(prodigy-plus-schedule-free >= 1.9.2 moves them back on access).")
+REMEDY = (
+    "After accelerator.load_state move each param group's tensors to the device of the group's first "
+    'parameter; or load_state(dir, map_location="on_device"); or upgrade an optimizer that has no guard '
+    "(prodigy-plus-schedule-free >= 1.9.2 moves them back on access)."
+)
 
 
 def variants(options: RankOptions) -> list[Variant]:
     cases = list(OPTIMIZERS)
     if options.accelerate_config is not None:
-        cases += [dataclasses.replace(c, name=f"{c.name}-user-accelerate-config", user_accelerate=True) for c in OPTIMIZERS]
+        cases += [
+            dataclasses.replace(c, name=f"{c.name}-user-accelerate-config", user_accelerate=True)
+            for c in OPTIMIZERS
+        ]
     return [Variant(name=case.name, params=case, level=2 if case.issue else 3) for case in cases]
 
 
@@ -75,7 +88,9 @@ def make_optimizer(name: str, params: Any) -> Any:
 
 def placement(records: list[Any], severity: Severity) -> list[Finding]:
     """I3 over one stage's records, with a remedy; `severity` for a misplacement the next step may survive."""
-    return [dataclasses.replace(f, severity=severity, remedy=REMEDY) for f in optimizer_state_colocation(records)]
+    return [
+        dataclasses.replace(f, severity=severity, remedy=REMEDY) for f in optimizer_state_colocation(records)
+    ]
 
 
 def run(ctx: ProbeContext) -> None:
@@ -139,8 +154,12 @@ def _resume(ctx: ProbeContext, name: str, setup: Any, checkpoint: Path, issue_id
             ctx.showed("the first step after load_state raised")
             return
         raise
-    ctx.check(dataclasses.replace(f, severity=Severity.WARNING, message=f.message + " (the next step coped with it)")
-              for f in misplaced)
+    ctx.check(
+        dataclasses.replace(
+            f, severity=Severity.WARNING, message=f.message + " (the next step coped with it)"
+        )
+        for f in misplaced
+    )
     ctx.check(placement(ctx.snapshot("after_step", module=model, optimizer=optimizer), Severity.ERROR))
     if issue_id:
         ctx.known_issue(issue_id, shown=False)
@@ -162,8 +181,11 @@ def _prepared(ctx: ProbeContext, name: str, setup: Any = None) -> tuple[Any, Any
     accelerator = Accelerator(cpu=cpu, kwargs_handlers=[InitProcessGroupKwargs(backend=ctx.backend)], **extra)
     user = ctx.user_model()
     model = user.module if user is not None else build_mlp(seed=0)
-    if "deepspeed_plugin" in extra:  # its "auto" batch sizes come from a prepared dataloader, as in a real job
-        loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.zeros(8, 1)), batch_size=MICRO_BATCH)
+    # its "auto" batch sizes come from a prepared dataloader, as in a real job
+    if "deepspeed_plugin" in extra:
+        loader = torch.utils.data.DataLoader(
+            torch.utils.data.TensorDataset(torch.zeros(8, 1)), batch_size=MICRO_BATCH
+        )
         model, optimizer, _ = accelerator.prepare(model, make_optimizer(name, model.parameters()), loader)
     else:
         model, optimizer = accelerator.prepare(model, make_optimizer(name, model.parameters()))
@@ -175,9 +197,19 @@ def _prepared(ctx: ProbeContext, name: str, setup: Any = None) -> tuple[Any, Any
 def _config_honoured(asked: str, runs: str) -> list[Finding]:
     """The user's config asks for a distributed type; Accelerate may quietly run another."""
     same = asked == runs or (asked in ("NO", "MULTI_CPU") and runs in ("NO", "MULTI_CPU"))
-    return [] if same else [Finding("accelerate_config_honoured", Severity.ERROR,
-                                    f"the Accelerate config asks for {asked}; the prepared Accelerator runs {runs}",
-                                    stage="prepare", expected=f"distributed_type {asked}")]
+    return (
+        []
+        if same
+        else [
+            Finding(
+                "accelerate_config_honoured",
+                Severity.ERROR,
+                f"the Accelerate config asks for {asked}; the prepared Accelerator runs {runs}",
+                stage="prepare",
+                expected=f"distributed_type {asked}",
+            )
+        ]
+    )
 
 
 def _step(ctx: ProbeContext, accelerator: Any, model: Any, optimizer: Any, user: Any, *, seed: int) -> None:
@@ -187,7 +219,9 @@ def _step(ctx: ProbeContext, accelerator: Any, model: Any, optimizer: Any, user:
     ctx.enter(f"step {seed}")
     dtype = next(model.parameters()).dtype  # bf16 under DeepSpeed's bf16: its inputs must match
     if user is not None:
-        loss = user.loss(model, MICRO_BATCH, device=accelerator.device, dtype=dtype, seed=100 * ctx.rank + seed)
+        loss = user.loss(
+            model, MICRO_BATCH, device=accelerator.device, dtype=dtype, seed=100 * ctx.rank + seed
+        )
     else:
         x, y = batch(MICRO_BATCH, dtype=dtype, device=accelerator.device, seed=100 * ctx.rank + seed)
         loss = torch.nn.functional.mse_loss(model(x), y)

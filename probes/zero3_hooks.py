@@ -30,8 +30,10 @@ class Wrapping:
 
 
 def variants() -> list[Variant]:
-    return [Variant("plain-wrapper", Wrapping(False), level=3),
-            Variant("delegating-wrapper", Wrapping(True), level=3, reproduce=True)]
+    return [
+        Variant("plain-wrapper", Wrapping(False), level=3),
+        Variant("delegating-wrapper", Wrapping(True), level=3, reproduce=True),
+    ]
 
 
 def build_model(delegates: bool) -> Any:
@@ -57,8 +59,12 @@ def build_model(delegates: bool) -> Any:
                 return getattr(self.original_module, name)
 
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.ReLU(),
-                               ModulesToSave(torch.nn.Linear(HIDDEN, HIDDEN)), torch.nn.Linear(HIDDEN, 1))
+    return torch.nn.Sequential(
+        torch.nn.Linear(HIDDEN, HIDDEN),
+        torch.nn.ReLU(),
+        ModulesToSave(torch.nn.Linear(HIDDEN, HIDDEN)),
+        torch.nn.Linear(HIDDEN, 1),
+    )
 
 
 def run(ctx: ProbeContext) -> None:
@@ -70,10 +76,15 @@ def run(ctx: ProbeContext) -> None:
     model = build_model(wrapping.delegates)
     ctx.enter("initialize")
     trainable = [p for p in model.parameters() if p.requires_grad]
-    config = {"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 3},
-              "zero_allow_untested_optimizer": True, "steps_per_print": 10**9}
-    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=torch.optim.AdamW(trainable, lr=1e-3),
-                                           config=config)
+    config = {
+        "train_micro_batch_size_per_gpu": 2,
+        "zero_optimization": {"stage": 3},
+        "zero_allow_untested_optimizer": True,
+        "steps_per_print": 10**9,
+    }
+    engine, _, _, _ = deepspeed.initialize(
+        model=model, optimizer=torch.optim.AdamW(trainable, lr=1e-3), config=config
+    )
     try:
         ctx.note("deepspeed_version", deepspeed.__version__)
         ctx.check(zero3_hooks_own_state(engine.module, ctx.rank))

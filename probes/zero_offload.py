@@ -56,10 +56,16 @@ class ZeroCase:
 
 
 def variants(options: RankOptions) -> list[Variant]:
-    cases = [ZeroCase(stage, offload, dtype) for stage in (1, 2, 3) for offload, (_, offload_param) in OFFLOADS.items()
-             if not offload_param or stage == 3  # parameter offload exists only in ZeRO-3
-             for dtype in ("bf16", "fp32")]
-    out = [Variant(name=case.name, params=case, level=2 if case.name == REPRESENTATIVE else 3) for case in cases]
+    cases = [
+        ZeroCase(stage, offload, dtype)
+        for stage in (1, 2, 3)
+        for offload, (_, offload_param) in OFFLOADS.items()
+        if not offload_param or stage == 3  # parameter offload exists only in ZeRO-3
+        for dtype in ("bf16", "fp32")
+    ]
+    out = [
+        Variant(name=case.name, params=case, level=2 if case.name == REPRESENTATIVE else 3) for case in cases
+    ]
     user = options.user_deepspeed_config()
     return [*out, Variant("user-config", user, level=2)] if user is not None else out
 
@@ -100,17 +106,28 @@ def run(ctx: ProbeContext) -> None:
         ctx.note("model", model.describe())
     ctx.snapshot("before_init", module=module)
     optimizer = route_optimizer(config, module.parameters())  # a user config without one: the Trainer's
-    engine, _, _, _ = deepspeed.initialize(model=module, model_parameters=None if optimizer else module.parameters(),
-                                           optimizer=optimizer, config=config)
+    engine, _, _, _ = deepspeed.initialize(
+        model=module,
+        model_parameters=None if optimizer else module.parameters(),
+        optimizer=optimizer,
+        config=config,
+    )
     try:
         ctx.note("optimizer", type(engine.optimizer).__name__)
         ctx.note("inner_optimizer", type(getattr(engine.optimizer, "optimizer", None)).__name__)
         ctx.snapshot("after_init", engine=engine)
         with observe_unscale_and_clip(engine.optimizer, ctx.rank, ctx.add_records) as calls:
-            train_window(engine, seed=1000 * ctx.rank, enter=ctx.enter, model=model,
-                         after_first_backward=lambda: ctx.snapshot("after_backward", engine=engine))
+            train_window(
+                engine,
+                seed=1000 * ctx.rank,
+                enter=ctx.enter,
+                model=model,
+                after_first_backward=lambda: ctx.snapshot("after_backward", engine=engine),
+            )
         ctx.snapshot("after_step", engine=engine)
-        _check_the_step_ran(ctx, engine, calls[0], float(config.get("gradient_clipping") or 0), require_clip=not user)
+        _check_the_step_ran(
+            ctx, engine, calls[0], float(config.get("gradient_clipping") or 0), require_clip=not user
+        )
         ctx.check(zero_invariants(ctx.records, promise))
         ctx.check(buffer_placement(ctx.records, ctx.device, "after_init"))
         ctx.check(ties_kept(ctx.records, "before_init", "after_step"))
@@ -126,14 +143,29 @@ def configure(ctx: ProbeContext) -> dict[str, Any]:
     user: UserConfig = ctx.params
     filled = fill(user.config, ctx.world_size, ctx.device)
     trainer_optimizer(filled)  # an HF-Trainer-style config: the Trainer's optimizer, said
-    ctx.note("user_config", {"path": user.path, "sha256": user.sha256, "config": user.config, "filled": filled.filled,
-                             "changed": filled.changed, "left_to_deepspeed": filled.unfilled})
+    ctx.note(
+        "user_config",
+        {
+            "path": user.path,
+            "sha256": user.sha256,
+            "config": user.config,
+            "filled": filled.filled,
+            "changed": filled.changed,
+            "left_to_deepspeed": filled.unfilled,
+        },
+    )
     ctx.check(change_findings(filled, ctx.rank))
     return {**filled.config, "steps_per_print": 10**9, "wall_clock_breakdown": False}
 
 
-def train_window(engine: Any, *, seed: int, enter: Callable[[str], None] | None = None,
-                 after_first_backward: Callable[[], object] | None = None, model: Any = None) -> None:
+def train_window(
+    engine: Any,
+    *,
+    seed: int,
+    enter: Callable[[str], None] | None = None,
+    after_first_backward: Callable[[], object] | None = None,
+    model: Any = None,
+) -> None:
     """One accumulation window: the engine's accumulation steps, the last of them the boundary step. `model`: the
     user's (`ctx.user_model()`), trained on its own batches; else the tiny MLP's regression."""
     import torch
@@ -154,7 +186,9 @@ def train_window(engine: Any, *, seed: int, enter: Callable[[str], None] | None 
         engine.step()
 
 
-def _check_the_step_ran(ctx: ProbeContext, engine: Any, clip_calls: int, clip: float, require_clip: bool) -> None:
+def _check_the_step_ran(
+    ctx: ProbeContext, engine: Any, clip_calls: int, clip: float, require_clip: bool
+) -> None:
     """The case only proves something if the boundary step ran (and, with the family's config, clipping fired)."""
     norm = engine.get_global_grad_norm()
     norm_value = float(norm) if norm is not None else None

@@ -5,12 +5,22 @@ from __future__ import annotations
 from typing import Any
 
 #: How a version-1 report's notes name what version 2 keeps in `measures` and `series`.
-V1_NOTES = {"busbw_gbps": "busbw_gbps", "algbw_gbps": "algbw_gbps", "tflops": "tflops", "size": "matmul_size",
-             "relative_error": "relative_error", "tolerance": "error_tolerance"}
+V1_NOTES = {
+    "busbw_gbps": "busbw_gbps",
+    "algbw_gbps": "algbw_gbps",
+    "tflops": "tflops",
+    "size": "matmul_size",
+    "relative_error": "relative_error",
+    "tolerance": "error_tolerance",
+}
 
 
-def measures_from_v1_notes(notes: dict[str, Any]) -> tuple[dict[str, float], list[dict[str, float]], dict[str, Any]]:
-    measures = {new: notes.pop(old) for old, new in V1_NOTES.items() if isinstance(notes.get(old), (int, float))}
+def measures_from_v1_notes(
+    notes: dict[str, Any],
+) -> tuple[dict[str, float], list[dict[str, float]], dict[str, Any]]:
+    measures = {
+        new: notes.pop(old) for old, new in V1_NOTES.items() if isinstance(notes.get(old), (int, float))
+    }
     sizes = notes.pop("sizes", None)
     series = [dict(row) for row in sizes if isinstance(row, dict)] if isinstance(sizes, list) else []
     return measures, series, notes

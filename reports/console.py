@@ -16,7 +16,14 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 from rich.text import Text
 
@@ -25,8 +32,13 @@ from ds_doctor.reports.records import FAILING, CaseResult, Outcome, Report, Verd
 from ds_doctor.reports.safe import clip, one_line
 
 STYLES = {
-    Outcome.PASS: "green", Outcome.FAIL: "bold red", Outcome.ERROR: "bold red", Outcome.TIMEOUT: "bold red",
-    Outcome.SKIP: "yellow", Outcome.XFAIL: "magenta", Outcome.XPASS: "cyan",
+    Outcome.PASS: "green",
+    Outcome.FAIL: "bold red",
+    Outcome.ERROR: "bold red",
+    Outcome.TIMEOUT: "bold red",
+    Outcome.SKIP: "yellow",
+    Outcome.XFAIL: "magenta",
+    Outcome.XPASS: "cyan",
 }
 WIDE = 100_000  # a console that is not a terminal: never wrap or cut a line
 SUMMARY_WIDTH = 160  # a line of the compact summary, at most (a case id is never cut)
@@ -51,15 +63,21 @@ def make_console(*, stderr: bool = False) -> Console:
 
 def key_measures(result: CaseResult) -> list[str]:
     """The headline measures of a case, `—` with the reason where one means nothing at its world size."""
-    return [format_measure(name, value, result.world_size) for name, value in result.measures.items()
-            if name in MEASURES and MEASURES[name].headline]
+    return [
+        format_measure(name, value, result.world_size)
+        for name, value in result.measures.items()
+        if name in MEASURES and MEASURES[name].headline
+    ]
 
 
 def case_line(result: CaseResult) -> str:
     """One plain line for a finished case: id, outcome, time, the key measure or the reason."""
     detail = " · ".join(key_measures(result)) if result.outcome == Outcome.PASS else (result.reason or "")
     detail = f"[shared GPU: {result.shared_gpu}] {detail}".strip() if result.shared_gpu else detail
-    return one_line(f"{result.key} {result.outcome.value.upper()} {result.duration_s:.1f}s" + (f" {detail}" if detail else ""))
+    return one_line(
+        f"{result.key} {result.outcome.value.upper()} {result.duration_s:.1f}s"
+        + (f" {detail}" if detail else "")
+    )
 
 
 class RunProgress:
@@ -72,12 +90,23 @@ class RunProgress:
         self.done: set[str] = set()
 
     def planned(self, total: int, device_kind: str, nproc: int, skipped: int) -> None:
-        say(self.console, one_line(f"ds-doctor {self.version}: level {self.level}, {total} case(s) to run on "
-                                   f"{device_kind}" + (f" with up to {nproc} ranks" if total else "")
-                                   + (f", {skipped} skipped" if skipped else "")))
+        say(
+            self.console,
+            one_line(
+                f"ds-doctor {self.version}: level {self.level}, {total} case(s) to run on "
+                f"{device_kind}"
+                + (f" with up to {nproc} ranks" if total else "")
+                + (f", {skipped} skipped" if skipped else "")
+            ),
+        )
         if total and self.console.is_terminal:
-            columns = (SpinnerColumn(), TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
-                       TimeElapsedColumn())
+            columns = (
+                SpinnerColumn(),
+                TextColumn("{task.description}", markup=False),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+            )
             self.progress = Progress(*columns, console=self.console, transient=True)
             self.progress.start()
             self.task = self.progress.add_task("starting", total=total)
@@ -124,8 +153,13 @@ def summary_table(report: Report) -> Table:
     table.add_column("details", overflow="fold")
     for result in report.results:
         where = [cell_text(report.where(result))] if report.nodes else []
-        table.add_row(cell_text(result.label), *where, Text(result.outcome.value, style=STYLES[result.outcome]),
-                      f"{result.duration_s:.1f}s", cell_text(_details(result)))
+        table.add_row(
+            cell_text(result.label),
+            *where,
+            Text(result.outcome.value, style=STYLES[result.outcome]),
+            f"{result.duration_s:.1f}s",
+            cell_text(_details(result)),
+        )
     return table
 
 
@@ -133,9 +167,11 @@ def closing_line(report: Report) -> str:
     """Where the run ran (each node's host, GPUs and CPUs) and the count of each outcome."""
     counts = ", ".join(f"{v} {k}" for k, v in report.summary.items() if v) or "no cases ran"
     sections = report.nodes or ({"host": report.hardware.get("host"), "hardware": report.hardware},)
-    said = [f"{'node ' + str(s['node']) + ' ' if 'node' in s else ''}{s.get('host')}: "
-            f"{len((s.get('hardware') or {}).get('gpus') or [])} GPU(s), {(s.get('hardware') or {}).get('cpus')} CPUs"
-            for s in sections]
+    said = [
+        f"{'node ' + str(s['node']) + ' ' if 'node' in s else ''}{s.get('host')}: "
+        f"{len((s.get('hardware') or {}).get('gpus') or [])} GPU(s), {(s.get('hardware') or {}).get('cpus')} CPUs"
+        for s in sections
+    ]
     return one_line(" · ".join([*said, counts]))
 
 
@@ -166,14 +202,23 @@ def print_summary(report: Report, console: Console) -> None:
         for line in compact_summary(report):
             say(console, line)
     for issue in report.affecting_issues:
-        say(console, Text.assemble(("affected by ", "bold"), (one_line(issue["id"]), "bold"), ": ",
-                                   one_line(issue["remedy"])))
+        say(
+            console,
+            Text.assemble(
+                ("affected by ", "bold"), (one_line(issue["id"]), "bold"), ": ", one_line(issue["remedy"])
+            ),
+        )
 
 
 def print_paths(console: Console, paths: Mapping[str, Any]) -> None:
     """Where the files went (the caller scrubs them like the report: a directory name can look like a token)."""
-    for key, label in (("json", "JSON report"), ("markdown", "Markdown report"), ("junit", "JUnit XML"),
-                       ("prometheus", "Prometheus metrics"), ("diff", "Diff against the baseline")):
+    for key, label in (
+        ("json", "JSON report"),
+        ("markdown", "Markdown report"),
+        ("junit", "JUnit XML"),
+        ("prometheus", "Prometheus metrics"),
+        ("diff", "Diff against the baseline"),
+    ):
         if key in paths:
             say(console, one_line(f"{label}: {paths[key]}"))
 
@@ -210,24 +255,39 @@ def print_list(cases: Iterable[CaseRow], families: Iterable[FamilyRow], console:
     console.print(table)
     for family in families:
         requires = ", ".join(family.requires) or "nothing"
-        say(console, one_line(f"{family.name} ({family.scenario}, timeout {family.timeout_s:g} s, needs {requires}"
-                              + (f"; missing: {'; '.join(family.missing)}" if family.missing else "")
-                              + f"): {family.description}"))
+        say(
+            console,
+            one_line(
+                f"{family.name} ({family.scenario}, timeout {family.timeout_s:g} s, needs {requires}"
+                + (f"; missing: {'; '.join(family.missing)}" if family.missing else "")
+                + f"): {family.description}"
+            ),
+        )
 
 
 def environment_lines(env: Mapping[str, Any], hardware: Mapping[str, Any]) -> list[str]:
     """`ds-doctor env` as plain lines (each line `one_line`: a value never starts a line or sends a control)."""
-    lines = [f"host: {hardware['host']}  cpus: {hardware['cpus']}  "
-             f"memory: {(hardware['memory_bytes'] or 0) / 2**30:.1f} GiB"]
-    lines += [f"gpu {gpu['index']}: {gpu.get('name')} {(gpu.get('memory_total_bytes') or 0) / 2**30:.0f} GiB "
-              f"{gpu.get('uuid')}" for gpu in hardware["gpus"]]
+    lines = [
+        f"host: {hardware['host']}  cpus: {hardware['cpus']}  "
+        f"memory: {(hardware['memory_bytes'] or 0) / 2**30:.1f} GiB"
+    ]
+    lines += [
+        f"gpu {gpu['index']}: {gpu.get('name')} {(gpu.get('memory_total_bytes') or 0) / 2**30:.0f} GiB "
+        f"{gpu.get('uuid')}"
+        for gpu in hardware["gpus"]
+    ]
     if not hardware["gpus"]:
         lines.append(f"gpus: none ({hardware['gpus_reason']})")
     lines.append(f"python: {env['python']}  platform: {env['platform']}")
-    lines.append(f"cuda (torch build): {env['cuda']}  nccl: {env['nccl']}  driver: {env['driver']} "
-                 f"(CUDA {env['cuda_driver']})")
+    lines.append(
+        f"cuda (torch build): {env['cuda']}  nccl: {env['nccl']}  driver: {env['driver']} "
+        f"(CUDA {env['cuda_driver']})"
+    )
     lines += [f"{name}: {version or 'not installed'}" for name, version in env["packages"].items()]
-    lines += [f"out of declared range: {p['package']} {p['version']} declares {p['requires']}{p['declared']}; "
-              f"{p['requires']} {p['installed']} is installed" for p in env.get("version_skew") or ()]
+    lines += [
+        f"out of declared range: {p['package']} {p['version']} declares {p['requires']}{p['declared']}; "
+        f"{p['requires']} {p['installed']} is installed"
+        for p in env.get("version_skew") or ()
+    ]
     lines += [f"{name}={value}" for name, value in env["variables"].items()]
     return [one_line(line) for line in lines]

@@ -34,13 +34,23 @@ class Diff:
         return [c for c in self.changes if c.regression]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"baseline": self.baseline, "new": self.new, "tolerance_pct": self.tolerance_pct,
-                "regressed": bool(self.regressions), "changes": [c.to_dict() for c in self.changes]}
+        return {
+            "baseline": self.baseline,
+            "new": self.new,
+            "tolerance_pct": self.tolerance_pct,
+            "regressed": bool(self.regressions),
+            "changes": [c.to_dict() for c in self.changes],
+        }
 
 
-KIND_TITLES = (("outcome", "Outcome changes"), ("case", "Cases added or gone"), ("finding", "New findings"),
-               ("measure", "Bandwidth and TFLOP/s beyond the tolerance"), ("hardware", "Hardware changes"),
-               ("version", "Version changes"))
+KIND_TITLES = (
+    ("outcome", "Outcome changes"),
+    ("case", "Cases added or gone"),
+    ("finding", "New findings"),
+    ("measure", "Bandwidth and TFLOP/s beyond the tolerance"),
+    ("hardware", "Hardware changes"),
+    ("version", "Version changes"),
+)
 
 
 def _cell(value: Any) -> str:
@@ -50,8 +60,14 @@ def _cell(value: Any) -> str:
 def render_diff(diff: Diff) -> str:
     """Markdown (also read as plain text on a console)."""
     verdict = f"**REGRESSED**: {len(diff.regressions)} regression(s)" if diff.regressions else "no regression"
-    lines = [f"# ds-doctor diff: {verdict}", "", f"- baseline: {md_text(diff.baseline)}", f"- new: {md_text(diff.new)}",
-             f"- tolerance: {diff.tolerance_pct:g}%", ""]
+    lines = [
+        f"# ds-doctor diff: {verdict}",
+        "",
+        f"- baseline: {md_text(diff.baseline)}",
+        f"- new: {md_text(diff.new)}",
+        f"- tolerance: {diff.tolerance_pct:g}%",
+        "",
+    ]
     if not diff.changes:
         lines += ["Nothing changed.", ""]
     for kind, title in KIND_TITLES:
@@ -59,7 +75,10 @@ def render_diff(diff: Diff) -> str:
         if not rows:
             continue
         lines += [f"## {title}", "", "| | what | before | after | detail |", "|---|---|---|---|---|"]
-        lines += [f"| {'REGRESSION' if c.regression else ''} | {_cell(c.subject)} | {_cell(c.before)} | "
-                  f"{_cell(c.after)} | {_cell(c.detail)} |" for c in rows]
+        lines += [
+            f"| {'REGRESSION' if c.regression else ''} | {_cell(c.subject)} | {_cell(c.before)} | "
+            f"{_cell(c.after)} | {_cell(c.detail)} |"
+            for c in rows
+        ]
         lines.append("")
     return "\n".join(lines)

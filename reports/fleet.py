@@ -14,9 +14,17 @@ from ds_doctor.reports.measures import MEASURES
 from ds_doctor.reports.safe import clip, md_cell, md_text
 
 #: How a fingerprint key is named in the table (`package:deepspeed` is `deepspeed`, `env:NCCL_IB_HCA` `$NCCL_IB_HCA`).
-KEY_LABELS = {"python": "Python", "torch.cuda": "torch's CUDA", "torch.nccl": "NCCL", "driver": "driver",
-              "cuda_driver": "CUDA driver", "gpu.name": "GPU", "gpu.memory_gib": "GPU memory (GiB)",
-              "gpu.compute_capability": "compute capability", "gpu.count": "GPUs"}
+KEY_LABELS = {
+    "python": "Python",
+    "torch.cuda": "torch's CUDA",
+    "torch.nccl": "NCCL",
+    "driver": "driver",
+    "cuda_driver": "CUDA driver",
+    "gpu.name": "GPU",
+    "gpu.memory_gib": "GPU memory (GiB)",
+    "gpu.compute_capability": "compute capability",
+    "gpu.count": "GPUs",
+}
 CELL_ITEMS = 6  # a table cell lists this many and counts the rest (the sections below list them all)
 CELL_CHARS = 200  # ...each cut to this many characters (a reason, a host name may be anything)
 
@@ -128,9 +136,14 @@ class Fleet:
         return any(node.failed for node in self.nodes)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"tolerance_pct": self.tolerance_pct, "failed": self.failed, "nodes": [n.to_dict() for n in self.nodes],
-                "spreads": [dataclasses.asdict(s) for s in self.spreads],
-                "unreadable": [dataclasses.asdict(u) for u in self.unreadable], "not_read": self.not_read}
+        return {
+            "tolerance_pct": self.tolerance_pct,
+            "failed": self.failed,
+            "nodes": [n.to_dict() for n in self.nodes],
+            "spreads": [dataclasses.asdict(s) for s in self.spreads],
+            "unreadable": [dataclasses.asdict(u) for u in self.unreadable],
+            "not_read": self.not_read,
+        }
 
 
 def _c(value: object, width: int = CELL_CHARS) -> str:
@@ -154,12 +167,16 @@ def _health(node: NodeView) -> list[str]:
 
 
 def _node_rows(fleet: Fleet) -> list[str]:
-    lines = ["| node | run | outcomes | GPU health fails | differs from the fleet | below the fleet median | |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| node | run | outcomes | GPU health fails | differs from the fleet | below the fleet median | |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for node in fleet.nodes:
-        lines.append(f"| {_c(node.host)} | {_c(node.started_at)} | {_c(_outcomes(node.outcomes))} | "
-                     f"{_cell(_health(node))} | {_cell([d.short() for d in node.deviations])} | "
-                     f"{_cell([m.short() for m in node.below])} | {'**FAIL**' if node.failed else 'ok'} |")
+        lines.append(
+            f"| {_c(node.host)} | {_c(node.started_at)} | {_c(_outcomes(node.outcomes))} | "
+            f"{_cell(_health(node))} | {_cell([d.short() for d in node.deviations])} | "
+            f"{_cell([m.short() for m in node.below])} | {'**FAIL**' if node.failed else 'ok'} |"
+        )
     return lines
 
 
@@ -168,21 +185,30 @@ def _failing_rows(fleet: Fleet) -> list[str]:
     if not rows:
         return []
     lines = ["## Failing cases", "", "| node | case | outcome | reason |", "|---|---|---|---|"]
-    lines += [f"| {_c(host)} | {_c(c.case)} | {c.outcome} | {_c(c.reason) if c.reason else '-'} |"
-              for host, c in rows]
+    lines += [
+        f"| {_c(host)} | {_c(c.case)} | {c.outcome} | {_c(c.reason) if c.reason else '-'} |"
+        for host, c in rows
+    ]
     return [*lines, ""]
 
 
 def _spread_rows(fleet: Fleet) -> list[str]:
     if not fleet.spreads:
         return []
-    lines = ["## Differences across the fleet", "",
-             "As `consistency` compares the ranks of a job: `error` where a job spanning these nodes crashes or hangs.",
-             "", "| what | fleet majority | differs on | severity |", "|---|---|---|---|"]
+    lines = [
+        "## Differences across the fleet",
+        "",
+        "As `consistency` compares the ranks of a job: `error` where a job spanning these nodes crashes or hangs.",
+        "",
+        "| what | fleet majority | differs on | severity |",
+        "|---|---|---|---|",
+    ]
     for spread in fleet.spreads:
         others = "; ".join(f"{value} on {', '.join(hosts)}" for value, hosts in spread.others.items())
-        lines.append(f"| {_c(key_label(spread.key))} | {_c(spread.majority)} ({spread.majority_nodes} "
-                     f"node(s)) | {_c(others, 500)} | {spread.severity} |")
+        lines.append(
+            f"| {_c(key_label(spread.key))} | {_c(spread.majority)} ({spread.majority_nodes} "
+            f"node(s)) | {_c(others, 500)} | {spread.severity} |"
+        )
     return [*lines, ""]
 
 
@@ -193,14 +219,22 @@ def _median_rows(fleet: Fleet) -> list[str]:
             groups.setdefault((cell.case, cell.measure, cell.gpus), []).append((node.host, cell))
     if not groups:
         return []
-    lines = ["## Measures against the fleet median", "",
-             f"Per case and measure, among nodes with the same GPUs; below by more than {fleet.tolerance_pct:g}% is "
-             "flagged.", "", "| case | measure | GPUs | nodes | median | lowest | flagged |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        "## Measures against the fleet median",
+        "",
+        f"Per case and measure, among nodes with the same GPUs; below by more than {fleet.tolerance_pct:g}% is "
+        "flagged.",
+        "",
+        "| case | measure | GPUs | nodes | median | lowest | flagged |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for (case, name, gpus), cells in sorted(groups.items()):
         host, low = min(cells, key=lambda item: item[1].value)
         flagged = [h for h, c in cells if c.below]
-        lines.append(f"| {_c(case)} | {MEASURES[name].label} | {_c(gpus)} | {len(cells)} | "
-                     f"{low.median:g} | {low.value:g} ({_c(host)}) | {_cell(flagged)} |")
+        lines.append(
+            f"| {_c(case)} | {MEASURES[name].label} | {_c(gpus)} | {len(cells)} | "
+            f"{low.median:g} | {low.value:g} ({_c(host)}) | {_cell(flagged)} |"
+        )
     return [*lines, ""]
 
 
@@ -208,21 +242,40 @@ def _other_rows(fleet: Fleet) -> list[str]:
     lines = []
     shared = [(node.host, case) for node in fleet.nodes for case in node.shared_gpu]
     if shared:
-        lines += ["## Not compared: ranks that shared a GPU", "",
-                  "What ranks sharing one GPU measured between them crossed no interconnect.", ""]
-        lines += [f"- {md_text(clip(host, CELL_CHARS))}: {md_text(clip(case, CELL_CHARS))}" for host, case in shared]
+        lines += [
+            "## Not compared: ranks that shared a GPU",
+            "",
+            "What ranks sharing one GPU measured between them crossed no interconnect.",
+            "",
+        ]
+        lines += [
+            f"- {md_text(clip(host, CELL_CHARS))}: {md_text(clip(case, CELL_CHARS))}" for host, case in shared
+        ]
         lines.append("")
     if fleet.unreadable:
-        lines += ["## Unreadable reports", ""] + [f"- {md_text(clip(u.source, 500))}: {md_text(clip(u.reason, 500))}"
-                                                  for u in fleet.unreadable] + [""]
+        lines += (
+            ["## Unreadable reports", ""]
+            + [f"- {md_text(clip(u.source, 500))}: {md_text(clip(u.reason, 500))}" for u in fleet.unreadable]
+            + [""]
+        )
     notes = [(node.host, note) for node in fleet.nodes for note in node.notes]
-    notes += [(node.host, f"newest of {len(node.superseded) + 1} reports of this host; older: "
-               + ", ".join(node.superseded)) for node in fleet.nodes if node.superseded]
+    notes += [
+        (
+            node.host,
+            f"newest of {len(node.superseded) + 1} reports of this host; older: "
+            + ", ".join(node.superseded),
+        )
+        for node in fleet.nodes
+        if node.superseded
+    ]
     if notes or fleet.not_read:
-        lines += ["## Notes", ""] + [f"- {md_text(clip(host, CELL_CHARS))}: {md_text(clip(note, 1000))}"
-                                 for host, note in notes]
+        lines += ["## Notes", ""] + [
+            f"- {md_text(clip(host, CELL_CHARS))}: {md_text(clip(note, 1000))}" for host, note in notes
+        ]
         if fleet.not_read:
-            lines.append(f"- {fleet.not_read} older report(s) not read: a newer one of the same host, by file name")
+            lines.append(
+                f"- {fleet.not_read} older report(s) not read: a newer one of the same host, by file name"
+            )
         lines.append("")
     return lines
 
@@ -230,12 +283,26 @@ def _other_rows(fleet: Fleet) -> list[str]:
 def render_fleet(fleet: Fleet) -> str:
     """Markdown (also read as plain text on a console)."""
     failing = sum(node.failed for node in fleet.nodes)
-    verdict = f"**{failing} of {len(fleet.nodes)} node(s) failing**" if failing else \
-        f"{len(fleet.nodes)} node(s), none failing"
-    lines = [f"# ds-doctor fleet: {verdict}", "", f"- nodes: {len(fleet.nodes)} (the newest report of each host)",
-             f"- measures: flagged below the fleet median by more than {fleet.tolerance_pct:g}%"]
+    verdict = (
+        f"**{failing} of {len(fleet.nodes)} node(s) failing**"
+        if failing
+        else f"{len(fleet.nodes)} node(s), none failing"
+    )
+    lines = [
+        f"# ds-doctor fleet: {verdict}",
+        "",
+        f"- nodes: {len(fleet.nodes)} (the newest report of each host)",
+        f"- measures: flagged below the fleet median by more than {fleet.tolerance_pct:g}%",
+    ]
     if fleet.unreadable:
         lines.append(f"- unreadable: {len(fleet.unreadable)} file(s), listed below")
-    lines += ["", *_node_rows(fleet), "", *_failing_rows(fleet), *_spread_rows(fleet), *_median_rows(fleet),
-              *_other_rows(fleet)]
+    lines += [
+        "",
+        *_node_rows(fleet),
+        "",
+        *_failing_rows(fleet),
+        *_spread_rows(fleet),
+        *_median_rows(fleet),
+        *_other_rows(fleet),
+    ]
     return "\n".join(lines).rstrip("\n") + "\n"

@@ -40,12 +40,19 @@ class ThreadStack:
         return next((f for f in self.frames if not f.folded), None)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "current": self.current, "frames": [dataclasses.asdict(f) for f in self.frames]}
+        return {
+            "name": self.name,
+            "current": self.current,
+            "frames": [dataclasses.asdict(f) for f in self.frames],
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ThreadStack:
-        return cls(name=str(data.get("name", "")), current=bool(data.get("current")),
-                   frames=tuple(Frame(**f) for f in data.get("frames", ())))
+        return cls(
+            name=str(data.get("name", "")),
+            current=bool(data.get("current")),
+            frames=tuple(Frame(**f) for f in data.get("frames", ())),
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,7 +84,9 @@ class StageTime:
 
 
 def _items(data: Iterable[Any] | None) -> list[Any]:
-    return [item for item in data or () if isinstance(item, (Mapping, ThreadStack, CollectivePosition, StageTime))]
+    return [
+        item for item in data or () if isinstance(item, (Mapping, ThreadStack, CollectivePosition, StageTime))
+    ]
 
 
 def stacks_from(data: Iterable[Any] | None) -> tuple[ThreadStack, ...]:

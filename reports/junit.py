@@ -22,11 +22,16 @@ def _problem(result: CaseResult) -> tuple[str, str, str] | None:
     """(element, type, body) for a case that did not pass, else None."""
     reason = result.reason or result.outcome.value
     if result.outcome == Outcome.FAIL:
-        body = "\n".join(f"[{f.severity.value}] {f.invariant} (rank {f.rank}, {f.stage}): {f.message}" for f in result.findings)
+        body = "\n".join(
+            f"[{f.severity.value}] {f.invariant} (rank {f.rank}, {f.stage}): {f.message}"
+            for f in result.findings
+        )
         return "failure", "fail", body or reason
     if result.outcome in (Outcome.ERROR, Outcome.TIMEOUT):
         tails = [r.traceback or r.stderr_tail or "" for r in result.ranks]
-        body = "\n\n".join(f"rank {r.rank}: {r.reason or r.outcome}\n{t}" for r, t in zip(result.ranks, tails, strict=True))
+        body = "\n\n".join(
+            f"rank {r.rank}: {r.reason or r.outcome}\n{t}" for r, t in zip(result.ranks, tails, strict=True)
+        )
         return "error", result.outcome.value, body or reason
     return None
 
@@ -55,11 +60,22 @@ def render_junit(report: Report) -> str:
             "skipped": sum(r.outcome == Outcome.SKIP for r in results),
             "time": sum(r.duration_s for r in results),
         }
-        suite = _element(root, "testsuite", name=probe, timestamp=timestamp, hostname=host,
-                         **{k: (f"{v:.3f}" if k == "time" else str(v)) for k, v in counts.items()})
+        suite = _element(
+            root,
+            "testsuite",
+            name=probe,
+            timestamp=timestamp,
+            hostname=host,
+            **{k: (f"{v:.3f}" if k == "time" else str(v)) for k, v in counts.items()},
+        )
         for result in results:
-            case = _element(suite, "testcase", name=result.key, classname=f"ds-doctor.{probe}",
-                            time=f"{result.duration_s:.3f}")
+            case = _element(
+                suite,
+                "testcase",
+                name=result.key,
+                classname=f"ds-doctor.{probe}",
+                time=f"{result.duration_s:.3f}",
+            )
             problem = _problem(result)
             if problem is not None:
                 element, kind, body = problem
@@ -68,7 +84,9 @@ def render_junit(report: Report) -> str:
                 _element(case, "skipped", message=(result.reason or "skipped")[:MESSAGE_CHARS])
             elif result.outcome in (Outcome.XFAIL, Outcome.XPASS):
                 issue = result.known_issue
-                said = f" known issue {issue.id}: {issue.verdict.value}" if issue else " known issue None: None"
+                said = (
+                    f" known issue {issue.id}: {issue.verdict.value}" if issue else " known issue None: None"
+                )
                 _element(case, "system-out", f"{result.outcome.value}: {result.reason or ''}{said}")
         for key, value in counts.items():
             totals[key] += value

@@ -12,7 +12,7 @@ cells through `md_cell`): data never starts a block, closes a fence, breaks a ta
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ds_doctor.reports.hang import format_stacks
@@ -26,7 +26,7 @@ EVIDENCE_ROWS = 12  # offending records shown per finding
 TAIL_LINES = 40  # of a traceback or stderr tail
 
 
-def _table(headers: list[str], rows: Iterable[list[object]]) -> list[str]:
+def _table(headers: list[str], rows: Iterable[Sequence[object]]) -> list[str]:
     """A table; a cell is data (made text) unless it is `Md` already."""
     lines = ["| " + " | ".join(md_cell(h) for h in headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(md_cell(v) for v in row) + " |" for row in rows]
@@ -37,8 +37,10 @@ RECORD_HEADERS = ["rank", "stage", "role", "path", "owner", "device", "dtype", "
 
 
 def _record_rows(records: Iterable[TensorRecord]) -> list[list[object]]:
-    return [[r.rank, r.stage, r.role, md_code(r.path), r.owner or "", r.device, r.dtype, list(r.shape), r.numel]
-            for r in records]
+    return [
+        [r.rank, r.stage, r.role, md_code(r.path), r.owner or "", r.device, r.dtype, list(r.shape), r.numel]
+        for r in records
+    ]
 
 
 def evidence_table(records: tuple[TensorRecord, ...]) -> list[str]:
@@ -48,8 +50,18 @@ def evidence_table(records: tuple[TensorRecord, ...]) -> list[str]:
     return ["", *["  " + row for row in _table(RECORD_HEADERS, rows)], *more, ""]
 
 
-GPU_HEADERS = ["gpu", "name", "memory used/total", "temp", "power/limit", "PCIe now/max", "ECC uncorr. (vol/agg)",
-               "remap pending", "throttle", "processes"]
+GPU_HEADERS = [
+    "gpu",
+    "name",
+    "memory used/total",
+    "temp",
+    "power/limit",
+    "PCIe now/max",
+    "ECC uncorr. (vol/agg)",
+    "remap pending",
+    "throttle",
+    "processes",
+]
 
 
 def _or_na(value: Any, unit: str = "") -> str:
@@ -59,39 +71,62 @@ def _or_na(value: Any, unit: str = "") -> str:
 def gpu_row(g: dict[str, Any]) -> list[Any]:
     used, total = g.get("memory_used_bytes"), g.get("memory_total_bytes")
     memory = "n/a" if used is None or total is None else f"{used / 2**30:.1f}/{total / 2**30:.0f} GiB"
-    pcie = f"gen{_or_na(g.get('pcie_gen'))} x{_or_na(g.get('pcie_width'))} / " \
-           f"gen{_or_na(g.get('pcie_gen_max'))} x{_or_na(g.get('pcie_width_max'))}"
+    pcie = (
+        f"gen{_or_na(g.get('pcie_gen'))} x{_or_na(g.get('pcie_width'))} / "
+        f"gen{_or_na(g.get('pcie_gen_max'))} x{_or_na(g.get('pcie_width_max'))}"
+    )
     processes = g.get("processes")
-    return [g.get("index"), g.get("name"), memory, _or_na(g.get("temperature_c"), " C"),
-            f"{_or_na(g.get('power_draw_w'))}/{_or_na(g.get('power_limit_w'), ' W')}", pcie,
-            f"{_or_na(g.get('ecc_uncorrected_volatile'))}/{_or_na(g.get('ecc_uncorrected_aggregate'))}",
-            _or_na(g.get("remapped_rows_pending")), ", ".join(g.get("throttle_reasons") or []) or "-",
-            "n/a" if processes is None else len(processes)]
+    return [
+        g.get("index"),
+        g.get("name"),
+        memory,
+        _or_na(g.get("temperature_c"), " C"),
+        f"{_or_na(g.get('power_draw_w'))}/{_or_na(g.get('power_limit_w'), ' W')}",
+        pcie,
+        f"{_or_na(g.get('ecc_uncorrected_volatile'))}/{_or_na(g.get('ecc_uncorrected_aggregate'))}",
+        _or_na(g.get("remapped_rows_pending")),
+        ", ".join(g.get("throttle_reasons") or []) or "-",
+        "n/a" if processes is None else len(processes),
+    ]
 
 
 def render_environment(report: Report) -> list[str]:
     env, hw = report.env, report.hardware
     gpus = hw.get("gpus") or []
-    gpu_text = ", ".join(f"{g.get('name')} ({(g.get('memory_total_bytes') or 0) / 2**30:.0f} GiB)" for g in gpus)
-    rows = [
-        ["host", hw.get("host")], ["cpus", hw.get("cpus")],
+    gpu_text = ", ".join(
+        f"{g.get('name')} ({(g.get('memory_total_bytes') or 0) / 2**30:.0f} GiB)" for g in gpus
+    )
+    rows: list[list[object]] = [
+        ["host", hw.get("host")],
+        ["cpus", hw.get("cpus")],
         ["memory", f"{(hw.get('memory_bytes') or 0) / 2**30:.1f} GiB"],
         ["gpus", gpu_text or f"none ({hw.get('gpus_reason')})"],
-        ["python", env.get("python")], ["platform", env.get("platform")],
-        ["cuda (torch build)", env.get("cuda")], ["nccl", env.get("nccl")], ["driver", env.get("driver")],
+        ["python", env.get("python")],
+        ["platform", env.get("platform")],
+        ["cuda (torch build)", env.get("cuda")],
+        ["nccl", env.get("nccl")],
+        ["driver", env.get("driver")],
         ["CUDA (driver)", env.get("cuda_driver")],
     ]
     rows += [[name, version] for name, version in (env.get("packages") or {}).items() if version]
     lines = ["## Environment", "", *_table(["", ""], rows), ""]
     if gpus:
         lines += ["### GPUs (NVML)", "", *_table(GPU_HEADERS, [gpu_row(g) for g in gpus]), ""]
-        missing = sorted({f"{field}: {why}" for g in gpus for field, why in (g.get("unavailable") or {}).items()})
+        missing = sorted(
+            {f"{field}: {why}" for g in gpus for field, why in (g.get("unavailable") or {}).items()}
+        )
         if missing:
             lines += [f"Not available from NVML here: {md_text('; '.join(missing))}", ""]
     variables = env.get("variables") or {}
     if variables:
-        lines += ["<details><summary>Environment variables (allowlisted, redacted)</summary>", "",
-                  *_table(["name", "value"], [[k, md_code(v)] for k, v in variables.items()]), "", "</details>", ""]
+        lines += [
+            "<details><summary>Environment variables (allowlisted, redacted)</summary>",
+            "",
+            *_table(["name", "value"], [[k, md_code(v)] for k, v in variables.items()]),
+            "",
+            "</details>",
+            "",
+        ]
     return lines
 
 
@@ -107,11 +142,22 @@ def render_nodes(report: Report) -> list[str]:
         env, hw = section.get("env") or {}, section.get("hardware") or {}
         packages = env.get("packages") or {}
         gpus = hw.get("gpus") or []
-        rows.append([section.get("node"), section.get("host"), f"{len(gpus)} x {gpus[0].get('name')}" if gpus else "none",
-                     env.get("driver"), env.get("python"), *[packages.get(name) for name in NODE_PACKAGES]])
+        rows.append(
+            [
+                section.get("node"),
+                section.get("host"),
+                f"{len(gpus)} x {gpus[0].get('name')}" if gpus else "none",
+                env.get("driver"),
+                env.get("python"),
+                *[packages.get(name) for name in NODE_PACKAGES],
+            ]
+        )
     lines = ["## Nodes", "", *_table(["node", "host", "GPUs", "driver", "python", *NODE_PACKAGES], rows), ""]
-    gpu_rows = [[section.get("node"), *gpu_row(g)] for section in report.nodes
-                for g in (section.get("hardware") or {}).get("gpus") or []]
+    gpu_rows = [
+        [section.get("node"), *gpu_row(g)]
+        for section in report.nodes
+        for g in (section.get("hardware") or {}).get("gpus") or []
+    ]
     if gpu_rows:
         lines += ["### GPUs of every node (NVML)", "", *_table(["node", *GPU_HEADERS], gpu_rows), ""]
     return lines
@@ -127,19 +173,38 @@ def _issue_cell(result: CaseResult) -> str:
 
 def render_summary(report: Report) -> list[str]:
     counts = {k: v for k, v in report.summary.items() if v}
-    lines = ["## Summary", "", " · ".join(f"**{md_text(k)}** {v}" for k, v in counts.items()) or "no cases ran", ""]
+    lines = [
+        "## Summary",
+        "",
+        " · ".join(f"**{md_text(k)}** {v}" for k, v in counts.items()) or "no cases ran",
+        "",
+    ]
     if report.results:
         where = ["where"] if report.nodes else []
-        lines += _table(["case", *where, "outcome", "ranks", "device", "duration", "known issue"], [
-            [md_code(r.label), *([report.where(r)] if report.nodes else []), r.outcome.value, r.world_size,
-             r.device_kind + (" (shared GPU)" if r.shared_gpu else ""), f"{r.duration_s:.1f} s", _issue_cell(r)]
-            for r in report.results])
+        lines += _table(
+            ["case", *where, "outcome", "ranks", "device", "duration", "known issue"],
+            [
+                [
+                    md_code(r.label),
+                    *([report.where(r)] if report.nodes else []),
+                    r.outcome.value,
+                    r.world_size,
+                    r.device_kind + (" (shared GPU)" if r.shared_gpu else ""),
+                    f"{r.duration_s:.1f} s",
+                    _issue_cell(r),
+                ]
+                for r in report.results
+            ],
+        )
         lines.append("")
     affecting = report.affecting_issues
     if affecting:
         lines += ["### Known issues affecting this stack", ""]
-        lines += [f"- **{md_text(i['id'])}** ({md_text(i.get('affected_versions'))}): {md_text(i['remedy'])} — "
-                  f"{len(i['cases'])} case(s)" for i in affecting]
+        lines += [
+            f"- **{md_text(i['id'])}** ({md_text(i.get('affected_versions'))}): {md_text(i['remedy'])} — "
+            f"{len(i['cases'])} case(s)"
+            for i in affecting
+        ]
         lines.append("")
     return lines
 
@@ -155,18 +220,36 @@ def render_stacks(report: Report) -> list[str]:
     columns = {"installed": None, **{name: name for name in names}}  # a column's title -> a result's `stack`
     headers = [md_code(c) for c in columns]
     version_of = {str(s.get("name")): s.get("packages") or {} for s in report.stacks}
-    lines = ["## Stacks", "", "The selected cases ran on the stack as installed and again on each overlay "
-             "(`--with`), whose releases the ranks import first.", "",
-             *_table(["package", *headers],
-                     [[md_code(p), *[md_text(version_of.get(c, {}).get(p) or "-") for c in columns]] for p in packages]),
-             "", *[f"- {md_text(line)}" for line in ignored_pins(report)], *([""] if ignored_pins(report) else [])]
-    rows = [[md_code(case + (f"@node{node}" if node is not None else "")),
-             *[results[stack].outcome.value if stack in results else "-" for stack in columns.values()]]
-            for (case, node), results in by_case(report).items() if len(results) > 1 or None not in results]
+    lines = [
+        "## Stacks",
+        "",
+        "The selected cases ran on the stack as installed and again on each overlay "
+        "(`--with`), whose releases the ranks import first.",
+        "",
+        *_table(
+            ["package", *headers],
+            [
+                [md_code(p), *[md_text(version_of.get(c, {}).get(p) or "-") for c in columns]]
+                for p in packages
+            ],
+        ),
+        "",
+        *[f"- {md_text(line)}" for line in ignored_pins(report)],
+        *([""] if ignored_pins(report) else []),
+    ]
+    rows = [
+        [
+            md_code(case + (f"@node{node}" if node is not None else "")),
+            *[results[stack].outcome.value if stack in results else "-" for stack in columns.values()],
+        ]
+        for (case, node), results in by_case(report).items()
+        if len(results) > 1 or None not in results
+    ]
     lines += [*_table(["case", *headers], rows), ""]
     found = changes(report)
     lines += [f"- {md_text(change.line())}" for change in found] or [
-        "No known issue appears or clears between the stacks in these cases."]
+        "No known issue appears or clears between the stacks in these cases."
+    ]
     return [*lines, ""]
 
 
@@ -180,8 +263,10 @@ def _tail(text: str) -> str:
 
 
 def render_finding(finding: Finding) -> list[str]:
-    lines = [f"- **{finding.severity.value}** {md_code(finding.invariant)} (rank {finding.rank}, "
-             f"{md_text(str(finding.stage))}): {md_text(finding.message)}"]
+    lines = [
+        f"- **{finding.severity.value}** {md_code(finding.invariant)} (rank {finding.rank}, "
+        f"{md_text(str(finding.stage))}): {md_text(finding.message)}"
+    ]
     if finding.expected:
         lines += [f"  expected: {md_text(finding.expected)}"]
     if finding.remedy:
@@ -197,8 +282,11 @@ def render_case(result: CaseResult) -> list[str]:
         lines += [f"**Reason:** {md_text(result.reason)}", ""]
     issue = result.known_issue
     if issue:
-        lines += [f"**Known issue:** {md_code(issue.id)} — verdict **{issue.verdict.value}** "
-                  f"({md_text(issue.affected_versions)}). Remedy: {md_text(issue.remedy)}", ""]
+        lines += [
+            f"**Known issue:** {md_code(issue.id)} — verdict **{issue.verdict.value}** "
+            f"({md_text(issue.affected_versions)}). Remedy: {md_text(issue.remedy)}",
+            "",
+        ]
         if issue.refs:
             lines += [f"References: {md_text(', '.join(issue.refs))}", ""]
     lines += [line for finding in result.findings for line in render_finding(finding)]
@@ -211,29 +299,67 @@ def render_case(result: CaseResult) -> list[str]:
     lines += render_hang(result)
     for rank in result.ranks:
         if rank.traceback or rank.stderr_tail:
-            lines += [f"<details><summary>rank {rank.rank}: {md_html(rank.outcome)} in stage {md_html(repr(rank.stage))}"
-                      + (f", exit code {rank.exit_code}" if rank.exit_code is not None else "")
-                      + (f" ({md_html(rank.signal)})" if rank.signal else "") + "</summary>", "",
-                      *md_fence(_tail(rank.traceback or rank.stderr_tail or "")), "", "</details>", ""]
+            lines += [
+                f"<details><summary>rank {rank.rank}: {md_html(rank.outcome)} in stage {md_html(repr(rank.stage))}"
+                + (f", exit code {rank.exit_code}" if rank.exit_code is not None else "")
+                + (f" ({md_html(rank.signal)})" if rank.signal else "")
+                + "</summary>",
+                "",
+                *md_fence(_tail(rank.traceback or rank.stderr_tail or "")),
+                "",
+                "</details>",
+                "",
+            ]
     return _capped([*lines, ""], f"the rest of {md_code(result.label)}")
 
 
 def render_hang(result: CaseResult) -> list[str]:
     """A hung case: where each rank stood in each process group, and each rank's threads folded."""
-    rows = [[rank.rank, p.group, p.last_completed, f"{p.op} #{p.seq}" if p.op else "—", p.sizes or "", p.state or ""]
-            for rank in result.ranks for p in rank.collectives]
+    rows = [
+        [
+            rank.rank,
+            p.group,
+            p.last_completed,
+            f"{p.op} #{p.seq}" if p.op else "—",
+            p.sizes or "",
+            p.state or "",
+        ]
+        for rank in result.ranks
+        for p in rank.collectives
+    ]
     source = (result.notes.get("forensics") or {}).get("collectives_from") or "the collective record"
-    lines = ["", f"**Collectives when it hung** (from {md_text(source)}):", "",
-             *_table(["rank", "group", "last completed", "waiting in", "sizes", "state"], rows), ""] if rows else []
+    lines = (
+        [
+            "",
+            f"**Collectives when it hung** (from {md_text(source)}):",
+            "",
+            *_table(["rank", "group", "last completed", "waiting in", "sizes", "state"], rows),
+            "",
+        ]
+        if rows
+        else []
+    )
     for rank in result.ranks:
         if rank.stacks:
             main = rank.stacks[0].innermost
-            lines += [f"<details><summary>rank {rank.rank}: stacks ({len(rank.stacks)} thread(s)), main thread in "
-                      f"{md_html(str(main) if main else '?')}</summary>", "", *md_fence(format_stacks(rank.stacks)),
-                      "", "</details>", ""]
+            lines += [
+                f"<details><summary>rank {rank.rank}: stacks ({len(rank.stacks)} thread(s)), main thread in "
+                f"{md_html(str(main) if main else '?')}</summary>",
+                "",
+                *md_fence(format_stacks(rank.stacks)),
+                "",
+                "</details>",
+                "",
+            ]
         if rank.native_stack:
-            lines += [f"<details><summary>rank {rank.rank}: native stacks (py-spy)</summary>", "",
-                      *md_fence(_tail(rank.native_stack)), "", "</details>", ""]
+            lines += [
+                f"<details><summary>rank {rank.rank}: native stacks (py-spy)</summary>",
+                "",
+                *md_fence(_tail(rank.native_stack)),
+                "",
+                "</details>",
+                "",
+            ]
     return lines
 
 
@@ -287,12 +413,25 @@ def render_reproduced(results: list[CaseResult]) -> list[str]:
     """One block for the cases that reproduce one known issue: the issue, the cases, one evidence table."""
     issue = results[0].known_issue
     assert issue is not None
-    lines = [f"### {md_code(issue.id)} — {issue.verdict.value}: {len(results)} case(s)", "", md_text(issue.title), "",
-             f"Affected: {md_text(issue.affected_versions)}. Remedy: {md_text(issue.remedy)}", ""]
+    lines = [
+        f"### {md_code(issue.id)} — {issue.verdict.value}: {len(results)} case(s)",
+        "",
+        md_text(issue.title),
+        "",
+        f"Affected: {md_text(issue.affected_versions)}. Remedy: {md_text(issue.remedy)}",
+        "",
+    ]
     if issue.refs:
         lines += [f"References: {md_text(', '.join(issue.refs))}", ""]
-    rows = [[md_code(r.label), r.outcome.value, ", ".join(sorted({f.invariant for f in r.findings if f.is_error})) or "-",
-             clip(str((r.notes.get("showed") or [""])[0]), 200)] for r in results]
+    rows = [
+        [
+            md_code(r.label),
+            r.outcome.value,
+            ", ".join(sorted({f.invariant for f in r.findings if f.is_error})) or "-",
+            clip(str((r.notes.get("showed") or [""])[0]), 200),
+        ]
+        for r in results
+    ]
     lines += [*_table(["case", "outcome", "caught by", "what went wrong for real"], rows), ""]
     example = next((f for r in results for f in r.findings if f.is_error and f.evidence), None)
     if example is not None:
@@ -324,8 +463,12 @@ def render_warnings(report: Report) -> list[str]:
         return []
     lines = ["## Warnings", ""]
     for (severity, invariant, message), cases in seen.items():
-        shown = ", ".join(md_code(c) for c in cases[:10]) + (f" and {len(cases) - 10} more" if len(cases) > 10 else "")
-        lines.append(f"- **{md_text(severity)}** {md_code(invariant)}: {md_text(message)} — {len(cases)} case(s): {shown}")
+        shown = ", ".join(md_code(c) for c in cases[:10]) + (
+            f" and {len(cases) - 10} more" if len(cases) > 10 else ""
+        )
+        lines.append(
+            f"- **{md_text(severity)}** {md_code(invariant)}: {md_text(message)} — {len(cases)} case(s): {shown}"
+        )
     return [*lines, ""]
 
 
@@ -335,7 +478,8 @@ def _measure_header(name: str) -> str:
 
 
 def _measure_cell(result: CaseResult, name: str) -> str:
-    if result.shared_gpu or not MEASURES[name].applies(result.world_size):  # ranks on one GPU cross no interconnect
+    # ranks on one GPU cross no interconnect
+    if result.shared_gpu or not MEASURES[name].applies(result.world_size):
         return f"— ({'its ranks shared a GPU' if result.shared_gpu else MEASURES[name].why_not})"
     value = result.measures.get(name)
     return "" if value is None else f"{value:.4g}"
@@ -353,47 +497,81 @@ def render_measurements(report: Report) -> list[str]:
         return []
     lines = ["## Measurements", ""]
     for names, results in tables.items():
-        lines += [*_table(["case", *[_measure_header(n) for n in names]],
-                          [[md_code(r.label), *[_measure_cell(r, n) for n in names]] for r in results]), ""]
+        lines += [
+            *_table(
+                ["case", *[_measure_header(n) for n in names]],
+                [[md_code(r.label), *[_measure_cell(r, n) for n in names]] for r in results],
+            ),
+            "",
+        ]
     series = [r for r in report.results if r.series]
     if series:
         columns = [name for name in MEASURES if any(name in row for r in series for row in r.series)]
         rows = [[md_code(r.label), *[row.get(n, "") for n in columns]] for r in series for row in r.series]
-        lines += ["Per size, and per pair of nodes (busbw = algbw × nccl-tests' factor; time averaged over the ranks):",
-                  "",
-                  *_table(["case", *[_measure_header(n) for n in columns]], rows), ""]
+        lines += [
+            "Per size, and per pair of nodes (busbw = algbw × nccl-tests' factor; time averaged over the ranks):",
+            "",
+            *_table(["case", *[_measure_header(n) for n in columns]], rows),
+            "",
+        ]
     return lines
 
 
 def where_the_rest_is(report: Report, full_report: str | None) -> list[str]:
     records = sum(len(r.device_map) for r in report.results)
     name = md_code(full_report) if full_report else "the JSON report"
-    return ["## Device maps", "",
-            f"{records} device-map records over {sum(bool(r.device_map) for r in report.results)} case(s), every "
-            f"note and every finding's full evidence are in {name}: attach it to the ticket.", ""]
+    return [
+        "## Device maps",
+        "",
+        f"{records} device-map records over {sum(bool(r.device_map) for r in report.results)} case(s), every "
+        f"note and every finding's full evidence are in {name}: attach it to the ticket.",
+        "",
+    ]
 
 
 def render_markdown(report: Report, *, full_report: str | None = None, limit: int = TICKET_LIMIT) -> str:
     """The ticket Markdown, under `limit` characters; `full_report` names the JSON file that holds the rest."""
-    head = [f"# ds-doctor report — {md_text(report.hardware.get('host'))}", "",
-            f"ds-doctor {md_text(report.tool['version'])} · level {report.level} · {md_text(report.started_at)} → "
-            f"{md_text(report.finished_at)}", "", f"Command: {md_code(' '.join(report.command))}", "",
-            *render_summary(report), *render_stacks(report), *render_nodes(report), *render_environment(report)]
+    head = [
+        f"# ds-doctor report — {md_text(report.hardware.get('host'))}",
+        "",
+        f"ds-doctor {md_text(report.tool['version'])} · level {report.level} · {md_text(report.started_at)} → "
+        f"{md_text(report.finished_at)}",
+        "",
+        f"Command: {md_code(' '.join(report.command))}",
+        "",
+        *render_summary(report),
+        *render_stacks(report),
+        *render_nodes(report),
+        *render_environment(report),
+    ]
     skipped = [r for r in report.results if r.outcome == Outcome.SKIP]
-    tail = [*render_warnings(report), *render_measurements(report),
-            *(["## Skipped", "", *[f"- {md_code(r.label)}: {md_text(r.reason)}" for r in skipped], ""] if skipped else []),
-            *where_the_rest_is(report, full_report)]
+    tail = [
+        *render_warnings(report),
+        *render_measurements(report),
+        *(
+            ["## Skipped", "", *[f"- {md_code(r.label)}: {md_text(r.reason)}" for r in skipped], ""]
+            if skipped
+            else []
+        ),
+        *where_the_rest_is(report, full_report),
+    ]
     blocks = attention_blocks(report)
     budget = limit - _size(head) - _size(tail) - 200
     body: list[str] = ["## Cases that need a look", ""] if blocks else []
     for index, block in enumerate(blocks):
         if _size(body) + _size(block) > budget:
-            body += [f"_… {len(blocks) - index} more block(s) did not fit a ticket: see the JSON report._", ""]
+            body += [
+                f"_… {len(blocks) - index} more block(s) did not fit a ticket: see the JSON report._",
+                "",
+            ]
             break
         body += block
     lines = "\n".join(head + body + tail).rstrip().split("\n")
     # a summary of thousands of cases: cut, and say so (under `limit`: `_fit` counts a newline after every line)
-    return "\n".join(_fit(lines, limit - 1, ["", "_… cut to fit a ticket: the JSON report has everything._"])) + "\n"
+    return (
+        "\n".join(_fit(lines, limit - 1, ["", "_… cut to fit a ticket: the JSON report has everything._"]))
+        + "\n"
+    )
 
 
 def _size(lines: list[str]) -> int:

@@ -15,7 +15,9 @@ class Measure:
     label: str
     unit: str
     help: str
-    better: str | None = None  # "higher" or "lower": compared with a baseline; None: context, never a regression
+    better: str | None = (
+        None  # "higher" or "lower": compared with a baseline; None: context, never a regression
+    )
     headline: bool = False  # shown beside a passing case on the console
     min_ranks: int = 1  # below this world size the number means nothing
     why_not: str = ""  # ...and this says why
@@ -25,18 +27,32 @@ class Measure:
 
 
 _NO_LINK = "one rank: no data moves between ranks"
-MEASURES: dict[str, Measure] = {m.name: m for m in (  # in the order tables show them
-    Measure("node_a", "node", "", "one node of a pair (the fabric's pairwise stage)"),
-    Measure("node_b", "with node", "", "the other node of the pair"),
-    Measure("bytes", "bytes", "B", "size of the collective's largest buffer"),
-    Measure("time_us", "time", "us", "time of one operation, averaged over the ranks"),
-    Measure("algbw_gbps", "algbw", "GB/s", "algorithm bandwidth in GB/s", "higher", False, 2, _NO_LINK),
-    Measure("busbw_gbps", "busbw", "GB/s", "bus bandwidth in GB/s (nccl-tests' definition)", "higher", True, 2, _NO_LINK),
-    Measure("matmul_size", "n", "", "square matmul size"),
-    Measure("relative_error", "relative error", "", "relative Frobenius error against fp64"),
-    Measure("error_tolerance", "tolerance", "", "the largest relative error that passes"),
-    Measure("tflops", "TFLOP/s", "", "achieved TFLOP/s of the slowest rank", "higher", True),  # the label says the unit
-)}
+MEASURES: dict[str, Measure] = {
+    m.name: m
+    for m in (  # in the order tables show them
+        Measure("node_a", "node", "", "one node of a pair (the fabric's pairwise stage)"),
+        Measure("node_b", "with node", "", "the other node of the pair"),
+        Measure("bytes", "bytes", "B", "size of the collective's largest buffer"),
+        Measure("time_us", "time", "us", "time of one operation, averaged over the ranks"),
+        Measure("algbw_gbps", "algbw", "GB/s", "algorithm bandwidth in GB/s", "higher", False, 2, _NO_LINK),
+        Measure(
+            "busbw_gbps",
+            "busbw",
+            "GB/s",
+            "bus bandwidth in GB/s (nccl-tests' definition)",
+            "higher",
+            True,
+            2,
+            _NO_LINK,
+        ),
+        Measure("matmul_size", "n", "", "square matmul size"),
+        Measure("relative_error", "relative error", "", "relative Frobenius error against fp64"),
+        Measure("error_tolerance", "tolerance", "", "the largest relative error that passes"),
+        Measure(
+            "tflops", "TFLOP/s", "", "achieved TFLOP/s of the slowest rank", "higher", True
+        ),  # the label says the unit
+    )
+}
 
 
 def format_measure(name: str, value: float | None, world_size: int) -> str:

@@ -32,9 +32,15 @@ PREFIX = "ds_doctor"
 class _Gauge:
     """A gauge whose label values are made safe where they are given."""
 
-    def __init__(self, registry: CollectorRegistry, name: str, help_text: str, labels: tuple[str, ...]) -> None:
-        self.gauge = Gauge(prom_name(f"{PREFIX}_{name}"), prom_label(help_text), tuple(prom_name(n) for n in labels),
-                           registry=registry)
+    def __init__(
+        self, registry: CollectorRegistry, name: str, help_text: str, labels: tuple[str, ...]
+    ) -> None:
+        self.gauge = Gauge(
+            prom_name(f"{PREFIX}_{name}"),
+            prom_label(help_text),
+            tuple(prom_name(n) for n in labels),
+            registry=registry,
+        )
 
     def labels(self, *values: object) -> Gauge:
         return self.gauge.labels(*(prom_label(v) for v in values))
@@ -46,38 +52,63 @@ def _gauge(registry: CollectorRegistry, name: str, help_text: str, labels: tuple
 
 def _run_gauges(registry: CollectorRegistry, report: Report, host: str) -> None:
     started, finished = parse_time(report.started_at), parse_time(report.finished_at)
-    _gauge(registry, "run_start_timestamp_seconds", "When the ds-doctor run started (Unix time).", ("host",)) \
-        .labels(host).set(started.timestamp())
-    _gauge(registry, "run_duration_seconds", "How long the ds-doctor run took.", ("host",)) \
-        .labels(host).set((finished - started).total_seconds())
+    _gauge(
+        registry, "run_start_timestamp_seconds", "When the ds-doctor run started (Unix time).", ("host",)
+    ).labels(host).set(started.timestamp())
+    _gauge(registry, "run_duration_seconds", "How long the ds-doctor run took.", ("host",)).labels(host).set(
+        (finished - started).total_seconds()
+    )
     cases = _gauge(registry, "cases", "Cases by outcome in the last run.", ("host", "outcome"))
     for outcome, count in report.summary.items():
         cases.labels(host, outcome).set(count)
 
 
 def _case_gauges(registry: CollectorRegistry, report: Report, host: str) -> None:
-    outcome = _gauge(registry, "case_outcome", "1 for the outcome each case had in the last run, 0 for the others.",
-                     ("host", "probe", "case", "outcome"))
-    findings = _gauge(registry, "case_findings", "Findings per case and severity in the last run.",
-                      ("host", "probe", "case", "severity"))
+    outcome = _gauge(
+        registry,
+        "case_outcome",
+        "1 for the outcome each case had in the last run, 0 for the others.",
+        ("host", "probe", "case", "outcome"),
+    )
+    findings = _gauge(
+        registry,
+        "case_findings",
+        "Findings per case and severity in the last run.",
+        ("host", "probe", "case", "severity"),
+    )
     for result in report.results:
         for value in Outcome:
             outcome.labels(host, result.probe, result.key, value.value).set(float(result.outcome == value))
-        for severity in Severity:
-            findings.labels(host, result.probe, result.key, severity.value).set(
-                sum(f.severity == severity for f in result.findings))
-    health = [(r.key, f.invariant, f.severity.value) for r in report.results if r.probe == "gpu_health" for f in r.findings]
+        for level in Severity:
+            findings.labels(host, result.probe, result.key, level.value).set(
+                sum(f.severity == level for f in result.findings)
+            )
+    health = [
+        (r.key, f.invariant, f.severity.value)
+        for r in report.results
+        if r.probe == "gpu_health"
+        for f in r.findings
+    ]
     if health:
-        gauge = _gauge(registry, "gpu_health_finding", "1 per GPU health finding (NVML) in the last run, by rule.",
-                       ("host", "gpu", "rule", "severity"))
+        gauge = _gauge(
+            registry,
+            "gpu_health_finding",
+            "1 per GPU health finding (NVML) in the last run, by rule.",
+            ("host", "gpu", "rule", "severity"),
+        )
         for gpu, rule, severity in health:
             gauge.labels(host, gpu, rule, severity).set(1)
 
 
 def _measure_gauges(registry: CollectorRegistry, report: Report, host: str) -> None:
     for name, measure in MEASURES.items():
-        samples = [(r.probe, r.key, value) for r in report.results if not on_shared_gpu(r)  # no node's figure
-                   for key, value in r.applicable_measures().items() if key == name and value is not None]
+        samples = [
+            (r.probe, r.key, value)
+            for r in report.results
+            if not on_shared_gpu(r)  # no node's figure
+            for key, value in r.applicable_measures().items()
+            if key == name and value is not None
+        ]
         if measure.better is None or not samples:
             continue
         gauge = _gauge(registry, name, measure.help, ("host", "probe", "case"))
@@ -94,9 +125,15 @@ def baseline_ratios(report: Report, baseline: Report) -> list[tuple[str, str, st
         if result.key not in before or on_shared_gpu(result):
             continue
         for name, value in result.applicable_measures().items():
-            old, new, better = _positive(before[result.key].get(name)), _positive(value), MEASURES[name].better
+            old, new, better = (
+                _positive(before[result.key].get(name)),
+                _positive(value),
+                MEASURES[name].better,
+            )
             if better is not None and old is not None and new is not None:
-                ratios.append((result.probe, result.key, name, new / old if better == "higher" else old / new))
+                ratios.append(
+                    (result.probe, result.key, name, new / old if better == "higher" else old / new)
+                )
     return ratios
 
 
@@ -106,19 +143,31 @@ def _positive(value: object) -> float | None:
     return number if number is not None and number > 0 else None
 
 
-def _baseline_gauges(registry: CollectorRegistry, report: Report, baseline: Report, tolerance_pct: float,
-                     host: str) -> None:
-    _gauge(registry, "baseline_tolerance_percent", "Percent a measure may fall below the node's baseline (run "
-           "--tolerance).", ("host",)).labels(host).set(tolerance_pct)
+def _baseline_gauges(
+    registry: CollectorRegistry, report: Report, baseline: Report, tolerance_pct: float, host: str
+) -> None:
+    _gauge(
+        registry,
+        "baseline_tolerance_percent",
+        "Percent a measure may fall below the node's baseline (run --tolerance).",
+        ("host",),
+    ).labels(host).set(tolerance_pct)
     ratios = baseline_ratios(report, baseline)
     if ratios:
-        gauge = _gauge(registry, "measure_baseline_ratio", "A measure relative to the node's baseline report: 1 the "
-                       "same, below 1 worse (whichever way the measure is better).", ("host", "probe", "case", "measure"))
+        gauge = _gauge(
+            registry,
+            "measure_baseline_ratio",
+            "A measure relative to the node's baseline report: 1 the "
+            "same, below 1 worse (whichever way the measure is better).",
+            ("host", "probe", "case", "measure"),
+        )
         for probe, case, name, ratio in ratios:
             gauge.labels(host, probe, case, name).set(ratio)
 
 
-def build_registry(report: Report, baseline: Report | None = None, tolerance_pct: float = 10.0) -> CollectorRegistry:
+def build_registry(
+    report: Report, baseline: Report | None = None, tolerance_pct: float = 10.0
+) -> CollectorRegistry:
     registry = CollectorRegistry()
     host = str(report.hardware.get("host") or "")
     _run_gauges(registry, report, host)
@@ -134,6 +183,8 @@ def render_prometheus(report: Report, baseline: Report | None = None, tolerance_
     return generate_latest(build_registry(report, baseline, tolerance_pct)).decode()
 
 
-def write_prometheus(report: Report, path: Path, baseline: Report | None = None, tolerance_pct: float = 10.0) -> None:
+def write_prometheus(
+    report: Report, path: Path, baseline: Report | None = None, tolerance_pct: float = 10.0
+) -> None:
     """Write the textfile atomically, as node_exporter's textfile collector needs."""
     write_to_textfile(str(path), build_registry(report, baseline, tolerance_pct))

@@ -17,7 +17,14 @@ from importlib import resources
 from typing import Any
 
 from ds_doctor.reports.compat import measures_from_v1_notes
-from ds_doctor.reports.hang import CollectivePosition, StageTime, ThreadStack, positions_from, stacks_from, stages_from
+from ds_doctor.reports.hang import (
+    CollectivePosition,
+    StageTime,
+    ThreadStack,
+    positions_from,
+    stacks_from,
+    stages_from,
+)
 from ds_doctor.reports.measures import MEASURES
 
 #: Version 2 added each result's `measures` and `series` (version 1 kept them in `notes`; still read).
@@ -40,7 +47,15 @@ class Outcome(str, enum.Enum):
 FAILING = frozenset({Outcome.FAIL, Outcome.ERROR, Outcome.TIMEOUT})
 
 #: When ranks disagree, the case takes the first of these that any rank reported.
-OUTCOME_ORDER = (Outcome.ERROR, Outcome.TIMEOUT, Outcome.FAIL, Outcome.XFAIL, Outcome.XPASS, Outcome.PASS, Outcome.SKIP)
+OUTCOME_ORDER = (
+    Outcome.ERROR,
+    Outcome.TIMEOUT,
+    Outcome.FAIL,
+    Outcome.XFAIL,
+    Outcome.XPASS,
+    Outcome.PASS,
+    Outcome.SKIP,
+)
 
 
 def worst(outcomes: list[Outcome]) -> Outcome:
@@ -104,7 +119,9 @@ class TensorRecord:
     numel: int
     nbytes: int
     requires_grad: bool | None = None
-    node: int | None = None  # the node of a multi-node run the rank ran on (the report's `nodes` give its host)
+    node: int | None = (
+        None  # the node of a multi-node run the rank ran on (the report's `nodes` give its host)
+    )
     aliases: tuple[str, ...] = ()  # the tensor's other names (a tied weight): one record, every name
 
     def to_dict(self) -> dict[str, Any]:
@@ -113,7 +130,9 @@ class TensorRecord:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TensorRecord:
         values = _known(cls, data)
-        return cls(**{**values, "shape": tuple(values.get("shape", ())), "aliases": tuple(values.get("aliases", ()))})
+        return cls(
+            **{**values, "shape": tuple(values.get("shape", ())), "aliases": tuple(values.get("aliases", ()))}
+        )
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -147,14 +166,24 @@ class Finding:
         return self.severity == Severity.ERROR
 
     def to_dict(self) -> dict[str, Any]:
-        return {"invariant": self.invariant, "severity": self.severity.value, "message": self.message,
-                "rank": self.rank, "stage": self.stage, "expected": self.expected,
-                "evidence": [r.to_dict() for r in self.evidence], "remedy": self.remedy, "node": self.node}
+        return {
+            "invariant": self.invariant,
+            "severity": self.severity.value,
+            "message": self.message,
+            "rank": self.rank,
+            "stage": self.stage,
+            "expected": self.expected,
+            "evidence": [r.to_dict() for r in self.evidence],
+            "remedy": self.remedy,
+            "node": self.node,
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Finding:
         values = _known(cls, data)
-        return cls(**{**values, "evidence": tuple(TensorRecord.from_dict(r) for r in data.get("evidence", []))})
+        return cls(
+            **{**values, "evidence": tuple(TensorRecord.from_dict(r) for r in data.get("evidence", []))}
+        )
 
 
 TRACEBACK_CHARS = 8000  # what a report keeps of a traceback
@@ -202,9 +231,15 @@ class IssueRef:
         object.__setattr__(self, "verdict", Verdict(self.verdict))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "title": self.title, "verdict": self.verdict.value,
-                "affected_versions": self.affected_versions, "fixed_in": self.fixed_in, "remedy": self.remedy,
-                "refs": list(self.refs)}
+        return {
+            "id": self.id,
+            "title": self.title,
+            "verdict": self.verdict.value,
+            "affected_versions": self.affected_versions,
+            "fixed_in": self.fixed_in,
+            "remedy": self.remedy,
+            "refs": list(self.refs),
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> IssueRef:
@@ -232,13 +267,23 @@ class RankSummary:
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
-        return {**data, "stacks": [s.to_dict() for s in self.stacks], "collectives": list(data["collectives"]),
-                "stages": list(data["stages"])}
+        return {
+            **data,
+            "stacks": [s.to_dict() for s in self.stacks],
+            "collectives": list(data["collectives"]),
+            "stages": list(data["stages"]),
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RankSummary:
-        return cls(**{**_known(cls, data), "stacks": stacks_from(data.get("stacks")),
-                      "collectives": positions_from(data.get("collectives")), "stages": stages_from(data.get("stages"))})
+        return cls(
+            **{
+                **_known(cls, data),
+                "stacks": stacks_from(data.get("stacks")),
+                "collectives": positions_from(data.get("collectives")),
+                "stages": stages_from(data.get("stages")),
+            }
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -278,17 +323,30 @@ class CaseResult:
 
     def applicable_measures(self) -> dict[str, float | None]:
         """The measures that mean something at this case's world size."""
-        return {k: v for k, v in self.measures.items() if k in MEASURES and MEASURES[k].applies(self.world_size)}
+        return {
+            k: v for k, v in self.measures.items() if k in MEASURES and MEASURES[k].applies(self.world_size)
+        }
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "probe": self.probe, "case": self.case, "scenario": self.scenario, "level": self.level,
-            "world_size": self.world_size, "device_kind": self.device_kind, "outcome": self.outcome.value,
-            "duration_s": self.duration_s, "reason": self.reason,
+            "probe": self.probe,
+            "case": self.case,
+            "scenario": self.scenario,
+            "level": self.level,
+            "world_size": self.world_size,
+            "device_kind": self.device_kind,
+            "outcome": self.outcome.value,
+            "duration_s": self.duration_s,
+            "reason": self.reason,
             "known_issue": self.known_issue.to_dict() if self.known_issue else None,
-            "findings": [f.to_dict() for f in self.findings], "device_map": [r.to_dict() for r in self.device_map],
-            "ranks": [r.to_dict() for r in self.ranks], "notes": self.notes, "measures": self.measures,
-            "series": [dict(row) for row in self.series], "node": self.node, "nodes": self.nodes,
+            "findings": [f.to_dict() for f in self.findings],
+            "device_map": [r.to_dict() for r in self.device_map],
+            "ranks": [r.to_dict() for r in self.ranks],
+            "notes": self.notes,
+            "measures": self.measures,
+            "series": [dict(row) for row in self.series],
+            "node": self.node,
+            "nodes": self.nodes,
             **{k: v for k, v in (("stack", self.stack), ("shared_gpu", self.shared_gpu)) if v is not None},
         }
 
@@ -300,15 +358,24 @@ class CaseResult:
             measures, series, notes = measures_from_v1_notes(notes)
         issue = data.get("known_issue")
         return cls(
-            probe=data["probe"], case=data["case"], scenario=data["scenario"], level=int(data["level"]),
-            world_size=int(data["world_size"]), device_kind=data["device_kind"], outcome=Outcome(data["outcome"]),
-            duration_s=float(data["duration_s"]), reason=data.get("reason"),
+            probe=data["probe"],
+            case=data["case"],
+            scenario=data["scenario"],
+            level=int(data["level"]),
+            world_size=int(data["world_size"]),
+            device_kind=data["device_kind"],
+            outcome=Outcome(data["outcome"]),
+            duration_s=float(data["duration_s"]),
+            reason=data.get("reason"),
             known_issue=IssueRef.from_dict(issue) if issue else None,
             findings=tuple(Finding.from_dict(f) for f in data.get("findings", [])),
             device_map=tuple(TensorRecord.from_dict(r) for r in data.get("device_map", [])),
             ranks=tuple(RankSummary.from_dict(r) for r in data.get("ranks", [])),
-            notes=notes, measures=dict(measures), series=tuple(dict(row) for row in series or ()),
-            node=data.get("node"), nodes=int(data.get("nodes") or 1),
+            notes=notes,
+            measures=dict(measures),
+            series=tuple(dict(row) for row in series or ()),
+            node=data.get("node"),
+            nodes=int(data.get("nodes") or 1),
             **{k: str(data[k]) for k in ("stack", "shared_gpu") if data.get(k) is not None},
         )
 
@@ -325,7 +392,9 @@ class Report:
     results: tuple[CaseResult, ...]
     run_dir: str | None = None
     schema_version: int = SCHEMA_VERSION
-    nodes: tuple[dict[str, Any], ...] = ()  # multi-node runs: each node's rank, host, env and hardware sections
+    nodes: tuple[
+        dict[str, Any], ...
+    ] = ()  # multi-node runs: each node's rank, host, env and hardware sections
     stacks: tuple[dict[str, Any], ...] = ()  # `run --with`: each overlay stack's name, releases and packages
 
     @property
@@ -351,10 +420,19 @@ class Report:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "schema_version": SCHEMA_VERSION, "tool": self.tool, "started_at": self.started_at,
-            "finished_at": self.finished_at, "command": self.command, "level": self.level, "run_dir": self.run_dir,
-            "env": self.env, "hardware": self.hardware, "results": [r.to_dict() for r in self.results],
-            "summary": self.summary, "affecting_issues": self.affecting_issues, "nodes": list(self.nodes),
+            "schema_version": SCHEMA_VERSION,
+            "tool": self.tool,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "command": self.command,
+            "level": self.level,
+            "run_dir": self.run_dir,
+            "env": self.env,
+            "hardware": self.hardware,
+            "results": [r.to_dict() for r in self.results],
+            "summary": self.summary,
+            "affecting_issues": self.affecting_issues,
+            "nodes": list(self.nodes),
             **({"stacks": list(self.stacks)} if self.stacks else {}),
         }
 
@@ -364,9 +442,15 @@ class Report:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Report:
         return cls(
-            schema_version=int(data["schema_version"]), tool=dict(data["tool"]), started_at=data["started_at"],
-            finished_at=data["finished_at"], command=list(data.get("command", [])), level=int(data.get("level", 2)),
-            run_dir=data.get("run_dir"), env=dict(data["env"]), hardware=dict(data["hardware"]),
+            schema_version=int(data["schema_version"]),
+            tool=dict(data["tool"]),
+            started_at=data["started_at"],
+            finished_at=data["finished_at"],
+            command=list(data.get("command", [])),
+            level=int(data.get("level", 2)),
+            run_dir=data.get("run_dir"),
+            env=dict(data["env"]),
+            hardware=dict(data["hardware"]),
             results=tuple(CaseResult.from_dict(r) for r in data["results"]),
             nodes=tuple(dict(n) for n in data.get("nodes") or ()),
             stacks=tuple(dict(n) for n in data.get("stacks") or ()),
@@ -395,6 +479,8 @@ def load_schema(version: int = SCHEMA_VERSION) -> dict[str, Any]:
 def validate(data: Mapping[str, Any]) -> None:
     """Raise `jsonschema.ValidationError` if `data` is not a valid report of its own schema version."""
     import jsonschema
-    version = data.get("schema_version")
-    jsonschema.validate(instance=data, schema=load_schema(version if version in (1, SCHEMA_VERSION) else SCHEMA_VERSION))
 
+    version = data.get("schema_version")
+    jsonschema.validate(
+        instance=data, schema=load_schema(version if version in (1, SCHEMA_VERSION) else SCHEMA_VERSION)
+    )

@@ -20,7 +20,9 @@ import re
 
 #: Shown escaped wherever data goes: C0 (but \n and \t), DEL, C1, the bidi overrides (U+202A-U+202E) and
 #: isolates (U+2066-U+2069), the line and paragraph separators, U+FFFE/U+FFFF (not XML) and lone surrogates.
-CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u2028\u2029\ufffe\uffff\ud800-\udfff]")
+CONTROL = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u2028\u2029\ufffe\uffff\ud800-\udfff]"
+)
 _NAMED = {"\r": "\\r", "\x00": "\\0"}
 
 
@@ -50,6 +52,7 @@ def clip(value: object, width: int) -> str:
 
 # -- Markdown (CommonMark, and GitHub's tables) ------------------------------------------------------------------
 
+
 class Md(str):
     """Text that is Markdown already (the report's own, or data put through the functions below)."""
 
@@ -60,19 +63,22 @@ _TICKS = re.compile(r"`+")
 #: ordered list, before its `.` or `)`); elsewhere on a line these are text anyway. (`>`, `<` and `|` are
 #: escaped everywhere; a backtick fence cannot open from `md_text`: a run of backticks is a closed code span,
 #: which a fence's info string may not hold, or escaped.)
-_BLOCK_START = re.compile(r"""\s*(?:
+_BLOCK_START = re.compile(
+    r"""\s*(?:
       (?=\#{1,6}(?:\s|$))
     | (?=[-+*](?:\s|$))
     | \d{1,9}(?=[.)](?:\s|$))
     | (?=~~~)
     | (?=\[[^\]]*\]:)
     | (?=([-*_=])\s*(?:\1\s*)*$)
-)""", re.X)
+)""",
+    re.X,
+)
 
 
 def _block_start_escaped(text: str) -> str:
     match = _BLOCK_START.match(text)
-    return text if match is None else f"{text[:match.end()]}\\{text[match.end():]}"
+    return text if match is None else f"{text[: match.end()]}\\{text[match.end() :]}"
 
 
 def _plain(text: str) -> str:
@@ -92,14 +98,15 @@ def _inline(value: object, *, cell: bool = False) -> str:
         if run is None:
             out.append(_plain(text[pos:]))
             break
-        out.append(_plain(text[pos:run.start()]))
+        out.append(_plain(text[pos : run.start()]))
         close = re.compile(rf"(?<!`){run.group()}(?!`)").search(text, run.end())
         if close is None:
             out.append("\\`" * len(run.group()))
             pos = run.end()
         else:
-            span = text[run.start():close.end()]
-            out.append(span.replace("|", "\\|") if cell else span)  # in a table, a pipe even in code ends a cell
+            span = text[run.start() : close.end()]
+            # in a table, a pipe even in code ends a cell
+            out.append(span.replace("|", "\\|") if cell else span)
             pos = close.end()
     return "".join(out)
 
@@ -142,6 +149,7 @@ def md_html(value: object) -> Md:
 
 # -- JUnit XML, Prometheus -------------------------------------------------------------------------------------
 
+
 def xml_text(value: object) -> str:
     """Text for an XML 1.0 attribute or element: what XML forbids (most of C0, U+FFFE/U+FFFF, lone surrogates)
     and what a CI page would interpret (C1, bidi) shown escaped. ElementTree escapes `<`, `&`, quotes and `]]>`."""
@@ -156,7 +164,7 @@ def prom_label(value: object) -> str:
     ends); prometheus_client escapes `\\`, `"` and newlines itself."""
     text = visible(value)
     half = LABEL_CHARS // 2
-    return text if len(text) <= LABEL_CHARS else f"{text[:half]}…{text[-(LABEL_CHARS - half - 1):]}"
+    return text if len(text) <= LABEL_CHARS else f"{text[:half]}…{text[-(LABEL_CHARS - half - 1) :]}"
 
 
 def prom_name(name: str) -> str:

@@ -24,13 +24,19 @@ class StackChange:
 
     def line(self) -> str:
         verb = "brings" if self.appears else "clears"
-        return (f"{self.versions} {verb} {self.issue}: {self.case} {self.before} -> {self.after} (measured here, "
-                f"{self.device}, {self.date})")
+        return (
+            f"{self.versions} {verb} {self.issue}: {self.case} {self.before} -> {self.after} (measured here, "
+            f"{self.device}, {self.date})"
+        )
 
 
 def ignored_pins(report: Report) -> list[str]:
     """`--ignore-pins`: each requirement an overlay's releases declare that its stack does not meet, one line each."""
-    return [f"{s.get('name')} ignores a pin: {line}" for s in report.stacks for line in s.get("ignored_pins") or ()]
+    return [
+        f"{s.get('name')} ignores a pin: {line}"
+        for s in report.stacks
+        for line in s.get("ignored_pins") or ()
+    ]
 
 
 def stack_names(report: Report) -> list[str]:
@@ -54,7 +60,9 @@ def by_case(report: Report) -> dict[tuple[str, int | None], dict[str | None, Cas
 def _versions(report: Report, stack: str) -> str:
     installed = next((s.get("packages") or {} for s in report.stacks if s.get("name") == "installed"), {})
     overlay = next((s.get("packages") or {} for s in report.stacks if s.get("name") == stack), {})
-    return ", ".join(f"{name} {installed.get(name) or 'absent'} -> {version}" for name, version in overlay.items())
+    return ", ".join(
+        f"{name} {installed.get(name) or 'absent'} -> {version}" for name, version in overlay.items()
+    )
 
 
 def changes(report: Report) -> list[StackChange]:
@@ -70,6 +78,17 @@ def changes(report: Report) -> list[StackChange]:
             before, after = _shown(base), _shown(other)
             for issue, appears in ((after, True), (before, False)):
                 if issue and issue != (before if appears else after):
-                    out.append(StackChange(issue, case, stack, appears, base.outcome.value, other.outcome.value,
-                                           _versions(report, stack), other.device_kind, date))
+                    out.append(
+                        StackChange(
+                            issue,
+                            case,
+                            stack,
+                            appears,
+                            base.outcome.value,
+                            other.outcome.value,
+                            _versions(report, stack),
+                            other.device_kind,
+                            date,
+                        )
+                    )
     return out

@@ -1,7 +1,8 @@
 """`ds-doctor triage` output: each known issue a user's log matched, and what a hang's evidence says, as plain
 data and as text.
 
-The text goes to a terminal: every value (the log's own words among them) goes through `ds_doctor.reports.safe.one_line`,
+The text goes to a terminal: every value (the log's own words among them) goes through
+`ds_doctor.reports.safe.one_line`,
 so it stays on its line and its control characters and escape sequences are shown, never sent.
 """
 
@@ -35,12 +36,21 @@ class TriageMatch:
     position: int  # where its first pattern matched in the (normalised) input
     line: str  # the matched span, scrubbed
     strength: str = "message only"  # or "message and context" (its `requires` matched), "message and frames"
-    context: tuple[str, ...] = ()  # what backs it beyond the message: the spans its requires or frames matched
+    context: tuple[
+        str, ...
+    ] = ()  # what backs it beyond the message: the spans its requires or frames matched
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.issue.to_dict(), "cause": self.cause, "package": self.package,
-                "version": self.version.version, "version_from": self.version.source, "matched": self.line,
-                "strength": self.strength, "context": list(self.context)}
+        return {
+            **self.issue.to_dict(),
+            "cause": self.cause,
+            "package": self.package,
+            "version": self.version.version,
+            "version_from": self.version.source,
+            "matched": self.line,
+            "strength": self.strength,
+            "context": list(self.context),
+        }
 
     @property
     def strength_line(self) -> str:
@@ -54,14 +64,16 @@ def render_triage(matches: list[TriageMatch]) -> str:
     for match in matches:
         issue = match.issue
         version = match.version.version or "not installed"
-        lines = [f"[{issue.id}] {issue.title}",
-                 f"  matched:  {match.line}",
-                 f"  strength: {match.strength_line}",
-                 f"  affected: {issue.affected_versions}; {match.package} {version} (from {match.version.source}): "
-                 f"{issue.verdict.value}" + (f"; fixed in {issue.fixed_in}" if issue.fixed_in else ""),
-                 f"  cause:    {match.cause}",
-                 f"  remedy:   {issue.remedy}",
-                 *[f"  ref:      {ref}" for ref in issue.refs]]
+        lines = [
+            f"[{issue.id}] {issue.title}",
+            f"  matched:  {match.line}",
+            f"  strength: {match.strength_line}",
+            f"  affected: {issue.affected_versions}; {match.package} {version} (from {match.version.source}): "
+            f"{issue.verdict.value}" + (f"; fixed in {issue.fixed_in}" if issue.fixed_in else ""),
+            f"  cause:    {match.cause}",
+            f"  remedy:   {issue.remedy}",
+            *[f"  ref:      {ref}" for ref in issue.refs],
+        ]
         blocks.append("\n".join(one_line(line) for line in lines))
     return "\n\n".join(blocks)
 
@@ -75,15 +87,19 @@ def render_triage_markdown(matches: list[TriageMatch], findings: Iterable[Findin
     for match in matches:
         issue = match.issue
         fixed = f"; fixed in {md_text(issue.fixed_in)}" if issue.fixed_in else ""
-        lines += [f"### {md_code(issue.id)} {md_text(issue.title)}", "",
-                  f"- **matched:** {md_code(match.line)}",
-                  f"- **strength:** {md_text(match.strength_line)}",
-                  f"- **verdict:** {md_text(issue.verdict.value)}: {md_text(issue.affected_versions)}; "
-                  f"{md_text(match.package)} {md_text(match.version.version or 'not installed')} (from "
-                  f"{md_text(match.version.source)}){fixed}",
-                  f"- **cause:** {md_text(match.cause)}",
-                  f"- **remedy:** {md_text(issue.remedy)}",
-                  *[f"- {md_text(ref)}" for ref in issue.refs], ""]
+        lines += [
+            f"### {md_code(issue.id)} {md_text(issue.title)}",
+            "",
+            f"- **matched:** {md_code(match.line)}",
+            f"- **strength:** {md_text(match.strength_line)}",
+            f"- **verdict:** {md_text(issue.verdict.value)}: {md_text(issue.affected_versions)}; "
+            f"{md_text(match.package)} {md_text(match.version.version or 'not installed')} (from "
+            f"{md_text(match.version.source)}){fixed}",
+            f"- **cause:** {md_text(match.cause)}",
+            f"- **remedy:** {md_text(issue.remedy)}",
+            *[f"- {md_text(ref)}" for ref in issue.refs],
+            "",
+        ]
     found = [f"- **{f.severity.value}** {md_code(f.invariant)}: {md_text(f.message)}" for f in findings]
     return "\n".join(lines + (["### Findings", "", *found, ""] if found else [])).rstrip("\n") + "\n"
 
@@ -104,5 +120,7 @@ def render_findings(findings: Iterable[Finding]) -> str:
 
 
 def render_positions(positions: Mapping[int, Iterable[CollectivePosition]]) -> str:
-    rows = [one_line(f"  rank {rank}: {p.describe()}") for rank, items in sorted(positions.items()) for p in items]
+    rows = [
+        one_line(f"  rank {rank}: {p.describe()}") for rank, items in sorted(positions.items()) for p in items
+    ]
     return "\n".join(["where each rank stood:", *rows]) if rows else ""

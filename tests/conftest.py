@@ -11,10 +11,13 @@ from typing import Any
 import pytest
 
 HAS_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
-requires_deepspeed = pytest.mark.skipif(not HAS_DEEPSPEED, reason="deepspeed not installed: pip install deepspeed")
+requires_deepspeed = pytest.mark.skipif(
+    not HAS_DEEPSPEED, reason="deepspeed not installed: pip install deepspeed"
+)
 HAS_ACCELERATE = all(importlib.util.find_spec(m) is not None for m in ("accelerate", "transformers"))
-requires_accelerate = pytest.mark.skipif(not HAS_ACCELERATE,
-                                         reason="accelerate/transformers not installed: pip install accelerate transformers")
+requires_accelerate = pytest.mark.skipif(
+    not HAS_ACCELERATE, reason="accelerate/transformers not installed: pip install accelerate transformers"
+)
 
 
 def _free_port() -> int:
@@ -29,7 +32,9 @@ def dist_group() -> Iterator[None]:
     import torch.distributed as dist
 
     saved = {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
-    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    os.environ.update(
+        RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port())
+    )
     if not dist.is_initialized():
         dist.init_process_group("gloo")
     yield
@@ -49,7 +54,9 @@ def build_engine(params: Any) -> Any:
     from ds_doctor.probes.zero_offload import build_config
 
     model = build_mlp()
-    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=build_config(params))
+    engine, _, _, _ = deepspeed.initialize(
+        model=model, model_parameters=model.parameters(), config=build_config(params)
+    )
     return engine
 
 

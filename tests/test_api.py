@@ -36,8 +36,11 @@ def test_inspect_reads_the_zero_promise_from_the_engine() -> None:
         result = inspect(engine=engine, stage="after_step")
         assert result.ok and [f.invariant for f in result.findings] == ["grad_accum_dtype"]
         assert {r.device for r in result.records if r.role == "fp32_partition"} == {"cpu"}
-        claimed = inspect(engine=engine, accelerator="cpu",
-                          config={"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "meta"}}})
+        claimed = inspect(
+            engine=engine,
+            accelerator="cpu",
+            config={"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "meta"}}},
+        )
         assert "fp32_partition_placement" in [f.invariant for f in claimed.findings]
     finally:
         engine.destroy()

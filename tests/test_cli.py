@@ -20,8 +20,17 @@ def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, s
     return code, out, err
 
 
-@pytest.mark.parametrize("args", [["--help"], ["run", "--help"], ["list", "--help"], ["env", "--help"], ["triage", "--help"],
-                                  ["--version"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--help"],
+        ["run", "--help"],
+        ["list", "--help"],
+        ["env", "--help"],
+        ["triage", "--help"],
+        ["--version"],
+    ],
+)
 def test_help_and_version_exit_zero(capsys, args) -> None:
     code, out, _ = run_cli(capsys, *args)
     assert code == 0 and out
@@ -33,10 +42,12 @@ def test_list_shows_cases(capsys) -> None:
 
 
 def test_env_json_has_no_torch_import() -> None:
-    code = ("import sys, json, io, contextlib; from ds_doctor.cli import main; buf = io.StringIO();\n"
-            "with contextlib.redirect_stdout(buf): rc = main(['env', '--json'])\n"
-            "data = json.loads(buf.getvalue()); assert rc == 0 and 'packages' in data['env'], data;\n"
-            "assert 'torch' not in sys.modules and 'deepspeed' not in sys.modules, 'heavy import'")
+    code = (
+        "import sys, json, io, contextlib; from ds_doctor.cli import main; buf = io.StringIO();\n"
+        "with contextlib.redirect_stdout(buf): rc = main(['env', '--json'])\n"
+        "data = json.loads(buf.getvalue()); assert rc == 0 and 'packages' in data['env'], data;\n"
+        "assert 'torch' not in sys.modules and 'deepspeed' not in sys.modules, 'heavy import'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -45,9 +56,16 @@ def good_report_json() -> str:
     from ds_doctor.run.build import build_report, utc_now
 
     now = utc_now()
-    return build_report(started=now, finished=now, level=1, argv=(), env={"python": "3.11", "packages": {}},
-                        hardware={"host": "h", "cpus": 1, "memory_bytes": 1, "gpus": []}, results=[],
-                        run_dir=None).to_json()
+    return build_report(
+        started=now,
+        finished=now,
+        level=1,
+        argv=(),
+        env={"python": "3.11", "packages": {}},
+        hardware={"host": "h", "cpus": 1, "memory_bytes": 1, "gpus": []},
+        results=[],
+        run_dir=None,
+    ).to_json()
 
 
 class _Evil:
@@ -63,14 +81,18 @@ def make_inputs(tmp: Path) -> None:
     (tmp / "empty.json").write_text("")
     (tmp / "malformed.json").write_text('{"schema_version": 1, "tool": ')
     (tmp / "other.json").write_text(json.dumps({"name": "some other tool", "results": []}))
-    (tmp / "newer.json").write_text(json.dumps({"schema_version": 99, "tool": {"name": "ds-doctor", "version": "9"}}))
-    (tmp / "broken-report.json").write_text(json.dumps({"schema_version": 1, "tool": {"name": "ds-doctor"},
-                                                        "results": "not a list"}))
+    (tmp / "newer.json").write_text(
+        json.dumps({"schema_version": 99, "tool": {"name": "ds-doctor", "version": "9"}})
+    )
+    (tmp / "broken-report.json").write_text(
+        json.dumps({"schema_version": 1, "tool": {"name": "ds-doctor"}, "results": "not a list"})
+    )
     (tmp / "plain_dir").mkdir()
     (tmp / "broken.yaml").write_text("distributed_type: DEEPSPEED\nmixed_precision: [bf16\n")
     (tmp / "tpu.yaml").write_text("distributed_type: TPU\n")
-    (tmp / "refused_ds.json").write_text(json.dumps({"train_micro_batch_size_per_gpu": 1,
-                                                      "zero_optimization": {"stage": "three"}}))
+    (tmp / "refused_ds.json").write_text(
+        json.dumps({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": "three"}})
+    )
     (tmp / "evil_dumps").mkdir()  # a pickle that would run a command if it were unpickled plainly
     (tmp / "evil_dumps" / "rank_0").write_bytes(pickle.dumps(_Evil()))
     (tmp / "bad_run").mkdir()
@@ -79,9 +101,20 @@ def make_inputs(tmp: Path) -> None:
     (tmp / "newer_run" / "run.json").write_text(json.dumps({"manifest_version": 7, "planned": []}))
     (tmp / "good.json").write_text(good_report_json())
     (tmp / "gutted_run").mkdir()
-    (tmp / "gutted_run" / "run.json").write_text(json.dumps(
-        {"manifest_version": 1, "started_at": "2026-11-21T00:00:00Z", "level": 2, "argv": [], "env": {},
-         "hardware": {}, "planned": [{"case": "x[y-ws1]"}], "skips": []}))
+    (tmp / "gutted_run" / "run.json").write_text(
+        json.dumps(
+            {
+                "manifest_version": 1,
+                "started_at": "2026-11-21T00:00:00Z",
+                "level": 2,
+                "argv": [],
+                "env": {},
+                "hardware": {},
+                "planned": [{"case": "x[y-ws1]"}],
+                "skips": [],
+            }
+        )
+    )
 
 
 #: (arguments, a word the one-line message must contain); {tmp} is the test's directory, made by make_inputs
@@ -136,22 +169,33 @@ BAD_INPUTS = [
     (["run", "--baseline", "{tmp}/plain_dir"], "directory"),
     (["run", "--baseline", "{tmp}/good.json", "--tolerance", "150"], "--tolerance"),
     (["run", "--nnodes", "2"], "--nnodes, --node-rank and --rdzv-endpoint together"),
-    (["run", "--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "127.0.0.1:29400"], "--node-rank 2 is not in"),
+    (
+        ["run", "--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "127.0.0.1:29400"],
+        "--node-rank 2 is not in",
+    ),
     (["run", "--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "host:port"], "--rdzv-endpoint"),
     (["run", "--nnodes", "0", "--node-rank", "0", "--rdzv-endpoint", "h:1"], "--nnodes"),
     (["run", "--join-timeout", "0"], "--join-timeout"),
     (["run", "--suspect-below", "1.5"], "--suspect-below"),
     (["run", "--deepspeed-config", "{tmp}/absent.json"], "no such file"),
     (["run", "--deepspeed-config", "{tmp}/malformed.json"], "not JSON: Expecting value at line 1 column 31"),
-    (["run", "--deepspeed-config", "{tmp}/refused_ds.json"], "DeepSpeed refuses it: DeepSpeedZeroConfig stage"),
-    (["run", "--model", "hf:not_a_model"], "not a causal-LM model type of transformers; tested: qwen3, llama"),
+    (
+        ["run", "--deepspeed-config", "{tmp}/refused_ds.json"],
+        "DeepSpeed refuses it: DeepSpeedZeroConfig stage",
+    ),
+    (
+        ["run", "--model", "hf:not_a_model"],
+        "not a causal-LM model type of transformers; tested: qwen3, llama",
+    ),
     (["run", "--model", "tests.resources.nope:f"], "does not import"),
     (["run", "--model", "tests.resources.user_models:not_a_module"], "not an nn.Module"),
     (["run", "--model", "a model"], "expected hf:<model_type>"),
     (["run", "--accelerate-config", "{tmp}/absent.yaml"], "no such file"),
     (["run", "--freeze", "emb.*"], "--freeze names a part of your model: give --model too"),
-    (["run", "--model", "tests.resources.user_models:tied_with_buffers", "--freeze", "nothing.*"],
-     "matches no parameter of tests.resources.user_models:tied_with_buffers; its parameters: embed.weight"),
+    (
+        ["run", "--model", "tests.resources.user_models:tied_with_buffers", "--freeze", "nothing.*"],
+        "matches no parameter of tests.resources.user_models:tied_with_buffers; its parameters: embed.weight",
+    ),
     (["run", "--accelerate-config", "{tmp}/broken.yaml"], "not YAML"),
     (["run", "--accelerate-config", "{tmp}/tpu.yaml"], "distributed_type 'TPU' is none of"),
 ]
@@ -197,9 +241,26 @@ def test_a_missing_transformers_skips_the_accelerate_family_with_the_install_lin
     (shim / "sitecustomize.py").write_text("import sys\nsys.modules['transformers'] = None\n")
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": f"{shim}:{root}"}
-    proc = subprocess.run([sys.executable, "-m", "ds_doctor.cli", "run", "--level", "3", "-k", "accelerate_deepspeed",
-                           "--out", str(tmp_path / "out"), "--json"], capture_output=True, text=True, env=env,
-                          cwd=root, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ds_doctor.cli",
+            "run",
+            "--level",
+            "3",
+            "-k",
+            "accelerate_deepspeed",
+            "--out",
+            str(tmp_path / "out"),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=root,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     results = json.loads(proc.stdout)["results"]
     assert len(results) == 24 and {r["outcome"] for r in results} == {"skip"}
@@ -222,7 +283,9 @@ def test_debug_travels_in_the_context_and_shows_the_traceback(capsys, tmp_path: 
     monkeypatch.setattr(pipeline, "run", broken)
     assert main(["run", "--level", "1", "--out", str(tmp_path)]) == 3
     err = capsys.readouterr().err
-    assert err.strip() == "ds-doctor: internal error: RuntimeError: the doctor itself broke (rerun with --debug)"
+    assert (
+        err.strip() == "ds-doctor: internal error: RuntimeError: the doctor itself broke (rerun with --debug)"
+    )
     assert main(["--debug", "run", "--level", "1", "--out", str(tmp_path)]) == 3
     err = capsys.readouterr().err
     assert "Traceback" in err and err.strip().endswith("(rerun with --debug)")
@@ -233,6 +296,7 @@ def test_srun_variables_that_do_not_make_a_cluster_are_one_line(capsys, tmp_path
     monkeypatch.setenv("SLURM_NODEID", "0")
     monkeypatch.setenv("SLURM_JOB_NODELIST", "gpu[01-02]")
     code, _, err = run_cli(capsys, "run", "--out", str(tmp_path / "out"))
-    assert code == 2 and err.strip() == ("ds-doctor: error: SLURM_JOB_NODELIST 'gpu[01-02]' names 2 hosts, "
-                                         "SLURM_NNODES says 3")
+    assert code == 2 and err.strip() == (
+        "ds-doctor: error: SLURM_JOB_NODELIST 'gpu[01-02]' names 2 hosts, SLURM_NNODES says 3"
+    )
     assert not (tmp_path / "out").exists()

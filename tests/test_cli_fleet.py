@@ -40,18 +40,22 @@ def test_a_healthy_fleet_exits_0_a_failing_node_1(capsys, state: Path) -> None:
     code, out, _ = run_cli(capsys, "fleet", state, "--json")
     data = json.loads(out)
     assert code == 1 and data["failed"] and [n["host"] for n in data["nodes"] if n["failed"]] == ["node-d"]
-    assert {m["measure"] for n in data["nodes"] if n["host"] == "node-c" for m in n["measures"] if m["below"]} == {
-        "busbw_gbps", "algbw_gbps"}
+    assert {
+        m["measure"] for n in data["nodes"] if n["host"] == "node-c" for m in n["measures"] if m["below"]
+    } == {"busbw_gbps", "algbw_gbps"}
 
 
 def test_files_named_one_by_one_and_the_markdown_written_to_out(capsys, state: Path, tmp_path: Path) -> None:
     files = sorted(state.rglob("ds-doctor-*.json"))
-    renamed = files[0].rename(files[0].with_name("any-name.json"))  # a file named on the command line: any name
+    # a file named on the command line: any name
+    renamed = files[0].rename(files[0].with_name("any-name.json"))
     out_file = tmp_path / "fleet.md"
     code, out, _ = run_cli(capsys, "fleet", renamed, *files[1:], "--out", out_file)
     assert code == 0 and out_file.read_text() == out and "| node-a |" in out
     nodes = json.loads(run_cli(capsys, "fleet", *files[1:], "--tolerance", "70", "--json")[1])["nodes"]
-    assert len(nodes) == 2 and not [m for n in nodes for m in n["measures"] if m["below"]]  # 60 % below: within 70
+    assert len(nodes) == 2 and not [
+        m for n in nodes for m in n["measures"] if m["below"]
+    ]  # 60 % below: within 70
 
 
 def test_of_one_hosts_reports_only_the_newest_is_read(capsys, tmp_path: Path) -> None:
@@ -87,17 +91,33 @@ def make_hostile(folder: Path) -> dict[str, str]:
     planted = {
         "ds-doctor-empty.json": ("", "empty file"),
         "ds-doctor-malformed.json": ('{"schema_version": 2, "tool": ', "not valid JSON"),
-        "ds-doctor-other.json": (json.dumps({"tool": {"name": "other"}, "results": []}), "not a ds-doctor report"),
+        "ds-doctor-other.json": (
+            json.dumps({"tool": {"name": "other"}, "results": []}),
+            "not a ds-doctor report",
+        ),
         "ds-doctor-newer.json": (json.dumps({**good, "schema_version": 99}), "newer"),
         "ds-doctor-invalid.json": (json.dumps({**good, "results": "none"}), "not a valid ds-doctor report"),
         "ds-doctor-deep.json": ("[" * 100_000 + "]" * 100_000, "nested"),
         "ds-doctor-latin1.json": ('{"a": "caf\xe9"}', "not UTF-8"),
         "ds-doctor-time.json": (json.dumps({**good, "started_at": "last tuesday"}), "is not a time"),
         # a multi-node report's node section is a node's row in the fleet: it is held to a node's own shape
-        "ds-doctor-node-section.json": (json.dumps({**good, "nodes": [
-            {"node": 0, "host": "node-x", "env": good["env"], "hardware": good["hardware"]},
-            {"node": 1, "host": "node-y", "env": good["env"], "hardware": {**good["hardware"], "gpus": "eight"}}]}),
-            "not a valid ds-doctor report at nodes/1/hardware/gpus"),
+        "ds-doctor-node-section.json": (
+            json.dumps(
+                {
+                    **good,
+                    "nodes": [
+                        {"node": 0, "host": "node-x", "env": good["env"], "hardware": good["hardware"]},
+                        {
+                            "node": 1,
+                            "host": "node-y",
+                            "env": good["env"],
+                            "hardware": {**good["hardware"], "gpus": "eight"},
+                        },
+                    ],
+                }
+            ),
+            "not a valid ds-doctor report at nodes/1/hardware/gpus",
+        ),
     }
     for name, (text, _) in planted.items():
         encoding = "latin-1" if "latin1" in name else "utf-8"
@@ -112,8 +132,12 @@ def make_hostile(folder: Path) -> dict[str, str]:
         deep = deep / f"d{level}"
     deep.mkdir(parents=True)
     (deep / "ds-doctor-too-deep.json").write_text("{")
-    return {**{name: why for name, (_, why) in planted.items()}, "ds-doctor-huge.json": "more than the 64 MiB",
-            "ds-doctor-fifo.json": "not a regular file", "ds-doctor-zero.json": "not a regular file"}
+    return {
+        **{name: why for name, (_, why) in planted.items()},
+        "ds-doctor-huge.json": "more than the 64 MiB",
+        "ds-doctor-fifo.json": "not a regular file",
+        "ds-doctor-zero.json": "not a regular file",
+    }
 
 
 def test_hostile_files_are_one_line_each_and_the_fleet_goes_on(capsys, state: Path) -> None:
@@ -135,20 +159,27 @@ def test_hostile_files_are_one_line_each_and_the_fleet_goes_on(capsys, state: Pa
 def test_nothing_readable_is_a_usage_error(capsys, tmp_path: Path) -> None:
     expected = make_hostile(tmp_path / "junk")
     code, out, err = run_cli(capsys, "fleet", tmp_path)
-    assert code == 2 and out == "" and err.count("\n") == 1 and err.startswith("ds-doctor: error: no readable ds-doctor "
-                                                                               "report: ")
+    assert (
+        code == 2
+        and out == ""
+        and err.count("\n") == 1
+        and err.startswith("ds-doctor: error: no readable ds-doctor report: ")
+    )
     assert err.rstrip().endswith(f"(and {len(expected) - 1} more unreadable file(s))")
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["fleet", "{tmp}/empty"], "no ds-doctor report (ds-doctor-*.json) in"),
-    (["fleet", "{tmp}/missing.json"], "no readable ds-doctor report: {tmp}/missing.json: no such file"),
-    (["fleet"], "Missing argument"),
-    (["fleet", "{tmp}/state", "--tolerance", "100"], "--tolerance"),
-    (["fleet", "{tmp}/state", "--tolerance", "nan"], "--tolerance"),
-    (["fleet", "{tmp}/state", "--out", "{tmp}/state"], "--out"),
-    (["fleet", "{tmp}/report.json", "--out", "{tmp}/report.json"], "would be overwritten"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["fleet", "{tmp}/empty"], "no ds-doctor report (ds-doctor-*.json) in"),
+        (["fleet", "{tmp}/missing.json"], "no readable ds-doctor report: {tmp}/missing.json: no such file"),
+        (["fleet"], "Missing argument"),
+        (["fleet", "{tmp}/state", "--tolerance", "100"], "--tolerance"),
+        (["fleet", "{tmp}/state", "--tolerance", "nan"], "--tolerance"),
+        (["fleet", "{tmp}/state", "--out", "{tmp}/state"], "--out"),
+        (["fleet", "{tmp}/report.json", "--out", "{tmp}/report.json"], "would be overwritten"),
+    ],
+)
 def test_usage_errors_are_one_line(capsys, tmp_path: Path, args: list[str], message: str) -> None:
     (tmp_path / "empty").mkdir()
     report = write_nightly(tmp_path / "state", node("node-a"))
@@ -164,7 +195,9 @@ def test_a_shared_gpu_case_is_named_and_not_compared(capsys, tmp_path: Path) -> 
     from tests.reports.fleet_samples import comm, with_shared_gpu
 
     lone = node("node-c", busbw=2.0)
-    lone = replace(lone, results=tuple(with_shared_gpu(comm(2.0)) if r.key == COMM else r for r in lone.results))
+    lone = replace(
+        lone, results=tuple(with_shared_gpu(comm(2.0)) if r.key == COMM else r for r in lone.results)
+    )
     for report in (node("node-a"), node("node-b", busbw=80.0), lone):
         write_nightly(tmp_path, report)
     code, out, _ = run_cli(capsys, "fleet", tmp_path, "--json")

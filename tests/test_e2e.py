@@ -21,10 +21,18 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.multirank
 
 
-def ds_doctor(*args: str, extra_env: dict[str, str] | None = None, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+def ds_doctor(
+    *args: str, extra_env: dict[str, str] | None = None, timeout: float = 900
+) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), **(extra_env or {})}
-    return subprocess.run([sys.executable, "-m", "ds_doctor.cli", *args], capture_output=True, text=True, env=env,
-                          timeout=timeout, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "ds_doctor.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        cwd=ROOT,
+    )
 
 
 def read_report(out: Path) -> dict:
@@ -44,8 +52,11 @@ class Run:
 
     def family(self, probe: str) -> dict[str, dict]:
         """The results of one family, by variant and world size (`z2-healthy-ws1`)."""
-        return {r["case"].removeprefix(f"{probe}[").removesuffix("]"): r for r in self.data["results"]
-                if r["probe"] == probe}
+        return {
+            r["case"].removeprefix(f"{probe}[").removesuffix("]"): r
+            for r in self.data["results"]
+            if r["probe"] == probe
+        }
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +64,9 @@ def level3(tmp_path_factory: pytest.TempPathFactory) -> Run:
     """One real `ds-doctor run --level 3`: every family, every case, as a nightly job or a user runs it; but the
     equivalence family, whose level 3 trains every route several steps (tests/probes/test_equivalence.py runs it)."""
     out = tmp_path_factory.mktemp("level3")
-    proc = ds_doctor("run", "--level", "3", "-k", "not equivalence", "--out", str(out), "--json", timeout=1500)
+    proc = ds_doctor(
+        "run", "--level", "3", "-k", "not equivalence", "--out", str(out), "--json", timeout=1500
+    )
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]  # xfail/xpass never fail a run
     data = read_report(out)
     assert json.loads(proc.stdout) == data  # --json prints the same report
@@ -77,9 +90,17 @@ def test_zero_offload_level3_every_cpu_case_passes(level3: Run) -> None:
     for rank in (0, 1):
         assert (rank, "unscale_and_clip_grads[0].total_norm") in operands
         assert (rank, "unscale_and_clip_grads[0].grads[0]") in operands
-    assert {r["stage"] for r in s2["device_map"]} == {"before_init", "after_init", "after_backward", "at_clip",
-                                                     "after_step"}  # before_init: the module, for ties_kept
-    assert [f["invariant"] for f in s2["findings"]] == ["grad_accum_dtype", "grad_accum_dtype"]  # a warning per rank
+    assert {r["stage"] for r in s2["device_map"]} == {
+        "before_init",
+        "after_init",
+        "after_backward",
+        "at_clip",
+        "after_step",
+    }  # before_init: the module, for ties_kept
+    assert [f["invariant"] for f in s2["findings"]] == [
+        "grad_accum_dtype",
+        "grad_accum_dtype",
+    ]  # a warning per rank
 
 
 def leftover_processes(marker: str) -> list[str]:
@@ -96,8 +117,17 @@ def leftover_processes(marker: str) -> list[str]:
 
 def test_hang_and_crash_are_attributed_and_the_rest_still_runs(tmp_path: Path) -> None:
     started = time.monotonic()
-    proc = ds_doctor("run", "--level", "3", "-k", "faults", "--out", str(tmp_path),
-                     extra_env={"DS_DOCTOR_EXTRA_PROBES": "tests.resources.fault_probes"}, timeout=300)
+    proc = ds_doctor(
+        "run",
+        "--level",
+        "3",
+        "-k",
+        "faults",
+        "--out",
+        str(tmp_path),
+        extra_env={"DS_DOCTOR_EXTRA_PROBES": "tests.resources.fault_probes"},
+        timeout=300,
+    )
     elapsed = time.monotonic() - started
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert leftover_processes(str(tmp_path)) == []  # the whole tree, ranks in their own sessions included
@@ -110,11 +140,17 @@ def test_hang_and_crash_are_attributed_and_the_rest_still_runs(tmp_path: Path) -
     stuck = {r["rank"]: r for r in hang["ranks"]}
     assert stuck[1]["outcome"] == "timeout" and stuck[1]["stage"] == "stuck on purpose"
     assert "timed out after 6 s on rank 1" in hang["reason"]
-    # the hung case cost at most its timeout + 5 s + the evidence: from its start (heartbeat) to the relaunch of the rest
+    # the hung case cost at most its timeout + 5 s + the evidence: from its start (heartbeat) to the relaunch
+    # of the rest
     launches = sorted((tmp_path / p for p in os.listdir(tmp_path) if p.startswith("run-")), key=str)[0]
-    attempts = sorted((d for d in launches.iterdir() if d.is_dir()), key=lambda d: int(d.name.rsplit("-", 1)[1]))
-    hung_at = next(i for i, d in enumerate(attempts)
-                   if json.loads((d / "heartbeat-rank1.json").read_text())["case"] == "faults[hang-ws2]")
+    attempts = sorted(
+        (d for d in launches.iterdir() if d.is_dir()), key=lambda d: int(d.name.rsplit("-", 1)[1])
+    )
+    hung_at = next(
+        i
+        for i, d in enumerate(attempts)
+        if json.loads((d / "heartbeat-rank1.json").read_text())["case"] == "faults[hang-ws2]"
+    )
     case_started = json.loads((attempts[hung_at] / "heartbeat-rank1.json").read_text())["case_started"]
     relaunched = (attempts[hung_at + 1] / "command.txt").stat().st_mtime
     took = hang["notes"]["forensics"]["took_s"]  # the evidence taken before the kill, bounded at 10 s
@@ -125,7 +161,9 @@ def test_hang_and_crash_are_attributed_and_the_rest_still_runs(tmp_path: Path) -
     killed = results["faults[sigkill-ws2]"]
     assert killed["outcome"] == "error"
     rank1 = {r["rank"]: r for r in killed["ranks"]}[1]
-    assert rank1["signal"] == "SIGKILL" and rank1["exit_code"] == -9 and rank1["stage"] == "about to be killed"
+    assert (
+        rank1["signal"] == "SIGKILL" and rank1["exit_code"] == -9 and rank1["stage"] == "about to be killed"
+    )
     assert killed["known_issue"]["id"] == "torchrun_child_sigkill"
 
     raised = results["faults[raise-ws2]"]
@@ -164,32 +202,62 @@ def test_frozen_param_names_catches_replaced_parameters_before_the_save(level3: 
     for ws in (1, 2):
         for stage in (0, 2):
             assert results[f"z{stage}-healthy-ws{ws}"]["outcome"] == "pass"
-            assert results[f"z{stage}-healthy-ws{ws}"]["notes"]["reloaded"] == ["emb.weight", "head.bias", "head.weight"]
+            assert results[f"z{stage}-healthy-ws{ws}"]["notes"]["reloaded"] == [
+                "emb.weight",
+                "head.bias",
+                "head.weight",
+            ]
         # stage 0 saves the disk-dispatched embedding as a meta tensor: silent data loss, flagged before the save
         assert outcome(f"z0-dispatch-disk-ws{ws}") == ("xfail", "ds_ckpt_meta_params_saved", "affected")
-        meta = [f for f in results[f"z0-dispatch-disk-ws{ws}"]["findings"] if f["invariant"] == "no_meta_params"]
-        assert {(f["rank"], f["stage"], f["evidence"][0]["path"], f["evidence"][0]["device"]) for f in meta} == {
-            (rank, "before_save", "emb.weight", "meta") for rank in range(ws)}
+        meta = [
+            f for f in results[f"z0-dispatch-disk-ws{ws}"]["findings"] if f["invariant"] == "no_meta_params"
+        ]
+        assert {
+            (f["rank"], f["stage"], f["evidence"][0]["path"], f["evidence"][0]["device"]) for f in meta
+        } == {(rank, "before_save", "emb.weight", "meta") for rank in range(ws)}
         assert any("meta tensors" in s for s in results[f"z0-dispatch-disk-ws{ws}"]["notes"]["showed"])
         # stage 2 raises at save; the stale name map was reported before it
         for route in ("dispatch-disk", "set-tensor"):
-            assert outcome(f"z2-{route}-ws{ws}") == ("xfail", "ds_frozen_param_not_in_param_names", "affected")
-            stale = [f for f in results[f"z2-{route}-ws{ws}"]["findings"] if f["invariant"] == "param_name_map"]
-            assert stale and all(f["stage"] == "before_save" and f["severity"] == "error" and f["remedy"] for f in stale)
+            assert outcome(f"z2-{route}-ws{ws}") == (
+                "xfail",
+                "ds_frozen_param_not_in_param_names",
+                "affected",
+            )
+            stale = [
+                f for f in results[f"z2-{route}-ws{ws}"]["findings"] if f["invariant"] == "param_name_map"
+            ]
+            assert stale and all(
+                f["stage"] == "before_save" and f["severity"] == "error" and f["remedy"] for f in stale
+            )
         # a replaced trainable parameter stops training
-        for name in (f"z0-set-tensor-trainable-ws{ws}", f"z2-set-tensor-trainable-ws{ws}", f"z0-assign-ws{ws}"):
+        for name in (
+            f"z0-set-tensor-trainable-ws{ws}",
+            f"z2-set-tensor-trainable-ws{ws}",
+            f"z0-assign-ws{ws}",
+        ):
             assert outcome(name) == ("xfail", "ds_replaced_trainable_param_not_trained", "affected")
-            assert {f["invariant"] for f in results[name]["findings"]} == {"param_name_map", "optimizer_params_live"}
+            assert {f["invariant"] for f in results[name]["findings"]} == {
+                "param_name_map",
+                "optimizer_params_live",
+            }
         # stage 0 never reads the map for frozen weights: a stale map, nothing lost -> xpass with a warning
-        assert outcome(f"z0-set-tensor-ws{ws}") == ("xpass", "ds_frozen_param_not_in_param_names", "not_affected")
+        assert outcome(f"z0-set-tensor-ws{ws}") == (
+            "xpass",
+            "ds_frozen_param_not_in_param_names",
+            "not_affected",
+        )
         assert {f["severity"] for f in results[f"z0-set-tensor-ws{ws}"]["findings"]} == {"warning"}
         # ZeRO-3 fails another way, and refuses full-size values up front
         assert outcome(f"z3-dispatch-disk-ws{ws}") == ("xfail", "ds_z3_param_replaced_after_init", "affected")
         assert outcome(f"z3-assign-ws{ws}")[0] == "xpass"
         assert "size mismatch" in results[f"z3-assign-ws{ws}"]["notes"]["route_refused"]
     affecting = {issue["id"] for issue in data["affecting_issues"]}
-    assert affecting >= {"ds_frozen_param_not_in_param_names", "ds_ckpt_meta_params_saved",
-                         "ds_replaced_trainable_param_not_trained", "ds_z3_param_replaced_after_init"}
+    assert affecting >= {
+        "ds_frozen_param_not_in_param_names",
+        "ds_ckpt_meta_params_saved",
+        "ds_replaced_trainable_param_not_trained",
+        "ds_z3_param_replaced_after_init",
+    }
     markdown = next(level3.out.glob("ds-doctor-*.md")).read_text()
     # the reproduced known issues grouped, each with what went wrong for real and the remedy of what caught it
     assert "### `ds_frozen_param_not_in_param_names` — affected:" in markdown
@@ -223,13 +291,20 @@ def test_accelerate_deepspeed_lifecycle_orderings(level3: Run) -> None:
         for ordering, issue in expected.items():
             result = results[f"{ordering}-ws{ws}"]
             assert (result["outcome"], result["known_issue"]["id"], result["known_issue"]["verdict"]) == (
-                "xfail", issue, "affected"), (ordering, result["reason"])
-            assert result["notes"]["ordering"] in result["findings"][0]["message"] or ordering == "lr-mismatch"
+                "xfail",
+                issue,
+                "affected",
+            ), (ordering, result["reason"])
+            assert (
+                result["notes"]["ordering"] in result["findings"][0]["message"] or ordering == "lr-mismatch"
+            )
             assert result["findings"][0]["remedy"]
     # without InitProcessGroupKwargs(backend="gloo") Accelerate says 1 process on a 2-rank group
     assert results["no-backend-kwargs-ws1"]["outcome"] == "xpass"
     mismatch = results["no-backend-kwargs-ws2"]
-    assert mismatch["outcome"] == "xfail" and mismatch["known_issue"]["id"] == "acc_cpu_process_count_mismatch"
+    assert (
+        mismatch["outcome"] == "xfail" and mismatch["known_issue"]["id"] == "acc_cpu_process_count_mismatch"
+    )
     assert [f["invariant"] for f in mismatch["findings"]] == ["world_size_agreement", "world_size_agreement"]
     assert "accelerator.num_processes = 1, dist world size = 2" in mismatch["findings"][0]["message"]
 
@@ -239,31 +314,51 @@ def test_optimizer_coverage_every_wrapper_route(level3: Run) -> None:
     results = level3.family("optimizer_coverage")
     assert len(results) == 30
     intended = ["a.bias", "a.weight", "head.bias", "head.weight"]
-    has_ds = {"deepspeed", "accelerate", "transformers"} <= {k for k, v in data["env"]["packages"].items() if v}
+    has_ds = {"deepspeed", "accelerate", "transformers"} <= {
+        k for k, v in data["env"]["packages"].items() if v
+    }
     for ws in (1, 2):
         recommended = ["fsdp1-orig", "fsdp1-orig-opt-before-wrap", "fsdp1-flat", "fsdp2"]
         if has_ds:
-            recommended += ["deepspeed-z0", "deepspeed-z1", "deepspeed-z2", "deepspeed-z3", "accelerate-deepspeed"]
+            recommended += [
+                "deepspeed-z0",
+                "deepspeed-z1",
+                "deepspeed-z2",
+                "deepspeed-z3",
+                "accelerate-deepspeed",
+            ]
         for route in recommended:
             result = results[f"{route}-ws{ws}"]
             assert result["outcome"] == "pass", (route, result["reason"])
-            assert result["notes"]["tracked_after"] == intended and result["notes"]["changed_by_step"] == intended
+            assert (
+                result["notes"]["tracked_after"] == intended
+                and result["notes"]["changed_by_step"] == intended
+            )
         for route in ("fsdp1-flat-opt-before-wrap", "fsdp2-opt-before-wrap"):  # orphans, and nothing trains
             result = results[f"{route}-ws{ws}"]
             assert (result["outcome"], result["known_issue"]["id"], result["known_issue"]["verdict"]) == (
-                "xfail", "fsdp_optimizer_built_before_wrap", "affected")
+                "xfail",
+                "fsdp_optimizer_built_before_wrap",
+                "affected",
+            )
             assert result["notes"]["changed_by_step"] == [] and len(result["notes"]["showed"]) == 4
             invariants = {f["invariant"] for f in result["findings"]}
             assert invariants == {"tracked_set", "tracked_live"}  # both caught before the step
-        if has_ds:  # ZeRO drops a frozen parameter from the optimizer on purpose: an info, and the case passes
+        # ZeRO drops a frozen parameter from the optimizer on purpose: an info, and the case passes
+        if has_ds:
             dropped = results[f"deepspeed-z2-frozen-in-group-ws{ws}"]
             assert dropped["outcome"] == "pass" and "c.weight" in dropped["notes"]["tracked_before"]
             assert {(f["severity"], f["message"].split(" ")[0]) for f in dropped["findings"]} == {
-                ("info", "c.bias"), ("info", "c.weight")}
+                ("info", "c.bias"),
+                ("info", "c.weight"),
+            }
         assert results[f"accelerate-fsdp-ws{ws}"]["outcome"] == "skip"
         assert "ignored the FSDP plugin" in results[f"accelerate-fsdp-ws{ws}"]["reason"]
         for route in ("composer", "composer-two-groups"):  # Composer pins torch < 2.7.1; its FSDP wants CUDA
-            assert results[f"{route}-ws{ws}"]["outcome"] == "skip" and "3493" in results[f"{route}-ws{ws}"]["reason"]
+            assert (
+                results[f"{route}-ws{ws}"]["outcome"] == "skip"
+                and "3493" in results[f"{route}-ws{ws}"]["reason"]
+            )
 
 
 def test_optimizer_state_placement_round_trip_on_cpu(level3: Run) -> None:
@@ -271,20 +366,34 @@ def test_optimizer_state_placement_round_trip_on_cpu(level3: Run) -> None:
     results = level3.family("optimizer_state_placement")
     installed = {k for k, v in data["env"]["packages"].items() if v}
     for ws in (1, 2):
-        for name, dist in (("adamw", "torch"), ("prodigy", "prodigyopt"),
-                           ("prodigy-plus-schedule-free", "prodigy-plus-schedule-free")):
+        for name, dist in (
+            ("adamw", "torch"),
+            ("prodigy", "prodigyopt"),
+            ("prodigy-plus-schedule-free", "prodigy-plus-schedule-free"),
+        ):
             result = results[f"{name}-ws{ws}"]
             if dist not in installed:
                 assert result["outcome"] == "skip" and f"pip install {dist}" in result["reason"]
                 continue
             assert result["outcome"] == "pass" and result["findings"] == [], (name, result["reason"])
             stages = {(r["stage"], r["role"]) for r in result["device_map"]}
-            assert {("after_prepare", "optim_state"), ("after_load", "optim_state"), ("after_step", "optim_state")} <= stages
+            assert {
+                ("after_prepare", "optim_state"),
+                ("after_load", "optim_state"),
+                ("after_step", "optim_state"),
+            } <= stages
             assert {r["rank"] for r in result["device_map"]} == set(range(ws))
         if "prodigy-plus-schedule-free" in installed:
             ppsf = results[f"prodigy-plus-schedule-free-ws{ws}"]
-            groups = {r["path"] for r in ppsf["device_map"] if r["role"] == "optim_group_tensor" and r["stage"] == "after_load"}
-            assert groups == {"optimizer.param_groups[0].running_d_numerator", "optimizer.param_groups[0].running_d_denom"}
+            groups = {
+                r["path"]
+                for r in ppsf["device_map"]
+                if r["role"] == "optim_group_tensor" and r["stage"] == "after_load"
+            }
+            assert groups == {
+                "optimizer.param_groups[0].running_d_numerator",
+                "optimizer.param_groups[0].running_d_denom",
+            }
             assert ppsf["known_issue"]["id"] == "prodigy_group_tensors_left_on_cpu"
 
 
@@ -297,8 +406,11 @@ def test_a_level_3_ticket_fits_and_the_log_has_a_line_per_case(level3: Run) -> N
     results = level3.data["results"]
     assert len(text) < 60_000, len(text)
     assert all(f"`{r['case']}`" in text for r in results)
-    reproduced = {(r["known_issue"]["id"], r["known_issue"]["verdict"]) for r in results
-                  if r["outcome"] in ("xfail", "xpass")}
+    reproduced = {
+        (r["known_issue"]["id"], r["known_issue"]["verdict"])
+        for r in results
+        if r["outcome"] in ("xfail", "xpass")
+    }
     assert len(reproduced) >= 10
     for issue_id, verdict in reproduced:
         assert text.count(f"### `{issue_id}` — {verdict}:") == 1, issue_id
@@ -308,7 +420,9 @@ def test_a_level_3_ticket_fits_and_the_log_has_a_line_per_case(level3: Run) -> N
     log = level3.proc.stderr.splitlines()  # with --json the console goes to stderr
     for result in results:
         if result["outcome"] != "skip":
-            assert any(line.startswith(f"{result['case']} {result['outcome'].upper()} ") for line in log), result["case"]
+            assert any(line.startswith(f"{result['case']} {result['outcome'].upper()} ") for line in log), (
+                result["case"]
+            )
 
 
 @pytest.fixture(scope="module")
@@ -323,18 +437,27 @@ def without_numpy(tmp_path_factory: pytest.TempPathFactory) -> Path:
         if not re.match(r"numpy($|-|\.libs)", entry.name):
             (target / entry.name).symlink_to(entry)
     python = venv / "bin" / "python"
-    assert subprocess.run([str(python), "-c", "import numpy"], capture_output=True, timeout=60).returncode == 1
+    assert (
+        subprocess.run([str(python), "-c", "import numpy"], capture_output=True, timeout=60).returncode == 1
+    )
     return python
 
 
-def test_a_node_without_numpy_is_named_and_whatever_crosses_ranks_still_works(without_numpy: Path,
-                                                                                 tmp_path: Path) -> None:
+def test_a_node_without_numpy_is_named_and_whatever_crosses_ranks_still_works(
+    without_numpy: Path, tmp_path: Path
+) -> None:
     """torch does not require numpy, but its object collectives decode through it: the probes gather JSON through
     tensors instead, level 1 names the missing numpy, and a stack that does need it is classified, not unknown."""
+
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(without_numpy), "-m", "ds_doctor.cli", "run", "--out", str(tmp_path), "--json", *args],
-                              capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT,
-                              timeout=600)
+        return subprocess.run(
+            [str(without_numpy), "-m", "ds_doctor.cli", "run", "--out", str(tmp_path), "--json", *args],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            cwd=ROOT,
+            timeout=600,
+        )
 
     level1 = run("--level", "1")
     assert level1.returncode == 0, level1.stderr[-2000:]
@@ -345,7 +468,9 @@ def test_a_node_without_numpy_is_named_and_whatever_crosses_ranks_still_works(wi
     results = {r["case"]: r for r in json.loads(proc.stdout)["results"]}
     assert {c: r["outcome"] for c, r in results.items() if r["outcome"] == "pass"} == {
         **{f"compute[{v}-ws1]": "pass" for v in ("matmul-bf16", "matmul-fp16", "matmul-fp32", "memory")},
-        "optimizer_coverage[fsdp2-ws1]": "pass", "optimizer_coverage[fsdp2-ws2]": "pass"}
+        "optimizer_coverage[fsdp2-ws1]": "pass",
+        "optimizer_coverage[fsdp2-ws2]": "pass",
+    }
     deepspeed = results["optimizer_coverage[deepspeed-z2-ws2]"]  # DeepSpeed itself imports numpy
     assert deepspeed["outcome"] == "error" and deepspeed["known_issue"]["id"] == "torch_numpy_missing"
     assert proc.returncode == 1
@@ -358,9 +483,26 @@ def test_a_killed_doctor_leaves_a_run_dir_that_report_renders(tmp_path: Path) ->
 
     env = {**os.environ, "PYTHONPATH": str(ROOT), "DS_DOCTOR_EXTRA_PROBES": "tests.resources.fault_probes"}
     out = tmp_path / "out"
-    doctor_proc = subprocess.Popen([sys.executable, "-m", "ds_doctor.cli", "run", "--level", "3", "-k",
-                                    "faults and (ok or hang)", "--out", str(out), "--timeout", "60"],
-                                   env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    doctor_proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ds_doctor.cli",
+            "run",
+            "--level",
+            "3",
+            "-k",
+            "faults and (ok or hang)",
+            "--out",
+            str(out),
+            "--timeout",
+            "60",
+        ],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 120
     beat = out.glob("run-*/ws2-cpu-0/heartbeat-rank1.json")
     while time.monotonic() < deadline:
@@ -373,7 +515,8 @@ def test_a_killed_doctor_leaves_a_run_dir_that_report_renders(tmp_path: Path) ->
         raise AssertionError(f"the hang case never started: {list(beat)}")
     doctor_proc.send_signal(signal.SIGKILL)
     doctor_proc.wait(timeout=30)
-    deadline = time.monotonic() + 15  # torchrun gets SIGTERM from the kernel (PDEATHSIG) and takes its ranks along
+    # torchrun gets SIGTERM from the kernel (PDEATHSIG) and takes its ranks along
+    deadline = time.monotonic() + 15
     while leftover_processes(str(out)) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert leftover_processes(str(out)) == []
@@ -384,7 +527,8 @@ def test_a_killed_doctor_leaves_a_run_dir_that_report_renders(tmp_path: Path) ->
         handle.write('{"case": "faults[hang-ws2]", "rank": 0, "outc')
     proc = ds_doctor("report", str(run_dir), "--json")
     assert proc.returncode == 1, proc.stderr
-    assert "rank0.jsonl: line 3 is truncated or not a result line; skipped" in proc.stderr  # after ok and hang
+    # after ok and hang
+    assert "rank0.jsonl: line 3 is truncated or not a result line; skipped" in proc.stderr
     data = json.loads(proc.stdout)
     validate(data)
     results = {r["case"]: r for r in data["results"]}
@@ -394,7 +538,8 @@ def test_a_killed_doctor_leaves_a_run_dir_that_report_renders(tmp_path: Path) ->
         assert results[case]["outcome"] == "error" and results[case]["reason"].startswith("did not finish")
         assert results[case]["notes"] == {"unfinished": True}
     written = sorted(p.name for p in out.glob("ds-doctor-*"))
-    assert len(written) == 2 and all("-report." in name for name in written)  # JSON and Markdown, beside the run
+    # JSON and Markdown, beside the run
+    assert len(written) == 2 and all("-report." in name for name in written)
     markdown = next(out.glob("ds-doctor-*.md")).read_text()
     assert "did not finish" in markdown and "faults[hang-ws2]" in markdown
 
@@ -409,8 +554,16 @@ def test_thirty_planted_secrets_never_reach_any_output(tmp_path: Path) -> None:
     env_vars["DS_ACCESS_TOKEN"] = "plainvalue-by-name-0042"  # masked for its name whatever its shape
     env_vars["TORCH_EXTENSIONS_DIR"] = leaky.ORDINARY[0]
     out = tmp_path / secrets["ghp"][0] / "reports"  # a directory name that looks like a token
-    proc = ds_doctor("run", "--level", "3", "-k", "leaky", "--out", str(out),
-                     extra_env={"DS_DOCTOR_EXTRA_PROBES": "tests.resources.secret_probes", **env_vars})
+    proc = ds_doctor(
+        "run",
+        "--level",
+        "3",
+        "-k",
+        "leaky",
+        "--out",
+        str(out),
+        extra_env={"DS_DOCTOR_EXTRA_PROBES": "tests.resources.secret_probes", **env_vars},
+    )
     assert proc.returncode == 1, proc.stderr[-2000:]  # the probe raises on purpose
     run_dir = next(out.glob("run-*"))
     again = ds_doctor("report", str(run_dir), "--json", "--out", str(tmp_path / "again"))
@@ -445,9 +598,20 @@ def test_thirty_planted_secrets_never_reach_any_output(tmp_path: Path) -> None:
 def test_anonymize_replaces_host_user_ip(tmp_path: Path) -> None:
     import getpass
 
-    proc = ds_doctor("run", "--level", "1", "--out", str(tmp_path), "--anonymize", "--json",
-                     extra_env={"NCCL_COMM_ID": "10.20.30.40:29500", "TORCH_HOME": f"/home/{getpass.getuser()}/t",
-                                "MASTER_ADDR": "127.0.0.1"})
+    proc = ds_doctor(
+        "run",
+        "--level",
+        "1",
+        "--out",
+        str(tmp_path),
+        "--anonymize",
+        "--json",
+        extra_env={
+            "NCCL_COMM_ID": "10.20.30.40:29500",
+            "TORCH_HOME": f"/home/{getpass.getuser()}/t",
+            "MASTER_ADDR": "127.0.0.1",
+        },
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(proc.stdout)
     variables = report["env"]["variables"]
@@ -467,9 +631,18 @@ def listeners(marker: str) -> dict[str, list[tuple[str, int]]]:
             cmd = " ".join(proc.info["cmdline"] or [])
             if marker in cmd:
                 # torchrun's command line names the worker module too (its arguments): ask for torchrun first
-                kind = "torchrun" if "torch.distributed.run" in cmd else "worker" if "ds_doctor.run.worker" in cmd else "doctor"
+                kind = (
+                    "torchrun"
+                    if "torch.distributed.run" in cmd
+                    else "worker"
+                    if "ds_doctor.run.worker" in cmd
+                    else "doctor"
+                )
                 found.setdefault(kind, []).extend(
-                    (c.laddr.ip, c.laddr.port) for c in proc.net_connections("inet") if c.status == psutil.CONN_LISTEN)
+                    (c.laddr.ip, c.laddr.port)
+                    for c in proc.net_connections("inet")
+                    if c.status == psutil.CONN_LISTEN
+                )
     return found
 
 
@@ -482,11 +655,34 @@ def test_a_shared_node_port_29500_taken_and_two_runs_at_once(tmp_path: Path) -> 
         holder.listen()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "DS_DOCTOR_EXTRA_PROBES": "tests.resources.fault_probes"}
     out = tmp_path / "shared"
-    command = [sys.executable, "-m", "ds_doctor.cli", "run", "--level", "3", "--out", str(out), "--json", "-k"]
-    hanging = subprocess.Popen([*command, "faults and hang"], env=env, cwd=ROOT, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
-    quick = subprocess.Popen([*command, "faults and ok and not after"], env=env, cwd=ROOT, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+    command = [
+        sys.executable,
+        "-m",
+        "ds_doctor.cli",
+        "run",
+        "--level",
+        "3",
+        "--out",
+        str(out),
+        "--json",
+        "-k",
+    ]
+    hanging = subprocess.Popen(
+        [*command, "faults and hang"],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    quick = subprocess.Popen(
+        [*command, "faults and ok and not after"],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -495,8 +691,12 @@ def test_a_shared_node_port_29500_taken_and_two_runs_at_once(tmp_path: Path) -> 
                 break
             time.sleep(0.2)
         seen = listeners(f"-{hanging.pid}/")
-        master_port = int(re.search(r"--master-port=(\d+)", next(out.glob(f"run-*-{hanging.pid}/ws2-cpu-0/command.txt"))
-                                    .read_text()).group(1))
+        master_port = int(
+            re.search(
+                r"--master-port=(\d+)",
+                next(out.glob(f"run-*-{hanging.pid}/ws2-cpu-0/command.txt")).read_text(),
+            ).group(1)
+        )
         hang_out, hang_err = hanging.communicate(timeout=120)
         quick_out, quick_err = quick.communicate(timeout=120)
     finally:
@@ -509,7 +709,10 @@ def test_a_shared_node_port_29500_taken_and_two_runs_at_once(tmp_path: Path) -> 
     # measured on 2.13), on a free port of its own, never 29500
     everything = [addr for addrs in seen.values() for addr in addrs]
     assert any(ip == "127.0.0.1" for ip, _ in seen["worker"]), seen
-    assert {port for ip, port in everything if ip not in ("127.0.0.1", "::1")} <= {master_port}, (seen, master_port)
+    assert {port for ip, port in everything if ip not in ("127.0.0.1", "::1")} <= {master_port}, (
+        seen,
+        master_port,
+    )
     assert master_port != 29500
     assert hanging.returncode == 1 and quick.returncode == 0, hang_err[-2000:] + quick_err[-2000:]
     hang_report, quick_report = json.loads(hang_out), json.loads(quick_out)
@@ -530,15 +733,28 @@ def test_nightly_smoke_comm_compute_junit_prometheus_and_a_baseline_diff(tmp_pat
 
     extra = {"DS_DOCTOR_EXTRA_PROBES": "tests.resources.faulty_link_probes"}
     first, second = tmp_path / "first", tmp_path / "second"
-    proc = ds_doctor("run", "-k", "comm or compute or faulty_link", "--out", str(first), "--junit",
-                     str(tmp_path / "first.xml"), "--prometheus", str(tmp_path / "first.prom"), extra_env=extra,
-                     timeout=600)
+    proc = ds_doctor(
+        "run",
+        "-k",
+        "comm or compute or faulty_link",
+        "--out",
+        str(first),
+        "--junit",
+        str(tmp_path / "first.xml"),
+        "--prometheus",
+        str(tmp_path / "first.prom"),
+        extra_env=extra,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
     data = read_report(first)
     results = {r["case"]: r for r in data["results"]}
-    assert set(results) == {*(f"comm[{c}-ws{n}]" for c in collectives.COLLECTIVES for n in (1, 2)),
-                            *(f"compute[{v}-ws1]" for v in ("matmul-bf16", "matmul-fp16", "matmul-fp32", "memory")),
-                            "faulty_link[all_reduce-ws2]", "faulty_link[all_gather-ws2]"}
+    assert set(results) == {
+        *(f"comm[{c}-ws{n}]" for c in collectives.COLLECTIVES for n in (1, 2)),
+        *(f"compute[{v}-ws1]" for v in ("matmul-bf16", "matmul-fp16", "matmul-fp32", "memory")),
+        "faulty_link[all_reduce-ws2]",
+        "faulty_link[all_gather-ws2]",
+    }
     assert {r["outcome"] for r in results.values()} == {"pass"}
     for collective in collectives.COLLECTIVES:
         result = results[f"comm[{collective}-ws2]"]
@@ -546,8 +762,12 @@ def test_nightly_smoke_comm_compute_junit_prometheus_and_a_baseline_diff(tmp_pat
         assert notes["backend"] == "gloo" and notes["bus_factor"] == collectives.bus_factor(collective, 2)
         assert [row["bytes"] for row in rows] == [4096, 65536, 1048576, 4194304]
         for row in rows:  # algbw = bytes / time, busbw = algbw * factor, as nccl-tests
-            assert row["algbw_gbps"] == pytest.approx(row["bytes"] / 1e9 / (row["time_us"] / 1e6), rel=0.02, abs=1e-4)
-            assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * notes["bus_factor"], rel=0.01, abs=1e-4)
+            assert row["algbw_gbps"] == pytest.approx(
+                row["bytes"] / 1e9 / (row["time_us"] / 1e6), rel=0.02, abs=1e-4
+            )
+            assert row["busbw_gbps"] == pytest.approx(
+                row["algbw_gbps"] * notes["bus_factor"], rel=0.01, abs=1e-4
+            )
         assert result["measures"]["busbw_gbps"] == rows[-1]["busbw_gbps"] > 0
     for dtype in ("bf16", "fp16", "fp32"):
         measures = results[f"compute[matmul-{dtype}-ws1]"]["measures"]
@@ -558,8 +778,13 @@ def test_nightly_smoke_comm_compute_junit_prometheus_and_a_baseline_diff(tmp_pat
     assert "| `compute[matmul-bf16-ws1]` | 256 |" in markdown
     # a one-rank collective moves nothing between ranks: its busbw is shown as a dash with the reason, not as 0
     assert "| `comm[all_reduce-ws1]` | — (one rank: no data moves between ranks) |" in markdown
-    xmlschema.XMLSchema(str(resources.files("reports").joinpath("junit.xsd"))).validate(str(tmp_path / "first.xml"))
-    metrics = {f.name: f.samples for f in prom_parser.text_string_to_metric_families((tmp_path / "first.prom").read_text())}
+    xmlschema.XMLSchema(str(resources.files("reports").joinpath("junit.xsd"))).validate(
+        str(tmp_path / "first.xml")
+    )
+    metrics = {
+        f.name: f.samples
+        for f in prom_parser.text_string_to_metric_families((tmp_path / "first.prom").read_text())
+    }
     busbw = {s.labels["case"] for s in metrics["ds_doctor_busbw_gbps"]}
     assert busbw >= {"comm[all_reduce-ws2]", "comm[broadcast-ws2]"} and "comm[broadcast-ws1]" not in busbw
     matmuls = {f"compute[matmul-{d}-ws1]" for d in ("bf16", "fp16", "fp32")}
@@ -574,8 +799,19 @@ def test_nightly_smoke_comm_compute_junit_prometheus_and_a_baseline_diff(tmp_pat
             result["measures"]["algbw_gbps"] *= 1000
     baseline = tmp_path / "baseline.json"
     baseline.write_text(json.dumps(planted))
-    proc = ds_doctor("run", "-k", "comm or compute or faulty_link", "--out", str(second), "--baseline", str(baseline),
-                     "--tolerance", "90", extra_env={**extra, "DS_DOCTOR_TEST_BAD_LINK": "1"}, timeout=600)
+    proc = ds_doctor(
+        "run",
+        "-k",
+        "comm or compute or faulty_link",
+        "--out",
+        str(second),
+        "--baseline",
+        str(baseline),
+        "--tolerance",
+        "90",
+        extra_env={**extra, "DS_DOCTOR_TEST_BAD_LINK": "1"},
+        timeout=600,
+    )
     assert proc.returncode == 1, proc.stderr[-3000:] + proc.stdout[-3000:]
     data = read_report(second)
     bad = {r["case"]: r for r in data["results"] if r["outcome"] != "pass"}
@@ -583,8 +819,12 @@ def test_nightly_smoke_comm_compute_junit_prometheus_and_a_baseline_diff(tmp_pat
     for result in bad.values():
         assert result["outcome"] == "fail"
         findings = result["findings"]
-        assert {(f["invariant"], f["rank"]) for f in findings} == {("collective_result", 1)}  # only rank 1's copy
-        assert "1 of " in findings[0]["message"] and "elements wrong (first at index 3" in findings[0]["message"]
+        assert {(f["invariant"], f["rank"]) for f in findings} == {
+            ("collective_result", 1)
+        }  # only rank 1's copy
+        assert (
+            "1 of " in findings[0]["message"] and "elements wrong (first at index 3" in findings[0]["message"]
+        )
     assert "REGRESSED" in proc.stdout and "faulty_link[all_reduce-ws2]" in proc.stdout
     (diff_md,) = second.glob("ds-doctor-*.diff.md")
     assert "| REGRESSION | comm[all_reduce-ws2] busbw_gbps |" in diff_md.read_text()
@@ -593,9 +833,18 @@ def test_nightly_smoke_comm_compute_junit_prometheus_and_a_baseline_diff(tmp_pat
     proc = ds_doctor("diff", str(baseline), str(new_file), "--tolerance", "90", "--json")
     assert proc.returncode == 1, proc.stderr
     regressions = {(c["kind"], c["subject"]) for c in json.loads(proc.stdout)["changes"] if c["regression"]}
-    assert {("outcome", "faulty_link[all_reduce-ws2]"), ("outcome", "faulty_link[all_gather-ws2]"),
-            ("finding", "faulty_link[all_reduce-ws2]"), ("finding", "faulty_link[all_gather-ws2]"),
-            ("measure", "comm[all_reduce-ws2] busbw_gbps"), ("measure", "comm[all_reduce-ws2] algbw_gbps")} <= regressions
-    assert {kind for kind, _ in regressions} <= {"outcome", "finding", "measure"}  # no hardware or version change
+    assert {
+        ("outcome", "faulty_link[all_reduce-ws2]"),
+        ("outcome", "faulty_link[all_gather-ws2]"),
+        ("finding", "faulty_link[all_reduce-ws2]"),
+        ("finding", "faulty_link[all_gather-ws2]"),
+        ("measure", "comm[all_reduce-ws2] busbw_gbps"),
+        ("measure", "comm[all_reduce-ws2] algbw_gbps"),
+    } <= regressions
+    assert {kind for kind, _ in regressions} <= {
+        "outcome",
+        "finding",
+        "measure",
+    }  # no hardware or version change
     proc = ds_doctor("diff", str(report_file), str(report_file))
     assert proc.returncode == 0 and "Nothing changed." in proc.stdout

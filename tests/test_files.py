@@ -109,10 +109,21 @@ def test_text_with_lone_surrogates_is_written_escaped(tmp_path: Path) -> None:
     assert target.read_text() == "path /data/caf\\udce9/run"
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("node-1.cluster", "node-1.cluster"), ("../../etc/passwd", "etc_passwd"), ("/", "unknown"), ("..", "unknown"),
-    ("a/b\\c", "a_b_c"), ("", "unknown"), (None, "None"), (12, "12"), ("x" * 500, "x" * 64), ("\x00\n", "unknown"),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("node-1.cluster", "node-1.cluster"),
+        ("../../etc/passwd", "etc_passwd"),
+        ("/", "unknown"),
+        ("..", "unknown"),
+        ("a/b\\c", "a_b_c"),
+        ("", "unknown"),
+        (None, "None"),
+        (12, "12"),
+        ("x" * 500, "x" * 64),
+        ("\x00\n", "unknown"),
+    ],
+)
 def test_a_name_built_from_data_is_one_safe_component(text: object, expected: str) -> None:
     from ds_doctor.files import safe_component
 

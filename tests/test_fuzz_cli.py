@@ -23,22 +23,89 @@ from ds_doctor.cli import main  # noqa: E402
 from tests.test_cli import good_report_json  # noqa: E402
 
 EXAMPLES = int(os.environ.get("DS_DOCTOR_FUZZ_EXAMPLES", "40"))
-FUZZ = settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 BOUND_S = 60  # one invocation; a hang fails the example instead of the suite
 
-HOSTILE = ["nan", "-nan", "NaN", "inf", "-inf", "1e308", "-1e308", "1e-400", "9" * 400, "0", "-1", "0x10", "1_000",
-           "", " ", "\x00", "a\nb", "\r\x1b[2J", "caf\udce9", "../../etc/passwd", "/dev/zero", "/dev/null", "/",
-           "/proc/self/fd/1", "%s%n%x", "$(reboot)", "`id`", "x" * 5000, "(" * 300, "not", "-", "--", "hf:",
-           "a:b", ":", "[::1]:", "h:99999", "{\"a\": 1}", "*", "\u202e", "😀", "None", "true", "1" * 30]
+HOSTILE = [
+    "nan",
+    "-nan",
+    "NaN",
+    "inf",
+    "-inf",
+    "1e308",
+    "-1e308",
+    "1e-400",
+    "9" * 400,
+    "0",
+    "-1",
+    "0x10",
+    "1_000",
+    "",
+    " ",
+    "\x00",
+    "a\nb",
+    "\r\x1b[2J",
+    "caf\udce9",
+    "../../etc/passwd",
+    "/dev/zero",
+    "/dev/null",
+    "/",
+    "/proc/self/fd/1",
+    "%s%n%x",
+    "$(reboot)",
+    "`id`",
+    "x" * 5000,
+    "(" * 300,
+    "not",
+    "-",
+    "--",
+    "hf:",
+    "a:b",
+    ":",
+    "[::1]:",
+    "h:99999",
+    '{"a": 1}',
+    "*",
+    "\u202e",
+    "😀",
+    "None",
+    "true",
+    "1" * 30,
+]
 
-NUMBER_LIKE = st.one_of(st.sampled_from(HOSTILE), st.floats(allow_nan=True, allow_infinity=True).map(repr),
-                        st.integers(min_value=-(10 ** 30), max_value=10 ** 30).map(str))
+NUMBER_LIKE = st.one_of(
+    st.sampled_from(HOSTILE),
+    st.floats(allow_nan=True, allow_infinity=True).map(repr),
+    st.integers(min_value=-(10**30), max_value=10**30).map(str),
+)
 VALUES = st.one_of(st.sampled_from(HOSTILE), NUMBER_LIKE, st.text(max_size=60))
 
-RUN_OPTIONS = ["--timeout", "--join-timeout", "--tolerance", "--suspect-below", "--nproc", "--nnodes", "--node-rank",
-               "--rdzv-id", "--rdzv-endpoint", "--junit", "--prometheus", "--baseline", "--deepspeed-config",
-               "--accelerate-config", "--model", "--freeze", "-k", "--level"]
+RUN_OPTIONS = [
+    "--timeout",
+    "--join-timeout",
+    "--tolerance",
+    "--suspect-below",
+    "--nproc",
+    "--nnodes",
+    "--node-rank",
+    "--rdzv-id",
+    "--rdzv-endpoint",
+    "--junit",
+    "--prometheus",
+    "--baseline",
+    "--deepspeed-config",
+    "--accelerate-config",
+    "--model",
+    "--freeze",
+    "-k",
+    "--level",
+]
 
 
 @contextlib.contextmanager
@@ -74,7 +141,10 @@ def invoke(capsys: pytest.CaptureFixture[str], args: list[str], folder: Path) ->
     assert code in (0, 1, 2), (shown, code, err[-600:])
     assert "Traceback" not in err, (shown, err[-2000:])
     if code == 2:
-        assert len(err.strip().splitlines()) == 1 and err.startswith("ds-doctor: error:"), (shown, err[-2000:])
+        assert len(err.strip().splitlines()) == 1 and err.startswith("ds-doctor: error:"), (
+            shown,
+            err[-2000:],
+        )
     return code, err
 
 
@@ -83,28 +153,54 @@ def invoke(capsys: pytest.CaptureFixture[str], args: list[str], folder: Path) ->
 def test_run_options_take_any_value(capsys, tmp_path_factory, option: str, value: str) -> None:
     out = tmp_path_factory.mktemp("run")
     args = ["run", "--level", "1", "--out", str(out / "out")]
-    if option in ("--node-rank", "--rdzv-endpoint", "--nnodes"):  # the cluster options come together; a -k that
-        args += ["--join-timeout", "2", "-k", "zz_selects_nothing"]  # selects nothing stops a valid set at exit 2
-        args += {"--nnodes": ["--node-rank", "0", "--rdzv-endpoint", "127.0.0.1:1"],
-                 "--node-rank": ["--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:1"],
-                 "--rdzv-endpoint": ["--nnodes", "2", "--node-rank", "0"]}[option]
+    # the cluster options come together; a -k that
+    if option in (
+        "--node-rank",
+        "--rdzv-endpoint",
+        "--nnodes",
+    ):
+        args += [
+            "--join-timeout",
+            "2",
+            "-k",
+            "zz_selects_nothing",
+        ]  # selects nothing stops a valid set at exit 2
+        args += {
+            "--nnodes": ["--node-rank", "0", "--rdzv-endpoint", "127.0.0.1:1"],
+            "--node-rank": ["--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:1"],
+            "--rdzv-endpoint": ["--nnodes", "2", "--node-rank", "0"],
+        }[option]
     invoke(capsys, [*args, option, value], out)
 
 
 @FUZZ
-@given(command=st.sampled_from(["diff-tolerance", "triage-world-size", "triage-file", "report-path", "list-k",
-                                "diff-out", "report-junit"]), value=VALUES)
+@given(
+    command=st.sampled_from(
+        [
+            "diff-tolerance",
+            "triage-world-size",
+            "triage-file",
+            "report-path",
+            "list-k",
+            "diff-out",
+            "report-junit",
+        ]
+    ),
+    value=VALUES,
+)
 def test_other_commands_take_any_value(capsys, tmp_path_factory, command: str, value: str) -> None:
     folder = tmp_path_factory.mktemp("other")
     good = folder / "good.json"
     good.write_text(good_report_json())
-    args = {"diff-tolerance": ["diff", str(good), str(good), "--tolerance", value],
-            "diff-out": ["diff", str(good), str(good), "--out", value],
-            "triage-world-size": ["triage", "--world-size", value, str(good)],
-            "triage-file": ["triage", value],
-            "report-path": ["report", value, "--out", str(folder / "r")],
-            "report-junit": ["report", str(good), "--out", str(folder / "r"), "--junit", value],
-            "list-k": ["list", "-k", value]}[command]
+    args = {
+        "diff-tolerance": ["diff", str(good), str(good), "--tolerance", value],
+        "diff-out": ["diff", str(good), str(good), "--out", value],
+        "triage-world-size": ["triage", "--world-size", value, str(good)],
+        "triage-file": ["triage", value],
+        "report-path": ["report", value, "--out", str(folder / "r")],
+        "report-junit": ["report", str(good), "--out", str(folder / "r"), "--junit", value],
+        "list-k": ["list", "-k", value],
+    }[command]
     if command in ("diff-out", "report-junit") and value in ("/", "-", "--"):
         return
     if command == "triage-file" and value in ("-", "--"):
@@ -122,16 +218,51 @@ def nest(depth: int) -> list:
 
 def mutations() -> st.SearchStrategy[tuple[list[Any], Any]]:
     """A path into a report and what to put there: wrong types, wrong shapes, deep nesting, hostile text."""
-    nested = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=20),
-                          lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner,
-                                                                                       max_size=3), max_leaves=8)
+    nested = st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+        max_leaves=8,
+    )
     deep = st.integers(min_value=50, max_value=3000).map(nest)
-    value = st.one_of(nested, deep, st.sampled_from([None, "", "x" * 10_000, -1, 10 ** 400, 1e308, [], {}, True]),
-                      st.sampled_from(HOSTILE))
-    return st.tuples(st.lists(st.sampled_from(["results", 0, "hardware", "host", "env", "packages", "findings",
-                                               "outcome", "measures", "started_at", "tool", "version", "ranks",
-                                               "device_map", "duration_s", "case", "known_issue", "notes", "gpus",
-                                               "schema_version", "level", "series"]), min_size=1, max_size=4), value)
+    value = st.one_of(
+        nested,
+        deep,
+        st.sampled_from([None, "", "x" * 10_000, -1, 10**400, 1e308, [], {}, True]),
+        st.sampled_from(HOSTILE),
+    )
+    return st.tuples(
+        st.lists(
+            st.sampled_from(
+                [
+                    "results",
+                    0,
+                    "hardware",
+                    "host",
+                    "env",
+                    "packages",
+                    "findings",
+                    "outcome",
+                    "measures",
+                    "started_at",
+                    "tool",
+                    "version",
+                    "ranks",
+                    "device_map",
+                    "duration_s",
+                    "case",
+                    "known_issue",
+                    "notes",
+                    "gpus",
+                    "schema_version",
+                    "level",
+                    "series",
+                ]
+            ),
+            min_size=1,
+            max_size=4,
+        ),
+        value,
+    )
 
 
 def plant(data: Any, path: list[Any], value: Any) -> Any:
@@ -164,8 +295,11 @@ def test_a_report_with_any_field_broken_is_never_exit_3(capsys, tmp_path_factory
     broken, good = folder / "broken.json", folder / "good.json"
     broken.write_text(text)
     good.write_text(good_report_json())
-    for args in (["report", str(broken), "--out", str(folder / "r")], ["diff", str(good), str(broken)],
-                 ["triage", str(broken)]):
+    for args in (
+        ["report", str(broken), "--out", str(folder / "r")],
+        ["diff", str(good), str(broken)],
+        ["triage", str(broken)],
+    ):
         invoke(capsys, args, folder)
 
 

@@ -29,8 +29,12 @@ def test_fleet_takes_any_value(capsys, tmp_path_factory, where: str, value: str)
     state = folder / "state"
     state.mkdir()
     (state / "ds-doctor-node-a-20261121T120000Z.json").write_text(report_text("node-a"))
-    args = {"source": ["fleet", value], "second-source": ["fleet", str(state), value],
-            "tolerance": ["fleet", str(state), "--tolerance", value], "out": ["fleet", str(state), "--out", value]}[where]
+    args = {
+        "source": ["fleet", value],
+        "second-source": ["fleet", str(state), value],
+        "tolerance": ["fleet", str(state), "--tolerance", value],
+        "out": ["fleet", str(state), "--out", value],
+    }[where]
     if value in ("-", "--") or value == "/":
         return  # `--` ends the options; `/` as a source is every report on the disk (tests/test_cli_fleet.py bounds it)
     invoke(capsys, args, folder)

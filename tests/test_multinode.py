@@ -29,12 +29,30 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def node(rank: int, port: int, out: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    command = [sys.executable, "-m", "ds_doctor.cli", "run", "--nnodes", "2", "--node-rank", str(rank),
-               "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"test-{port}", "--out", str(out / f"node{rank}"),
-               *args]
+def node(
+    rank: int, port: int, out: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    command = [
+        sys.executable,
+        "-m",
+        "ds_doctor.cli",
+        "run",
+        "--nnodes",
+        "2",
+        "--node-rank",
+        str(rank),
+        "--rdzv-endpoint",
+        f"127.0.0.1:{port}",
+        "--rdzv-id",
+        f"test-{port}",
+        "--out",
+        str(out / f"node{rank}"),
+        *args,
+    ]
     full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-    return subprocess.Popen(command, env=full_env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        command, env=full_env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def finish(*procs: subprocess.Popen[str], timeout: float = 400) -> list[tuple[int, str, str]]:
@@ -52,17 +70,23 @@ def finish(*procs: subprocess.Popen[str], timeout: float = 400) -> list[tuple[in
 def test_a_node_with_another_selection_stops_both_with_one_line(tmp_path: Path) -> None:
     port = free_port()
     started = time.monotonic()
-    results = finish(node(0, port, tmp_path, "-k", "consistency"), node(1, port, tmp_path, "-k", "comm"), timeout=120)
+    results = finish(
+        node(0, port, tmp_path, "-k", "consistency"), node(1, port, tmp_path, "-k", "comm"), timeout=120
+    )
     for code, _, err in results:
         assert code == 2 and len(err.strip().splitlines()) == 1, err
-        assert err.startswith("ds-doctor: error: the nodes disagree on what to run: node 1") and "other -k" in err
+        assert (
+            err.startswith("ds-doctor: error: the nodes disagree on what to run: node 1")
+            and "other -k" in err
+        )
     assert time.monotonic() - started < 60
 
 
 def test_a_node_that_never_joins_is_named_within_the_join_timeout(tmp_path: Path) -> None:
     started = time.monotonic()
-    ((code, out, err),) = finish(node(0, free_port(), tmp_path, "--level", "1", "--join-timeout", "5", "--json"),
-                                timeout=120)
+    ((code, out, err),) = finish(
+        node(0, free_port(), tmp_path, "--level", "1", "--join-timeout", "5", "--json"), timeout=120
+    )
     assert code == 1, err[-2000:]
     (result,) = json.loads(out)["results"]
     assert result["case"] == "cluster[node1]" and result["outcome"] == "error"
@@ -70,8 +94,10 @@ def test_a_node_that_never_joins_is_named_within_the_join_timeout(tmp_path: Path
     assert time.monotonic() - started < 60
 
 
-@pytest.mark.skipif(os.geteuid() == 0 and slurm.missing_programs() is None,
-                    reason="tests/cluster/test_slurm.py kills a node's ds-doctor under srun, on hosts of their own")
+@pytest.mark.skipif(
+    os.geteuid() == 0 and slurm.missing_programs() is None,
+    reason="tests/cluster/test_slurm.py kills a node's ds-doctor under srun, on hosts of their own",
+)
 def test_a_node_killed_mid_run_is_named_and_every_process_is_gone_in_time(tmp_path: Path) -> None:
     extra = {"DS_DOCTOR_EXTRA_PROBES": "tests.resources.node_fault_probes"}
     port = free_port()
@@ -93,7 +119,9 @@ def test_a_node_killed_mid_run_is_named_and_every_process_is_gone_in_time(tmp_pa
     ((code, out, err),) = finish(zero, timeout=200)
     took = time.monotonic() - killed
     assert code == 1, err[-3000:]
-    assert took <= 60 + 15, f"node 0 took {took:.0f} s after node 1 died (bound: the case's timeout + 15 s closing)"
+    assert took <= 60 + 15, (
+        f"node 0 took {took:.0f} s after node 1 died (bound: the case's timeout + 15 s closing)"
+    )
     one.wait(timeout=10)
     deadline = time.monotonic() + 15
     while leftover_processes(str(tmp_path)) and time.monotonic() < deadline:
@@ -104,5 +132,7 @@ def test_a_node_killed_mid_run_is_named_and_every_process_is_gone_in_time(tmp_pa
     assert waiting["outcome"] in ("error", "timeout")
     remote = [r for r in waiting["ranks"] if r["node"] == 1]
     assert remote and all("on node 1" in r["reason"] for r in remote), waiting["ranks"]
-    assert results["node_faults[after-ws2-n2]"]["reason"].startswith("not run: the launch across the nodes ended in")
+    assert results["node_faults[after-ws2-n2]"]["reason"].startswith(
+        "not run: the launch across the nodes ended in"
+    )
     assert "did not answer the closing exchange" in results["cluster[node1]"]["reason"]

@@ -19,10 +19,22 @@ NIGHTLY = ROOT / "docs" / "nightly"
 
 
 def nightly(tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "DS_DOCTOR": f"{sys.executable} -m ds_doctor.cli", "LEVEL": "1",
-           "STATE_DIR": str(tmp_path / "state"), "TEXTFILE_DIR": str(tmp_path / "textfile")}
-    return subprocess.run(["bash", str(NIGHTLY / "ds-doctor-nightly.sh")], capture_output=True, text=True, env=env,
-                          timeout=300, cwd=tmp_path)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "DS_DOCTOR": f"{sys.executable} -m ds_doctor.cli",
+        "LEVEL": "1",
+        "STATE_DIR": str(tmp_path / "state"),
+        "TEXTFILE_DIR": str(tmp_path / "textfile"),
+    }
+    return subprocess.run(
+        ["bash", str(NIGHTLY / "ds-doctor-nightly.sh")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=tmp_path,
+    )
 
 
 def test_first_run_makes_the_baseline_and_a_lost_gpu_regresses(tmp_path: Path) -> None:
@@ -40,8 +52,15 @@ def test_first_run_makes_the_baseline_and_a_lost_gpu_regresses(tmp_path: Path) -
 
     # the baseline remembers one more GPU than the node has now: a regression, exit 1
     data = json.loads(baseline.read_text())
-    data["hardware"]["gpus"] = [*data["hardware"]["gpus"], {"index": len(data["hardware"]["gpus"]), "name": "lost GPU",
-                                                           "memory_total_bytes": 80 << 30, "unavailable": {}}]
+    data["hardware"]["gpus"] = [
+        *data["hardware"]["gpus"],
+        {
+            "index": len(data["hardware"]["gpus"]),
+            "name": "lost GPU",
+            "memory_total_bytes": 80 << 30,
+            "unavailable": {},
+        },
+    ]
     baseline.write_text(json.dumps(data))
     proc = nightly(tmp_path)
     assert proc.returncode == 1, proc.stderr + proc.stdout
@@ -56,8 +75,16 @@ def test_the_slurm_script_and_systemd_units_are_well_formed() -> None:
     assert "#SBATCH --ntasks-per-node=1" in sbatch and "ds-doctor-nightly.sh" in sbatch
     if shutil.which("systemd-analyze") is None:
         pytest.skip("systemd-analyze not installed")
-    proc = subprocess.run(["systemd-analyze", "verify", str(NIGHTLY / "ds-doctor-nightly.timer"),
-                           str(NIGHTLY / "ds-doctor-nightly.service")], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            "systemd-analyze",
+            "verify",
+            str(NIGHTLY / "ds-doctor-nightly.timer"),
+            str(NIGHTLY / "ds-doctor-nightly.service"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     # the only complaint allowed: the install path /opt/ds-doctor does not exist on this machine
     complaints = [line for line in proc.stderr.splitlines() if line.strip() and "/opt/ds-doctor" not in line]
     assert complaints == [], proc.stderr

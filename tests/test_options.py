@@ -29,14 +29,23 @@ HOSTILE = [
     (["run", "--nproc", "9" * 5000], "--nproc"),
     (["run", "--nnodes", "1000000000", "--node-rank", "0", "--rdzv-endpoint", "127.0.0.1:1"], "--nnodes"),
     (["run", "--nnodes", "2", "--node-rank", "99999999999", "--rdzv-endpoint", "127.0.0.1:1"], "--node-rank"),
-    (["run", "--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "127.0.0.1:" + "9" * 5000], "--rdzv-endpoint"),
+    (
+        ["run", "--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "127.0.0.1:" + "9" * 5000],
+        "--rdzv-endpoint",
+    ),
     (["triage", "--world-size", str(MAX_WORLD_SIZE + 1), "{tmp}/good.json"], "--world-size"),
-    (["diff", "{tmp}/good.json", "{tmp}/other.json", "--out", "{tmp}/good.json"], "is also BASELINE (an input)"),
+    (
+        ["diff", "{tmp}/good.json", "{tmp}/other.json", "--out", "{tmp}/good.json"],
+        "is also BASELINE (an input)",
+    ),
     (["diff", "{tmp}/other.json", "{tmp}/good.json", "--out", "{tmp}/./good.json"], "is also NEW (an input)"),
     (["diff", "{tmp}/good.json", "{tmp}/other.json", "--out", "{tmp}/hardlink.json"], "is also BASELINE"),
     (["diff", "{tmp}/good.json", "{tmp}/other.json", "--out", "{tmp}/symlink.json"], "is also BASELINE"),
     (["run", "--baseline", "{tmp}/good.json", "--junit", "{tmp}/good.json"], "is also --baseline (an input)"),
-    (["run", "--deepspeed-config", "{tmp}/a_file", "--prometheus", "{tmp}/a_file"], "is also --deepspeed-config"),
+    (
+        ["run", "--deepspeed-config", "{tmp}/a_file", "--prometheus", "{tmp}/a_file"],
+        "is also --deepspeed-config",
+    ),
     (["run", "--junit", "{tmp}/x.xml", "--prometheus", "{tmp}/x.xml"], "is also --junit (another output)"),
     (["run", "--junit", "{tmp}/plain_dir"], "is a directory"),
     (["run", "--junit", "{tmp}/missing_dir/x.xml"], "not a writable directory"),
@@ -74,8 +83,18 @@ def test_hostile_options_are_one_line_exit_2_and_write_nothing(capsys, tmp_path,
 
 def test_a_host_that_does_not_resolve_is_a_usage_error_within_seconds(capsys, tmp_path) -> None:
     started = time.monotonic()
-    code, _, err = run_cli(capsys, "run", "--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint",
-                           "no-such-host.invalid:29400", "--out", str(tmp_path / "out"))
+    code, _, err = run_cli(
+        capsys,
+        "run",
+        "--nnodes",
+        "2",
+        "--node-rank",
+        "0",
+        "--rdzv-endpoint",
+        "no-such-host.invalid:29400",
+        "--out",
+        str(tmp_path / "out"),
+    )
     assert code == 2 and "does not resolve" in err and "--rdzv-endpoint" in err, err
     assert time.monotonic() - started < 30  # it waited --join-timeout (300 s) before, then ended in exit 3
     assert not (tmp_path / "out").exists()
@@ -84,12 +103,15 @@ def test_a_host_that_does_not_resolve_is_a_usage_error_within_seconds(capsys, tm
 SECRET = "hunter2hunter2hunter2"
 
 
-@pytest.mark.parametrize("args", [
-    ["run", "--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", f"https://admin:{SECRET}@head:29400"],
-    ["run", "--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", f"token={SECRET}"],
-    ["run", "--model", f"hf_{SECRET}abcdefghij:f"],
-    ["run", "-k", f"password={SECRET}"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", "--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", f"https://admin:{SECRET}@head:29400"],
+        ["run", "--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", f"token={SECRET}"],
+        ["run", "--model", f"hf_{SECRET}abcdefghij:f"],
+        ["run", "-k", f"password={SECRET}"],
+    ],
+)
 def test_a_usage_error_never_echoes_a_secret(capsys, tmp_path, args) -> None:
     code, out, err = run_cli(capsys, *args, "--out", str(tmp_path / "out"))
     assert code == 2 and err.startswith("ds-doctor: error:"), err
@@ -113,16 +135,29 @@ def test_junit_to_a_character_device_writes_in_place_and_keeps_it(capsys, tmp_pa
     make_inputs(tmp_path)
     null = tmp_path / "null"
     os.mknod(null, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
-    code, _, err = run_cli(capsys, "report", str(tmp_path / "good.json"), "--out", str(tmp_path / "out"),
-                           "--junit", str(null), "--prometheus", str(null))
+    code, _, err = run_cli(
+        capsys,
+        "report",
+        str(tmp_path / "good.json"),
+        "--out",
+        str(tmp_path / "out"),
+        "--junit",
+        str(null),
+        "--prometheus",
+        str(null),
+    )
     assert code in (0, 1), err
     assert stat.S_ISCHR(null.lstat().st_mode)
-    code, _, err = run_cli(capsys, "diff", str(tmp_path / "good.json"), str(tmp_path / "good.json"), "--out", str(null))
+    code, _, err = run_cli(
+        capsys, "diff", str(tmp_path / "good.json"), str(tmp_path / "good.json"), "--out", str(null)
+    )
     assert code == 0, err
     assert stat.S_ISCHR(null.lstat().st_mode)
 
 
-@pytest.mark.parametrize("host", ["../../escaped", "/", "a/../../b", "..", "x" * 300, "\u202eevil\n# heading"])
+@pytest.mark.parametrize(
+    "host", ["../../escaped", "/", "a/../../b", "..", "x" * 300, "\u202eevil\n# heading"]
+)
 def test_a_host_inside_a_report_never_names_a_file_outside_the_folder(capsys, tmp_path, host) -> None:
     """`report` names its outputs from the report's host: a host holding `/` or `..` wrote outside --out."""
     import json

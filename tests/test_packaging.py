@@ -25,8 +25,11 @@ def test_every_package_of_the_tree_is_installed_under_the_one_name() -> None:
     config = setup_cfg()
     roots = dict(line.split(" = ") for line in listed(config["options"]["package_dir"]))
     assert roots == {"ds_doctor": "doctor", "ds_doctor.probes": "probes", "ds_doctor.reports": "reports"}
-    in_tree = {".".join([name, *init.parent.relative_to(ROOT / folder).parts])
-               for name, folder in roots.items() for init in (ROOT / folder).rglob("__init__.py")}
+    in_tree = {
+        ".".join([name, *init.parent.relative_to(ROOT / folder).parts])
+        for name, folder in roots.items()
+        for init in (ROOT / folder).rglob("__init__.py")
+    }
     assert set(listed(config["options"]["packages"])) == in_tree
     assert {name.split(".")[0] for name in in_tree} == {"ds_doctor"}  # one top-level import name
 

@@ -25,9 +25,25 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The example package, built and installed by pip into a directory of its own (no index, no deps)."""
     target = tmp_path_factory.mktemp("site")
     build = tmp_path_factory.mktemp("build")
-    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
-                           "--no-build-isolation", "--target", str(target), str(PACKAGE)],
-                          capture_output=True, text=True, timeout=300, cwd=build)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-index",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            str(PACKAGE),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=build,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert list(target.glob("ds_doctor_example_probe-*.dist-info/entry_points.txt"))
     return target
@@ -36,36 +52,57 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def ds_doctor(*args: str, site: Path | None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != registry.EXTRA_ENV}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *([str(site)] if site else [])])
-    return subprocess.run([sys.executable, "-m", "ds_doctor.cli", *args], capture_output=True, text=True, env=env,
-                          cwd=ROOT, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "ds_doctor.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=600,
+    )
 
 
 def test_the_plugin_module_exports_what_a_probe_author_needs() -> None:
-    assert {"ProbeSpec", "Variant", "Requirement", "ProbeContext", "Finding", "Severity"} <= set(plugins.__all__)
+    assert {"ProbeSpec", "Variant", "Requirement", "ProbeContext", "Finding", "Severity"} <= set(
+        plugins.__all__
+    )
     assert plugins.ENTRY_POINT_GROUP == "ds_doctor.probes"
 
 
 @pytest.mark.multirank
-def test_a_probe_registered_only_by_its_entry_point_is_listed_and_runs(installed: Path, tmp_path: Path) -> None:
+def test_a_probe_registered_only_by_its_entry_point_is_listed_and_runs(
+    installed: Path, tmp_path: Path
+) -> None:
     assert ds_doctor("list", "-k", "ddp_sync", site=None).returncode == 2  # not installed: no such case
     listed = ds_doctor("list", "-k", "ddp_sync", site=installed)
-    assert listed.returncode == 0 and "ddp_sync[linear-ws2]" in listed.stdout and "ddp_sync[wide-ws1]" in listed.stdout
+    assert (
+        listed.returncode == 0
+        and "ddp_sync[linear-ws2]" in listed.stdout
+        and "ddp_sync[wide-ws1]" in listed.stdout
+    )
     proc = ds_doctor("run", "-k", "ddp_sync and ws2", "--out", str(tmp_path), "--json", site=installed)
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
     results = {r["case"]: r for r in json.loads(proc.stdout)["results"]}
-    assert set(results) == {"ddp_sync[linear-ws2]"}  # level 2: the representative variant (one launch: ws2 only)
+    assert set(results) == {
+        "ddp_sync[linear-ws2]"
+    }  # level 2: the representative variant (one launch: ws2 only)
     ranks = results["ddp_sync[linear-ws2]"]
     assert ranks["outcome"] == "pass" and ranks["findings"] == []
     assert {(r["rank"], r["path"]) for r in ranks["device_map"] if r["role"] == "param"} == {
-        (rank, name) for rank in (0, 1) for name in ("weight", "bias")}
+        (rank, name) for rank in (0, 1) for name in ("weight", "bias")
+    }
 
 
 def test_registry_errors_name_both_sides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / "twin_probe.py").write_text("from ds_doctor.probes.comm import SPEC, run, variants  # noqa: F401\n")
+    (tmp_path / "twin_probe.py").write_text(
+        "from ds_doctor.probes.comm import SPEC, run, variants  # noqa: F401\n"
+    )
     (tmp_path / "not_a_probe.py").write_text("X = 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv(registry.EXTRA_ENV, "twin_probe")
-    with pytest.raises(registry.RegistryError, match=r"duplicate probe name 'comm': twin_probe \(DS_DOCTOR_EXTRA"):
+    with pytest.raises(
+        registry.RegistryError, match=r"duplicate probe name 'comm': twin_probe \(DS_DOCTOR_EXTRA"
+    ):
         registry.load_modules()
     monkeypatch.setenv(registry.EXTRA_ENV, "not_a_probe")
     with pytest.raises(registry.RegistryError, match="is not a probe: it needs SPEC"):

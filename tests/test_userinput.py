@@ -58,6 +58,7 @@ def test_an_input_error_is_a_usage_error_and_a_value_error() -> None:
 
 # ---- special files ---------------------------------------------------------------------------------------------
 
+
 def test_a_fifo_is_read_as_a_stream(tmp_path: Path) -> None:
     fifo = tmp_path / "config.fifo"
     os.mkfifo(fifo)
@@ -70,11 +71,18 @@ def test_a_fifo_is_read_as_a_stream(tmp_path: Path) -> None:
 
 def test_process_substitution_is_read_not_no_such_file(tmp_path: Path) -> None:
     """`<(cmd)` hands the program /dev/fd/63: a pipe, whose name means nothing once resolved."""
-    code = ("import sys; from ds_doctor.userinput import read_file, read_log; "
-            "r = read_file(sys.argv[1], limit=2**20); print(r.data.decode(), r.regular); "
-            "print(read_log(sys.argv[2]).data.decode())")
-    proc = subprocess.run(["bash", "-c", f'"{sys.executable}" -c "{code}" <(printf "{{}}") <(printf "a log")'],
-                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    code = (
+        "import sys; from ds_doctor.userinput import read_file, read_log; "
+        "r = read_file(sys.argv[1], limit=2**20); print(r.data.decode(), r.regular); "
+        "print(read_log(sys.argv[2]).data.decode())"
+    )
+    proc = subprocess.run(
+        ["bash", "-c", f'"{sys.executable}" -c "{code}" <(printf "{{}}") <(printf "a log")'],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split("\n")[:2] == ["{} False", "a log"]
 
@@ -95,9 +103,12 @@ def test_what_is_not_a_file_is_one_line_each(tmp_path: Path) -> None:
     server = socket.socket(socket.AF_UNIX)
     server.bind(str(tmp_path / "sock"))
     try:
-        for path, needle in ((tmp_path, "is a directory, not a file"), (tmp_path / "sock", "is a socket, not a file"),
-                             (tmp_path / "loop_a", "Too many levels of symbolic links"),
-                             (tmp_path / "absent", "no such file")):
+        for path, needle in (
+            (tmp_path, "is a directory, not a file"),
+            (tmp_path / "sock", "is a socket, not a file"),
+            (tmp_path / "loop_a", "Too many levels of symbolic links"),
+            (tmp_path / "absent", "no such file"),
+        ):
             for read in (lambda p: read_file(p, limit=100), read_log):
                 with pytest.raises(UserInputError) as caught:
                     read(str(path))
@@ -129,6 +140,7 @@ def test_a_file_over_the_cap_is_refused_unread_and_not_utf8_is_one_line(tmp_path
 
 # ---- logs ------------------------------------------------------------------------------------------------------
 
+
 def test_a_big_log_is_read_from_its_tail_and_says_so(tmp_path: Path) -> None:
     log = tmp_path / "train.log"
     with log.open("wb") as handle:
@@ -137,7 +149,10 @@ def test_a_big_log_is_read_from_its_tail_and_says_so(tmp_path: Path) -> None:
     read = read_log(str(log))
     assert read.data.endswith(b"RuntimeError: the end\n") and len(read.data) <= MAX_LOG_BYTES
     assert read.data.startswith(b"step 1 loss")  # the line the cut fell in is left out
-    assert read.note == f"{log}: read the last 32 MiB of {size_text(log.stat().st_size)}: the start of the log was skipped"
+    assert (
+        read.note
+        == f"{log}: read the last 32 MiB of {size_text(log.stat().st_size)}: the start of the log was skipped"
+    )
 
 
 @pytest.mark.parametrize(("suffix", "opener"), [(".gz", gzip.open), (".bz2", bz2.open), (".xz", lzma.open)])
@@ -172,7 +187,7 @@ def test_a_decompression_bomb_stops_at_the_cap_in_bounded_memory(tmp_path: Path,
 
 def test_a_truncated_gzip_is_one_line(tmp_path: Path) -> None:
     whole = gzip.compress(b"x" * 100_000)
-    (tmp_path / "cut.gz").write_bytes(whole[:len(whole) // 2])
+    (tmp_path / "cut.gz").write_bytes(whole[: len(whole) // 2])
     with pytest.raises(UserInputError, match="ends early"):
         read_log(str(tmp_path / "cut.gz"))
 
@@ -180,11 +195,13 @@ def test_a_truncated_gzip_is_one_line(tmp_path: Path) -> None:
 def test_stdin_is_bounded_too() -> None:
     code = "from ds_doctor.userinput import read_log; print(len(read_log('-').data))"
     with open("/dev/zero", "rb") as zeros:
-        proc = subprocess.run([sys.executable, "-c", code], stdin=zeros, capture_output=True, text=True, cwd=ROOT,
-                              timeout=120)
+        proc = subprocess.run(
+            [sys.executable, "-c", code], stdin=zeros, capture_output=True, text=True, cwd=ROOT, timeout=120
+        )
     assert proc.returncode != 0 and "stdin: more than 128 MiB (an endless stream?)" in proc.stderr
-    proc = subprocess.run([sys.executable, "-c", code], input="a log\n", capture_output=True, text=True, cwd=ROOT,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], input="a log\n", capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
     assert proc.stdout.strip() == "6"
 
 
@@ -194,14 +211,18 @@ def test_a_copy_of_a_stream_is_a_private_regular_file() -> None:
         assert path.read_bytes() == b"{}" and path.suffix == ".json" and path.stat().st_mode & 0o077 == 0
     finally:
         path.unlink()
-    code = ("from ds_doctor.userinput import Input, keep_copy; "
-            "print(keep_copy(Input('/dev/fd/63', b'{}', False), '.json'))")
+    code = (
+        "from ds_doctor.userinput import Input, keep_copy; "
+        "print(keep_copy(Input('/dev/fd/63', b'{}', False), '.json'))"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     left = Path(proc.stdout.strip())
-    assert proc.returncode == 0 and left.name.startswith("ds-doctor-input-") and not left.exists()  # gone at exit
+    # gone at exit
+    assert proc.returncode == 0 and left.name.startswith("ds-doctor-input-") and not left.exists()
 
 
 # ---- JSON and YAML ---------------------------------------------------------------------------------------------
+
 
 def test_json_nesting_is_one_line_not_a_recursion_error() -> None:
     for depth in (65, 200_000):
@@ -219,17 +240,25 @@ def test_a_yaml_alias_bomb_is_refused() -> None:
     start = time.monotonic()
     with pytest.raises(UserInputError) as caught:
         parse_yaml(text, "bomb.yaml")
-    assert "its aliases expand to more than 100,000 nodes" in one_line(caught) and time.monotonic() - start < 5
-    assert parse_yaml("a: &x [1, 2]\nb: *x\n", "ok.yaml") == {"a": [1, 2], "b": [1, 2]}  # a few aliases are fine
+    assert (
+        "its aliases expand to more than 100,000 nodes" in one_line(caught) and time.monotonic() - start < 5
+    )
+    assert parse_yaml("a: &x [1, 2]\nb: *x\n", "ok.yaml") == {
+        "a": [1, 2],
+        "b": [1, 2],
+    }  # a few aliases are fine
 
 
-@pytest.mark.parametrize(("text", "needle"), [
-    ("a: 1\nb: \x00\n", "a NUL byte at line 2"),
-    ("a: &x [*x]\n", "a YAML alias refers to a node that contains it"),
-    ("[" * 5000 + "]" * 5000, "nested too deeply"),
-    ("a: [1\n", "not YAML"),
-    ("a: 1\n---\nb: 2\n", "not YAML"),
-])
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("a: 1\nb: \x00\n", "a NUL byte at line 2"),
+        ("a: &x [*x]\n", "a YAML alias refers to a node that contains it"),
+        ("[" * 5000 + "]" * 5000, "nested too deeply"),
+        ("a: [1\n", "not YAML"),
+        ("a: 1\n---\nb: 2\n", "not YAML"),
+    ],
+)
 def test_bad_yaml_is_one_line(text: str, needle: str) -> None:
     with pytest.raises(UserInputError) as caught:
         parse_yaml(text, "c.yaml")
@@ -238,8 +267,11 @@ def test_bad_yaml_is_one_line(text: str, needle: str) -> None:
 
 # ---- numbers from data -----------------------------------------------------------------------------------------
 
+
 def test_a_rank_or_world_size_beyond_the_bound_is_one_line() -> None:
-    assert check_rank(MAX_RANKS - 1, "rank") == MAX_RANKS - 1 and check_world_size(MAX_RANKS, "ws") == MAX_RANKS
+    assert (
+        check_rank(MAX_RANKS - 1, "rank") == MAX_RANKS - 1 and check_world_size(MAX_RANKS, "ws") == MAX_RANKS
+    )
     with pytest.raises(UserInputError, match="rank 99,999,999,999: beyond the 1,048,576 ranks"):
         check_rank(99_999_999_999, "rank")
     with pytest.raises(UserInputError, match="--world-size 1,048,577: beyond"):
@@ -251,11 +283,16 @@ def test_a_value_in_a_message_is_short_whatever_it_is() -> None:
     for _ in range(40):
         shared = [shared, shared]  # 2**40 leaves when walked
     start = time.monotonic()
-    assert len(short(shared)) <= 60 and len(short("x" * 10**6)) <= 60 and short(10**5000).startswith("an integer")
+    assert (
+        len(short(shared)) <= 60
+        and len(short("x" * 10**6)) <= 60
+        and short(10**5000).startswith("an integer")
+    )
     assert time.monotonic() - start < 1
 
 
 # ---- reports and run directories (doctor/run/recover.py) -------------------------------------------------------
+
 
 def good_report() -> dict:
     from tests.test_cli import good_report_json
@@ -263,13 +300,16 @@ def good_report() -> dict:
     return json.loads(good_report_json())
 
 
-@pytest.mark.parametrize(("change", "needle"), [
-    ({"results": "not a list"}, "not a valid ds-doctor report at results"),
-    ({"env": []}, "not a valid ds-doctor report at env"),
-    ({"hardware": {"host": ["a"]}}, "not a valid ds-doctor report"),
-    ({"schema_version": "2"}, "not a valid ds-doctor report"),
-    ({"nodes": [[[[[[[[[[]]]]]]]]]]}, "not a valid ds-doctor report"),
-])
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [
+        ({"results": "not a list"}, "not a valid ds-doctor report at results"),
+        ({"env": []}, "not a valid ds-doctor report at env"),
+        ({"hardware": {"host": ["a"]}}, "not a valid ds-doctor report"),
+        ({"schema_version": "2"}, "not a valid ds-doctor report"),
+        ({"nodes": [[[[[[[[[[]]]]]]]]]]}, "not a valid ds-doctor report"),
+    ],
+)
 def test_a_report_of_the_wrong_shape_is_one_line(tmp_path: Path, change: dict, needle: str) -> None:
     path = tmp_path / "r.json"
     path.write_text(json.dumps({**good_report(), **change}))
@@ -284,24 +324,53 @@ def test_a_report_that_is_too_big_too_deep_or_not_a_file_is_one_line(tmp_path: P
     big = tmp_path / "big.json"
     with big.open("wb") as handle:
         handle.truncate(65 * 2**20)
-    for path, needle in ((deep, "nested more than 64 levels deep"), (big, "65 MiB, more than the 64 MiB a report"),
-                         (Path("/dev/zero"), "more than 64 MiB (an endless stream?)")):
+    for path, needle in (
+        (deep, "nested more than 64 levels deep"),
+        (big, "65 MiB, more than the 64 MiB a report"),
+        (Path("/dev/zero"), "more than 64 MiB (an endless stream?)"),
+    ):
         with pytest.raises(InputError) as caught:
             load_report_file(path)
         assert needle in one_line(caught)
 
 
-@pytest.mark.parametrize(("manifest", "needle"), [
-    ({"manifest_version": "x", "planned": []}, "manifest_version is 'x', not a number"),
-    ({"manifest_version": 1, "planned": "abc"}, "planned is 'abc', not a list"),
-    ({"manifest_version": 1, "planned": [1]}, "a planned case is not a JSON object"),
-    ({"manifest_version": 1, "planned": [], "env": [1]}, "env is [1], not a JSON object"),
-    ({"manifest_version": 1, "planned": [], "started_at": "yesterday"}, "started_at is 'yesterday', not a time"),
-    ({"manifest_version": 1, "started_at": "2026-11-21T00:00:00Z", "level": 2, "argv": [], "env": {}, "hardware": {},
-      "skips": [], "planned": [{"case": "x[ws]", "probe": "x", "scenario": "s", "variant": "v", "world_size": 10**12,
-                                "level": 1, "reproduce": False, "device_kind": "cpu"}]},
-     "has world size 1,000,000,000,000: beyond the 1,048,576 ranks"),
-])
+@pytest.mark.parametrize(
+    ("manifest", "needle"),
+    [
+        ({"manifest_version": "x", "planned": []}, "manifest_version is 'x', not a number"),
+        ({"manifest_version": 1, "planned": "abc"}, "planned is 'abc', not a list"),
+        ({"manifest_version": 1, "planned": [1]}, "a planned case is not a JSON object"),
+        ({"manifest_version": 1, "planned": [], "env": [1]}, "env is [1], not a JSON object"),
+        (
+            {"manifest_version": 1, "planned": [], "started_at": "yesterday"},
+            "started_at is 'yesterday', not a time",
+        ),
+        (
+            {
+                "manifest_version": 1,
+                "started_at": "2026-11-21T00:00:00Z",
+                "level": 2,
+                "argv": [],
+                "env": {},
+                "hardware": {},
+                "skips": [],
+                "planned": [
+                    {
+                        "case": "x[ws]",
+                        "probe": "x",
+                        "scenario": "s",
+                        "variant": "v",
+                        "world_size": 10**12,
+                        "level": 1,
+                        "reproduce": False,
+                        "device_kind": "cpu",
+                    }
+                ],
+            },
+            "has world size 1,000,000,000,000: beyond the 1,048,576 ranks",
+        ),
+    ],
+)
 def test_a_manifest_of_the_wrong_shape_is_one_line(tmp_path: Path, manifest: dict, needle: str) -> None:
     (tmp_path / "run.json").write_text(json.dumps(manifest))
     with pytest.raises(InputError) as caught:

@@ -29,14 +29,30 @@ def outcome_changes(base: Mapping[str, CaseResult], new: Mapping[str, CaseResult
         before = base.get(case)
         if before is None:
             if result.outcome in FAILING:
-                changes.append(Change("outcome", case, None, result.outcome.value, True,
-                                      f"new case, {result.outcome.value}: {result.reason or ''}".rstrip(": ")))
+                changes.append(
+                    Change(
+                        "outcome",
+                        case,
+                        None,
+                        result.outcome.value,
+                        True,
+                        f"new case, {result.outcome.value}: {result.reason or ''}".rstrip(": "),
+                    )
+                )
             else:
                 changes.append(Change("case", case, None, result.outcome.value, False, "new case"))
         elif before.outcome != result.outcome:
             regression = result.outcome in FAILING and before.outcome not in FAILING
-            changes.append(Change("outcome", case, before.outcome.value, result.outcome.value, regression,
-                                  result.reason or ""))
+            changes.append(
+                Change(
+                    "outcome",
+                    case,
+                    before.outcome.value,
+                    result.outcome.value,
+                    regression,
+                    result.reason or "",
+                )
+            )
     for case, result in base.items():
         if case not in new:
             changes.append(Change("case", case, result.outcome.value, None, False, "not in the new run"))
@@ -54,8 +70,16 @@ def finding_changes(base: Mapping[str, CaseResult], new: Mapping[str, CaseResult
         before = _finding_keys(base[case]) if case in base else {}
         for (invariant, severity), message in _finding_keys(result).items():
             if (invariant, severity) not in before:
-                changes.append(Change("finding", case, None, f"{severity.value} {invariant}",
-                                      severity == Severity.ERROR, message))
+                changes.append(
+                    Change(
+                        "finding",
+                        case,
+                        None,
+                        f"{severity.value} {invariant}",
+                        severity == Severity.ERROR,
+                        message,
+                    )
+                )
     return changes
 
 
@@ -75,30 +99,59 @@ def hardware_changes(base: Report, new: Report) -> list[Change]:
         if base.env.get(key) != new.env.get(key):
             changes.append(Change("hardware", label, base.env.get(key), new.env.get(key), False))
     if base.hardware.get("host") != new.hardware.get("host"):
-        changes.append(Change("hardware", "host", base.hardware.get("host"), new.hardware.get("host"), False,
-                              "the reports come from different hosts"))
+        changes.append(
+            Change(
+                "hardware",
+                "host",
+                base.hardware.get("host"),
+                new.hardware.get("host"),
+                False,
+                "the reports come from different hosts",
+            )
+        )
     gpus_before, gpus_after = base.hardware.get("gpus") or [], new.hardware.get("gpus") or []
     if len(gpus_before) != len(gpus_after):
-        changes.append(Change("hardware", "GPU count", len(gpus_before), len(gpus_after),
-                              len(gpus_after) < len(gpus_before), new.hardware.get("gpus_reason") or ""))
+        changes.append(
+            Change(
+                "hardware",
+                "GPU count",
+                len(gpus_before),
+                len(gpus_after),
+                len(gpus_after) < len(gpus_before),
+                new.hardware.get("gpus_reason") or "",
+            )
+        )
     for before, after in zip(gpus_before, gpus_after, strict=False):
         gpu = f"GPU {after.get('index')}"
         if before.get("name") != after.get("name"):
             changes.append(Change("hardware", f"{gpu} model", before.get("name"), after.get("name"), False))
         if before.get("uuid") != after.get("uuid"):
-            changes.append(Change("hardware", f"{gpu} UUID", before.get("uuid"), after.get("uuid"), False,
-                                  "a different board in this slot"))
+            changes.append(
+                Change(
+                    "hardware",
+                    f"{gpu} UUID",
+                    before.get("uuid"),
+                    after.get("uuid"),
+                    False,
+                    "a different board in this slot",
+                )
+            )
         total_before, total_after = before.get("memory_total_bytes"), after.get("memory_total_bytes")
         if total_before is not None and total_after is not None and total_before != total_after:
-            changes.append(Change("hardware", f"{gpu} memory", total_before, total_after, total_after < total_before))
+            changes.append(
+                Change("hardware", f"{gpu} memory", total_before, total_after, total_after < total_before)
+            )
     return changes
 
 
-def measure_changes(base: Mapping[str, CaseResult], new: Mapping[str, CaseResult], tolerance_pct: float) -> list[Change]:
+def measure_changes(
+    base: Mapping[str, CaseResult], new: Mapping[str, CaseResult], tolerance_pct: float
+) -> list[Change]:
     """A compared measure worse than the baseline by more than the tolerance regresses; better is only reported."""
     changes = []
     for case, result in new.items():
-        if case not in base or result.shared_gpu or base[case].shared_gpu:  # ranks on one GPU: no node's figure
+        # ranks on one GPU: no node's figure
+        if case not in base or result.shared_gpu or base[case].shared_gpu:
             continue
         before_measures, after_measures = base[case].applicable_measures(), result.applicable_measures()
         for name, after in after_measures.items():
@@ -108,8 +161,16 @@ def measure_changes(base: Mapping[str, CaseResult], new: Mapping[str, CaseResult
             delta_pct = (after - before) / before * 100
             if abs(delta_pct) > tolerance_pct:
                 worse = delta_pct < 0 if better == "higher" else delta_pct > 0
-                changes.append(Change("measure", f"{case} {name}", before, after, worse,
-                                      f"{delta_pct:+.1f}% (tolerance {tolerance_pct:g}%)"))
+                changes.append(
+                    Change(
+                        "measure",
+                        f"{case} {name}",
+                        before,
+                        after,
+                        worse,
+                        f"{delta_pct:+.1f}% (tolerance {tolerance_pct:g}%)",
+                    )
+                )
     return changes
 
 
@@ -119,7 +180,10 @@ def diff_reports(base: Report, new: Report, tolerance_pct: float = DEFAULT_TOLER
     before = {r.key: r for r in base.results}
     after = {r.key: r for r in new.results}
     changes = [
-        *outcome_changes(before, after), *finding_changes(before, after), *measure_changes(before, after, tolerance_pct),
-        *hardware_changes(base, new), *version_changes(base, new),
+        *outcome_changes(before, after),
+        *finding_changes(before, after),
+        *measure_changes(before, after, tolerance_pct),
+        *hardware_changes(base, new),
+        *version_changes(base, new),
     ]
     return Diff(_label(base), _label(new), tolerance_pct, tuple(changes))

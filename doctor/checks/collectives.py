@@ -65,8 +65,10 @@ class Check:
     def describe(self) -> str:
         if self.ok:
             return f"all {self.numel} elements exact"
-        return (f"{self.wrong} of {self.numel} elements wrong (first at index {self.first_index}: "
-                f"got {self.got:g}, expected {self.expected:g})")
+        return (
+            f"{self.wrong} of {self.numel} elements wrong (first at index {self.first_index}: "
+            f"got {self.got:g}, expected {self.expected:g})"
+        )
 
 
 def pattern(numel: int, *, device: Any, scale: float = 1.0, offset: float = 0.0) -> Any:
@@ -85,9 +87,13 @@ def inputs(collective: str, numel: int, rank: int, world_size: int, *, device: A
     if collective == "all_reduce":
         return pattern(numel, device=device, scale=rank + 1), None
     if collective == "all_gather":
-        return pattern(per_rank, device=device, offset=100.0 * rank), torch.empty(per_rank * world_size, device=device)
+        return pattern(per_rank, device=device, offset=100.0 * rank), torch.empty(
+            per_rank * world_size, device=device
+        )
     if collective == "reduce_scatter":
-        return pattern(per_rank * world_size, device=device, scale=rank + 1), torch.empty(per_rank, device=device)
+        return pattern(per_rank * world_size, device=device, scale=rank + 1), torch.empty(
+            per_rank, device=device
+        )
     if collective == "broadcast":
         source = pattern(numel, device=device, offset=7.0)
         return (source if rank == 0 else torch.zeros(numel, device=device)), None
@@ -105,7 +111,9 @@ def expected(collective: str, numel: int, rank: int, world_size: int, *, device:
     if collective == "all_gather":
         return torch.cat([pattern(per_rank, device=device, offset=100.0 * r) for r in range(world_size)])
     if collective == "reduce_scatter":
-        return pattern(per_rank * world_size, device=device, scale=rank_sum)[rank * per_rank:(rank + 1) * per_rank]
+        return pattern(per_rank * world_size, device=device, scale=rank_sum)[
+            rank * per_rank : (rank + 1) * per_rank
+        ]
     if collective == "broadcast":
         return pattern(numel, device=device, offset=7.0)
     raise ValueError(f"unknown collective {collective!r}")

@@ -7,18 +7,32 @@ keys are warnings. Keys that differ per rank or node by design are not compared.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from ds_doctor.reports.records import Finding, Severity
 
 UNSET = "<unset>"
 #: Keys that legitimately differ per rank or node: where a fingerprint was taken, and the launcher's own.
-NOT_COMPARED = frozenset({
-    "rank", "node", "host", "env:RANK", "env:LOCAL_RANK", "env:GROUP_RANK", "env:ROLE_RANK", "env:NODE_RANK",
-    "env:CUDA_VISIBLE_DEVICES", "env:TORCHELASTIC_ERROR_FILE", "env:DS_DOCTOR_NODE_RANK", "env:SLURM_PROCID",
-    "env:SLURM_NODEID", "env:SLURM_LOCALID", "env:HOSTNAME",
-    "env:TORCH_FR_DUMP_TEMP_FILE",  # ds-doctor's own: each node's launch directory, where NCCL's recorder dumps
-})
+NOT_COMPARED = frozenset(
+    {
+        "rank",
+        "node",
+        "host",
+        "env:RANK",
+        "env:LOCAL_RANK",
+        "env:GROUP_RANK",
+        "env:ROLE_RANK",
+        "env:NODE_RANK",
+        "env:CUDA_VISIBLE_DEVICES",
+        "env:TORCHELASTIC_ERROR_FILE",
+        "env:DS_DOCTOR_NODE_RANK",
+        "env:SLURM_PROCID",
+        "env:SLURM_NODEID",
+        "env:SLURM_LOCALID",
+        "env:HOSTNAME",
+        "env:TORCH_FR_DUMP_TEMP_FILE",  # ds-doctor's own: each node's launch directory, where NCCL's recorder dumps
+    }
+)
 STRICT = ("python", "package:", "torch.", "driver", "cuda_driver", "gpu.name", "gpu.compute_capability")
 
 
@@ -33,7 +47,7 @@ def _span(ranks: list[int]) -> str:
     return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
-def _first_node(prints: list[Mapping[str, str]], ranks: list[int]) -> int:
+def _first_node(prints: Sequence[Mapping[str, str]], ranks: list[int]) -> int:
     """The lowest node holding a value: on a tie the majority is node 0's (torchrun's rendezvous, not the nodes'
     ranks, decides which node gets the low global ranks)."""
     nodes = [int(prints[r].get("node", "")) for r in ranks if prints[r].get("node", "").isdigit()]
@@ -46,8 +60,10 @@ def where(prints: list[Mapping[str, str]], ranks: Iterable[int]) -> str:
     for rank in sorted(ranks):
         fp = prints[rank]
         by_node.setdefault((fp.get("node", "None"), fp.get("host", "?")), []).append(rank)
-    return "; ".join((f"node {node} " if node != "None" else "") + f"({host}, ranks {_span(rs)})"
-                     for (node, host), rs in by_node.items())
+    return "; ".join(
+        (f"node {node} " if node != "None" else "") + f"({host}, ranks {_span(rs)})"
+        for (node, host), rs in by_node.items()
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +82,7 @@ class Disagreement:
         return {value: ranks for value, ranks in self.by_value.items() if value != self.majority}
 
 
-def disagreements(prints: list[Mapping[str, str]]) -> list[Disagreement]:
+def disagreements(prints: Sequence[Mapping[str, str]]) -> list[Disagreement]:
     """Every key whose value differs across `prints`, with the majority value (a tie goes to the lowest node). The
     rule set both sources share: the ranks of a live job (`compare`) and the reports of a fleet (`ds-doctor fleet`)."""
     keys = sorted({key for fp in prints for key in fp} - NOT_COMPARED)
@@ -76,7 +92,9 @@ def disagreements(prints: list[Mapping[str, str]]) -> list[Disagreement]:
         for rank, fp in enumerate(prints):
             by_value.setdefault(fp.get(key, UNSET), []).append(rank)
         if len(by_value) > 1:
-            majority = max(by_value, key=lambda value: (len(by_value[value]), -_first_node(prints, by_value[value])))
+            majority = max(
+                by_value, key=lambda value: (len(by_value[value]), -_first_node(prints, by_value[value]))
+            )
             found.append(Disagreement(key, majority, by_value))
     return found
 
@@ -85,10 +103,19 @@ def compare(prints: list[Mapping[str, str]]) -> list[Finding]:
     """One finding per key whose value differs across ranks (`prints[r]` is rank r's fingerprint)."""
     findings = []
     for split in disagreements(prints):
-        outliers = "; ".join(f"{value!r} on {where(prints, ranks)}" for value, ranks in split.outliers().items())
-        findings.append(Finding("consistency", split.severity, f"{split.key} differs across the ranks: {outliers} "
-                                f"(the other {len(split.by_value[split.majority])} rank(s) have {split.majority!r})",
-                                stage="fingerprint", expected=f"{split.key} = {split.majority!r} on every rank",
-                                remedy="make every node's environment the same (one image or lockfile, the same "
-                                "launcher environment) before a job spans them"))
+        outliers = "; ".join(
+            f"{value!r} on {where(prints, ranks)}" for value, ranks in split.outliers().items()
+        )
+        findings.append(
+            Finding(
+                "consistency",
+                split.severity,
+                f"{split.key} differs across the ranks: {outliers} "
+                f"(the other {len(split.by_value[split.majority])} rank(s) have {split.majority!r})",
+                stage="fingerprint",
+                expected=f"{split.key} = {split.majority!r} on every rank",
+                remedy="make every node's environment the same (one image or lockfile, the same "
+                "launcher environment) before a job spans them",
+            )
+        )
     return findings

@@ -17,24 +17,37 @@ def numpy_present(env: Mapping[str, Any]) -> list[Finding]:
     packages = env.get("packages") or {}
     if not packages.get("torch") or packages.get("numpy"):
         return []
-    return [Finding("numpy_present", Severity.WARNING,
-                    "numpy is not installed: torch imports without it, but torch.distributed's object collectives "
-                    "(all_gather_object, broadcast_object_list) and .numpy() raise \"Numpy is not available\"",
-                    stage="environment", expected="numpy installed beside torch",
-                    remedy="pip install numpy (a version your torch supports; numpy >= 2 needs torch >= 2.3), "
-                    "the same on every node")]
+    return [
+        Finding(
+            "numpy_present",
+            Severity.WARNING,
+            "numpy is not installed: torch imports without it, but torch.distributed's object collectives "
+            '(all_gather_object, broadcast_object_list) and .numpy() raise "Numpy is not available"',
+            stage="environment",
+            expected="numpy installed beside torch",
+            remedy="pip install numpy (a version your torch supports; numpy >= 2 needs torch >= 2.3), "
+            "the same on every node",
+        )
+    ]
 
 
 def declared_ranges(env: Mapping[str, Any]) -> list[Finding]:
     """Installed pairs outside each other's declared ranges (ds_doctor.hardware.skew): transformers, Accelerate and
     DeepSpeed out of step fail late, on the first code path that needs the other's newer API."""
-    return [Finding("declared_ranges", Severity.WARNING,
-                    f"{pair['package']} {pair['version']} declares {pair['requires']}{pair['declared']}, and "
-                    f"{pair['requires']} {pair['installed']} is installed",
-                    stage="environment", expected=f"{pair['requires']}{pair['declared']}",
-                    remedy=f"pip install '{pair['requires']}{pair['declared'].split(' or ')[0]}' (or a "
-                    f"{pair['package']} release whose range holds {pair['requires']} {pair['installed']})")
-            for pair in env.get("version_skew") or () if isinstance(pair, Mapping)]
+    return [
+        Finding(
+            "declared_ranges",
+            Severity.WARNING,
+            f"{pair['package']} {pair['version']} declares {pair['requires']}{pair['declared']}, and "
+            f"{pair['requires']} {pair['installed']} is installed",
+            stage="environment",
+            expected=f"{pair['requires']}{pair['declared']}",
+            remedy=f"pip install '{pair['requires']}{pair['declared'].split(' or ')[0]}' (or a "
+            f"{pair['package']} release whose range holds {pair['requires']} {pair['installed']})",
+        )
+        for pair in env.get("version_skew") or ()
+        if isinstance(pair, Mapping)
+    ]
 
 
 RULES = (numpy_present, declared_ranges)
@@ -46,6 +59,17 @@ def environment_results(env: Mapping[str, Any]) -> list[CaseResult]:
     if not findings:
         return []
     errors = [f.message for f in findings if f.is_error]
-    return [CaseResult(probe=PROBE, case=f"{PROBE}[node]", scenario="smoke", level=1, world_size=1, device_kind="cpu",
-                       outcome=Outcome.FAIL if errors else Outcome.PASS, duration_s=0.0,
-                       reason="; ".join(errors) or None, findings=tuple(findings))]
+    return [
+        CaseResult(
+            probe=PROBE,
+            case=f"{PROBE}[node]",
+            scenario="smoke",
+            level=1,
+            world_size=1,
+            device_kind="cpu",
+            outcome=Outcome.FAIL if errors else Outcome.PASS,
+            duration_s=0.0,
+            reason="; ".join(errors) or None,
+            findings=tuple(findings),
+        )
+    ]

@@ -22,8 +22,11 @@ UNIT_ROUNDOFF = {"float32": 2.0**-24, "bfloat16": 2.0**-8, "float16": 2.0**-11}
 ULPS_PER_STEP = 16
 #: the order in which one step's quantities are judged: what goes wrong first shows first
 STAGES = ("loss", "grad_norm", "update")
-STAGE_WORDS = {"loss": "the loss", "grad_norm": "the global gradient norm (before clipping)",
-               "update": "the parameter after the optimizer step"}
+STAGE_WORDS = {
+    "loss": "the loss",
+    "grad_norm": "the global gradient norm (before clipping)",
+    "update": "the parameter after the optimizer step",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,7 +61,9 @@ class Gap:
     scale: float
     route: float | None = None  # the values themselves, for a scalar (the loss, the norm): shown in a finding
     reference: float | None = None
-    allowance: float = 0.0  # absolute, beyond the rounding term: error propagated through the reference's state
+    allowance: float = (
+        0.0  # absolute, beyond the rounding term: error propagated through the reference's state
+    )
 
     @property
     def relative(self) -> float:
@@ -93,18 +98,29 @@ class Divergence:
         return self.relative / self.tolerance if self.tolerance > 0 else math.inf
 
 
-def first_divergence(steps: Sequence[Sequence[Gap]], tolerance: Tolerance,
-                     stages: Sequence[str] = STAGES) -> Divergence | None:
+def first_divergence(
+    steps: Sequence[Sequence[Gap]], tolerance: Tolerance, stages: Sequence[str] = STAGES
+) -> Divergence | None:
     """The earliest step, and in it the earliest stage (of `stages`), with a quantity over the tolerance; within that
     stage the quantity furthest over it (the others over it are counted)."""
     for step, gaps in enumerate(steps):
         for stage in stages:
-            over = sorted((g for g in gaps if g.stage == stage and not g.relative <= g.allowed(tolerance, step)),
-                          key=lambda g: (-_ratio(g.relative, g.allowed(tolerance, step)), g.name))
+            over = sorted(
+                (g for g in gaps if g.stage == stage and not g.relative <= g.allowed(tolerance, step)),
+                key=lambda g: (-_ratio(g.relative, g.allowed(tolerance, step)), g.name),
+            )
             if over:
                 worst = over[0]
-                return Divergence(step, stage, worst.name, worst.relative, worst.allowed(tolerance, step),
-                                  len(over) - 1, worst.route, worst.reference)
+                return Divergence(
+                    step,
+                    stage,
+                    worst.name,
+                    worst.relative,
+                    worst.allowed(tolerance, step),
+                    len(over) - 1,
+                    worst.route,
+                    worst.reference,
+                )
     return None
 
 
@@ -117,20 +133,37 @@ def _ratio(relative: float, allowed: float) -> float:
 def worst_ratio(steps: Sequence[Sequence[Gap]], tolerance: Tolerance, stage: str | None = None) -> float:
     """The largest error / tolerance over every step and quantity (of `stage`, or all; 0 when all are equal; inf
     past an exact tolerance): how close a passing route came to failing."""
-    return max([0.0, *(_ratio(g.relative, g.allowed(tolerance, step)) for step, gaps in enumerate(steps)
-                       for g in gaps if stage is None or g.stage == stage)])
+    return max(
+        [
+            0.0,
+            *(
+                _ratio(g.relative, g.allowed(tolerance, step))
+                for step, gaps in enumerate(steps)
+                for g in gaps
+                if stage is None or g.stage == stage
+            ),
+        ]
+    )
 
 
 def _how_far(d: Divergence) -> str:
-    values = f" (route {d.route:.6g}, plain torch {d.reference:.6g})" if d.route is not None and \
-        d.reference is not None else ""
+    values = (
+        f" (route {d.route:.6g}, plain torch {d.reference:.6g})"
+        if d.route is not None and d.reference is not None
+        else ""
+    )
     if d.tolerance > 0:
         return f"{d.relative:.3g} relative{values}, {d.times:.3g}x the tolerance {d.tolerance:.3g}"
     return f"{d.relative:.3g} relative{values} where the reference is bit-for-bit the same computation"
 
 
-def divergence_finding(divergence: Divergence, steps: int, setting: str, remedy: str | None = None,
-                       first_update: Divergence | None = None) -> Finding:
+def divergence_finding(
+    divergence: Divergence,
+    steps: int,
+    setting: str,
+    remedy: str | None = None,
+    first_update: Divergence | None = None,
+) -> Finding:
     """The finding for a route that left the reference: which step, which stage, which parameter, by how much (and,
     where a loss or a norm left it first, where the parameters follow)."""
     d = divergence
@@ -139,23 +172,37 @@ def divergence_finding(divergence: Divergence, steps: int, setting: str, remedy:
     follows = ""
     if d.stage != "update":
         u = first_update
-        follows = (f"; the first parameter over its tolerance: {u.name} after step {u.step + 1} ({_how_far(u)})"
-                   if u is not None else "; no parameter over its tolerance within these steps")
-    return Finding("equivalence", Severity.ERROR,
-                   f"step {d.step + 1} of {steps}: {what} diverges from the single-process fp32 reference by "
-                   f"{_how_far(d)}{others}{follows} ({setting})", stage=d.stage,
-                   expected="every step's loss, gradient norm and parameters within the tolerance of plain torch "
-                            "on the same global batch (docs/invariants.md)",
-                   remedy=remedy)
+        follows = (
+            f"; the first parameter over its tolerance: {u.name} after step {u.step + 1} ({_how_far(u)})"
+            if u is not None
+            else "; no parameter over its tolerance within these steps"
+        )
+    return Finding(
+        "equivalence",
+        Severity.ERROR,
+        f"step {d.step + 1} of {steps}: {what} diverges from the single-process fp32 reference by "
+        f"{_how_far(d)}{others}{follows} ({setting})",
+        stage=d.stage,
+        expected="every step's loss, gradient norm and parameters within the tolerance of plain torch "
+        "on the same global batch (docs/invariants.md)",
+        remedy=remedy,
+    )
 
 
 def missing_finding(missing: Sequence[str], stage: str, setting: str) -> list[Finding]:
     """Parameters the reference has and the route does not (or the other way round): not comparable, an error."""
     if not missing:
         return []
-    return [Finding("equivalence", Severity.ERROR, f"{len(missing)} parameter(s) exist on one side only: "
-                    f"{', '.join(sorted(missing)[:6])} ({setting})", stage=stage,
-                    expected="the route trains the reference's parameters, under their names")]
+    return [
+        Finding(
+            "equivalence",
+            Severity.ERROR,
+            f"{len(missing)} parameter(s) exist on one side only: "
+            f"{', '.join(sorted(missing)[:6])} ({setting})",
+            stage=stage,
+            expected="the route trains the reference's parameters, under their names",
+        )
+    ]
 
 
 #: what a resume must restore, in the order a finding names them
@@ -169,17 +216,31 @@ def not_restored(saved: Fingerprint, loaded: Fingerprint, path: str) -> list[Fin
     """What the new process holds right after loading, against what the saving process held when it saved: one
     error per category that differs, naming up to five entries and the values where they are short."""
     findings = []
-    for category in [c for c in CATEGORIES if c in saved or c in loaded] + sorted(set(saved) - set(CATEGORIES)):
+    for category in [c for c in CATEGORIES if c in saved or c in loaded] + sorted(
+        set(saved) - set(CATEGORIES)
+    ):
         before, after = dict(saved.get(category, {})), dict(loaded.get(category, {}))
-        differ = [name for name in sorted(set(before) | set(after)) if before.get(name, _ABSENT) != after.get(name, _ABSENT)]
+        differ = [
+            name
+            for name in sorted(set(before) | set(after))
+            if before.get(name, _ABSENT) != after.get(name, _ABSENT)
+        ]
         if not differ:
             continue
-        shown = ", ".join(_entry(name, before.get(name, _ABSENT), after.get(name, _ABSENT)) for name in differ[:5])
+        shown = ", ".join(
+            _entry(name, before.get(name, _ABSENT), after.get(name, _ABSENT)) for name in differ[:5]
+        )
         more = f" and {len(differ) - 5} more" if len(differ) > 5 else ""
-        findings.append(Finding("resume_restores", Severity.ERROR,
-                                f"{category} not restored by {path}: {len(differ)} of {len(set(before) | set(after))} "
-                                f"differ after the load from what was saved: {shown}{more}", stage="after_load",
-                                expected="the new process holds, right after the load, what the saving one held"))
+        findings.append(
+            Finding(
+                "resume_restores",
+                Severity.ERROR,
+                f"{category} not restored by {path}: {len(differ)} of {len(set(before) | set(after))} "
+                f"differ after the load from what was saved: {shown}{more}",
+                stage="after_load",
+                expected="the new process holds, right after the load, what the saving one held",
+            )
+        )
     return findings
 
 
@@ -196,17 +257,24 @@ def _short(value: object) -> str:
     return f"{value:.6g}" if isinstance(value, float) else str(value)[:40]
 
 
-def continuation_finding(divergence: Divergence | None, resumed_from: int, steps: int, path: str) -> list[Finding]:
+def continuation_finding(
+    divergence: Divergence | None, resumed_from: int, steps: int, path: str
+) -> list[Finding]:
     """The resumed run's steps against the straight run's: where they part."""
     if divergence is None:
         return []
     d = divergence
     what = STAGE_WORDS[d.stage] + (f" {d.name}" if d.stage == "update" else "")
-    return [Finding("resume_continues", Severity.ERROR,
-                    f"step {resumed_from + d.step + 1} of {steps} (the first {d.step + 1} after resuming at step "
-                    f"{resumed_from} through {path}): {what} differs from the uninterrupted run by {_how_far(d)}",
-                    stage=d.stage,
-                    expected="a resumed run continues exactly as the uninterrupted one")]
+    return [
+        Finding(
+            "resume_continues",
+            Severity.ERROR,
+            f"step {resumed_from + d.step + 1} of {steps} (the first {d.step + 1} after resuming at step "
+            f"{resumed_from} through {path}): {what} differs from the uninterrupted run by {_how_far(d)}",
+            stage=d.stage,
+            expected="a resumed run continues exactly as the uninterrupted one",
+        )
+    ]
 
 
 def largest(steps: Sequence[Sequence[Gap]], tolerance: Tolerance) -> dict[str, dict[str, float]]:
@@ -217,6 +285,8 @@ def largest(steps: Sequence[Sequence[Gap]], tolerance: Tolerance) -> dict[str, d
         gaps = [g for step in steps for g in step if g.stage == stage]
         if gaps:
             ratio = worst_ratio(steps, tolerance, stage)
-            out[stage] = {"relative": max(g.relative for g in gaps),
-                          "over_tolerance": ratio if math.isfinite(ratio) else -1.0}
+            out[stage] = {
+                "relative": max(g.relative for g in gaps),
+                "over_tolerance": ratio if math.isfinite(ratio) else -1.0,
+            }
     return out

@@ -23,16 +23,20 @@ def rounds(nodes: int) -> list[list[tuple[int, int]]]:
     if nodes < 2:
         return []
     if nodes > ALL_PAIRS_UP_TO:
-        ring = [(i, (i + 1) % nodes) for i in range(nodes)]
-        return _pack([tuple(sorted(p)) for p in ring])
-    players = list(range(nodes)) + ([None] if nodes % 2 else [])
+        return _pack([_ordered(i, (i + 1) % nodes) for i in range(nodes)])
+    bye = -1  # an odd count: each round one node sits out (pairs with the bye)
+    players = list(range(nodes)) + ([bye] if nodes % 2 else [])
     out = []
     for _ in range(len(players) - 1):
         half = len(players) // 2
         pairs = [(players[i], players[-1 - i]) for i in range(half)]
-        out.append([tuple(sorted(p)) for p in pairs if None not in p])
+        out.append([_ordered(a, b) for a, b in pairs if bye not in (a, b)])
         players = [players[0], players[-1], *players[1:-1]]
     return out
+
+
+def _ordered(a: int, b: int) -> tuple[int, int]:
+    return (a, b) if a <= b else (b, a)
 
 
 def _pack(pairs: Sequence[tuple[int, int]]) -> list[list[tuple[int, int]]]:
@@ -57,16 +61,26 @@ def suspects(bandwidth: dict[tuple[int, int], float], fraction: float = DEFAULT_
     return [n for n in nodes if all(value < floor for pair, value in bandwidth.items() if n in pair)]
 
 
-def fabric_findings(bandwidth: dict[tuple[int, int], float], hosts: dict[int, str],
-                    fraction: float = DEFAULT_FRACTION) -> list[Finding]:
+def fabric_findings(
+    bandwidth: dict[tuple[int, int], float], hosts: dict[int, str], fraction: float = DEFAULT_FRACTION
+) -> list[Finding]:
     median = statistics.median(bandwidth.values()) if bandwidth else 0.0
     findings = []
     for node in suspects(bandwidth, fraction):
-        pairs = ", ".join(f"{a}-{b} {value:.3g} GB/s" for (a, b), value in sorted(bandwidth.items()) if node in (a, b))
-        findings.append(Finding("fabric_suspect", Severity.ERROR,
-                                f"node {node} ({hosts.get(node, '?')}): every pair with it is below {fraction:g} x the "
-                                f"median pair ({median:.3g} GB/s): {pairs}", stage="pairs",
-                                expected=f"every pair at least {fraction:g} x the median",
-                                remedy="check that node's NICs and cables (ibstat, ethtool, NCCL_DEBUG=INFO), and drain "
-                                "it if the next run says the same", node=node))
+        pairs = ", ".join(
+            f"{a}-{b} {value:.3g} GB/s" for (a, b), value in sorted(bandwidth.items()) if node in (a, b)
+        )
+        findings.append(
+            Finding(
+                "fabric_suspect",
+                Severity.ERROR,
+                f"node {node} ({hosts.get(node, '?')}): every pair with it is below {fraction:g} x the "
+                f"median pair ({median:.3g} GB/s): {pairs}",
+                stage="pairs",
+                expected=f"every pair at least {fraction:g} x the median",
+                remedy="check that node's NICs and cables (ibstat, ethtool, NCCL_DEBUG=INFO), and drain "
+                "it if the next run says the same",
+                node=node,
+            )
+        )
     return findings

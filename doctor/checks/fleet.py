@@ -23,7 +23,14 @@ from ds_doctor.reports.measures import MEASURES, finite, on_shared_gpu
 from ds_doctor.reports.records import FAILING, Report, parse_time
 
 #: Environment variables that name one run or one launch, not the node: they differ between any two nightly runs.
-PER_RUN = ("env:SLURM_", "env:TORCHELASTIC_", "env:MASTER_", "env:DS_DOCTOR_", "env:WORLD_SIZE", "env:LOCAL_WORLD_SIZE")
+PER_RUN = (
+    "env:SLURM_",
+    "env:TORCHELASTIC_",
+    "env:MASTER_",
+    "env:DS_DOCTOR_",
+    "env:WORLD_SIZE",
+    "env:LOCAL_WORLD_SIZE",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,7 +58,9 @@ class Source:
 
 
 def _gpu_values(gpus: list[Any], field: str, convert: Any = str) -> str | None:
-    values = sorted({convert(g.get(field)) for g in gpus if isinstance(g, Mapping) and g.get(field) is not None})
+    values = sorted(
+        {convert(g.get(field)) for g in gpus if isinstance(g, Mapping) and g.get(field) is not None}
+    )
     return ", ".join(values) if values else None
 
 
@@ -64,21 +73,33 @@ def report_fingerprint(report: Report) -> dict[str, str]:
     """The keys a rank's fingerprint (`ds_doctor.collect.fingerprint`) has, as a node's report records them; plus the
     GPU count, which a rank cannot see and a node can lose."""
     env, hardware = report.env, report.hardware
-    prints = {"host": str(hardware.get("host")), "python": str(env.get("python")), "torch.cuda": str(env.get("cuda"))}
+    prints = {
+        "host": str(hardware.get("host")),
+        "python": str(env.get("python")),
+        "torch.cuda": str(env.get("cuda")),
+    }
     prints.update({f"package:{name}": str(version) for name, version in (env.get("packages") or {}).items()})
     for key, field in (("torch.nccl", "nccl"), ("driver", "driver"), ("cuda_driver", "cuda_driver")):
         if env.get(field) is not None:
             prints[key] = str(env[field])
     gpus = hardware.get("gpus") or []
     prints["gpu.count"] = str(len(gpus))
-    for key, field, convert in (("gpu.name", "name", str), ("gpu.memory_gib", "memory_total_bytes", _gib),
-                                ("gpu.compute_capability", "compute_capability", str)):
+    for key, field, convert in (
+        ("gpu.name", "name", str),
+        ("gpu.memory_gib", "memory_total_bytes", _gib),
+        ("gpu.compute_capability", "compute_capability", str),
+    ):
         value = _gpu_values(gpus, field, convert)
         if value is not None:
             prints[key] = value
     variables = env.get("variables") or {}
-    prints.update({f"env:{name}": str(value) for name, value in variables.items()
-                   if not f"env:{name}".startswith(PER_RUN)})
+    prints.update(
+        {
+            f"env:{name}": str(value)
+            for name, value in variables.items()
+            if not f"env:{name}".startswith(PER_RUN)
+        }
+    )
     return prints
 
 
@@ -99,14 +120,19 @@ def newest_per_host(sources: list[Source]) -> list[tuple[Source, list[str]]]:
     return picked
 
 
-def spreads(hosts: list[str], prints: list[dict[str, str]]) -> tuple[list[Spread], dict[str, list[Deviation]]]:
+def spreads(
+    hosts: list[str], prints: list[dict[str, str]]
+) -> tuple[list[Spread], dict[str, list[Deviation]]]:
     """The consistency rules over the nodes' fingerprints: each key that differs, and each node's deviations."""
     found: list[Spread] = []
     deviations: dict[str, list[Deviation]] = {host: [] for host in hosts}
     for split in disagreements(prints):
         others = {value: [hosts[i] for i in indices] for value, indices in split.outliers().items()}
-        found.append(Spread(split.key, split.severity.value, split.majority, len(split.by_value[split.majority]),
-                            others))
+        found.append(
+            Spread(
+                split.key, split.severity.value, split.majority, len(split.by_value[split.majority]), others
+            )
+        )
         for value, indices in split.outliers().items():
             for i in indices:
                 deviations[hosts[i]].append(Deviation(split.key, value, split.majority, split.severity.value))
@@ -115,13 +141,17 @@ def spreads(hosts: list[str], prints: list[dict[str, str]]) -> tuple[list[Spread
 
 def _compared(result: Any) -> dict[str, float]:
     """A result's measures that are compared (better higher or lower) and are finite numbers."""
-    numbers = {name: finite(value) for name, value in result.applicable_measures().items()
-               if MEASURES[name].better is not None}
+    numbers = {
+        name: finite(value)
+        for name, value in result.applicable_measures().items()
+        if MEASURES[name].better is not None
+    }
     return {name: number for name, number in numbers.items() if number is not None}
 
 
-def measure_cells(nodes: list[tuple[str, Report]], tolerance_pct: float) -> tuple[dict[str, list[MeasureCell]],
-                                                                                 dict[str, list[str]]]:
+def measure_cells(
+    nodes: list[tuple[str, Report]], tolerance_pct: float
+) -> tuple[dict[str, list[MeasureCell]], dict[str, list[str]]]:
     """Each node's measures against the median of its group; the cases left out because their ranks shared a GPU."""
     groups: dict[tuple[str, str, str], list[tuple[str, float]]] = {}
     shared: dict[str, list[str]] = {host: [] for host, _ in nodes}
@@ -139,15 +169,19 @@ def measure_cells(nodes: list[tuple[str, Report]], tolerance_pct: float) -> tupl
         median = statistics.median(value for _, value in values)
         for host, value in values:
             delta = (value - median) / median * 100 if median > 0 else None
-            worse = delta is not None and len(values) > 1 and \
-                (delta < -tolerance_pct if MEASURES[name].better == "higher" else delta > tolerance_pct)
+            worse = (
+                delta is not None
+                and len(values) > 1
+                and (delta < -tolerance_pct if MEASURES[name].better == "higher" else delta > tolerance_pct)
+            )
             cells[host].append(MeasureCell(case, name, gpus, value, median, len(values), delta, worse))
     return cells, shared
 
 
 def failed_cases(report: Report) -> tuple[list[FailedCase], list[FailedCase]]:
     """(the failing cases, the failing GPU health cases) of a report."""
-    failing, health = [], []
+    failing: list[FailedCase] = []
+    health: list[FailedCase] = []
     for result in report.results:
         if result.outcome not in FAILING:
             continue
@@ -162,46 +196,82 @@ def per_node(source: Source) -> list[Source]:
     the cases that ran on it, and those across the nodes (in each node's row). A report whose node sections are
     not that shape, or name no host of their own each (two "nodes" on one host), stays one row."""
     sections = source.report.nodes
-    readable = all(isinstance(n.get("node"), int) and not isinstance(n.get("node"), bool)
-                   and isinstance(n.get("env"), dict) and isinstance(n.get("hardware"), dict) for n in sections)
+    readable = all(
+        isinstance(n.get("node"), int)
+        and not isinstance(n.get("node"), bool)
+        and isinstance(n.get("env"), dict)
+        and isinstance(n.get("hardware"), dict)
+        for n in sections
+    )
     if not sections or not readable or len({str(n.get("host")) for n in sections}) < len(sections):
         return [source]
-    return [Source(f"{source.source} (node {n['node']} of {len(sections)})",
-                   dataclasses.replace(source.report, env=n["env"], hardware=n["hardware"], nodes=(),
-                                       results=tuple(dataclasses.replace(r, node=None) for r in source.report.results
-                                                     if r.node in (n["node"], None))),  # keyed as on one node
-                   across=len(sections))
-            for n in sections]
+    return [
+        Source(
+            f"{source.source} (node {n['node']} of {len(sections)})",
+            dataclasses.replace(
+                source.report,
+                env=n["env"],
+                hardware=n["hardware"],
+                nodes=(),
+                results=tuple(
+                    dataclasses.replace(r, node=None)
+                    for r in source.report.results
+                    if r.node in (n["node"], None)
+                ),
+            ),  # keyed as on one node
+            across=len(sections),
+        )
+        for n in sections
+    ]
 
 
 def _notes(source: Source) -> tuple[str, ...]:
     notes = []
     if source.anonymized:
-        notes.append(f"{source.source}: an anonymized report (its host name is a placeholder): a row of its own")
+        notes.append(
+            f"{source.source}: an anonymized report (its host name is a placeholder): a row of its own"
+        )
     if source.report.nodes:
         hosts = ", ".join(str(n.get("host")) for n in source.report.nodes)
-        notes.append(f"a {len(source.report.nodes)}-node run ({hosts}): every node's cases in this one row (its "
-                     "node sections do not each name a host of their own)")
+        notes.append(
+            f"a {len(source.report.nodes)}-node run ({hosts}): every node's cases in this one row (its "
+            "node sections do not each name a host of their own)"
+        )
     if source.across:
-        notes.append(f"one node of a {source.across}-node run: its cases across the nodes are in each node's row, "
-                     "their measures the fabric's, compared nowhere")
+        notes.append(
+            f"one node of a {source.across}-node run: its cases across the nodes are in each node's row, "
+            "their measures the fabric's, compared nowhere"
+        )
     return tuple(notes)
 
 
-def build_fleet(sources: list[Source], unreadable: list[Unreadable], tolerance_pct: float,
-                not_read: int = 0) -> Fleet:
+def build_fleet(
+    sources: list[Source], unreadable: list[Unreadable], tolerance_pct: float, not_read: int = 0
+) -> Fleet:
     """The fleet's view of the newest report of each host (each node of a multi-node report is a host)."""
     picked = newest_per_host([part for source in sources for part in per_node(source)])
     hosts = [source.identity() for source, _ in picked]
     found, deviations = spreads(hosts, [report_fingerprint(source.report) for source, _ in picked])
-    cells, shared = measure_cells([(host, source.report) for host, (source, _) in zip(hosts, picked, strict=True)],
-                                  tolerance_pct)
+    cells, shared = measure_cells(
+        [(host, source.report) for host, (source, _) in zip(hosts, picked, strict=True)], tolerance_pct
+    )
     views = []
     for host, (source, older) in zip(hosts, picked, strict=True):
         failing, health = failed_cases(source.report)
-        views.append(NodeView(host=host, source=source.source, started_at=source.report.started_at,
-                              outcomes=source.report.summary, failing=tuple(failing), gpu_health=tuple(health),
-                              deviations=tuple(deviations[host]), measures=tuple(cells[host]),
-                              shared_gpu=tuple(shared[host]), superseded=tuple(older), notes=_notes(source)))
+        views.append(
+            NodeView(
+                host=host,
+                source=source.source,
+                started_at=source.report.started_at,
+                outcomes=source.report.summary,
+                failing=tuple(failing),
+                gpu_health=tuple(health),
+                deviations=tuple(deviations[host]),
+                measures=tuple(cells[host]),
+                shared_gpu=tuple(shared[host]),
+                superseded=tuple(older),
+                notes=_notes(source),
+            )
+        )
     views.sort(key=lambda view: (not view.failed, view.host))
     return Fleet(tolerance_pct, tuple(views), tuple(found), tuple(unreadable), not_read)

@@ -38,19 +38,28 @@ def stragglers(stages: Mapping[int, Sequence[StageTime]]) -> list[Finding]:
             typical = statistics.median(t.duration_s for t in others)
             left_late = time.end_s - max(t.end_s for t in others)
             if time.duration_s > STRAGGLER_FACTOR * typical and left_late > STRAGGLER_FLOOR_S:
-                findings.append(Finding(
-                    "straggler", Severity.WARNING,
-                    f"rank {rank} is a straggler at stage {stage!r}: {time.duration_s:.2f} s there against a median of "
-                    f"{typical:.2f} s on the other ranks, which waited {left_late:.2f} s for it",
-                    rank=rank, stage=stage, expected=f"under {STRAGGLER_FACTOR:g}x the other ranks' median",
-                    remedy="look at what differs on that rank: its GPU (clocks, throttling: `ds-doctor run -k "
-                           "gpu_health`), its host (CPU contention, swap), its data shard or I/O"))
+                findings.append(
+                    Finding(
+                        "straggler",
+                        Severity.WARNING,
+                        f"rank {rank} is a straggler at stage {stage!r}: {time.duration_s:.2f} s there "
+                        f"against a median of "
+                        f"{typical:.2f} s on the other ranks, which waited {left_late:.2f} s for it",
+                        rank=rank,
+                        stage=stage,
+                        expected=f"under {STRAGGLER_FACTOR:g}x the other ranks' median",
+                        remedy="look at what differs on that rank: its GPU (clocks, throttling: `ds-doctor run -k "
+                        "gpu_health`), its host (CPU contention, swap), its data shard or I/O",
+                    )
+                )
     return findings
 
 
 def where(rank: int, stacks: Sequence[ThreadStack]) -> str:
     """Where a rank's main thread is: its innermost frame that is not folded away."""
-    main = next((s for s in stacks if s.name == "MainThread"), None) or next((s for s in stacks if s.current), None)
+    main = next((s for s in stacks if s.name == "MainThread"), None) or next(
+        (s for s in stacks if s.current), None
+    )
     frame = main.innermost if main else None
     return f"rank {rank} is in {frame}" if frame else f"no stack of rank {rank} was taken"
 
@@ -59,21 +68,32 @@ def _ranks(ranks: Sequence[int]) -> str:
     return f"rank {ranks[0]} is" if len(ranks) == 1 else f"ranks {', '.join(map(str, sorted(ranks)))} are"
 
 
-def missing_rank(rank: int, group: str, op: str, seq: int, waiting: Sequence[int],
-                 stacks: Sequence[ThreadStack]) -> Finding:
-    return Finding("missing_rank", Severity.ERROR,
-                   f"rank {rank} never joined {op} #{seq} of process group {group}, which {_ranks(waiting)} "
-                   f"waiting in; {where(rank, stacks)}",
-                   rank=rank, stage="hang", expected=f"every rank of {group} enters collective #{seq}",
-                   remedy="that rank's stack in this report shows where it is: a code path only some ranks take (a rank-"
-                          "dependent branch, an early return, uneven data), or a rank stuck in I/O or a lock")
+def missing_rank(
+    rank: int, group: str, op: str, seq: int, waiting: Sequence[int], stacks: Sequence[ThreadStack]
+) -> Finding:
+    return Finding(
+        "missing_rank",
+        Severity.ERROR,
+        f"rank {rank} never joined {op} #{seq} of process group {group}, which {_ranks(waiting)} "
+        f"waiting in; {where(rank, stacks)}",
+        rank=rank,
+        stage="hang",
+        expected=f"every rank of {group} enters collective #{seq}",
+        remedy="that rank's stack in this report shows where it is: a code path only some ranks take (a rank-"
+        "dependent branch, an early return, uneven data), or a rank stuck in I/O or a lock",
+    )
 
 
 def collective_mismatch(group: str, seq: int, sides: Mapping[int, str], culprit: int, kind: str) -> Finding:
     """`sides`: rank -> "all_reduce of [[1024]] Float" for each rank at that sequence id."""
     text = "; ".join(f"rank {rank} is in {what}" for rank, what in sorted(sides.items()))
-    return Finding("collective_mismatch", Severity.ERROR,
-                   f"the ranks disagree on collective #{seq} of process group {group} ({kind}): {text}",
-                   rank=culprit, stage="hang", expected="every rank issues the same collective, sizes and dtypes",
-                   remedy="every rank must issue the same collectives in the same order with matching shapes: look "
-                          "for a rank-dependent branch or a tensor whose shape differs across ranks (uneven shards)")
+    return Finding(
+        "collective_mismatch",
+        Severity.ERROR,
+        f"the ranks disagree on collective #{seq} of process group {group} ({kind}): {text}",
+        rank=culprit,
+        stage="hang",
+        expected="every rank issues the same collective, sizes and dtypes",
+        remedy="every rank must issue the same collectives in the same order with matching shapes: look "
+        "for a rank-dependent branch or a tensor whose shape differs across ranks (uneven shards)",
+    )

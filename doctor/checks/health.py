@@ -24,41 +24,94 @@ UNNAMED_MEMORY_BYTES = 2 * GIB
 
 # ---- health rules: pure functions over one GPU's reading ------------------------------------------
 
-def _finding(gpu: Mapping[str, Any], rule: str, severity: Severity, message: str, expected: str, remedy: str) -> Finding:
-    return Finding(invariant=rule, severity=severity, message=f"GPU {gpu.get('index')}: {message}",
-                   stage="health", expected=expected, remedy=remedy)
+
+def _finding(
+    gpu: Mapping[str, Any], rule: str, severity: Severity, message: str, expected: str, remedy: str
+) -> Finding:
+    return Finding(
+        invariant=rule,
+        severity=severity,
+        message=f"GPU {gpu.get('index')}: {message}",
+        stage="health",
+        expected=expected,
+        remedy=remedy,
+    )
 
 
 def ecc_errors(gpu: Mapping[str, Any]) -> list[Finding]:
     out = []
     volatile, aggregate = gpu.get("ecc_uncorrected_volatile"), gpu.get("ecc_uncorrected_aggregate")
     if volatile:
-        out.append(_finding(gpu, "uncorrected_ecc", Severity.ERROR,
-                            f"{volatile} uncorrected ECC error(s) since the driver was last loaded",
-                            "0 volatile uncorrected ECC errors",
-                            "drain the node; reset the GPU (nvidia-smi -r) and rerun; if they come back, RMA the GPU"))
+        out.append(
+            _finding(
+                gpu,
+                "uncorrected_ecc",
+                Severity.ERROR,
+                f"{volatile} uncorrected ECC error(s) since the driver was last loaded",
+                "0 volatile uncorrected ECC errors",
+                "drain the node; reset the GPU (nvidia-smi -r) and rerun; if they come back, RMA the GPU",
+            )
+        )
     elif aggregate:
-        out.append(_finding(gpu, "uncorrected_ecc_lifetime", Severity.WARNING,
-                            f"{aggregate} uncorrected ECC error(s) over the GPU's lifetime (none since the last load)",
-                            "0 aggregate uncorrected ECC errors", "watch the count; rising counts mean an RMA"))
+        out.append(
+            _finding(
+                gpu,
+                "uncorrected_ecc_lifetime",
+                Severity.WARNING,
+                f"{aggregate} uncorrected ECC error(s) over the GPU's lifetime (none since the last load)",
+                "0 aggregate uncorrected ECC errors",
+                "watch the count; rising counts mean an RMA",
+            )
+        )
     if gpu.get("ecc_enabled") is False:
-        out.append(_finding(gpu, "ecc_disabled", Severity.WARNING, "ECC is disabled: memory errors go undetected",
-                            "ECC enabled", "enable it (nvidia-smi -e 1) and reset the GPU"))
+        out.append(
+            _finding(
+                gpu,
+                "ecc_disabled",
+                Severity.WARNING,
+                "ECC is disabled: memory errors go undetected",
+                "ECC enabled",
+                "enable it (nvidia-smi -e 1) and reset the GPU",
+            )
+        )
     return out
 
 
 def pending_retirement(gpu: Mapping[str, Any]) -> list[Finding]:
     out = []
     if gpu.get("retired_pages_pending"):
-        out.append(_finding(gpu, "retired_pages_pending", Severity.ERROR, "page retirement is pending",
-                            "no pending page retirement",
-                            "reset the GPU (or reboot) so the pages are retired before the next job"))
+        out.append(
+            _finding(
+                gpu,
+                "retired_pages_pending",
+                Severity.ERROR,
+                "page retirement is pending",
+                "no pending page retirement",
+                "reset the GPU (or reboot) so the pages are retired before the next job",
+            )
+        )
     if gpu.get("remapped_rows_pending"):
-        out.append(_finding(gpu, "remapped_rows_pending", Severity.ERROR, "a row remap is pending",
-                            "no pending row remap", "reset the GPU (nvidia-smi -r) so the remap takes effect"))
+        out.append(
+            _finding(
+                gpu,
+                "remapped_rows_pending",
+                Severity.ERROR,
+                "a row remap is pending",
+                "no pending row remap",
+                "reset the GPU (nvidia-smi -r) so the remap takes effect",
+            )
+        )
     if gpu.get("remapped_rows_failed"):
-        out.append(_finding(gpu, "remapped_rows_failed", Severity.ERROR, "row remapping failed: no spare rows left",
-                            "no failed row remap", "drain the node and RMA the GPU"))
+        out.append(
+            _finding(
+                gpu,
+                "remapped_rows_failed",
+                Severity.ERROR,
+                "row remapping failed: no spare rows left",
+                "no failed row remap",
+                "drain the node and RMA the GPU",
+            )
+        )
     return out
 
 
@@ -68,16 +121,29 @@ def pcie_link(gpu: Mapping[str, Any]) -> list[Finding]:
     out = []
     width, width_max = gpu.get("pcie_width"), gpu.get("pcie_width_max")
     if width is not None and width_max is not None and width < width_max:
-        out.append(_finding(gpu, "pcie_width_downgraded", Severity.WARNING,
-                            f"PCIe link is x{width}, the GPU and slot support x{width_max}",
-                            f"x{width_max}", "reseat the GPU or riser; check the slot's wiring and BIOS settings"))
+        out.append(
+            _finding(
+                gpu,
+                "pcie_width_downgraded",
+                Severity.WARNING,
+                f"PCIe link is x{width}, the GPU and slot support x{width_max}",
+                f"x{width_max}",
+                "reseat the GPU or riser; check the slot's wiring and BIOS settings",
+            )
+        )
     gen, gen_max = gpu.get("pcie_gen"), gpu.get("pcie_gen_max")
     if gen is not None and gen_max is not None and gen < gen_max:
         busy = bool(gpu.get("utilization_gpu_pct"))
-        out.append(_finding(gpu, "pcie_gen_downgraded", Severity.WARNING if busy else Severity.INFO,
-                            f"PCIe link runs at gen {gen} of {gen_max}" + ("" if busy else " while idle (power saving)"),
-                            f"gen {gen_max} under load",
-                            "under load this halves host transfers (CPU offload): check BIOS link speed and risers"))
+        out.append(
+            _finding(
+                gpu,
+                "pcie_gen_downgraded",
+                Severity.WARNING if busy else Severity.INFO,
+                f"PCIe link runs at gen {gen} of {gen_max}" + ("" if busy else " while idle (power saving)"),
+                f"gen {gen_max} under load",
+                "under load this halves host transfers (CPU offload): check BIOS link speed and risers",
+            )
+        )
     return out
 
 
@@ -91,14 +157,27 @@ def idle_throttling(gpu: Mapping[str, Any]) -> list[Finding]:
     idle = gpu.get("utilization_gpu_pct") == 0
     out = []
     if hw:
-        out.append(_finding(gpu, "hw_slowdown", Severity.ERROR if idle else Severity.WARNING,
-                            f"hardware clock slowdown ({', '.join(hw)})" + (" while idle" if idle else ""),
-                            "no hardware slowdown", "check cooling, power supply and the board; drain the node "
-                            "if it throttles while idle"))
+        out.append(
+            _finding(
+                gpu,
+                "hw_slowdown",
+                Severity.ERROR if idle else Severity.WARNING,
+                f"hardware clock slowdown ({', '.join(hw)})" + (" while idle" if idle else ""),
+                "no hardware slowdown",
+                "check cooling, power supply and the board; drain the node if it throttles while idle",
+            )
+        )
     if sw and idle:
-        out.append(_finding(gpu, "idle_throttling", Severity.WARNING, f"clocks held down while idle ({', '.join(sw)})",
-                            "no power cap or thermal slowdown while idle",
-                            "check the power limit (nvidia-smi -q -d POWER) and the GPU's temperature"))
+        out.append(
+            _finding(
+                gpu,
+                "idle_throttling",
+                Severity.WARNING,
+                f"clocks held down while idle ({', '.join(sw)})",
+                "no power cap or thermal slowdown while idle",
+                "check the power limit (nvidia-smi -q -d POWER) and the GPU's temperature",
+            )
+        )
     return out
 
 
@@ -111,19 +190,36 @@ def foreign_memory(gpu: Mapping[str, Any], own_pids: Iterable[int] = ()) -> list
     if others:
         held = sum(p.get("used_memory_bytes") or 0 for p in others)
         who = ", ".join(f"{p.get('name') or '?'} (pid {p.get('pid')})" for p in others[:5])
-        out.append(_finding(gpu, "foreign_memory", Severity.WARNING,
-                            f"{len(others)} other process(es) hold {held / GIB:.1f} GiB: {who}",
-                            "no other process on the GPU", "stop the leftover processes before the job"))
+        out.append(
+            _finding(
+                gpu,
+                "foreign_memory",
+                Severity.WARNING,
+                f"{len(others)} other process(es) hold {held / GIB:.1f} GiB: {who}",
+                "no other process on the GPU",
+                "stop the leftover processes before the job",
+            )
+        )
     elif processes == [] and (gpu.get("memory_used_bytes") or 0) > UNNAMED_MEMORY_BYTES:
-        out.append(_finding(gpu, "foreign_memory", Severity.WARNING,
-                            f"{gpu['memory_used_bytes'] / GIB:.1f} GiB in use with no process visible here "
-                            "(another container or namespace)", "no memory in use",
-                            "find the holder with nvidia-smi on the host"))
+        out.append(
+            _finding(
+                gpu,
+                "foreign_memory",
+                Severity.WARNING,
+                f"{gpu['memory_used_bytes'] / GIB:.1f} GiB in use with no process visible here "
+                "(another container or namespace)",
+                "no memory in use",
+                "find the holder with nvidia-smi on the host",
+            )
+        )
     return out
 
 
 RULES: tuple[Callable[[Mapping[str, Any]], list[Finding]], ...] = (
-    ecc_errors, pending_retirement, pcie_link, idle_throttling,
+    ecc_errors,
+    pending_retirement,
+    pcie_link,
+    idle_throttling,
 )
 
 
@@ -140,25 +236,50 @@ PROBE = "gpu_health"
 DEVICE_FILE = "/dev/nvidiactl"
 
 
-def health_results(gpus: list[Mapping[str, Any]], reason: str | None, *,
-                   device_file: str = DEVICE_FILE) -> list[CaseResult]:
+def health_results(
+    gpus: list[Mapping[str, Any]], reason: str | None, *, device_file: str = DEVICE_FILE
+) -> list[CaseResult]:
     """One `gpu_health[gpuN]` result per GPU: `fail` on an error finding, else `pass`. A node with
     NVIDIA device files where NVML still finds no GPU gets one `gpu_health[nvml]` error; a node
     with neither has no GPU to judge and gets no result (its hardware section says why)."""
     if not gpus:
         if reason and os.path.exists(device_file):
-            return [CaseResult(probe=PROBE, case=f"{PROBE}[nvml]", scenario="smoke", level=1, world_size=1,
-                               device_kind="cuda", outcome=Outcome.ERROR, duration_s=0.0,
-                               reason=f"{device_file} exists but NVML finds no GPU: {reason}")]
+            return [
+                CaseResult(
+                    probe=PROBE,
+                    case=f"{PROBE}[nvml]",
+                    scenario="smoke",
+                    level=1,
+                    world_size=1,
+                    device_kind="cuda",
+                    outcome=Outcome.ERROR,
+                    duration_s=0.0,
+                    reason=f"{device_file} exists but NVML finds no GPU: {reason}",
+                )
+            ]
         return []
     results = []
     for gpu in gpus:
         findings = health_findings(gpu)
         failed = [f for f in findings if f.is_error]
-        results.append(CaseResult(
-            probe=PROBE, case=f"{PROBE}[gpu{gpu.get('index')}]", scenario="smoke", level=1, world_size=1,
-            device_kind="cuda", outcome=Outcome.FAIL if failed else Outcome.PASS, duration_s=0.0,
-            reason="; ".join(f.message for f in failed) or None, findings=tuple(findings),
-            notes={"gpu": gpu.get("name"), "uuid": gpu.get("uuid"), "pci_bus_id": gpu.get("pci_bus_id"),
-                   "unavailable": sorted(gpu.get("unavailable") or {})}))
+        results.append(
+            CaseResult(
+                probe=PROBE,
+                case=f"{PROBE}[gpu{gpu.get('index')}]",
+                scenario="smoke",
+                level=1,
+                world_size=1,
+                device_kind="cuda",
+                outcome=Outcome.FAIL if failed else Outcome.PASS,
+                duration_s=0.0,
+                reason="; ".join(f.message for f in failed) or None,
+                findings=tuple(findings),
+                notes={
+                    "gpu": gpu.get("name"),
+                    "uuid": gpu.get("uuid"),
+                    "pci_bus_id": gpu.get("pci_bus_id"),
+                    "unavailable": sorted(gpu.get("unavailable") or {}),
+                },
+            )
+        )
     return results

@@ -25,7 +25,8 @@ class PreparedFacts:
     scheduler_class: str | None
     scheduler_inner_class: str | None
     optimizer_wraps_engine: bool  # prepared_optimizer.optimizer is engine.optimizer
-    scheduler_wraps_engine: bool | None  # prepared_scheduler.scheduler is engine.lr_scheduler (None: no scheduler)
+    # prepared_scheduler.scheduler is engine.lr_scheduler (None: no scheduler)
+    scheduler_wraps_engine: bool | None
     num_processes: int  # accelerator.num_processes
     dist_world_size: int | None  # torch.distributed world size
     dp_world_size: int | None  # engine.dp_world_size
@@ -48,34 +49,61 @@ def _close(a: float, b: float) -> bool:
 
 def no_placeholder(facts: PreparedFacts) -> list[Finding]:
     """No DummyOptim / DummyScheduler survives prepare."""
-    return placeholders_among((facts.optimizer_class, facts.optimizer_inner_class, facts.scheduler_class,
-                               facts.scheduler_inner_class))
+    return placeholders_among(
+        (
+            facts.optimizer_class,
+            facts.optimizer_inner_class,
+            facts.scheduler_class,
+            facts.scheduler_inner_class,
+        )
+    )
 
 
-def placeholders_among(class_names: Sequence[str | None], *, rank: int | None = None,
-                       stage: str = STAGE) -> list[Finding]:
+def placeholders_among(
+    class_names: Sequence[str | None], *, rank: int | None = None, stage: str = STAGE
+) -> list[Finding]:
     """An error per placeholder class among what prepare returned (the probe's facts, or a watched job's objects)."""
-    return [Finding("no_placeholder", Severity.ERROR,
-                    f"{name} survived accelerator.prepare: the code holds a placeholder, not DeepSpeed's object",
-                    rank=rank, stage=stage, expected="prepare returns wrappers of the engine's optimizer and scheduler",
-                    remedy="Pass model, DummyOptim, dataloader and DummyScheduler to one accelerator.prepare call "
-                    "and use the objects it returns.")
-            for name in class_names if name in PLACEHOLDERS]
+    return [
+        Finding(
+            "no_placeholder",
+            Severity.ERROR,
+            f"{name} survived accelerator.prepare: the code holds a placeholder, not DeepSpeed's object",
+            rank=rank,
+            stage=stage,
+            expected="prepare returns wrappers of the engine's optimizer and scheduler",
+            remedy="Pass model, DummyOptim, dataloader and DummyScheduler to one accelerator.prepare call "
+            "and use the objects it returns.",
+        )
+        for name in class_names
+        if name in PLACEHOLDERS
+    ]
 
 
 def wraps_engine(facts: PreparedFacts) -> list[Finding]:
     """The prepared optimizer wraps `engine.optimizer`, the prepared scheduler `engine.lr_scheduler`."""
     findings = []
     if not facts.optimizer_wraps_engine:
-        findings.append(Finding("wraps_engine", Severity.ERROR,
-                                f"the prepared optimizer ({facts.optimizer_class} of {facts.optimizer_inner_class}) "
-                                "does not wrap engine.optimizer", stage=STAGE,
-                                expected="prepared_optimizer.optimizer is engine.optimizer"))
+        findings.append(
+            Finding(
+                "wraps_engine",
+                Severity.ERROR,
+                f"the prepared optimizer ({facts.optimizer_class} of {facts.optimizer_inner_class}) "
+                "does not wrap engine.optimizer",
+                stage=STAGE,
+                expected="prepared_optimizer.optimizer is engine.optimizer",
+            )
+        )
     if facts.scheduler_wraps_engine is False:
-        findings.append(Finding("wraps_engine", Severity.ERROR,
-                                f"the prepared scheduler ({facts.scheduler_class} of {facts.scheduler_inner_class}) "
-                                "does not wrap engine.lr_scheduler: stepping it does not move DeepSpeed's lr",
-                                stage=STAGE, expected="prepared_scheduler.scheduler is engine.lr_scheduler"))
+        findings.append(
+            Finding(
+                "wraps_engine",
+                Severity.ERROR,
+                f"the prepared scheduler ({facts.scheduler_class} of {facts.scheduler_inner_class}) "
+                "does not wrap engine.lr_scheduler: stepping it does not move DeepSpeed's lr",
+                stage=STAGE,
+                expected="prepared_scheduler.scheduler is engine.lr_scheduler",
+            )
+        )
     return findings
 
 
@@ -84,33 +112,54 @@ def world_size_agreement(facts: PreparedFacts) -> list[Finding]:
     return process_count_agreement(facts.num_processes, facts.dist_world_size, facts.dp_world_size)
 
 
-def process_count_agreement(num_processes: int, dist_world_size: int | None, dp_world_size: int | None = None, *,
-                            stage: str = STAGE) -> list[Finding]:
+def process_count_agreement(
+    num_processes: int, dist_world_size: int | None, dp_world_size: int | None = None, *, stage: str = STAGE
+) -> list[Finding]:
     """Accelerate, the process group and (where there is one) the engine count the same processes."""
-    sizes = {"accelerator.num_processes": num_processes, "dist world size": dist_world_size,
-             "engine.dp_world_size": dp_world_size}
+    sizes = {
+        "accelerator.num_processes": num_processes,
+        "dist world size": dist_world_size,
+        "engine.dp_world_size": dp_world_size,
+    }
     known = {k: v for k, v in sizes.items() if v is not None}
     if len(set(known.values())) <= 1:
         return []
     listed = ", ".join(f"{k} = {v}" for k, v in known.items())
-    return [Finding("world_size_agreement", Severity.ERROR,
-                    f"Accelerate and the process group disagree on the number of processes: {listed}", stage=stage,
-                    expected="one number of processes everywhere",
-                    remedy="On CPU pass cpu=True, or kwargs_handlers=[InitProcessGroupKwargs(backend=\"gloo\")] with a "
-                    "DeepSpeed plugin, to Accelerator (otherwise Accelerate picks no backend and reports one process per "
-                    "rank, and every rank acts as the main process).")]
+    return [
+        Finding(
+            "world_size_agreement",
+            Severity.ERROR,
+            f"Accelerate and the process group disagree on the number of processes: {listed}",
+            stage=stage,
+            expected="one number of processes everywhere",
+            remedy='On CPU pass cpu=True, or kwargs_handlers=[InitProcessGroupKwargs(backend="gloo")] with a '
+            "DeepSpeed plugin, to Accelerator (otherwise Accelerate picks no backend and reports one process per "
+            "rank, and every rank acts as the main process).",
+        )
+    ]
 
 
 def lr_agreement(facts: PreparedFacts) -> list[Finding]:
     """The config's optimizer lr and DummyOptim's lr agree (a mismatch is kept silently)."""
-    if facts.dummy_lr is None or not isinstance(facts.config_lr, (int, float)) or _close(facts.config_lr, facts.dummy_lr):
+    if (
+        facts.dummy_lr is None
+        or not isinstance(facts.config_lr, (int, float))
+        or _close(facts.config_lr, facts.dummy_lr)
+    ):
         return []
     peak = "" if facts.warmup_max_lr is None else f"; the schedule peaks at {facts.warmup_max_lr:g}"
-    return [Finding("lr_agreement", Severity.ERROR,
-                    f"the DeepSpeed config sets optimizer lr {facts.config_lr:g} but DummyOptim was given "
-                    f"lr {facts.dummy_lr:g}: the config lr is kept, while warmup_max_lr \"auto\" is filled from "
-                    f"DummyOptim{peak}", stage=STAGE, expected="one learning rate",
-                    remedy="Write \"lr\": \"auto\" in the config (filled from DummyOptim) or the same value in both.")]
+    return [
+        Finding(
+            "lr_agreement",
+            Severity.ERROR,
+            f"the DeepSpeed config sets optimizer lr {facts.config_lr:g} but DummyOptim was given "
+            f'lr {facts.dummy_lr:g}: the config lr is kept, while warmup_max_lr "auto" is filled from '
+            f"DummyOptim{peak}",
+            stage=STAGE,
+            expected="one learning rate",
+            remedy='Write "lr": "auto" in the config (filled from DummyOptim) or the same value in both.',
+        )
+    ]
 
 
 def lr_schedule(facts: PreparedFacts) -> list[Finding]:
@@ -123,19 +172,32 @@ def lr_schedule(facts: PreparedFacts) -> list[Finding]:
     problems = []
     if not _close(peak, facts.warmup_max_lr):
         problems.append(f"peaks at {peak:g}, not at the configured warmup_max_lr {facts.warmup_max_lr:g}")
-    if not (trace[0] < peak and all(a <= b for a, b in itertools.pairwise(trace[:peak_at + 1]))):
+    if not (trace[0] < peak and all(a <= b for a, b in itertools.pairwise(trace[: peak_at + 1]))):
         problems.append("does not warm up to its peak")
-    if facts.decays and not (trace[-1] < peak and all(a >= b for a, b in itertools.pairwise(trace[peak_at:]))):
+    if facts.decays and not (
+        trace[-1] < peak and all(a >= b for a, b in itertools.pairwise(trace[peak_at:]))
+    ):
         problems.append("does not decay after its peak")
     if not facts.decays and not all(_close(v, peak) for v in trace[peak_at:]):
         problems.append("does not hold its peak after the warm-up")
     if not problems:
         return []
-    return [Finding("lr_schedule", Severity.ERROR, f"the lr over {len(trace)} steps ({', '.join(f'{v:g}' for v in trace)}) "
-                    + "; ".join(problems), stage="training",
-                    expected="warm-up to warmup_max_lr, then " + ("decay" if facts.decays else "hold it"))]
+    return [
+        Finding(
+            "lr_schedule",
+            Severity.ERROR,
+            f"the lr over {len(trace)} steps ({', '.join(f'{v:g}' for v in trace)}) " + "; ".join(problems),
+            stage="training",
+            expected="warm-up to warmup_max_lr, then " + ("decay" if facts.decays else "hold it"),
+        )
+    ]
 
 
 def lifecycle_invariants(facts: PreparedFacts) -> list[Finding]:
-    return (no_placeholder(facts) + wraps_engine(facts) + world_size_agreement(facts) + lr_agreement(facts)
-            + lr_schedule(facts))
+    return (
+        no_placeholder(facts)
+        + wraps_engine(facts)
+        + world_size_agreement(facts)
+        + lr_agreement(facts)
+        + lr_schedule(facts)
+    )

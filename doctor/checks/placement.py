@@ -195,13 +195,16 @@ def optimizer_state_colocation(records: Iterable[TensorRecord]) -> list[Finding]
             wrong.append(record)
             anchor_of[record.path] = anchor
         if wrong:
-            listed = ", ".join(f"{r.path} on {r.device} (owner on {anchor_of[r.path].device})" for r in wrong[:5])
+            listed = ", ".join(
+                f"{r.path} on {r.device} (owner on {anchor_of[r.path].device})" for r in wrong[:5]
+            )
             anchors_used = {anchor_of[r.path].path: anchor_of[r.path] for r in wrong}
             findings.append(
                 Finding(
                     invariant="optimizer_state_colocation",
                     severity=Severity.ERROR,
-                    message=f"{len(wrong)} optimizer tensor(s) not with their parameter (rank {rank}, {stage}): {listed}",
+                    message=f"{len(wrong)} optimizer tensor(s) not with their parameter (rank {rank}, "
+                    f"{stage}): {listed}",
                     rank=rank,
                     stage=stage,
                     expected="each optimizer tensor on its parameter's device",
@@ -229,7 +232,9 @@ def clip_norm_device(records: Iterable[TensorRecord]) -> list[Finding]:
     findings = []
     for (rank, call), operands in sorted(calls.items()):
         for norm in operands.get("total_norm", []):
-            clashes = [g for g in operands.get("grads", []) if not norm.is_cpu_scalar and g.device != norm.device]
+            clashes = [
+                g for g in operands.get("grads", []) if not norm.is_cpu_scalar and g.device != norm.device
+            ]
             if clashes:
                 findings.append(
                     Finding(

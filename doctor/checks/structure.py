@@ -29,14 +29,22 @@ def buffer_placement(records: Iterable[TensorRecord], device: str, stage: str) -
         if record.role != "buffer" or record.stage != stage or same_device(record.device, device):
             continue
         where = "on meta: it holds no data" if record.device == "meta" else f"on {record.device}"
-        findings.append(Finding(
-            "buffer_placement", Severity.ERROR,
-            f"buffer {record.path} of {record.owner or 'the root module'} is {where} after {stage}, while the model "
-            f"computes on {device}", rank=record.rank, stage=stage, expected=f"every buffer on {device}",
-            evidence=(record,),
-            remedy="materialise buffers with the module (to_empty(device=...) then re-run the module's init for "
-                   "non-persistent buffers such as rotary inv_freq, or keep them out of zero.Init/meta init), and "
-                   "move the whole module, buffers included, before wrapping"))
+        findings.append(
+            Finding(
+                "buffer_placement",
+                Severity.ERROR,
+                f"buffer {record.path} of {record.owner or 'the root module'} is {where} after {stage}, "
+                f"while the model "
+                f"computes on {device}",
+                rank=record.rank,
+                stage=stage,
+                expected=f"every buffer on {device}",
+                evidence=(record,),
+                remedy="materialise buffers with the module (to_empty(device=...) then re-run the module's init for "
+                "non-persistent buffers such as rotary inv_freq, or keep them out of zero.Init/meta init), and "
+                "move the whole module, buffers included, before wrapping",
+            )
+        )
     return findings
 
 
@@ -54,13 +62,20 @@ def ties_kept(records: Iterable[TensorRecord], before: str, after: str) -> list[
         for record in (r for r in tied if r.aliases):
             holders = {id(later[name]): later[name] for name in record.names if name in later}
             if len(holders) > 1:
-                findings.append(Finding(
-                    "ties_kept", Severity.ERROR,
-                    f"{' and '.join(record.names)} were one tied tensor at {before} and are {len(holders)} tensors "
-                    f"at {after}: they now train apart and are saved twice", rank=rank, stage=after,
-                    expected="tied parameters stay one tensor", evidence=(record, *holders.values()),
-                    remedy="re-tie after whatever replaced one of them (model.tie_weights() for transformers "
-                           "models), and never assign a copy to a tied parameter after wrapping"))
+                findings.append(
+                    Finding(
+                        "ties_kept",
+                        Severity.ERROR,
+                        f"{' and '.join(record.names)} were one tied tensor at {before} and are {len(holders)} tensors "
+                        f"at {after}: they now train apart and are saved twice",
+                        rank=rank,
+                        stage=after,
+                        expected="tied parameters stay one tensor",
+                        evidence=(record, *holders.values()),
+                        remedy="re-tie after whatever replaced one of them (model.tie_weights() for transformers "
+                        "models), and never assign a copy to a tied parameter after wrapping",
+                    )
+                )
     return findings
 
 
@@ -76,10 +91,16 @@ def zero3_hooks_own_state(module: Any, rank: int | None = None, stage: str = "af
     for name, sub in module.named_modules():
         borrowed = [attr for attr in ZERO3_HOOK_STATE if attr not in vars(sub) and hasattr(sub, attr)]
         if borrowed and any(attr in vars(other) for other in sub.modules() for attr in borrowed):
-            findings.append(Finding(
-                "zero3_hooks_own_state", Severity.ERROR,
-                f"{name or '<root>'} ({type(sub).__name__}) has no ZeRO-3 hook state of its own: {', '.join(borrowed)} "
-                "reach it from a child through attribute delegation", rank=rank, stage=stage,
-                expected="each hooked module's pre_bwd_fn/post_bwd_fn in its own __dict__",
-                remedy="Upgrade DeepSpeed to >= 0.19.3 (PR #8144), or do not delegate these names to the child."))
+            findings.append(
+                Finding(
+                    "zero3_hooks_own_state",
+                    Severity.ERROR,
+                    f"{name or '<root>'} ({type(sub).__name__}) has no ZeRO-3 hook state of its own: "
+                    f"{', '.join(borrowed)} reach it from a child through attribute delegation",
+                    rank=rank,
+                    stage=stage,
+                    expected="each hooked module's pre_bwd_fn/post_bwd_fn in its own __dict__",
+                    remedy="Upgrade DeepSpeed to >= 0.19.3 (PR #8144), or do not delegate these names to the child.",
+                )
+            )
     return findings

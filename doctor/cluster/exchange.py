@@ -39,18 +39,32 @@ class ExchangeError(RuntimeError):
 def exchange_command(cluster: Cluster, launch_dir: Path, name: str, wait_s: float) -> list[str]:
     wait = int(wait_s)
     local, is_host = rendezvous_options(cluster.host, cluster.port)
-    return [*module_command("torch.distributed.run"), f"--nnodes=1:{cluster.nnodes}", "--nproc-per-node=1",
-            "--rdzv-backend=c10d", f"--rdzv-endpoint={cluster.endpoint}", f"--rdzv-id={cluster.launch_id(name)}",
-            f"--rdzv-conf=join_timeout={wait + 30},last_call_timeout={wait},read_timeout={max(wait, 60)}{is_host}",
-            *local, "--max-restarts=0", "--monitor-interval=0.5",
-            # (names torchrun's parser does not take for abbreviations of its own: --node would match --node-rank)
-            "--no-python", *module_command("ds_doctor.cluster.exchange"), "--exchange-dir", str(launch_dir.resolve()),
-            "--this-node", str(cluster.node_rank),
-            "--wait-s", str(wait)]
+    return [
+        *module_command("torch.distributed.run"),
+        f"--nnodes=1:{cluster.nnodes}",
+        "--nproc-per-node=1",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={cluster.endpoint}",
+        f"--rdzv-id={cluster.launch_id(name)}",
+        f"--rdzv-conf=join_timeout={wait + 30},last_call_timeout={wait},read_timeout={max(wait, 60)}{is_host}",
+        *local,
+        "--max-restarts=0",
+        "--monitor-interval=0.5",
+        # (names torchrun's parser does not take for abbreviations of its own: --node would match --node-rank)
+        "--no-python",
+        *module_command("ds_doctor.cluster.exchange"),
+        "--exchange-dir",
+        str(launch_dir.resolve()),
+        "--this-node",
+        str(cluster.node_rank),
+        "--wait-s",
+        str(wait),
+    ]
 
 
-def exchange(cluster: Cluster, run_dir: RunDir, name: str, payload: Any, wait_s: float,
-             env: dict[str, str]) -> dict[int, Any]:
+def exchange(
+    cluster: Cluster, run_dir: RunDir, name: str, payload: Any, wait_s: float, env: dict[str, str]
+) -> dict[int, Any]:
     """Every node's payload by node rank; the nodes that did not join within `wait_s` are simply absent."""
     launch = run_dir.launch(f"exchange-{name}", "cpu", 0)
     launch.path.mkdir(parents=True, exist_ok=True)
@@ -58,8 +72,15 @@ def exchange(cluster: Cluster, run_dir: RunDir, name: str, payload: Any, wait_s:
     command = exchange_command(cluster, launch.path, name, wait_s)
     launch.command.write_text(scrub_text(" ".join(command)) + "\n")
     with launch.torchrun_log.open("wb") as log:
-        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                start_new_session=True, preexec_fn=die_with_parent)
+        proc = subprocess.Popen(
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
         try:
             proc.wait(timeout=wait_s + START_S)
         except subprocess.TimeoutExpired:
@@ -67,9 +88,11 @@ def exchange(cluster: Cluster, run_dir: RunDir, name: str, payload: Any, wait_s:
     try:
         return {int(node): data for node, data in json.loads((launch.path / EXCHANGED).read_text()).items()}
     except (FileNotFoundError, ValueError) as exc:
-        raise ExchangeError(f"the {name} exchange at the rendezvous {cluster.endpoint} did not happen within "
-                            f"{wait_s:.0f} s (nothing answered there, or torchrun could not start: exit code "
-                            f"{proc.returncode}; see {launch.torchrun_log})") from exc
+        raise ExchangeError(
+            f"the {name} exchange at the rendezvous {cluster.endpoint} did not happen within "
+            f"{wait_s:.0f} s (nothing answered there, or torchrun could not start: exit code "
+            f"{proc.returncode}; see {launch.torchrun_log})"
+        ) from exc
 
 
 def rendezvous_store(wait_s: float) -> Any:
@@ -77,13 +100,19 @@ def rendezvous_store(wait_s: float) -> Any:
     MASTER_ADDR:MASTER_PORT, under a prefix of the launch's rendezvous id."""
     import torch.distributed as dist
 
-    base = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
-                         timeout=dt.timedelta(seconds=wait_s + 60))
+    base = dist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        is_master=False,
+        timeout=dt.timedelta(seconds=wait_s + 60),
+    )
     return dist.PrefixStore(f"ds-doctor/{os.environ.get('TORCHELASTIC_RUN_ID', 'run')}/", base)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="ds-doctor node exchange (started by torchrun, one rank per node)")
+    parser = argparse.ArgumentParser(
+        description="ds-doctor node exchange (started by torchrun, one rank per node)"
+    )
     parser.add_argument("--exchange-dir", dest="dir", required=True, type=Path)
     parser.add_argument("--this-node", dest="node", required=True, type=int)
     parser.add_argument("--wait-s", dest="wait", required=True, type=float)
@@ -91,11 +120,15 @@ def main(argv: list[str] | None = None) -> int:
     die_with_parent()
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     store = rendezvous_store(args.wait)
-    store.set(f"payload/{rank}", json.dumps({"node": args.node, "payload": json.loads((args.dir / PAYLOAD).read_text())}))
+    store.set(
+        f"payload/{rank}",
+        json.dumps({"node": args.node, "payload": json.loads((args.dir / PAYLOAD).read_text())}),
+    )
     store.wait([f"payload/{r}" for r in range(world)])
     received = [json.loads(store.get(f"payload/{r}")) for r in range(world)]
     write_atomic(args.dir / EXCHANGED, json.dumps({str(item["node"]): item["payload"] for item in received}))
-    store.set(f"done/{rank}", "1")  # the store lives in a rank's agent: nobody leaves before everyone has read
+    # the store lives in a rank's agent: nobody leaves before everyone has read
+    store.set(f"done/{rank}", "1")
     store.wait([f"done/{r}" for r in range(world)])
     return 0
 

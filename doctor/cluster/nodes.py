@@ -51,8 +51,9 @@ class Cluster:
 
 def parse_endpoint(text: str) -> tuple[str, int]:
     """`HOST:PORT`, `HOST` (torchrun's default port), `[v6::addr]:PORT`."""
-    match = re.fullmatch(r"\[(?P<v6>[^\]]+)\](?::(?P<v6port>\d{1,5}))?|(?P<host>[^:\s]+)(?::(?P<port>\d{1,5}))?",
-                         text.strip())
+    match = re.fullmatch(
+        r"\[(?P<v6>[^\]]+)\](?::(?P<v6port>\d{1,5}))?|(?P<host>[^:\s]+)(?::(?P<port>\d{1,5}))?", text.strip()
+    )
     if not match:
         raise ClusterError(f"--rdzv-endpoint {text!r} is not HOST:PORT")
     host = match.group("v6") or match.group("host")
@@ -97,7 +98,7 @@ def _range(spec: str) -> list[str]:
 def expand_hostlist(text: str) -> list[str]:
     """Slurm's compressed host list, expanded as `scontrol show hostnames` would:
     `gpu[01-03],login1` -> gpu01 gpu02 gpu03 login1; `rack[1-2]-n[1-2]` -> rack1-n1 rack1-n2 rack2-n1 rack2-n2."""
-    hosts = []
+    hosts: list[str] = []
     for part in _split_top_level(text.strip()):
         pieces = re.split(r"(\[[^\]]*\])", part)
         choices = [_range(p[1:-1]) if p.startswith("[") else [p] for p in pieces if p]
@@ -131,8 +132,13 @@ def scontrol_hostnames(nodelist: str, expected: int) -> list[str] | None:
     if scontrol is None:
         return None
     try:
-        done = subprocess.run([scontrol, "show", "hostnames", nodelist], capture_output=True, text=True,
-                              timeout=SCONTROL_BOUND_S, stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            [scontrol, "show", "hostnames", nodelist],
+            capture_output=True,
+            text=True,
+            timeout=SCONTROL_BOUND_S,
+            stdin=subprocess.DEVNULL,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     hosts = done.stdout.split()
@@ -141,8 +147,12 @@ def scontrol_hostnames(nodelist: str, expected: int) -> list[str] | None:
 
 #: (node count, host list) as Slurm sets them, the step's first: under srun SLURM_NNODES is the step's count while
 #: SLURM_JOB_NODELIST stays the job's (seen under `salloc -N2 srun -N1`: SLURM_NNODES=1, SLURM_JOB_NODELIST=n[1-2]).
-SLURM_NODES = (("SLURM_STEP_NUM_NODES", "SLURM_STEP_NODELIST"), ("SLURM_JOB_NUM_NODES", "SLURM_JOB_NODELIST"),
-               ("SLURM_NNODES", "SLURM_JOB_NODELIST"), ("SLURM_NNODES", "SLURM_NODELIST"))
+SLURM_NODES = (
+    ("SLURM_STEP_NUM_NODES", "SLURM_STEP_NODELIST"),
+    ("SLURM_JOB_NUM_NODES", "SLURM_JOB_NODELIST"),
+    ("SLURM_NNODES", "SLURM_JOB_NODELIST"),
+    ("SLURM_NNODES", "SLURM_NODELIST"),
+)
 
 
 def from_slurm(environ: Mapping[str, str], port: int = DEFAULT_PORT) -> Cluster | None:
@@ -163,12 +173,23 @@ def from_slurm(environ: Mapping[str, str], port: int = DEFAULT_PORT) -> Cluster 
     if len(hosts) != nnodes:
         raise ClusterError(f"{listed} {nodelist[:200]!r} names {len(hosts)} hosts, {count} says {nnodes}")
     hosts = scontrol_hostnames(nodelist, len(hosts)) or hosts
-    return Cluster(nnodes=nnodes, node_rank=_slurm_count(environ, "SLURM_NODEID", "0") or 0, host=hosts[0], port=port,
-                   rdzv_id=f"slurm-{environ.get('SLURM_JOB_ID', 'job')}")
+    return Cluster(
+        nnodes=nnodes,
+        node_rank=_slurm_count(environ, "SLURM_NODEID", "0") or 0,
+        host=hosts[0],
+        port=port,
+        rdzv_id=f"slurm-{environ.get('SLURM_JOB_ID', 'job')}",
+    )
 
 
-def from_options(nnodes: int | None, node_rank: int | None, endpoint: str | None, rdzv_id: str | None,
-                 join_timeout_s: float, environ: Mapping[str, str]) -> Cluster | None:
+def from_options(
+    nnodes: int | None,
+    node_rank: int | None,
+    endpoint: str | None,
+    rdzv_id: str | None,
+    join_timeout_s: float,
+    environ: Mapping[str, str],
+) -> Cluster | None:
     """The options as given, else Slurm's variables; None for a single-node run. Options win over Slurm."""
     if nnodes is None and node_rank is None and endpoint is None:
         slurm = from_slurm(environ)
@@ -178,5 +199,11 @@ def from_options(nnodes: int | None, node_rank: int | None, endpoint: str | None
     if nnodes == 1:
         return None
     host, port = parse_endpoint(endpoint)
-    return Cluster(nnodes=nnodes, node_rank=node_rank, host=host, port=port, rdzv_id=rdzv_id or "ds-doctor",
-                   join_timeout_s=join_timeout_s)
+    return Cluster(
+        nnodes=nnodes,
+        node_rank=node_rank,
+        host=host,
+        port=port,
+        rdzv_id=rdzv_id or "ds-doctor",
+        join_timeout_s=join_timeout_s,
+    )

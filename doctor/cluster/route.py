@@ -30,7 +30,9 @@ class Facing:
 
     address: str  # the source address the kernel picks to reach the endpoint
     interface: str | None  # the interface holding that address
-    hosts_endpoint: bool  # the endpoint is this node's own address, and torch would not know it from the host name
+    hosts_endpoint: (
+        bool  # the endpoint is this node's own address, and torch would not know it from the host name
+    )
 
     @property
     def loopback(self) -> bool:
@@ -42,7 +44,11 @@ def interface_of(address: str) -> str | None:
     import psutil
 
     for name, addresses in psutil.net_if_addrs().items():
-        if any(a.address.split("%")[0] == address for a in addresses if a.family in (socket.AF_INET, socket.AF_INET6)):
+        if any(
+            a.address.split("%")[0] == address
+            for a in addresses
+            if a.family in (socket.AF_INET, socket.AF_INET6)
+        ):
             return name
     return None
 
@@ -64,8 +70,11 @@ def facing(host: str, port: int) -> Facing | None:
             source = str(sock.getsockname()[0])
         target = str(sockaddr[0])
         local = source == target and not ipaddress.ip_address(target.split("%")[0]).is_loopback
-        return Facing(address=source, interface=interface_of(source),
-                      hosts_endpoint=local and not named_by_host_name(host))
+        return Facing(
+            address=source,
+            interface=interface_of(source),
+            hosts_endpoint=local and not named_by_host_name(host),
+        )
     return None
 
 

@@ -50,7 +50,8 @@ def dtype_name(dtype: Any) -> str:
 
 
 def _device_text(device: Any) -> str:
-    """A device's text, remembered (collectors look it up first: `_DEVICE_NAMES.get(device) or _device_text(device)`)."""
+    """A device's text, remembered (collectors look it up first:
+    `_DEVICE_NAMES.get(device) or _device_text(device)`)."""
     name = _DEVICE_NAMES[device] = str(device)
     return name
 
@@ -87,7 +88,9 @@ class Recorder:
         self.rows: list[Row] = []
         self._records: list[TensorRecord] | None = None
 
-    def add(self, value: Any, *, role: str, path: Any, owner: str | None = None, aliases: tuple[str, ...] = ()) -> None:
+    def add(
+        self, value: Any, *, role: str, path: Any, owner: str | None = None, aliases: tuple[str, ...] = ()
+    ) -> None:
         """Record a tensor's placement, or a Python number as device `python`; anything else is ignored."""
         device = device_name(value)
         if device is not None:
@@ -114,9 +117,20 @@ class Recorder:
             numel = int(value.numel())
             dtype, shape, nbytes = dtype_name(value.dtype), tuple(value.shape), numel * value.element_size()
             requires_grad = bool(value.requires_grad)
-        return TensorRecord(rank=self.rank, stage=self.stage, role=role, path=path if isinstance(path, str) else
-                            "".join(map(str, path)), owner=owner, device=device, dtype=dtype, shape=shape, numel=numel,
-                            nbytes=nbytes, requires_grad=requires_grad, aliases=aliases)
+        return TensorRecord(
+            rank=self.rank,
+            stage=self.stage,
+            role=role,
+            path=path if isinstance(path, str) else "".join(map(str, path)),
+            owner=owner,
+            device=device,
+            dtype=dtype,
+            shape=shape,
+            numel=numel,
+            nbytes=nbytes,
+            requires_grad=requires_grad,
+            aliases=aliases,
+        )
 
 
 def iter_nested_tensors(value: Any, path: str) -> Iterator[tuple[str, Any]]:
@@ -141,16 +155,21 @@ def _plain_tree(module: Any) -> bool:
     from torch import nn
 
     kind = type(module)
-    return (kind.named_parameters is nn.Module.named_parameters and kind.named_buffers is nn.Module.named_buffers
-            and kind.named_modules is nn.Module.named_modules)
+    return (
+        kind.named_parameters is nn.Module.named_parameters
+        and kind.named_buffers is nn.Module.named_buffers
+        and kind.named_modules is nn.Module.named_modules
+    )
 
 
 def named_tensors(module: Any) -> tuple[list[tuple[str, Any]], list[tuple[str, Any]]]:
     """(named parameters, named buffers) as `named_parameters(remove_duplicate=False)` and `named_buffers(...)`
     list them, in one walk of the module tree (three of torch's walks cost more than the rest of a collection)."""
     if not _plain_tree(module):
-        return (list(module.named_parameters(remove_duplicate=False)),
-                list(module.named_buffers(remove_duplicate=False)))
+        return (
+            list(module.named_parameters(remove_duplicate=False)),
+            list(module.named_buffers(remove_duplicate=False)),
+        )
     params: list[tuple[str, Any]] = []
     buffers: list[tuple[str, Any]] = []
     stack = [("", module)]
@@ -158,22 +177,22 @@ def named_tensors(module: Any) -> tuple[list[tuple[str, Any]], list[tuple[str, A
     while stack:
         prefix, current = pop()
         own = current.__dict__  # nn.Module's attribute lookup costs more than this dict's
-        held = own.get("_parameters")
-        if held:
-            for key, param in held.items():
-                if param is not None:
-                    params.append((prefix + key, param))
-        held = own.get("_buffers")
-        if held:
-            for key, buffer in held.items():
-                if buffer is not None:
-                    buffers.append((prefix + key, buffer))
+        _held(params, prefix, own.get("_parameters"))
+        _held(buffers, prefix, own.get("_buffers"))
         held = own.get("_modules")
         if held:
             for key, child in reversed(held.items()):
                 if child is not None:
                     push((prefix + key + ".", child))
     return params, buffers
+
+
+def _held(out: list[tuple[str, Any]], prefix: str, held: Mapping[str, Any] | None) -> None:
+    """A module's own parameters or buffers (a registered None is no tensor), named under `prefix`."""
+    if held:
+        for key, value in held.items():
+            if value is not None:
+                out.append((prefix + key, value))
 
 
 def by_tensor(named: Iterable[tuple[str, Any]]) -> list[tuple[str, Any, tuple[str, ...]]]:
@@ -224,7 +243,9 @@ def collect_module(rec: Recorder, module: Any) -> dict[int, str]:
     return names
 
 
-def _add_aliases(rows: list[Row], params: list[tuple[str, Any]], names: Mapping[int, str], tied: set[int]) -> None:
+def _add_aliases(
+    rows: list[Row], params: list[tuple[str, Any]], names: Mapping[int, str], tied: set[int]
+) -> None:
     """Give each tied parameter's row (its first name) the other names it goes by."""
     others: dict[int, list[str]] = {}
     for name, param in params:
@@ -244,19 +265,12 @@ def collect_optimizer(
     their position. A group's own tensors (Prodigy's `running_d_denom`, say) are owned by the
     group's first parameter, whose device they must share.
     """
-    state = optimizer.state
     for gi, group in enumerate(optimizer.param_groups):
-        params = group.get("params", [])
-        first = (names.get(id(params[0])) or f"{prefix}.param_groups[{gi}].params[0]") if params else None
-        for key, value in group.items():
-            if key == "params" or isinstance(value, (str, bool, int, float, type(None))):
-                continue
-            for path, tensor in iter_nested_tensors(value, f"{prefix}.param_groups[{gi}].{key}"):
-                rec.add(tensor, role="optim_group_tensor", path=path, owner=first)
+        _group_tensors(rec, gi, group, names, prefix)
     # state.items() rather than state.get(param): a tensor key hashes through Python (Tensor.__hash__)
     tensor_type, append, known = _TENSOR or _tensor_type(), rec.rows.append, _DEVICE_NAMES.get
     positions: dict[int, str] | None = None
-    for index, (param, held) in enumerate(state.items()):
+    for index, (param, held) in enumerate(optimizer.state.items()):
         if not held:
             continue
         name = names.get(id(param))
@@ -274,9 +288,25 @@ def collect_optimizer(
     rec._records = None
 
 
+def _group_tensors(
+    rec: Recorder, gi: int, group: Mapping[str, Any], names: Mapping[int, str], prefix: str
+) -> None:
+    """The tensors a param group holds besides its params, owned by the group's first parameter."""
+    params = group.get("params", [])
+    first = (names.get(id(params[0])) or f"{prefix}.param_groups[{gi}].params[0]") if params else None
+    for key, value in group.items():
+        if key == "params" or isinstance(value, (str, bool, int, float, type(None))):
+            continue
+        for path, tensor in iter_nested_tensors(value, f"{prefix}.param_groups[{gi}].{key}"):
+            rec.add(tensor, role="optim_group_tensor", path=path, owner=first)
+
+
 def _positions(optimizer: Any, prefix: str) -> dict[int, str]:
-    return {id(param): f"{prefix}.param_groups[{gi}].params[{pi}]"
-            for gi, group in enumerate(optimizer.param_groups) for pi, param in enumerate(group.get("params", []))}
+    return {
+        id(param): f"{prefix}.param_groups[{gi}].params[{pi}]"
+        for gi, group in enumerate(optimizer.param_groups)
+        for pi, param in enumerate(group.get("params", []))
+    }
 
 
 def is_zero3_optimizer(optimizer: Any) -> bool:
@@ -337,7 +367,7 @@ def _collect_zero12_buffers(rec: Recorder, optimizer: Any, module_names: Mapping
         name = module_names.get(id(param_dict.get(param_id)), f"param_id={param_id}")
         rec.add(tensor, role="grad_buffer", path=f"optimizer.accumulated_grads_in_cpu[{name}]", owner=name)
     averaged = getattr(optimizer, "averaged_gradients", {})
-    for gi, grads in (averaged.items() if isinstance(averaged, Mapping) else enumerate(averaged)):
+    for gi, grads in averaged.items() if isinstance(averaged, Mapping) else enumerate(averaged):
         for path, tensor in iter_nested_tensors(grads, f"optimizer.averaged_gradients[{gi}]"):
             rec.add(tensor, role="grad_buffer", path=path)
 
@@ -380,6 +410,7 @@ def unwrap_optimizer(optimizer: Any) -> Any:
 
 def select(records: Iterable[TensorRecord], **criteria: Any) -> list[TensorRecord]:
     """Records whose fields equal the given values (a tuple/set value means any of)."""
+
     def matches(record: TensorRecord) -> bool:
         for key, wanted in criteria.items():
             value = getattr(record, key)

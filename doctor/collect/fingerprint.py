@@ -20,9 +20,14 @@ def _torch_build(device: str) -> dict[str, str]:
     build = {"torch.cuda": str(torch.version.cuda), "torch.cudnn": str(torch.backends.cudnn.version())}
     if device.startswith("cuda"):
         props = torch.cuda.get_device_properties(torch.device(device))
-        build.update({"torch.nccl": ".".join(map(str, torch.cuda.nccl.version())), "gpu.name": props.name,
-                      "gpu.memory_gib": f"{props.total_memory / 2**30:.0f}",
-                      "gpu.compute_capability": f"{props.major}.{props.minor}"})
+        build.update(
+            {
+                "torch.nccl": ".".join(map(str, torch.cuda.nccl.version())),
+                "gpu.name": props.name,
+                "gpu.memory_gib": f"{props.total_memory / 2**30:.0f}",
+                "gpu.compute_capability": f"{props.major}.{props.minor}",
+            }
+        )
     return build
 
 
@@ -61,13 +66,19 @@ def shm_bytes() -> str:
 
 def fingerprint(rank: int, node: int | None, device: str) -> dict[str, str]:
     """This rank's fingerprint; `rank`, `node` and `host` say where it was taken."""
-    prints = {"rank": str(rank), "node": str(node), "host": socket.gethostname(), "python": platform.python_version(),
-              "shm_bytes": shm_bytes()}
+    prints = {
+        "rank": str(rank),
+        "node": str(node),
+        "host": socket.gethostname(),
+        "python": platform.python_version(),
+        "shm_bytes": shm_bytes(),
+    }
     prints.update({f"package:{name}": str(version) for name, version in package_versions().items()})
     prints.update(_torch_build(device))
     prints.update(_nvml(device))
     variables = relevant_variables()
-    if variables.pop("DS_DOCTOR_CHOSE_GLOO_SOCKET_IFNAME", None):  # ds-doctor's own pick, per node (run/launch.py)
+    # ds-doctor's own pick, per node (run/launch.py)
+    if variables.pop("DS_DOCTOR_CHOSE_GLOO_SOCKET_IFNAME", None):
         variables.pop("GLOO_SOCKET_IFNAME", None)
     prints.update({f"env:{name}": value for name, value in variables.items()})
     return prints

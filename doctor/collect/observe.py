@@ -21,10 +21,14 @@ def record_clip_call(rec: Recorder, optimizer: Any, call: int, arguments: dict[s
     if is_zero3_optimizer(optimizer):
         index = int(arguments["sub_group_id"])
         partition = optimizer.fp32_partitioned_groups_flat[index]
-        grads = [(f"optimizer.fp32_partitioned_groups_flat[{index}]", partition, partition.grad)]
+        grads: list[tuple[str | None, Any, Any]] = [
+            (f"optimizer.fp32_partitioned_groups_flat[{index}]", partition, partition.grad)
+        ]
     else:
         grads = []
-        flat = [g for item in arguments["grad_groups_flat"] for g in (item if isinstance(item, list) else [item])]
+        flat = [
+            g for item in arguments["grad_groups_flat"] for g in (item if isinstance(item, list) else [item])
+        ]
         for grad in flat:
             found = next(
                 ((i, p) for i, p in enumerate(optimizer.single_partition_of_fp32_groups) if p.grad is grad),
@@ -54,7 +58,11 @@ def observe_unscale_and_clip(
     original = optimizer.unscale_and_clip_grads
     had_own = "unscale_and_clip_grads" in vars(optimizer)
     # Bound by position: DeepSpeed decorates the stage-3 method, hiding its signature.
-    names = ("sub_group_id", "total_norm") if is_zero3_optimizer(optimizer) else ("grad_groups_flat", "total_norm")
+    names = (
+        ("sub_group_id", "total_norm")
+        if is_zero3_optimizer(optimizer)
+        else ("grad_groups_flat", "total_norm")
+    )
     calls = [0]
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:

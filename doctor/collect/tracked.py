@@ -29,7 +29,7 @@ def live_names(module: Any) -> list[tuple[Any, tuple[str, ...]]]:
     """(parameter, the original names it stands for on this rank) for each live parameter.
 
     A FlatParameter stands for the original parameters whose data lie in this rank's shard."""
-    out = []
+    out: list[tuple[Any, tuple[str, ...]]] = []
     for name, param in module.named_parameters():
         clean = clean_name(name)
         fqns = getattr(param, "_fqns", None)

@@ -81,9 +81,12 @@ def arm(launch: LaunchDir, rank: int, backend: str) -> Armed:
 
     from ds_doctor.forensics.flight import recorder_available
 
-    if not hasattr(c10d_ext, "_dump_fr_trace"):  # an older torch reads the recorder's settings by their NCCL names
-        for new, old in (("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"),
-                         ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")):
+    # an older torch reads the recorder's settings by their NCCL names
+    if not hasattr(c10d_ext, "_dump_fr_trace"):
+        for new, old in (
+            ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"),
+            ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"),
+        ):
             if new in os.environ:
                 os.environ.setdefault(old, os.environ[new])
     thin = None
@@ -105,8 +108,13 @@ def _py_spy(pid: int) -> subprocess.Popen[str] | None:
     if exe is None:
         return None
     with contextlib.suppress(OSError):
-        return subprocess.Popen([exe, "dump", "--native", "--pid", str(pid)], stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True)
+        return subprocess.Popen(
+            [exe, "dump", "--native", "--pid", str(pid)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+        )
     return None
 
 
@@ -122,7 +130,9 @@ def take(launch: LaunchDir, pids: dict[int, int], bound_s: float = TAKE_BOUND_S)
         if (spy := _py_spy(pid)) is not None:
             spies[rank] = spy
     while time.monotonic() - started < bound_s:
-        if all(launch.forensics_done(rank).exists() for rank in pids) and all(s.poll() is not None for s in spies.values()):
+        if all(launch.forensics_done(rank).exists() for rank in pids) and all(
+            s.poll() is not None for s in spies.values()
+        ):
             break
         time.sleep(_POLL_S)
     for rank, spy in spies.items():

@@ -12,9 +12,11 @@ structure of billions of values when walked.
 
 from __future__ import annotations
 
+import builtins
 import io
 import pickle
 import re
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from ds_doctor.userinput import MAX_RANKS, short
@@ -22,19 +24,24 @@ from ds_doctor.userinput import MAX_RANKS, short
 FORMAT_VERSION = "2.10"  # the recorder format of torch 2.13, which the thin record writes too
 
 
-class _PlainData(pickle._Unpickler):  # type: ignore[name-defined,misc]
+_PurePython: Any = pickle._Unpickler  # a private class: no stubs say what it holds
+
+
+class _PlainData(_PurePython):
     """The pure-Python unpickler, for plain data only: no class, no callable, no extension, no persistent id, no
     set, and dict keys that are strings (their hash is seeded per process: int keys can be made to collide, and a
     key of shared nested tuples takes exponential time to hash). Not the C unpickler: it sizes its memo by the
     largest index a pickle names, and 9 bytes ask it for gigabytes."""
 
-    dispatch: ClassVar[dict[int, Any]] = dict(pickle._Unpickler.dispatch)  # type: ignore[attr-defined]
+    dispatch: ClassVar[dict[int, Any]] = dict(_PurePython.dispatch)
 
     def find_class(self, module: str, name: str) -> Any:
         raise pickle.UnpicklingError(f"a Flight Recorder dump holds plain data only, not {module}.{name}")
 
     def refuse(self) -> None:
-        raise pickle.UnpicklingError("a Flight Recorder dump holds plain data only (dicts, lists, strings, numbers)")
+        raise pickle.UnpicklingError(
+            "a Flight Recorder dump holds plain data only (dicts, lists, strings, numbers)"
+        )
 
     def string_keys(self, keys: list[Any]) -> None:
         if any(type(key) is not str for key in keys):
@@ -53,11 +60,30 @@ class _PlainData(pickle._Unpickler):  # type: ignore[name-defined,misc]
         self.string_keys(self.stack[::2])
         super().load_setitems()
 
-    for _op in (pickle.REDUCE, pickle.BUILD, pickle.INST, pickle.OBJ, pickle.NEWOBJ, pickle.NEWOBJ_EX, pickle.EXT1,
-                pickle.EXT2, pickle.EXT4, pickle.PERSID, pickle.BINPERSID, pickle.NEXT_BUFFER, pickle.READONLY_BUFFER,
-                pickle.EMPTY_SET, pickle.ADDITEMS, pickle.FROZENSET):
+    for _op in (
+        pickle.REDUCE,
+        pickle.BUILD,
+        pickle.INST,
+        pickle.OBJ,
+        pickle.NEWOBJ,
+        pickle.NEWOBJ_EX,
+        pickle.EXT1,
+        pickle.EXT2,
+        pickle.EXT4,
+        pickle.PERSID,
+        pickle.BINPERSID,
+        pickle.NEXT_BUFFER,
+        pickle.READONLY_BUFFER,
+        pickle.EMPTY_SET,
+        pickle.ADDITEMS,
+        pickle.FROZENSET,
+    ):
         dispatch[_op[0]] = refuse
-    for _op, _load in ((pickle.DICT, load_dict), (pickle.SETITEM, load_setitem), (pickle.SETITEMS, load_setitems)):
+    for _op, _load in (
+        (pickle.DICT, load_dict),
+        (pickle.SETITEM, load_setitem),
+        (pickle.SETITEMS, load_setitems),
+    ):
         dispatch[_op[0]] = _load
     del _op, _load
 
@@ -65,7 +91,9 @@ class _PlainData(pickle._Unpickler):  # type: ignore[name-defined,misc]
 MAX_ENTRIES = 20_000  # a rank's recorder entries (TORCH_FR_BUFFER_SIZE is 2000 by default)
 MAX_GROUPS = 1_000  # process groups in a pg_config
 MAX_NODES = 5_000_000  # values in one dump, shared references counted each time they are reached...
-NODES_PER_BYTE = 1  # ...and no more than one per byte of the pickle (a plain dump spends two bytes or more a value)
+NODES_PER_BYTE = (
+    1  # ...and no more than one per byte of the pickle (a plain dump spends two bytes or more a value)
+)
 _INT_RANGE = range(-(2**63), 2**64)
 
 
@@ -80,7 +108,9 @@ class _Check:
     def take(self, n: int = 1) -> None:
         self.left -= n
         if self.left < 0:
-            raise Refused(f"more than {self.budget:,} values (shared references counted each time they are reached)")
+            raise Refused(
+                f"more than {self.budget:,} values (shared references counted each time they are reached)"
+            )
 
     def int(self, value: Any, where: str, *, none: bool = False) -> int | None:
         self.take()
@@ -90,30 +120,36 @@ class _Check:
             raise Refused(f"{where} is {short(value)}, not a 64-bit integer")
         return value
 
-    def text(self, value: Any, where: str, limit: int = 4096) -> str:
+    def text(self, value: Any, where: str, limit: builtins.int = 4096) -> str:
         self.take()
         if type(value) is not str or len(value) > limit:
             raise Refused(f"{where} is {short(value)}, not a string of at most {limit:,} characters")
         return value
 
-    def items(self, value: Any, where: str, limit: int) -> list[Any]:
+    def items(self, value: Any, where: str, limit: builtins.int) -> list[Any]:
         if type(value) not in (list, tuple) or len(value) > limit:
             raise Refused(f"{where} is {short(value)}, not a list of at most {limit:,} items")
         self.take(len(value) + 1)
         return list(value)
 
-    def sizes(self, value: Any, where: str) -> list[list[int]]:
-        return [[self.int(n, where) or 0 for n in self.items(shape, where, 64)]
-                for shape in self.items(value, where, 100_000)]
+    def sizes(self, value: Any, where: str) -> list[list[builtins.int]]:
+        return [
+            [self.int(n, where) or 0 for n in self.items(shape, where, 64)]
+            for shape in self.items(value, where, 100_000)
+        ]
 
     def frames(self, value: Any, where: str) -> list[dict[str, Any]]:
         out = []
         for frame in self.items(value, where, 1000):
             if type(frame) is not dict:
                 raise Refused(f"{where} holds {short(frame)}, not a frame")
-            out.append({"name": self.text(frame.get("name"), f"{where} name"),
-                        "filename": self.text(frame.get("filename"), f"{where} filename"),
-                        "line": self.int(frame.get("line"), f"{where} line")})
+            out.append(
+                {
+                    "name": self.text(frame.get("name"), f"{where} name"),
+                    "filename": self.text(frame.get("filename"), f"{where} filename"),
+                    "line": self.int(frame.get("line"), f"{where} line"),
+                }
+            )
         return out
 
     def entry(self, value: Any, where: str) -> dict[str, Any]:
@@ -121,35 +157,68 @@ class _Check:
             raise Refused(f"{where} is {short(value)}, not a recorder entry")
         out: dict[str, Any] = {}
         for key, field in value.items():
-            at = f"{where} {key}"
-            if key in _INTS:
-                out[key] = self.int(field, at, none=key in _OPTIONAL)
-            elif key in _BOOLS:
-                if type(field) is not bool:
-                    raise Refused(f"{at} is {short(field)}, not true or false")
-                out[key] = field
-            elif key in _TEXTS:
-                out[key] = self.text(field, at, 256) if key != "thread_id" or type(field) is not int else field
-            elif key == "duration_ms":
-                if field is not None and type(field) not in (int, float):
-                    raise Refused(f"{at} is {short(field)}, not a number")
-                out[key] = field
-            elif key == "process_group":
-                group = self.items(field, at, 2)
-                out[key] = tuple(self.text(part, at, 256) for part in group)
-                if len(group) != 2:
-                    raise Refused(f"{at} is {short(field)}, not [name, description]")
-            elif key in ("input_sizes", "output_sizes"):
-                out[key] = self.sizes(field, at)
-            elif key in ("input_dtypes", "output_dtypes"):
-                out[key] = [self.text(name, at, 64) for name in self.items(field, at, 100_000)]
-            elif key == "frames":
-                out[key] = self.frames(field, at)
-        return out  # any other field is left out: nothing reads it
+            convert = self._converter(key)
+            if convert is not None:  # any other field is left out: nothing reads it
+                out[key] = convert(field, f"{where} {key}", key)
+        return out
+
+    def _converter(self, key: str) -> Callable[[Any, str, str], Any] | None:
+        """How one field of an entry is checked and kept, by its key."""
+        if key in _INTS:
+            return lambda field, at, key: self.int(field, at, none=key in _OPTIONAL)
+        if key in _BOOLS:
+            return self._flag
+        if key in _TEXTS:
+            return lambda field, at, key: (
+                self.text(field, at, 256) if key != "thread_id" or type(field) is not int else field
+            )
+        by_key: dict[str, Callable[[Any, str, str], Any]] = {
+            "duration_ms": self._duration,
+            "process_group": self._group,
+            "input_sizes": lambda field, at, _key: self.sizes(field, at),
+            "output_sizes": lambda field, at, _key: self.sizes(field, at),
+            "input_dtypes": self._dtypes,
+            "output_dtypes": self._dtypes,
+            "frames": lambda field, at, _key: self.frames(field, at),
+        }
+        return by_key.get(key)
+
+    @staticmethod
+    def _flag(field: Any, at: str, _key: str) -> bool:
+        if type(field) is not bool:
+            raise Refused(f"{at} is {short(field)}, not true or false")
+        return field
+
+    @staticmethod
+    def _duration(field: Any, at: str, _key: str) -> Any:
+        if field is not None and type(field) not in (int, float):
+            raise Refused(f"{at} is {short(field)}, not a number")
+        return field
+
+    def _group(self, field: Any, at: str, _key: str) -> tuple[str, ...]:
+        group = self.items(field, at, 2)
+        kept = tuple(self.text(part, at, 256) for part in group)
+        if len(group) != 2:
+            raise Refused(f"{at} is {short(field)}, not [name, description]")
+        return kept
+
+    def _dtypes(self, field: Any, at: str, _key: str) -> list[str]:
+        return [self.text(name, at, 64) for name in self.items(field, at, 100_000)]
 
 
-_INTS = frozenset({"record_id", "pg_id", "collective_seq_id", "p2p_seq_id", "op_id", "time_created_ns",
-                   "time_discovered_started_ns", "time_discovered_completed_ns", "timeout_ms"})
+_INTS = frozenset(
+    {
+        "record_id",
+        "pg_id",
+        "collective_seq_id",
+        "p2p_seq_id",
+        "op_id",
+        "time_created_ns",
+        "time_discovered_started_ns",
+        "time_discovered_completed_ns",
+        "timeout_ms",
+    }
+)
 _OPTIONAL = frozenset({"time_discovered_started_ns", "time_discovered_completed_ns", "timeout_ms"})
 _BOOLS = frozenset({"retired", "is_p2p"})
 _TEXTS = frozenset({"profiling_name", "state", "thread_name", "thread_id"})
@@ -194,12 +263,17 @@ def checked_dump(data: Any, size: int = MAX_NODES) -> dict[str, Any]:
         where = f"pg_config {short(name, 40)}"
         if type(name) is not str or len(name) > 256 or type(group) is not dict:
             raise Refused(f"{where} is {short(group)}, not a process group")
-        pg_config[name] = {"name": check.text(group.get("name", name), f"{where} name", 256),
-                           "desc": check.text(group.get("desc", "undefined"), f"{where} desc", 256),
-                           "ranks": canonical_ranks(group.get("ranks", "[]"), f"{where} ranks")}
+        pg_config[name] = {
+            "name": check.text(group.get("name", name), f"{where} name", 256),
+            "desc": check.text(group.get("desc", "undefined"), f"{where} desc", 256),
+            "ranks": canonical_ranks(group.get("ranks", "[]"), f"{where} ranks"),
+        }
     entries = check.items(data["entries"], "entries", MAX_ENTRIES)
-    out = {"version": version, "pg_config": pg_config,
-           "entries": [check.entry(entry, f"entry {i}") for i, entry in enumerate(entries)]}
+    out = {
+        "version": version,
+        "pg_config": pg_config,
+        "entries": [check.entry(entry, f"entry {i}") for i, entry in enumerate(entries)],
+    }
     for key, limit in (("source", 200), ("error", 2000)):
         if key in data:
             out[key] = check.text(data[key], key, limit)

@@ -33,9 +33,16 @@ class Evidence:
     def summary(self) -> dict[str, object]:
         """How the evidence was had, for the case's notes."""
         took = None if self.took_s is None else round(self.took_s, 2)
-        return {"took_s": took, "stacks_of_ranks": sorted(self.stacks), "recorded_ranks": sorted(self.positions),
-                "collectives_from": self.source, "native_stacks": "py-spy" if self.native else
-                "none (install py-spy, the `hang` extra, for native frames)", "problems": self.notes}
+        return {
+            "took_s": took,
+            "stacks_of_ranks": sorted(self.stacks),
+            "recorded_ranks": sorted(self.positions),
+            "collectives_from": self.source,
+            "native_stacks": "py-spy"
+            if self.native
+            else "none (install py-spy, the `hang` extra, for native frames)",
+            "problems": self.notes,
+        }
 
     def findings_of(self, rank: int, first_rank: int) -> list[Finding]:
         """The findings a rank's line carries: its own, and on the first rank those about no rank in particular."""
@@ -73,7 +80,9 @@ def read(launch: LaunchDir, ranks: Iterable[int], took_s: float | None = None) -
             evidence.stacks[rank] = stacks
         native = launch.forensics / f"py-spy-rank{rank}.txt"
         if native.exists():
-            evidence.native[rank] = without_thread(native.read_text(errors="replace"), THREAD_NAME)[:NATIVE_CHARS]
+            evidence.native[rank] = without_thread(native.read_text(errors="replace"), THREAD_NAME)[
+                :NATIVE_CHARS
+            ]
     flight = launch.flight_dump(0).parent
     dumps, problems = load_dir(flight) if flight.is_dir() else ({}, [])
     evidence.notes += problems
@@ -96,6 +105,9 @@ def judge(dumps: dict, stacks: dict[int, tuple[ThreadStack, ...]]) -> tuple[list
             waiting = [r for r in d.expected if r not in d.missing]
             findings.append(missing_rank(rank, d.group, d.op, d.seq, waiting, stacks.get(rank, ())))
         if d.sides:
-            findings.append(collective_mismatch(d.group, d.seq, d.sides, d.culprit if d.culprit is not None
-                                                else min(d.sides), d.kind))
+            findings.append(
+                collective_mismatch(
+                    d.group, d.seq, d.sides, d.culprit if d.culprit is not None else min(d.sides), d.kind
+                )
+            )
     return findings, trouble

@@ -39,14 +39,19 @@ BUFFER_ENTRIES = 2000  # TORCH_FR_BUFFER_SIZE of the doctor's launches, unless t
 
 # ---- on a rank ---------------------------------------------------------------------------------------------------
 
+
 def group_config() -> dict[str, dict[str, str]]:
     """Every live process group as the recorder's `pg_config` has it: name -> {name, desc, ranks}."""
     from torch.distributed import distributed_c10d as c10d
 
-    config = {}
+    config: dict[str, dict[str, str]] = {}
     for group, ranks in c10d._world.pg_group_ranks.items():
-        name = c10d._world.pg_names[group]
-        config[name] = {"name": name, "desc": getattr(group, "group_desc", "undefined"), "ranks": str(sorted(ranks))}
+        name = str(c10d._world.pg_names[group])
+        config[name] = {
+            "name": name,
+            "desc": str(getattr(group, "group_desc", "undefined")),
+            "ranks": str(sorted(ranks)),
+        }
     return config
 
 
@@ -83,7 +88,8 @@ _RANK = re.compile(r"(\d+)$")
 
 def _candidates(directory: Path, problems: list[str]) -> list[Path]:
     """Files under `directory` named `<prefix><rank>`: no symlink followed, at most MAX_FILES looked at."""
-    found, seen = [], 0
+    found: list[Path] = []
+    seen = 0
     for root, dirs, files in os.walk(directory):  # os.walk follows no symlinked folder
         dirs.sort()
         for name in sorted(files):
@@ -103,7 +109,12 @@ def _candidates(directory: Path, problems: list[str]) -> list[Path]:
 
 def _read_dump(path: Path, budget: int) -> bytes | str:
     """The file's bytes, or why it was skipped (opened without following a link or waiting on a FIFO)."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    flags = (
+        os.O_RDONLY
+        | getattr(os, "O_NOFOLLOW", 0)
+        | getattr(os, "O_NONBLOCK", 0)
+        | getattr(os, "O_CLOEXEC", 0)
+    )
     with open(os.open(path, flags), "rb") as handle:
         info = os.fstat(handle.fileno())
         if not stat.S_ISREG(info.st_mode) or info.st_size == 0:
@@ -121,12 +132,15 @@ def load_dir(directory: Path) -> tuple[dict[int, dict[str, Any]], list[str]]:
     """rank -> dump for every file under `directory` named `<prefix><rank>` that unpickles (plain data only) to a
     recorder dump whose every field checks out (`ds_doctor.forensics.dumpcheck`); and one line per file that did not,
     or was skipped."""
-    dumps, problems = {}, []
+    dumps: dict[int, Any] = {}
+    problems: list[str] = []
     budget = MAX_DIR_BYTES
     for path in _candidates(directory, problems):
         digits = _RANK.search(path.name).group(1)  # type: ignore[union-attr]
         if len(digits) > 7 or int(digits) >= MAX_RANKS:
-            problems.append(f"{path.name}: skipped: rank {digits[:20]} is beyond the {MAX_RANKS:,} a job can have")
+            problems.append(
+                f"{path.name}: skipped: rank {digits[:20]} is beyond the {MAX_RANKS:,} a job can have"
+            )
             continue
         try:
             raw = _read_dump(path, budget)
@@ -178,10 +192,16 @@ def positions(dump: dict[str, Any]) -> tuple[CollectivePosition, ...]:
     for group, entries in by_group.items():
         done = [int(e.get("collective_seq_id", 0)) for e in entries if _done(e)]
         pending = next((e for e in entries if not _done(e)), None)
-        out.append(CollectivePosition(
-            group, max(done, default=0), _op(pending) if pending else None,
-            pending.get("collective_seq_id") if pending else None, _sizes(pending) if pending else None,
-            str(pending.get("state")) if pending else None))
+        out.append(
+            CollectivePosition(
+                group,
+                max(done, default=0),
+                _op(pending) if pending else None,
+                pending.get("collective_seq_id") if pending else None,
+                _sizes(pending) if pending else None,
+                str(pending.get("state")) if pending else None,
+            )
+        )
     return tuple(out)
 
 
@@ -207,8 +227,13 @@ def _known_groups(dumps: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]
     for rank, dump in dumps.items():
         known = set(dump.get("pg_config", {}))
         entries = [e for e in dump["entries"] if (e.get("process_group") or ["?"])[0] in known]
-        out[rank] = {"host_name": f"rank{rank}", "rank": rank, "entries": entries,
-                     "version": str(dump.get("version", FORMAT_VERSION)), "pg_config": dump.get("pg_config", {})}
+        out[rank] = {
+            "host_name": f"rank{rank}",
+            "rank": rank,
+            "entries": entries,
+            "version": str(dump.get("version", FORMAT_VERSION)),
+            "pg_config": dump.get("pg_config", {}),
+        }
     return out
 
 
@@ -258,9 +283,16 @@ def _sides(dumps: dict[int, dict[str, Any]], group: str, seq: int, ranks: tuple[
     """rank -> "all_reduce of [[1024]] Float": what each rank issued as collective `seq` of the group."""
     sides = {}
     for rank in ranks:
-        entry = next((e for e in dumps.get(rank, {}).get("entries", [])
-                      if (e.get("process_group") or ["?"])[0] == group and e.get("collective_seq_id") == seq
-                      and not e.get("is_p2p")), None)
+        entry = next(
+            (
+                e
+                for e in dumps.get(rank, {}).get("entries", [])
+                if (e.get("process_group") or ["?"])[0] == group
+                and e.get("collective_seq_id") == seq
+                and not e.get("is_p2p")
+            ),
+            None,
+        )
         if entry is not None:
             sides[rank] = f"{_op(entry)} of {_sizes(entry)}"
     return sides
@@ -273,8 +305,10 @@ def disagreements(dumps: dict[int, dict[str, Any]]) -> tuple[list[Disagreement],
     try:
         db = _run_analyzer(dumps)
     except _TooLong:
-        return [], (f"torch's Flight Recorder analyzer did not finish in {ANALYZER_SECONDS:.0f} s "
-                    f"({sum(len(d['entries']) for d in dumps.values()):,} entries of {len(dumps)} ranks)")
+        return [], (
+            f"torch's Flight Recorder analyzer did not finish in {ANALYZER_SECONDS:.0f} s "
+            f"({sum(len(d['entries']) for d in dumps.values()):,} entries of {len(dumps)} ranks)"
+        )
     except Exception as exc:
         return [], f"torch's Flight Recorder analyzer failed: {type(exc).__name__}: {exc}"[:300]
     out: list[Disagreement] = []
@@ -284,13 +318,27 @@ def disagreements(dumps: dict[int, dict[str, Any]]) -> tuple[list[Disagreement],
         group, op, sizes = c.pg_desc, c.collective_name.split(":")[-1], str(c.input_sizes)
         expected = tuple(sorted(c.expected_ranks))
         if c.missing_ranks:
-            out.append(Disagreement(group, c.collective_seq_id, op, sizes, expected, tuple(sorted(c.missing_ranks))))
+            out.append(
+                Disagreement(group, c.collective_seq_id, op, sizes, expected, tuple(sorted(c.missing_ranks)))
+            )
         if c.mismatch_collectives:
             sides = _sides(dumps, c.group_id, c.collective_seq_id, expected)
-            info = next((o.type_of_mismatch for o in c.mismatch_collectives.values() if o.type_of_mismatch), None)
+            info = next(
+                (o.type_of_mismatch for o in c.mismatch_collectives.values() if o.type_of_mismatch), None
+            )
             culprit = getattr(info, "culprit", None)
-            out.append(Disagreement(group, c.collective_seq_id, op, sizes, expected, sides=sides,
-                                    culprit=int(culprit) if culprit is not None and str(culprit).isdigit()
-                                    else min(c.mismatch_collectives),
-                                    kind=getattr(getattr(info, "_state", None), "name", "mismatch")))
+            out.append(
+                Disagreement(
+                    group,
+                    c.collective_seq_id,
+                    op,
+                    sizes,
+                    expected,
+                    sides=sides,
+                    culprit=int(culprit)
+                    if culprit is not None and str(culprit).isdigit()
+                    else min(c.mismatch_collectives),
+                    kind=getattr(getattr(info, "_state", None), "name", "mismatch"),
+                )
+            )
     return out, None

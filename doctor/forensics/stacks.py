@@ -13,11 +13,16 @@ from ds_doctor.reports.hang import Frame, ThreadStack
 
 KEEP_FRAMES = 12  # innermost frames kept per thread; the outer rest is one marker
 
-_THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-fA-F]+)(?: \[(?P<name>[^\]]*)\])? \(most recent call first\):")
+_THREAD = re.compile(
+    r"^(Current thread|Thread) (0x[0-9a-fA-F]+)(?: \[(?P<name>[^\]]*)\])? \(most recent call first\):"
+)
 _FRAME = re.compile(r'^\s+File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<function>.+)$')
 #: Frames that only say how the call got there: torch's own layers, the doctor's runner, Python's bootstrap.
-_FOLDED = (("torch", re.compile(r"[/\\]torch[/\\]")), ("ds-doctor's runner", re.compile(r"[/\\]doctor[/\\]run[/\\]")),
-           ("Python", re.compile(r"^<frozen |[/\\]threading\.py$|[/\\]runpy\.py$")))
+_FOLDED = (
+    ("torch", re.compile(r"[/\\]torch[/\\]")),
+    ("ds-doctor's runner", re.compile(r"[/\\]doctor[/\\]run[/\\]")),
+    ("Python", re.compile(r"^<frozen |[/\\]threading\.py$|[/\\]runpy\.py$")),
+)
 
 
 def _folded_kind(frame: Frame) -> str | None:
@@ -43,13 +48,14 @@ def fold(frames: list[Frame]) -> tuple[Frame, ...]:
     kept = [f for f in out if not f.folded]
     if len(kept) > KEEP_FRAMES:
         last = out.index(kept[KEEP_FRAMES - 1])
-        rest = sum(1 for f in out[last + 1:] if not f.folded)
+        rest = sum(1 for f in out[last + 1 :] if not f.folded)
         out = [*out[: last + 1], Frame(f"... {rest} outer frames")]
     return tuple(out)
 
 
-def parse_faulthandler(text: str, names: Mapping[int, str] | None = None,
-                       skip: frozenset[int] = frozenset()) -> tuple[ThreadStack, ...]:
+def parse_faulthandler(
+    text: str, names: Mapping[int, str] | None = None, skip: frozenset[int] = frozenset()
+) -> tuple[ThreadStack, ...]:
     """The threads of the last dump in `text`, the main thread first; `names`: thread ident -> name (the ones the
     rank's forensics thread wrote), `skip`: idents to leave out (that thread itself)."""
     threads: list[tuple[int, bool, str | None, list[Frame]]] = []
@@ -61,6 +67,9 @@ def parse_faulthandler(text: str, names: Mapping[int, str] | None = None,
             threads.append((ident, head.group(1) == "Current thread", head.group("name"), []))
         elif threads and (frame := _FRAME.match(line)):
             threads[-1][3].append(Frame(frame["function"].strip(), frame["file"], int(frame["line"])))
-    stacks = [ThreadStack((names or {}).get(ident) or name or f"thread {ident:#x}", fold(frames), current)
-              for ident, current, name, frames in threads if ident not in skip]
+    stacks = [
+        ThreadStack((names or {}).get(ident) or name or f"thread {ident:#x}", fold(frames), current)
+        for ident, current, name, frames in threads
+        if ident not in skip
+    ]
     return tuple(sorted(stacks, key=lambda s: s.name != "MainThread"))

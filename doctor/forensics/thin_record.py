@@ -20,14 +20,43 @@ from typing import Any
 
 from ds_doctor.forensics.flight import BUFFER_ENTRIES, FORMAT_VERSION, group_config
 
-OPS = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor", "broadcast",
-       "reduce", "all_to_all", "all_to_all_single", "barrier", "gather", "scatter")
-_OUTPUTS = ("output", "output_tensor", "output_tensor_list", "tensor_list", "gather_list", "output_split_sizes")
+OPS = (
+    "all_reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "broadcast",
+    "reduce",
+    "all_to_all",
+    "all_to_all_single",
+    "barrier",
+    "gather",
+    "scatter",
+)
+_OUTPUTS = (
+    "output",
+    "output_tensor",
+    "output_tensor_list",
+    "tensor_list",
+    "gather_list",
+    "output_split_sizes",
+)
 
 
 #: torch dtype -> c10's ScalarType name, as the recorder writes it
-_SCALAR = {"float32": "Float", "float64": "Double", "float16": "Half", "bfloat16": "BFloat16", "int64": "Long",
-           "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte", "bool": "Bool"}
+_SCALAR = {
+    "float32": "Float",
+    "float64": "Double",
+    "float16": "Half",
+    "bfloat16": "BFloat16",
+    "int64": "Long",
+    "int32": "Int",
+    "int16": "Short",
+    "int8": "Char",
+    "uint8": "Byte",
+    "bool": "Bool",
+}
 
 
 def _dtype(tensor: Any) -> str:
@@ -57,22 +86,35 @@ class ThinRecord:
 
         group = bound.arguments.get("group") or c10d._get_default_group()
         name = c10d._world.pg_names.get(group, "?")
-        backend = str(c10d.get_backend(group))  # the analyzer wants "<backend>:<op>", as the recorder names them
+        # the analyzer wants "<backend>:<op>", as the recorder names them
+        backend = str(c10d.get_backend(group))
         inputs = [t for k, v in bound.arguments.items() if k not in _OUTPUTS for t in _tensors(v)]
         outputs = [t for k, v in bound.arguments.items() if k in _OUTPUTS for t in _tensors(v)] or inputs
         with self.lock:
             self.sequence[name] = seq = self.sequence.get(name, 0) + 1
             self.record_id += 1
             entry = {
-                "record_id": self.record_id - 1, "pg_id": 0, "process_group": [name, getattr(group, "group_desc", "")],
-                "collective_seq_id": seq, "p2p_seq_id": 0, "op_id": seq, "profiling_name": f"{backend}:{op}",
-                "time_created_ns": time.time_ns(), "input_sizes": [list(t.shape) for t in inputs],
+                "record_id": self.record_id - 1,
+                "pg_id": 0,
+                "process_group": [name, getattr(group, "group_desc", "")],
+                "collective_seq_id": seq,
+                "p2p_seq_id": 0,
+                "op_id": seq,
+                "profiling_name": f"{backend}:{op}",
+                "time_created_ns": time.time_ns(),
+                "input_sizes": [list(t.shape) for t in inputs],
                 "input_dtypes": [_dtype(t) for t in inputs],
                 "output_sizes": [list(t.shape) for t in outputs],
-                "output_dtypes": [_dtype(t) for t in outputs], "state": "scheduled",
-                "retired": False, "is_p2p": False, "timeout_ms": 0, "thread_name": threading.current_thread().name,
-                "frames": [{"name": f.name, "filename": f.filename, "line": f.lineno}
-                           for f in reversed(traceback.extract_stack(limit=18)[:-2])],
+                "output_dtypes": [_dtype(t) for t in outputs],
+                "state": "scheduled",
+                "retired": False,
+                "is_p2p": False,
+                "timeout_ms": 0,
+                "thread_name": threading.current_thread().name,
+                "frames": [
+                    {"name": f.name, "filename": f.filename, "line": f.lineno}
+                    for f in reversed(traceback.extract_stack(limit=18)[:-2])
+                ],
             }
             self.entries.append(entry)
         return entry
@@ -109,5 +151,11 @@ class ThinRecord:
     def dump(self) -> dict[str, Any]:
         with self.lock:
             entries = [dict(e) for e in self.entries]
-        return {"version": FORMAT_VERSION, "pg_config": group_config(), "pg_status": {}, "comm_lib_version": "",
-                "entries": entries, "source": "ds-doctor thin record"}
+        return {
+            "version": FORMAT_VERSION,
+            "pg_config": group_config(),
+            "pg_status": {},
+            "comm_lib_version": "",
+            "entries": entries,
+            "source": "ds-doctor thin record",
+        }

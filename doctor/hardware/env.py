@@ -21,17 +21,59 @@ from ds_doctor.hardware.skew import version_skew
 from ds_doctor.redact import MASK, is_secret_name
 
 PACKAGES = (
-    "torch", "deepspeed", "accelerate", "transformers", "numpy", "triton", "ninja", "nvidia-ml-py",
-    "prodigyopt", "prodigy-plus-schedule-free", "mosaicml", "peft", "trl", "bitsandbytes", "safetensors", "pydantic",
-    "psutil", "ds-doctor",
+    "torch",
+    "deepspeed",
+    "accelerate",
+    "transformers",
+    "numpy",
+    "triton",
+    "ninja",
+    "nvidia-ml-py",
+    "prodigyopt",
+    "prodigy-plus-schedule-free",
+    "mosaicml",
+    "peft",
+    "trl",
+    "bitsandbytes",
+    "safetensors",
+    "pydantic",
+    "psutil",
+    "ds-doctor",
 )
 
-ENV_PREFIXES = ("CUDA_", "NCCL_", "GLOO_", "TORCH_", "PYTORCH_", "DS_", "ACCELERATE_", "OMP_", "MKL_", "NVIDIA_",
-                "TORCHELASTIC_")
+ENV_PREFIXES = (
+    "CUDA_",
+    "NCCL_",
+    "GLOO_",
+    "TORCH_",
+    "PYTORCH_",
+    "DS_",
+    "ACCELERATE_",
+    "OMP_",
+    "MKL_",
+    "NVIDIA_",
+    "TORCHELASTIC_",
+)
 ENV_NAMES = (
-    "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK",
-    "GROUP_RANK", "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_PROCID",
-    "SLURM_NNODES", "SLURM_NTASKS", "HF_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "WORLD_SIZE",
+    "RANK",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "NODE_RANK",
+    "GROUP_RANK",
+    "SLURM_JOB_ID",
+    "SLURM_STEP_ID",
+    "SLURM_ARRAY_JOB_ID",
+    "SLURM_ARRAY_TASK_ID",
+    "SLURM_PROCID",
+    "SLURM_NNODES",
+    "SLURM_NTASKS",
+    "HF_HOME",
+    "HF_HUB_OFFLINE",
+    "TRANSFORMERS_OFFLINE",
+    "TOKENIZERS_PARALLELISM",
 )
 
 

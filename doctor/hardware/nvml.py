@@ -7,6 +7,8 @@ the reason says which. The health rules over these readings are in `ds_doctor.ch
 
 from __future__ import annotations
 
+import functools
+import importlib
 from collections.abc import Callable
 from typing import Any
 
@@ -42,8 +44,12 @@ class _Reading:
     def __init__(self, index: int) -> None:
         self.gpu: dict[str, Any] = {"index": index, "unavailable": {}}
 
-    def read(self, fields: str | tuple[str, ...], call: Callable[[], Any],
-             convert: Callable[[Any], Any] = lambda value: value) -> None:
+    def read(
+        self,
+        fields: str | tuple[str, ...],
+        call: Callable[[], Any],
+        convert: Callable[[Any], Any] = lambda value: value,
+    ) -> None:
         names = (fields,) if isinstance(fields, str) else fields
         try:
             values = convert(call())
@@ -63,33 +69,61 @@ def _read_gpu(nvml: Any, index: int, handle: Any) -> dict[str, Any]:
     r.read("name", lambda: nvml.nvmlDeviceGetName(handle), _text)
     r.read("uuid", lambda: nvml.nvmlDeviceGetUUID(handle), _text)
     r.read("pci_bus_id", lambda: nvml.nvmlDeviceGetPciInfo(handle).busId, _text)
-    r.read(("memory_total_bytes", "memory_used_bytes"), lambda: nvml.nvmlDeviceGetMemoryInfo(handle),
-           lambda m: (int(m.total), int(m.used)))
-    r.read("compute_capability", lambda: nvml.nvmlDeviceGetCudaComputeCapability(handle),
-           lambda cc: f"{cc[0]}.{cc[1]}")
-    r.read(("ecc_enabled", "ecc_enabled_pending"), lambda: nvml.nvmlDeviceGetEccMode(handle),
-           lambda mode: (bool(mode[0]), bool(mode[1])))
+    r.read(
+        ("memory_total_bytes", "memory_used_bytes"),
+        lambda: nvml.nvmlDeviceGetMemoryInfo(handle),
+        lambda m: (int(m.total), int(m.used)),
+    )
+    r.read(
+        "compute_capability",
+        lambda: nvml.nvmlDeviceGetCudaComputeCapability(handle),
+        lambda cc: f"{cc[0]}.{cc[1]}",
+    )
+    r.read(
+        ("ecc_enabled", "ecc_enabled_pending"),
+        lambda: nvml.nvmlDeviceGetEccMode(handle),
+        lambda mode: (bool(mode[0]), bool(mode[1])),
+    )
     for counter, name in ((nvml.NVML_VOLATILE_ECC, "volatile"), (nvml.NVML_AGGREGATE_ECC, "aggregate")):
-        r.read(f"ecc_uncorrected_{name}", lambda counter=counter: nvml.nvmlDeviceGetTotalEccErrors(
-            handle, nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, counter), int)
-    causes = (("retired_pages_sbe", nvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS),
-              ("retired_pages_dbe", nvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR))
+        uncorrected = functools.partial(
+            nvml.nvmlDeviceGetTotalEccErrors, handle, nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, counter
+        )
+        r.read(f"ecc_uncorrected_{name}", uncorrected, int)
+    causes = (
+        ("retired_pages_sbe", nvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS),
+        ("retired_pages_dbe", nvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR),
+    )
     for name, cause in causes:
-        r.read(name, lambda cause=cause: nvml.nvmlDeviceGetRetiredPages(handle, cause), len)
+        r.read(name, functools.partial(nvml.nvmlDeviceGetRetiredPages, handle, cause), len)
     r.read("retired_pages_pending", lambda: nvml.nvmlDeviceGetRetiredPagesPendingStatus(handle), bool)
-    r.read(("remapped_rows_correctable", "remapped_rows_uncorrectable", "remapped_rows_pending",
-            "remapped_rows_failed"), lambda: nvml.nvmlDeviceGetRemappedRows(handle),
-           lambda rows: (int(rows[0]), int(rows[1]), bool(rows[2]), bool(rows[3])))
-    r.read(("throttle_mask", "throttle_reasons"), lambda: _throttle_mask(nvml, handle),
-           lambda mask: (int(mask), throttle_names(int(mask))))
-    r.read(("utilization_gpu_pct", "utilization_memory_pct"), lambda: nvml.nvmlDeviceGetUtilizationRates(handle),
-           lambda u: (int(u.gpu), int(u.memory)))
+    r.read(
+        (
+            "remapped_rows_correctable",
+            "remapped_rows_uncorrectable",
+            "remapped_rows_pending",
+            "remapped_rows_failed",
+        ),
+        lambda: nvml.nvmlDeviceGetRemappedRows(handle),
+        lambda rows: (int(rows[0]), int(rows[1]), bool(rows[2]), bool(rows[3])),
+    )
+    r.read(
+        ("throttle_mask", "throttle_reasons"),
+        lambda: _throttle_mask(nvml, handle),
+        lambda mask: (int(mask), throttle_names(int(mask))),
+    )
+    r.read(
+        ("utilization_gpu_pct", "utilization_memory_pct"),
+        lambda: nvml.nvmlDeviceGetUtilizationRates(handle),
+        lambda u: (int(u.gpu), int(u.memory)),
+    )
     r.read("temperature_c", lambda: nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU), int)
     r.read("power_draw_w", lambda: nvml.nvmlDeviceGetPowerUsage(handle), lambda mw: round(mw / 1000, 1))
-    r.read("power_limit_w", lambda: nvml.nvmlDeviceGetEnforcedPowerLimit(handle), lambda mw: round(mw / 1000, 1))
+    r.read(
+        "power_limit_w", lambda: nvml.nvmlDeviceGetEnforcedPowerLimit(handle), lambda mw: round(mw / 1000, 1)
+    )
     for clock, name in ((nvml.NVML_CLOCK_SM, "sm"), (nvml.NVML_CLOCK_MEM, "mem")):
-        r.read(f"clock_{name}_mhz", lambda clock=clock: nvml.nvmlDeviceGetClockInfo(handle, clock), int)
-        r.read(f"clock_{name}_max_mhz", lambda clock=clock: nvml.nvmlDeviceGetMaxClockInfo(handle, clock), int)
+        r.read(f"clock_{name}_mhz", functools.partial(nvml.nvmlDeviceGetClockInfo, handle, clock), int)
+        r.read(f"clock_{name}_max_mhz", functools.partial(nvml.nvmlDeviceGetMaxClockInfo, handle, clock), int)
     r.read("pcie_gen", lambda: nvml.nvmlDeviceGetCurrPcieLinkGeneration(handle), int)
     r.read("pcie_gen_max", lambda: nvml.nvmlDeviceGetMaxPcieLinkGeneration(handle), int)
     r.read("pcie_width", lambda: nvml.nvmlDeviceGetCurrPcieLinkWidth(handle), int)
@@ -126,8 +160,13 @@ def _processes(nvml: Any, handle: Any) -> list[dict[str, Any]]:
     out = []
     for proc in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
         used = getattr(proc, "usedGpuMemory", None)
-        out.append({"pid": int(proc.pid), "name": _process_name(int(proc.pid)),
-                    "used_memory_bytes": int(used) if isinstance(used, int) else None})
+        out.append(
+            {
+                "pid": int(proc.pid),
+                "name": _process_name(int(proc.pid)),
+                "used_memory_bytes": int(used) if isinstance(used, int) else None,
+            }
+        )
     return out
 
 
@@ -145,7 +184,7 @@ def read_gpus(nvml: Any = None) -> tuple[list[dict[str, Any]], str | None, dict[
     versions: dict[str, str | None] = {"driver": None, "cuda_driver": None}
     if nvml is None:
         try:
-            import pynvml as nvml
+            nvml = importlib.import_module("pynvml")
         except ImportError:
             return [], "NVML not available: pip install nvidia-ml-py", versions
     try:
@@ -173,7 +212,8 @@ def read_gpus(nvml: Any = None) -> tuple[list[dict[str, Any]], str | None, dict[
             except Exception as exc:
                 gpus.append({"index": index, "unavailable": {"handle": _reason(exc)}})
                 continue
-            gpus.append({**_read_gpu(nvml, index, handle), **versions})  # the system's drivers, on each GPU too
+            # the system's drivers, on each GPU too
+            gpus.append({**_read_gpu(nvml, index, handle), **versions})
         return gpus, None if gpus else "NVML reports no GPUs", versions
     finally:
         try:

@@ -24,8 +24,23 @@ from packaging.version import InvalidVersion, Version
 #: the packages whose declared ranges on each other are checked
 STACK = ("torch", "deepspeed", "accelerate", "transformers", "numpy")
 #: extras that install a package's own test and build tools, not what it needs to run
-DEV_EXTRAS = frozenset({"dev", "dev-torch", "testing", "test", "tests", "test-dev", "quality", "docs", "all",
-                        "readthedocs", "deepspeed-testing", "sagemaker", "benchmark"})
+DEV_EXTRAS = frozenset(
+    {
+        "dev",
+        "dev-torch",
+        "testing",
+        "test",
+        "tests",
+        "test-dev",
+        "quality",
+        "docs",
+        "all",
+        "readthedocs",
+        "deepspeed-testing",
+        "sagemaker",
+        "benchmark",
+    }
+)
 
 
 def _applies(requirement: Requirement, extras: Iterable[str]) -> bool:
@@ -45,7 +60,9 @@ def declared(package: str, path: list[str] | None = None) -> list[Requirement]:
     if dist is None:
         return []
     lines = dist.requires or []
-    extras = [e for e in dist.metadata.get_all("Provides-Extra") or [] if canonicalize_name(e) not in DEV_EXTRAS]
+    extras = [
+        e for e in dist.metadata.get_all("Provides-Extra") or [] if canonicalize_name(e) not in DEV_EXTRAS
+    ]
     stack = {canonicalize_name(name) for name in STACK}
     out = []
     for line in lines:
@@ -53,13 +70,18 @@ def declared(package: str, path: list[str] | None = None) -> list[Requirement]:
             requirement = Requirement(line)
         except InvalidRequirement:
             continue
-        if canonicalize_name(requirement.name) in stack and requirement.specifier and _applies(requirement, extras):
+        if (
+            canonicalize_name(requirement.name) in stack
+            and requirement.specifier
+            and _applies(requirement, extras)
+        ):
             out.append(requirement)
     return out
 
 
-def out_of_range(versions: Mapping[str, str | None], requirements: Mapping[str, Iterable[Requirement]]) \
-        -> list[dict[str, Any]]:
+def out_of_range(
+    versions: Mapping[str, str | None], requirements: Mapping[str, Iterable[Requirement]]
+) -> list[dict[str, Any]]:
     """Each (declarer, required) pair whose installed version satisfies none of the declarer's ranges for it."""
     found = []
     for declarer, reqs in requirements.items():
@@ -76,9 +98,15 @@ def out_of_range(versions: Mapping[str, str | None], requirements: Mapping[str, 
                 continue
             public = Version(version.public)  # "2.13.0+cpu" is 2.13.0 to a range
             if not any(r.specifier.contains(public, prereleases=True) for r in group):
-                found.append({"package": declarer, "version": versions[declarer], "requires": name,
-                              "declared": " or ".join(sorted({str(r.specifier) for r in group})),
-                              "installed": installed})
+                found.append(
+                    {
+                        "package": declarer,
+                        "version": versions[declarer],
+                        "requires": name,
+                        "declared": " or ".join(sorted({str(r.specifier) for r in group})),
+                        "installed": installed,
+                    }
+                )
     return found
 
 

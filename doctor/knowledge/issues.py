@@ -76,7 +76,16 @@ class KnownIssue:
         if self.affected:  # where the range comes from: releases measured here, or the upstream threads
             from ds_doctor.knowledge.measured import for_issue
 
-            seen = sorted({r.version for r in for_issue(self.id) if r.outcome != "does_not_import"}, key=Version)
+            seen = sorted(
+                {r.version for r in for_issue(self.id) if r.outcome != "does_not_import"}, key=Version
+            )
             affected += f" (measured here at {', '.join(seen)})" if seen else " (from upstream reports)"
-        return IssueRef(id=self.id, title=self.title, verdict=verdict, affected_versions=affected,
-                        remedy=self.remedy, refs=self.refs, fixed_in=self.fixed_in)
+        return IssueRef(
+            id=self.id,
+            title=self.title,
+            verdict=verdict,
+            affected_versions=affected,
+            remedy=self.remedy,
+            refs=self.refs,
+            fixed_in=self.fixed_in,
+        )

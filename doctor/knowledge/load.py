@@ -104,7 +104,9 @@ def parse(text: str, source: str) -> tuple[KnownIssue, ...]:
         raise CatalogError(f"{source}: not valid TOML: {exc}") from exc
     unknown = sorted(set(data) - {"format", "issue"})
     if unknown:
-        raise CatalogError(f"{source}: unknown top-level key(s) {', '.join(unknown)} (a file holds `format` and [[issue]])")
+        raise CatalogError(
+            f"{source}: unknown top-level key(s) {', '.join(unknown)} (a file holds `format` and [[issue]])"
+        )
     if data.get("format") != FORMAT:
         raise CatalogError(f"{source}: format {data.get('format')!r}; this ds-doctor reads format = {FORMAT}")
     entries = data.get("issue", [])
@@ -113,7 +115,11 @@ def parse(text: str, source: str) -> tuple[KnownIssue, ...]:
     issues: list[KnownIssue] = []
     for number, raw in enumerate(entries, 1):
         name = raw.get("id") if isinstance(raw, dict) else None
-        label = f"{source}: issue {name!r}" if isinstance(name, str) and name else f"{source}: issue #{number} (no id)"
+        label = (
+            f"{source}: issue {name!r}"
+            if isinstance(name, str) and name
+            else f"{source}: issue #{number} (no id)"
+        )
         if not isinstance(raw, dict):
             raise CatalogError(f"{label}: not a table")
         issue = _entry(raw, label)
@@ -142,11 +148,21 @@ def _entry(raw: Mapping[str, Any], label: str) -> KnownIssue:
     _check(raw, label)
     fixed_in: str | None = raw.get("fixed_in")
     return KnownIssue(
-        id=raw["id"], title=raw["title"], package=raw["package"], patterns=tuple(raw.get("patterns", ())),
-        cause=raw["cause"], remedy=raw["remedy"], refs=tuple(raw["refs"]), requires=tuple(raw.get("requires", ())),
-        affected=raw.get("affected", ""), fixed_in=fixed_in, families=tuple(raw.get("families", ())),
-        invariants=tuple(raw.get("invariants", ())), silent=raw.get("silent", ""),
-        wordings=_wordings(raw.get("wording", []), label))
+        id=raw["id"],
+        title=raw["title"],
+        package=raw["package"],
+        patterns=tuple(raw.get("patterns", ())),
+        cause=raw["cause"],
+        remedy=raw["remedy"],
+        refs=tuple(raw["refs"]),
+        requires=tuple(raw.get("requires", ())),
+        affected=raw.get("affected", ""),
+        fixed_in=fixed_in,
+        families=tuple(raw.get("families", ())),
+        invariants=tuple(raw.get("invariants", ())),
+        silent=raw.get("silent", ""),
+        wordings=_wordings(raw.get("wording", []), label),
+    )
 
 
 def _wordings(raw: Any, label: str) -> tuple[Wording, ...]:
@@ -158,8 +174,9 @@ def _wordings(raw: Any, label: str) -> tuple[Wording, ...]:
     for number, table in enumerate(raw, 1):
         where = f"{label}: wording #{number}"
         if sorted(table) != sorted(_WORDING_KEYS):
-            raise CatalogError(f"{where}: keys {', '.join(sorted(table))}; a wording has exactly "
-                               f"{', '.join(_WORDING_KEYS)}")
+            raise CatalogError(
+                f"{where}: keys {', '.join(sorted(table))}; a wording has exactly {', '.join(_WORDING_KEYS)}"
+            )
         if not all(isinstance(table[key], str) and table[key].strip() for key in _WORDING_KEYS[:3]):
             raise CatalogError(f"{where}: text, source and versions must be non-empty strings")
         if not re.fullmatch(r"[A-Za-z0-9][\w.-]* \S+", table["source"]):
@@ -173,7 +190,9 @@ def _wordings(raw: Any, label: str) -> tuple[Wording, ...]:
             raise CatalogError(f"{where}: {exc}") from exc
         outside = [str(v) for v in seen if not versions.contains(v, prereleases=True)]
         if outside:
-            raise CatalogError(f"{where}: read {', '.join(outside)} lies outside versions {table['versions']!r}")
+            raise CatalogError(
+                f"{where}: read {', '.join(outside)} lies outside versions {table['versions']!r}"
+            )
         wordings.append(Wording(table["text"], table["source"], table["versions"], tuple(read)))
     return tuple(wordings)
 
@@ -184,31 +203,54 @@ def _check(raw: Mapping[str, Any], label: str) -> None:
         raise CatalogError(f"{label}: id must match {_ID.pattern}")
     if "\n" in raw["title"]:
         raise CatalogError(f"{label}: title must be one line")
+    _check_regexes(raw, label)
+    _check_refs(raw["refs"], label)
+    _check_versions(raw, label)
+    _check_kind(raw, label)
+
+
+def _check_regexes(raw: Mapping[str, Any], label: str) -> None:
     for key in ("patterns", "requires"):
         for pattern in raw.get(key, ()):
             try:
                 re.compile(pattern, REGEX_FLAGS)
             except re.error as exc:
                 raise CatalogError(f"{label}: {key} regex {pattern!r} does not compile: {exc}") from exc
-    if not raw["refs"]:
+
+
+def _check_refs(refs: list[str], label: str) -> None:
+    if not refs:
         raise CatalogError(f"{label}: refs is empty; cite at least one upstream thread")
-    for ref in raw["refs"]:
+    for ref in refs:
         parts = urlsplit(ref)
         if parts.scheme not in ("http", "https") or not parts.netloc or any(c.isspace() for c in ref):
             raise CatalogError(f"{label}: ref {ref!r} is not an http(s) URL")
+
+
+def _check_versions(raw: Mapping[str, Any], label: str) -> None:
+    """`affected` a specifier set, `fixed_in` a version outside it."""
     try:
         affected = SpecifierSet(raw.get("affected", ""))
     except InvalidSpecifier as exc:
-        raise CatalogError(f"{label}: affected {raw['affected']!r} is not a PEP 440 specifier set: {exc}") from exc
-    if "fixed_in" in raw:
-        try:
-            fixed = Version(raw["fixed_in"])
-        except InvalidVersion as exc:
-            raise CatalogError(f"{label}: fixed_in {raw['fixed_in']!r} is not a PEP 440 version: {exc}") from exc
-        if str(affected) and affected.contains(fixed, prereleases=True):
-            raise CatalogError(f"{label}: fixed_in {raw['fixed_in']} lies inside affected {raw['affected']!r}")
+        raise CatalogError(
+            f"{label}: affected {raw['affected']!r} is not a PEP 440 specifier set: {exc}"
+        ) from exc
+    if "fixed_in" not in raw:
+        return
+    try:
+        fixed = Version(raw["fixed_in"])
+    except InvalidVersion as exc:
+        raise CatalogError(f"{label}: fixed_in {raw['fixed_in']!r} is not a PEP 440 version: {exc}") from exc
+    if str(affected) and affected.contains(fixed, prereleases=True):
+        raise CatalogError(f"{label}: fixed_in {raw['fixed_in']} lies inside affected {raw['affected']!r}")
+
+
+def _check_kind(raw: Mapping[str, Any], label: str) -> None:
+    """An entry shows a message (patterns, optionally narrowed) or is silent (named invariants find it)."""
     if bool(raw.get("patterns")) == bool(raw.get("silent")):
-        raise CatalogError(f"{label}: give patterns (the error text it shows) or silent (why none shows it), not both")
+        raise CatalogError(
+            f"{label}: give patterns (the error text it shows) or silent (why none shows it), not both"
+        )
     if raw.get("silent") and not raw.get("invariants"):
         raise CatalogError(f"{label}: a silent issue must name the invariants that find it")
     if raw.get("wording") and not raw.get("patterns"):

@@ -20,9 +20,13 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]{0,32}[A-Za-z]")
 #: a tqdm bar: "  5%|▌     | 5/100 [00:02<00:40,  2.3it/s, loss=1.2]"; it and what precedes it on its line go, and what
 #: follows it on the line is a new line. No leading `[^\n]*?`: tried from every position of a long line, that took
 #: quadratic time (a 80 KB line, 57 s); the bar is found on its own and the text before it cut by position.
-_BAR = re.compile(r"\d{1,3}%\|[^|\n]{0,1000}\|\s{0,100}[\d.]{1,20}[kMG]?/[\d.?]{1,20}[kMG]?\s{0,100}\[[^\]\n]{0,200}\]")
-_PREFIX = re.compile(r"^(?:\(\w{1,100} pid=\d{1,10}\) )?(?:\[(?:rank|default)(\d{1,7})\]:|rank(\d{1,7}): |(\d{1,7}): |"
-                     r"\[\d{1,7},(\d{1,7})\]<std(?:out|err)>:) ?")
+_BAR = re.compile(
+    r"\d{1,3}%\|[^|\n]{0,1000}\|\s{0,100}[\d.]{1,20}[kMG]?/[\d.?]{1,20}[kMG]?\s{0,100}\[[^\]\n]{0,200}\]"
+)
+_PREFIX = re.compile(
+    r"^(?:\(\w{1,100} pid=\d{1,10}\) )?(?:\[(?:rank|default)(\d{1,7})\]:|rank(\d{1,7}): |(\d{1,7}): |"
+    r"\[\d{1,7},(\d{1,7})\]<std(?:out|err)>:) ?"
+)
 WRAP_MIN = 60  # narrowest width taken for a wrap...
 WRAP_LINES = 3  # ...when at least this many lines are cut at exactly it
 
@@ -32,8 +36,9 @@ def _strip_bars(text: str) -> str:
     out: list[str] = []
     kept = 0  # text[kept:] is not written yet
     for bar in _BAR.finditer(text):
-        newline = text.rfind("\n", kept, bar.start())  # the bar's line starts after it (or where the last bar ended)
-        out += [text[kept:newline + 1] if newline >= 0 else "", "\n"]
+        # the bar's line starts after it (or where the last bar ended)
+        newline = text.rfind("\n", kept, bar.start())
+        out += [text[kept : newline + 1] if newline >= 0 else "", "\n"]
         kept = bar.end()
     return "".join(out) + text[kept:]
 
@@ -45,7 +50,7 @@ def _deinterleave(lines: list[str]) -> list[str]:
     for line in lines:
         match = _PREFIX.match(line)
         speaker = next((g for g in match.groups() if g is not None), None) if match else None
-        by_speaker.setdefault(speaker, []).append(line[match.end():] if match else line)
+        by_speaker.setdefault(speaker, []).append(line[match.end() :] if match else line)
     if list(by_speaker) == [None]:
         return lines
     return [line for speaker_lines in by_speaker.values() for line in speaker_lines]
@@ -86,12 +91,18 @@ _TEMPLATES = (
     r"(?<![\w-]){n}\s+v" + _VERSION + r"\b",  # "prodigy-plus-schedule-free v1.8.51"
     # what tickets write in prose and issue templates
     r"(?<![\w.-]){n}\s*\(\s*v?" + _VERSION + r"\s*\)",  # "deepspeed (0.14.2)"
-    r"(?<![\w.-]){n}[ \t]*={1,2}[ \t]*v?" + _VERSION,  # "deepspeed=0.17.6", collect_env's "[pip3] torch==2.3.0"
-    r"(?<![\w.-]){n}[ \t]+(?:version[ \t]+|release[ \t]+)?v?" + _VERSION + r"(?![\w.])",  # "with transformers 4.45.2,"
+    r"(?<![\w.-]){n}[ \t]*={1,2}[ \t]*v?"
+    + _VERSION,  # "deepspeed=0.17.6", collect_env's "[pip3] torch==2.3.0"
+    r"(?<![\w.-]){n}[ \t]+(?:version[ \t]+|release[ \t]+)?v?"
+    + _VERSION
+    + r"(?![\w.])",  # "with transformers 4.45.2,"
 )
 #: names a log may use for a distribution besides its own (an import name, an informal one)
-ALIASES = {"torch": ("pytorch",), "prodigy-plus-schedule-free": ("prodigyplus", "prodigy plus", "prodigy-plus"),
-           "mosaicml": ("composer",)}
+ALIASES = {
+    "torch": ("pytorch",),
+    "prodigy-plus-schedule-free": ("prodigyplus", "prodigy plus", "prodigy-plus"),
+    "mosaicml": ("composer",),
+}
 
 
 def _spellings(package: str) -> list[str]:

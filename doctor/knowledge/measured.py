@@ -60,7 +60,9 @@ def parse(text: str, source: str = "measured.toml") -> tuple[Measured, ...]:
         if set(raw) != set(FIELDS) or not all(isinstance(raw[k], str) and raw[k] for k in FIELDS):
             raise ValueError(f"{source}: record {index + 1} needs exactly {', '.join(FIELDS)}, as strings")
         if raw["outcome"] not in OUTCOMES:
-            raise ValueError(f"{source}: record {index + 1}: outcome {raw['outcome']!r} is not one of {OUTCOMES}")
+            raise ValueError(
+                f"{source}: record {index + 1}: outcome {raw['outcome']!r} is not one of {OUTCOMES}"
+            )
         Version(raw["version"])
         records.append(Measured(**raw))
     return tuple(records)
@@ -88,8 +90,10 @@ def contradictions(affected: Mapping[str, str], records: Iterable[Measured]) -> 
         spec = affected[record.issue]
         inside = not spec or SpecifierSet(spec).contains(Version(record.version), prereleases=True)
         if inside != (record.outcome == "reproduced"):
-            out.append(f"{record.issue}: {record.package} {record.version} {record.outcome.replace('_', ' ')} here "
-                       f"({record.device}, {record.date}, {record.case}), but the entry says affected {spec or 'always'}")
+            out.append(
+                f"{record.issue}: {record.package} {record.version} {record.outcome.replace('_', ' ')} here "
+                f"({record.device}, {record.date}, {record.case}), but the entry says affected {spec or 'always'}"
+            )
     return out
 
 

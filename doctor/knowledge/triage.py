@@ -56,14 +56,14 @@ def _top_level(pattern: str) -> tuple[list[int], int | None] | None:
             in_class = char != "]"
         elif char == "[":
             in_class = True
-            i += 2 if pattern[i + 1:i + 2] == "^" else 1
-            i += 1 if pattern[i:i + 1] == "]" else 0  # a "]" first in a class is literal
+            i += 2 if pattern[i + 1 : i + 2] == "^" else 1
+            i += 1 if pattern[i : i + 1] == "]" else 0  # a "]" first in a class is literal
             continue
         elif char in "()":
             depth += 1 if char == "(" else -1
         elif depth == 0 and char == "|":
             bars.append(i)
-        elif depth == 0 and char == "." and pattern[i + 1:i + 2] == "*" and pattern[i + 2:i + 3] != "+":
+        elif depth == 0 and char == "." and pattern[i + 1 : i + 2] == "*" and pattern[i + 2 : i + 3] != "+":
             dots = i if dots is None else dots
         i += 1
     return bars, dots
@@ -77,7 +77,8 @@ class _Branch:
     windowed: bool = False  # a `.*` elsewhere (in a lookahead, say): searched in windows of the text
 
 
-WINDOW = 16 * 1024  # a branch with a `.*` the head/tail reading does not cover is searched in windows this long...
+# a branch with a `.*` the head/tail reading does not cover is searched in windows this long...
+WINDOW = 16 * 1024
 REACH = 4 * 1024  # ...overlapping by this much: its matches up to REACH long are found
 _UNBOUNDED_DOT = re.compile(r"(?<!\\)\.(?:[*+]|\{\d*,\})")
 
@@ -86,7 +87,7 @@ def _max_width(pattern: str) -> int | None:
     try:
         from re import _parser as sre_parse  # type: ignore[attr-defined]
     except ImportError:  # pragma: no cover - python 3.10
-        import sre_parse  # type: ignore[no-redef]
+        import sre_parse
     width = sre_parse.parse(pattern, _FLAGS).getwidth()[1]
     return None if width >= sre_parse.MAXREPEAT else int(width)
 
@@ -94,7 +95,7 @@ def _max_width(pattern: str) -> int | None:
 def _branch(prefix: str, branch: str) -> _Branch:
     whole = re.compile(prefix + branch, _FLAGS)
     dots = (_top_level(branch) or ([], None))[1]
-    head, tail = (branch[:dots], branch[dots + 2:]) if dots is not None else ("", branch)
+    head, tail = (branch[:dots], branch[dots + 2 :]) if dots is not None else ("", branch)
     width = _max_width(prefix + head) if dots is not None else None
     if width is None or _UNBOUNDED_DOT.search(head) or _UNBOUNDED_DOT.search(tail.removeprefix("?")):
         return _Branch(whole, windowed=bool(_UNBOUNDED_DOT.search(branch)))
@@ -104,12 +105,14 @@ def _branch(prefix: str, branch: str) -> _Branch:
 @functools.lru_cache(maxsize=512)
 def _branches(pattern: str) -> tuple[_Branch, ...]:
     flags = _LEADING_FLAGS.match(pattern)
-    prefix, body = (flags.group(0), pattern[flags.end():]) if flags else ("", pattern)
+    prefix, body = (flags.group(0), pattern[flags.end() :]) if flags else ("", pattern)
     shape = _top_level(body)
     if shape is None:
         return (_Branch(re.compile(pattern, _FLAGS), windowed=bool(_UNBOUNDED_DOT.search(body))),)
     bars = [0, *(b + 1 for b in shape[0])]
-    return tuple(_branch(prefix, body[start:end]) for start, end in zip(bars, [*shape[0], len(body)], strict=True))
+    return tuple(
+        _branch(prefix, body[start:end]) for start, end in zip(bars, [*shape[0], len(body)], strict=True)
+    )
 
 
 def _search_branch(branch: _Branch, text: str) -> re.Match[str] | None:
@@ -145,7 +148,11 @@ def search(pattern: str, text: str) -> re.Match[str] | None:
 
 def issue_matches(issue: KnownIssue, text: str) -> bool:
     """`KnownIssue.matches`, through `search`."""
-    return bool(text) and any(search(p, text) for p in issue.patterns) and all(search(p, text) for p in issue.requires)
+    return (
+        bool(text)
+        and any(search(p, text) for p in issue.patterns)
+        and all(search(p, text) for p in issue.requires)
+    )
 
 
 def classify(text: str, issues: Iterable[KnownIssue] | None = None) -> list[KnownIssue]:
@@ -155,8 +162,11 @@ def classify(text: str, issues: Iterable[KnownIssue] | None = None) -> list[Know
 
 
 def _shown(span: str) -> str:
-    span = " ".join(span[:4 * SPAN_CHARS].split()) + " " + " ".join(span[-4 * SPAN_CHARS:].split()) \
-        if len(span) > 8 * SPAN_CHARS else " ".join(span.split())
+    span = (
+        " ".join(span[: 4 * SPAN_CHARS].split()) + " " + " ".join(span[-4 * SPAN_CHARS :].split())
+        if len(span) > 8 * SPAN_CHARS
+        else " ".join(span.split())
+    )
     return span if len(span) <= SPAN_CHARS else f"{span[:130]} … {span[-60:]}"
 
 
@@ -170,8 +180,13 @@ def first_match(issue: KnownIssue, text: str) -> tuple[int, str] | None:
 
 
 #: import names whose traceback frames back up a message-only match (not torch's: every traceback passes through it)
-FRAME_NAMES = {"deepspeed": "deepspeed", "accelerate": "accelerate", "transformers": "transformers",
-               "prodigy-plus-schedule-free": "prodigyplus", "mosaicml": "composer"}
+FRAME_NAMES = {
+    "deepspeed": "deepspeed",
+    "accelerate": "accelerate",
+    "transformers": "transformers",
+    "prodigy-plus-schedule-free": "prodigyplus",
+    "mosaicml": "composer",
+}
 CONTEXT_CHARS = 80
 
 
@@ -196,8 +211,12 @@ def versions_used(text: str, installed: Mapping[str, str | None]) -> dict[str, V
     """For every package a known issue is judged on: the version the log shows, else the installed one."""
     packages = sorted({issue.package for issue in ISSUES} | {"torch"})
     from_log = log_versions(text, packages)
-    return {p: VersionUsed(from_log[p], "the log") if p in from_log else VersionUsed(installed.get(p), "this machine")
-            for p in packages}
+    return {
+        p: VersionUsed(from_log[p], "the log")
+        if p in from_log
+        else VersionUsed(installed.get(p), "this machine")
+        for p in packages
+    }
 
 
 #: A message broken inside a sentence (a terminal's wrap, an indented continuation) or with doubled spaces reads as
@@ -209,7 +228,9 @@ def flattened(text: str) -> str:
     return _BREAKS.sub(" ", text)
 
 
-def _matches(text: str, used: Mapping[str, VersionUsed], installed: Mapping[str, str | None]) -> list[TriageMatch]:
+def _matches(
+    text: str, used: Mapping[str, VersionUsed], installed: Mapping[str, str | None]
+) -> list[TriageMatch]:
     versions = {p: v.version for p, v in used.items()}
     flat = flattened(text)
     direct = classify(text)
@@ -221,8 +242,18 @@ def _matches(text: str, used: Mapping[str, VersionUsed], installed: Mapping[str,
             continue
         version = used.get(issue.package, VersionUsed(installed.get(issue.package), "this machine"))
         how, context = strength(issue, text if issue.id in seen else flat)
-        matches.append(TriageMatch(issue.to_ref(issue.version_verdict(versions)), issue.package, issue.cause,
-                                   version, found[0], scrub_text(found[1]), how, context))
+        matches.append(
+            TriageMatch(
+                issue.to_ref(issue.version_verdict(versions)),
+                issue.package,
+                issue.cause,
+                version,
+                found[0],
+                scrub_text(found[1]),
+                how,
+                context,
+            )
+        )
     return sorted(matches, key=lambda m: m.position)
 
 
@@ -241,14 +272,16 @@ class LogReading:
 ECHO_ISSUES = frozenset({"nccl_remote_error_peer_exited"})
 
 
-def read_log(text: str, installed: Mapping[str, str | None], world_size: int | None = None,
-             notes: Iterable[str] = ()) -> LogReading:
+def read_log(
+    text: str, installed: Mapping[str, str | None], world_size: int | None = None, notes: Iterable[str] = ()
+) -> LogReading:
     normal = normalise(text)
     watchdog = read_watchdog(normal, world_size)
     used = versions_used(normal, installed)
     matches = _matches(normal, used, installed)
     findings = watchdog_findings(watchdog) if watchdog else []
-    if any(m.issue.id in ECHO_ISSUES for m in matches):  # read as given: the rank prefixes say who failed first
+    # read as given: the rank prefixes say who failed first
+    if any(m.issue.id in ECHO_ISSUES for m in matches):
         findings += [dataclasses.replace(f, message=scrub_text(f.message)) for f in peer_findings(text)]
     return LogReading(matches, {p: v for p, v in used.items() if v.version}, watchdog, findings, tuple(notes))
 
@@ -303,13 +336,29 @@ def read_report(text: str, name: str = "the report") -> LogReading | None:
     try:
         report = Report.from_dict(data)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise UserInputError(f"{name}: not a valid ds-doctor report ({type(exc).__name__}: {exc})"[:300]) from None
+        raise UserInputError(
+            f"{name}: not a valid ds-doctor report ({type(exc).__name__}: {exc})"[:300]
+        ) from None
     failing = [r for r in report.results if r.outcome in FAILING]
-    errors = "\n".join(part for r in failing for part in (r.reason or "", *(s.traceback or "" for s in r.ranks),
-                                                          *(s.stderr_tail or "" for s in r.ranks)) if part)
+    errors = "\n".join(
+        part
+        for r in failing
+        for part in (
+            r.reason or "",
+            *(s.traceback or "" for s in r.ranks),
+            *(s.stderr_tail or "" for s in r.ranks),
+        )
+        if part
+    )
     packages = (report.env or {}).get("packages")
-    installed = {k: v for k, v in packages.items() if isinstance(v, str)} if isinstance(packages, dict) else {}
+    installed = (
+        {k: v for k, v in packages.items() if isinstance(v, str)} if isinstance(packages, dict) else {}
+    )
     reading = read_log(errors, installed)
-    findings = [dataclasses.replace(f, message=f"{r.key}: {f.message}") for r in failing for f in r.findings
-                if not f.severity.value == "info"]
+    findings = [
+        dataclasses.replace(f, message=f"{r.key}: {f.message}")
+        for r in failing
+        for f in r.findings
+        if not f.severity.value == "info"
+    ]
     return dataclasses.replace(reading, findings=reading.findings + findings)

@@ -31,13 +31,18 @@ _TIMEOUT = re.compile(
     r"\[(?:PG GUID (?P<guid>[^\s\]]+) )?Rank (?P<rank>\d+)\] "
     r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(?P<seq>\d+), "
     r"OpType=(?P<op>\w+)(?:, NumelIn=(?P<numel_in>-?\d+), NumelOut=(?P<numel_out>-?\d+))?, "
-    r"Timeout\(ms\)=(?P<timeout>\d+)\)(?: ran for (?P<ran>\d+) milliseconds)?")
-_GROUP = re.compile(r"\[PG (?:ID )?(?P<pg>\w+)(?: PG GUID (?P<guid>[^\s\]]+))? Rank (?P<rank>\d+)\] "
-                    r"(?:Exception \(either an error or timeout\) detected by watchdog at work|Timeout at NCCL work): "
-                    r"(?P<seq>\d+)")
+    r"Timeout\(ms\)=(?P<timeout>\d+)\)(?: ran for (?P<ran>\d+) milliseconds)?"
+)
+_GROUP = re.compile(
+    r"\[PG (?:ID )?(?P<pg>\w+)(?: PG GUID (?P<guid>[^\s\]]+))? Rank (?P<rank>\d+)\] "
+    r"(?:Exception \(either an error or timeout\) detected by watchdog at work|Timeout at NCCL work): "
+    r"(?P<seq>\d+)"
+)
 _LINE_RANK = re.compile(r"\[rank(\d+)\]:")  # torch's prefix of a rank's log lines: its global rank
 LINE_RANK_LOOKBACK = 400  # how far before a timeout line's message its `[rankN]:` prefix is looked for
-_RANK_SEEN = re.compile(r"\[rank(\d+)\]|\[Rank (\d+)\]|\bRank (\d+)\]|^[ \t]+rank[ \t]+:[ \t]*(\d+)", re.MULTILINE)
+_RANK_SEEN = re.compile(
+    r"\[rank(\d+)\]|\[Rank (\d+)\]|\bRank (\d+)\]|^[ \t]+rank[ \t]+:[ \t]*(\d+)", re.MULTILINE
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,7 +73,9 @@ class WatchdogReport:
 def _number(digits: str) -> int:
     """A number from the log (`int` refuses more than 4300 digits, and a rank is checked before it sizes anything)."""
     if len(digits) > 20:
-        raise UserInputError(f"a watchdog line of the log holds a number of {len(digits):,} digits: not a log to line up")
+        raise UserInputError(
+            f"a watchdog line of the log holds a number of {len(digits):,} digits: not a log to line up"
+        )
     return int(digits)
 
 
@@ -89,12 +96,24 @@ def read_watchdog(text: str, world_size: int | None = None) -> WatchdogReport | 
         rank = _rank(prefixes[-1]) if prefixes else local
         numel_in, numel_out = m["numel_in"], m["numel_out"]
         group = m["guid"] or groups.get((local, seq))
-        first.setdefault(rank, WatchdogTimeout(rank, seq, m["op"], _number(numel_in) if numel_in else None,
-                                               _number(numel_out) if numel_out else None, _number(m["timeout"]),
-                                               _number(m["ran"]) if m["ran"] else None, group))
+        first.setdefault(
+            rank,
+            WatchdogTimeout(
+                rank,
+                seq,
+                m["op"],
+                _number(numel_in) if numel_in else None,
+                _number(numel_out) if numel_out else None,
+                _number(m["timeout"]),
+                _number(m["ran"]) if m["ran"] else None,
+                group,
+            ),
+        )
     if not first:
         return None
-    seen = {_rank(next(g for g in m.groups() if g is not None)) for m in _RANK_SEEN.finditer(text)} | set(first)
+    seen = {_rank(next(g for g in m.groups() if g is not None)) for m in _RANK_SEEN.finditer(text)} | set(
+        first
+    )
     size = world_size or max(seen) + 1
     return WatchdogReport(tuple(first[r] for r in sorted(first)), tuple(sorted(seen)), size)
 
@@ -123,18 +142,31 @@ def _behind(timeouts: list[WatchdogTimeout]) -> list[Finding]:
     # behind only where another rank is at a later work: one seq under two group names (a log cut before one
     # rank's group line) is no rank behind
     behind = [t for t in timeouts if t.seq == lowest] if ahead else []
-    shown = f"#{', #'.join(map(str, ahead[:10]))}" + (f" and {len(ahead) - 10:,} more" if len(ahead) > 10 else "")
+    shown = f"#{', #'.join(map(str, ahead[:10]))}" + (
+        f" and {len(ahead) - 10:,} more" if len(ahead) > 10 else ""
+    )
     if len(behind) > MAX_SILENT_NAMED:
-        findings.append(Finding("behind_rank", Severity.WARNING,
-                                f"{len(behind):,} ranks ({_ranges(tuple(t.rank for t in behind))[:300]}) timed out in "
-                                f"{_what(behind[0])} while others were already at work {shown}: they are behind",
-                                stage="watchdog"))
+        findings.append(
+            Finding(
+                "behind_rank",
+                Severity.WARNING,
+                f"{len(behind):,} ranks ({_ranges(tuple(t.rank for t in behind))[:300]}) timed out in "
+                f"{_what(behind[0])} while others were already at work {shown}: they are behind",
+                stage="watchdog",
+            )
+        )
         behind = []
     for t in behind:
-        findings.append(Finding("behind_rank", Severity.WARNING,
-                                f"rank {t.rank} timed out in {_what(t)} while others were already at work "
-                                f"{shown}: it is behind (or the ranks run different groups)",
-                                rank=t.rank, stage="watchdog"))
+        findings.append(
+            Finding(
+                "behind_rank",
+                Severity.WARNING,
+                f"rank {t.rank} timed out in {_what(t)} while others were already at work "
+                f"{shown}: it is behind (or the ranks run different groups)",
+                rank=t.rank,
+                stage="watchdog",
+            )
+        )
     return findings
 
 
@@ -147,35 +179,62 @@ def watchdog_findings(report: WatchdogReport) -> list[Finding]:
         kinds = {(t.op, t.numel_in, t.numel_out) for t in timeouts}
         if len(kinds) > 1:
             sides = {t.rank: _what(t) for t in timeouts}
-            findings.append(collective_mismatch(group or "(the log does not name it)", seq, sides,
-                                                min(sides), "the ranks' watchdogs report different collectives"))
+            findings.append(
+                collective_mismatch(
+                    group or "(the log does not name it)",
+                    seq,
+                    sides,
+                    min(sides),
+                    "the ranks' watchdogs report different collectives",
+                )
+            )
     # work numbers count per group: ranks are compared within the groups the lines name (all of them together where
     # the log names one group or none)
     named = sorted({t.group for t in report.timeouts if t.group is not None})
-    for timeouts in [list(report.timeouts)] if len(named) <= 1 else [
-            [t for t in report.timeouts if t.group == g] for g in named]:
+    for timeouts in (
+        [list(report.timeouts)]
+        if len(named) <= 1
+        else [[t for t in report.timeouts if t.group == g] for g in named]
+    ):
         findings += _behind(timeouts)
     if report.silent:
         by_what: dict[str, list[int]] = {}
         for t in report.timeouts:
             by_what.setdefault(_what(t), []).append(t.rank)
-        waiting = "; ".join(f"rank{'s' if len(r) > 1 else ''} {_ranges(tuple(r))[:200]} in {what}"
-                            for what, r in list(by_what.items())[:10])
+        waiting = "; ".join(
+            f"rank{'s' if len(r) > 1 else ''} {_ranges(tuple(r))[:200]} in {what}"
+            for what, r in list(by_what.items())[:10]
+        )
         silent = report.silent
-        remedy = ("take that rank's stack while it hangs (py-spy dump --pid, or TORCH_NCCL_DUMP_ON_TIMEOUT=1 with "
-                  "TORCH_FR_BUFFER_SIZE set, then `ds-doctor triage` on the dump directory)")
+        remedy = (
+            "take that rank's stack while it hangs (py-spy dump --pid, or TORCH_NCCL_DUMP_ON_TIMEOUT=1 with "
+            "TORCH_FR_BUFFER_SIZE set, then `ds-doctor triage` on the dump directory)"
+        )
         if len(silent) > MAX_SILENT_NAMED:
-            findings.append(Finding(
-                "missing_rank", Severity.ERROR,
-                f"{len(silent):,} ranks ({_ranges(silent)[:300]}) never reported a watchdog timeout while the others "
-                f"timed out ({waiting[:300]}): they never entered that collective", stage="watchdog",
-                expected="every rank of the group in the same collective", remedy=remedy))
+            findings.append(
+                Finding(
+                    "missing_rank",
+                    Severity.ERROR,
+                    f"{len(silent):,} ranks ({_ranges(silent)[:300]}) never reported a watchdog timeout "
+                    f"while the others "
+                    f"timed out ({waiting[:300]}): they never entered that collective",
+                    stage="watchdog",
+                    expected="every rank of the group in the same collective",
+                    remedy=remedy,
+                )
+            )
             silent = ()
         for rank in silent:
-            findings.append(Finding(
-                "missing_rank", Severity.ERROR,
-                f"rank {rank} never reported a watchdog timeout while the others timed out ({waiting}): it never "
-                "entered that collective; its own log or stack shows where it was",
-                rank=rank, stage="watchdog", expected="every rank of the group in the same collective",
-                remedy=remedy))
+            findings.append(
+                Finding(
+                    "missing_rank",
+                    Severity.ERROR,
+                    f"rank {rank} never reported a watchdog timeout while the others timed out ({waiting}): it never "
+                    "entered that collective; its own log or stack shows where it was",
+                    rank=rank,
+                    stage="watchdog",
+                    expected="every rank of the group in the same collective",
+                    remedy=remedy,
+                )
+            )
     return findings

@@ -7,7 +7,7 @@ import re
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from ds_doctor.collect.devicemap import Recorder, collect
 from ds_doctor.probe.rankoptions import RankOptions
@@ -22,7 +22,8 @@ class SkipCase(Exception):
 
 
 class ProbeContext:
-    def __init__(
+    # keyword-only: each of the rank's facts named where the worker builds it
+    def __init__(  # noqa: PLR0913
         self,
         *,
         case_id: str,
@@ -56,7 +57,9 @@ class ProbeContext:
         self.instead = False  # a reproduce case caught something other than its own issue (`showed_instead`)
         self._heartbeat = heartbeat
         self._scratch = scratch
-        self._entered: list[tuple[str, float]] = [(self.stage, time.time())]  # (stage, when) for the stage times
+        self._entered: list[tuple[str, float]] = [
+            (self.stage, time.time())
+        ]  # (stage, when) for the stage times
 
     def enter(self, stage: str) -> None:
         """Mark the stage the probe is in, so a hang is reported with it (and the time per stage is known)."""
@@ -87,10 +90,14 @@ class ProbeContext:
         """Each stage entered, with when it started (since the case did) and how long it lasted, up to now."""
         start = self._entered[0][1]
         ends = [when for _, when in self._entered[1:]] + [time.time()]
-        return tuple(StageTime(stage, round(when - start, 4), round(end - when, 4))
-                     for (stage, when), end in zip(self._entered, ends, strict=True))
+        return tuple(
+            StageTime(stage, round(when - start, 4), round(end - when, 4))
+            for (stage, when), end in zip(self._entered, ends, strict=True)
+        )
 
-    def snapshot(self, stage: str, *, module: Any = None, optimizer: Any = None, engine: Any = None) -> list[TensorRecord]:
+    def snapshot(
+        self, stage: str, *, module: Any = None, optimizer: Any = None, engine: Any = None
+    ) -> list[TensorRecord]:
         """Record the device map of what is given at `stage` (metadata only)."""
         self.enter(stage)
         records = collect(Recorder(self.rank, stage), module=module, optimizer=optimizer, engine=engine)
@@ -124,7 +131,7 @@ class ProbeContext:
         collectives decode through numpy, which a node may lack ("RuntimeError: Numpy is not available")."""
         return all_gather_json(value, self.device)
 
-    def skip(self, reason: str) -> None:
+    def skip(self, reason: str) -> NoReturn:
         raise SkipCase(reason)
 
     def require(self, *requirements: Requirement) -> None:
@@ -166,7 +173,9 @@ class ProbeContext:
 
 def _measure_name(name: str) -> str:
     if name not in MEASURES:
-        raise KeyError(f"unknown measure {name!r}; known: {', '.join(MEASURES)} (add it to ds_doctor.reports.measures.MEASURES)")
+        raise KeyError(
+            f"unknown measure {name!r}; known: {', '.join(MEASURES)} (add it to ds_doctor.reports.measures.MEASURES)"
+        )
     return name
 
 

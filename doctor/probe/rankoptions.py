@@ -65,7 +65,9 @@ class RankOptions:
         known = {field.name: field for field in dataclasses.fields(cls)}
         unknown = sorted(set(data) - set(known))
         if unknown:
-            raise RankOptionsError(f"the run options hold fields this ds-doctor does not know: {', '.join(unknown)}")
+            raise RankOptionsError(
+                f"the run options hold fields this ds-doctor does not know: {', '.join(unknown)}"
+            )
         for name, value in data.items():
             _check_type(name, value, known[name].type)
         return cls(**data)

@@ -32,8 +32,10 @@ class RegistryError(RuntimeError):
 @functools.cache
 def entry_point_probes() -> tuple[tuple[str, str], ...]:
     """The installed packages' probes; read once per process (a scan of every installed distribution)."""
-    return tuple((f"entry point {ep.name} ({ep.group})", ep.value)
-                 for ep in metadata.entry_points(group=ENTRY_POINT_GROUP))
+    return tuple(
+        (f"entry point {ep.name} ({ep.group})", ep.value)
+        for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)
+    )
 
 
 def sources() -> list[tuple[str, str]]:
@@ -54,9 +56,13 @@ def _load(origin: str, dotted: str) -> Probe:
         if attribute:
             module = getattr(module, attribute)
     except (ImportError, AttributeError) as exc:
-        raise RegistryError(f"probe {dotted!r} ({origin}) does not load: {type(exc).__name__}: {exc}") from exc
+        raise RegistryError(
+            f"probe {dotted!r} ({origin}) does not load: {type(exc).__name__}: {exc}"
+        ) from exc
     if not isinstance(getattr(module, "SPEC", None), ProbeSpec) or not callable(getattr(module, "run", None)):
-        raise RegistryError(f"{dotted!r} ({origin}) is not a probe: it needs SPEC (a ProbeSpec), variants() and run(ctx)")
+        raise RegistryError(
+            f"{dotted!r} ({origin}) is not a probe: it needs SPEC (a ProbeSpec), variants() and run(ctx)"
+        )
     return module
 
 
@@ -105,26 +111,56 @@ def variants_of(module: Probe, options: RankOptions | None = None) -> list[Varia
     return list(function(options or RankOptions()) if takes_options else function())
 
 
-def cases_of(module: Probe, node_world_size: int | None = None, across: Shape | None = None,
-             options: RankOptions | None = None) -> list[Case]:
+def cases_of(
+    module: Probe,
+    node_world_size: int | None = None,
+    across: Shape | None = None,
+    options: RankOptions | None = None,
+) -> list[Case]:
     """A probe's cases: each variant at each world size (the node's too, for `scale_to_node` probes), and in a
     multi-node run the variants it names in `across_nodes` at the whole world size, spanning every node."""
     spec: ProbeSpec = module.SPEC
     variants = variants_of(module, options)
-    cases = [Case(probe=spec.name, scenario=spec.scenario, variant=variant.name, world_size=world_size,
-                  level=variant.level, params=variant.params, reproduce=variant.reproduce)
-             for variant in variants for world_size in spec.world_sizes_for(node_world_size)]
+    cases = [
+        Case(
+            probe=spec.name,
+            scenario=spec.scenario,
+            variant=variant.name,
+            world_size=world_size,
+            level=variant.level,
+            params=variant.params,
+            reproduce=variant.reproduce,
+        )
+        for variant in variants
+        for world_size in spec.world_sizes_for(node_world_size)
+    ]
     if across is not None:
         nodes, per_node = across
-        cases += [Case(probe=spec.name, scenario=spec.scenario, variant=variant.name, world_size=nodes * per_node,
-                       level=variant.level, params=variant.params, reproduce=variant.reproduce, nodes=nodes)
-                  for variant in variants if spec.runs_across_nodes(variant.name)]
+        cases += [
+            Case(
+                probe=spec.name,
+                scenario=spec.scenario,
+                variant=variant.name,
+                world_size=nodes * per_node,
+                level=variant.level,
+                params=variant.params,
+                reproduce=variant.reproduce,
+                nodes=nodes,
+            )
+            for variant in variants
+            if spec.runs_across_nodes(variant.name)
+        ]
     return cases
 
 
-def all_cases(node_world_size: int | None = None, across: Shape | None = None,
-              options: RankOptions | None = None) -> list[Case]:
-    cases = [case for module in load_modules().values() for case in cases_of(module, node_world_size, across, options)]
+def all_cases(
+    node_world_size: int | None = None, across: Shape | None = None, options: RankOptions | None = None
+) -> list[Case]:
+    cases = [
+        case
+        for module in load_modules().values()
+        for case in cases_of(module, node_world_size, across, options)
+    ]
     ids = [case.id for case in cases]
     if len(ids) != len(set(ids)):
         raise RegistryError("duplicate case ids in the registry")
@@ -149,8 +185,16 @@ def resolve(entry: CaseEntry, options: RankOptions) -> Case:
     for variant in variants_of(module, options):
         if variant.name == entry.variant:
             spec: ProbeSpec = module.SPEC
-            return Case(probe=spec.name, scenario=spec.scenario, variant=variant.name, world_size=entry.world_size,
-                        level=variant.level, params=variant.params, reproduce=variant.reproduce, nodes=entry.nodes)
+            return Case(
+                probe=spec.name,
+                scenario=spec.scenario,
+                variant=variant.name,
+                world_size=entry.world_size,
+                level=variant.level,
+                params=variant.params,
+                reproduce=variant.reproduce,
+                nodes=entry.nodes,
+            )
     raise KeyError(f"probe {entry.probe!r} has no variant {entry.variant!r} under this launch's options")
 
 
@@ -172,7 +216,11 @@ class CaseEntry:
 
     @classmethod
     def from_dict(cls, data: Any) -> CaseEntry:
-        if not isinstance(data, dict) or not isinstance(data.get("probe"), str) or not isinstance(
-                data.get("variant"), str) or not isinstance(data.get("world_size"), int):
+        if (
+            not isinstance(data, dict)
+            or not isinstance(data.get("probe"), str)
+            or not isinstance(data.get("variant"), str)
+            or not isinstance(data.get("world_size"), int)
+        ):
             raise ValueError(f"not a case entry: {str(data)[:200]}")
         return cls(data["probe"], data["variant"], data["world_size"], int(data.get("nodes", 1)))

@@ -60,7 +60,12 @@ class ProbeSpec:
 
     def world_sizes_for(self, node_world_size: int | None) -> tuple[int, ...]:
         """The declared world sizes, plus the node's where the probe scales to it."""
-        if self.scale_to_node and node_world_size and node_world_size > 1 and node_world_size not in self.world_sizes:
+        if (
+            self.scale_to_node
+            and node_world_size
+            and node_world_size > 1
+            and node_world_size not in self.world_sizes
+        ):
             return tuple(sorted((*self.world_sizes, node_world_size)))
         return self.world_sizes
 

@@ -1,1 +1,1 @@
-"""Running cases on one node or across nodes: spec, registry, plan, torchrun launch, the rank's worker, merge, report."""
+"""Running cases on one node or across nodes: plan, torchrun launch, blame, the rank's worker, merge, report."""

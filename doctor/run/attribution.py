@@ -67,7 +67,9 @@ def victims(blamed: str | None, unfinished: Sequence[Case], across_nodes: bool) 
     return [case for case in unfinished if case.id == blamed] or list(unfinished)
 
 
-def cause(case: Case, rank: int, blamed: str | None, has_line: bool, ending: Ending, across_nodes: bool) -> Cause:
+def cause(
+    case: Case, rank: int, blamed: str | None, has_line: bool, ending: Ending, across_nodes: bool
+) -> Cause:
     """Why rank `rank` of victim `case` gets the line it does (`has_line`: its own line is already in)."""
     if across_nodes and case.id != blamed:
         return Cause.NOT_RUN
@@ -80,14 +82,19 @@ def cause(case: Case, rank: int, blamed: str | None, has_line: bool, ending: End
     return Cause.TIMED_OUT if ending.timed_out is not None else Cause.CRASHED
 
 
-def attribute(unfinished: Sequence[Case], lines: Mapping[str, Container[int]], ending: Ending,
-              across_nodes: bool) -> tuple[str | None, dict[str, dict[int, Cause]]]:
+def attribute(
+    unfinished: Sequence[Case], lines: Mapping[str, Container[int]], ending: Ending, across_nodes: bool
+) -> tuple[str | None, dict[str, dict[int, Cause]]]:
     """The culprit, and for each victim case the cause of each of its ranks (`lines`: the ranks whose line is in,
     by case id)."""
     blamed = culprit(ending, unfinished)
-    return blamed, {case.id: {rank: cause(case, rank, blamed, rank in lines.get(case.id, ()), ending, across_nodes)
-                              for rank in range(case.world_size)}
-                    for case in victims(blamed, unfinished, across_nodes)}
+    return blamed, {
+        case.id: {
+            rank: cause(case, rank, blamed, rank in lines.get(case.id, ()), ending, across_nodes)
+            for rank in range(case.world_size)
+        }
+        for case in victims(blamed, unfinished, across_nodes)
+    }
 
 
 def stage_of(case: Case, beat: Beat | None) -> str:
@@ -108,6 +115,8 @@ def remaining(pending: Sequence[Case], settled: Container[str], attempt: int, bo
     settled none, or an attempt past `bound`, is the doctor's own bug, said so instead of looping."""
     rest = [case for case in pending if case.id not in settled]
     if rest and (len(rest) == len(pending) or attempt >= bound):
-        raise RelaunchError(f"launch attempt {attempt} of at most {bound} settled none of {len(pending)} cases "
-                            f"({', '.join(case.id for case in rest[:3])}...)")
+        raise RelaunchError(
+            f"launch attempt {attempt} of at most {bound} settled none of {len(pending)} cases "
+            f"({', '.join(case.id for case in rest[:3])}...)"
+        )
     return rest

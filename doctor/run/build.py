@@ -31,10 +31,21 @@ def clean_result(result: CaseResult, *, anonymized: bool = False, host: str = ""
     return CaseResult.from_dict(anonymize(data, host) if anonymized else data)
 
 
-def build_report(*, started: dt.datetime, finished: dt.datetime, level: int, argv: tuple[str, ...],
-                 env: Mapping[str, Any], hardware: Mapping[str, Any], results: list[CaseResult],
-                 run_dir: Path | None, anonymized: bool = False, nodes: tuple[Mapping[str, Any], ...] = (),
-                 stacks: tuple[Mapping[str, Any], ...] = ()) -> Report:
+# keyword-only, each section named at the call: the one way a report is made from run data
+def build_report(  # noqa: PLR0913
+    *,
+    started: dt.datetime,
+    finished: dt.datetime,
+    level: int,
+    argv: tuple[str, ...],
+    env: Mapping[str, Any],
+    hardware: Mapping[str, Any],
+    results: list[CaseResult],
+    run_dir: Path | None,
+    anonymized: bool = False,
+    nodes: tuple[Mapping[str, Any], ...] = (),
+    stacks: tuple[Mapping[str, Any], ...] = (),
+) -> Report:
     """The one place a report is built: every string is scrubbed here (and with `anonymized`, host and user
     names, IPs and GPU UUIDs replaced), before any renderer sees it."""
     raw = {

@@ -67,33 +67,60 @@ def rendezvous_args(group: LaunchGroup, cluster: Cluster | None, attempt: int) -
     """Inside one node: a private master port on loopback. Across nodes: torchrun's c10d rendezvous at the run's
     endpoint, one rendezvous id per launch (the same on every node), joined within the join timeout."""
     if group.nodes == 1 or cluster is None:
-        return ["--nnodes=1", f"--nproc-per-node={group.world_size}", "--master-addr=127.0.0.1",
-                f"--master-port={free_port()}"]
+        return [
+            "--nnodes=1",
+            f"--nproc-per-node={group.world_size}",
+            "--master-addr=127.0.0.1",
+            f"--master-port={free_port()}",
+        ]
     timeout = int(cluster.join_timeout_s)
     local, is_host = rendezvous_options(cluster.host, cluster.port)
-    return [f"--nnodes={group.nodes}", f"--nproc-per-node={group.world_size // group.nodes}", "--rdzv-backend=c10d",
-            f"--rdzv-endpoint={cluster.endpoint}", f"--rdzv-id={cluster.launch_id(f'{group.name}-{attempt}')}",
-            f"--rdzv-conf=join_timeout={timeout},read_timeout={max(timeout, 60)}{is_host}", *local]
-
-
-def torchrun_command(group: LaunchGroup, launch_dir: Path, cluster: Cluster | None = None, attempt: int = 0) -> list[str]:
     return [
-        *module_command("torch.distributed.run"), *rendezvous_args(group, cluster, attempt),
-        "--max-restarts=0", "--monitor-interval=0.5",
-        "--no-python", *module_command("ds_doctor.run.worker"), "--launch-dir", str(launch_dir.resolve()),
-        "--backend", group.rank_backend, *(["--shared-gpu", group.share_mode] if group.shared_gpu else []),
+        f"--nnodes={group.nodes}",
+        f"--nproc-per-node={group.world_size // group.nodes}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={cluster.endpoint}",
+        f"--rdzv-id={cluster.launch_id(f'{group.name}-{attempt}')}",
+        f"--rdzv-conf=join_timeout={timeout},read_timeout={max(timeout, 60)}{is_host}",
+        *local,
     ]
 
 
-def rank_environment(options: RankOptions, cluster: Cluster | None = None, across: bool = False,
-                     launch_dir: Path | None = None) -> dict[str, str]:
+def torchrun_command(
+    group: LaunchGroup, launch_dir: Path, cluster: Cluster | None = None, attempt: int = 0
+) -> list[str]:
+    return [
+        *module_command("torch.distributed.run"),
+        *rendezvous_args(group, cluster, attempt),
+        "--max-restarts=0",
+        "--monitor-interval=0.5",
+        "--no-python",
+        *module_command("ds_doctor.run.worker"),
+        "--launch-dir",
+        str(launch_dir.resolve()),
+        "--backend",
+        group.rank_backend,
+        *(["--shared-gpu", group.share_mode] if group.shared_gpu else []),
+    ]
+
+
+def rank_environment(
+    options: RankOptions, cluster: Cluster | None = None, across: bool = False, launch_dir: Path | None = None
+) -> dict[str, str]:
     """The ranks' environment, built here alone from this process's and the run's `options` (the parent never
     assigns to its own `os.environ`): sockets on loopback unless the launch spans nodes whose rendezvous is
     elsewhere; the overlay first on the path with its own extensions folder; the collective record on."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    if not across or cluster is None or cluster.host.startswith("127.") or cluster.host in ("localhost", "::1"):
+    if (
+        not across
+        or cluster is None
+        or cluster.host.startswith("127.")
+        or cluster.host in ("localhost", "::1")
+    ):
         env.update(loopback_interfaces())
-    elif "GLOO_SOCKET_IFNAME" not in env and (where := facing(cluster.host, cluster.port)) and where.interface:
+    elif (
+        "GLOO_SOCKET_IFNAME" not in env and (where := facing(cluster.host, cluster.port)) and where.interface
+    ):
         # gloo binds where the host name resolves (loopback on many nodes): the interface facing the rendezvous
         # instead, marked as ds-doctor's choice so that consistency compares only what the user set
         env.update(GLOO_SOCKET_IFNAME=where.interface, DS_DOCTOR_CHOSE_GLOO_SOCKET_IFNAME="1")
@@ -138,7 +165,7 @@ class LineTail:
 
 def exit_codes(torchrun_log: str) -> dict[int, int]:
     """Per-rank exit codes from torchrun's failure summary."""
-    codes = {}
+    codes: dict[int, int] = {}
     for match in re.finditer(r"^\s+rank\s+:\s*(\d+).*\n\s+exitcode\s+:\s*(-?\d+)", torchrun_log, re.M):
         codes.setdefault(int(match.group(1)), int(match.group(2)))
     return codes
@@ -156,9 +183,17 @@ def signal_name(code: int | None) -> str | None:
 class Launch:
     """One torchrun process running some cases of a group."""
 
-    def __init__(self, group: LaunchGroup, cases: list[Case], launch_dir: LaunchDir, timeout_override: float | None,
-                 events: LaunchEvents, cluster: Cluster | None = None, attempt: int = 0,
-                 options: RankOptions = DEFAULTS) -> None:
+    def __init__(
+        self,
+        group: LaunchGroup,
+        cases: list[Case],
+        launch_dir: LaunchDir,
+        timeout_override: float | None,
+        events: LaunchEvents,
+        cluster: Cluster | None = None,
+        attempt: int = 0,
+        options: RankOptions = DEFAULTS,
+    ) -> None:
         self.group = group
         self.options = options
         self.run_cluster = cluster  # the run's nodes: every launch's ranks learn their node from it
@@ -170,7 +205,9 @@ class Launch:
         self.events = events
         self.lines: dict[str, dict[int, RankLine]] = {}
         self.tails = {r: LineTail(launch_dir.rank_lines(r)) for r in range(group.world_size)}
-        self.timed_out: Ending | None = None  # set when a heartbeat overran its limit and the launch was killed
+        self.timed_out: Ending | None = (
+            None  # set when a heartbeat overran its limit and the launch was killed
+        )
         self.returncode: int | None = None
         self.last_stage: dict[int, tuple[str, str]] = {}
         self.evidence: evidence.Evidence | None = None  # a timed-out launch's stacks and collectives
@@ -192,12 +229,20 @@ class Launch:
         self.dir.write_cases([c.id for c in self.cases], [CaseEntry.of(c).to_dict() for c in self.cases])
         self.options.write(self.dir.path)
         command = torchrun_command(self.group, self.dir.path, self.cluster, self.attempt)
-        self.dir.command.write_text(scrub_text(" ".join(command)) + "\n")  # the run directory goes into tickets
+        # the run directory goes into tickets
+        self.dir.command.write_text(scrub_text(" ".join(command)) + "\n")
         env = rank_environment(self.options, self.run_cluster, self.cluster is not None, self.dir.path)
         started = time.time()
         with self.dir.torchrun_log.open("wb") as log:
-            proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env=env, start_new_session=True, preexec_fn=die_with_parent)
+            proc = subprocess.Popen(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+                preexec_fn=die_with_parent,
+            )
             try:
                 while proc.poll() is None:
                     self._gather()
@@ -259,8 +304,10 @@ class Launch:
         ending = self.ending()
         blamed, causes = attribute(unfinished, self.lines, ending, self.cluster is not None)
         by_id = {case.id: case for case in unfinished}
-        return {case_id: [self._line(why, by_id[case_id], rank, blamed, ending) for rank, why in ranks.items()]
-                for case_id, ranks in causes.items()}
+        return {
+            case_id: [self._line(why, by_id[case_id], rank, blamed, ending) for rank, why in ranks.items()]
+            for case_id, ranks in causes.items()
+        }
 
     def _line(self, why: Cause, case: Case, rank: int, blamed: str | None, ending: Ending) -> RankLine:
         """The line a cause gives, with the evidence this launch holds (logs, exit codes, stacks)."""
@@ -279,13 +326,28 @@ class Launch:
         code = exit_codes(self.dir.torchrun_log.read_text(errors="replace")).get(rank, self.returncode)
         sig = signal_name(code)
         how = f"killed by {sig}" if sig else f"exited with code {code}"
-        return RankLine(case.id, rank, case.world_size, Outcome.ERROR, f"rank {rank} {how} in stage {stage!r}", stage,
-                        exit_code=code, signal=sig, stderr_tail=tail or log_tail(self.dir.torchrun_log))
+        return RankLine(
+            case.id,
+            rank,
+            case.world_size,
+            Outcome.ERROR,
+            f"rank {rank} {how} in stage {stage!r}",
+            stage,
+            exit_code=code,
+            signal=sig,
+            stderr_tail=tail or log_tail(self.dir.torchrun_log),
+        )
 
     def _not_run(self, case: Case, rank: int, culprit: str | None) -> RankLine:
-        return RankLine(case.id, rank, case.world_size, Outcome.ERROR,
-                        f"not run: the launch across the nodes ended in {culprit}; ds-doctor does not relaunch across "
-                        "nodes (every node would have to agree on what is left)", "not started")
+        return RankLine(
+            case.id,
+            rank,
+            case.world_size,
+            Outcome.ERROR,
+            f"not run: the launch across the nodes ended in {culprit}; ds-doctor does not relaunch across "
+            "nodes (every node would have to agree on what is left)",
+            "not started",
+        )
 
     def _timed_out_line(self, case: Case, rank: int, stage: str, tail: str) -> RankLine:
         """A rank of the hung case: where it was, and what the evidence taken before the kill says."""
@@ -296,49 +358,90 @@ class Launch:
         # what is about no rank in particular (the evidence's summary, its general findings) goes on the first line
         # built here: a rank that finished the case has its own line already, and would take it nowhere
         finished, beats = self.lines.get(case.id, {}), self.timed_out.beats if self.timed_out else {}
-        first = min((r for r in range(case.world_size) if r not in finished and (self.cluster is None or r in beats)),
-                    default=rank)
+        first = min(
+            (r for r in range(case.world_size) if r not in finished and (self.cluster is None or r in beats)),
+            default=rank,
+        )
         findings = tuple(found.findings_of(rank, first))
         if found.findings:
             reason += f": {found.findings[0].message}"
-        return RankLine(case.id, rank, case.world_size, Outcome.TIMEOUT, reason[:2000], stage, duration_s=limit,
-                        stderr_tail=tail,
-                        findings=findings, stacks=found.stacks.get(rank, ()),
-                        collectives=found.positions.get(rank, ()), native_stack=found.native.get(rank),
-                        notes={"forensics": found.summary()} if rank == first and self.evidence else {})
+        return RankLine(
+            case.id,
+            rank,
+            case.world_size,
+            Outcome.TIMEOUT,
+            reason[:2000],
+            stage,
+            duration_s=limit,
+            stderr_tail=tail,
+            findings=findings,
+            stacks=found.stacks.get(rank, ()),
+            collectives=found.positions.get(rank, ()),
+            native_stack=found.native.get(rank),
+            notes={"forensics": found.summary()} if rank == first and self.evidence else {},
+        )
 
     def _never_gathered(self, case: Case, rank: int) -> RankLine:
         """No rank of this node ever started: torchrun's rendezvous did not gather every node in time."""
         assert self.cluster is not None
-        return RankLine(case.id, rank, case.world_size, Outcome.ERROR,
-                        f"the launch across the nodes never started: torchrun's rendezvous at {self.cluster.endpoint} "
-                        f"did not gather all {self.group.nodes} nodes within --join-timeout "
-                        f"{self.cluster.join_timeout_s:g} s (a node stopped, or is still busy with its own cases)",
-                        "rendezvous", exit_code=self.returncode, stderr_tail=log_tail(self.dir.torchrun_log))
+        return RankLine(
+            case.id,
+            rank,
+            case.world_size,
+            Outcome.ERROR,
+            f"the launch across the nodes never started: torchrun's rendezvous at {self.cluster.endpoint} "
+            f"did not gather all {self.group.nodes} nodes within --join-timeout "
+            f"{self.cluster.join_timeout_s:g} s (a node stopped, or is still busy with its own cases)",
+            "rendezvous",
+            exit_code=self.returncode,
+            stderr_tail=log_tail(self.dir.torchrun_log),
+        )
 
     def _remote_line(self, case: Case, rank: int) -> RankLine:
         """A rank on another node that never reported this case: name its node and the last case it finished."""
         where = self.dir.read_ranks().get(rank)
-        node = f"node {where['node']} ({where['host']})" if where else "another node (it never reported where)"
+        node = (
+            f"node {where['node']} ({where['host']})" if where else "another node (it never reported where)"
+        )
         finished = [c.id for c in self.cases if rank in self.lines.get(c.id, {})]
         seen = f"; it last finished {finished[-1]}" if finished else "; it finished no case of this launch"
         outcome = Outcome.TIMEOUT if self.timed_out else Outcome.ERROR
-        return RankLine(case.id, rank, case.world_size, outcome, f"rank {rank} on {node} stopped answering during "
-                        f"this launch and never reported {case.id}{seen}", "not seen on this node",
-                        node=where["node"] if where else None)
+        return RankLine(
+            case.id,
+            rank,
+            case.world_size,
+            outcome,
+            f"rank {rank} on {node} stopped answering during this launch and never reported {case.id}{seen}",
+            "not seen on this node",
+            node=where["node"] if where else None,
+        )
 
 
-def run_group(group: LaunchGroup, run_dir: RunDir, *, timeout_override: float | None,
-              events: LaunchEvents = LaunchEvents(), cluster: Cluster | None = None,
-              options: RankOptions = DEFAULTS) -> dict[str, list[RankLine]]:
+def run_group(
+    group: LaunchGroup,
+    run_dir: RunDir,
+    *,
+    timeout_override: float | None,
+    events: LaunchEvents = LaunchEvents(),
+    cluster: Cluster | None = None,
+    options: RankOptions = DEFAULTS,
+) -> dict[str, list[RankLine]]:
     """Run every case of a group, relaunching after a timeout or crash inside one node; per-rank lines by case id."""
     pending = list(group.cases)
     results: dict[str, list[RankLine]] = {}
     attempt = 0
     bound = len(pending)  # each attempt settles at least one case (ds_doctor.run.attribution.remaining)
     while pending:
-        launch = Launch(group, pending, run_dir.launch(group.name, group.device_kind, attempt), timeout_override,
-                        events, cluster, attempt, options)
+        launch = Launch(
+            group,
+            pending,
+            run_dir.launch(group.name, group.device_kind, attempt),
+            timeout_override,
+            events,
+            cluster,
+            attempt,
+            options,
+        )
         launch.run()
         launch.dir.scrub_logs()
         for case in pending:

@@ -11,17 +11,31 @@ from ds_doctor.rundir import PlannedCase, RankLine
 
 
 def rank_summary(line: RankLine) -> RankSummary:
-    return RankSummary(rank=line.rank, outcome=line.outcome.value, stage=line.stage, reason=line.reason,
-                       exit_code=line.exit_code, signal=line.signal, stderr_tail=line.stderr_tail,
-                       traceback=line.error.traceback if line.error else None, node=line.node,
-                       stacks=line.stacks, collectives=line.collectives, stages=line.stages,
-                       native_stack=line.native_stack)
+    return RankSummary(
+        rank=line.rank,
+        outcome=line.outcome.value,
+        stage=line.stage,
+        reason=line.reason,
+        exit_code=line.exit_code,
+        signal=line.signal,
+        stderr_tail=line.stderr_tail,
+        traceback=line.error.traceback if line.error else None,
+        node=line.node,
+        stacks=line.stacks,
+        collectives=line.collectives,
+        stages=line.stages,
+        native_stack=line.native_stack,
+    )
 
 
 def error_text(lines: list[RankLine]) -> str:
     """Everything the classifier may match: reasons, tracebacks, stderr tails of every rank."""
-    parts = [part for line in lines
-             for part in (line.reason, line.error.traceback if line.error else None, line.stderr_tail) if part]
+    parts = [
+        part
+        for line in lines
+        for part in (line.reason, line.error.traceback if line.error else None, line.stderr_tail)
+        if part
+    ]
     return "\n".join(parts)
 
 
@@ -34,8 +48,14 @@ def named_issue(lines: list[RankLine]) -> tuple[str, bool] | None:
     return (shown or named)[0].known_issue or "", bool(shown)
 
 
-def known_issue_for(planned: PlannedCase, outcome: Outcome, findings: list[Finding], text: str,
-                    versions: Mapping[str, str | None], named: tuple[str, bool] | None = None) -> IssueRef | None:
+def known_issue_for(
+    planned: PlannedCase,
+    outcome: Outcome,
+    findings: list[Finding],
+    text: str,
+    versions: Mapping[str, str | None],
+    named: tuple[str, bool] | None = None,
+) -> IssueRef | None:
     """An error matched against every known issue; else the issue the probe named for the case, or
     the family's own issue, with its verdict.
 
@@ -78,22 +98,46 @@ def _first_of_each(dicts: list[dict]) -> dict:
 def merge_case(planned: PlannedCase, lines: list[RankLine], versions: Mapping[str, str | None]) -> CaseResult:
     lines = sorted(lines, key=lambda line: line.rank)
     outcome = worst([line.outcome for line in lines])
-    findings = [f for line in lines for f in line.findings] + stragglers({line.rank: line.stages for line in lines})
+    findings = [f for line in lines for f in line.findings] + stragglers(
+        {line.rank: line.stages for line in lines}
+    )
     reason = next((line.reason for line in lines if line.outcome == outcome and line.reason), None)
     return CaseResult(
-        probe=planned.probe, case=planned.case, scenario=planned.scenario, level=planned.level,
-        world_size=planned.world_size, device_kind=planned.device_kind, outcome=outcome,
-        duration_s=max((line.duration_s for line in lines), default=0.0), reason=reason,
-        known_issue=known_issue_for(planned, outcome, findings, error_text(lines), versions, named_issue(lines)),
-        findings=tuple(findings), device_map=tuple(r for line in lines for r in line.device_map),
-        ranks=tuple(rank_summary(line) for line in lines), notes=_first_of_each([line.notes for line in lines]),
+        probe=planned.probe,
+        case=planned.case,
+        scenario=planned.scenario,
+        level=planned.level,
+        world_size=planned.world_size,
+        device_kind=planned.device_kind,
+        outcome=outcome,
+        duration_s=max((line.duration_s for line in lines), default=0.0),
+        reason=reason,
+        known_issue=known_issue_for(
+            planned, outcome, findings, error_text(lines), versions, named_issue(lines)
+        ),
+        findings=tuple(findings),
+        device_map=tuple(r for line in lines for r in line.device_map),
+        ranks=tuple(rank_summary(line) for line in lines),
+        notes=_first_of_each([line.notes for line in lines]),
         measures=_first_of_each([line.measures for line in lines]),
-        series=next((line.series for line in lines if line.series), ()), node=planned.node, nodes=planned.nodes,
+        series=next((line.series for line in lines if line.series), ()),
+        node=planned.node,
+        nodes=planned.nodes,
         shared_gpu=planned.shared_gpu,
     )
 
 
 def skipped_case(planned: PlannedCase) -> CaseResult:
-    return CaseResult(probe=planned.probe, case=planned.case, scenario=planned.scenario, level=planned.level,
-                      world_size=planned.world_size, device_kind=planned.device_kind, outcome=Outcome.SKIP,
-                      duration_s=0.0, reason=planned.skip_reason, node=planned.node, nodes=planned.nodes)
+    return CaseResult(
+        probe=planned.probe,
+        case=planned.case,
+        scenario=planned.scenario,
+        level=planned.level,
+        world_size=planned.world_size,
+        device_kind=planned.device_kind,
+        outcome=Outcome.SKIP,
+        duration_s=0.0,
+        reason=planned.skip_reason,
+        node=planned.node,
+        nodes=planned.nodes,
+    )

@@ -27,7 +27,15 @@ from ds_doctor.redact import scrub
 from ds_doctor.reports.records import FAILING, CaseResult, Outcome, Report
 from ds_doctor.run.build import build_report, utc_now, write_reports
 from ds_doctor.run.launch import rank_environment
-from ds_doctor.run.pipeline import RunOptions, RunPlan, RunReporter, SilentReporter, launch, make_plan, write_manifest
+from ds_doctor.run.pipeline import (
+    RunOptions,
+    RunPlan,
+    RunReporter,
+    SilentReporter,
+    launch,
+    make_plan,
+    write_manifest,
+)
 from ds_doctor.run.plan import node_checks
 from ds_doctor.rundir import RunDir
 
@@ -44,8 +52,13 @@ def plan_hash(options: RunOptions, run_plan: RunPlan) -> str:
     """What every node must agree on: the options that choose cases and the launches across the nodes (the cases
     inside one node may differ with its GPUs and packages)."""
     across = [(g.name, g.backend, [c.id for c in g.cases]) for g in run_plan.groups if g.nodes > 1]
-    inputs = {"level": options.level, "keyword": options.keyword, "nproc": options.nproc,
-              "timeout": options.timeout_s, "across": across}
+    inputs = {
+        "level": options.level,
+        "keyword": options.keyword,
+        "nproc": options.nproc,
+        "timeout": options.timeout_s,
+        "across": across,
+    }
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -59,8 +72,10 @@ def disagreement(nodes: dict[int, dict[str, Any]]) -> str | None:
         if said["version"] != reference["version"]:
             what.append(f"ds-doctor {said['version']} (node {first} has {reference['version']})")
         if said["plan_hash"] != reference["plan_hash"]:
-            what.append(f"plan {said['plan_hash']} (node {first} has {reference['plan_hash']}: "
-                        "other -k, --level, --nproc or --timeout?)")
+            what.append(
+                f"plan {said['plan_hash']} (node {first} has {reference['plan_hash']}: "
+                "other -k, --level, --nproc or --timeout?)"
+            )
         if what:
             odd.append(f"node {node} ({said['host']}): " + ", ".join(what))
     return "the nodes disagree on what to run: " + "; ".join(odd) if odd else None
@@ -68,29 +83,60 @@ def disagreement(nodes: dict[int, dict[str, Any]]) -> str | None:
 
 def cluster_result(node: int, reason: str) -> CaseResult:
     """A node that never joined or stopped answering, as a failing result naming it."""
-    return CaseResult(probe="cluster", case=f"cluster[node{node}]", scenario="smoke", level=1, world_size=1,
-                      device_kind="cpu", outcome=Outcome.ERROR, duration_s=0.0, reason=reason, node=node)
+    return CaseResult(
+        probe="cluster",
+        case=f"cluster[node{node}]",
+        scenario="smoke",
+        level=1,
+        world_size=1,
+        device_kind="cpu",
+        outcome=Outcome.ERROR,
+        duration_s=0.0,
+        reason=reason,
+        node=node,
+    )
 
 
-def handshake(cluster: Cluster, run_dir: RunDir, options: RunOptions, run_plan: RunPlan, env: dict[str, Any],
-              hardware: dict[str, Any]) -> dict[int, dict[str, Any]]:
+def handshake(
+    cluster: Cluster,
+    run_dir: RunDir,
+    options: RunOptions,
+    run_plan: RunPlan,
+    env: dict[str, Any],
+    hardware: dict[str, Any],
+) -> dict[int, dict[str, Any]]:
     """Every node that joined within the join timeout, with its environment and hardware; a disagreement raises."""
-    payload = {"node": cluster.node_rank, "host": hardware["host"], "version": ds_doctor.__version__,
-               "plan_hash": plan_hash(options, run_plan), "env": scrub(env), "hardware": scrub(hardware)}
-    nodes = exchange(cluster, run_dir, "handshake", payload, cluster.join_timeout_s,
-                     rank_environment(options.rank, cluster, across=True))
+    payload = {
+        "node": cluster.node_rank,
+        "host": hardware["host"],
+        "version": ds_doctor.__version__,
+        "plan_hash": plan_hash(options, run_plan),
+        "env": scrub(env),
+        "hardware": scrub(hardware),
+    }
+    nodes = exchange(
+        cluster,
+        run_dir,
+        "handshake",
+        payload,
+        cluster.join_timeout_s,
+        rank_environment(options.rank, cluster, across=True),
+    )
     problem = disagreement(nodes)
     if problem:
         raise ClusterMismatch(problem)
     return nodes
 
 
-def closing(cluster: Cluster, run_dir: RunDir, own: list[CaseResult], wait_s: float,
-            rank_options: RankOptions) -> dict[int, list[CaseResult]]:
+def closing(
+    cluster: Cluster, run_dir: RunDir, own: list[CaseResult], wait_s: float, rank_options: RankOptions
+) -> dict[int, list[CaseResult]]:
     """Every node's own results (those inside the node, and its node checks), by node; a node gone is absent."""
     payload = [r.to_dict() for r in own]
     try:
-        nodes = exchange(cluster, run_dir, "closing", payload, wait_s, rank_environment(rank_options, cluster, across=True))
+        nodes = exchange(
+            cluster, run_dir, "closing", payload, wait_s, rank_environment(rank_options, cluster, across=True)
+        )
     except ExchangeError:
         nodes = {cluster.node_rank: payload}
     return {node: [CaseResult.from_dict(r) for r in results] for node, results in nodes.items()}
@@ -120,36 +166,75 @@ def run(options: RunOptions, reporter: RunReporter | None = None) -> tuple[Repor
     nodes = handshake(cluster, run_dir, options, run_plan, env, hardware)
     missing = [n for n in range(cluster.nnodes) if n not in nodes]
     if missing:  # no launch across the nodes can happen: say who never came
-        joined = [cluster_result(n, f"node {n} did not join within --join-timeout {cluster.join_timeout_s:g} s "
-                                 f"(the rendezvous at {cluster.endpoint}); nothing ran") for n in missing]
+        joined = [
+            cluster_result(
+                n,
+                f"node {n} did not join within --join-timeout {cluster.join_timeout_s:g} s "
+                f"(the rendezvous at {cluster.endpoint}); nothing ran",
+            )
+            for n in missing
+        ]
         return _finish(options, run_dir, started, env, hardware, nodes, joined, {})
-    reporter.planned(len(run_plan.planned), run_plan.hardware.device_kind if run_plan.hardware else "-",
-                     run_plan.nproc, len(run_plan.skips))
+    reporter.planned(
+        len(run_plan.planned),
+        run_plan.hardware.device_kind if run_plan.hardware else "-",
+        run_plan.nproc,
+        len(run_plan.skips),
+    )
     results = launch(run_plan, run_dir, env["packages"], options, reporter, hardware["host"])
     own = node_checks(env, hardware, options.keyword) + [r for r in results if r.nodes == 1]
     across = [r for r in results if r.nodes > 1]
     failed = any(r.outcome in FAILING for r in across)
-    everyone = closing(cluster, run_dir, _stamped(own, cluster.node_rank),
-                       min(CLOSING_AFTER_FAILURE_S, cluster.join_timeout_s) if failed else cluster.join_timeout_s,
-                       options.rank)
-    gone = [cluster_result(n, f"node {n} ({nodes[n]['host']}) did not answer the closing exchange: "
-                           "its results are missing from this report (did it stop, or get killed?)")
-            for n in sorted(nodes) if n not in everyone]
+    everyone = closing(
+        cluster,
+        run_dir,
+        _stamped(own, cluster.node_rank),
+        min(CLOSING_AFTER_FAILURE_S, cluster.join_timeout_s) if failed else cluster.join_timeout_s,
+        options.rank,
+    )
+    gone = [
+        cluster_result(
+            n,
+            f"node {n} ({nodes[n]['host']}) did not answer the closing exchange: "
+            "its results are missing from this report (did it stop, or get killed?)",
+        )
+        for n in sorted(nodes)
+        if n not in everyone
+    ]
     return _finish(options, run_dir, started, env, hardware, nodes, gone + across, everyone)
 
 
-def _finish(options: RunOptions, run_dir: RunDir, started: Any, env: dict[str, Any], hardware: dict[str, Any],
-            nodes: dict[int, dict[str, Any]], results: list[CaseResult],
-            everyone: dict[int, list[CaseResult]]) -> tuple[Report, dict[str, Path]]:
+def _finish(
+    options: RunOptions,
+    run_dir: RunDir,
+    started: Any,
+    env: dict[str, Any],
+    hardware: dict[str, Any],
+    nodes: dict[int, dict[str, Any]],
+    results: list[CaseResult],
+    everyone: dict[int, list[CaseResult]],
+) -> tuple[Report, dict[str, Path]]:
     """The one report of every node's results, written by node 0 (or the lowest node left); the others write
     nothing."""
     cluster = options.cluster
     assert cluster is not None
     by_node = [r for node in sorted(everyone) for r in everyone[node]]
-    sections = tuple({"node": n, "host": said["host"], "env": said["env"], "hardware": said["hardware"]}
-                     for n, said in sorted(nodes.items()))
-    report = build_report(started=started, finished=utc_now(), level=options.level, argv=options.argv, env=env,
-                          hardware=hardware, results=by_node + results, run_dir=run_dir.path,
-                          anonymized=options.anonymized,
-                          nodes=sections)
-    return report, write_reports(report, options.out_dir) if report_writer(report) == cluster.node_rank else {}
+    sections = tuple(
+        {"node": n, "host": said["host"], "env": said["env"], "hardware": said["hardware"]}
+        for n, said in sorted(nodes.items())
+    )
+    report = build_report(
+        started=started,
+        finished=utc_now(),
+        level=options.level,
+        argv=options.argv,
+        env=env,
+        hardware=hardware,
+        results=by_node + results,
+        run_dir=run_dir.path,
+        anonymized=options.anonymized,
+        nodes=sections,
+    )
+    return report, write_reports(report, options.out_dir) if report_writer(
+        report
+    ) == cluster.node_rank else {}

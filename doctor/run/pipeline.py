@@ -46,7 +46,9 @@ class RunOptions:
     argv: tuple[str, ...] = ()
     anonymized: bool = False
     cluster: Cluster | None = None  # a multi-node run: this node's place in it
-    overlays: tuple[Overlay, ...] = ()  # `--with`: the stacks the selected cases run on again, after the installed one
+    overlays: tuple[
+        Overlay, ...
+    ] = ()  # `--with`: the stacks the selected cases run on again, after the installed one
     rank: RankOptions = DEFAULTS  # what every rank needs (the user's configs and model, thresholds, ...)
 
 
@@ -78,7 +80,9 @@ class RunPlan:
     groups: tuple[LaunchGroup, ...]
     planned: tuple[PlannedCase, ...]  # the cases the groups run, in launch order
     skips: tuple[PlannedCase, ...]  # with their reasons
-    selected: tuple[str, ...] = ()  # every case id, in the order the selection listed them (the report's order)
+    selected: tuple[
+        str, ...
+    ] = ()  # every case id, in the order the selection listed them (the report's order)
 
     @property
     def empty(self) -> bool:
@@ -94,12 +98,28 @@ def select(options: RunOptions, hardware: Hardware, nproc: int) -> list[Case]:
     return selected if options.level >= 2 else [c for c in selected if c.nodes > 1]
 
 
-def planned_case(case: Case, device_kind: str, skip_reason: str | None = None, node: int | None = None,
-                 shared_gpu: str | None = None) -> PlannedCase:
-    return PlannedCase(case=case.id, probe=case.probe, scenario=case.scenario, variant=case.variant,
-                       world_size=case.world_size, level=case.level, reproduce=case.reproduce, device_kind=device_kind,
-                       known_issues=registry.get(case.probe).SPEC.known_issues, skip_reason=skip_reason,
-                       nodes=case.nodes, node=node if case.nodes == 1 else None, shared_gpu=shared_gpu)
+def planned_case(
+    case: Case,
+    device_kind: str,
+    skip_reason: str | None = None,
+    node: int | None = None,
+    shared_gpu: str | None = None,
+) -> PlannedCase:
+    return PlannedCase(
+        case=case.id,
+        probe=case.probe,
+        scenario=case.scenario,
+        variant=case.variant,
+        world_size=case.world_size,
+        level=case.level,
+        reproduce=case.reproduce,
+        device_kind=device_kind,
+        known_issues=registry.get(case.probe).SPEC.known_issues,
+        skip_reason=skip_reason,
+        nodes=case.nodes,
+        node=node if case.nodes == 1 else None,
+        shared_gpu=shared_gpu,
+    )
 
 
 def make_plan(options: RunOptions, hardware: Hardware | None = None) -> RunPlan:
@@ -111,14 +131,29 @@ def make_plan(options: RunOptions, hardware: Hardware | None = None) -> RunPlan:
     cases = select(options, hardware, nproc)
     groups, skips = plan(cases, hardware, nproc, options.rank.shared_gpu)
     node = options.cluster.node_rank if options.cluster else None
-    return RunPlan(hardware, nproc, tuple(groups),
-                   tuple(planned_case(c, g.device_kind, node=node, shared_gpu=g.shared_gpu) for g in groups
-                         for c in g.cases),
-                   tuple(planned_case(s.case, s.device_kind, s.reason, node) for s in skips), tuple(c.id for c in cases))
+    return RunPlan(
+        hardware,
+        nproc,
+        tuple(groups),
+        tuple(
+            planned_case(c, g.device_kind, node=node, shared_gpu=g.shared_gpu)
+            for g in groups
+            for c in g.cases
+        ),
+        tuple(planned_case(s.case, s.device_kind, s.reason, node) for s in skips),
+        tuple(c.id for c in cases),
+    )
 
 
-def launch(run_plan: RunPlan, run_dir: RunDir, versions: dict[str, str | None], options: RunOptions,
-           reporter: RunReporter, host: str = "", stack: str | None = None) -> list[CaseResult]:
+def launch(
+    run_plan: RunPlan,
+    run_dir: RunDir,
+    versions: dict[str, str | None],
+    options: RunOptions,
+    reporter: RunReporter,
+    host: str = "",
+    stack: str | None = None,
+) -> list[CaseResult]:
     """Run every launch group; each case is merged and reported (scrubbed, as the report will hold it) the
     moment its last rank line is in. `stack`: the overlay the ranks import first (in `options.rank`), named on
     each result."""
@@ -131,13 +166,26 @@ def launch(run_plan: RunPlan, run_dir: RunDir, versions: dict[str, str | None], 
 
     events = LaunchEvents(stage=reporter.stage, case_done=case_done)
     for group in run_plan.groups:
-        run_group(group, run_dir, timeout_override=options.timeout_s, events=events, cluster=options.cluster,
-                  options=options.rank)
+        run_group(
+            group,
+            run_dir,
+            timeout_override=options.timeout_s,
+            events=events,
+            cluster=options.cluster,
+            options=options.rank,
+        )
     return [merged[case_id] for case_id in run_plan.selected]
 
 
-def on_overlay(overlay: Overlay, run_plan: RunPlan, run_dir: RunDir, versions: dict[str, str | None],
-               options: RunOptions, reporter: RunReporter, host: str) -> list[CaseResult]:
+def on_overlay(
+    overlay: Overlay,
+    run_plan: RunPlan,
+    run_dir: RunDir,
+    versions: dict[str, str | None],
+    options: RunOptions,
+    reporter: RunReporter,
+    host: str,
+) -> list[CaseResult]:
     """The selected cases again, their ranks importing the overlay first (launches in `stack-<name>/` of the run
     directory); known issues judged on the overlay's versions."""
     stack_dir = run_dir.stack(overlay.name)
@@ -146,22 +194,41 @@ def on_overlay(overlay: Overlay, run_plan: RunPlan, run_dir: RunDir, versions: d
     return launch(run_plan, stack_dir, {**versions, **overlay.packages}, on_it, reporter, host, overlay.name)
 
 
-def stacks_section(versions: dict[str, str | None], overlays: tuple[Overlay, ...]) -> tuple[dict[str, Any], ...]:
+def stacks_section(
+    versions: dict[str, str | None], overlays: tuple[Overlay, ...]
+) -> tuple[dict[str, Any], ...]:
     """The report's `stacks`: the installed stack's versions of what any overlay holds, then each overlay."""
     if not overlays:
         return ()
     names = sorted({name for overlay in overlays for name in overlay.packages})
     here = {n: versions.get(n) or installed(n) for n in names}
-    return ({"name": "installed", "with": [], "packages": here, "path": None},
-            *(overlay.to_dict() for overlay in overlays))
+    return (
+        {"name": "installed", "with": [], "packages": here, "path": None},
+        *(overlay.to_dict() for overlay in overlays),
+    )
 
 
-def write_manifest(run_dir: RunDir, run_plan: RunPlan, options: RunOptions, started: dt.datetime,
-                   env: dict[str, Any], hardware: dict[str, Any]) -> None:
-    run_dir.write_manifest(Manifest(started_at=format_time(started), level=options.level, argv=options.argv,
-                                    keyword=options.keyword, env=scrub(env), hardware=scrub(hardware),
-                                    planned=run_plan.planned, skips=run_plan.skips,
-                                    stacks=stacks_section(env["packages"], options.overlays)))
+def write_manifest(
+    run_dir: RunDir,
+    run_plan: RunPlan,
+    options: RunOptions,
+    started: dt.datetime,
+    env: dict[str, Any],
+    hardware: dict[str, Any],
+) -> None:
+    run_dir.write_manifest(
+        Manifest(
+            started_at=format_time(started),
+            level=options.level,
+            argv=options.argv,
+            keyword=options.keyword,
+            env=scrub(env),
+            hardware=scrub(hardware),
+            planned=run_plan.planned,
+            skips=run_plan.skips,
+            stacks=stacks_section(env["packages"], options.overlays),
+        )
+    )
 
 
 def run(options: RunOptions, reporter: RunReporter | None = None) -> tuple[Report, dict[str, Path]]:
@@ -172,17 +239,32 @@ def run(options: RunOptions, reporter: RunReporter | None = None) -> tuple[Repor
     options.out_dir.mkdir(parents=True, exist_ok=True)
     env, hardware = collect_environment()
     run_plan = make_plan(options)
-    reporter.planned(len(run_plan.planned), run_plan.hardware.device_kind if run_plan.hardware else "-",
-                     run_plan.nproc, len(run_plan.skips))
+    reporter.planned(
+        len(run_plan.planned),
+        run_plan.hardware.device_kind if run_plan.hardware else "-",
+        run_plan.nproc,
+        len(run_plan.skips),
+    )
     run_dir, results = None, []
     if not run_plan.empty:
         run_dir = RunDir.create(options.out_dir, hardware["host"], started, os.getpid())
         write_manifest(run_dir, run_plan, options, started, env, hardware)
         results = launch(run_plan, run_dir, env["packages"], options, reporter, hardware["host"])
         for overlay in options.overlays:
-            results += on_overlay(overlay, run_plan, run_dir, env["packages"], options, reporter, hardware["host"])
+            results += on_overlay(
+                overlay, run_plan, run_dir, env["packages"], options, reporter, hardware["host"]
+            )
     results = node_checks(env, hardware, options.keyword) + results
-    report = build_report(started=started, finished=utc_now(), level=options.level, argv=options.argv, env=env,
-                          hardware=hardware, results=results, run_dir=run_dir.path if run_dir else None,
-                          anonymized=options.anonymized, stacks=stacks_section(env["packages"], options.overlays))
+    report = build_report(
+        started=started,
+        finished=utc_now(),
+        level=options.level,
+        argv=options.argv,
+        env=env,
+        hardware=hardware,
+        results=results,
+        run_dir=run_dir.path if run_dir else None,
+        anonymized=options.anonymized,
+        stacks=stacks_section(env["packages"], options.overlays),
+    )
     return report, write_reports(report, options.out_dir)

@@ -66,7 +66,9 @@ class _KeywordParser:
         self.pos += 1
         return self.tokens[self.pos - 1]
 
-    def _chain(self, word: str, operand: Callable[[], Matcher], combine: Callable[[Iterable[bool]], bool]) -> Matcher:
+    def _chain(
+        self, word: str, operand: Callable[[], Matcher], combine: Callable[[Iterable[bool]], bool]
+    ) -> Matcher:
         """`operand (word operand)*`, evaluated as one flat any/all: a long `a or a or ...` adds no call depth."""
         operands = [operand()]
         while self._peek() == word:
@@ -100,7 +102,9 @@ class _KeywordParser:
     def _nested(self, parse: Callable[[], Matcher]) -> Matcher:
         """One level deeper (a `(` or a `not`), refused past MAX_KEYWORD_DEPTH."""
         if self.depth >= MAX_KEYWORD_DEPTH:
-            raise KeywordError(f"-k expression nests deeper than {MAX_KEYWORD_DEPTH} levels of parentheses and 'not'")
+            raise KeywordError(
+                f"-k expression nests deeper than {MAX_KEYWORD_DEPTH} levels of parentheses and 'not'"
+            )
         self.depth += 1
         try:
             return parse()
@@ -122,7 +126,9 @@ def select_cases(cases: Iterable[Case], *, level: int, keyword: str | None) -> l
 def node_checks(env: Mapping[str, Any], hardware: Mapping[str, Any], keyword: str | None) -> list[CaseResult]:
     """The node's own results at every level (environment rules, GPU health), filtered by `-k` like every case."""
     matcher = keyword_matcher(keyword)
-    results = environment_results(env) + health_results(hardware.get("gpus") or [], hardware.get("gpus_reason"))
+    results = environment_results(env) + health_results(
+        hardware.get("gpus") or [], hardware.get("gpus_reason")
+    )
     return [r for r in results if matcher(r.case)]
 
 
@@ -230,8 +236,9 @@ def _skip_reason(case: Case, spec: ProbeSpec, hardware: Hardware, nproc: int) ->
     return None
 
 
-def plan(cases: Iterable[Case], hardware: Hardware, nproc: int,
-         share_mode: str = "nccl-hostid") -> tuple[list[LaunchGroup], list[Skip]]:
+def plan(
+    cases: Iterable[Case], hardware: Hardware, nproc: int, share_mode: str = "nccl-hostid"
+) -> tuple[list[LaunchGroup], list[Skip]]:
     """Group runnable cases by world size (and nodes); everything else becomes a skip with its reason. Launches
     inside the node come first, then those across the nodes, in the registry's order within each."""
     specs = {spec.name: spec for spec in registry.specs()}
@@ -243,9 +250,18 @@ def plan(cases: Iterable[Case], hardware: Hardware, nproc: int,
             skips.append(Skip(case, hardware.device_kind, reason))
         else:
             runnable.setdefault((case.nodes, case.world_size), []).append(case)
-    groups = [LaunchGroup(ws, hardware.device_kind, hardware.backend, tuple(group), nodes,
-                          shared_gpu(hardware, ws // nodes, share_mode), share_mode)
-              for (nodes, ws), group in sorted(runnable.items())]
+    groups = [
+        LaunchGroup(
+            ws,
+            hardware.device_kind,
+            hardware.backend,
+            tuple(group),
+            nodes,
+            shared_gpu(hardware, ws // nodes, share_mode),
+            share_mode,
+        )
+        for (nodes, ws), group in sorted(runnable.items())
+    ]
     return groups, skips
 
 

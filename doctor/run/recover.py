@@ -55,17 +55,29 @@ def _read_json(path: Path) -> Any:
 
 
 def _check_manifest(data: dict[str, Any], path: Path) -> None:
-    shapes = {"env": dict, "hardware": dict, "planned": list, "skips": list, "argv": list, "started_at": str,
-              "stacks": list}
+    shapes = {
+        "env": dict,
+        "hardware": dict,
+        "planned": list,
+        "skips": list,
+        "argv": list,
+        "started_at": str,
+        "stacks": list,
+    }
     for key, kind in shapes.items():
         if key in data and not isinstance(data[key], kind):
-            raise InputError(f"{path}: {key} is {short(data[key])}, not a {'JSON object' if kind is dict else kind.__name__}")
+            raise InputError(
+                f"{path}: {key} is {short(data[key])}, not a {'JSON object' if kind is dict else kind.__name__}"
+            )
     if not all(isinstance(p, dict) for p in (*data.get("planned", ()), *data.get("skips", ()))):
         raise InputError(f"{path}: a planned case is not a JSON object")
     for stack in data.get("stacks", ()):
-        if not (isinstance(stack, dict) and isinstance(stack.get("name"), str)
-                and isinstance(stack.get("packages", {}), dict)
-                and all(isinstance(v, (str, type(None))) for v in stack.get("packages", {}).values())):
+        if not (
+            isinstance(stack, dict)
+            and isinstance(stack.get("name"), str)
+            and isinstance(stack.get("packages", {}), dict)
+            and all(isinstance(v, (str, type(None))) for v in stack.get("packages", {}).values())
+        ):
             raise InputError(f"{path}: a stack is {short(stack)}, not a name and its package versions")
     try:
         if "started_at" in data:
@@ -89,11 +101,17 @@ def load_manifest(run_dir: RunDir) -> Manifest:
     try:
         manifest = Manifest.from_dict(data)
     except _CONVERSION as exc:
-        raise InputError(f"{run_dir.manifest}: a planned case is incomplete ({type(exc).__name__}: {exc})"[:300]) from None
+        raise InputError(
+            f"{run_dir.manifest}: a planned case is incomplete ({type(exc).__name__}: {exc})"[:300]
+        ) from None
     for planned in manifest.planned:
         if not isinstance(planned.world_size, int):
-            raise InputError(f"{run_dir.manifest}: {short(planned.case)} has world size {short(planned.world_size)}")
-        check_world_size(planned.world_size, f"{run_dir.manifest}: {short(planned.case)} has world size", InputError)
+            raise InputError(
+                f"{run_dir.manifest}: {short(planned.case)} has world size {short(planned.world_size)}"
+            )
+        check_world_size(
+            planned.world_size, f"{run_dir.manifest}: {short(planned.case)} has world size", InputError
+        )
     return manifest
 
 
@@ -110,17 +128,37 @@ def unfinished_case(planned: PlannedCase, lines: Mapping[int, RankLine]) -> Case
     for rank in range(planned.world_size):
         line = lines.get(rank)
         if line is None:
-            ranks.append(RankSummary(rank=rank, outcome=Outcome.ERROR.value, stage="unknown", reason=UNFINISHED))
+            ranks.append(
+                RankSummary(rank=rank, outcome=Outcome.ERROR.value, stage="unknown", reason=UNFINISHED)
+            )
         else:
-            ranks.append(RankSummary(rank=rank, outcome=line.outcome.value, stage=line.stage, reason=line.reason))
-    return CaseResult(probe=planned.probe, case=planned.case, scenario=planned.scenario, level=planned.level,
-                      world_size=planned.world_size, device_kind=planned.device_kind, outcome=Outcome.ERROR,
-                      duration_s=0.0, reason=UNFINISHED, ranks=tuple(ranks), notes={"unfinished": True},
-                      node=planned.node, nodes=planned.nodes)
+            ranks.append(
+                RankSummary(rank=rank, outcome=line.outcome.value, stage=line.stage, reason=line.reason)
+            )
+    return CaseResult(
+        probe=planned.probe,
+        case=planned.case,
+        scenario=planned.scenario,
+        level=planned.level,
+        world_size=planned.world_size,
+        device_kind=planned.device_kind,
+        outcome=Outcome.ERROR,
+        duration_s=0.0,
+        reason=UNFINISHED,
+        ranks=tuple(ranks),
+        notes={"unfinished": True},
+        node=planned.node,
+        nodes=planned.nodes,
+    )
 
 
-def stack_results(manifest: Manifest, run_dir: RunDir, versions: Mapping[str, Any], warnings: list[str],
-                  stack: str | None = None) -> list[CaseResult]:
+def stack_results(
+    manifest: Manifest,
+    run_dir: RunDir,
+    versions: Mapping[str, Any],
+    warnings: list[str],
+    stack: str | None = None,
+) -> list[CaseResult]:
     """Every planned case and skip of one stack (None: the installed one), from its rank lines, as `run` merged them
     (known issues judged on that stack's versions); a case that never finished, on a stack never reached too, is
     marked."""
@@ -129,7 +167,11 @@ def stack_results(manifest: Manifest, run_dir: RunDir, versions: Mapping[str, An
     for planned in manifest.planned:
         lines = by_case.get(planned.case, {})
         finished = len(lines) == planned.world_size
-        results.append(merge_case(planned, list(lines.values()), versions) if finished else unfinished_case(planned, lines))
+        results.append(
+            merge_case(planned, list(lines.values()), versions)
+            if finished
+            else unfinished_case(planned, lines)
+        )
     results += [skipped_case(skip) for skip in manifest.skips]
     return [dataclasses.replace(result, stack=stack) for result in results] if stack is not None else results
 
@@ -142,15 +184,30 @@ def report_from_run_dir(path: Path, *, anonymized: bool = False) -> tuple[Report
     warnings: list[str] = []
     versions = manifest.env.get("packages", {})
     results = stack_results(manifest, run_dir, versions, warnings)
-    stacks = tuple({s["name"]: s for s in manifest.stacks}.values())  # a name twice (a manifest is data) counts once
+    # a name twice (a manifest is data) counts once
+    stacks = tuple({s["name"]: s for s in manifest.stacks}.values())
     for stack in stacks:
         if stack["name"] != "installed":
-            results += stack_results(manifest, run_dir.stack(stack["name"]), {**versions, **stack.get("packages", {})},
-                                     warnings, stack["name"])
+            results += stack_results(
+                manifest,
+                run_dir.stack(stack["name"]),
+                {**versions, **stack.get("packages", {})},
+                warnings,
+                stack["name"],
+            )
     results = node_checks(manifest.env, manifest.hardware, manifest.keyword) + results  # as `run` puts them
-    report = build_report(started=parse_time(manifest.started_at), finished=run_dir.last_write(), level=manifest.level,
-                          argv=manifest.argv, env=manifest.env, hardware=manifest.hardware, results=results,
-                          run_dir=path, anonymized=anonymized, stacks=stacks)
+    report = build_report(
+        started=parse_time(manifest.started_at),
+        finished=run_dir.last_write(),
+        level=manifest.level,
+        argv=manifest.argv,
+        env=manifest.env,
+        hardware=manifest.hardware,
+        results=results,
+        run_dir=path,
+        anonymized=anonymized,
+        stacks=stacks,
+    )
     return report, warnings
 
 
@@ -167,7 +224,9 @@ def load_report_file(path: Path, *, anonymized: bool = False) -> Report:
             data = anonymize(data, str(data["hardware"].get("host") or ""))
         report = Report.from_dict(data)
     except _CONVERSION as exc:
-        raise InputError(f"{path}: not a valid ds-doctor report ({type(exc).__name__}: {exc})"[:300]) from None
+        raise InputError(
+            f"{path}: not a valid ds-doctor report ({type(exc).__name__}: {exc})"[:300]
+        ) from None
     for result in report.results:  # a world size is a count a reader may size things by
         check_world_size(result.world_size, f"{path}: {short(result.key)} has world size", InputError)
     return report

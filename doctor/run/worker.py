@@ -43,8 +43,11 @@ class Heartbeat:
         self.beat(stage)
 
     def beat(self, stage: str) -> None:
-        write_atomic(self.path, Beat(self.rank, self.case, stage, self.case_started, time.time(), os.getpid()).to_json(),
-                     fsync=False)
+        write_atomic(
+            self.path,
+            Beat(self.rank, self.case, stage, self.case_started, time.time(), os.getpid()).to_json(),
+            fsync=False,
+        )
 
 
 class LineWriter:
@@ -90,10 +93,20 @@ def run_case(module: Any, ctx: ProbeContext, reproduce: bool, log_path: Path | N
         outcome, reason = _ended(ctx, reproduce)
     except SkipCase as exc:
         outcome, reason = Outcome.SKIP, str(exc)
-    except (Exception, SystemExit) as exc:  # every exception of a case becomes its result; so does the sys.exit()
-        outcome, error = Outcome.ERROR, ErrorInfo.of(exc)  # of user code (a --model factory), which ended the rank
-        reason = error.summary[:2000] if not isinstance(exc, SystemExit) else (
-            f"the case's code called sys.exit({exc.code!r}) (a --model factory, or code it imports)")
+    except (
+        Exception,
+        SystemExit,
+    ) as exc:  # every exception of a case becomes its result; so does the sys.exit()
+        # of user code (a --model factory), which ended the rank
+        outcome, error = (
+            Outcome.ERROR,
+            ErrorInfo.of(exc),
+        )
+        reason = (
+            error.summary[:2000]
+            if not isinstance(exc, SystemExit)
+            else (f"the case's code called sys.exit({exc.code!r}) (a --model factory, or code it imports)")
+        )
         if isinstance(exc, SystemExit):  # the code the rank would have exited with, as sys.exit sets it
             exit_code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         if log_path is not None:
@@ -102,11 +115,26 @@ def run_case(module: Any, ctx: ProbeContext, reproduce: bool, log_path: Path | N
             tail = log_tail(log_path) or None
     issue, issue_shown = ctx.issue or (None, False)
     return RankLine(
-        ctx.case_id, ctx.rank, ctx.world_size, outcome, reason, ctx.stage, device=ctx.device,
-        duration_s=round(time.perf_counter() - started, 3), findings=tuple(ctx.findings),
-        device_map=tuple(ctx.records), notes=ctx.notes, measures=ctx.measures, series=tuple(ctx.series),
-        shown=tuple(ctx.shown), known_issue=issue, issue_shown=issue_shown, error=error, stderr_tail=tail,
-        exit_code=exit_code, stages=ctx.stage_times(),
+        ctx.case_id,
+        ctx.rank,
+        ctx.world_size,
+        outcome,
+        reason,
+        ctx.stage,
+        device=ctx.device,
+        duration_s=round(time.perf_counter() - started, 3),
+        findings=tuple(ctx.findings),
+        device_map=tuple(ctx.records),
+        notes=ctx.notes,
+        measures=ctx.measures,
+        series=tuple(ctx.series),
+        shown=tuple(ctx.shown),
+        known_issue=issue,
+        issue_shown=issue_shown,
+        error=error,
+        stderr_tail=tail,
+        exit_code=exit_code,
+        stages=ctx.stage_times(),
     )
 
 
@@ -129,11 +157,15 @@ class NodeShare:
     """Across nodes: every rank's line reaches every node's launch directory through torchrun's rendezvous store
     (the parent on each node reads rank<R>.jsonl for every rank), and each node learns where every rank runs."""
 
-    def __init__(self, launch: LaunchDir, rank: int, world_size: int, local_rank: int, node: int | None) -> None:
+    def __init__(
+        self, launch: LaunchDir, rank: int, world_size: int, local_rank: int, node: int | None
+    ) -> None:
         self.store = rendezvous_store(SHARE_WAIT_S)
         self.launch = launch
         self.store.set(f"rank/{rank}", json.dumps({"node": node, "host": socket.gethostname()}))
-        self.remote: list[int] = []  # the ranks whose lines this rank collects: another node's, on local rank 0
+        self.remote: list[
+            int
+        ] = []  # the ranks whose lines this rank collects: another node's, on local rank 0
         if local_rank == 0:
             self.store.wait([f"rank/{r}" for r in range(world_size)])
             ranks = {r: json.loads(self.store.get(f"rank/{r}")) for r in range(world_size)}
@@ -152,8 +184,16 @@ class NodeShare:
 
 def setup_failure_line(ctx: ProbeContext, failure: ErrorInfo) -> RankLine:
     reason = f"probe setup failed: {failure.summary}"[:2000]
-    return RankLine(ctx.case_id, ctx.rank, ctx.world_size, Outcome.ERROR, reason, "setup", device=ctx.device,
-                    error=failure)
+    return RankLine(
+        ctx.case_id,
+        ctx.rank,
+        ctx.world_size,
+        Outcome.ERROR,
+        reason,
+        "setup",
+        device=ctx.device,
+        error=failure,
+    )
 
 
 def redirect_output(log_path: Path) -> None:
@@ -187,8 +227,16 @@ def init_distributed(backend: str, local_rank: int, shared_gpu: str | None = Non
 class Worker:
     """One rank of a launch: the cases in order, each probe's setup once before its first case."""
 
-    def __init__(self, launch: LaunchDir, backend: str, rank: int, world_size: int, local_rank: int,
-                 options: RankOptions = DEFAULTS, shared_gpu: str | None = None) -> None:
+    def __init__(
+        self,
+        launch: LaunchDir,
+        backend: str,
+        rank: int,
+        world_size: int,
+        local_rank: int,
+        options: RankOptions = DEFAULTS,
+        shared_gpu: str | None = None,
+    ) -> None:
         self.launch, self.backend, self.options, self.shared_gpu = launch, backend, options, shared_gpu
         self.node = options.node_rank
         self.rank, self.world_size, self.local_rank = rank, world_size, local_rank
@@ -197,9 +245,18 @@ class Worker:
         self.device = "cpu"
 
     def context(self, case: Case) -> ProbeContext:
-        return ProbeContext(case_id=case.id, params=case.params, rank=self.rank, world_size=self.world_size,
-                            local_rank=self.local_rank, device=self.device, backend=self.backend,
-                            heartbeat=self.heartbeat.beat, scratch=self.launch.scratch, options=self.options)
+        return ProbeContext(
+            case_id=case.id,
+            params=case.params,
+            rank=self.rank,
+            world_size=self.world_size,
+            local_rank=self.local_rank,
+            device=self.device,
+            backend=self.backend,
+            heartbeat=self.heartbeat.beat,
+            scratch=self.launch.scratch,
+            options=self.options,
+        )
 
     def setup(self, case: Case, module: Any, ctx: ProbeContext) -> ErrorInfo | None:
         """The probe's one-off setup, before its first case (a failure fails each of its cases)."""
@@ -215,10 +272,13 @@ class Worker:
 
     def line_for(self, case: Case, module: Any, ctx: ProbeContext) -> RankLine:
         """The case run on this rank, or why it was not: a requirement missing here, a failed setup."""
-        missing = missing_dependency(module.SPEC.requires)  # across nodes the plan could not see this node's packages
+        # across nodes the plan could not see this node's packages
+        missing = missing_dependency(module.SPEC.requires)
         if missing:
             self.heartbeat.start_case(case.id)
-            return RankLine(case.id, self.rank, self.world_size, Outcome.SKIP, missing, "start", device=self.device)
+            return RankLine(
+                case.id, self.rank, self.world_size, Outcome.SKIP, missing, "start", device=self.device
+            )
         failure = self.setup(case, module, ctx)
         self.heartbeat.start_case(case.id)
         if failure:
@@ -229,7 +289,11 @@ class Worker:
         import torch.distributed as dist
 
         self.heartbeat.start_case(LAUNCH, "init_process_group")
-        share = NodeShare(self.launch, self.rank, self.world_size, self.local_rank, self.node) if across_nodes else None
+        share = (
+            NodeShare(self.launch, self.rank, self.world_size, self.local_rank, self.node)
+            if across_nodes
+            else None
+        )
         self.device = init_distributed(self.backend, self.local_rank, self.shared_gpu)
         writer = LineWriter(self.launch.rank_lines(self.rank))
         for entry in self.launch.read_entries():
@@ -259,8 +323,15 @@ def main(argv: list[str] | None = None) -> int:
     faulthandler.enable()  # a segfault or abort leaves the Python stack in this rank's log
     die_with_parent()  # torchrun SIGKILLed: this rank goes too
     capture.arm(launch, rank, args.backend)  # a hang's stacks and collective record, when the parent asks
-    worker = Worker(launch, args.backend, rank, world_size, int(os.environ.get("LOCAL_RANK", "0")),
-                    RankOptions.read(launch.path), args.shared_gpu)
+    worker = Worker(
+        launch,
+        args.backend,
+        rank,
+        world_size,
+        int(os.environ.get("LOCAL_RANK", "0")),
+        RankOptions.read(launch.path),
+        args.shared_gpu,
+    )
     worker.run(across_nodes=world_size > int(os.environ.get("LOCAL_WORLD_SIZE", world_size)))
     return 0
 

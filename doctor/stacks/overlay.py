@@ -34,7 +34,8 @@ CACHE_ENV = "DS_DOCTOR_STACKS"
 MARKER = "ds-doctor-overlay.json"
 PIP_TIMEOUT_S = 1800.0  # a release built from source (DeepSpeed's sdist) takes minutes
 IMPORT_TIMEOUT_S = 180.0
-NEVER_REPLACED = ("torch",)  # replaced only where named: a CUDA build is several GB, and every case depends on it
+# replaced only where named: a CUDA build is several GB, and every case depends on it
+NEVER_REPLACED = ("torch",)
 MAX_RELEASES = 16
 
 
@@ -64,8 +65,12 @@ class Overlay:
         return "+".join(r.spec for r in self.releases)
 
     def to_dict(self) -> dict[str, Any]:
-        out = {"name": self.name, "with": [r.spec for r in self.releases], "packages": dict(self.packages),
-               "path": str(self.path)}
+        out = {
+            "name": self.name,
+            "with": [r.spec for r in self.releases],
+            "packages": dict(self.packages),
+            "path": str(self.path),
+        }
         if self.ignored_pins:
             out["ignored_pins"] = list(self.ignored_pins)
         return out
@@ -87,9 +92,17 @@ def parse_release(text: str) -> Release:
     except InvalidRequirement:
         raise OverlayError(f"{said}: not a release (write PKG==VERSION, e.g. deepspeed==0.14.2)") from None
     specifiers = list(requirement.specifier)
-    if requirement.extras or requirement.marker or requirement.url or len(specifiers) != 1 \
-            or specifiers[0].operator != "==" or "*" in specifiers[0].version:
-        raise OverlayError(f"{said}: name one exact release, PKG==VERSION (no ranges, extras, markers or URLs)")
+    if (
+        requirement.extras
+        or requirement.marker
+        or requirement.url
+        or len(specifiers) != 1
+        or specifiers[0].operator != "=="
+        or "*" in specifiers[0].version
+    ):
+        raise OverlayError(
+            f"{said}: name one exact release, PKG==VERSION (no ranges, extras, markers or URLs)"
+        )
     return Release(canonical(requirement.name), specifiers[0].version)
 
 
@@ -122,8 +135,13 @@ def source_args(find_links: Path | None) -> list[str]:
 
 def _pip(args: list[str], what: str) -> subprocess.CompletedProcess[str]:
     try:
-        proc = subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True,
-                              timeout=PIP_TIMEOUT_S, env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+        proc = subprocess.run(
+            [sys.executable, "-m", "pip", *args],
+            capture_output=True,
+            text=True,
+            timeout=PIP_TIMEOUT_S,
+            env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+        )
     except subprocess.TimeoutExpired:
         raise OverlayError(f"--with {what}: pip did not finish within {PIP_TIMEOUT_S:g} s") from None
     if proc.returncode != 0:
@@ -139,7 +157,7 @@ def pip_reason(stderr: str) -> str:
     reason = (errors or lines[-1:] or ["(no output)"])[0]
     if "The conflict is caused by:" in lines:  # which requirement conflicts, not only that one does
         start = lines.index("The conflict is caused by:") + 1
-        causes = [line for line in lines[start:start + 4] if " depends on " in line or "requested" in line]
+        causes = [line for line in lines[start : start + 4] if " depends on " in line or "requested" in line]
         reason = f"{reason.rstrip('.')}: {'; '.join(causes)} (--ignore-pins installs it anyway)"
     return one_line(reason)[:400]
 
@@ -161,8 +179,18 @@ def resolve(releases: tuple[Release, ...], find_links: Path | None) -> list[tupl
 
 def pip_install_report(specs: list[str], find_links: Path | None, report: Path, what: str) -> None:
     """pip's dry-run resolution of `specs` on top of this environment, written as its JSON report to `report`."""
-    _pip(["install", "--dry-run", "--no-build-isolation", "--report", str(report),  # not quiet: pip says why
-          *source_args(find_links), *specs], what)
+    _pip(
+        [
+            "install",
+            "--dry-run",
+            "--no-build-isolation",
+            "--report",
+            str(report),  # not quiet: pip says why
+            *source_args(find_links),
+            *specs,
+        ],
+        what,
+    )
 
 
 def check_never_replaced(items: list[tuple[str, str, str]], releases: tuple[Release, ...]) -> None:
@@ -170,8 +198,10 @@ def check_never_replaced(items: list[tuple[str, str, str]], releases: tuple[Rele
     named = {r.name for r in releases}
     for name, version, _ in items:
         if name in NEVER_REPLACED and name not in named:
-            raise OverlayError(f"--with {' '.join(r.spec for r in releases)}: needs {name} {version} (installed: "
-                               f"{installed(name)}); name --with {name}==... to replace it")
+            raise OverlayError(
+                f"--with {' '.join(r.spec for r in releases)}: needs {name} {version} (installed: "
+                f"{installed(name)}); name --with {name}==... to replace it"
+            )
 
 
 def top_level_modules(folder: Path, name: str) -> list[str]:
@@ -183,9 +213,13 @@ def top_level_modules(folder: Path, name: str) -> list[str]:
         if listed:
             return listed
         tops = {Path(str(f)).parts[0] for f in dist.files or () if Path(str(f)).parts}
-        return sorted(t.removesuffix(".py") for t in tops
-                      if not t.endswith((".dist-info", ".data")) and t not in ("..", "bin", "__pycache__")
-                      and (t.endswith(".py") or (folder / t).is_dir()))
+        return sorted(
+            t.removesuffix(".py")
+            for t in tops
+            if not t.endswith((".dist-info", ".data"))
+            and t not in ("..", "bin", "__pycache__")
+            and (t.endswith(".py") or (folder / t).is_dir())
+        )
     return []
 
 
@@ -196,15 +230,25 @@ def check_imports(folder: Path, releases: tuple[Release, ...]) -> None:
     for release in releases:
         for module in top_level_modules(folder, release.name)[:8]:
             try:
-                proc = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True,
-                                      env=env, timeout=IMPORT_TIMEOUT_S, cwd=folder)
+                proc = subprocess.run(
+                    [sys.executable, "-c", f"import {module}"],
+                    capture_output=True,
+                    text=True,
+                    env=env,
+                    timeout=IMPORT_TIMEOUT_S,
+                    cwd=folder,
+                )
             except subprocess.TimeoutExpired:
-                raise OverlayError(f"--with {release.spec}: import {module} did not finish within "
-                                   f"{IMPORT_TIMEOUT_S:g} s on this stack") from None
+                raise OverlayError(
+                    f"--with {release.spec}: import {module} did not finish within "
+                    f"{IMPORT_TIMEOUT_S:g} s on this stack"
+                ) from None
             if proc.returncode != 0:
                 last = [line for line in proc.stderr.splitlines() if line.strip()][-1:] or ["(no output)"]
-                raise OverlayError(f"--with {release.spec}: does not import on this stack: import {module}: "
-                                   f"{one_line(last[0])[:300]}")
+                raise OverlayError(
+                    f"--with {release.spec}: does not import on this stack: import {module}: "
+                    f"{one_line(last[0])[:300]}"
+                )
 
 
 def prepended(folder: Path) -> str:
@@ -213,8 +257,14 @@ def prepended(folder: Path) -> str:
 
 
 def key_of(releases: tuple[Release, ...], find_links: Path | None, ignore_pins: bool = False) -> str:
-    facts = [sys.version, sys.prefix, sorted(r.spec for r in releases), str(find_links.resolve()) if find_links else None,
-             {name: installed(name) for name in NEVER_REPLACED}, *(["ignore-pins"] if ignore_pins else [])]
+    facts = [
+        sys.version,
+        sys.prefix,
+        sorted(r.spec for r in releases),
+        str(find_links.resolve()) if find_links else None,
+        {name: installed(name) for name in NEVER_REPLACED},
+        *(["ignore-pins"] if ignore_pins else []),
+    ]
     return hashlib.sha256(json.dumps(facts).encode()).hexdigest()[:16]
 
 
@@ -222,8 +272,12 @@ def key_of(releases: tuple[Release, ...], find_links: Path | None, ignore_pins: 
 Resolver = Callable[[tuple[Release, ...], "Path | None"], tuple[list[tuple[str, str, str]], tuple[str, ...]]]
 
 
-def build(releases: tuple[Release, ...], find_links: Path | None = None,
-          say: Callable[[str], object] = lambda _: None, ignoring_pins: Resolver | None = None) -> Overlay:
+def build(
+    releases: tuple[Release, ...],
+    find_links: Path | None = None,
+    say: Callable[[str], object] = lambda _: None,
+    ignoring_pins: Resolver | None = None,
+) -> Overlay:
     """The overlay for `releases`: from the cache when it is there and finished, else resolved, installed and
     checked (progress through `say`). `ignoring_pins` resolves it instead (ds_doctor.stacks.pins)."""
     ignore_pins = ignoring_pins is not None
@@ -235,27 +289,51 @@ def build(releases: tuple[Release, ...], find_links: Path | None = None,
     if marker.is_file():
         try:
             data = json.loads(marker.read_text())
-            return Overlay(releases, target, {str(k): str(v) for k, v in data["packages"].items()},
-                           tuple(str(line) for line in data.get("ignored_pins", ())))
+            return Overlay(
+                releases,
+                target,
+                {str(k): str(v) for k, v in data["packages"].items()},
+                tuple(str(line) for line in data.get("ignored_pins", ())),
+            )
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             pass  # a marker that is not ours to trust: built again below
     what = " ".join(r.spec for r in releases)
-    say(f"ds-doctor: building the overlay {what} (resolved against this environment"
-        f"{', its pins ignored' if ignore_pins else ''}, into {target})")
-    items, ignored = ignoring_pins(releases, find_links) if ignoring_pins else (resolve(releases, find_links), ())
+    say(
+        f"ds-doctor: building the overlay {what} (resolved against this environment"
+        f"{', its pins ignored' if ignore_pins else ''}, into {target})"
+    )
+    items, ignored = (
+        ignoring_pins(releases, find_links) if ignoring_pins else (resolve(releases, find_links), ())
+    )
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise OverlayError(f"{root}: cannot create the overlay cache ({exc.strerror}); set {CACHE_ENV}") from None
+        raise OverlayError(
+            f"{root}: cannot create the overlay cache ({exc.strerror}); set {CACHE_ENV}"
+        ) from None
     building = Path(tempfile.mkdtemp(prefix=".building-", dir=root))
     try:
         say(f"ds-doctor: installing {', '.join(f'{n} {v}' for n, v, _ in items)}")
-        _pip(["install", "--quiet", "--no-deps", "--no-build-isolation", "--target", str(building),
-              *source_args(find_links), *(url or f"{name}=={version}" for name, version, url in items)], what)
+        _pip(
+            [
+                "install",
+                "--quiet",
+                "--no-deps",
+                "--no-build-isolation",
+                "--target",
+                str(building),
+                *source_args(find_links),
+                *(url or f"{name}=={version}" for name, version, url in items),
+            ],
+            what,
+        )
         check_imports(building, releases)
         packages = {name: version for name, version, _ in items}
-        (building / MARKER).write_text(json.dumps({"with": [r.spec for r in releases], "packages": packages,
-                                                   "ignored_pins": list(ignored)}))
+        (building / MARKER).write_text(
+            json.dumps(
+                {"with": [r.spec for r in releases], "packages": packages, "ignored_pins": list(ignored)}
+            )
+        )
         shutil.rmtree(target, ignore_errors=True)  # an unfinished one, from a build that was killed
         os.replace(building, target)
     finally:

@@ -27,15 +27,20 @@ from ds_doctor.stacks.overlay import (
 )
 
 
-def build_ignoring_pins(releases: tuple[Release, ...], find_links: Path | None = None,
-                        say: Callable[[str], object] = lambda _: None) -> Overlay:
+def build_ignoring_pins(
+    releases: tuple[Release, ...],
+    find_links: Path | None = None,
+    say: Callable[[str], object] = lambda _: None,
+) -> Overlay:
     """The overlay of `releases` over this stack, their pins ignored (cached apart from a resolved one)."""
     return build(releases, find_links, say, ignoring_pins=resolve_ignoring_pins)
 
 
-def resolve_ignoring_pins(releases: tuple[Release, ...], find_links: Path | None,
-                          report: Callable[[list[str], str], dict[str, Any]] | None = None
-                          ) -> tuple[list[tuple[str, str, str]], tuple[str, ...]]:
+def resolve_ignoring_pins(
+    releases: tuple[Release, ...],
+    find_links: Path | None,
+    report: Callable[[list[str], str], dict[str, Any]] | None = None,
+) -> tuple[list[tuple[str, str, str]], tuple[str, ...]]:
     """What to install: (name, version, url) each, and the pins it ignores, one line each ("mosaicml 0.23.5 requires
     torch<2.3.2,>=2.1.2; this stack has 2.14.1")."""
     report = report or (lambda specs, what: _dry_run(specs, find_links, what))
@@ -52,7 +57,9 @@ def resolve_ignoring_pins(releases: tuple[Release, ...], find_links: Path | None
             if have is None:
                 missing.setdefault(dep, []).extend(str(s) for s in requirement.specifier)
             elif requirement.specifier and not requirement.specifier.contains(have, prereleases=True):
-                ignored.append(f"{name} {version} requires {dep}{requirement.specifier}; this stack has {have}")
+                ignored.append(
+                    f"{name} {version} requires {dep}{requirement.specifier}; this stack has {have}"
+                )
     if missing:
         specs = [dep + ",".join(sorted(set(ranges))) for dep, ranges in sorted(missing.items())]
         extra = _entries(report(specs, f"{what} (what it needs that this stack lacks)"))
@@ -81,8 +88,14 @@ def _entries(data: dict[str, Any]) -> list[tuple[str, str, str, list[str]]]:
     out = []
     for item in data.get("install", []):
         meta, info = item.get("metadata") or {}, item.get("download_info") or {}
-        out.append((canonical(str(meta.get("name"))), str(meta.get("version")), str(info.get("url") or ""),
-                    [str(r) for r in meta.get("requires_dist") or []]))
+        out.append(
+            (
+                canonical(str(meta.get("name"))),
+                str(meta.get("version")),
+                str(info.get("url") or ""),
+                [str(r) for r in meta.get("requires_dist") or []],
+            )
+        )
     return out
 
 

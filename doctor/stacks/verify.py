@@ -40,32 +40,38 @@ PLAN = {
     # seen here on 5.23 (GPT-2): the Trainer counts num_items_in_batch unshifted. 4.46.2, where the count over the
     # accumulation window began, errors on torch 2.13 before a step ("value cannot be converted to type float
     # without overflow"): its lower bound is upstream's word; 4.57.6 reproduces it
-    "hf_trainer_num_items_unshifted_overcount": Plan("equivalence and trainer-num-items", "cpu", ("4.46.2", "4.57.6")),
+    "hf_trainer_num_items_unshifted_overcount": Plan(
+        "equivalence and trainer-num-items", "cpu", ("4.46.2", "4.57.6")
+    ),
 }
 
 
 #: Entries with a range that are not measured here, and why.
 NOT_HERE = {
     "ds_z3_offload_gradnorm_device_mismatch": "shows only with a GPU (offloaded grads vs a CUDA norm): reproduced "
-                                              "live at 0.14.2 on the H100, docs/gpu-runs.md",
+    "live at 0.14.2 on the H100, docs/gpu-runs.md",
     "prodigy_group_tensors_left_on_cpu": "shows only with a GPU: reproduced live at 1.8.51 on the H100, "
-                                         "docs/gpu-runs.md",
+    "docs/gpu-runs.md",
     "ds_offload_client_optimizer_rejected": "a refusal by design since 0.8.3: no fixed release to measure",
     "ds_ckpt_torch26_weights_only": "no reproducing case yet (needs a torch >= 2.6 load of a < 0.16 checkpoint)",
     "ds_import_torch_private_removed": "releases < 0.14.4 do not import on this torch: the failure is the import",
     "ds_import_numpy2_bufsize": "releases < 0.14.4 do not import on this torch: the failure is the import",
     "composer_single_group_rebuild": "shows only with a GPU (Composer's FSDP passes device_id=torch.cuda."
-                                     "current_device()); 0.23.5 and 0.24.0 install here with --ignore-pins: "
-                                     "docs/gpu/composer.sh",
+    "current_device()); 0.23.5 and 0.24.0 install here with --ignore-pins: "
+    "docs/gpu/composer.sh",
     "nccl_duplicate_gpu_subgroups_before_set_device": "needs several GPUs with NCCL >= 2.26 (a communicator per "
-                                                      "GPU); not reproduced here",
+    "GPU); not reproduced here",
 }
 
 
 def releases(package: str) -> list[str]:
     """The package's released versions, oldest first, as the index lists them."""
-    proc = subprocess.run([sys.executable, "-m", "pip", "index", "versions", package], capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "index", "versions", package],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("Available versions:")), "")
     found = []
     for text in line.partition(":")[2].split(","):
@@ -88,7 +94,9 @@ def newest_overlay(packages: list[str]) -> list[str]:
         if found and found[-1] != installed(package):
             args += ["--with", f"{package}=={found[-1]}"]
         else:
-            print(f"canary: {package} {installed(package)} is the newest release on the index", file=sys.stderr)
+            print(
+                f"canary: {package} {installed(package)} is the newest release on the index", file=sys.stderr
+            )
     return args
 
 
@@ -102,40 +110,87 @@ def ends_of_range(fixed_in: str, available: list[str]) -> list[str]:
 def measure(issue: str, package: str, version: str, plan: Plan, torch_version: str) -> Measured | None:
     """One run of the case on an overlay of the release; None where it neither ran nor was refused at import."""
     out = Path.home() / ".cache" / "ds-doctor" / "verify"
-    proc = subprocess.run([sys.executable, "-m", "ds_doctor.cli", "run", "--level", "3", "-k", plan.keyword, "--with",
-                           f"{package}=={version}", "--json", "--out", str(out)], capture_output=True, text=True,
-                          timeout=3600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ds_doctor.cli",
+            "run",
+            "--level",
+            "3",
+            "-k",
+            plan.keyword,
+            "--with",
+            f"{package}=={version}",
+            "--json",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
     today = dt.date.today().isoformat()
     if proc.returncode == 2 and "does not import on this stack" in proc.stderr:
-        return Measured(issue, package, version, "does_not_import", plan.keyword, plan.device, torch_version, today)
+        return Measured(
+            issue, package, version, "does_not_import", plan.keyword, plan.device, torch_version, today
+        )
     try:
         report = json.loads(proc.stdout)
     except ValueError:
-        print(f"{issue} {version}: no report (exit {proc.returncode}): {proc.stderr.strip()[-300:]}", file=sys.stderr)
+        print(
+            f"{issue} {version}: no report (exit {proc.returncode}): {proc.stderr.strip()[-300:]}",
+            file=sys.stderr,
+        )
         return None
-    ran = [r for r in report["results"] if r.get("stack") == f"{package}=={version}" and r["outcome"] in ("xfail", "xpass")]
+    ran = [
+        r
+        for r in report["results"]
+        if r.get("stack") == f"{package}=={version}" and r["outcome"] in ("xfail", "xpass")
+    ]
     if not ran:
-        print(f"{issue} {version}: the case neither reproduced nor passed: "
-              f"{[(r['case'], r['outcome']) for r in report['results']]}", file=sys.stderr)
+        print(
+            f"{issue} {version}: the case neither reproduced nor passed: "
+            f"{[(r['case'], r['outcome']) for r in report['results']]}",
+            file=sys.stderr,
+        )
         return None
     outcome = "reproduced" if ran[0]["outcome"] == "xfail" else "not_reproduced"
-    return Measured(issue, package, version, outcome, ran[0]["case"], ran[0]["device_kind"], torch_version, today)
+    return Measured(
+        issue, package, version, outcome, ran[0]["case"], ran[0]["device_kind"], torch_version, today
+    )
 
 
 def table(records: list[Measured], issues: list) -> str:
     """docs/known-issues.md: every entry, its range, and what was measured of it here (or why nothing was)."""
-    lines = ["# Known issues: ranges, and what was measured here", "",
-             "Generated by `python -m ds_doctor.stacks.verify --table` from the catalog (`doctor/knowledge/data/`) and the",
-             "records `make verify-catalog` wrote (`measured.toml`); `tests/knowledge/test_measured.py` keeps it current.",
-             "A verdict on a range nobody measured here comes from the upstream threads in the entry's refs.", "",
-             f"{len({r.issue for r in records})} of {len(issues)} entries measured, {len(records)} record(s).", "",
-             "| entry | package | affected | measured here |", "|---|---|---|---|"]
+    lines = [
+        "# Known issues: ranges, and what was measured here",
+        "",
+        "Generated by `python -m ds_doctor.stacks.verify --table` from the catalog (`doctor/knowledge/data/`) and the",
+        "records `make verify-catalog` wrote (`measured.toml`); `tests/knowledge/test_measured.py` keeps it current.",
+        "A verdict on a range nobody measured here comes from the upstream threads in the entry's refs.",
+        "",
+        f"{len({r.issue for r in records})} of {len(issues)} entries measured, {len(records)} record(s).",
+        "",
+        "| entry | package | affected | measured here |",
+        "|---|---|---|---|",
+    ]
     for issue in issues:
         seen = sorted((r for r in records if r.issue == issue.id), key=lambda r: Version(r.version))
-        said = "; ".join(f"{r.version}: {r.outcome.replace('_', ' ')} ({r.device}, torch {r.torch}, {r.date})"
-                         for r in seen) or NOT_HERE.get(issue.id) or (
-            "planned" if issue.id in PLAN else "every version: no range to bound" if not issue.affected
-            else "not measured yet")
+        said = (
+            "; ".join(
+                f"{r.version}: {r.outcome.replace('_', ' ')} ({r.device}, torch {r.torch}, {r.date})"
+                for r in seen
+            )
+            or NOT_HERE.get(issue.id)
+            or (
+                "planned"
+                if issue.id in PLAN
+                else "every version: no range to bound"
+                if not issue.affected
+                else "not measured yet"
+            )
+        )
         lines.append(f"| `{issue.id}` | {issue.package} | {issue.affected or 'every version'} | {said} |")
     return "\n".join(lines) + "\n"
 
@@ -151,10 +206,16 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m ds_doctor.stacks.verify", description=__doc__)
     parser.add_argument("issues", nargs="*", help="entries to measure (default: every planned one)")
-    parser.add_argument("--table", action="store_true", help="print docs/known-issues.md from the data; measure nothing")
-    parser.add_argument("--newest", nargs="+", metavar="PKG",
-                        help="print `--with PKG==VER` for each package whose newest release is not the installed one "
-                             "(make canary); measure nothing")
+    parser.add_argument(
+        "--table", action="store_true", help="print docs/known-issues.md from the data; measure nothing"
+    )
+    parser.add_argument(
+        "--newest",
+        nargs="+",
+        metavar="PKG",
+        help="print `--with PKG==VER` for each package whose newest release is not the installed one "
+        "(make canary); measure nothing",
+    )
     args = parser.parse_args(argv)
     if args.newest:
         print(" ".join(newest_overlay(args.newest)))
@@ -167,14 +228,19 @@ def main(argv: list[str] | None = None) -> int:
     kept = list(parse(DATA.read_text())) if DATA.exists() else []
     for issue_id in args.issues or list(PLAN):
         entry, plan = known[issue_id], PLAN[issue_id]
-        versions = sorted({*ends_of_range(entry.fixed_in, releases(entry.package)), *plan.extra}, key=Version) \
-            if entry.fixed_in else list(plan.extra)
+        versions = (
+            sorted({*ends_of_range(entry.fixed_in, releases(entry.package)), *plan.extra}, key=Version)
+            if entry.fixed_in
+            else list(plan.extra)
+        )
         for version in versions:
             record = measure(issue_id, entry.package, version, plan, torch_version)
             if record is None:
                 continue
             print(f"{issue_id}: {entry.package} {version}: {record.outcome}")
-            kept = [r for r in kept if (r.issue, r.version, r.device) != (issue_id, version, record.device)] + [record]
+            kept = [
+                r for r in kept if (r.issue, r.version, r.device) != (issue_id, version, record.device)
+            ] + [record]
             write(kept)
     counts = summary(kept)
     print(f"{len(counts)} entr(y/ies) measured, {len(kept)} record(s): {DATA}")

@@ -21,10 +21,15 @@ from ds_doctor.userinput import MAX_CONFIG_BYTES, UserInputError, parse_yaml, re
 
 TYPES = ("DEEPSPEED", "FSDP", "MULTI_GPU", "MULTI_CPU", "NO")
 PRECISIONS = ("no", "fp16", "bf16", "fp8")
-_DS_FIELDS = {"zero_stage": "zero_stage", "offload_optimizer_device": "offload_optimizer_device",
-              "offload_param_device": "offload_param_device", "gradient_accumulation_steps": "gradient_accumulation_steps",
-              "gradient_clipping": "gradient_clipping", "zero3_init_flag": "zero3_init_flag",
-              "zero3_save_16bit_model": "zero3_save_16bit_model"}
+_DS_FIELDS = {
+    "zero_stage": "zero_stage",
+    "offload_optimizer_device": "offload_optimizer_device",
+    "offload_param_device": "offload_param_device",
+    "gradient_accumulation_steps": "gradient_accumulation_steps",
+    "gradient_clipping": "gradient_clipping",
+    "zero3_init_flag": "zero3_init_flag",
+    "zero3_save_16bit_model": "zero3_save_16bit_model",
+}
 
 
 class AccelerateConfigError(UserInputError):
@@ -66,7 +71,9 @@ def load(path: str | Path) -> AccelerateSetup:
     text = read.text(AccelerateConfigError)
     data = parse_yaml(text, name, AccelerateConfigError)
     if not isinstance(data, dict):
-        raise AccelerateConfigError(f"{name}: an Accelerate config is a YAML mapping, not {type(data).__name__}")
+        raise AccelerateConfigError(
+            f"{name}: an Accelerate config is a YAML mapping, not {type(data).__name__}"
+        )
     where = Path(path).expanduser().resolve() if read.regular else Path(name)
     setup = AccelerateSetup(str(where), hashlib.sha256(read.data).hexdigest(), text)
     _validate(setup, name, copied=not read.regular)
@@ -75,34 +82,56 @@ def load(path: str | Path) -> AccelerateSetup:
 
 def _validate(setup: AccelerateSetup, name: str | None = None, copied: bool = False) -> None:
     name = name or setup.path
+    _validate_names(setup, name)
+    _validate_deepspeed(setup, name, copied)
+
+
+def _validate_names(setup: AccelerateSetup, name: str) -> None:
+    """The distributed type and precision are names Accelerate knows; the plugin sections are mappings."""
     for key in ("distributed_type", "mixed_precision"):
         value = setup.data.get(key)
         if value is not None and not isinstance(value, (str, bool)):
             raise AccelerateConfigError(f"{name}: {key} is {short(value)}, not a name")
     if setup.distributed_type not in TYPES:
-        raise AccelerateConfigError(f"{name}: distributed_type {short(setup.distributed_type)} is none of "
-                                    f"{', '.join(TYPES)}")
+        raise AccelerateConfigError(
+            f"{name}: distributed_type {short(setup.distributed_type)} is none of {', '.join(TYPES)}"
+        )
     if setup.mixed_precision not in PRECISIONS:
-        raise AccelerateConfigError(f"{name}: mixed_precision {short(setup.mixed_precision)} is none of "
-                                    f"{', '.join(PRECISIONS)}")
+        raise AccelerateConfigError(
+            f"{name}: mixed_precision {short(setup.mixed_precision)} is none of {', '.join(PRECISIONS)}"
+        )
     for section in ("deepspeed_config", "fsdp_config"):
         value = setup.data.get(section)
         if value is not None and not isinstance(value, dict):
             raise AccelerateConfigError(f"{name}: {section} is {short(value)}, not a mapping of settings")
+
+
+def _validate_deepspeed(setup: AccelerateSetup, name: str, copied: bool) -> None:
+    """Each DeepSpeedPlugin argument a scalar; a named DeepSpeed config file loads (and is found from a pipe)."""
     section = setup.data.get("deepspeed_config") or {}
-    for key in (*_DS_FIELDS, "deepspeed_config_file"):  # what becomes a DeepSpeedPlugin argument: a scalar each
+    # what becomes a DeepSpeedPlugin argument: a scalar each
+    for key in (
+        *_DS_FIELDS,
+        "deepspeed_config_file",
+    ):
         if isinstance(section.get(key), (dict, list)):
-            raise AccelerateConfigError(f"{name}: deepspeed_config.{key} is {short(section[key])}, not a value")
+            raise AccelerateConfigError(
+                f"{name}: deepspeed_config.{key} is {short(section[key])}, not a value"
+            )
     ds_file = section.get("deepspeed_config_file")
     if ds_file is not None and not isinstance(ds_file, str):
-        raise AccelerateConfigError(f"{name}: deepspeed_config.deepspeed_config_file is {short(ds_file)}, not a path")
+        raise AccelerateConfigError(
+            f"{name}: deepspeed_config.deepspeed_config_file is {short(ds_file)}, not a path"
+        )
     if setup.distributed_type == "DEEPSPEED" and ds_file:
         from ds_doctor.usersetup.deepspeed_config import ConfigError
         from ds_doctor.usersetup.deepspeed_config import load as load_ds
 
         if copied and not Path(ds_file).is_absolute():
-            raise AccelerateConfigError(f"{name}: its deepspeed_config_file {short(ds_file)} is relative, and the YAML "
-                                        "is no file to be relative to (a pipe?): give its absolute path")
+            raise AccelerateConfigError(
+                f"{name}: its deepspeed_config_file {short(ds_file)} is relative, and the YAML "
+                "is no file to be relative to (a pipe?): give its absolute path"
+            )
         try:
             load_ds(_ds_path(setup, ds_file))
         except ConfigError as exc:
@@ -122,8 +151,10 @@ def load_once(path: str) -> AccelerateSetup:
 def skip_reason(setup: AccelerateSetup, device_kind: str) -> str | None:
     """Why this config cannot be exercised here, or None."""
     if setup.distributed_type == "FSDP" and device_kind == "cpu":
-        return ("the config's FSDP plugin: Accelerate ignores it on CPU (its FSDP path needs CUDA), so nothing of it "
-                "would be exercised here; run on a GPU node")
+        return (
+            "the config's FSDP plugin: Accelerate ignores it on CPU (its FSDP path needs CUDA), so nothing of it "
+            "would be exercised here; run on a GPU node"
+        )
     if setup.distributed_type == "MULTI_GPU" and device_kind == "cpu":
         return "the config is MULTI_GPU: no GPU here (ds-doctor runs MULTI_CPU cases on CPU)"
     if setup.mixed_precision == "fp8":
@@ -146,11 +177,17 @@ def deepspeed_plugin(setup: AccelerateSetup) -> Any:
 
 
 #: fsdp_config's keys -> FullyShardedDataParallelPlugin's arguments, as `accelerate launch` maps them
-_FSDP_FIELDS = {"fsdp_version": "fsdp_version", "fsdp_sharding_strategy": "sharding_strategy",
-                "fsdp_reshard_after_forward": "reshard_after_forward", "fsdp_use_orig_params": "use_orig_params",
-                "fsdp_offload_params": "cpu_offload", "fsdp_state_dict_type": "state_dict_type",
-                "fsdp_cpu_ram_efficient_loading": "cpu_ram_efficient_loading",
-                "fsdp_sync_module_states": "sync_module_states", "fsdp_activation_checkpointing": "activation_checkpointing"}
+_FSDP_FIELDS = {
+    "fsdp_version": "fsdp_version",
+    "fsdp_sharding_strategy": "sharding_strategy",
+    "fsdp_reshard_after_forward": "reshard_after_forward",
+    "fsdp_use_orig_params": "use_orig_params",
+    "fsdp_offload_params": "cpu_offload",
+    "fsdp_state_dict_type": "state_dict_type",
+    "fsdp_cpu_ram_efficient_loading": "cpu_ram_efficient_loading",
+    "fsdp_sync_module_states": "sync_module_states",
+    "fsdp_activation_checkpointing": "activation_checkpointing",
+}
 
 
 def fsdp_plugin(setup: AccelerateSetup) -> Any:
@@ -159,8 +196,9 @@ def fsdp_plugin(setup: AccelerateSetup) -> Any:
     from accelerate.utils import FullyShardedDataParallelPlugin
 
     section = dict(setup.data.get("fsdp_config") or {})
-    return FullyShardedDataParallelPlugin(**{ours: section[theirs] for theirs, ours in _FSDP_FIELDS.items()
-                                             if theirs in section})
+    return FullyShardedDataParallelPlugin(
+        **{ours: section[theirs] for theirs, ours in _FSDP_FIELDS.items() if theirs in section}
+    )
 
 
 def accelerator_kwargs(setup: AccelerateSetup) -> dict[str, Any]:

@@ -19,7 +19,15 @@ from pathlib import Path
 from typing import Any
 
 from ds_doctor.reports.records import Finding, Severity
-from ds_doctor.userinput import MAX_CONFIG_BYTES, Input, UserInputError, keep_copy, parse_json, read_file, short
+from ds_doctor.userinput import (
+    MAX_CONFIG_BYTES,
+    Input,
+    UserInputError,
+    keep_copy,
+    parse_json,
+    read_file,
+    short,
+)
 
 MICRO_BATCH = 2
 ACCUMULATION = 4
@@ -59,16 +67,27 @@ def kept_path(read: Input, path: str | Path, suffix: str = "") -> Path:
 
 
 #: sections `fill` and `check` look into: each, where present, is a JSON object
-_SECTIONS = (("optimizer",), ("optimizer", "params"), ("scheduler",), ("scheduler", "params"), ("zero_optimization",),
-             ("zero_optimization", "offload_optimizer"), ("zero_optimization", "offload_param"), ("bf16",), ("fp16",))
+_SECTIONS = (
+    ("optimizer",),
+    ("optimizer", "params"),
+    ("scheduler",),
+    ("scheduler", "params"),
+    ("zero_optimization",),
+    ("zero_optimization", "offload_optimizer"),
+    ("zero_optimization", "offload_param"),
+    ("bf16",),
+    ("fp16",),
+)
 
 
 def _check_shape(config: dict[str, Any], name: str) -> None:
     for *parents, last in _SECTIONS:  # parents first: a parent that is no object was refused already
         parent = _section(config, *parents)
         if last in parent and not isinstance(parent[last], dict):
-            raise ConfigError(f"{name}: \"{'.'.join((*parents, last))}\" is {short(parent[last])}, not a JSON object "
-                              "of settings")
+            raise ConfigError(
+                f'{name}: "{".".join((*parents, last))}" is {short(parent[last])}, not a JSON object '
+                "of settings"
+            )
 
 
 def load(path: str | Path) -> UserConfig:
@@ -93,7 +112,8 @@ class Filled:
     config: dict[str, Any]
     filled: dict[str, Any] = dataclasses.field(default_factory=dict)  # "a.b" -> the value put for "auto"
     changed: dict[str, str] = dataclasses.field(default_factory=dict)  # "a.b" -> "old -> new: why"
-    unfilled: list[str] = dataclasses.field(default_factory=list)  # "auto" with no value known: left to DeepSpeed
+    # "auto" with no value known: left to DeepSpeed
+    unfilled: list[str] = dataclasses.field(default_factory=list)
 
 
 def _number(value: Any) -> bool:
@@ -102,7 +122,8 @@ def _number(value: Any) -> bool:
 
 def _section(config: dict[str, Any], *keys: str) -> dict[str, Any]:
     for key in keys:
-        config = config.get(key) if isinstance(config.get(key), dict) else {}
+        inner = config.get(key)
+        config = inner if isinstance(inner, dict) else {}
     return config
 
 
@@ -110,16 +131,26 @@ def _auto_values(config: dict[str, Any], world_size: int) -> dict[str, Any]:
     micro = config.get("train_micro_batch_size_per_gpu")
     micro = micro if isinstance(micro, int) and not isinstance(micro, bool) else MICRO_BATCH
     accumulation = config.get("gradient_accumulation_steps")
-    accumulation = accumulation if isinstance(accumulation, int) and not isinstance(accumulation, bool) else ACCUMULATION
+    accumulation = (
+        accumulation if isinstance(accumulation, int) and not isinstance(accumulation, bool) else ACCUMULATION
+    )
     lr = _section(config, "optimizer", "params").get("lr")
     lr = lr if _number(lr) else 3e-4
     return {
-        "train_micro_batch_size_per_gpu": micro, "gradient_accumulation_steps": accumulation,
-        "train_batch_size": micro * accumulation * world_size, "gradient_clipping": 1.0,
-        "optimizer.params.lr": lr, "optimizer.params.betas": [0.9, 0.999], "optimizer.params.eps": 1e-8,
-        "optimizer.params.weight_decay": 0.0, "scheduler.params.warmup_min_lr": 0.0,
-        "scheduler.params.warmup_max_lr": lr, "scheduler.params.warmup_num_steps": 1,
-        "scheduler.params.total_num_steps": 10, "bf16.enabled": True, "fp16.enabled": False,
+        "train_micro_batch_size_per_gpu": micro,
+        "gradient_accumulation_steps": accumulation,
+        "train_batch_size": micro * accumulation * world_size,
+        "gradient_clipping": 1.0,
+        "optimizer.params.lr": lr,
+        "optimizer.params.betas": [0.9, 0.999],
+        "optimizer.params.eps": 1e-8,
+        "optimizer.params.weight_decay": 0.0,
+        "scheduler.params.warmup_min_lr": 0.0,
+        "scheduler.params.warmup_max_lr": lr,
+        "scheduler.params.warmup_num_steps": 1,
+        "scheduler.params.total_num_steps": 10,
+        "bf16.enabled": True,
+        "fp16.enabled": False,
         "zero_optimization.reduce_bucket_size": HIDDEN * HIDDEN,
         "zero_optimization.stage3_prefetch_bucket_size": int(0.9 * HIDDEN * HIDDEN),
         "zero_optimization.stage3_param_persistence_threshold": 10 * HIDDEN,
@@ -170,9 +201,18 @@ def fill(user: dict[str, Any], world_size: int, accelerator: str, *, fill_auto: 
 
 def change_findings(filled: Filled, rank: int) -> list[Finding]:
     """Each change made to run the config here, as a warning (on rank 0 only: it is the same on every rank)."""
-    return [Finding("config_changed", Severity.WARNING, f"{where}: {change}", rank=rank, stage="configure",
-                    expected="the config runs here as written") for where, change in filled.changed.items()
-            if rank == 0]
+    return [
+        Finding(
+            "config_changed",
+            Severity.WARNING,
+            f"{where}: {change}",
+            rank=rank,
+            stage="configure",
+            expected="the config runs here as written",
+        )
+        for where, change in filled.changed.items()
+        if rank == 0
+    ]
 
 
 #: what the HF Trainer passes to `deepspeed.initialize` for a config with no "optimizer" block (transformers'
@@ -187,7 +227,9 @@ def route_optimizer(config: dict[str, Any], parameters: Any) -> Any:
         return None
     import torch
 
-    return torch.optim.AdamW(parameters, **TRAINER_OPTIMIZER[1])
+    return torch.optim.AdamW(
+        parameters, lr=TRAINER_OPTIMIZER[1]["lr"], weight_decay=TRAINER_OPTIMIZER[1]["weight_decay"]
+    )
 
 
 def trainer_optimizer(result: Filled) -> None:
@@ -200,18 +242,22 @@ def trainer_optimizer(result: Filled) -> None:
     result.changed["optimizer"] = (
         f"(none) -> {name}({', '.join(f'{k}={v:g}' for k, v in args.items())}) passed to deepspeed.initialize, as the "
         "HF Trainer does for a config without an optimizer block; plain deepspeed.initialize refuses it "
-        "('zero stage N requires an optimizer'): add an \"optimizer\" block to run it outside the Trainer")
+        "('zero stage N requires an optimizer'): add an \"optimizer\" block to run it outside the Trainer"
+    )
 
 
 def _fit_batch(result: Filled, world_size: int) -> None:
     config = result.config
-    micro, accumulation = config.get("train_micro_batch_size_per_gpu"), config.get("gradient_accumulation_steps")
-    total = config.get("train_batch_size")
-    if all(isinstance(v, int) and not isinstance(v, bool) for v in (micro, accumulation, total)) \
-            and total != micro * accumulation * world_size:
+    keys = ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size")
+    counts: tuple[Any, ...] = tuple(config.get(key) for key in keys)
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in counts):
+        return
+    micro, accumulation, total = counts
+    if total != micro * accumulation * world_size:
         config["train_batch_size"] = micro * accumulation * world_size
-        result.changed["train_batch_size"] = (f"{total} -> {config['train_batch_size']}: micro batch x accumulation x "
-                                              f"{world_size} ranks here")
+        result.changed["train_batch_size"] = (
+            f"{total} -> {config['train_batch_size']}: micro batch x accumulation x {world_size} ranks here"
+        )
 
 
 def _fit_offload(result: Filled, section: str, accelerator: str) -> None:
@@ -223,10 +269,13 @@ def _fit_offload(result: Filled, section: str, accelerator: str) -> None:
         if not where or not Path(str(where)).is_dir():
             offload["device"] = "cpu"
             result.changed[f"zero_optimization.{section}.device"] = (
-                f"nvme -> cpu: nvme_path {where!r} does not exist on this node, so the NVMe swap itself is not tested")
+                f"nvme -> cpu: nvme_path {where!r} does not exist on this node, so the NVMe swap itself is not tested"
+            )
     if offload.get("pin_memory") and not accelerator.startswith("cuda"):
         offload["pin_memory"] = False
-        result.changed[f"zero_optimization.{section}.pin_memory"] = "true -> false: no CUDA here to pin memory for"
+        result.changed[f"zero_optimization.{section}.pin_memory"] = (
+            "true -> false: no CUDA here to pin memory for"
+        )
 
 
 def check(user: UserConfig, world_size: int = 1) -> None:
@@ -234,7 +283,9 @@ def check(user: UserConfig, world_size: int = 1) -> None:
     try:
         from deepspeed.runtime.config import DeepSpeedConfig
     except ImportError:
-        raise ConfigError(f"--deepspeed-config {user.path}: deepspeed is not installed (pip install deepspeed)") from None
+        raise ConfigError(
+            f"--deepspeed-config {user.path}: deepspeed is not installed (pip install deepspeed)"
+        ) from None
     try:
         filled = fill(user.config, world_size, "cpu")
         DeepSpeedConfig(filled.config)

@@ -24,10 +24,24 @@ from typing import Any
 
 HF_TESTED = ("qwen3", "llama", "mistral", "gpt2", "qwen3_moe", "mixtral")
 TINY: dict[str, Any] = {
-    "vocab_size": 128, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "max_position_embeddings": 64,
-    "max_window_layers": 2, "moe_intermediate_size": 32, "num_local_experts": 4, "num_experts": 4,
-    "num_experts_per_tok": 2, "decoder_sparse_step": 1, "n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 64,
+    "vocab_size": 128,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 8,
+    "max_position_embeddings": 64,
+    "max_window_layers": 2,
+    "moe_intermediate_size": 32,
+    "num_local_experts": 4,
+    "num_experts": 4,
+    "num_experts_per_tok": 2,
+    "decoder_sparse_step": 1,
+    "n_embd": 32,
+    "n_layer": 2,
+    "n_head": 4,
+    "n_positions": 64,
     "n_inner": 64,
 }
 SEQUENCE = 8
@@ -57,7 +71,9 @@ class ModelSpec:
         module, _, name = text.partition(":")
         if module and name and all(part.isidentifier() for part in [*module.split("."), name]):
             return cls(text)
-        raise ModelSpecError(f"--model {text!r}: expected hf:<model_type> (e.g. hf:qwen3) or package.module:factory")
+        raise ModelSpecError(
+            f"--model {text!r}: expected hf:<model_type> (e.g. hf:qwen3) or package.module:factory"
+        )
 
 
 @dataclasses.dataclass
@@ -95,15 +111,21 @@ class Trainable:
             chosen = [n for n in names if fnmatch.fnmatchcase(n, pattern)]
         else:
             get = getattr(self.module, "get_input_embeddings", None)
-            embedding = get() if callable(get) else next(
-                (m for m in self.module.modules() if isinstance(m, torch.nn.Embedding)), None)
+            embedding = (
+                get()
+                if callable(get)
+                else next((m for m in self.module.modules() if isinstance(m, torch.nn.Embedding)), None)
+            )
             chosen = [n for n, p in names.items() if embedding is not None and p is embedding.weight]
         if not chosen and not required:
             return []
         if not chosen:
-            raise ModelSpecError(f"--freeze {pattern!r} matches no parameter of {self.spec}; its parameters: "
-                                 f"{', '.join(list(names)[:12])}{', ...' if len(names) > 12 else ''}" if pattern else
-                                 f"{self.spec} has no input embedding to freeze: name a part with --freeze PATTERN")
+            raise ModelSpecError(
+                f"--freeze {pattern!r} matches no parameter of {self.spec}; its parameters: "
+                f"{', '.join(list(names)[:12])}{', ...' if len(names) > 12 else ''}"
+                if pattern
+                else f"{self.spec} has no input embedding to freeze: name a part with --freeze PATTERN"
+            )
         for name in chosen:
             names[name].requires_grad_(False)
         return chosen
@@ -135,7 +157,9 @@ def loss_of(output: Any) -> Any:
         return loss
     if isinstance(output, torch.Tensor):
         return output if output.numel() == 1 else output.sum()
-    tensors = [v for v in (output.values() if isinstance(output, dict) else output) if isinstance(v, torch.Tensor)]
+    tensors = [
+        v for v in (output.values() if isinstance(output, dict) else output) if isinstance(v, torch.Tensor)
+    ]
     if not tensors:
         raise TypeError(f"the model's output ({type(output).__name__}) has no .loss and no tensor to sum")
     return tensors[0].sum()
@@ -170,8 +194,10 @@ def _hf(model_type: str, seed: int) -> Trainable:
     from transformers import AutoModelForCausalLM
 
     if model_type not in hf_types():
-        raise ModelSpecError(f"--model hf:{model_type}: not a causal-LM model type of transformers; tested: "
-                             f"{', '.join(HF_TESTED)}; every valid one: {', '.join(hf_types())}")
+        raise ModelSpecError(
+            f"--model hf:{model_type}: not a causal-LM model type of transformers; tested: "
+            f"{', '.join(HF_TESTED)}; every valid one: {', '.join(hf_types())}"
+        )
     torch.manual_seed(seed)
     module = AutoModelForCausalLM.from_config(tiny_config(model_type))
     vocab = module.config.vocab_size
@@ -192,13 +218,21 @@ def _factory(target: str, world_size: int, seed: int) -> Trainable:
     except AttributeError as exc:
         raise ModelSpecError(f"--model {target}: does not import: {type(exc).__name__}: {exc}") from None
     torch.manual_seed(seed)
-    takes_size = any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in
-                     inspect.signature(factory).parameters.values()) if callable(factory) else False
+    takes_size = (
+        any(
+            p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+            for p in inspect.signature(factory).parameters.values()
+        )
+        if callable(factory)
+        else False
+    )
     made = factory(world_size) if takes_size else factory()
     module, make_batch = made if isinstance(made, tuple) and len(made) == 2 else (made, None)
     if not isinstance(module, torch.nn.Module):
-        raise ModelSpecError(f"--model {target}: the factory returned {type(made).__name__}, not an nn.Module "
-                             "(or an (nn.Module, make_batch) pair)")
+        raise ModelSpecError(
+            f"--model {target}: the factory returned {type(made).__name__}, not an nn.Module "
+            "(or an (nn.Module, make_batch) pair)"
+        )
     if make_batch is None:
         vocab = _input_vocab(module)
 
@@ -224,8 +258,10 @@ def _input_vocab(module: Any) -> int:
 
     embedding = next((m for m in module.modules() if isinstance(m, torch.nn.Embedding)), None)
     if embedding is None:
-        raise ModelSpecError("the factory's module takes no token ids (it has no nn.Embedding): return "
-                             "(module, make_batch) with make_batch(batch_size, device) building its input")
+        raise ModelSpecError(
+            "the factory's module takes no token ids (it has no nn.Embedding): return "
+            "(module, make_batch) with make_batch(batch_size, device) building its input"
+        )
     return int(embedding.num_embeddings)
 
 
@@ -233,7 +269,9 @@ def build(spec: ModelSpec, world_size: int = 1, seed: int = 0) -> Trainable:
     return _hf(spec.target, seed) if spec.kind == "hf" else _factory(spec.target, world_size, seed)
 
 
-def check(text: str, freeze: str | None = None, stage: Callable[[str], None] = lambda _name: None) -> ModelSpec:
+def check(
+    text: str, freeze: str | None = None, stage: Callable[[str], None] = lambda _name: None
+) -> ModelSpec:
     """The check before launching: parse, build once on the CPU, freeze what --freeze names, run one forward;
     ModelSpecError with one line when any of it fails. A factory's check runs in a process of its own
     (`ds_doctor.usersetup.model_check`), which reports each `stage` as it is reached."""
@@ -256,5 +294,7 @@ def check(text: str, freeze: str | None = None, stage: Callable[[str], None] = l
     except ImportError as exc:
         raise ModelSpecError(f"--model {text}: needs {exc.name or exc} (pip install transformers)") from None
     except Exception as exc:
-        raise ModelSpecError(f"--model {text}: one forward on the CPU failed: {type(exc).__name__}: {exc}"[:300]) from None
+        raise ModelSpecError(
+            f"--model {text}: one forward on the CPU failed: {type(exc).__name__}: {exc}"[:300]
+        ) from None
     return spec

@@ -34,14 +34,21 @@ def check_in_child(text: str, freeze: str | None = None, bound_s: float | None =
         command = [*module_command(__name__), "--spec", text, "--result", str(result)]
         command += ["--freeze", freeze] if freeze is not None else []
         with log.open("wb") as output:
-            proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
             try:
                 code = proc.wait(bound)
             except subprocess.TimeoutExpired:
                 kill_tree(proc)
-                raise ModelSpecError(f"--model {text}: did not finish within {bound:.0f} s, at the stage "
-                                     f"{_stage(result)!r} (raise --timeout if it is only slow)") from None
+                raise ModelSpecError(
+                    f"--model {text}: did not finish within {bound:.0f} s, at the stage "
+                    f"{_stage(result)!r} (raise --timeout if it is only slow)"
+                ) from None
         return _verdict(spec, result, code, log)
 
 
@@ -62,9 +69,11 @@ def _verdict(spec: ModelSpec, result: Path, code: int, log: Path) -> ModelSpec:
     if isinstance(data.get("error"), str):
         raise ModelSpecError(data["error"])
     tail = " ".join(log_tail(log, lines=3).split())[-300:]
-    raise ModelSpecError(f"--model {spec.text}: its code ended the check's process with exit code {code} at the stage "
-                         f"{_stage(result)!r} (a sys.exit() or an argparse at import?)" + (f"; it printed: {tail}" if tail
-                                                                                            else ""))
+    raise ModelSpecError(
+        f"--model {spec.text}: its code ended the check's process with exit code {code} at the stage "
+        f"{_stage(result)!r} (a sys.exit() or an argparse at import?)"
+        + (f"; it printed: {tail}" if tail else "")
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,17 +25,35 @@ from ds_doctor.watch.target import Target
 from ds_doctor.watch.watcher import Watch
 
 
-class DoctorCallback(TrainerCallback):  # type: ignore[misc]
-    def __init__(self, out: str | Path | None = "ds-doctor-watch.json", every: int | None = None,
-                 raise_on: str | None = None, device_maps: bool = False) -> None:
-        self.options: dict[str, Any] = {"out": out, "every": every, "raise_on": raise_on, "device_maps": device_maps}
+class DoctorCallback(TrainerCallback):
+    def __init__(
+        self,
+        out: str | Path | None = "ds-doctor-watch.json",
+        every: int | None = None,
+        raise_on: str | None = None,
+        device_maps: bool = False,
+    ) -> None:
+        self.options: dict[str, Any] = {
+            "out": out,
+            "every": every,
+            "raise_on": raise_on,
+            "device_maps": device_maps,
+        }
         Watch.validate(**self.options)
         self.watch: Watch | None = None
         self.session: Session | None = None
         self._step: contextlib.AbstractContextManager[None] | None = None
 
-    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None,
-                       lr_scheduler: Any = None, **kwargs: Any) -> None:
+    def on_train_begin(
+        self,
+        args: Any,
+        state: Any,
+        control: Any,
+        model: Any = None,
+        optimizer: Any = None,
+        lr_scheduler: Any = None,
+        **kwargs: Any,
+    ) -> None:
         target = Target.of_trainer(args, model, optimizer, lr_scheduler)
         self.watch = Watch(target, **self.options)
         self.watch.steps = state.global_step

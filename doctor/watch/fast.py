@@ -23,9 +23,17 @@ def colocation(rec: Recorder) -> list[Finding]:
     Anchors are keyed by text paths only: a ZeRO-3 `ds_tensor` row (a tuple path) is never an optimizer owner."""
     rows = rec.rows
     device_of = {row[2]: row[5] for row in rows if row[1] in ANCHOR_ROLES and isinstance(row[2], str)}
-    offenders = [row for row in rows if row[1] in _OPTIMIZER_ROLES and device_of.get(row[3], row[5]) != row[5]
-                 and not (row[1] == "optim_state" and row[5] in ("cpu", "python") and
-                          (row[5] == "python" or row[0].dim() == 0))]  # a 0-dim CPU state (AdamW's step) is exempt
+    offenders = [
+        row
+        for row in rows
+        if row[1] in _OPTIMIZER_ROLES
+        and (device_of.get(row[3], row[5]) if row[3] is not None else row[5]) != row[5]
+        and not (
+            row[1] == "optim_state"
+            and row[5] in ("cpu", "python")
+            and (row[5] == "python" or row[0].dim() == 0)
+        )
+    ]  # a 0-dim CPU state (AdamW's step) is exempt
     if not offenders:
         return []
     owners = {row[3] for row in offenders}
@@ -45,9 +53,17 @@ def meta_params(rec: Recorder) -> list[Finding]:
     if len(rows) > LIMIT:
         more = [row[2] for row in rows[LIMIT:]]
         listed = ", ".join(more[:20]) + (", ..." if len(more) > 20 else "")
-        findings.append(Finding("no_meta_params", Severity.ERROR, f"{len(more)} more parameters are on meta at "
-                                f"{rec.stage}: {listed}", rec.rank, rec.stage, findings[0].expected,
-                                remedy=findings[0].remedy))
+        findings.append(
+            Finding(
+                "no_meta_params",
+                Severity.ERROR,
+                f"{len(more)} more parameters are on meta at {rec.stage}: {listed}",
+                rec.rank,
+                rec.stage,
+                findings[0].expected,
+                remedy=findings[0].remedy,
+            )
+        )
     return findings
 
 
@@ -60,12 +76,20 @@ def buffers_off(rec: Recorder, device: str) -> list[Finding]:
 def zero_placement(rec: Recorder, promise: ZeroPromise) -> list[Finding]:
     """fp32 partitions on the optimizer's promised device, ZeRO-3 parameter partitions on theirs (with offload)."""
     wrong_fp32 = [r for r in rec.rows if r[1] == "fp32_partition" and r[5] != promise.optimizer_device]
-    findings = check_placement(rec.materialize(wrong_fp32), roles=("fp32_partition",),
-                               expected=promise.optimizer_device, invariant="fp32_partition_placement",
-                               what="fp32 partition(s)")
+    findings = check_placement(
+        rec.materialize(wrong_fp32),
+        roles=("fp32_partition",),
+        expected=promise.optimizer_device,
+        invariant="fp32_partition_placement",
+        what="fp32 partition(s)",
+    )
     if promise.offload_param:
         wrong = [r for r in rec.rows if r[1] == "param_partition" and r[5] != promise.param_partition_device]
-        findings += check_placement(rec.materialize(wrong), roles=("param_partition",),
-                                    expected=promise.param_partition_device, invariant="param_partition_placement",
-                                    what="parameter partition(s)")
+        findings += check_placement(
+            rec.materialize(wrong),
+            roles=("param_partition",),
+            expected=promise.param_partition_device,
+            invariant="param_partition_placement",
+            what="parameter partition(s)",
+        )
     return findings

@@ -63,20 +63,30 @@ class Session:
 
     def before_save(self) -> None:
         label = f"before_save step {self.watch.steps}"
-        self.watch.moment("before_save", label, lambda: moments.before_save(self.target, self.watch.rank, label,
-                                                                            self.watch.device_maps))
+        self.watch.moment(
+            "before_save",
+            label,
+            lambda: moments.before_save(self.target, self.watch.rank, label, self.watch.device_maps),
+        )
 
     def after_load(self) -> None:
         label = "after_load"
-        self.watch.moment("after_load", label, lambda: moments.after_load(self.target, self.watch.rank, label,
-                                                                          self.ties, self.watch.device_maps))
+        self.watch.moment(
+            "after_load",
+            label,
+            lambda: moments.after_load(
+                self.target, self.watch.rank, label, self.ties, self.watch.device_maps
+            ),
+        )
 
     def checked_after(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """A loader (`load_checkpoint`, `load_state`) that runs the after_load moment once it has returned."""
+
         def load(*args: Any, **kwargs: Any) -> Any:
             out = original(*args, **kwargs)
             self.after_load()
             return out
+
         return load
 
     @contextlib.contextmanager
@@ -94,19 +104,25 @@ class Session:
         clip: list[TensorRecord] = []
         optimizer = self.target.optimizer
         zero = is_zero3_optimizer(optimizer) or is_zero12_optimizer(optimizer)
-        observer = observe_unscale_and_clip(optimizer, self.watch.rank, clip.extend) if zero else \
-            contextlib.nullcontext()
+        observer = (
+            observe_unscale_and_clip(optimizer, self.watch.rank, clip.extend)
+            if zero
+            else contextlib.nullcontext()
+        )
         label = f"step {number}"
 
         def check() -> moments.Check:
-            return moments.step(self.target, self.watch.rank, label, clip, self.initial, self.watch.device_maps)
+            return moments.step(
+                self.target, self.watch.rank, label, clip, self.initial, self.watch.device_maps
+            )
 
         try:
             with observer:
                 yield
         except BaseException:
             self.watch.steps = number
-            self.watch.moment("step", label, check, collective=False)  # what the clip saw, beside the job's error
+            # what the clip saw, beside the job's error
+            self.watch.moment("step", label, check, collective=False)
             raise
         self.watch.steps = number
         self.watch.moment("step", label, check)
@@ -120,12 +136,14 @@ def attach_engine(session: Session, engine: Any, *, save: bool = True, load: boo
         def save_checkpoint(*args: Any, **kwargs: Any) -> Any:
             session.before_save()  # raises DoctorError first with raise_on="error": nothing is written
             return original(*args, **kwargs)
+
         return save_checkpoint
 
     def make_step(original: Callable[..., Any]) -> Callable[..., Any]:
         def step(*args: Any, **kwargs: Any) -> Any:
             with session.stepping(bool(engine.is_gradient_accumulation_boundary())):
                 return original(*args, **kwargs)
+
         return step
 
     if save:
@@ -143,7 +161,9 @@ def attach_accelerator(session: Session, accelerator: Any) -> None:
     if engine is not None:
         attach_engine(session, engine, load=False)
     else:
-        handle = accelerator.register_save_state_pre_hook(lambda models, weights, output_dir: session.before_save())
+        handle = accelerator.register_save_state_pre_hook(
+            lambda models, weights, output_dir: session.before_save()
+        )
         watch.on_close(handle.remove)
         prepared = accelerator._optimizers[0]
 
@@ -151,6 +171,7 @@ def attach_accelerator(session: Session, accelerator: Any) -> None:
             def step(*args: Any, **kwargs: Any) -> Any:
                 with session.stepping(bool(accelerator.sync_gradients)):
                     return original(*args, **kwargs)
+
             return step
 
         wrap(watch, prepared, "step", make_step)

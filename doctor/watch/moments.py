@@ -22,7 +22,12 @@ from ds_doctor.watch.target import Target, prepared_classes
 
 #: Per moment, the invariants it is there for, first first: a moment's known issue is the one of the first broken.
 PRIMARY = {
-    "after_prepare": ("no_placeholder", "optimizer_params_live", "fp32_partition_placement", "param_partition_placement"),
+    "after_prepare": (
+        "no_placeholder",
+        "optimizer_params_live",
+        "fp32_partition_placement",
+        "param_partition_placement",
+    ),
     "step": ("clip_norm_device", "boundary_grad_matches_partition", "optimizer_state_colocation"),
     "before_save": ("param_name_map", "optimizer_params_live", "no_meta_params"),
     "after_load": ("optimizer_state_colocation", "optimizer_params_live", "ties_kept", "buffer_placement"),
@@ -33,7 +38,10 @@ MOMENTS = {
     "after_prepare": ("S0", "placeholders, optimizer coverage, placement against the config, buffers"),
     "step": ("S2", "ZeRO placement, optimizer state with its parameters, the clip operands"),
     "before_save": ("S1", "every parameter in the checkpoint's name map (frozen first), nothing on meta"),
-    "after_load": ("S4", "optimizer tensors with their parameters, the optimizer on live parameters, buffers, ties"),
+    "after_load": (
+        "S4",
+        "optimizer tensors with their parameters, the optimizer on live parameters, buffers, ties",
+    ),
 }
 
 
@@ -69,8 +77,9 @@ def _coverage(target: Target, rank: int, stage: str, rec: Recorder | None = None
         params = [(row[2], row[0]) for row in rec.rows if row[1] == "param"]
     else:
         params = [(name, param) for name, param, _ in by_tensor(named_tensors(target.module)[0])]
-    return optimizer_params_live(params, [p for group in optimizer_groups(target.optimizer) for p in group],
-                                 rank=rank, stage=stage)
+    return optimizer_params_live(
+        params, [p for group in optimizer_groups(target.optimizer) for p in group], rank=rank, stage=stage
+    )
 
 
 def after_prepare(target: Target, rank: int, keep_map: bool = False) -> Check:
@@ -84,8 +93,14 @@ def after_prepare(target: Target, rank: int, keep_map: bool = False) -> Check:
     return Check(findings, len(rec), rec.records if keep_map else [])
 
 
-def step(target: Target, rank: int, label: str, clip: list[TensorRecord], initial: list[TensorRecord],
-         keep_map: bool = False) -> Check:
+def step(
+    target: Target,
+    rank: int,
+    label: str,
+    clip: list[TensorRecord],
+    initial: list[TensorRecord],
+    keep_map: bool = False,
+) -> Check:
     """After an optimizer step; `clip` holds what unscale_and_clip_grads saw in it, `initial` the fp32
     partitions at after_prepare (every one must have reached the clip)."""
     rec = _snapshot(target, rank, label)
@@ -108,10 +123,16 @@ def before_save(target: Target, rank: int, label: str, keep_map: bool = False) -
     if target.config or target.engine is not None:  # DeepSpeed writes the checkpoint through this map
         findings = param_name_map(ordered, target.name_map, rank=rank, stage=label)
     else:  # no DeepSpeed: state_dict() saves by module name; the replaced object is stale only for its old holders
-        findings = param_name_map(ordered, target.name_map, rank=rank, stage=label, severity=Severity.WARNING,
-                                  map_name="the Parameter -> name map taken when the watch started",
-                                  consequence="whatever took the old object (DDP, a parameter-keyed map) no longer "
-                                  "sees the new one")
+        findings = param_name_map(
+            ordered,
+            target.name_map,
+            rank=rank,
+            stage=label,
+            severity=Severity.WARNING,
+            map_name="the Parameter -> name map taken when the watch started",
+            consequence="whatever took the old object (DDP, a parameter-keyed map) no longer "
+            "sees the new one",
+        )
     findings += _coverage(target, rank, label)
     rec = Recorder(rank, label)
     for name, param in params:
@@ -150,23 +171,38 @@ def guarded(findings: list[Finding], optimizer: Any) -> list[Finding]:
     for dist in metadata.packages_distributions().get(root, []):
         version = metadata.version(dist)
         for issue in catalog.ISSUES:
-            if (issue.package == dist and "optimizer_state_colocation" in issue.invariants
-                    and issue.version_verdict({dist: version}) == Verdict.NOT_AFFECTED):
-                note = f" ({dist} {version} moves them back on access; {issue.id} is fixed in {issue.fixed_in})"
-                return [dc.replace(f, severity=Severity.WARNING, message=f.message + note)
-                        if f.invariant == "optimizer_state_colocation" else f for f in findings]
+            if (
+                issue.package == dist
+                and "optimizer_state_colocation" in issue.invariants
+                and issue.version_verdict({dist: version}) == Verdict.NOT_AFFECTED
+            ):
+                note = (
+                    f" ({dist} {version} moves them back on access; {issue.id} is fixed in {issue.fixed_in})"
+                )
+                return [
+                    dc.replace(f, severity=Severity.WARNING, message=f.message + note)
+                    if f.invariant == "optimizer_state_colocation"
+                    else f
+                    for f in findings
+                ]
     return findings
 
 
-def after_load(target: Target, rank: int, label: str, ties: list[TensorRecord], keep_map: bool = False) -> Check:
+def after_load(
+    target: Target, rank: int, label: str, ties: list[TensorRecord], keep_map: bool = False
+) -> Check:
     rec = _snapshot(target, rank, label)
     findings = guarded(fast.colocation(rec), target.optimizer) + fast.buffers_off(rec, target.device)
     findings += fast.meta_params(rec)
-    findings += _coverage(target, rank, label, rec)  # a resume that rebuilt the parameters leaves the optimizer orphans
+    # a resume that rebuilt the parameters leaves the optimizer orphans
+    findings += _coverage(target, rank, label, rec)
     if ties:
         names = {name for record in ties for name in record.names}
-        later = rec.materialize(row for row in rec.rows if row[1] == "param" and
-                                (row[2] in names or any(alias in names for alias in row[4])))
+        later = rec.materialize(
+            row
+            for row in rec.rows
+            if row[1] == "param" and (row[2] in names or any(alias in names for alias in row[4]))
+        )
         findings += ties_kept([*ties, *later], ties[0].stage, label)
     return Check(findings, len(rec), rec.records if keep_map else [])
 

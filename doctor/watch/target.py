@@ -34,7 +34,10 @@ def is_deepspeed_engine(obj: Any) -> bool:
 
 
 def is_accelerator(obj: Any) -> bool:
-    return any(kind.__name__ == "Accelerator" and kind.__module__.startswith("accelerate") for kind in type(obj).__mro__)
+    return any(
+        kind.__name__ == "Accelerator" and kind.__module__.startswith("accelerate")
+        for kind in type(obj).__mro__
+    )
 
 
 @dataclasses.dataclass
@@ -49,7 +52,9 @@ class Target:
     device: str
     engine: Any = None
     config: Mapping[str, Any] | None = None  # the DeepSpeed config, when DeepSpeed runs
-    prepared: tuple[Any, ...] = ()  # what prepare handed back (optimizers, schedulers): S0 looks for placeholders
+    prepared: tuple[
+        Any, ...
+    ] = ()  # what prepare handed back (optimizers, schedulers): S0 looks for placeholders
     own_name_map: Mapping[Any, str] | None = None
 
     @property
@@ -60,32 +65,51 @@ class Target:
 
     @classmethod
     def of_engine(cls, engine: Any, kind: str = "deepspeed", prepared: tuple[Any, ...] = ()) -> Target:
-        return cls(kind=kind, module=engine.module, optimizer=unwrap_optimizer(engine.optimizer),
-                   device=str(engine.device), engine=engine, config=engine_config(engine), prepared=prepared)
+        return cls(
+            kind=kind,
+            module=engine.module,
+            optimizer=unwrap_optimizer(engine.optimizer),
+            device=str(engine.device),
+            engine=engine,
+            config=engine_config(engine),
+            prepared=prepared,
+        )
 
     @classmethod
     def of_accelerator(cls, accelerator: Any) -> Target:
         """The first prepared model and optimizer (a watch follows one model; several are rare in one job)."""
         if not accelerator._models or not accelerator._optimizers:
-            raise ValueError("watch(accelerator) needs a model and an optimizer passed through accelerator.prepare "
-                             "first")
+            raise ValueError(
+                "watch(accelerator) needs a model and an optimizer passed through accelerator.prepare first"
+            )
         prepared = tuple(accelerator._optimizers) + tuple(accelerator._schedulers)
         wrapped = getattr(accelerator, "deepspeed_engine_wrapped", None)
         if wrapped is not None:
             return cls.of_engine(wrapped.engine, kind="accelerate+deepspeed", prepared=prepared)
         module = accelerator.unwrap_model(accelerator._models[0])
-        return cls(kind="accelerate", module=module, optimizer=unwrap_optimizer(accelerator._optimizers[0]),
-                   device=str(accelerator.device), prepared=prepared, own_name_map=name_map_of(module))
+        return cls(
+            kind="accelerate",
+            module=module,
+            optimizer=unwrap_optimizer(accelerator._optimizers[0]),
+            device=str(accelerator.device),
+            prepared=prepared,
+            own_name_map=name_map_of(module),
+        )
 
     @classmethod
     def of_trainer(cls, args: Any, model: Any, optimizer: Any, lr_scheduler: Any) -> Target:
         """What the Trainer passes its callbacks: the model (not the engine), the prepared optimizer."""
         ds = getattr(args, "hf_deepspeed_config", None)
         config = getattr(ds, "config", None) if getattr(args, "deepspeed", None) else None
-        return cls(kind="trainer+deepspeed" if config else "trainer", module=model,
-                   optimizer=unwrap_optimizer(optimizer), device=str(args.device), config=config,
-                   prepared=tuple(x for x in (optimizer, lr_scheduler) if x is not None),
-                   own_name_map=name_map_of(model))
+        return cls(
+            kind="trainer+deepspeed" if config else "trainer",
+            module=model,
+            optimizer=unwrap_optimizer(optimizer),
+            device=str(args.device),
+            config=config,
+            prepared=tuple(x for x in (optimizer, lr_scheduler) if x is not None),
+            own_name_map=name_map_of(model),
+        )
 
 
 def name_map_of(module: Any) -> dict[Any, str]:

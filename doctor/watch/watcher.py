@@ -94,8 +94,15 @@ def no_gc() -> Iterator[None]:
 class Watch:
     """Created by `ds_doctor.api.watch` (or `DoctorCallback`); hooks add `undo` callbacks that `close` runs."""
 
-    def __init__(self, target: Target, *, out: str | Path | None = "ds-doctor-watch.json", every: int | None = None,
-                 raise_on: str | None = None, device_maps: bool = False) -> None:
+    def __init__(
+        self,
+        target: Target,
+        *,
+        out: str | Path | None = "ds-doctor-watch.json",
+        every: int | None = None,
+        raise_on: str | None = None,
+        device_maps: bool = False,
+    ) -> None:
         self.validate(out=out, every=every, raise_on=raise_on, device_maps=device_maps)
         self.target = target
         self.out = Path(out) if out else None
@@ -143,7 +150,9 @@ class Watch:
         return step == 1 or (self.every is not None and step % self.every == 0)
 
     # -- a moment
-    def moment(self, moment: str, label: str, check: Callable[[], Check], *, collective: bool = True) -> list[Finding]:
+    def moment(
+        self, moment: str, label: str, check: Callable[[], Check], *, collective: bool = True
+    ) -> list[Finding]:
         """Run `check` on this rank, gather, report; raise DoctorError on every rank if asked and an error showed.
 
         `collective=False` (the job is already failing on this rank, and the others may not come): no gather,
@@ -158,8 +167,14 @@ class Watch:
         gathered = self._gather(result, took) if collective else [self._mine(result, took)]
         if not collective:
             for finding in result.findings:
-                logger.log(_LEVELS[finding.severity], "ds-doctor %s (rank %d): [%s] %s", label, self.rank,
-                           finding.invariant, finding.message)
+                logger.log(
+                    _LEVELS[finding.severity],
+                    "ds-doctor %s (rank %d): [%s] %s",
+                    label,
+                    self.rank,
+                    finding.invariant,
+                    finding.message,
+                )
             if self.rank == 0:
                 self.results.append(self._case(moment, label, result.findings, gathered, result))
                 self.write()
@@ -168,8 +183,13 @@ class Watch:
         self.findings.extend(findings)
         if self.rank == 0:
             for finding in findings:
-                logger.log(_LEVELS[finding.severity], "ds-doctor %s: [%s] %s", label, finding.invariant,
-                           finding.message)
+                logger.log(
+                    _LEVELS[finding.severity],
+                    "ds-doctor %s: [%s] %s",
+                    label,
+                    finding.invariant,
+                    finding.message,
+                )
             self.results.append(self._case(moment, label, findings, gathered, result))
             self.write()
         if self.raise_on == "error" and any(f.is_error for f in findings):
@@ -185,10 +205,16 @@ class Watch:
         arrived = present(dist, size, f"ds_doctor/watch/{label}/{count}")
         if arrived is None:
             return None
-        return Finding(invariant="watch_ranks_present", severity=Severity.WARNING, rank=self.rank, message=(
-            f"{label}: {arrived} of {size} ranks reached this moment within {PRESENT_WAIT_S:.0f} s (called on "
-            "some ranks only, as plain DDP allows for save_state and load_state): this rank was checked alone "
-            "and the job went on"))
+        return Finding(
+            invariant="watch_ranks_present",
+            severity=Severity.WARNING,
+            rank=self.rank,
+            message=(
+                f"{label}: {arrived} of {size} ranks reached this moment within {PRESENT_WAIT_S:.0f} s (called on "
+                "some ranks only, as plain DDP allows for save_state and load_state): this rank was checked alone "
+                "and the job went on"
+            ),
+        )
 
     def _gather(self, result: Check, took: float) -> list[dict[str, Any]]:
         """One all_gather_object per moment: findings (with their evidence rows) and counts, never tensors."""
@@ -201,25 +227,43 @@ class Watch:
         return parts
 
     def _mine(self, result: Check, took: float) -> dict[str, Any]:
-        return {"rank": self.rank, "findings": result.findings, "records": result.records, "check_s": took,
-                "device_map": result.device_map if self.rank == 0 else []}
+        return {
+            "rank": self.rank,
+            "findings": result.findings,
+            "records": result.records,
+            "check_s": took,
+            "device_map": result.device_map if self.rank == 0 else [],
+        }
 
-    def _case(self, moment: str, label: str, findings: list[Finding], gathered: list[dict[str, Any]],
-              result: Check) -> CaseResult:
+    def _case(
+        self, moment: str, label: str, findings: list[Finding], gathered: list[dict[str, Any]], result: Check
+    ) -> CaseResult:
         count = self._counts[label] = self._counts.get(label, 0) + 1
         errors = [f for f in findings if f.is_error]
         issue = _issue_shown(errors, PRIMARY[moment], deepspeed="deepspeed" in self.target.kind)
         about = describe(moment)
         return CaseResult(
-            probe="watch", case=f"watch[{label}]" + (f"#{count}" if count > 1 else ""), scenario=about["scenario"],
-            level=2, world_size=len(gathered), device_kind="cuda" if self.target.device.startswith("cuda") else "cpu",
+            probe="watch",
+            case=f"watch[{label}]" + (f"#{count}" if count > 1 else ""),
+            scenario=about["scenario"],
+            level=2,
+            world_size=len(gathered),
+            device_kind="cuda" if self.target.device.startswith("cuda") else "cpu",
             outcome=Outcome.FAIL if errors else Outcome.PASS,
             duration_s=round(max(part["check_s"] for part in gathered), 6),
-            reason=f"[{errors[0].invariant}] {errors[0].message}" if errors else None, known_issue=issue,
-            findings=tuple(findings), device_map=tuple(gathered[0]["device_map"]),
-            notes={"moment": moment, "checks": about["checks"], "target": self.target.kind, "step": self.steps,
-                   "records_per_rank": [part["records"] for part in gathered],
-                   "check_ms_per_rank": [round(part["check_s"] * 1e3, 3) for part in gathered]})
+            reason=f"[{errors[0].invariant}] {errors[0].message}" if errors else None,
+            known_issue=issue,
+            findings=tuple(findings),
+            device_map=tuple(gathered[0]["device_map"]),
+            notes={
+                "moment": moment,
+                "checks": about["checks"],
+                "target": self.target.kind,
+                "step": self.steps,
+                "records_per_rank": [part["records"] for part in gathered],
+                "check_ms_per_rank": [round(part["check_s"] * 1e3, 3) for part in gathered],
+            },
+        )
 
     def write(self) -> Path | None:
         """Rank 0 rewrites the report after every moment, so a job that dies later still leaves it."""
@@ -234,10 +278,18 @@ class Watch:
         env, hardware = self._env
         import datetime as dt
 
-        report = build_report(started=dt.datetime.fromtimestamp(self._started, dt.timezone.utc), finished=utc_now(),
-                              level=2, argv=("watch", self.target.kind), env=env, hardware=hardware,
-                              results=self.results, run_dir=None)
-        target = self.out / "ds-doctor-watch.json" if self.out.is_dir() else self.out  # out=<a folder>: inside it
+        report = build_report(
+            started=dt.datetime.fromtimestamp(self._started, dt.timezone.utc),
+            finished=utc_now(),
+            level=2,
+            argv=("watch", self.target.kind),
+            env=env,
+            hardware=hardware,
+            results=self.results,
+            run_dir=None,
+        )
+        # out=<a folder>: inside it
+        target = self.out / "ds-doctor-watch.json" if self.out.is_dir() else self.out
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
             write_output(target, report.to_json() + "\n")
@@ -258,5 +310,3 @@ def _issue_shown(errors: list[Finding], primary: tuple[str, ...], *, deepspeed: 
             if invariant in issue.invariants and (deepspeed or issue.package != "deepspeed"):
                 return issue.to_ref(Verdict.AFFECTED)
     return None
-
-

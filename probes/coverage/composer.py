@@ -16,25 +16,33 @@ from ds_doctor.plugins import ProbeContext
 from ds_doctor.plugins.collect import clean_name
 
 
-def composer_trainer(ctx: ProbeContext, cleanup: contextlib.ExitStack, build_model: Callable[[], Any],
-                     optimizer_of: Callable[[Any], Any], batch: tuple[Any, Any]
-                     ) -> tuple[Any, Any, Callable[[], None], Callable[[], dict[str, Any]]]:
+def composer_trainer(
+    ctx: ProbeContext,
+    cleanup: contextlib.ExitStack,
+    build_model: Callable[[], Any],
+    optimizer_of: Callable[[Any], Any],
+    batch: tuple[Any, Any],
+) -> tuple[Any, Any, Callable[[], None], Callable[[], dict[str, Any]]]:
     """(the wrapped module, the optimizer, one step, full values by original name) of a Composer Trainer with FSDP
     (use_orig_params) over a ComposerModel around `build_model()`, trained on the one `batch`."""
     import torch
 
     if importlib.util.find_spec("composer") is None:
-        ctx.skip(f"Composer (mosaicml) is not installed; its releases pin torch < 2.7.1 and this node has torch "
-                 f"{torch.__version__}: run with --with mosaicml==VER --ignore-pins (and a torchvision that imports "
-                 "here) to check its single-group rebuild (mosaicml/composer#3493)")
+        ctx.skip(
+            f"Composer (mosaicml) is not installed; its releases pin torch < 2.7.1 and this node has torch "
+            f"{torch.__version__}: run with --with mosaicml==VER --ignore-pins (and a torchvision that imports "
+            "here) to check its single-group rebuild (mosaicml/composer#3493)"
+        )
     if ctx.device_kind != "cuda":  # read in composer/distributed/dist_strategy.py, 0.23.5 and 0.32.1 alike
-        ctx.skip("Composer's FSDP preparation passes device_id=torch.cuda.current_device() to FSDP: its FSDP route "
-                 "needs a GPU")
+        ctx.skip(
+            "Composer's FSDP preparation passes device_id=torch.cuda.current_device() to FSDP: its FSDP route "
+            "needs a GPU"
+        )
     from composer import Trainer
     from composer.models import ComposerModel
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
-    class FourParts(ComposerModel):  # type: ignore[misc]
+    class FourParts(ComposerModel):
         def __init__(self) -> None:
             super().__init__()
             self.module = build_model()
@@ -49,9 +57,18 @@ def composer_trainer(ctx: ProbeContext, cleanup: contextlib.ExitStack, build_mod
     model = FourParts()
     optimizer = optimizer_of(model.module)
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(*batch), batch_size=len(batch[0]))
-    trainer = Trainer(model=model, optimizers=optimizer, train_dataloader=loader, max_duration="1ba", device="gpu",
-                      parallelism_config={"fsdp": {"use_orig_params": True}}, progress_bar=False,
-                      log_to_console=False, loggers=[], save_folder=None)
+    trainer = Trainer(
+        model=model,
+        optimizers=optimizer,
+        train_dataloader=loader,
+        max_duration="1ba",
+        device="gpu",
+        parallelism_config={"fsdp": {"use_orig_params": True}},
+        progress_bar=False,
+        log_to_console=False,
+        loggers=[],
+        save_folder=None,
+    )
     cleanup.callback(trainer.close)
     wrapped = trainer.state.model.module
 

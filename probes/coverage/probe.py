@@ -27,7 +27,8 @@ from ds_doctor.probes.shared.common import full_values as gathered_values
 SPEC = ProbeSpec(
     name="optimizer_coverage",
     scenario="S3",
-    description="FSDP1/FSDP2/DeepSpeed/Accelerate wrapping: the optimizer tracks the same parameters, and exactly they train",
+    description="FSDP1/FSDP2/DeepSpeed/Accelerate wrapping: the optimizer tracks the same parameters, and "
+    "exactly they train",
     world_sizes=(1, 2),
     requires=(Requirement("torch", "torch"),),
     timeout_s=180.0,
@@ -43,6 +44,7 @@ OUT = 4
 MICRO_BATCH = 2
 INTENDED = ("a.bias", "a.weight", "head.bias", "head.weight")
 FROZEN = ("c.bias", "c.weight")
+
 
 #: route -> (what the user's code does, reproduce?, level)
 @dataclasses.dataclass(frozen=True)
@@ -66,27 +68,80 @@ class Route:
 _DS_WHAT = "deepspeed.initialize(model, optimizer=AdamW(group)), ZeRO stage {}"
 ROUTES = (
     Route("fsdp1-orig", "FSDP1(use_orig_params=True), optimizer built after wrapping", "fsdp1"),
-    Route("fsdp1-orig-opt-before-wrap", "FSDP1(use_orig_params=True), optimizer built before wrapping", "fsdp1",
-          optimizer_before_wrap=True),
-    Route("fsdp1-flat", "FSDP1(use_orig_params=False), one FlatParameter per Linear, optimizer built after wrapping",
-          "fsdp1", orig_params=False),
-    Route("fsdp1-flat-opt-before-wrap", "FSDP1(use_orig_params=False), optimizer built before wrapping", "fsdp1",
-          optimizer_before_wrap=True, orig_params=False, reproduce=True),
-    Route("fsdp2", "FSDP2 fully_shard on each Linear and the root, optimizer built after wrapping", "fsdp2", level=2),
-    Route("fsdp2-opt-before-wrap", "FSDP2 fully_shard, optimizer built before wrapping", "fsdp2",
-          optimizer_before_wrap=True, reproduce=True),
-    *(Route(f"deepspeed-z{stage}", _DS_WHAT.format(stage), "deepspeed", stage=stage, level=2 if stage == 2 else 3)
-      for stage in (0, 1, 2, 3)),
-    Route("deepspeed-z2-frozen-in-group", "deepspeed.initialize, ZeRO stage 2, with the frozen c in the optimizer's "
-          "group (ZeRO drops it on purpose: an info)", "deepspeed", parts=("a", "c", "head")),
-    Route("accelerate-deepspeed", "Accelerator(deepspeed_plugin) prepare(model, AdamW(group), dataloader), ZeRO 2",
-          "accelerate-deepspeed"),
-    Route("accelerate-fsdp", "Accelerator(fsdp_plugin) prepare(model, AdamW(group)), optimizer built before prepare",
-          "accelerate-fsdp"),
-    Route("composer", "Composer Trainer with FSDP (use_orig_params) and a one-group optimizer over a and head",
-          "composer", reproduce=True, known_issue="composer_single_group_rebuild"),
-    Route("composer-two-groups", "Composer Trainer with FSDP (use_orig_params), a and head in two param groups "
-          "(the remedy of mosaicml/composer#3493)", "composer", groups=True),
+    Route(
+        "fsdp1-orig-opt-before-wrap",
+        "FSDP1(use_orig_params=True), optimizer built before wrapping",
+        "fsdp1",
+        optimizer_before_wrap=True,
+    ),
+    Route(
+        "fsdp1-flat",
+        "FSDP1(use_orig_params=False), one FlatParameter per Linear, optimizer built after wrapping",
+        "fsdp1",
+        orig_params=False,
+    ),
+    Route(
+        "fsdp1-flat-opt-before-wrap",
+        "FSDP1(use_orig_params=False), optimizer built before wrapping",
+        "fsdp1",
+        optimizer_before_wrap=True,
+        orig_params=False,
+        reproduce=True,
+    ),
+    Route(
+        "fsdp2",
+        "FSDP2 fully_shard on each Linear and the root, optimizer built after wrapping",
+        "fsdp2",
+        level=2,
+    ),
+    Route(
+        "fsdp2-opt-before-wrap",
+        "FSDP2 fully_shard, optimizer built before wrapping",
+        "fsdp2",
+        optimizer_before_wrap=True,
+        reproduce=True,
+    ),
+    *(
+        Route(
+            f"deepspeed-z{stage}",
+            _DS_WHAT.format(stage),
+            "deepspeed",
+            stage=stage,
+            level=2 if stage == 2 else 3,
+        )
+        for stage in (0, 1, 2, 3)
+    ),
+    Route(
+        "deepspeed-z2-frozen-in-group",
+        "deepspeed.initialize, ZeRO stage 2, with the frozen c in the optimizer's "
+        "group (ZeRO drops it on purpose: an info)",
+        "deepspeed",
+        parts=("a", "c", "head"),
+    ),
+    Route(
+        "accelerate-deepspeed",
+        "Accelerator(deepspeed_plugin) prepare(model, AdamW(group), dataloader), ZeRO 2",
+        "accelerate-deepspeed",
+    ),
+    Route(
+        "accelerate-fsdp",
+        "Accelerator(fsdp_plugin) prepare(model, AdamW(group)), optimizer built before prepare",
+        "accelerate-fsdp",
+    ),
+    Route(
+        "composer",
+        "Composer Trainer with FSDP (use_orig_params) and a one-group optimizer over a and head",
+        "composer",
+        reproduce=True,
+        known_issue="composer_single_group_rebuild",
+    ),
+    Route(
+        "composer-two-groups",
+        "Composer Trainer with FSDP (use_orig_params), a and head in two param groups "
+        "(the remedy of mosaicml/composer#3493)",
+        "composer",
+        groups=True,
+    ),
 )
 
 
@@ -94,9 +149,19 @@ def variants(options: RankOptions) -> list[Variant]:
     routes = list(ROUTES)
     user = options.user_deepspeed_config()
     if user is not None:
-        routes.append(Route("deepspeed-user-config", "deepspeed.initialize(model, optimizer=AdamW(group)) with your "
-                            "DeepSpeed config", "deepspeed", level=2, user=user))
-    return [Variant(name=route.name, params=route, level=route.level, reproduce=route.reproduce) for route in routes]
+        routes.append(
+            Route(
+                "deepspeed-user-config",
+                "deepspeed.initialize(model, optimizer=AdamW(group)) with your DeepSpeed config",
+                "deepspeed",
+                level=2,
+                user=user,
+            )
+        )
+    return [
+        Variant(name=route.name, params=route, level=route.level, reproduce=route.reproduce)
+        for route in routes
+    ]
 
 
 def setup(ctx: ProbeContext) -> None:
@@ -132,15 +197,22 @@ def make_optimizer(module: Any, parts: tuple[str, ...] = GROUP) -> Any:
     """One AdamW group over the parameters of `parts` (by original name)."""
     import torch
 
-    return torch.optim.AdamW([p for n, p in module.named_parameters() if clean_name(n).split(".")[0] in parts], lr=1e-2)
+    return torch.optim.AdamW(
+        [p for n, p in module.named_parameters() if clean_name(n).split(".")[0] in parts], lr=1e-2
+    )
 
 
 def grouped_optimizer(module: Any, parts: tuple[str, ...]) -> Any:
     """One AdamW group per part: the remedy Composer's single-group rebuild leaves alone."""
     import torch
 
-    return torch.optim.AdamW([{"params": [p for n, p in module.named_parameters() if clean_name(n).split(".")[0] == part]}
-                              for part in parts], lr=1e-2)
+    return torch.optim.AdamW(
+        [
+            {"params": [p for n, p in module.named_parameters() if clean_name(n).split(".")[0] == part]}
+            for part in parts
+        ],
+        lr=1e-2,
+    )
 
 
 @dataclasses.dataclass
@@ -155,16 +227,21 @@ def run(ctx: ProbeContext) -> None:
     route: Route = ctx.params
     ctx.note("route", route.what)
     if ctx.has_user_model and route.wrapper != "deepspeed":
-        ctx.skip(f"the {route.wrapper} route wraps ds-doctor's own four-part model only; --model runs on the "
-                 "deepspeed routes")
+        ctx.skip(
+            f"the {route.wrapper} route wraps ds-doctor's own four-part model only; --model runs on the "
+            "deepspeed routes"
+        )
     model = subject(ctx, route.parts, build_model, INTENDED, FROZEN)
     reference = model.build(0)
     optimizer = grouped_optimizer(reference, route.parts) if route.groups else model.optimizer(reference)
     before = tracked_names(optimizer_groups(optimizer), reference)
     ctx.note("tracked_before", sorted(before.groups))
     with contextlib.ExitStack() as cleanup:
-        wrapped = WRAPPERS[route.wrapper](ctx, route, cleanup) if route.wrapper != "deepspeed" else \
-            _deepspeed(ctx, route, cleanup, model)
+        wrapped = (
+            WRAPPERS[route.wrapper](ctx, route, cleanup)
+            if route.wrapper != "deepspeed"
+            else _deepspeed(ctx, route, cleanup, model)
+        )
         ctx.enter("after_wrap")
         after = _tracked_everywhere(ctx, tracked_names(optimizer_groups(wrapped.optimizer), wrapped.module))
         ctx.note("tracked_after", sorted(after.groups))
@@ -173,10 +250,13 @@ def run(ctx: ProbeContext) -> None:
         ctx.enter("step")
         values = wrapped.full_values()
         wrapped.step()
-        changed = sorted(name for name, value in wrapped.full_values().items() if not _equal(values[name], value))
+        changed = sorted(
+            name for name, value in wrapped.full_values().items() if not _equal(values[name], value)
+        )
         ctx.note("changed_by_step", changed)
         missed = step_changes(changed, model.intended)
-        if route.reproduce:  # what went wrong for real: an xfail if the checks above caught it first, else a fail
+        # what went wrong for real: an xfail if the checks above caught it first, else a fail
+        if route.reproduce:
             for finding in missed:
                 ctx.showed(finding.message)
             ctx.known_issue(route.known_issue, shown=bool(missed or [f for f in moved if f.is_error]))
@@ -232,8 +312,12 @@ def _fsdp1(ctx: ProbeContext, route: Route, cleanup: contextlib.ExitStack) -> Wr
     ctx.enter("wrap")
     model = build_model()
     optimizer = make_optimizer(model) if route.optimizer_before_wrap else None
-    wrapped = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({torch.nn.Linear}), use_orig_params=route.orig_params,
-                   device_id=_device(ctx))
+    wrapped = FSDP(
+        model,
+        auto_wrap_policy=ModuleWrapPolicy({torch.nn.Linear}),
+        use_orig_params=route.orig_params,
+        device_id=_device(ctx),
+    )
     if optimizer is None:
         optimizer = make_optimizer(wrapped)
 
@@ -276,8 +360,13 @@ def _engine_step(ctx: ProbeContext, engine: Any, user: Any = None) -> Callable[[
         dtype = torch.bfloat16 if engine.bfloat16_enabled() else torch.float32
         for _ in range(engine.gradient_accumulation_steps()):
             if user is not None:
-                loss = user.loss(engine, engine.train_micro_batch_size_per_gpu(), device=engine.device, dtype=dtype,
-                                 seed=100 + ctx.rank)
+                loss = user.loss(
+                    engine,
+                    engine.train_micro_batch_size_per_gpu(),
+                    device=engine.device,
+                    dtype=dtype,
+                    seed=100 + ctx.rank,
+                )
             else:
                 x, y = _batch(ctx, engine.device)
                 loss = torch.nn.functional.mse_loss(engine(x.to(dtype)), y.to(dtype))
@@ -288,11 +377,18 @@ def _engine_step(ctx: ProbeContext, engine: Any, user: Any = None) -> Callable[[
 
 
 def _ds_config(stage: int) -> dict[str, Any]:
-    return {"train_micro_batch_size_per_gpu": MICRO_BATCH, "gradient_accumulation_steps": 1,
-            "zero_optimization": {"stage": stage}, "steps_per_print": 10**9, "wall_clock_breakdown": False}
+    return {
+        "train_micro_batch_size_per_gpu": MICRO_BATCH,
+        "gradient_accumulation_steps": 1,
+        "zero_optimization": {"stage": stage},
+        "steps_per_print": 10**9,
+        "wall_clock_breakdown": False,
+    }
 
 
-def _deepspeed(ctx: ProbeContext, route: Route, cleanup: contextlib.ExitStack, model: Subject | None = None) -> Wrapped:
+def _deepspeed(
+    ctx: ProbeContext, route: Route, cleanup: contextlib.ExitStack, model: Subject | None = None
+) -> Wrapped:
     ctx.require(DEEPSPEED)
     import deepspeed
 
@@ -302,7 +398,9 @@ def _deepspeed(ctx: ProbeContext, route: Route, cleanup: contextlib.ExitStack, m
     config = user_ds_config(ctx, route.user) if route.user is not None else _ds_config(route.stage)
     engine, _, _, _ = deepspeed.initialize(model=module, optimizer=model.optimizer(module), config=config)
     cleanup.callback(engine.destroy)
-    return Wrapped(engine.module, engine.optimizer, _engine_step(ctx, engine, model.user), _engine_values(engine))
+    return Wrapped(
+        engine.module, engine.optimizer, _engine_step(ctx, engine, model.user), _engine_values(engine)
+    )
 
 
 def _accelerate_deepspeed(ctx: ProbeContext, route: Route, cleanup: contextlib.ExitStack) -> Wrapped:
@@ -313,8 +411,10 @@ def _accelerate_deepspeed(ctx: ProbeContext, route: Route, cleanup: contextlib.E
 
     cleanup.enter_context(accelerate_session())
     ctx.enter("prepare")
-    accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=_ds_config(route.stage)),
-                              kwargs_handlers=[InitProcessGroupKwargs(backend=ctx.backend)])
+    accelerator = Accelerator(
+        deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=_ds_config(route.stage)),
+        kwargs_handlers=[InitProcessGroupKwargs(backend=ctx.backend)],
+    )
     model = build_model()
     data = torch.utils.data.TensorDataset(torch.randn(8, WIDTH), torch.randn(8, OUT))
     loader = torch.utils.data.DataLoader(data, batch_size=MICRO_BATCH)
@@ -331,17 +431,23 @@ def _accelerate_fsdp(ctx: ProbeContext, route: Route, cleanup: contextlib.ExitSt
 
     cleanup.enter_context(accelerate_session())
     ctx.enter("prepare")
-    accelerator = Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin(use_orig_params=True),
-                              kwargs_handlers=[InitProcessGroupKwargs(backend=ctx.backend)])
+    accelerator = Accelerator(
+        fsdp_plugin=FullyShardedDataParallelPlugin(use_orig_params=True),
+        kwargs_handlers=[InitProcessGroupKwargs(backend=ctx.backend)],
+    )
     model = build_model()
     optimizer = make_optimizer(model)  # before prepare: Accelerate's prepare remaps it
     wrapped, optimizer = accelerator.prepare(model, optimizer)
     sharded = any(hasattr(p, "_fqns") or hasattr(p, "full_tensor") for p in wrapped.parameters()) or any(
-        "FullyShardedDataParallel" in type(m).__name__ or "FSDP" in type(m).__name__ for m in wrapped.modules())
+        "FullyShardedDataParallel" in type(m).__name__ or "FSDP" in type(m).__name__
+        for m in wrapped.modules()
+    )
     if not sharded:  # measured with accelerate 1.15 on CPU: distributed_type NO, the bare model back
-        ctx.skip(f"Accelerate ignored the FSDP plugin on {ctx.device_kind} (distributed_type "
-                 f"{accelerator.distributed_type.value}, prepare returned a plain {type(wrapped).__name__}): there is "
-                 "no FSDP wrapping to check here; FSDP through Accelerate needs GPUs")
+        ctx.skip(
+            f"Accelerate ignored the FSDP plugin on {ctx.device_kind} (distributed_type "
+            f"{accelerator.distributed_type.value}, prepare returned a plain {type(wrapped).__name__}): there is "
+            "no FSDP wrapping to check here; FSDP through Accelerate needs GPUs"
+        )
 
     def full_values() -> dict[str, Any]:
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
@@ -349,8 +455,10 @@ def _accelerate_fsdp(ctx: ProbeContext, route: Route, cleanup: contextlib.ExitSt
         if isinstance(wrapped, FSDP):
             with FSDP.summon_full_params(wrapped, writeback=False):
                 return {clean_name(n): p.detach().to("cpu", copy=True) for n, p in wrapped.named_parameters()}
-        return {clean_name(n): (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().to("cpu", copy=True)
-                for n, p in wrapped.named_parameters()}
+        return {
+            clean_name(n): (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().to("cpu", copy=True)
+            for n, p in wrapped.named_parameters()
+        }
 
     def step() -> None:
         import torch
@@ -374,6 +482,10 @@ def _composer(ctx: ProbeContext, route: Route, cleanup: contextlib.ExitStack) ->
 
 #: Route.wrapper -> how the model and its optimizer get wrapped.
 WRAPPERS: dict[str, Callable[[ProbeContext, Route, contextlib.ExitStack], Wrapped]] = {
-    "fsdp1": _fsdp1, "fsdp2": _fsdp2, "deepspeed": _deepspeed, "accelerate-deepspeed": _accelerate_deepspeed,
-    "accelerate-fsdp": _accelerate_fsdp, "composer": _composer,
+    "fsdp1": _fsdp1,
+    "fsdp2": _fsdp2,
+    "deepspeed": _deepspeed,
+    "accelerate-deepspeed": _accelerate_deepspeed,
+    "accelerate-fsdp": _accelerate_fsdp,
+    "composer": _composer,
 }

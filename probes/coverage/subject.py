@@ -25,31 +25,50 @@ class Subject:
     def optimizer(self, module: Any) -> Any:
         import torch
 
-        return torch.optim.AdamW([p for n, p in module.named_parameters() if self.in_group(clean_name(n))], lr=1e-2)
+        return torch.optim.AdamW(
+            [p for n, p in module.named_parameters() if self.in_group(clean_name(n))], lr=1e-2
+        )
 
 
-def subject(ctx: ProbeContext, parts: tuple[str, ...], build_model: Callable[[int], Any], intended: tuple[str, ...],
-            frozen_parts: tuple[str, ...]) -> Subject:
+def subject(
+    ctx: ProbeContext,
+    parts: tuple[str, ...],
+    build_model: Callable[[int], Any],
+    intended: tuple[str, ...],
+    frozen_parts: tuple[str, ...],
+) -> Subject:
     """ds-doctor's four-part model (`build_model`, its `intended` and `frozen_parts` names) with `parts` as the
     group; or, with `--model`, the user's, by this rule: the input embedding frozen, the parameters of its norm
     layers (modules whose class name has "Norm"; with none, the last trainable parameter) requiring grad but left
     out of the group on purpose, every other trainable parameter in it."""
     if not ctx.has_user_model:
-        return Subject(build_model, lambda n: n.split(".")[0] in parts,
-                       tuple(n for n in intended if n.split(".")[0] in parts), frozen_parts)
+        return Subject(
+            build_model,
+            lambda n: n.split(".")[0] in parts,
+            tuple(n for n in intended if n.split(".")[0] in parts),
+            frozen_parts,
+        )
     user = ctx.user_model(seed=0)  # read for its names; it also makes the batches and the loss
     user.freeze(None, required=False)
     probe = user.module
     trainable = [n for n, p in probe.named_parameters() if p.requires_grad]
-    norms = {f"{owner}.{name}".lstrip(".") for owner, module in probe.named_modules()
-             if "Norm" in type(module).__name__ for name, _ in module.named_parameters(recurse=False)}
+    norms = {
+        f"{owner}.{name}".lstrip(".")
+        for owner, module in probe.named_modules()
+        if "Norm" in type(module).__name__
+        for name, _ in module.named_parameters(recurse=False)
+    }
     left_out = {n for n in trainable if n in norms} or set(trainable[-1:])
     frozen = tuple(n for n, p in probe.named_parameters() if not p.requires_grad)
     ctx.note("group_rule", {"frozen": list(frozen), "left_out": sorted(left_out)})
     with_frozen = "c" in parts  # the frozen-in-group route: the frozen embedding goes into the group too
-    return Subject(lambda seed: _user_module(ctx, seed),
-                   lambda n: n not in left_out and (with_frozen or n not in frozen),
-                   tuple(n for n in trainable if n not in left_out), frozen, user)
+    return Subject(
+        lambda seed: _user_module(ctx, seed),
+        lambda n: n not in left_out and (with_frozen or n not in frozen),
+        tuple(n for n in trainable if n not in left_out),
+        frozen,
+        user,
+    )
 
 
 def _user_module(ctx: ProbeContext, seed: int) -> Any:
@@ -66,10 +85,17 @@ def user_ds_config(ctx: ProbeContext, user: UserConfig) -> dict[str, Any]:
     config = filled.config
     for section in ("optimizer", "scheduler"):
         if config.pop(section, None) is not None:
-            filled.changed[section] = "dropped: this route passes its own one-group AdamW, the group is what is checked"
+            filled.changed[section] = (
+                "dropped: this route passes its own one-group AdamW, the group is what is checked"
+            )
     if (config.get("zero_optimization") or {}).get("offload_optimizer", {}).get("device") in ("cpu", "nvme"):
         config["zero_force_ds_cpu_optimizer"] = False
-        filled.changed["zero_force_ds_cpu_optimizer"] = "false: ZeRO-Offload refuses a client optimizer otherwise"
-    ctx.note("user_config", {"path": user.path, "sha256": user.sha256, "filled": filled.filled, "changed": filled.changed})
+        filled.changed["zero_force_ds_cpu_optimizer"] = (
+            "false: ZeRO-Offload refuses a client optimizer otherwise"
+        )
+    ctx.note(
+        "user_config",
+        {"path": user.path, "sha256": user.sha256, "filled": filled.filled, "changed": filled.changed},
+    )
     ctx.check(change_findings(filled, ctx.rank))
     return {**config, "steps_per_print": 10**9, "wall_clock_breakdown": False}

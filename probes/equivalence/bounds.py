@@ -40,8 +40,9 @@ def kernel_epsilon(betas: tuple[float, float]) -> float:
     return rel[0] + rel[1] / 2 + 4 * UNIT_ROUNDOFF["float32"]
 
 
-def allowances(single: Sequence[Any], double: Sequence[Any], kernel: float,
-               initial: dict[str, Any]) -> list[dict[str, float]]:
+def allowances(
+    single: Sequence[Any], double: Sequence[Any], kernel: float, initial: dict[str, Any]
+) -> list[dict[str, float]]:
     """Per step, each quantity's absolute allowance: SHADOW_FACTOR times the distance of the fp32 reference from the
     float64 one, plus (for the parameters) the kernel term on the reference's summed update norms. `single` and
     `double` are the two runs' StepRecords, `initial` the parameters before the first step."""
@@ -57,8 +58,10 @@ def allowances(single: Sequence[Any], double: Sequence[Any], kernel: float,
         for name, value in s.params.items():
             here = value.double()
             path[name] = path.get(name, 0.0) + float(torch.linalg.vector_norm(here - previous[name].double()))
-            extra[name] = SHADOW_FACTOR * float(torch.linalg.vector_norm(here - d.params[name].double())) + \
-                kernel * path[name]
+            extra[name] = (
+                SHADOW_FACTOR * float(torch.linalg.vector_norm(here - d.params[name].double()))
+                + kernel * path[name]
+            )
         previous = s.params
         out.append(extra)
     return out

@@ -1,5 +1,7 @@
-"""The resumed half of an equivalence resume case: `python -m ds_doctor.probes.equivalence.child '<json>'` is one rank of
-the new process group `ds_doctor.probes.equivalence.resume.spawn` starts. It builds the route afresh, loads the checkpoint,
+"""The resumed half of an equivalence resume case: `python -m ds_doctor.probes.equivalence.child '<json>'` is
+one rank of
+the new process group `ds_doctor.probes.equivalence.resume.spawn` starts. It builds the route afresh, loads
+the checkpoint,
 notes what it holds and trains the remaining steps, writing it all to a file the case's rank reads back."""
 
 from __future__ import annotations
@@ -58,11 +60,19 @@ def main(argv: list[str] | None = None) -> int:
     if args["backend"] == "nccl":
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     dist.init_process_group(backend=args["backend"])
-    options = RankOptions.from_json(args["options"])  # the case's own run options, not this process's environment
+    # the case's own run options, not this process's environment
+    options = RankOptions.from_json(args["options"])
     case = find_case(args["case"], options)
-    ctx = ProbeContext(case_id=case.id, params=case.params, rank=rank, world_size=world_size,
-                       local_rank=int(os.environ["LOCAL_RANK"]), device=args["device"], backend=args["backend"],
-                       options=options)
+    ctx = ProbeContext(
+        case_id=case.id,
+        params=case.params,
+        rank=rank,
+        world_size=world_size,
+        local_rank=int(os.environ["LOCAL_RANK"]),
+        device=args["device"],
+        backend=args["backend"],
+        options=options,
+    )
     result = resume_child(ctx, int(args["resume_from"]), Path(args["directory"]))
     result.setdefault("timing", {}).update(start_s=to_main, process_s=round(time.monotonic() - started, 2))
     with open(args["out"], "wb") as handle:

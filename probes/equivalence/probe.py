@@ -4,7 +4,8 @@ One tiny model (the probes' MLP, or the user's `--model`), one deterministic dat
 trains through one route (DDP, FSDP1, FSDP2, DeepSpeed ZeRO 0-3 with and without optimizer offload, Accelerate
 with and without DeepSpeed, the HF Trainer) for a few optimizer steps with gradient accumulation and a clipping
 threshold that engages, then replays the same global batches in a single-process fp32 reference on the rank itself
-(`ds_doctor.probes.equivalence.subject`). Per step the loss, the global gradient norm before clipping and every parameter
+(`ds_doctor.probes.equivalence.subject`). Per step the loss, the global gradient norm before clipping and
+every parameter
 (gathered) are held to a tolerance that follows from the dtype and the number of steps (docs/invariants.md); the
 first step, stage and parameter that leave it are the finding, with the route's settings. Resume cases save at
 step k, load in a new process and go on (`ds_doctor.probes.equivalence.resume`): what the load did not restore is named.
@@ -16,7 +17,7 @@ from ds_doctor.plugins import ProbeContext, ProbeSpec, RankOptions, Requirement,
 from ds_doctor.probes.equivalence import resume as equivalence_resume
 from ds_doctor.probes.equivalence import trainer as equivalence_trainer
 from ds_doctor.probes.equivalence.routes import Route
-from ds_doctor.probes.equivalence.sessions import follows_schedule, judge, open_session
+from ds_doctor.probes.equivalence.sessions import Judging, follows_schedule, judge, open_session
 from ds_doctor.probes.equivalence.subject import current_subject
 from ds_doctor.probes.shared.common import accelerate_session, build_deepspeed_ops
 
@@ -24,7 +25,7 @@ SPEC = ProbeSpec(
     name="equivalence",
     scenario="smoke",
     description="DDP/FSDP/DeepSpeed/Accelerate/Trainer: per-step loss, grad norm and parameters against plain torch; "
-                "resume restores everything",
+    "resume restores everything",
     world_sizes=(1, 2),
     requires=(Requirement("torch", "torch"),),
     timeout_s=240.0,
@@ -34,36 +35,107 @@ GA_ISSUE = "hf_trainer_ga_loss_per_microbatch"
 NO_KWARGS_ISSUE = "hf_trainer_ga_no_loss_kwargs"
 _DS = "deepspeed.initialize with the config's AdamW, engine.backward + engine.step per micro-batch"
 ROUTES = (
-    Route("ddp", "ddp", "DistributedDataParallel, no_sync on every micro-batch but the last, torch clip_grad_norm_, "
-          "torch AdamW", level=2),
+    Route(
+        "ddp",
+        "ddp",
+        "DistributedDataParallel, no_sync on every micro-batch but the last, torch clip_grad_norm_, "
+        "torch AdamW",
+        level=2,
+    ),
     Route("fsdp1", "fsdp1", "FSDP1 (a unit per Linear), no_sync, FSDP.clip_grad_norm_, torch AdamW"),
-    Route("fsdp2", "fsdp2", "FSDP2 fully_shard (each Linear and the root), set_requires_gradient_sync, clip_grad_norm_ "
-          "on DTensors, torch AdamW", level=2),
-    *(Route(f"deepspeed-z{stage}", "deepspeed", f"{_DS}, ZeRO stage {stage}", stage=stage,
-            level=2 if stage in (2, 3) else 3) for stage in (0, 1, 2, 3)),
-    *(Route(f"deepspeed-z{stage}-offload", "deepspeed", f"{_DS}, ZeRO stage {stage}, optimizer offloaded to the CPU",
-            stage=stage, offload=True) for stage in (1, 2, 3)),
-    Route("accelerate", "accelerate", "Accelerator(gradient_accumulation_steps) with accumulate, backward, "
-          "clip_grad_norm_, the prepared torch AdamW"),
-    Route("accelerate-deepspeed", "accelerate-deepspeed", "Accelerator(DeepSpeedPlugin(config)) ZeRO 2 with "
-          "accumulate and backward, the config's accumulation and clipping, a prepared torch AdamW", stage=2),
-    Route("trainer", "trainer", "transformers Trainer (DDP), a tiny Llama on right-padded sequences, "
-          "max_grad_norm, adamw_torch; reference: the global batch's token-mean loss", issue=GA_ISSUE),
-    Route("trainer-ga-per-token", "trainer", "the trainer route as a reproducing case of the per-micro-batch "
-          "normalisation (xfail on transformers < 4.46, xpass after: make verify-catalog measures it with --with)",
-          reproduce=True, issue=GA_ISSUE),
-    Route("trainer-no-loss-kwargs", "trainer", "transformers Trainer, the same Llama inside a module whose forward "
-          "takes no **kwargs (num_items_in_batch cannot reach it)", loss_kwargs=False, reproduce=True,
-          issue=NO_KWARGS_ISSUE),
-    Route("trainer-num-items", "trainer", "transformers Trainer on a tiny GPT-2, whose config names no loss_type: "
-          "num_items_in_batch counted on the labels as given while the loss shifts them", reproduce=True,
-          issue=equivalence_trainer.OVERCOUNT_ISSUE, model="hf:gpt2"),
-    Route("resume-deepspeed", "deepspeed", f"{_DS}, ZeRO 2, WarmupDecayLR; save_checkpoint at step 2, "
-          "load_checkpoint in a new process", stage=2, resume="deepspeed"),
-    Route("resume-accelerate", "accelerate", "Accelerator with a prepared LambdaLR warm-up; save_state at step 2, "
-          "load_state in a new process", resume="accelerate"),
-    Route("resume-trainer", "trainer", "transformers Trainer with a linear warm-up; checkpoint at step 2, "
-          "train(resume_from_checkpoint=...) in a new process", resume="trainer"),
+    Route(
+        "fsdp2",
+        "fsdp2",
+        "FSDP2 fully_shard (each Linear and the root), set_requires_gradient_sync, clip_grad_norm_ "
+        "on DTensors, torch AdamW",
+        level=2,
+    ),
+    *(
+        Route(
+            f"deepspeed-z{stage}",
+            "deepspeed",
+            f"{_DS}, ZeRO stage {stage}",
+            stage=stage,
+            level=2 if stage in (2, 3) else 3,
+        )
+        for stage in (0, 1, 2, 3)
+    ),
+    *(
+        Route(
+            f"deepspeed-z{stage}-offload",
+            "deepspeed",
+            f"{_DS}, ZeRO stage {stage}, optimizer offloaded to the CPU",
+            stage=stage,
+            offload=True,
+        )
+        for stage in (1, 2, 3)
+    ),
+    Route(
+        "accelerate",
+        "accelerate",
+        "Accelerator(gradient_accumulation_steps) with accumulate, backward, "
+        "clip_grad_norm_, the prepared torch AdamW",
+    ),
+    Route(
+        "accelerate-deepspeed",
+        "accelerate-deepspeed",
+        "Accelerator(DeepSpeedPlugin(config)) ZeRO 2 with "
+        "accumulate and backward, the config's accumulation and clipping, a prepared torch AdamW",
+        stage=2,
+    ),
+    Route(
+        "trainer",
+        "trainer",
+        "transformers Trainer (DDP), a tiny Llama on right-padded sequences, "
+        "max_grad_norm, adamw_torch; reference: the global batch's token-mean loss",
+        issue=GA_ISSUE,
+    ),
+    Route(
+        "trainer-ga-per-token",
+        "trainer",
+        "the trainer route as a reproducing case of the per-micro-batch "
+        "normalisation (xfail on transformers < 4.46, xpass after: make verify-catalog measures it with --with)",
+        reproduce=True,
+        issue=GA_ISSUE,
+    ),
+    Route(
+        "trainer-no-loss-kwargs",
+        "trainer",
+        "transformers Trainer, the same Llama inside a module whose forward "
+        "takes no **kwargs (num_items_in_batch cannot reach it)",
+        loss_kwargs=False,
+        reproduce=True,
+        issue=NO_KWARGS_ISSUE,
+    ),
+    Route(
+        "trainer-num-items",
+        "trainer",
+        "transformers Trainer on a tiny GPT-2, whose config names no loss_type: "
+        "num_items_in_batch counted on the labels as given while the loss shifts them",
+        reproduce=True,
+        issue=equivalence_trainer.OVERCOUNT_ISSUE,
+        model="hf:gpt2",
+    ),
+    Route(
+        "resume-deepspeed",
+        "deepspeed",
+        f"{_DS}, ZeRO 2, WarmupDecayLR; save_checkpoint at step 2, load_checkpoint in a new process",
+        stage=2,
+        resume="deepspeed",
+    ),
+    Route(
+        "resume-accelerate",
+        "accelerate",
+        "Accelerator with a prepared LambdaLR warm-up; save_state at step 2, load_state in a new process",
+        resume="accelerate",
+    ),
+    Route(
+        "resume-trainer",
+        "trainer",
+        "transformers Trainer with a linear warm-up; checkpoint at step 2, "
+        "train(resume_from_checkpoint=...) in a new process",
+        resume="trainer",
+    ),
 )
 
 
@@ -71,10 +143,19 @@ def variants(options: RankOptions) -> list[Variant]:
     routes = list(ROUTES)
     user = options.user_deepspeed_config()
     if user is not None:
-        routes.append(Route("deepspeed-user-config", "deepspeed", f"{_DS}, your DeepSpeed config", user=user, level=2))
+        routes.append(
+            Route("deepspeed-user-config", "deepspeed", f"{_DS}, your DeepSpeed config", user=user, level=2)
+        )
     if options.accelerate_config is not None:
-        routes.append(Route("accelerate-user-config", "accelerate", "your Accelerate config's Accelerator, the "
-                            "documented accumulate / backward / clip loop", user_accelerate=True, level=2))
+        routes.append(
+            Route(
+                "accelerate-user-config",
+                "accelerate",
+                "your Accelerate config's Accelerator, the documented accumulate / backward / clip loop",
+                user_accelerate=True,
+                level=2,
+            )
+        )
     return [Variant(r.name, r, level=r.level, reproduce=r.reproduce) for r in routes]
 
 
@@ -112,7 +193,9 @@ def all_built() -> bool:
             continue
         if importlib_find(builder.absolute_name()):
             continue
-        if not os.path.exists(os.path.join(_get_build_directory(builder.name, verbose=False), f"{builder.name}.so")):
+        if not os.path.exists(
+            os.path.join(_get_build_directory(builder.name, verbose=False), f"{builder.name}.so")
+        ):
             return False
     return True
 
@@ -143,6 +226,4 @@ def run(ctx: ProbeContext) -> None:
             records = [opened.step(s) for s in range(opened.hyper.steps)]
         finally:
             opened.close()
-    judge(ctx, route, subject, opened.hyper, records, follows_schedule(route))
-
-
+    judge(ctx, route, subject, opened.hyper, records, Judging(schedule=follows_schedule(route)))

@@ -2,7 +2,8 @@
 
 The case's ranks train N steps and save at step k through the route's own path (DeepSpeed `save_checkpoint`,
 Accelerate `save_state`, the Trainer's checkpoint), noting what they held then. Each rank then starts a new Python
-process (`python -m ds_doctor.probes.equivalence.resume`), and those processes form a process group of their own on a fresh
+process (`python -m ds_doctor.probes.equivalence.child`), and those processes form a process group of their
+own on a fresh
 port: nothing of the first run survives but the files. They build the route afresh, load, note what they hold right
 after the load, train the remaining N - k steps and write it all down. The case compares: what the load did not
 restore (parameters, optimizer moments, lr, the scheduler's step count, the grad scaler where one is used, the RNG
@@ -28,8 +29,11 @@ from ds_doctor.probes.equivalence.routes import Route, Session
 from ds_doctor.probes.equivalence.subject import StepRecord, Subject, digest, gaps
 
 CHILD_TIMEOUT_S = 150.0
-PATHS = {"deepspeed": "DeepSpeed save_checkpoint / load_checkpoint", "accelerate": "Accelerate save_state / load_state",
-         "trainer": "the Trainer's checkpoint and train(resume_from_checkpoint=...)"}
+PATHS = {
+    "deepspeed": "DeepSpeed save_checkpoint / load_checkpoint",
+    "accelerate": "Accelerate save_state / load_state",
+    "trainer": "the Trainer's checkpoint and train(resume_from_checkpoint=...)",
+}
 
 
 def resume_step(steps: int) -> int:
@@ -39,7 +43,7 @@ def resume_step(steps: int) -> int:
 
 def run(ctx: ProbeContext, route: Route, subject: Subject, session: Session) -> None:
     """The straight run with a save at step k, then the new process, then the comparisons."""
-    from ds_doctor.probes.equivalence.sessions import follows_schedule, judge
+    from ds_doctor.probes.equivalence.sessions import Judging, follows_schedule, judge
 
     hyper, k = session.hyper, resume_step(session.hyper.steps)
     directory = ctx.scratch_dir() / "checkpoint"
@@ -53,19 +57,37 @@ def run(ctx: ProbeContext, route: Route, subject: Subject, session: Session) -> 
                 saved = fingerprint(session, records[-1].params, rng=route.resume != "deepspeed")
     finally:
         session.close()
-    judge(ctx, route, subject, hyper, records, follows_schedule(route))
+    judge(ctx, route, subject, hyper, records, Judging(schedule=follows_schedule(route)))
     loaded, resumed = spawn(ctx, k, directory)
     compare(ctx, route, saved, loaded, records, resumed, k, Tolerance(hyper.dtype))
 
 
-def compare(ctx: ProbeContext, route: Route, saved: dict, loaded: dict, straight: list[StepRecord],
-            resumed: list[StepRecord], k: int, tolerance: Tolerance) -> None:
+def compare(
+    ctx: ProbeContext,
+    route: Route,
+    saved: dict,
+    loaded: dict,
+    straight: list[StepRecord],
+    resumed: list[StepRecord],
+    k: int,
+    tolerance: Tolerance,
+) -> None:
     path = PATHS[route.resume or ""]
-    ctx.note("resume", {"path": path, "saved_at_step": k, "steps": len(straight),
-                        "dropped_on_purpose": list(route.drop), "saved": saved, "loaded": loaded})
+    ctx.note(
+        "resume",
+        {
+            "path": path,
+            "saved_at_step": k,
+            "steps": len(straight),
+            "dropped_on_purpose": list(route.drop),
+            "saved": saved,
+            "loaded": loaded,
+        },
+    )
     compared, _ = gaps(straight[k:], resumed)
-    findings = not_restored(saved, loaded, path) + \
-        continuation_finding(first_divergence(compared, tolerance), k, len(straight), path)
+    findings = not_restored(saved, loaded, path) + continuation_finding(
+        first_divergence(compared, tolerance), k, len(straight), path
+    )
     ctx.check(findings)
     if route.issue:  # the known issue a resume case is about: shown where the resume lost something
         ctx.known_issue(route.issue, shown=bool(findings) or bool(ctx.issue and ctx.issue[1]))
@@ -101,8 +123,10 @@ def rng_state() -> dict[str, object]:
 
     import torch
 
-    out: dict[str, object] = {"torch": digest(torch.get_rng_state()),
-                              "python": hashlib.sha256(repr(random.getstate()).encode()).hexdigest()[:24]}
+    out: dict[str, object] = {
+        "torch": digest(torch.get_rng_state()),
+        "python": hashlib.sha256(repr(random.getstate()).encode()).hexdigest()[:24],
+    }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         out["cuda"] = digest(torch.cuda.get_rng_state())
     try:
@@ -150,17 +174,38 @@ def spawn(ctx: ProbeContext, k: int, directory: Path) -> tuple[dict, list[StepRe
 
     dist.barrier()  # every rank's files are written
     port = ctx.all_gather_json(_free_port() if ctx.rank == 0 else 0)[0]
-    out, log = directory.parent / f"resumed-rank{ctx.rank}.pt", directory.parent / f"resumed-rank{ctx.rank}.log"
+    out, log = (
+        directory.parent / f"resumed-rank{ctx.rank}.pt",
+        directory.parent / f"resumed-rank{ctx.rank}.log",
+    )
     env = {key: value for key, value in os.environ.items() if not key.startswith("TORCHELASTIC")}
-    env.update(RANK=str(ctx.rank), WORLD_SIZE=str(ctx.world_size), LOCAL_RANK=str(ctx.local_rank),
-               LOCAL_WORLD_SIZE=str(ctx.world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    args = {"case": ctx.case_id, "resume_from": k, "directory": str(directory), "out": str(out),
-            "backend": ctx.backend, "device": ctx.device, "spawned_at": time.time(), "options": ctx.options.to_json()}
+    env.update(
+        RANK=str(ctx.rank),
+        WORLD_SIZE=str(ctx.world_size),
+        LOCAL_RANK=str(ctx.local_rank),
+        LOCAL_WORLD_SIZE=str(ctx.world_size),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+    )
+    args = {
+        "case": ctx.case_id,
+        "resume_from": k,
+        "directory": str(directory),
+        "out": str(out),
+        "backend": ctx.backend,
+        "device": ctx.device,
+        "spawned_at": time.time(),
+        "options": ctx.options.to_json(),
+    }
     ctx.enter("new process: load and resume")
     started = time.monotonic()
     with log.open("wb") as sink:
-        proc = subprocess.Popen([*module_command("ds_doctor.probes.equivalence.child"), json.dumps(args)], env=env,
-                                stdout=sink, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [*module_command("ds_doctor.probes.equivalence.child"), json.dumps(args)],
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
         try:
             code = proc.wait(timeout=CHILD_TIMEOUT_S)
         except subprocess.TimeoutExpired:
@@ -170,8 +215,10 @@ def spawn(ctx: ProbeContext, k: int, directory: Path) -> tuple[dict, list[StepRe
     ctx.note("resume_process_s", round(time.monotonic() - started, 2))
     if code != 0:
         tail = log.read_text(errors="replace")[-3000:]
-        raise RuntimeError(f"the resumed process of rank {ctx.rank} {'timed out' if code is None else f'exited {code}'}"
-                           f"; its log ends:\n{tail}")
+        raise RuntimeError(
+            f"the resumed process of rank {ctx.rank} {'timed out' if code is None else f'exited {code}'}"
+            f"; its log ends:\n{tail}"
+        )
     data = torch.load(out, weights_only=True)
     ctx.note("resume_process_timing", data.get("timing"))
     return data["fingerprint"], [StepRecord(**r) for r in data["records"]]

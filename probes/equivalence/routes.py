@@ -27,7 +27,9 @@ class Route:
     what: str  # in words, for the report
     stage: int = 0  # DeepSpeed's ZeRO stage
     offload: bool = False  # ZeRO's offload_optimizer to the CPU
-    local_clip: bool = False  # FSDP1 clipped with torch.nn.utils.clip_grad_norm_: each rank's shard norm (planted)
+    local_clip: bool = (
+        False  # FSDP1 clipped with torch.nn.utils.clip_grad_norm_: each rank's shard norm (planted)
+    )
     resume: str | None = None  # "deepspeed", "accelerate", "trainer": the save/load path of a resume case
     drop: tuple[str, ...] = ()  # what the resume leaves out of the load: "optimizer", "scheduler" (planted)
     loss_kwargs: bool = True  # the Trainer's model takes **kwargs (num_items_in_batch)
@@ -36,7 +38,9 @@ class Route:
     issue: str | None = None
     user: UserConfig | None = None  # the DeepSpeed route on the user's --deepspeed-config
     user_accelerate: bool = False  # the Accelerate route on the user's --accelerate-config
-    model: str | None = None  # a model spec of the route's own, as --model spells it (the tests' planted models)
+    model: str | None = (
+        None  # a model spec of the route's own, as --model spells it (the tests' planted models)
+    )
 
 
 class Session:
@@ -49,7 +53,9 @@ class Session:
 
         self.ctx, self.route, self.subject, self.hyper = ctx, route, subject, hyper
         self.device = torch.device(ctx.device)
-        self.dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[hyper.dtype]
+        self.dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[
+            hyper.dtype
+        ]
 
     def step(self, s: int) -> StepRecord:
         raise NotImplementedError
@@ -69,8 +75,9 @@ class Session:
         return float(window) / (self.hyper.accumulation * self.ctx.world_size)
 
     def micro(self, model: Any, s: int, k: int) -> Any:
-        return self.subject.micro_loss(model, s, k, self.ctx.rank, self.hyper.micro_batch, dtype=self.dtype,
-                                       device=self.device)
+        return self.subject.micro_loss(
+            model, s, k, self.ctx.rank, self.hyper.micro_batch, dtype=self.dtype, device=self.device
+        )
 
     # resume: what a checkpoint round trip must carry
     def save(self, directory: Path) -> None:
@@ -98,7 +105,8 @@ class TorchSession(Session):
         self.model = self.wrap(self.module)
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.opt = (torch.optim.AdamW if hyper.adamw else torch.optim.Adam)(
-            params, lr=hyper.lr, betas=hyper.betas, eps=hyper.eps, weight_decay=hyper.weight_decay)
+            params, lr=hyper.lr, betas=hyper.betas, eps=hyper.eps, weight_decay=hyper.weight_decay
+        )
 
     def wrap(self, module: Any) -> Any:
         raise NotImplementedError
@@ -115,7 +123,8 @@ class TorchSession(Session):
     def step(self, s: int) -> StepRecord:
         import torch
 
-        lr = float(self.opt.param_groups[0]["lr"])  # what this step uses (a scheduler moves it after the step)
+        # what this step uses (a scheduler moves it after the step)
+        lr = float(self.opt.param_groups[0]["lr"])
         window = torch.zeros((), dtype=torch.float32, device=self.device)
         for k in range(self.hyper.accumulation):
             self.ctx.enter(f"step {s} micro {k}")
@@ -138,7 +147,9 @@ class DDPSession(TorchSession):
     def wrap(self, module: Any) -> Any:
         from torch.nn.parallel import DistributedDataParallel
 
-        return DistributedDataParallel(module, device_ids=[self.ctx.local_rank] if self.device.type == "cuda" else None)
+        return DistributedDataParallel(
+            module, device_ids=[self.ctx.local_rank] if self.device.type == "cuda" else None
+        )
 
     def sync(self, k: int) -> Any:
         return self.model.no_sync() if k < self.hyper.accumulation - 1 else contextlib.nullcontext()
@@ -150,7 +161,8 @@ class FSDP1Session(TorchSession):
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
         from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
-        policy = None if self.subject.user is not None else ModuleWrapPolicy({torch.nn.Linear})  # a tied model: root
+        # a tied model: root
+        policy = None if self.subject.user is not None else ModuleWrapPolicy({torch.nn.Linear})
         return FSDP(module, auto_wrap_policy=policy, device_id=self.device)
 
     def sync(self, k: int) -> Any:
@@ -159,7 +171,8 @@ class FSDP1Session(TorchSession):
     def clip(self) -> Any:
         import torch
 
-        if self.route.local_clip:  # the user's mistake: the global norm of FlatParameter *shards* is this rank's
+        # the user's mistake: the global norm of FlatParameter *shards* is this rank's
+        if self.route.local_clip:
             return torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.hyper.clip or float("inf"))
         return self.model.clip_grad_norm_(self.hyper.clip or float("inf"))
 
@@ -188,14 +201,24 @@ class FSDP2Session(TorchSession):
     def params(self) -> dict[str, Any]:
         import torch
 
-        return {n: p.full_tensor().detach().to("cpu", torch.float32, copy=True) for n, p in self.model.named_parameters()}
+        return {
+            n: p.full_tensor().detach().to("cpu", torch.float32, copy=True)
+            for n, p in self.model.named_parameters()
+        }
 
 
 class DeepSpeedSession(Session):
     """deepspeed.initialize with the route's config; a window is `engine.backward` + `engine.step` per micro-batch."""
 
-    def __init__(self, ctx: ProbeContext, route: Route, subject: Subject, hyper: Hyper,
-                 config: dict[str, Any], client_optimizer: Any = None) -> None:
+    def __init__(
+        self,
+        ctx: ProbeContext,
+        route: Route,
+        subject: Subject,
+        hyper: Hyper,
+        config: dict[str, Any],
+        client_optimizer: Any = None,
+    ) -> None:
         import deepspeed
 
         super().__init__(ctx, route, subject, hyper)
@@ -203,8 +226,11 @@ class DeepSpeedSession(Session):
         module = subject.build(ctx.world_size)
         optimizer = client_optimizer(module.parameters()) if client_optimizer else None
         self.engine, _, _, _ = deepspeed.initialize(
-            model=module, optimizer=optimizer, config=config,
-            model_parameters=None if optimizer else [p for p in module.parameters() if p.requires_grad])
+            model=module,
+            optimizer=optimizer,
+            config=config,
+            model_parameters=None if optimizer else [p for p in module.parameters() if p.requires_grad],
+        )
 
     def step(self, s: int) -> StepRecord:
         import torch
@@ -218,7 +244,8 @@ class DeepSpeedSession(Session):
             loss = self.micro(engine, s, k)
             engine.backward(loss)
             if k == self.hyper.accumulation - 1 and not engine.zero_optimization():
-                measured = _grad_norm(engine.module)  # stage 0 clips without keeping the norm: read the gradients
+                # stage 0 clips without keeping the norm: read the gradients
+                measured = _grad_norm(engine.module)
             engine.step()
             window += loss.detach().float()
         norm = engine.get_global_grad_norm()
@@ -237,8 +264,12 @@ class DeepSpeedSession(Session):
         self.engine.save_checkpoint(str(directory), tag="resume")
 
     def load(self, directory: Path) -> None:
-        self.engine.load_checkpoint(str(directory), tag="resume", load_optimizer_states="optimizer" not in self.route.drop,
-                                    load_lr_scheduler_states="scheduler" not in self.route.drop)
+        self.engine.load_checkpoint(
+            str(directory),
+            tag="resume",
+            load_optimizer_states="optimizer" not in self.route.drop,
+            load_lr_scheduler_states="scheduler" not in self.route.drop,
+        )
 
     def optimizer(self) -> Any:
         return self.engine.optimizer
@@ -260,9 +291,16 @@ class AccelerateSession(Session):
     `accelerator.clip_grad_norm_` and the prepared optimizer (and scheduler), as Accelerate's docs write the loop;
     with a DeepSpeed plugin the engine does the accumulation and clipping from its config."""
 
-    def __init__(self, ctx: ProbeContext, route: Route, subject: Subject, hyper: Hyper,
-                 plugin_config: dict[str, Any] | None = None, extra: dict[str, Any] | None = None,
-                 schedule: Any = None) -> None:
+    def __init__(
+        self,
+        ctx: ProbeContext,
+        route: Route,
+        subject: Subject,
+        hyper: Hyper,
+        plugin_config: dict[str, Any] | None = None,
+        extra: dict[str, Any] | None = None,
+        schedule: Any = None,
+    ) -> None:
         import torch
         from accelerate import Accelerator
         from accelerate.state import AcceleratorState
@@ -278,17 +316,23 @@ class AccelerateSession(Session):
         # on CPU Accelerate sees the process group only with cpu=True, which drops a DeepSpeed plugin (measured)
         cpu = ctx.device_kind == "cpu" and "deepspeed_plugin" not in kwargs
         AcceleratorState._reset_state()
-        self.accelerator = Accelerator(cpu=cpu, kwargs_handlers=[InitProcessGroupKwargs(backend=ctx.backend)], **kwargs)
+        self.accelerator = Accelerator(
+            cpu=cpu, kwargs_handlers=[InitProcessGroupKwargs(backend=ctx.backend)], **kwargs
+        )
         self.module = subject.build(ctx.world_size)
         params = [p for p in self.module.parameters() if p.requires_grad]
         optimizer = (torch.optim.AdamW if hyper.adamw else torch.optim.Adam)(
-            params, lr=hyper.lr, betas=hyper.betas, eps=hyper.eps, weight_decay=hyper.weight_decay)
+            params, lr=hyper.lr, betas=hyper.betas, eps=hyper.eps, weight_decay=hyper.weight_decay
+        )
         self.scheduler = schedule(optimizer) if schedule is not None else None
-        prepared = [self.module, optimizer] + ([self.scheduler] if self.scheduler is not None and
-                                               "scheduler" not in route.drop else [])
-        if plugin_config is not None:  # its batch sizes are checked against a prepared dataloader, as in a real job
-            loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.zeros(8, 1)),
-                                                 batch_size=hyper.micro_batch)
+        prepared = [self.module, optimizer] + (
+            [self.scheduler] if self.scheduler is not None and "scheduler" not in route.drop else []
+        )
+        # its batch sizes are checked against a prepared dataloader, as in a real job
+        if plugin_config is not None:
+            loader = torch.utils.data.DataLoader(
+                torch.utils.data.TensorDataset(torch.zeros(8, 1)), batch_size=hyper.micro_batch
+            )
             prepared.append(loader)
         out = self.accelerator.prepare(*prepared)
         self.model, self.opt = out[0], out[1]
@@ -308,7 +352,9 @@ class AccelerateSession(Session):
                 loss = self.micro(self.model, s, k)
                 accelerator.backward(loss)
                 if accelerator.sync_gradients and self.engine is None:
-                    norm = accelerator.clip_grad_norm_(self.model.parameters(), self.hyper.clip or float("inf"))
+                    norm = accelerator.clip_grad_norm_(
+                        self.model.parameters(), self.hyper.clip or float("inf")
+                    )
                 self.opt.step()
                 if self.scheduler is not None and accelerator.sync_gradients:
                     self.scheduler.step()
@@ -340,7 +386,8 @@ class AccelerateSession(Session):
         return self.opt
 
     def scheduler_step(self) -> int | None:
-        inner = getattr(self.scheduler, "scheduler", self.scheduler)  # Accelerate's AcceleratedScheduler wraps it
+        # Accelerate's AcceleratedScheduler wraps it
+        inner = getattr(self.scheduler, "scheduler", self.scheduler)
         return None if inner is None else int(inner.last_epoch)
 
 

@@ -5,6 +5,8 @@ the comparison of the route's steps with the reference's (`ds_doctor.checks.equi
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from ds_doctor.plugins import ProbeContext, Requirement
@@ -52,8 +54,11 @@ def open_session(ctx: ProbeContext, route: Route, subject: Subject) -> Session:
     if route.wrapper == "deepspeed":
         ctx.require(DEEPSPEED)
         config, client = deepspeed_config(ctx, route)
-        hyper = hyper_from_config(ctx, config) if route.user is not None else \
-            Hyper(kernel="torch" if client is not None else "deepspeed")
+        hyper = (
+            hyper_from_config(ctx, config)
+            if route.user is not None
+            else Hyper(kernel="torch" if client is not None else "deepspeed")
+        )
         ctx.note("deepspeed_config", config)
         return DeepSpeedSession(ctx, route, subject, hyper, config, client)
     ctx.require(ACCELERATE, TRANSFORMERS)  # Accelerate's DeepSpeed plugin checks the transformers version
@@ -86,15 +91,34 @@ def _ds_config(route: Route, hyper: Hyper) -> dict[str, Any]:
     zero: dict[str, Any] = {"stage": route.stage}
     if route.offload:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": False}
-    config = {"train_micro_batch_size_per_gpu": hyper.micro_batch, "gradient_accumulation_steps": hyper.accumulation,
-              "gradient_clipping": hyper.clip, "zero_optimization": zero, "steps_per_print": 10**9,
-              "wall_clock_breakdown": False,
-              "optimizer": {"type": "AdamW", "params": {"lr": hyper.lr, "betas": list(hyper.betas), "eps": hyper.eps,
-                                                        "weight_decay": hyper.weight_decay}}}
+    config = {
+        "train_micro_batch_size_per_gpu": hyper.micro_batch,
+        "gradient_accumulation_steps": hyper.accumulation,
+        "gradient_clipping": hyper.clip,
+        "zero_optimization": zero,
+        "steps_per_print": 10**9,
+        "wall_clock_breakdown": False,
+        "optimizer": {
+            "type": "AdamW",
+            "params": {
+                "lr": hyper.lr,
+                "betas": list(hyper.betas),
+                "eps": hyper.eps,
+                "weight_decay": hyper.weight_decay,
+            },
+        },
+    }
     if route.resume:
-        config["scheduler"] = {"type": "WarmupDecayLR", "params": {
-            "warmup_min_lr": 0.0, "warmup_max_lr": hyper.lr, "warmup_num_steps": 3, "total_num_steps": 12,
-            "warmup_type": "linear"}}
+        config["scheduler"] = {
+            "type": "WarmupDecayLR",
+            "params": {
+                "warmup_min_lr": 0.0,
+                "warmup_max_lr": hyper.lr,
+                "warmup_num_steps": 3,
+                "total_num_steps": 12,
+                "warmup_type": "linear",
+            },
+        }
     return config
 
 
@@ -109,8 +133,16 @@ def deepspeed_config(ctx: ProbeContext, route: Route) -> tuple[dict[str, Any], A
     user: UserConfig = route.user
     filled = fill(user.config, ctx.world_size, ctx.device)
     trainer_optimizer(filled)
-    ctx.note("user_config", {"path": user.path, "sha256": user.sha256, "filled": filled.filled,
-                             "changed": filled.changed, "left_to_deepspeed": filled.unfilled})
+    ctx.note(
+        "user_config",
+        {
+            "path": user.path,
+            "sha256": user.sha256,
+            "filled": filled.filled,
+            "changed": filled.changed,
+            "left_to_deepspeed": filled.unfilled,
+        },
+    )
     ctx.check(change_findings(filled, ctx.rank))
     config = {**filled.config, "steps_per_print": 10**9, "wall_clock_breakdown": False}
     client = None if "optimizer" in config else (lambda params: route_optimizer(config, params))
@@ -120,7 +152,9 @@ def deepspeed_config(ctx: ProbeContext, route: Route) -> tuple[dict[str, Any], A
 def _torch_adamw(params: Any, hyper: Hyper) -> Any:
     import torch
 
-    return torch.optim.AdamW(params, lr=hyper.lr, betas=hyper.betas, eps=hyper.eps, weight_decay=hyper.weight_decay)
+    return torch.optim.AdamW(
+        params, lr=hyper.lr, betas=hyper.betas, eps=hyper.eps, weight_decay=hyper.weight_decay
+    )
 
 
 def hyper_from_config(ctx: ProbeContext, config: dict[str, Any]) -> Hyper:
@@ -134,15 +168,26 @@ def hyper_from_config(ctx: ProbeContext, config: dict[str, Any]) -> Hyper:
         adamw = kind.lower() == "adamw" or (kind.lower() == "adam" and bool(params.get("adam_w_mode", True)))
         if kind.lower() not in ("adam", "adamw"):
             ctx.skip(f"the reference reproduces Adam and AdamW; the config's optimizer is {kind!r}")
-    betas = params.get("betas", (0.9, 0.999))
-    dtype = "bfloat16" if (config.get("bf16") or {}).get("enabled") else \
-        "float16" if (config.get("fp16") or {}).get("enabled") else "float32"
-    return Hyper(micro_batch=int(config.get("train_micro_batch_size_per_gpu", 1)),
-                 accumulation=int(config.get("gradient_accumulation_steps", 1)),
-                 clip=float(config.get("gradient_clipping") or 0.0), lr=float(params.get("lr", 1e-3)),
-                 betas=(float(betas[0]), float(betas[1])), eps=float(params.get("eps", 1e-8)),
-                 weight_decay=float(params.get("weight_decay", 0.0)), adamw=adamw, dtype=dtype,
-                 kernel="torch" if block is None or params.get("torch_adam") else "deepspeed")
+    betas: Any = params.get("betas", (0.9, 0.999))
+    dtype = (
+        "bfloat16"
+        if (config.get("bf16") or {}).get("enabled")
+        else "float16"
+        if (config.get("fp16") or {}).get("enabled")
+        else "float32"
+    )
+    return Hyper(
+        micro_batch=int(config.get("train_micro_batch_size_per_gpu", 1)),
+        accumulation=int(config.get("gradient_accumulation_steps", 1)),
+        clip=float(config.get("gradient_clipping") or 0.0),
+        lr=float(params.get("lr", 1e-3)),
+        betas=(float(betas[0]), float(betas[1])),
+        eps=float(params.get("eps", 1e-8)),
+        weight_decay=float(params.get("weight_decay", 0.0)),
+        adamw=adamw,
+        dtype=dtype,
+        kernel="torch" if block is None or params.get("torch_adam") else "deepspeed",
+    )
 
 
 def _user_accelerate(ctx: ProbeContext, route: Route, subject: Subject) -> Session:
@@ -154,21 +199,31 @@ def _user_accelerate(ctx: ProbeContext, route: Route, subject: Subject) -> Sessi
         ctx.skip(reason)
     section = dict(setup.data.get("deepspeed_config") or {})
     dtype = {"bf16": "bfloat16", "fp16": "float16"}.get(setup.mixed_precision, "float32")
-    hyper = Hyper(accumulation=int(section.get("gradient_accumulation_steps", Hyper.accumulation)),
-                  clip=float(section.get("gradient_clipping", Hyper.clip)), dtype=dtype)
+    hyper = Hyper(
+        accumulation=int(section.get("gradient_accumulation_steps", Hyper.accumulation)),
+        clip=float(section.get("gradient_clipping", Hyper.clip)),
+        dtype=dtype,
+    )
     extra = accelerate_config.accelerator_kwargs(setup)
     if setup.distributed_type == "DEEPSPEED":
         ctx.require(DEEPSPEED)
         plugin = extra.pop("deepspeed_plugin")
-        config = {k: v for k, v in plugin.deepspeed_config.items() if k != "optimizer"}  # a prepared torch AdamW
+        config = {
+            k: v for k, v in plugin.deepspeed_config.items() if k != "optimizer"
+        }  # a prepared torch AdamW
         config["train_micro_batch_size_per_gpu"] = hyper.micro_batch
         return AccelerateSession(ctx, route, subject, hyper, plugin_config=config, extra=extra)
     return AccelerateSession(ctx, route, subject, hyper, extra=extra)
 
 
 def tolerance_for(ctx: ProbeContext, route: Route, hyper: Hyper) -> Tolerance:
-    exact = (route.wrapper in EXACT and not route.user_accelerate and hyper.dtype == "float32"
-             and ctx.world_size <= 2 and ctx.device_kind == "cpu")
+    exact = (
+        route.wrapper in EXACT
+        and not route.user_accelerate
+        and hyper.dtype == "float32"
+        and ctx.world_size <= 2
+        and ctx.device_kind == "cpu"
+    )
     return Tolerance(hyper.dtype, exact=exact)
 
 
@@ -182,29 +237,63 @@ def setting(ctx: ProbeContext, route: Route, hyper: Hyper) -> str:
 UNEXPLAINED = "(no known issue fits)"
 
 
-def judge(ctx: ProbeContext, route: Route, subject: Subject, hyper: Hyper, records: list[StepRecord],
-          schedule: bool, remedy: str | None = None, reference_run: list[StepRecord] | None = None,
-          explain: Any = None) -> None:
-    """The route's steps against the reference's: the first divergence is the finding. `explain(reference)`: the
-    known issue a divergence is, where the route tells them apart: an id, UNEXPLAINED (no known issue fits), or
-    None (the route's own)."""
+@dataclasses.dataclass(frozen=True)
+class Judging:
+    """How a route's steps are judged: whether the reference follows the route's schedule; the remedy a divergence
+    names; a reference computed by the route itself (the Trainer's token mean); `explain(reference)`, the known issue
+    a divergence is where the route tells them apart: an id, UNEXPLAINED (no known issue fits), or None (the
+    route's own)."""
+
+    schedule: bool = False
+    remedy: str | None = None
+    reference_run: list[StepRecord] | None = None
+    explain: Callable[[list[StepRecord]], str | None] | None = None
+
+
+def judge(
+    ctx: ProbeContext, route: Route, subject: Subject, hyper: Hyper, records: list[StepRecord], how: Judging
+) -> None:
+    """The route's steps against the reference's: the first divergence is the finding."""
+    schedule, remedy, reference_run, explain = how.schedule, how.remedy, how.reference_run, how.explain
     ctx.enter("reference")
-    ref = reference_run if reference_run is not None else \
-        reference(subject, hyper, ctx.world_size, [r.lr for r in records] if schedule else None)
+    ref = (
+        reference_run
+        if reference_run is not None
+        else reference(subject, hyper, ctx.world_size, [r.lr for r in records] if schedule else None)
+    )
     tolerance = tolerance_for(ctx, route, hyper)
     compared, missing = gaps(ref, records)
-    ctx.note("equivalence", {
-        "tolerance": tolerance.describe(), "bitwise_equal": bitwise_equal(ref, records),
-        "worst_error_over_tolerance": _finite(worst_ratio(compared, tolerance)), "largest": largest(compared, tolerance),
-        "steps": [{"loss": {"route": g.loss, "reference": r.loss},
-                   "grad_norm": {"route": g.grad_norm, "reference": r.grad_norm}, "lr": g.lr}
-                  for r, g in zip(ref, records, strict=True)],
-        "clipping_engaged_steps": clipped_steps(ref, hyper.clip), "setting": hyper.describe()})
+    ctx.note(
+        "equivalence",
+        {
+            "tolerance": tolerance.describe(),
+            "bitwise_equal": bitwise_equal(ref, records),
+            "worst_error_over_tolerance": _finite(worst_ratio(compared, tolerance)),
+            "largest": largest(compared, tolerance),
+            "steps": [
+                {
+                    "loss": {"route": g.loss, "reference": r.loss},
+                    "grad_norm": {"route": g.grad_norm, "reference": r.grad_norm},
+                    "lr": g.lr,
+                }
+                for r, g in zip(ref, records, strict=True)
+            ],
+            "clipping_engaged_steps": clipped_steps(ref, hyper.clip),
+            "setting": hyper.describe(),
+        },
+    )
     findings = missing_finding(missing, "update", setting(ctx, route, hyper))
     divergence = first_divergence(compared, tolerance)
     if divergence is not None:
-        findings.append(divergence_finding(divergence, hyper.steps, setting(ctx, route, hyper), remedy,
-                                           first_divergence(compared, tolerance, ("update",))))
+        findings.append(
+            divergence_finding(
+                divergence,
+                hyper.steps,
+                setting(ctx, route, hyper),
+                remedy,
+                first_divergence(compared, tolerance, ("update",)),
+            )
+        )
     ctx.check(findings)
     issue = (explain(ref) if explain is not None and findings else None) or route.issue
     if route.reproduce and issue != route.issue:  # another issue showing is no reproduction of this one
@@ -218,4 +307,3 @@ def judge(ctx: ProbeContext, route: Route, subject: Subject, hyper: Hyper, recor
 
 def _finite(value: float) -> float | None:
     return value if value != float("inf") else None
-

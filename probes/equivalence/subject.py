@@ -41,8 +41,10 @@ class Hyper:
 
     def describe(self) -> str:
         clip = f"clip {self.clip:g}" if self.clip else "no clipping"
-        return (f"gradient_accumulation_steps={self.accumulation}, micro batch {self.micro_batch}, {clip}, "
-                f"{'AdamW' if self.adamw else 'Adam'} lr {self.lr:g}, {self.dtype}")
+        return (
+            f"gradient_accumulation_steps={self.accumulation}, micro batch {self.micro_batch}, {clip}, "
+            f"{'AdamW' if self.adamw else 'Adam'} lr {self.lr:g}, {self.dtype}"
+        )
 
 
 @dataclasses.dataclass
@@ -54,7 +56,8 @@ class StepRecord:
     grad_norm: float | None
     lr: float
     params: dict[str, Any]
-    allowance: dict[str, float] = dataclasses.field(default_factory=dict)  # the reference's: see equivalence_bounds
+    # the reference's: see equivalence_bounds
+    allowance: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -73,8 +76,9 @@ class Subject:
     user: Any = None  # the user's Trainable (`--model`), else the family's MLP regression
     spec: str = "ds_doctor.probes.shared.models:build_mlp (MSE regression)"
 
-    def micro_loss(self, model: Any, step: int, micro: int, rank: int, micro_batch: int, *, dtype: Any,
-                   device: Any) -> Any:
+    def micro_loss(
+        self, model: Any, step: int, micro: int, rank: int, micro_batch: int, *, dtype: Any, device: Any
+    ) -> Any:
         """The loss of one micro-batch through `model` (a module or a wrapper: DDP, FSDP, an engine)."""
         import torch
 
@@ -116,12 +120,18 @@ def full_params(module: Any, names: Callable[[str], str] = lambda n: n, dtype: A
     """Every parameter as a detached CPU copy (fp32 unless `dtype`), under its original name."""
     import torch
 
-    return {names(n): p.detach().to("cpu", dtype or torch.float32, copy=True) for n, p in module.named_parameters()}
+    return {
+        names(n): p.detach().to("cpu", dtype or torch.float32, copy=True)
+        for n, p in module.named_parameters()
+    }
 
 
-def reference(subject: Subject, hyper: Hyper, world_size: int, lrs: Sequence[float] | None = None) -> list[StepRecord]:
+def reference(
+    subject: Subject, hyper: Hyper, world_size: int, lrs: Sequence[float] | None = None
+) -> list[StepRecord]:
     """The single-process fp32 run over the same global batches, each step with its allowances (the float64 run's
-    distance, `ds_doctor.probes.equivalence.bounds`); `lrs`: the lr of each step where the route follows a schedule of its own
+    distance, `ds_doctor.probes.equivalence.bounds`); `lrs`: the lr of each step where the route follows a
+    schedule of its own
     (else the configured lr throughout)."""
     import torch
 
@@ -133,8 +143,9 @@ def reference(subject: Subject, hyper: Hyper, world_size: int, lrs: Sequence[flo
     return single
 
 
-def _run(subject: Subject, hyper: Hyper, world_size: int, lrs: Sequence[float] | None,
-         dtype: Any) -> tuple[list[StepRecord], dict[str, Any]]:
+def _run(
+    subject: Subject, hyper: Hyper, world_size: int, lrs: Sequence[float] | None, dtype: Any
+) -> tuple[list[StepRecord], dict[str, Any]]:
     import torch
 
     model = subject.build(1).to("cpu", dtype)
@@ -142,7 +153,8 @@ def _run(subject: Subject, hyper: Hyper, world_size: int, lrs: Sequence[float] |
     named = {n: p for n, p in model.named_parameters() if p.requires_grad}
     params = list(named.values())
     optimizer = (torch.optim.AdamW if hyper.adamw else torch.optim.Adam)(
-        params, lr=hyper.lr, betas=hyper.betas, eps=hyper.eps, weight_decay=hyper.weight_decay)
+        params, lr=hyper.lr, betas=hyper.betas, eps=hyper.eps, weight_decay=hyper.weight_decay
+    )
     initial = full_params(model, dtype=dtype)
     records = []
     for step in range(hyper.steps):
@@ -156,8 +168,9 @@ def _run(subject: Subject, hyper: Hyper, world_size: int, lrs: Sequence[float] |
     return records, initial
 
 
-def _accumulate(subject: Subject, model: Any, params: list[Any], hyper: Hyper, world_size: int, step: int,
-                dtype: Any) -> Any:
+def _accumulate(
+    subject: Subject, model: Any, params: list[Any], hyper: Hyper, world_size: int, step: int, dtype: Any
+) -> Any:
     """Each simulated rank's accumulation window (loss / accumulation, backward), then the ranks' gradients summed
     in rank order and divided by the world size, as an all-reduce average does; the global loss likewise."""
     import torch
@@ -188,22 +201,45 @@ def _norm(params: list[Any]) -> Any:
     return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in params]))
 
 
-def gaps(reference_run: Sequence[StepRecord], route: Sequence[StepRecord]) -> tuple[list[list[Gap]], list[str]]:
+def gaps(
+    reference_run: Sequence[StepRecord], route: Sequence[StepRecord]
+) -> tuple[list[list[Gap]], list[str]]:
     """Per step, each quantity's difference and scale (2-norms in float64); and the parameters one side lacks."""
     import torch
 
     out, missing = [], set()
     for ref, got in zip(reference_run, route, strict=True):
         extra = ref.allowance
-        step = [Gap("loss", "loss", abs(got.loss - ref.loss), abs(ref.loss), got.loss, ref.loss, extra.get("loss", 0.0))]
+        step = [
+            Gap(
+                "loss",
+                "loss",
+                abs(got.loss - ref.loss),
+                abs(ref.loss),
+                got.loss,
+                ref.loss,
+                extra.get("loss", 0.0),
+            )
+        ]
         if got.grad_norm is not None and ref.grad_norm is not None:
-            step.append(Gap("grad_norm", "grad_norm", abs(got.grad_norm - ref.grad_norm), abs(ref.grad_norm),
-                            got.grad_norm, ref.grad_norm, extra.get("grad_norm", 0.0)))
+            step.append(
+                Gap(
+                    "grad_norm",
+                    "grad_norm",
+                    abs(got.grad_norm - ref.grad_norm),
+                    abs(ref.grad_norm),
+                    got.grad_norm,
+                    ref.grad_norm,
+                    extra.get("grad_norm", 0.0),
+                )
+            )
         missing |= set(ref.params) ^ set(got.params)
         for name in sorted(set(ref.params) & set(got.params)):
             a, b = got.params[name].double(), ref.params[name].double()
             error = float(torch.linalg.vector_norm(a - b)) if a.shape == b.shape else float("inf")
-            step.append(Gap("update", name, error, float(torch.linalg.vector_norm(b)), allowance=extra.get(name, 0.0)))
+            step.append(
+                Gap("update", name, error, float(torch.linalg.vector_norm(b)), allowance=extra.get(name, 0.0))
+            )
         out.append(step)
     return out, sorted(missing)
 
@@ -211,9 +247,13 @@ def gaps(reference_run: Sequence[StepRecord], route: Sequence[StepRecord]) -> tu
 def bitwise_equal(reference_run: Sequence[StepRecord], route: Sequence[StepRecord]) -> bool:
     import torch
 
-    return all(a.loss == b.loss and a.grad_norm == b.grad_norm and a.params.keys() == b.params.keys()
-               and all(torch.equal(a.params[n], b.params[n]) for n in a.params)
-               for a, b in zip(reference_run, route, strict=True))
+    return all(
+        a.loss == b.loss
+        and a.grad_norm == b.grad_norm
+        and a.params.keys() == b.params.keys()
+        and all(torch.equal(a.params[n], b.params[n]) for n in a.params)
+        for a, b in zip(reference_run, route, strict=True)
+    )
 
 
 def clipped_steps(run: Sequence[StepRecord], clip: float) -> int:
@@ -229,6 +269,12 @@ def digest(tensor: Any) -> str:
     raw = t.reshape(-1).view(torch.uint8) if t.numel() else torch.zeros(0, dtype=torch.uint8)
     try:
         data = raw.numpy().tobytes()
-    except (RuntimeError, TypeError):  # a node without numpy (torch's numpy bridge is gone): slower, same bytes
+    # a node without numpy (torch's numpy bridge is gone): slower, same bytes
+    except (
+        RuntimeError,
+        TypeError,
+    ):
         data = bytes(raw.tolist())
-    return f"sha256:{hashlib.sha256(data).hexdigest()[:24]} {str(t.dtype).removeprefix('torch.')}{list(t.shape)}"
+    return (
+        f"sha256:{hashlib.sha256(data).hexdigest()[:24]} {str(t.dtype).removeprefix('torch.')}{list(t.shape)}"
+    )

@@ -28,10 +28,14 @@ PAD = 0
 TRAINER_HYPER = Hyper(lr=1e-3, weight_decay=0.0)
 #: transformers >= 4.46.2 counts num_items_in_batch on the labels as given; a causal LM's loss shifts them
 OVERCOUNT_ISSUE = "hf_trainer_num_items_unshifted_overcount"
-OVERCOUNT_MATCH = 1e-4  # how close the loss ratio must come to (tokens predicted)/(labels counted) to be that scale
-REMEDY_GA = ("Let the model take **kwargs in forward (so the Trainer passes num_items_in_batch and the loss is "
-             "normalised per token over the accumulated batch), or pass compute_loss_func; upgrade transformers to "
-             ">= 4.46 for its own models.")
+OVERCOUNT_MATCH = (
+    1e-4  # how close the loss ratio must come to (tokens predicted)/(labels counted) to be that scale
+)
+REMEDY_GA = (
+    "Let the model take **kwargs in forward (so the Trainer passes num_items_in_batch and the loss is "
+    "normalised per token over the accumulated batch), or pass compute_loss_func; upgrade transformers to "
+    ">= 4.46 for its own models."
+)
 
 if TYPE_CHECKING:
     from ds_doctor.plugins import RankOptions
@@ -42,7 +46,9 @@ def model_type(options: RankOptions, route: Route | None = None) -> str | None:
     factory (`--model pkg:fn`), whose batches carry no labels for the Trainer."""
     from ds_doctor.plugins.usersetup import user_model
 
-    spec = user_model.ModelSpec.parse(route.model) if route is not None and route.model else options.model_spec()
+    spec = (
+        user_model.ModelSpec.parse(route.model) if route is not None and route.model else options.model_spec()
+    )
     if spec is None:
         return "llama"
     return spec.target if spec.kind == "hf" else None
@@ -55,7 +61,10 @@ def build_lm(kind: str, seed: int = 0) -> Any:
     from ds_doctor.plugins.usersetup import tiny_config
 
     config = tiny_config(kind)
-    for key, value in config.to_dict().items():  # dropout is randomness no reference reproduces (GPT-2 drops 0.1)
+    for (
+        key,
+        value,
+    ) in config.to_dict().items():  # dropout is randomness no reference reproduces (GPT-2 drops 0.1)
         if isinstance(value, float) and ("dropout" in key or "pdrop" in key):
             setattr(config, key, 0.0)
     torch.manual_seed(seed)
@@ -88,8 +97,11 @@ def sample(index: int, vocab: int) -> dict[str, Any]:
     length = 2 + (5 * index) % (SEQUENCE - 1)
     ids = torch.randint(1, vocab, (SEQUENCE,), generator=torch.Generator().manual_seed(7919 + index))
     mask = torch.arange(SEQUENCE) < length
-    return {"input_ids": torch.where(mask, ids, PAD), "attention_mask": mask.long(),
-            "labels": torch.where(mask, ids, -100)}
+    return {
+        "input_ids": torch.where(mask, ids, PAD),
+        "attention_mask": mask.long(),
+        "labels": torch.where(mask, ids, -100),
+    }
 
 
 def micro_indices(step: int, micro: int, rank: int, hyper: Hyper, world_size: int) -> range:
@@ -102,10 +114,15 @@ def micro_indices(step: int, micro: int, rank: int, hyper: Hyper, world_size: in
 def predicted_over_counted(hyper: Hyper, world_size: int) -> tuple[int, int]:
     """The first step's global batch: the label tokens a causal LM predicts (labels shifted by one), and the labels
     that are not -100 as given (what the Trainer counts as num_items_in_batch where it does not shift)."""
-    batches = [stacked(micro_indices(0, k, r, hyper, world_size), 2)
-               for r in range(world_size) for k in range(hyper.accumulation)]
-    return (sum(int((b["labels"][:, 1:] != -100).sum()) for b in batches),
-            sum(int((b["labels"] != -100).sum()) for b in batches))
+    batches = [
+        stacked(micro_indices(0, k, r, hyper, world_size), 2)
+        for r in range(world_size)
+        for k in range(hyper.accumulation)
+    ]
+    return (
+        sum(int((b["labels"][:, 1:] != -100).sum()) for b in batches),
+        sum(int((b["labels"] != -100).sum()) for b in batches),
+    )
 
 
 def stacked(indices: range, vocab: int) -> dict[str, Any]:
@@ -130,8 +147,9 @@ def token_reference(kind: str, hyper: Hyper, world_size: int, lrs: list[float]) 
     return single
 
 
-def _token_run(kind: str, hyper: Hyper, world_size: int, lrs: list[float],
-               dtype: Any) -> tuple[list[StepRecord], dict[str, Any]]:
+def _token_run(
+    kind: str, hyper: Hyper, world_size: int, lrs: list[float], dtype: Any
+) -> tuple[list[StepRecord], dict[str, Any]]:
     import torch
 
     model = build_lm(kind).to(dtype)
@@ -142,24 +160,36 @@ def _token_run(kind: str, hyper: Hyper, world_size: int, lrs: list[float],
     initial = {n: p.detach().clone() for n, p in model.named_parameters()}
     records = []
     for step in range(hyper.steps):
-        batches = [stacked(micro_indices(step, k, r, hyper, world_size), vocab)
-                   for r in range(world_size) for k in range(hyper.accumulation)]
+        batches = [
+            stacked(micro_indices(step, k, r, hyper, world_size), vocab)
+            for r in range(world_size)
+            for k in range(hyper.accumulation)
+        ]
         tokens = sum(int((b["labels"][:, 1:] != -100).sum()) for b in batches)
         optimizer.zero_grad(set_to_none=True)
         total = torch.zeros((), dtype=dtype)
         for b in batches:
             logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
-            summed = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
-                                                       b["labels"][:, 1:].reshape(-1), ignore_index=-100,
-                                                       reduction="sum")
+            summed = torch.nn.functional.cross_entropy(
+                logits[:, :-1].reshape(-1, logits.shape[-1]),
+                b["labels"][:, 1:].reshape(-1),
+                ignore_index=-100,
+                reduction="sum",
+            )
             (summed / tokens).backward()
             total += summed.detach()
         for group in optimizer.param_groups:
             group["lr"] = lrs[step]
         norm = torch.nn.utils.clip_grad_norm_(params, hyper.clip)
         optimizer.step()
-        records.append(StepRecord(float(total / tokens), float(norm), lrs[step],
-                                  {n: p.detach().clone() for n, p in model.named_parameters()}))
+        records.append(
+            StepRecord(
+                float(total / tokens),
+                float(norm),
+                lrs[step],
+                {n: p.detach().clone() for n, p in model.named_parameters()},
+            )
+        )
     return records, initial
 
 
@@ -175,8 +205,17 @@ class Recorder:
     fingerprint_at_first_step: bool = False
 
 
-def make_trainer(ctx: ProbeContext, route: Route, hyper: Hyper, out: Path, recorder: Recorder, *,
-                 max_steps: int, save_steps: int | None, schedule: bool) -> Any:
+def make_trainer(
+    ctx: ProbeContext,
+    route: Route,
+    hyper: Hyper,
+    out: Path,
+    recorder: Recorder,
+    *,
+    max_steps: int,
+    save_steps: int | None,
+    schedule: bool,
+) -> Any:
     """A Trainer over the stream, with the recording callbacks."""
     import torch
     import transformers
@@ -206,14 +245,50 @@ def make_trainer(ctx: ProbeContext, route: Route, hyper: Hyper, out: Path, recor
             return torch.utils.data.SequentialSampler(self.train_dataset)
 
     args = transformers.TrainingArguments(
-        output_dir=str(out), per_device_train_batch_size=hyper.micro_batch,
-        gradient_accumulation_steps=hyper.accumulation, max_steps=max_steps, learning_rate=hyper.lr,
-        weight_decay=0.0, max_grad_norm=hyper.clip, optim="adamw_torch",
-        lr_scheduler_type="linear" if schedule else "constant", warmup_steps=2 if schedule else 0,
-        logging_steps=1, save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500,
-        report_to="none", disable_tqdm=True, seed=0, dataloader_num_workers=0,
-        use_cpu=ctx.device_kind == "cpu", ddp_backend=ctx.backend if ctx.world_size > 1 else None)
+        output_dir=str(out),
+        per_device_train_batch_size=hyper.micro_batch,
+        gradient_accumulation_steps=hyper.accumulation,
+        max_steps=max_steps,
+        learning_rate=hyper.lr,
+        weight_decay=0.0,
+        max_grad_norm=hyper.clip,
+        optim="adamw_torch",
+        lr_scheduler_type="linear" if schedule else "constant",
+        warmup_steps=2 if schedule else 0,
+        logging_steps=1,
+        save_strategy="steps" if save_steps else "no",
+        save_steps=save_steps or 500,
+        report_to="none",
+        disable_tqdm=True,
+        seed=0,
+        dataloader_num_workers=0,
+        use_cpu=ctx.device_kind == "cpu",
+        ddp_backend=ctx.backend if ctx.world_size > 1 else None,
+    )
     return Recording(model=model, args=args, train_dataset=Stream(), callbacks=[_callback(ctx, recorder)])
+
+
+def _params(model: Any) -> dict[str, Any]:
+    """The model's parameters as fp32 CPU copies, named as the reference names them."""
+    import torch
+
+    return {
+        n.removeprefix("inner."): p.detach().to("cpu", torch.float32, copy=True)
+        for n, p in model.named_parameters()
+    }
+
+
+def _fingerprint(model: Any, optimizer: Any, scheduler: Any) -> dict[str, Any]:
+    """What a resumed run must restore: parameters, optimizer state, lr, scheduler step and RNG."""
+    from ds_doctor.probes.equivalence.resume import optimizer_state, rng_state
+
+    return {
+        "parameters": {n: digest(v) for n, v in _params(model).items()},
+        "optimizer state": optimizer_state(optimizer),
+        "lr": {f"group{i}": float(g["lr"]) for i, g in enumerate(optimizer.param_groups)},
+        "scheduler step": {"scheduler": int(scheduler.last_epoch)},
+        "rng": rng_state(),
+    }
 
 
 def _callback(ctx: ProbeContext, recorder: Recorder) -> Any:
@@ -221,17 +296,7 @@ def _callback(ctx: ProbeContext, recorder: Recorder) -> Any:
     import torch.distributed as dist
     import transformers
 
-    def params(model: Any) -> dict[str, Any]:
-        return {n.removeprefix("inner."): p.detach().to("cpu", torch.float32, copy=True)
-                for n, p in model.named_parameters()}
-
-    def fingerprint(model: Any, optimizer: Any, scheduler: Any) -> dict[str, Any]:
-        from ds_doctor.probes.equivalence.resume import optimizer_state, rng_state
-
-        return {"parameters": {n: digest(v) for n, v in params(model).items()},
-                "optimizer state": optimizer_state(optimizer),
-                "lr": {f"group{i}": float(g["lr"]) for i, g in enumerate(optimizer.param_groups)},
-                "scheduler step": {"scheduler": int(scheduler.last_epoch)}, "rng": rng_state()}
+    params, fingerprint = _params, _fingerprint
 
     class Record(transformers.TrainerCallback):
         def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
@@ -245,7 +310,8 @@ def _callback(ctx: ProbeContext, recorder: Recorder) -> Any:
             recorder.micro_losses.clear()
             if dist.is_initialized():
                 dist.all_reduce(window)
-            loss = float(window) / ctx.world_size  # as the Trainer logs it: the ranks' mean of the window's sum
+            # as the Trainer logs it: the ranks' mean of the window's sum
+            loss = float(window) / ctx.world_size
             recorder.records.append(StepRecord(loss, None, recorder.lr, params(kw["model"])))
 
         def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
@@ -262,26 +328,41 @@ def _callback(ctx: ProbeContext, recorder: Recorder) -> Any:
 def run(ctx: ProbeContext, route: Route) -> None:
     """Train through the Trainer; judge its steps against the token-mean reference (and, for a resume case, resume
     in a new process and compare)."""
-    from ds_doctor.probes.equivalence.sessions import UNEXPLAINED, judge
+    from ds_doctor.probes.equivalence.sessions import UNEXPLAINED, Judging, judge
 
     ctx.require(Requirement("transformers", "transformers"), Requirement("accelerate", "accelerate"))
     kind = model_type(ctx.options, route)
     if kind is None:
-        ctx.skip("the Trainer route trains a causal LM on padded token batches with labels: --model hf:<type> runs "
-                 "through it, a factory (package.module:fn) does not")
+        ctx.skip(
+            "the Trainer route trains a causal LM on padded token batches with labels: --model hf:<type> runs "
+            "through it, a factory (package.module:fn) does not"
+        )
     ctx.note("model", f"hf:{kind} (tiny), right-padded sequences of 2-{SEQUENCE} tokens")
     hyper = TRAINER_HYPER
     out = ctx.scratch_dir() / "checkpoint"
     recorder = Recorder()
     with accelerate_session():
         ctx.enter("trainer.train")
-        trainer = make_trainer(ctx, route, hyper, out, recorder, max_steps=hyper.steps,
-                               save_steps=_resume_at(hyper) if route.resume else None, schedule=bool(route.resume))
+        trainer = make_trainer(
+            ctx,
+            route,
+            hyper,
+            out,
+            recorder,
+            max_steps=hyper.steps,
+            save_steps=_resume_at(hyper) if route.resume else None,
+            schedule=bool(route.resume),
+        )
         trainer.train()
     subject = Subject(build=lambda _ws: None, spec=f"hf:{kind}")
     records = recorder.records
-    ctx.note("trainer", {"transformers": _version(),
-                         "model_accepts_loss_kwargs": getattr(trainer, "model_accepts_loss_kwargs", None)})
+    ctx.note(
+        "trainer",
+        {
+            "transformers": _version(),
+            "model_accepts_loss_kwargs": getattr(trainer, "model_accepts_loss_kwargs", None),
+        },
+    )
     ratio = predicted_over_counted(hyper, ctx.world_size)
     ctx.note("label_tokens_first_step", {"predicted": ratio[0], "counted_unshifted": ratio[1]})
 
@@ -294,8 +375,13 @@ def run(ctx: ProbeContext, route: Route) -> None:
             return OVERCOUNT_ISSUE
         return UNEXPLAINED if route.issue == OVERCOUNT_ISSUE else None
 
-    judge(ctx, route, subject, hyper, records, schedule=True, remedy=REMEDY_GA if not route.loss_kwargs else None,
-          reference_run=token_reference(kind, hyper, ctx.world_size, [r.lr for r in records]), explain=explain)
+    judging = Judging(
+        schedule=True,
+        remedy=REMEDY_GA if not route.loss_kwargs else None,
+        reference_run=token_reference(kind, hyper, ctx.world_size, [r.lr for r in records]),
+        explain=explain,
+    )
+    judge(ctx, route, subject, hyper, records, judging)
     if route.resume:
         from ds_doctor.probes.equivalence.resume import compare, spawn
 
@@ -318,8 +404,9 @@ def resume_child(ctx: ProbeContext, route: Route, k: int, directory: Path) -> di
     recorder = Recorder(fingerprint_at_first_step=True)
     hyper = TRAINER_HYPER
     with accelerate_session():
-        trainer = make_trainer(ctx, route, hyper, directory, recorder, max_steps=hyper.steps, save_steps=None,
-                               schedule=True)
+        trainer = make_trainer(
+            ctx, route, hyper, directory, recorder, max_steps=hyper.steps, save_steps=None, schedule=True
+        )
         trainer.train(resume_from_checkpoint=str(directory / f"checkpoint-{k}"))
     return {"fingerprint": recorder.fingerprint or {}, "records": [r.to_dict() for r in recorder.records]}
 

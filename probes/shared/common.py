@@ -43,9 +43,14 @@ def full_values(module: Any) -> dict[str, Any]:
         import deepspeed
 
         with deepspeed.zero.GatheredParameters(partitioned):
-            return {name: p.detach().to("cpu" if p.device.type != "meta" else "meta", copy=True)
-                    for name, p in params.items()}
-    return {name: p.detach().to("cpu" if p.device.type != "meta" else "meta", copy=True) for name, p in params.items()}
+            return {
+                name: p.detach().to("cpu" if p.device.type != "meta" else "meta", copy=True)
+                for name, p in params.items()
+            }
+    return {
+        name: p.detach().to("cpu" if p.device.type != "meta" else "meta", copy=True)
+        for name, p in params.items()
+    }
 
 
 #: DeepSpeed's ops the probes load: its Adams, and on a CPU node the shared-memory comm `init_distributed` builds
@@ -80,8 +85,15 @@ def synchronize(device: Any) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_collective(collective: str, numel: int, rank: int, world_size: int, device: Any, iters: tuple[int, int],
-                    group: Any = None) -> float:
+def time_collective(
+    collective: str,
+    numel: int,
+    rank: int,
+    world_size: int,
+    device: Any,
+    iters: tuple[int, int],
+    group: Any = None,
+) -> float:
     """Mean seconds of one `collective` on `numel` elements over `group` (default: every rank), averaged over its
     ranks (nccl-tests' `Allreduce(..., average)`); `iters` is (warm-up, timed)."""
     import time
@@ -108,5 +120,6 @@ def time_collective(collective: str, numel: int, rank: int, world_size: int, dev
     return float(elapsed) / world_size
 
 
-if __name__ == "__main__":  # `make` warms the cache once at install: `python -m ds_doctor.probes.shared.common`
+# `make` warms the cache once at install: `python -m ds_doctor.probes.shared.common`
+if __name__ == "__main__":
     print("DeepSpeed ops built:", ", ".join(build_ops()) or "none")

@@ -21,22 +21,44 @@ GPUS, _, DRIVERS = read_gpus(AnsweringNVML(answers("h100_node_sick.json")))
 
 
 def result(case: str, outcome: Outcome = Outcome.PASS, world_size: int = 8, **measures: float) -> CaseResult:
-    return CaseResult(probe=case.split("[")[0], case=case, scenario="smoke", level=2, world_size=world_size,
-                      device_kind="cuda", outcome=outcome, duration_s=1.0, measures=measures)
+    return CaseResult(
+        probe=case.split("[")[0],
+        case=case,
+        scenario="smoke",
+        level=2,
+        world_size=world_size,
+        device_kind="cuda",
+        outcome=outcome,
+        duration_s=1.0,
+        measures=measures,
+    )
 
 
-def report(results: list[CaseResult], *, gpus: list[dict[str, Any]] = GPUS, packages: dict[str, str] | None = None,
-           driver: str | None = "550.54.15") -> Report:
+def report(
+    results: list[CaseResult],
+    *,
+    gpus: list[dict[str, Any]] = GPUS,
+    packages: dict[str, str] | None = None,
+    driver: str | None = "550.54.15",
+) -> Report:
     now = utc_now()
-    env = {"python": "3.11.7", "packages": packages or {"torch": "2.11.0", "deepspeed": "0.19.8"},
-           "driver": driver, "cuda_driver": "12.4"}
+    env = {
+        "python": "3.11.7",
+        "packages": packages or {"torch": "2.11.0", "deepspeed": "0.19.8"},
+        "driver": driver,
+        "cuda_driver": "12.4",
+    }
     hardware = {"host": "gpu-node-17", "cpus": 64, "memory_bytes": 1 << 40, "gpus": gpus, "gpus_reason": None}
-    return build_report(started=now, finished=now, level=2, argv=(), env=env, hardware=hardware, results=results,
-                        run_dir=None)
+    return build_report(
+        started=now, finished=now, level=2, argv=(), env=env, hardware=hardware, results=results, run_dir=None
+    )
 
 
-BASE = [result("comm[all_reduce-ws8]", busbw_gbps=360.0, algbw_gbps=205.7),
-        result("compute[matmul-bf16-ws8]", tflops=700.0), result("zero_offload[z3-opt+param-bf16-ws2]")]
+BASE = [
+    result("comm[all_reduce-ws8]", busbw_gbps=360.0, algbw_gbps=205.7),
+    result("compute[matmul-bf16-ws8]", tflops=700.0),
+    result("zero_offload[z3-opt+param-bf16-ws2]"),
+]
 
 
 def kinds(diff: Any) -> dict[tuple[str, str], bool]:
@@ -50,44 +72,69 @@ def test_identical_reports_have_no_change() -> None:
 
 
 def test_a_drop_beyond_the_tolerance_regresses_and_one_within_does_not() -> None:
-    new = [result("comm[all_reduce-ws8]", busbw_gbps=320.0, algbw_gbps=182.9),  # -11.1 %
-           result("compute[matmul-bf16-ws8]", tflops=640.0), BASE[2]]  # -8.6 %
+    new = [
+        result("comm[all_reduce-ws8]", busbw_gbps=320.0, algbw_gbps=182.9),  # -11.1 %
+        result("compute[matmul-bf16-ws8]", tflops=640.0),
+        BASE[2],
+    ]  # -8.6 %
     diff = diff_reports(report(BASE), report(new))
-    assert kinds(diff) == {("measure", "comm[all_reduce-ws8] busbw_gbps"): True,
-                           ("measure", "comm[all_reduce-ws8] algbw_gbps"): True}
+    assert kinds(diff) == {
+        ("measure", "comm[all_reduce-ws8] busbw_gbps"): True,
+        ("measure", "comm[all_reduce-ws8] algbw_gbps"): True,
+    }
     assert diff.regressions[0].detail == "-11.1% (tolerance 10%)"
     assert not diff_reports(report(BASE), report(new), tolerance_pct=12).regressions
     assert len(diff_reports(report(BASE), report(new), tolerance_pct=5).regressions) == 3
     faster = [result("comm[all_reduce-ws8]", busbw_gbps=420.0, algbw_gbps=240.0), *BASE[1:]]
-    assert {c.regression for c in diff_reports(report(BASE), report(faster)).changes} == {False}  # reported only
+    assert {c.regression for c in diff_reports(report(BASE), report(faster)).changes} == {
+        False
+    }  # reported only
     with pytest.raises(ValueError, match="tolerance"):
         diff_reports(report(BASE), report(BASE), tolerance_pct=100)
 
 
 def test_measures_are_compared_only_where_they_mean_something() -> None:
     """A one-rank collective's bandwidth is no link's; relative error is context, never a regression."""
-    one_rank = [result("comm[all_reduce-ws1]", world_size=1, busbw_gbps=0.0, algbw_gbps=5.0),
-                result("compute[matmul-bf16-ws1]", world_size=1, relative_error=1e-3, tflops=700.0)]
-    slower = [result("comm[all_reduce-ws1]", world_size=1, busbw_gbps=0.0, algbw_gbps=1.0),
-              result("compute[matmul-bf16-ws1]", world_size=1, relative_error=5e-3, tflops=600.0)]
-    assert kinds(diff_reports(report(one_rank), report(slower))) == {("measure", "compute[matmul-bf16-ws1] tflops"): True}
+    one_rank = [
+        result("comm[all_reduce-ws1]", world_size=1, busbw_gbps=0.0, algbw_gbps=5.0),
+        result("compute[matmul-bf16-ws1]", world_size=1, relative_error=1e-3, tflops=700.0),
+    ]
+    slower = [
+        result("comm[all_reduce-ws1]", world_size=1, busbw_gbps=0.0, algbw_gbps=1.0),
+        result("compute[matmul-bf16-ws1]", world_size=1, relative_error=5e-3, tflops=600.0),
+    ]
+    assert kinds(diff_reports(report(one_rank), report(slower))) == {
+        ("measure", "compute[matmul-bf16-ws1] tflops"): True
+    }
 
 
 def test_outcomes_and_findings() -> None:
-    error = Finding("collective_result", Severity.ERROR, "all_reduce of 1073741824 B: 1 of 268435456 elements wrong")
-    new = [dataclasses.replace(BASE[0], outcome=Outcome.FAIL, reason="wrong", findings=(error,)),
-           dataclasses.replace(BASE[1], outcome=Outcome.SKIP, reason="needs cuda"),  # pass -> skip: reported only
-           result("comm[broadcast-ws8]", Outcome.ERROR),  # a new case that errors
-           result("compute[memory-ws8]")]  # a new case that passes; zero_offload is gone
+    error = Finding(
+        "collective_result", Severity.ERROR, "all_reduce of 1073741824 B: 1 of 268435456 elements wrong"
+    )
+    new = [
+        dataclasses.replace(BASE[0], outcome=Outcome.FAIL, reason="wrong", findings=(error,)),
+        dataclasses.replace(
+            BASE[1], outcome=Outcome.SKIP, reason="needs cuda"
+        ),  # pass -> skip: reported only
+        result("comm[broadcast-ws8]", Outcome.ERROR),  # a new case that errors
+        result("compute[memory-ws8]"),
+    ]  # a new case that passes; zero_offload is gone
     diff = diff_reports(report(BASE), report(new))
     assert kinds(diff) == {
-        ("outcome", "comm[all_reduce-ws8]"): True, ("outcome", "compute[matmul-bf16-ws8]"): False,
-        ("outcome", "comm[broadcast-ws8]"): True, ("case", "compute[memory-ws8]"): False,
-        ("case", "zero_offload[z3-opt+param-bf16-ws2]"): False, ("finding", "comm[all_reduce-ws8]"): True}
+        ("outcome", "comm[all_reduce-ws8]"): True,
+        ("outcome", "compute[matmul-bf16-ws8]"): False,
+        ("outcome", "comm[broadcast-ws8]"): True,
+        ("case", "compute[memory-ws8]"): False,
+        ("case", "zero_offload[z3-opt+param-bf16-ws2]"): False,
+        ("finding", "comm[all_reduce-ws8]"): True,
+    }
     fixed = diff_reports(report(new), report(BASE))  # the other way round: failures that went away
     assert kinds(fixed)[("outcome", "comm[all_reduce-ws8]")] is False
     warning = Finding("foreign_memory", Severity.WARNING, "GPU 3: 1 other process(es) hold 30.0 GiB")
-    warned = diff_reports(report(BASE), report([dataclasses.replace(BASE[0], findings=(warning,)), *BASE[1:]]))
+    warned = diff_reports(
+        report(BASE), report([dataclasses.replace(BASE[0], findings=(warning,)), *BASE[1:]])
+    )
     assert kinds(warned) == {("finding", "comm[all_reduce-ws8]"): False}
 
 
@@ -96,12 +143,20 @@ def test_hardware_and_versions() -> None:
     smaller = [dict(GPUS[0], memory_total_bytes=GPUS[0]["memory_total_bytes"] - (2 << 30)), *GPUS[1:]]
     swapped = [dict(GPUS[0], uuid="GPU-00000000-0000-4000-8000-000000000000"), *GPUS[1:]]
     assert kinds(diff_reports(report(BASE), report(BASE, gpus=fewer))) == {("hardware", "GPU count"): True}
-    assert kinds(diff_reports(report(BASE), report(BASE, gpus=smaller))) == {("hardware", "GPU 0 memory"): True}
-    assert kinds(diff_reports(report(BASE), report(BASE, gpus=swapped))) == {("hardware", "GPU 0 UUID"): False}
-    upgraded = report(BASE, packages={"torch": "2.12.0", "deepspeed": "0.19.8", "accelerate": "1.15.0"},
-                      driver="560.35.03")
+    assert kinds(diff_reports(report(BASE), report(BASE, gpus=smaller))) == {
+        ("hardware", "GPU 0 memory"): True
+    }
+    assert kinds(diff_reports(report(BASE), report(BASE, gpus=swapped))) == {
+        ("hardware", "GPU 0 UUID"): False
+    }
+    upgraded = report(
+        BASE, packages={"torch": "2.12.0", "deepspeed": "0.19.8", "accelerate": "1.15.0"}, driver="560.35.03"
+    )
     assert kinds(diff_reports(report(BASE), upgraded)) == {
-        ("version", "torch"): False, ("version", "accelerate"): False, ("hardware", "driver"): False}
+        ("version", "torch"): False,
+        ("version", "accelerate"): False,
+        ("hardware", "driver"): False,
+    }
     text = render_diff(diff_reports(report(BASE), report(BASE, gpus=fewer)))
     assert "REGRESSED" in text and "| REGRESSION | GPU count | 4 | 3 |" in text
 

@@ -24,8 +24,11 @@ from ds_doctor.checks.equivalence import (
 U = UNIT_ROUNDOFF["float32"]
 
 
-def step(loss: tuple[float, float], norm: tuple[float, float] | None = None,
-         params: dict[str, tuple[float, float]] | None = None) -> list[Gap]:
+def step(
+    loss: tuple[float, float],
+    norm: tuple[float, float] | None = None,
+    params: dict[str, tuple[float, float]] | None = None,
+) -> list[Gap]:
     """One step's gaps from (route, reference) pairs; a parameter as (error norm, reference norm)."""
     gaps = [Gap("loss", "loss", abs(loss[0] - loss[1]), abs(loss[1]), *loss)]
     if norm is not None:
@@ -53,39 +56,60 @@ def test_an_allowance_is_relative_to_the_reference_value_and_ignored_where_exact
 
 
 def test_equal_runs_do_not_diverge_and_a_few_ulps_pass() -> None:
-    steps = [step((1.0, 1.0), (0.5, 0.5), {"w": (0.0, 2.0)}),
-             step((0.9 * (1 + 3 * U), 0.9), (0.4, 0.4), {"w": (2.0 * 5 * U, 2.0)})]
+    steps = [
+        step((1.0, 1.0), (0.5, 0.5), {"w": (0.0, 2.0)}),
+        step((0.9 * (1 + 3 * U), 0.9), (0.4, 0.4), {"w": (2.0 * 5 * U, 2.0)}),
+    ]
     assert first_divergence(steps, Tolerance()) is None
     assert 0 < worst_ratio(steps, Tolerance()) < 1
 
 
 def test_a_loss_averaged_twice_shows_at_the_first_step_loss() -> None:
     """What a user dividing the loss by the world size at 2 ranks gives: half the loss, half the gradients."""
-    steps = [step((0.6, 1.2), (0.4, 0.8), {"w": (0.0, 2.0)}), step((0.55, 1.1), (0.35, 0.7), {"w": (1e-3, 2.0)})]
+    steps = [
+        step((0.6, 1.2), (0.4, 0.8), {"w": (0.0, 2.0)}),
+        step((0.55, 1.1), (0.35, 0.7), {"w": (1e-3, 2.0)}),
+    ]
     d = first_divergence(steps, Tolerance())
     assert (d.step, d.stage, d.name) == (0, "loss", "loss") and d.relative == pytest.approx(0.5)
     assert (d.route, d.reference) == (0.6, 1.2)
-    finding = divergence_finding(d, 2, "ddp at 2 rank(s): gradient_accumulation_steps=2",
-                                 first_update=first_divergence(steps, Tolerance(), ("update",)))
+    finding = divergence_finding(
+        d,
+        2,
+        "ddp at 2 rank(s): gradient_accumulation_steps=2",
+        first_update=first_divergence(steps, Tolerance(), ("update",)),
+    )
     assert finding.invariant == "equivalence" and finding.is_error and finding.stage == "loss"
-    assert finding.message.startswith("step 1 of 2: the loss diverges from the single-process fp32 reference by 0.5")
-    assert "(route 0.6, plain torch 1.2)" in finding.message and "gradient_accumulation_steps=2" in finding.message
+    assert finding.message.startswith(
+        "step 1 of 2: the loss diverges from the single-process fp32 reference by 0.5"
+    )
+    assert (
+        "(route 0.6, plain torch 1.2)" in finding.message
+        and "gradient_accumulation_steps=2" in finding.message
+    )
     assert "the first parameter over its tolerance: w after step 2" in finding.message
 
 
 def test_within_a_step_the_earliest_stage_is_named_and_within_it_the_parameter_furthest_over() -> None:
-    steps = [step((1.0, 1.0), (0.5, 0.5), {"a": (0.0, 1.0)}),
-             step((1.0, 1.0), (0.5, 0.5 * (1 + 1e-3)), {"b": (1e-4, 1.0), "c": (1e-2, 1.0), "d": (1e-5, 1.0)})]
+    steps = [
+        step((1.0, 1.0), (0.5, 0.5), {"a": (0.0, 1.0)}),
+        step((1.0, 1.0), (0.5, 0.5 * (1 + 1e-3)), {"b": (1e-4, 1.0), "c": (1e-2, 1.0), "d": (1e-5, 1.0)}),
+    ]
     d = first_divergence(steps, Tolerance())
     assert (d.step, d.stage) == (1, "grad_norm")  # the norm comes before the update within a step
     u = first_divergence(steps, Tolerance(), ("update",))
-    assert (u.step, u.name, u.others) == (1, "c", 2) and u.times == pytest.approx(1e-2 / (2 * ULPS_PER_STEP * U))
+    assert (u.step, u.name, u.others) == (1, "c", 2) and u.times == pytest.approx(
+        1e-2 / (2 * ULPS_PER_STEP * U)
+    )
     message = divergence_finding(u, 2, "fsdp1").message
     assert "the parameter after the optimizer step c" in message and "2 more at this stage over it" in message
 
 
 def test_exact_routes_fail_on_one_bit() -> None:
-    steps = [step((1.0, 1.0), (0.5, 0.5), {"w": (0.0, 1.0)}), step((1.0, 1.0), (0.5, 0.5), {"w": (1e-12, 1.0)})]
+    steps = [
+        step((1.0, 1.0), (0.5, 0.5), {"w": (0.0, 1.0)}),
+        step((1.0, 1.0), (0.5, 0.5), {"w": (1e-12, 1.0)}),
+    ]
     assert first_divergence(steps, Tolerance()) is None
     d = first_divergence(steps, Tolerance(exact=True))
     assert (d.step, d.name, d.tolerance) == (1, "w", 0.0) and d.times == math.inf
@@ -100,24 +124,36 @@ def test_largest_reports_each_stage() -> None:
     assert out["update"]["over_tolerance"] == pytest.approx(2e-7 / (ULPS_PER_STEP * U))
 
 
-SAVED = {"parameters": {"w": "sha256:aa float32[4]"}, "optimizer state": {"state.0.exp_avg": "sha256:01 float32[4]",
-                                                                         "state.0.step": "sha256:02 float32[]"},
-         "lr": {"group0": 0.003}, "scheduler step": {"scheduler": 2}, "rng": {"torch": "sha256:r1 uint8[5056]"}}
+SAVED = {
+    "parameters": {"w": "sha256:aa float32[4]"},
+    "optimizer state": {"state.0.exp_avg": "sha256:01 float32[4]", "state.0.step": "sha256:02 float32[]"},
+    "lr": {"group0": 0.003},
+    "scheduler step": {"scheduler": 2},
+    "rng": {"torch": "sha256:r1 uint8[5056]"},
+}
 
 
 def test_a_resume_that_restores_everything_has_no_finding() -> None:
-    assert not_restored(SAVED, {k: dict(v) for k, v in SAVED.items()}, "Accelerate save_state / load_state") == []
+    assert (
+        not_restored(SAVED, {k: dict(v) for k, v in SAVED.items()}, "Accelerate save_state / load_state")
+        == []
+    )
 
 
 def test_a_dropped_scheduler_and_moments_are_named_with_their_values() -> None:
-    loaded = {**SAVED, "optimizer state": {"state.0.exp_avg": "sha256:ff float32[4]"}, "lr": {"group0": 0.0},
-              "scheduler step": {"scheduler": 0}}
+    loaded = {
+        **SAVED,
+        "optimizer state": {"state.0.exp_avg": "sha256:ff float32[4]"},
+        "lr": {"group0": 0.0},
+        "scheduler step": {"scheduler": 0},
+    }
     findings = not_restored(SAVED, loaded, "DeepSpeed save_checkpoint / load_checkpoint")
     messages = [f.message for f in findings]
     assert [m.split(" not restored")[0] for m in messages] == ["optimizer state", "lr", "scheduler step"]
     assert all(f.invariant == "resume_restores" and f.is_error and f.stage == "after_load" for f in findings)
     assert "2 of 2 differ" in messages[0] and "state.0.exp_avg" in messages[0]
-    assert "state.0.step (absent)" not in messages[0] and "state.0.step" in messages[0]  # a digest is named only
+    # a digest is named only
+    assert "state.0.step (absent)" not in messages[0] and "state.0.step" in messages[0]
     assert messages[1].endswith("group0 0.003 -> 0") and messages[2].endswith("scheduler 2 -> 0")
 
 
@@ -131,7 +167,8 @@ def test_a_resumed_run_that_parts_from_the_straight_one_names_the_step() -> None
     steps = [step((1.0, 1.0), None, {"w": (0.3, 1.0)})]
     (finding,) = continuation_finding(first_divergence(steps, Tolerance()), 2, 4, "DeepSpeed")
     assert finding.invariant == "resume_continues" and finding.message.startswith(
-        "step 3 of 4 (the first 1 after resuming at step 2 through DeepSpeed): the parameter after the optimizer step w")
+        "step 3 of 4 (the first 1 after resuming at step 2 through DeepSpeed): the parameter after the optimizer step w"
+    )
     assert continuation_finding(None, 2, 4, "DeepSpeed") == []
 
 
@@ -154,7 +191,8 @@ def test_allowances_follow_the_float64_reference_and_the_kernel_term() -> None:
     double = [StepRecord(1.0 + 1e-7, 0.5, 0.1, {"w": torch.tensor([3.0, 4.0], dtype=torch.float64) + 1e-6})]
     (extra,) = allowances(single, double, 0.01, initial)
     assert extra["loss"] == pytest.approx(SHADOW_FACTOR * 1e-7) and extra["grad_norm"] == 0.0
-    assert extra["w"] == pytest.approx(SHADOW_FACTOR * math.sqrt(2) * 1e-6 + 0.01 * 5.0)  # the update's norm is 5
+    # the update's norm is 5
+    assert extra["w"] == pytest.approx(SHADOW_FACTOR * math.sqrt(2) * 1e-6 + 0.01 * 5.0)
 
 
 def test_digests_are_bit_exact() -> None:
@@ -177,13 +215,34 @@ class _Ctx:
 def test_a_deepspeed_config_is_read_as_the_step_the_reference_reproduces() -> None:
     from ds_doctor.probes.equivalence.sessions import hyper_from_config
 
-    written = hyper_from_config(_Ctx(), {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4,
-                                         "gradient_clipping": 1.0, "bf16": {"enabled": True},
-                                         "optimizer": {"type": "Adam", "params": {"lr": 3e-4, "betas": [0.8, 0.99]}}})
+    written = hyper_from_config(
+        _Ctx(),
+        {
+            "train_micro_batch_size_per_gpu": 2,
+            "gradient_accumulation_steps": 4,
+            "gradient_clipping": 1.0,
+            "bf16": {"enabled": True},
+            "optimizer": {"type": "Adam", "params": {"lr": 3e-4, "betas": [0.8, 0.99]}},
+        },
+    )
     assert (written.accumulation, written.micro_batch, written.clip, written.dtype) == (4, 2, 1.0, "bfloat16")
-    assert (written.lr, written.betas, written.weight_decay, written.adamw, written.kernel) == \
-        (3e-4, (0.8, 0.99), 0.0, True, "deepspeed")  # DeepSpeed's "Adam" is AdamW unless adam_w_mode is false
-    trainer = hyper_from_config(_Ctx(), {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4})
-    assert (trainer.lr, trainer.adamw, trainer.kernel, trainer.clip) == (5e-5, True, "torch", 0.0)  # the Trainer's AdamW
+    # DeepSpeed's "Adam" is AdamW unless adam_w_mode is false
+    assert (written.lr, written.betas, written.weight_decay, written.adamw, written.kernel) == (
+        3e-4,
+        (0.8, 0.99),
+        0.0,
+        True,
+        "deepspeed",
+    )
+    trainer = hyper_from_config(
+        _Ctx(), {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4}
+    )
+    # the Trainer's AdamW
+    assert (trainer.lr, trainer.adamw, trainer.kernel, trainer.clip) == (
+        5e-5,
+        True,
+        "torch",
+        0.0,
+    )
     with pytest.raises(RuntimeError, match="reproduces Adam and AdamW; the config's optimizer is 'Lamb'"):
         hyper_from_config(_Ctx(), {"optimizer": {"type": "Lamb", "params": {}}})

@@ -12,9 +12,15 @@ def stages(*rows: tuple[str, float, float]) -> list[StageTime]:
 
 def test_the_slow_rank_is_named_and_the_rank_waiting_for_it_is_not() -> None:
     # rank 1 computes for 2 s; rank 0 then waits 2 s for it in the sync stage and leaves it with rank 1
-    found = stragglers({0: stages(("compute", 0.0, 0.01), ("sync", 0.01, 2.0)),
-                        1: stages(("compute", 0.0, 2.0), ("sync", 2.0, 0.01))})
-    assert [(f.invariant, f.rank, f.stage, f.severity.value) for f in found] == [("straggler", 1, "compute", "warning")]
+    found = stragglers(
+        {
+            0: stages(("compute", 0.0, 0.01), ("sync", 0.01, 2.0)),
+            1: stages(("compute", 0.0, 2.0), ("sync", 2.0, 0.01)),
+        }
+    )
+    assert [(f.invariant, f.rank, f.stage, f.severity.value) for f in found] == [
+        ("straggler", 1, "compute", "warning")
+    ]
     assert "waited 1.99 s" in found[0].message
 
 

@@ -7,7 +7,13 @@ from typing import Any
 import pytest
 import torch
 
-from ds_doctor.checks.identity import held_parameters, identity_invariants, no_meta_params, optimizer_params_live, param_name_map
+from ds_doctor.checks.identity import (
+    held_parameters,
+    identity_invariants,
+    no_meta_params,
+    optimizer_params_live,
+    param_name_map,
+)
 from ds_doctor.collect.devicemap import Recorder, collect
 from ds_doctor.probes.frozen_param_names import build_config, meta_entries
 from ds_doctor.probes.shared.common import full_values
@@ -21,7 +27,9 @@ def engine_for(stage: int) -> Any:
 
     model = build_frozen_model()
     trainable = [p for p in model.parameters() if p.requires_grad]
-    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=trainable, config=build_config(stage))
+    engine, _, _, _ = deepspeed.initialize(
+        model=model, model_parameters=trainable, config=build_config(stage)
+    )
     return engine
 
 
@@ -36,8 +44,12 @@ def test_a_fresh_engine_satisfies_every_identity_invariant(dist_group: None, sta
     try:
         named = list(engine.module.named_parameters())
         held = held_parameters(engine.optimizer)
-        assert {id(p) for p in held} == {id(p) for _, p in named if p.requires_grad}  # module objects, not copies
-        assert identity_invariants(named, engine, records_of(engine.module), rank=0, stage="before_save") == []
+        assert {id(p) for p in held} == {
+            id(p) for _, p in named if p.requires_grad
+        }  # module objects, not copies
+        assert (
+            identity_invariants(named, engine, records_of(engine.module), rank=0, stage="before_save") == []
+        )
     finally:
         engine.destroy()
 
@@ -52,7 +64,9 @@ def test_set_module_tensor_to_device_breaks_the_name_map(dist_group: None) -> No
         old = engine.module.emb.weight
         set_module_tensor_to_device(engine.module, "emb.weight", "cpu", value=old.detach().clone())
         assert engine.module.emb.weight is not old  # the route really replaced the object
-        findings = param_name_map(list(engine.module.named_parameters()), engine.param_names, rank=0, stage="s")
+        findings = param_name_map(
+            list(engine.module.named_parameters()), engine.param_names, rank=0, stage="s"
+        )
         assert [(f.invariant, f.severity) for f in findings] == [("param_name_map", Severity.ERROR)]
         assert findings[0].message.startswith("emb.weight (frozen) is not a key of engine.param_names")
         assert findings[0].evidence[0].path == "emb.weight" and findings[0].remedy
@@ -61,7 +75,10 @@ def test_set_module_tensor_to_device_breaks_the_name_map(dist_group: None) -> No
             engine._get_zero_frozen_param_attributes(engine._get_param_shape_func)
         # rebuilding the map (the remedy) satisfies the invariant again
         engine.param_names = {p: n for n, p in engine.module.named_parameters()}
-        assert param_name_map(list(engine.module.named_parameters()), engine.param_names, rank=0, stage="s") == []
+        assert (
+            param_name_map(list(engine.module.named_parameters()), engine.param_names, rank=0, stage="s")
+            == []
+        )
     finally:
         engine.destroy()
 
@@ -80,12 +97,20 @@ def test_a_name_map_under_the_wrong_name_and_a_missing_map() -> None:
 def test_load_state_dict_assign_leaves_the_optimizer_with_orphans() -> None:
     model = build_frozen_model()
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad])
-    assert optimizer_params_live(list(model.named_parameters()), held_parameters(optimizer), rank=0, stage="s") == []
+    assert (
+        optimizer_params_live(list(model.named_parameters()), held_parameters(optimizer), rank=0, stage="s")
+        == []
+    )
     model.load_state_dict({k: v.clone() for k, v in model.state_dict().items()}, assign=True)
-    findings = optimizer_params_live(list(model.named_parameters()), held_parameters(optimizer), rank=0, stage="s")
+    findings = optimizer_params_live(
+        list(model.named_parameters()), held_parameters(optimizer), rank=0, stage="s"
+    )
     orphans = [f for f in findings if "no longer a parameter" in f.message]
     untracked = sorted(f.evidence[0].path for f in findings if "will not train" in f.message)
-    assert len(orphans) == 2 and untracked == ["head.bias", "head.weight"]  # the frozen emb is not expected in it
+    assert len(orphans) == 2 and untracked == [
+        "head.bias",
+        "head.weight",
+    ]  # the frozen emb is not expected in it
 
 
 @requires_deepspeed
@@ -95,13 +120,18 @@ def test_dispatch_to_disk_puts_a_meta_parameter_where_the_save_reads(dist_group:
 
     engine = engine_for(0)
     try:
-        dispatch_model(engine.module, device_map={"emb": "disk", "head": "cpu"}, offload_dir=str(tmp_path / "off"))
+        dispatch_model(
+            engine.module, device_map={"emb": "disk", "head": "cpu"}, offload_dir=str(tmp_path / "off")
+        )
         records = records_of(engine.module)
         findings = no_meta_params(records)
         assert [(f.invariant, f.evidence[0].path, f.evidence[0].device) for f in findings] == [
-            ("no_meta_params", "emb.weight", "meta")]
+            ("no_meta_params", "emb.weight", "meta")
+        ]
         engine.save_checkpoint(str(tmp_path / "ckpt"), tag="t")  # stage 0 saves without a word...
-        assert meta_entries(tmp_path / "ckpt" / "t") == ["mp_rank_00_model_states.pt:module.emb.weight"]  # ...no data
+        assert meta_entries(tmp_path / "ckpt" / "t") == [
+            "mp_rank_00_model_states.pt:module.emb.weight"
+        ]  # ...no data
     finally:
         engine.destroy()
 
@@ -110,7 +140,10 @@ def test_no_meta_params_passes_real_parameters_and_flags_only_meta() -> None:
     model = build_frozen_model()
     assert no_meta_params(records_of(model)) == []
     model.head.to("meta")
-    assert sorted(f.evidence[0].path for f in no_meta_params(records_of(model))) == ["head.bias", "head.weight"]
+    assert sorted(f.evidence[0].path for f in no_meta_params(records_of(model))) == [
+        "head.bias",
+        "head.weight",
+    ]
 
 
 @requires_deepspeed

@@ -33,14 +33,18 @@ def test_promise_follows_the_config() -> None:
     assert (both.optimizer_device, both.param_partition_device, both.offload_param) == ("cpu", "cpu", True)
     plain = promise(ZeroCase(2, "none", "fp32"), accelerator="cuda:1")
     assert (plain.optimizer_device, plain.offload_optimizer, plain.bf16) == ("cuda:1", False, False)
-    nvme = ZeroPromise.from_config({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme"}}}, "cuda:0")
+    nvme = ZeroPromise.from_config(
+        {"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme"}}}, "cuda:0"
+    )
     assert nvme.optimizer_device == "cpu"
 
 
 def test_fp32_partition_off_the_offload_device_is_flagged_with_path_rank_stage() -> None:
     rec = Recorder(rank=1, stage="after_step")
     rec.add(torch.zeros(8), role="fp32_partition", path="optimizer.fp32_partitioned_groups_flat[0]")
-    rec.add(torch.zeros(8, device="meta"), role="fp32_partition", path="optimizer.fp32_partitioned_groups_flat[1]")
+    rec.add(
+        torch.zeros(8, device="meta"), role="fp32_partition", path="optimizer.fp32_partitioned_groups_flat[1]"
+    )
     findings = fp32_partition_placement(rec.records, promise(OFFLOAD_BOTH))
     assert len(findings) == 1
     finding = findings[0]
@@ -52,8 +56,13 @@ def test_fp32_partition_off_the_offload_device_is_flagged_with_path_rank_stage()
 
 def test_param_partitions_must_be_offloaded_only_when_param_offload_is_on() -> None:
     rec = Recorder(0, "after_init")
-    rec.add(torch.zeros(4, device="meta"), role="param_partition", path="0.weight.ds_tensor", owner="0.weight")
-    assert param_partition_placement(rec.records, promise(OFFLOAD_BOTH))[0].evidence[0].path == "0.weight.ds_tensor"
+    rec.add(
+        torch.zeros(4, device="meta"), role="param_partition", path="0.weight.ds_tensor", owner="0.weight"
+    )
+    assert (
+        param_partition_placement(rec.records, promise(OFFLOAD_BOTH))[0].evidence[0].path
+        == "0.weight.ds_tensor"
+    )
     assert param_partition_placement(rec.records, promise(ZeroCase(3, "opt", "bf16"), "meta")) == []
 
 
@@ -98,7 +107,9 @@ def test_optimizer_state_left_behind_when_parameters_move_is_flagged() -> None:
     assert optimizer_state_colocation(clean) == []
     # the parameter moves to another device (same object, so the optimizer still holds it); its state does not
     torch.utils.swap_tensors(model[0].weight, torch.nn.Parameter(torch.empty(32, 16, device="meta")))
-    findings = optimizer_state_colocation(collect(Recorder(2, "after_load"), module=model, optimizer=optimizer))
+    findings = optimizer_state_colocation(
+        collect(Recorder(2, "after_load"), module=model, optimizer=optimizer)
+    )
     assert len(findings) == 1
     paths = {r.path for r in findings[0].evidence}
     # exp_avg and exp_avg_sq are flagged; the 0-dim CPU `step` is exempt, as torch allows it anywhere
@@ -111,14 +122,21 @@ def test_group_tensors_left_on_cpu_are_flagged() -> None:
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     optimizer.param_groups[0]["running_d_numerator"] = torch.zeros(1)
     optimizer.param_groups[0]["running_d_denom"] = torch.zeros(1)
-    findings = optimizer_state_colocation(collect(Recorder(0, "after_load"), module=model, optimizer=optimizer))
+    findings = optimizer_state_colocation(
+        collect(Recorder(0, "after_load"), module=model, optimizer=optimizer)
+    )
     flagged = {r.path for r in findings[0].evidence if r.role == "optim_group_tensor"}
-    assert flagged == {"optimizer.param_groups[0].running_d_numerator", "optimizer.param_groups[0].running_d_denom"}
+    assert flagged == {
+        "optimizer.param_groups[0].running_d_numerator",
+        "optimizer.param_groups[0].running_d_denom",
+    }
 
 
 def clip_call(norm: object, grad_device: str) -> list[TensorRecord]:
     rec = Recorder(0, "at_clip")
-    rec.add(torch.zeros(8, device=grad_device), role="clip_operand", path="unscale_and_clip_grads[0].grads[0]")
+    rec.add(
+        torch.zeros(8, device=grad_device), role="clip_operand", path="unscale_and_clip_grads[0].grads[0]"
+    )
     rec.add(norm, role="clip_operand", path="unscale_and_clip_grads[0].total_norm")
     return rec.records
 
@@ -149,9 +167,7 @@ def test_bf16_without_fp32_accumulation_is_a_warning_only() -> None:
 
 @requires_deepspeed
 @pytest.mark.usefixtures("dist_group")
-@pytest.mark.parametrize(
-    "params", [OFFLOAD_BOTH, ZeroCase(2, "opt", "fp32"), ZeroCase(1, "none", "fp32")]
-)
+@pytest.mark.parametrize("params", [OFFLOAD_BOTH, ZeroCase(2, "opt", "fp32"), ZeroCase(1, "none", "fp32")])
 def test_a_real_healthy_engine_yields_no_error_finding(params) -> None:
     engine = build_engine(params)
     try:
@@ -161,10 +177,15 @@ def test_a_real_healthy_engine_yields_no_error_finding(params) -> None:
         findings = zero_invariants(records, promise(params))
         assert [f for f in findings if f.is_error] == []
         # the same map with the partition moved to meta (its Adam state left behind) is caught twice
-        moved = [r if r.role != "fp32_partition" or r.stage != "after_step" else
-                 TensorRecord(**{**r.__dict__, "device": "meta"}) for r in records]
+        moved = [
+            r
+            if r.role != "fp32_partition" or r.stage != "after_step"
+            else TensorRecord(**{**r.__dict__, "device": "meta"})
+            for r in records
+        ]
         assert sorted(f.invariant for f in zero_invariants(moved, promise(params)) if f.is_error) == [
-            "fp32_partition_placement", "optimizer_state_colocation"
+            "fp32_partition_placement",
+            "optimizer_state_colocation",
         ]
     finally:
         engine.destroy()

@@ -14,9 +14,17 @@ from ds_doctor.reports.records import TensorRecord
 from tests.conftest import requires_deepspeed
 from tests.resources.user_models import tied_with_buffers
 
-CONFIG = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1, "steps_per_print": 10**9,
-          "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
-          "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}}}
+CONFIG = {
+    "train_micro_batch_size_per_gpu": 2,
+    "gradient_accumulation_steps": 1,
+    "steps_per_print": 10**9,
+    "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+    "zero_optimization": {
+        "stage": 3,
+        "offload_optimizer": {"device": "cpu"},
+        "offload_param": {"device": "cpu"},
+    },
+}
 
 
 def snapshot(stage: str, **given: Any) -> list[TensorRecord]:
@@ -51,16 +59,37 @@ def test_zero3_keeps_the_tie_and_the_planted_faults_are_named(dist_group: None) 
         assert untied.invariant == "ties_kept" and "embed.weight and head.weight" in untied.message
         assert {r.path for r in untied.evidence} == {"embed.weight", "head.weight"}
         [meta] = buffer_placement(broken, "cpu", "after_init")
-        assert meta.invariant == "buffer_placement" and "buffer scale" in meta.message and "on meta" in meta.message
+        assert (
+            meta.invariant == "buffer_placement"
+            and "buffer scale" in meta.message
+            and "on meta" in meta.message
+        )
     finally:
         engine.destroy()
 
 
-@pytest.mark.parametrize(("device", "expected", "ok"), [("cuda:0", "cuda:0", True), ("cuda:1", "cuda:0", False),
-                                                        ("cuda", "cuda:0", True), ("cpu", "cuda:0", False)])
+@pytest.mark.parametrize(
+    ("device", "expected", "ok"),
+    [
+        ("cuda:0", "cuda:0", True),
+        ("cuda:1", "cuda:0", False),
+        ("cuda", "cuda:0", True),
+        ("cpu", "cuda:0", False),
+    ],
+)
 def test_a_buffer_on_another_device_than_the_model(device: str, expected: str, ok: bool) -> None:
-    record = TensorRecord(0, "after_init", "buffer", "model.rotary_emb.inv_freq", "model.rotary_emb", device,
-                          "float32", (4,), 4, 16)
+    record = TensorRecord(
+        0,
+        "after_init",
+        "buffer",
+        "model.rotary_emb.inv_freq",
+        "model.rotary_emb",
+        device,
+        "float32",
+        (4,),
+        4,
+        16,
+    )
     found = buffer_placement([record], expected, "after_init")
     assert (found == []) is ok
     if not ok:

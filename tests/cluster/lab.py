@@ -37,7 +37,9 @@ def unusable() -> str | None:
     if missing:
         return f"{', '.join(missing)} not installed"
     probe = f"dsdr-probe-{secrets.token_hex(3)}"
-    made = subprocess.run([str(which("ip")), "netns", "add", probe], capture_output=True, text=True, timeout=20)
+    made = subprocess.run(
+        [str(which("ip")), "netns", "add", probe], capture_output=True, text=True, timeout=20
+    )
     subprocess.run([str(which("ip")), "netns", "delete", probe], capture_output=True, timeout=20)
     if made.returncode:
         return f"cannot create a network namespace: {made.stderr.strip()[:200]}"
@@ -65,7 +67,9 @@ class Lab:
         self.interface = {host: f"dd-{host}"[:15] for host in self.names}
         self.procs: list[subprocess.Popen[bytes]] = []
         self.hosts_file = root / "hosts"
-        self.hosts_file.write_text("127.0.0.1 localhost\n" + "".join(f"{a} {h}\n" for h, a in self.address.items()))
+        self.hosts_file.write_text(
+            "127.0.0.1 localhost\n" + "".join(f"{a} {h}\n" for h, a in self.address.items())
+        )
 
     def open(self) -> Lab:
         for name in self.names.values():
@@ -87,8 +91,20 @@ class Lab:
 
     def _veth(self, host: str, peer_host: str, peer: str) -> None:
         """One veth pair made directly in the two namespaces (no name ever taken in the machine's own)."""
-        _ip("link", "add", self.interface[host], "netns", self.names[host], "type", "veth", "peer", "name", peer,
-            "netns", self.names[peer_host])
+        _ip(
+            "link",
+            "add",
+            self.interface[host],
+            "netns",
+            self.names[host],
+            "type",
+            "veth",
+            "peer",
+            "name",
+            peer,
+            "netns",
+            self.names[peer_host],
+        )
         _ip("-n", self.names[peer_host], "link", "set", peer, "up")
 
     def _address(self, host: str, interface: str) -> None:
@@ -102,21 +118,57 @@ class Lab:
         if not hostname:
             return [*enter, *argv]
         setup = 'hostname "$0" && mount --bind "$1" /etc/hosts && shift && exec "$@"'
-        return [*enter, str(which("unshare")), "-u", "-m", "--propagation", "private", "sh", "-c", setup, host,
-                str(self.hosts_file), *argv]
+        return [
+            *enter,
+            str(which("unshare")),
+            "-u",
+            "-m",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            setup,
+            host,
+            str(self.hosts_file),
+            *argv,
+        ]
 
-    def start(self, host: str, argv: Sequence[str], log: Path, env: dict[str, str] | None = None,
-              hostname: bool = False) -> subprocess.Popen[bytes]:
+    def start(
+        self,
+        host: str,
+        argv: Sequence[str],
+        log: Path,
+        env: dict[str, str] | None = None,
+        hostname: bool = False,
+    ) -> subprocess.Popen[bytes]:
         with log.open("ab") as out:
-            proc = subprocess.Popen(self.command(host, argv, hostname), stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+            proc = subprocess.Popen(
+                self.command(host, argv, hostname),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
         self.procs.append(proc)
         return proc
 
-    def run(self, host: str, argv: Sequence[str], timeout: float, env: dict[str, str] | None = None,
-            hostname: bool = False) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(self.command(host, argv, hostname), capture_output=True, text=True, timeout=timeout,
-                              env=env, stdin=subprocess.DEVNULL)
+    def run(
+        self,
+        host: str,
+        argv: Sequence[str],
+        timeout: float,
+        env: dict[str, str] | None = None,
+        hostname: bool = False,
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            self.command(host, argv, hostname),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            stdin=subprocess.DEVNULL,
+        )
 
     def pids_in(self, host: str) -> list[int]:
         return self.pids([host])

@@ -24,15 +24,43 @@ pytestmark = pytest.mark.multirank
 HOSTS = ("a", "b")
 PORT = 29400
 #: across the nodes: the fingerprints, a collective, the pairs' fabric, a ZeRO-3 offload case and FSDP2 (one rank each)
-SELECTION = ("--level", "3", "-k", "consistency or all_reduce-ws2-n2 or fabric or z3-opt+param-bf16-ws2-n2 or "
-             "fsdp2-ws2-n2", "--nproc", "1", "--join-timeout", "30")
-ACROSS = {"consistency[fingerprint-ws2-n2]", "comm[all_reduce-ws2-n2]", "fabric[pairs-ws2-n2]",
-          "zero_offload[z3-opt+param-bf16-ws2-n2]", "optimizer_coverage[fsdp2-ws2-n2]"}
+SELECTION = (
+    "--level",
+    "3",
+    "-k",
+    "consistency or all_reduce-ws2-n2 or fabric or z3-opt+param-bf16-ws2-n2 or fsdp2-ws2-n2",
+    "--nproc",
+    "1",
+    "--join-timeout",
+    "30",
+)
+ACROSS = {
+    "consistency[fingerprint-ws2-n2]",
+    "comm[all_reduce-ws2-n2]",
+    "fabric[pairs-ws2-n2]",
+    "zero_offload[z3-opt+param-bf16-ws2-n2]",
+    "optimizer_coverage[fsdp2-ws2-n2]",
+}
 
 
 def ds_doctor(lab: Lab, node: int, out: Path, env: dict[str, str]) -> list[str]:
-    return [sys.executable, "-m", "ds_doctor.cli", "run", "--nnodes", "2", "--node-rank", str(node), "--rdzv-endpoint",
-            f"{lab.address[HOSTS[0]]}:{PORT}", "--rdzv-id", lab.tag, "--out", str(out / f"node{node}"), *SELECTION]
+    return [
+        sys.executable,
+        "-m",
+        "ds_doctor.cli",
+        "run",
+        "--nnodes",
+        "2",
+        "--node-rank",
+        str(node),
+        "--rdzv-endpoint",
+        f"{lab.address[HOSTS[0]]}:{PORT}",
+        "--rdzv-id",
+        lab.tag,
+        "--out",
+        str(out / f"node{node}"),
+        *SELECTION,
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -45,12 +73,19 @@ def two_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, An
         base.pop("GLOO_SOCKET_IFNAME", None)
         envs = [base, {**base, "GLOO_SOCKET_IFNAME": made.interface[HOSTS[1]]}]
         started = time.monotonic()
-        procs = [made.start(host, ds_doctor(made, node, root, envs[node]), root / f"node{node}.log", envs[node])
-                 for node, host in enumerate(HOSTS)]
+        procs = [
+            made.start(host, ds_doctor(made, node, root, envs[node]), root / f"node{node}.log", envs[node])
+            for node, host in enumerate(HOSTS)
+        ]
         for proc in procs:
             proc.wait(timeout=240)
-        yield {"root": root, "lab": made, "codes": [p.returncode for p in procs], "took": time.monotonic() - started,
-               "logs": [(root / f"node{n}.log").read_text(errors="replace") for n in range(2)]}
+        yield {
+            "root": root,
+            "lab": made,
+            "codes": [p.returncode for p in procs],
+            "took": time.monotonic() - started,
+            "logs": [(root / f"node{n}.log").read_text(errors="replace") for n in range(2)],
+        }
 
 
 def the_report(root: Path) -> dict[str, Any]:
@@ -60,7 +95,9 @@ def the_report(root: Path) -> dict[str, Any]:
     return data
 
 
-def test_two_hosts_on_their_own_addresses_run_across_and_node_0_reports_both(two_hosts: dict[str, Any]) -> None:
+def test_two_hosts_on_their_own_addresses_run_across_and_node_0_reports_both(
+    two_hosts: dict[str, Any],
+) -> None:
     assert two_hosts["codes"] == [0, 0], two_hosts["logs"][0][-3000:] + two_hosts["logs"][1][-3000:]
     assert "node 1: the report is written on node 0" in two_hosts["logs"][1]
     data = the_report(two_hosts["root"])
@@ -72,16 +109,21 @@ def test_two_hosts_on_their_own_addresses_run_across_and_node_0_reports_both(two
         assert sorted(r["node"] for r in result["ranks"]) == [0, 1]
     assert across["comm[all_reduce-ws2-n2]"]["measures"]["busbw_gbps"] > 0  # bytes crossed the veth pair
     fabric = across["fabric[pairs-ws2-n2]"]
-    assert [(row["node_a"], row["node_b"]) for row in fabric["series"]] == [(0, 1)] and fabric["measures"]["busbw_gbps"] > 0
+    assert [(row["node_a"], row["node_b"]) for row in fabric["series"]] == [(0, 1)] and fabric["measures"][
+        "busbw_gbps"
+    ] > 0
     zero3 = across["zero_offload[z3-opt+param-bf16-ws2-n2]"]
     assert {(r["node"], r["device"]) for r in zero3["device_map"] if r["role"] == "fp32_partition"} == {
-        (0, "cpu"), (1, "cpu")}  # every node's partitions offloaded, each record saying which node
+        (0, "cpu"),
+        (1, "cpu"),
+    }  # every node's partitions offloaded, each record saying which node
     markdown = next((two_hosts["root"] / "node0").glob("ds-doctor-*.md")).read_text()
     assert "## Nodes" in markdown and "| `comm[all_reduce-ws2-n2]` | all nodes |" in markdown
 
 
 def test_the_node_with_the_endpoint_hosts_the_store_and_each_node_offers_its_own_address(
-        two_hosts: dict[str, Any]) -> None:
+    two_hosts: dict[str, Any],
+) -> None:
     """Without these the run never met: the endpoint 10.231.0.1 is not this host name's address, so torch left the
     store to nobody; the ranks got MASTER_ADDR = the host name (127.0.0.1 here); gloo bound to loopback."""
     made: Lab = two_hosts["lab"]
@@ -100,5 +142,9 @@ def test_a_gloo_interface_set_on_one_node_only_is_named_by_consistency(two_hosts
     (finding,) = [f for f in case["findings"] if "GLOO_SOCKET_IFNAME" in f["message"]]
     interface = two_hosts["lab"].interface[HOSTS[1]]
     assert finding["severity"] == "warning"
-    assert finding["message"].startswith(f"env:GLOO_SOCKET_IFNAME differs across the ranks: {interface!r} on node 1")
-    assert not [f for f in case["findings"] if "NCCL_SOCKET_IFNAME" in f["message"] or "MASTER_ADDR" in f["message"]]
+    assert finding["message"].startswith(
+        f"env:GLOO_SOCKET_IFNAME differs across the ranks: {interface!r} on node 1"
+    )
+    assert not [
+        f for f in case["findings"] if "NCCL_SOCKET_IFNAME" in f["message"] or "MASTER_ADDR" in f["message"]
+    ]

@@ -45,13 +45,16 @@ def test_this_machines_own_address_hosts_the_store_unless_torch_knows_it_by_the_
     where = facing(address, 29400)
     assert where is not None and where.address == address and not where.loopback
     assert where.hosts_endpoint == (not named_by_host_name(address))
-    assert rendezvous_options(address, 29400) == ([f"--local-addr={address}"],
-                                                  ",is_host=true" if where.hosts_endpoint else "")
+    assert rendezvous_options(address, 29400) == (
+        [f"--local-addr={address}"],
+        ",is_host=true" if where.hosts_endpoint else "",
+    )
     assert named_by_host_name(socket.gethostname())
 
 
 def test_gloo_gets_the_interface_facing_a_remote_rendezvous_unless_the_user_chose(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     address = own_address()
     if address is None:
         pytest.skip("this machine has no IPv4 address besides loopback")
@@ -66,9 +69,11 @@ def test_gloo_gets_the_interface_facing_a_remote_rendezvous_unless_the_user_chos
 
 
 def test_consistency_names_a_socket_interface_the_user_set_differently_not_one_ds_doctor_chose(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME that differ between nodes are named; gloo's interface picked by
     ds-doctor per node (names differ from host to host by design) is not compared."""
+
     def node_print(node: int, **variables: str) -> dict[str, str]:
         for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "DS_DOCTOR_CHOSE_GLOO_SOCKET_IFNAME"):
             monkeypatch.delenv(name, raising=False)
@@ -76,11 +81,15 @@ def test_consistency_names_a_socket_interface_the_user_set_differently_not_one_d
             monkeypatch.setenv(name, value)
         return fingerprint(node, node, "cpu")
 
-    chosen = [node_print(0, GLOO_SOCKET_IFNAME="eth0", DS_DOCTOR_CHOSE_GLOO_SOCKET_IFNAME="1"),
-              node_print(1, GLOO_SOCKET_IFNAME="ens5", DS_DOCTOR_CHOSE_GLOO_SOCKET_IFNAME="1")]
+    chosen = [
+        node_print(0, GLOO_SOCKET_IFNAME="eth0", DS_DOCTOR_CHOSE_GLOO_SOCKET_IFNAME="1"),
+        node_print(1, GLOO_SOCKET_IFNAME="ens5", DS_DOCTOR_CHOSE_GLOO_SOCKET_IFNAME="1"),
+    ]
     assert not [f for f in compare(chosen) if "SOCKET_IFNAME" in f.message]
-    user = [node_print(0, GLOO_SOCKET_IFNAME="eth0", NCCL_SOCKET_IFNAME="ib0"),
-            node_print(1, GLOO_SOCKET_IFNAME="ens5", NCCL_SOCKET_IFNAME="ib0")]
+    user = [
+        node_print(0, GLOO_SOCKET_IFNAME="eth0", NCCL_SOCKET_IFNAME="ib0"),
+        node_print(1, GLOO_SOCKET_IFNAME="ens5", NCCL_SOCKET_IFNAME="ib0"),
+    ]
     (finding,) = [f for f in compare(user) if "SOCKET_IFNAME" in f.message]
     assert finding.message.startswith("env:GLOO_SOCKET_IFNAME differs across the ranks: 'ens5' on node 1")
     assert finding.severity.value == "warning"

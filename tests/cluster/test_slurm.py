@@ -53,23 +53,35 @@ def assert_across_passed_on_both_hosts(data: dict[str, Any]) -> None:
     assert [(n["node"], n["host"]) for n in data["nodes"]] == [(0, "dsdr-n1"), (1, "dsdr-n2")]
     results = {r["case"]: r for r in data["results"]}
     for case in ACROSS:
-        assert results[case]["outcome"] == "pass" and results[case]["nodes"] == 2, (case, results[case]["reason"])
+        assert results[case]["outcome"] == "pass" and results[case]["nodes"] == 2, (
+            case,
+            results[case]["reason"],
+        )
         assert sorted(r["node"] for r in results[case]["ranks"]) == [0, 1]
 
 
 def test_srun_gives_each_task_its_steps_nodes_inside_a_larger_allocation(
-        cluster: tuple[Lab, dict[str, str], Path]) -> None:
+    cluster: tuple[Lab, dict[str, str], Path],
+) -> None:
     """`srun -N2 -r1` in an allocation of three: the step is dsdr-n[2-3], its node 0 is dsdr-n2 (the job's first
     host, dsdr-n1, is not in it), SLURM_NODEID counts within the step."""
     made, env, _ = cluster
-    show = ("import os; from ds_doctor.cluster.nodes import from_slurm; c = from_slurm(os.environ); "
-            "print(os.environ['SLURMD_NODENAME'], c.nnodes, c.node_rank, c.endpoint, c.rdzv_id)")
-    done = made.run("hub", ["salloc", "-N3", "srun", "-N2", "-r1", "--ntasks-per-node=1", sys.executable, "-c", show],
-                    timeout=60, env=env)
+    show = (
+        "import os; from ds_doctor.cluster.nodes import from_slurm; c = from_slurm(os.environ); "
+        "print(os.environ['SLURMD_NODENAME'], c.nnodes, c.node_rank, c.endpoint, c.rdzv_id)"
+    )
+    done = made.run(
+        "hub",
+        ["salloc", "-N3", "srun", "-N2", "-r1", "--ntasks-per-node=1", sys.executable, "-c", show],
+        timeout=60,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     job = re.search(r"Granted job allocation (\d+)", done.stderr).group(1)  # type: ignore[union-attr]
-    assert sorted(done.stdout.splitlines()) == [f"dsdr-n2 2 0 dsdr-n2:29400 slurm-{job}",
-                                                f"dsdr-n3 2 1 dsdr-n2:29400 slurm-{job}"]
+    assert sorted(done.stdout.splitlines()) == [
+        f"dsdr-n2 2 0 dsdr-n2:29400 slurm-{job}",
+        f"dsdr-n3 2 1 dsdr-n2:29400 slurm-{job}",
+    ]
 
 
 def sbatch_example() -> str:
@@ -78,9 +90,12 @@ def sbatch_example() -> str:
     text, so the script tested is the one documented."""
     docs = (ROOT / "docs" / "cluster.md").read_text()
     (script,) = re.findall(r"```sh\n(#!/bin/bash\n#SBATCH .*?)```", docs, re.S)
-    for old, new in (("--nodes=4", "--nodes=2"), (" --gpus-per-node=8", ""),
-                     ("/opt/ds-doctor/.venv/bin/ds-doctor", f"{VENV_BIN}/ds-doctor"),
-                     ("--level 2", f"--level 2 {SELECTION}")):
+    for old, new in (
+        ("--nodes=4", "--nodes=2"),
+        (" --gpus-per-node=8", ""),
+        ("/opt/ds-doctor/.venv/bin/ds-doctor", f"{VENV_BIN}/ds-doctor"),
+        ("--level 2", f"--level 2 {SELECTION}"),
+    ):
         assert old in script, f"docs/cluster.md's sbatch example no longer has {old!r}"
         script = script.replace(old, new, 1)
     return script
@@ -99,11 +114,16 @@ def wait_for_job(made: Lab, env: dict[str, str], job: str, timeout: float) -> st
 
 
 def test_the_sbatch_example_of_the_docs_runs_one_ds_doctor_per_node_and_node_0_reports_both(
-        cluster: tuple[Lab, dict[str, str], Path]) -> None:
+    cluster: tuple[Lab, dict[str, str], Path],
+) -> None:
     made, env, root = cluster
     (root / "job.sh").write_text(sbatch_example())
-    submitted = made.run("hub", ["sbatch", "--parsable", f"--chdir={root}", f"--output={root}/slurm-%j.out",
-                                 str(root / "job.sh")], timeout=30, env=env)
+    submitted = made.run(
+        "hub",
+        ["sbatch", "--parsable", f"--chdir={root}", f"--output={root}/slurm-%j.out", str(root / "job.sh")],
+        timeout=30,
+        env=env,
+    )
     assert submitted.returncode == 0, submitted.stderr
     job = submitted.stdout.strip().split(";")[0]
     code = wait_for_job(made, env, job, timeout=150)
@@ -125,24 +145,49 @@ def ds_doctor_on(made: Lab, host: str) -> psutil.Process | None:
 
 def ds_doctor_processes(made: Lab) -> list[str]:
     inside = set(made.pids(slurm.NODES))
-    return [" ".join(p.info["cmdline"] or [])[:200] for p in psutil.process_iter(["pid", "cmdline"])
-            if p.info["pid"] in inside and "doctor" in " ".join(p.info["cmdline"] or [])]
+    return [
+        " ".join(p.info["cmdline"] or [])[:200]
+        for p in psutil.process_iter(["pid", "cmdline"])
+        if p.info["pid"] in inside and "doctor" in " ".join(p.info["cmdline"] or [])
+    ]
 
 
 def test_a_node_killed_mid_run_under_srun_is_named_by_node_0_within_the_documented_bound(
-        cluster: tuple[Lab, dict[str, str], Path]) -> None:
+    cluster: tuple[Lab, dict[str, str], Path],
+) -> None:
     """The cases across the nodes before the kill pass on both hosts; node_faults waits in a named stage, node 1's
     ds-doctor is killed (SIGKILL, as the OOM killer would), and node 0 names it and exits within the case's
     timeout + the closing exchange's wait (docs/cluster.md: min(30 s, --join-timeout))."""
     made, env, root = cluster
     out, join_timeout, case_timeout = root / "killed", 15, 60
-    command = ["srun", "-N2", "--ntasks-per-node=1", "ds-doctor", "run", "--level", "3", "--nproc", "1", "-k",
-               "consistency or all_reduce-ws2-n2 or node_faults", "--join-timeout", str(join_timeout), "--out", str(out)]
-    srun = made.start("hub", command, root / "srun.log", {**env, "DS_DOCTOR_EXTRA_PROBES":
-                                                          "tests.resources.node_fault_probes"})
+    command = [
+        "srun",
+        "-N2",
+        "--ntasks-per-node=1",
+        "ds-doctor",
+        "run",
+        "--level",
+        "3",
+        "--nproc",
+        "1",
+        "-k",
+        "consistency or all_reduce-ws2-n2 or node_faults",
+        "--join-timeout",
+        str(join_timeout),
+        "--out",
+        str(out),
+    ]
+    srun = made.start(
+        "hub",
+        command,
+        root / "srun.log",
+        {**env, "DS_DOCTOR_EXTRA_PROBES": "tests.resources.node_fault_probes"},
+    )
     deadline = time.monotonic() + 120
-    while not any("waiting for a kill" in b.read_text(errors="replace")
-                  for b in out.glob("run-dsdr-n1-*/ws2-n2-cpu-0/heartbeat-rank*.json")):
+    while not any(
+        "waiting for a kill" in b.read_text(errors="replace")
+        for b in out.glob("run-dsdr-n1-*/ws2-n2-cpu-0/heartbeat-rank*.json")
+    ):
         assert time.monotonic() < deadline and srun.poll() is None, (root / "srun.log").read_text()[-3000:]
         time.sleep(0.2)
     victim = ds_doctor_on(made, "dsdr-n2")
@@ -152,7 +197,9 @@ def test_a_node_killed_mid_run_under_srun_is_named_by_node_0_within_the_document
     srun.wait(timeout=case_timeout + join_timeout + 60)
     took = time.monotonic() - killed
     log = (root / "srun.log").read_text(errors="replace")
-    assert took <= case_timeout + min(30, join_timeout), f"node 0 took {took:.0f} s after node 1 died\n{log[-3000:]}"
+    assert took <= case_timeout + min(30, join_timeout), (
+        f"node 0 took {took:.0f} s after node 1 died\n{log[-3000:]}"
+    )
     data = the_report(out)
     assert_across_passed_on_both_hosts(data)
     results = {r["case"]: r for r in data["results"]}

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ds_doctor.collect.devicemap import Recorder, TensorRecord, collect, collect_optimizer, parameter_names, select
+from ds_doctor.collect.devicemap import (
+    Recorder,
+    TensorRecord,
+    collect,
+    collect_optimizer,
+    parameter_names,
+    select,
+)
 from ds_doctor.probes.shared.models import build_mlp
 from ds_doctor.probes.zero_offload import ZeroCase
 from tests.conftest import build_engine, requires_deepspeed, train_one_step
@@ -84,7 +91,9 @@ def test_record_round_trips_through_json_dict() -> None:
         (3, "opt+param", "bf16", "fp32_partitioned_groups_flat"),
     ],
 )
-def test_zero_collector_reads_partitions_state_and_clip_operands(stage, offload, dtype, partition_attr) -> None:
+def test_zero_collector_reads_partitions_state_and_clip_operands(
+    stage, offload, dtype, partition_attr
+) -> None:
     engine = build_engine(ZeroCase(stage, offload, dtype))
     try:
         clip_records: list[TensorRecord] = []

@@ -36,8 +36,12 @@ def test_fsdp1_names_map_back_through_identity_and_flat_fqns(dist_group: None, o
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
     from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
-    wrapped = FSDP(build_model(), auto_wrap_policy=ModuleWrapPolicy({torch.nn.Linear}), use_orig_params=orig,
-                   device_id=torch.device("cpu"))
+    wrapped = FSDP(
+        build_model(),
+        auto_wrap_policy=ModuleWrapPolicy({torch.nn.Linear}),
+        use_orig_params=orig,
+        device_id=torch.device("cpu"),
+    )
     tracked = names_after(wrapped, make_optimizer(wrapped))
     assert tracked.groups == BEFORE and tracked.orphans == []
     assert tracked_set(BEFORE, tracked.groups, FROZEN) == [] and tracked_live(tracked) == []
@@ -49,12 +53,23 @@ def test_fsdp1_flat_with_the_optimizer_built_first_holds_orphans(dist_group: Non
 
     model = build_model()
     optimizer = make_optimizer(model)  # the wrong order
-    wrapped = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({torch.nn.Linear}), use_orig_params=False,
-                   device_id=torch.device("cpu"))
+    wrapped = FSDP(
+        model,
+        auto_wrap_policy=ModuleWrapPolicy({torch.nn.Linear}),
+        use_orig_params=False,
+        device_id=torch.device("cpu"),
+    )
     tracked = names_after(wrapped, optimizer)
-    assert tracked.groups == {} and sorted(shape for _, shape in tracked.orphans) == [(4,), (4, 8), (8,), (8, 8)]
+    assert tracked.groups == {} and sorted(shape for _, shape in tracked.orphans) == [
+        (4,),
+        (4, 8),
+        (8,),
+        (8, 8),
+    ]
     assert [f.invariant for f in tracked_live(tracked)] == ["tracked_live"] * 4
-    assert sorted(f.message.split(" ")[0] for f in tracked_set(BEFORE, tracked.groups, FROZEN)) == sorted(INTENDED)
+    assert sorted(f.message.split(" ")[0] for f in tracked_set(BEFORE, tracked.groups, FROZEN)) == sorted(
+        INTENDED
+    )
 
 
 def test_fsdp2_dtensor_parameters_keep_their_names(dist_group: None) -> None:
@@ -66,7 +81,8 @@ def test_fsdp2_dtensor_parameters_keep_their_names(dist_group: None) -> None:
         fully_shard(getattr(model, part))
     fully_shard(model)
     assert names_after(model, make_optimizer(model)).groups == BEFORE
-    assert len(names_after(model, stale).orphans) == 4  # built before fully_shard: plain tensors, no longer used
+    # built before fully_shard: plain tensors, no longer used
+    assert len(names_after(model, stale).orphans) == 4
 
 
 @requires_deepspeed

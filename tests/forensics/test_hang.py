@@ -48,13 +48,27 @@ def test_a_rank_elsewhere_is_named_with_its_stack_and_the_others_collective(hung
     assert waiting["function"] == "all_reduce" and waiting["file"].endswith("distributed_c10d.py")
     stuck = main_thread(by_rank[1])["frames"][0]
     assert (stuck["function"], Path(stuck["file"]).name, stuck["line"]) == (
-        "wait_for_me", "hang_probes.py", line_of(hang_probes.wait_for_me, "time.sleep"))
+        "wait_for_me",
+        "hang_probes.py",
+        line_of(hang_probes.wait_for_me, "time.sleep"),
+    )
     missing = [f for f in case["findings"] if f["invariant"] == "missing_rank"]
     assert len(missing) == 1 and missing[0]["rank"] == 1 and missing[0]["severity"] == "error"
-    assert "rank 1 never joined all_reduce #2 of process group 0:default_pg, which rank 0 is waiting in" \
-           in missing[0]["message"] and "wait_for_me" in missing[0]["message"]
-    assert by_rank[0]["collectives"] == [{"group": "0:default_pg", "last_completed": 1, "op": "all_reduce", "seq": 2,
-                                          "sizes": "[[1024]] Float", "state": "scheduled"}]
+    assert (
+        "rank 1 never joined all_reduce #2 of process group 0:default_pg, which rank 0 is waiting in"
+        in missing[0]["message"]
+        and "wait_for_me" in missing[0]["message"]
+    )
+    assert by_rank[0]["collectives"] == [
+        {
+            "group": "0:default_pg",
+            "last_completed": 1,
+            "op": "all_reduce",
+            "seq": 2,
+            "sizes": "[[1024]] Float",
+            "state": "scheduled",
+        }
+    ]
     assert by_rank[1]["collectives"][0]["op"] is None and by_rank[1]["collectives"][0]["last_completed"] == 1
     assert case["notes"]["forensics"]["collectives_from"] == "torch Flight Recorder"
     assert "rank 1 never joined all_reduce #2" in case["reason"]  # the one line the console shows
@@ -94,7 +108,9 @@ def test_a_python_deadlock_shows_both_threads(hung) -> None:
 def test_a_straggler_is_a_warning_naming_the_rank(hung) -> None:
     case = hung[0]["hangs[straggler-ws2]"]
     assert case["outcome"] == "pass"
-    assert [(f["invariant"], f["rank"], f["stage"]) for f in case["findings"]] == [("straggler", 1, "compute")]
+    assert [(f["invariant"], f["rank"], f["stage"]) for f in case["findings"]] == [
+        ("straggler", 1, "compute")
+    ]
     stage_names = [s["stage"] for s in ranks(case)[1]["stages"]]
     assert stage_names == ["start", "warm-up", "compute", "sync"]
 
@@ -109,7 +125,9 @@ def test_the_markdown_shows_the_collectives_and_the_folded_stacks(hung) -> None:
 def test_a_hang_costs_its_timeout_plus_5_s_plus_the_bounded_evidence(hung) -> None:
     results, out, _ = hung
     run_dir = next(out.glob("run-*"))
-    attempts = sorted((d for d in run_dir.iterdir() if d.is_dir()), key=lambda d: int(d.name.rsplit("-", 1)[1]))
+    attempts = sorted(
+        (d for d in run_dir.iterdir() if d.is_dir()), key=lambda d: int(d.name.rsplit("-", 1)[1])
+    )
     for index, case in enumerate(["hangs[missing-ws2]", "hangs[mismatch-ws2]", "hangs[deadlock-ws2]"]):
         beat = json.loads((attempts[index] / "heartbeat-rank1.json").read_text())
         assert beat["case"] == case
@@ -131,8 +149,17 @@ def test_triage_reads_the_dump_that_run_left(hung) -> None:
 
 def test_the_thin_record_gives_the_same_findings_without_the_recorder(tmp_path: Path) -> None:
     started = time.monotonic()
-    proc = ds_doctor("run", "--level", "3", "-k", "hangs and (missing or mismatch)", "--out", str(tmp_path),
-                     extra_env={**PROBES, "DS_DOCTOR_COLLECTIVE_RECORD": "thin"}, timeout=300)
+    proc = ds_doctor(
+        "run",
+        "--level",
+        "3",
+        "-k",
+        "hangs and (missing or mismatch)",
+        "--out",
+        str(tmp_path),
+        extra_env={**PROBES, "DS_DOCTOR_COLLECTIVE_RECORD": "thin"},
+        timeout=300,
+    )
     assert proc.returncode == 1, proc.stderr[-3000:]
     results = {r["case"]: r for r in read_report(tmp_path)["results"]}
     missing, mismatch = results["hangs[missing-ws2]"], results["hangs[mismatch-ws2]"]

@@ -38,14 +38,17 @@ def test_every_thread_comes_back_named_with_its_own_frame_innermost() -> None:
     parker = next(s for s in stacks if s.name == "parker")
     functions = [f.function for f in parker.frames]
     assert "parked" in functions and functions[0] == "wait"  # threading's own wait stays: it is innermost
-    assert any(f.folded and "Python" in f.function for f in parker.frames)  # the bootstrap frames are one marker
+    # the bootstrap frames are one marker
+    assert any(f.folded and "Python" in f.function for f in parker.frames)
     parked_frame = next(f for f in parker.frames if f.function == "parked")
     assert parked_frame.file == __file__ and parked_frame.line == parked.__code__.co_firstlineno + 2
 
 
 def test_a_thread_can_be_left_out_and_a_second_dump_replaces_the_first() -> None:
     text, ident = dump_with_a_parked_thread()
-    assert all(s.name != "parker" for s in parse_faulthandler(text, {ident: "parker"}, skip=frozenset({ident})))
+    assert all(
+        s.name != "parker" for s in parse_faulthandler(text, {ident: "parker"}, skip=frozenset({ident}))
+    )
     assert len(parse_faulthandler(text + "\n" + text)) == len(parse_faulthandler(text))
 
 
@@ -54,7 +57,11 @@ def test_fold_keeps_the_innermost_frame_and_folds_runs() -> None:
     runner = [Frame(f"r{i}", "/repo/doctor/run/worker.py", i) for i in range(4)]
     probe = Frame("run", "/repo/probes/comm.py", 7)
     folded = fold([*torch, probe, *runner])
-    assert [str(f) for f in folded] == ["t0 (/x/site-packages/torch/distributed/c10d.py:0)", "... 2 frames of torch",
-                                        "run (/repo/probes/comm.py:7)", "... 4 frames of ds-doctor's runner"]
+    assert [str(f) for f in folded] == [
+        "t0 (/x/site-packages/torch/distributed/c10d.py:0)",
+        "... 2 frames of torch",
+        "run (/repo/probes/comm.py:7)",
+        "... 4 frames of ds-doctor's runner",
+    ]
     deep = fold([Frame(f"f{i}", "/app/m.py", i) for i in range(KEEP_FRAMES + 5)])
     assert len([f for f in deep if not f.folded]) == KEEP_FRAMES and deep[-1].function == "... 5 outer frames"

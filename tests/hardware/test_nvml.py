@@ -137,8 +137,10 @@ class AnsweringNVML:
         return links[link]
 
     def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[Any]:
-        return [SimpleNamespace(pid=pid, usedGpuMemory=used)
-                for pid, used in self._gpu(h, "nvmlDeviceGetComputeRunningProcesses")["processes"]]
+        return [
+            SimpleNamespace(pid=pid, usedGpuMemory=used)
+            for pid, used in self._gpu(h, "nvmlDeviceGetComputeRunningProcesses")["processes"]
+        ]
 
 
 def answers(name: str) -> dict[str, Any]:
@@ -149,7 +151,11 @@ def test_the_real_nvml_without_a_driver_gives_no_gpus_and_the_reason() -> None:
     gpus, reason, versions = read_gpus()
     if os.path.exists("/dev/nvidiactl"):
         pytest.skip("this machine has an NVIDIA driver")
-    assert gpus == [] and "NVML could not initialise" in reason and versions == {"driver": None, "cuda_driver": None}
+    assert (
+        gpus == []
+        and "NVML could not initialise" in reason
+        and versions == {"driver": None, "cuda_driver": None}
+    )
 
 
 def test_init_failure_and_refused_calls_never_raise() -> None:
@@ -160,9 +166,17 @@ def test_init_failure_and_refused_calls_never_raise() -> None:
     assert reason is None and not nvml.open  # shut down again
     assert versions == {"driver": "535.161.08", "cuda_driver": "12.2"}
     (t4,) = gpus
-    for field in ("remapped_rows_correctable", "remapped_rows_pending", "nvlink", "power_draw_w", "power_limit_w",
-                  "processes"):
-        assert t4[field] is None and t4["unavailable"][field] == "NVMLError_NotSupported: Not Supported", field
+    for field in (
+        "remapped_rows_correctable",
+        "remapped_rows_pending",
+        "nvlink",
+        "power_draw_w",
+        "power_limit_w",
+        "processes",
+    ):
+        assert t4[field] is None and t4["unavailable"][field] == "NVMLError_NotSupported: Not Supported", (
+            field
+        )
     assert (t4["retired_pages_sbe"], t4["retired_pages_dbe"], t4["retired_pages_pending"]) == (2, 1, True)
     assert t4["compute_capability"] == "7.5" and t4["throttle_reasons"] == ["sw_power_cap"]
     assert (t4["driver"], t4["cuda_driver"]) == ("535.161.08", "12.2")
@@ -179,11 +193,22 @@ def test_every_field_is_read_on_a_full_node() -> None:
     assert versions["cuda_driver"] == "12.4" and len(gpus) == 4
     first = gpus[0]
     assert first["pci_bus_id"] == "00000000:18:00.0" and first["memory_total_bytes"] == 85520809984
-    assert (first["ecc_enabled"], first["ecc_uncorrected_volatile"], first["remapped_rows_pending"]) == (True, 0, False)
-    assert (first["pcie_gen"], first["pcie_gen_max"], first["pcie_width"], first["pcie_width_max"]) == (5, 5, 16, 16)
+    assert (first["ecc_enabled"], first["ecc_uncorrected_volatile"], first["remapped_rows_pending"]) == (
+        True,
+        0,
+        False,
+    )
+    assert (first["pcie_gen"], first["pcie_gen_max"], first["pcie_width"], first["pcie_width_max"]) == (
+        5,
+        5,
+        16,
+        16,
+    )
     assert (first["power_draw_w"], first["power_limit_w"], first["temperature_c"]) == (612.0, 700.0, 64)
     assert len(first["nvlink"]) == 18 and all(link["active"] for link in first["nvlink"])
-    assert first["processes"] == [{"pid": 4242, "name": first["processes"][0]["name"], "used_memory_bytes": 72000000000}]
+    assert first["processes"] == [
+        {"pid": 4242, "name": first["processes"][0]["name"], "used_memory_bytes": 72000000000}
+    ]
     assert set(first["unavailable"]) == {"retired_pages_sbe", "retired_pages_dbe", "retired_pages_pending"}
     assert gpus[2]["throttle_reasons"] == ["gpu_idle", "hw_power_brake_slowdown"]
     assert gpus[2]["nvlink"][16] == {"link": 16, "active": False}
@@ -211,10 +236,20 @@ def test_a_recorded_h100_reads_as_the_live_run_read_it() -> None:
     gpus, reason, versions = read_gpus(AnsweringNVML(answers("h100_x1_firecracker.json")))
     assert reason is None and len(gpus) == 1 and versions
     gpu = gpus[0]
-    assert (gpu["name"], gpu["compute_capability"], gpu["memory_total_bytes"]) == ("NVIDIA H100 80GB HBM3", "9.0",
-                                                                                    85520809984)
+    assert (gpu["name"], gpu["compute_capability"], gpu["memory_total_bytes"]) == (
+        "NVIDIA H100 80GB HBM3",
+        "9.0",
+        85520809984,
+    )
     assert (gpu["pcie_gen"], gpu["pcie_width"], gpu["throttle_reasons"]) == (5, 16, ["gpu_idle"])
-    assert gpu["ecc_enabled"] and gpu["ecc_uncorrected_volatile"] == 0 and gpu["remapped_rows_pending"] is False
+    assert (
+        gpu["ecc_enabled"] and gpu["ecc_uncorrected_volatile"] == 0 and gpu["remapped_rows_pending"] is False
+    )
     # that VM's driver refuses retired pages and NVLink (an SXM H100 behind one PCIe function): missing, not failing
-    assert set(gpu["unavailable"]) == {"retired_pages_sbe", "retired_pages_dbe", "retired_pages_pending", "nvlink"}
+    assert set(gpu["unavailable"]) == {
+        "retired_pages_sbe",
+        "retired_pages_dbe",
+        "retired_pages_pending",
+        "nvlink",
+    }
     assert gpu["nvlink"] is None and gpu["driver"] == "580.159.04" and gpu["cuda_driver"] == "13.0"

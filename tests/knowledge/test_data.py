@@ -26,7 +26,8 @@ SHIPPED = load_catalog()
 def test_the_data_folder_holds_one_file_per_library_and_the_measurements() -> None:
     folder = resources.files("ds_doctor.knowledge") / "data"
     assert sorted(p.name for p in folder.iterdir() if p.name.endswith(".toml")) == sorted(
-        [*(f"{n}.toml" for n in LIBRARIES), "measured.toml"])
+        [*(f"{n}.toml" for n in LIBRARIES), "measured.toml"]
+    )
     assert [p.name for p in data_files()] == [f"{n}.toml" for n in LIBRARIES]
 
 
@@ -53,7 +54,9 @@ def test_every_shipped_entry_checks_out(issue: KnownIssue) -> None:
 def test_regex_backslashes_stay_as_written() -> None:
     s2 = catalog.get("ds_z3_offload_gradnorm_device_mismatch")
     assert s2.patterns[0].endswith(r"(cuda|xpu|npu|hpu)(:\d+)? and cpu")
-    assert catalog.get("prodigy_group_tensors_left_on_cpu").requires == (r"prodigyplus[/\\]|prodigy_plus_schedule_free",)
+    assert catalog.get("prodigy_group_tensors_left_on_cpu").requires == (
+        r"prodigyplus[/\\]|prodigy_plus_schedule_free",
+    )
 
 
 def test_the_package_ships_the_data_and_its_reader() -> None:
@@ -64,7 +67,10 @@ def test_the_package_ships_the_data_and_its_reader() -> None:
 
 
 def test_importing_the_catalog_reads_nothing_yet() -> None:
-    code = "import sys, ds_doctor.knowledge.catalog as c; print('ds_doctor.knowledge.load' in sys.modules, len(c.ISSUES))"
+    code = (
+        "import sys, ds_doctor.knowledge.catalog as c; print('ds_doctor.knowledge.load' in sys.modules, "
+        "len(c.ISSUES))"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 0 and proc.stdout.split() == ["False", "63"], proc.stderr[-2000:]
 
@@ -99,7 +105,9 @@ def toml_value(value: object) -> str:
 def entry(**changes: object) -> str:
     """One [[issue]] table: GOOD with `changes` applied (a value of None drops the key)."""
     fields = {**GOOD, **changes}
-    return "[[issue]]\n" + "".join(f"{key} = {toml_value(value)}\n" for key, value in fields.items() if value is not None)
+    return "[[issue]]\n" + "".join(
+        f"{key} = {toml_value(value)}\n" for key, value in fields.items() if value is not None
+    )
 
 
 def plant(tmp_path: Path, *entries: str, name: str = "planted.toml", head: str = "format = 1\n") -> Path:
@@ -117,11 +125,20 @@ def refused(path: Path) -> str:
 def test_a_good_planted_entry_loads(tmp_path: Path) -> None:
     """The harness below writes valid TOML: what the cases refuse is the one change each makes."""
     (issue,) = load_file(plant(tmp_path, entry()))
-    assert issue == KnownIssue(id="planted_issue", title="A planted issue", package="deepspeed",
-                               patterns=(r"planted error \d+ on (cuda|cpu)",), requires=(r"stage3\.py",),
-                               cause="a test wrote it", remedy="none needed",
-                               refs=("https://github.com/deepspeedai/DeepSpeed/issues/1",), affected=">=0.14.1,<0.14.3",
-                               fixed_in="0.14.3", families=("zero_offload",), invariants=("clip_norm_device",))
+    assert issue == KnownIssue(
+        id="planted_issue",
+        title="A planted issue",
+        package="deepspeed",
+        patterns=(r"planted error \d+ on (cuda|cpu)",),
+        requires=(r"stage3\.py",),
+        cause="a test wrote it",
+        remedy="none needed",
+        refs=("https://github.com/deepspeedai/DeepSpeed/issues/1",),
+        affected=">=0.14.1,<0.14.3",
+        fixed_in="0.14.3",
+        families=("zero_offload",),
+        invariants=("clip_norm_device",),
+    )
     assert issue.matches("stage3.py ... planted error 7 on cuda")
     (bare,) = load_file(plant(tmp_path, entry(requires=None, affected=None, fixed_in=None, families=None)))
     assert (bare.requires, bare.affected, bare.fixed_in, bare.families) == ((), "", None, ())
@@ -131,38 +148,68 @@ def test_a_good_planted_entry_loads(tmp_path: Path) -> None:
 
 BAD = [
     pytest.param({"wordings": "planted error 1"}, "unknown key(s) wordings", id="unknown-key"),
-    pytest.param({"wording": "planted error 1"}, "wording must be an array of tables", id="wording-not-tables"),
+    pytest.param(
+        {"wording": "planted error 1"}, "wording must be an array of tables", id="wording-not-tables"
+    ),
     pytest.param({"remedies": "typo"}, "unknown key(s) remedies", id="misspelt-key"),
-    pytest.param({"patterns": ["planted (error"]}, "patterns regex 'planted (error' does not compile", id="bad-pattern"),
-    pytest.param({"requires": ["stage3[.py"]}, "requires regex 'stage3[.py' does not compile", id="bad-requires"),
-    pytest.param({"refs": ["github.com/deepspeedai/DeepSpeed/issues/1"]}, "is not an http(s) URL", id="ref-no-scheme"),
-    pytest.param({"refs": ["ftp://example.org/notes"]}, "ref 'ftp://example.org/notes' is not an http(s) URL",
-                 id="ref-ftp"),
+    pytest.param(
+        {"patterns": ["planted (error"]}, "patterns regex 'planted (error' does not compile", id="bad-pattern"
+    ),
+    pytest.param(
+        {"requires": ["stage3[.py"]}, "requires regex 'stage3[.py' does not compile", id="bad-requires"
+    ),
+    pytest.param(
+        {"refs": ["github.com/deepspeedai/DeepSpeed/issues/1"]}, "is not an http(s) URL", id="ref-no-scheme"
+    ),
+    pytest.param(
+        {"refs": ["ftp://example.org/notes"]},
+        "ref 'ftp://example.org/notes' is not an http(s) URL",
+        id="ref-ftp",
+    ),
     pytest.param({"refs": ["see issue 1"]}, "ref 'see issue 1' is not an http(s) URL", id="ref-prose"),
     pytest.param({"refs": []}, "refs is empty", id="no-refs"),
-    pytest.param({"affected": ">=0.14.1,<<0.14.3"}, "affected '>=0.14.1,<<0.14.3' is not a PEP 440 specifier",
-                 id="bad-specifier"),
+    pytest.param(
+        {"affected": ">=0.14.1,<<0.14.3"},
+        "affected '>=0.14.1,<<0.14.3' is not a PEP 440 specifier",
+        id="bad-specifier",
+    ),
     pytest.param({"affected": "0.14.2"}, "is not a PEP 440 specifier", id="version-as-specifier"),
     pytest.param({"fixed_in": "soon"}, "fixed_in 'soon' is not a PEP 440 version", id="bad-fixed-in"),
     pytest.param({"fixed_in": "0.14.2"}, "fixed_in 0.14.2 lies inside affected", id="fixed-in-affected"),
     pytest.param({"remedy": None}, "missing required key(s) remedy", id="missing-remedy"),
     pytest.param({"refs": None}, "missing required key(s) refs", id="missing-refs"),
-    pytest.param({"patterns": "planted error"}, "patterns must be a list of non-empty strings", id="pattern-not-list"),
-    pytest.param({"families": ["zero_offload", 3]}, "families must be a list of non-empty strings", id="list-of-int"),
+    pytest.param(
+        {"patterns": "planted error"}, "patterns must be a list of non-empty strings", id="pattern-not-list"
+    ),
+    pytest.param(
+        {"families": ["zero_offload", 3]}, "families must be a list of non-empty strings", id="list-of-int"
+    ),
     pytest.param({"patterns": [""]}, "patterns must be a list of non-empty strings", id="empty-pattern"),
     pytest.param({"title": 3}, "title must be a string, not int", id="title-not-str"),
     pytest.param({"cause": ""}, "cause is empty", id="empty-cause"),
-    pytest.param({"silent": "nothing raises"}, "patterns (the error text it shows) or silent", id="patterns-and-silent"),
-    pytest.param({"patterns": None, "requires": None}, "patterns (the error text it shows) or silent", id="neither"),
-    pytest.param({"patterns": None, "requires": None, "silent": "quiet", "invariants": None}, "must name the invariants",
-                 id="silent-without-invariants"),
-    pytest.param({"patterns": None, "silent": "quiet"}, "requires narrows patterns down", id="requires-without-patterns"),
+    pytest.param(
+        {"silent": "nothing raises"}, "patterns (the error text it shows) or silent", id="patterns-and-silent"
+    ),
+    pytest.param(
+        {"patterns": None, "requires": None}, "patterns (the error text it shows) or silent", id="neither"
+    ),
+    pytest.param(
+        {"patterns": None, "requires": None, "silent": "quiet", "invariants": None},
+        "must name the invariants",
+        id="silent-without-invariants",
+    ),
+    pytest.param(
+        {"patterns": None, "silent": "quiet"},
+        "requires narrows patterns down",
+        id="requires-without-patterns",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("changes", "message"), BAD)
-def test_a_bad_entry_is_refused_naming_the_file_and_the_entry(tmp_path: Path, changes: dict[str, object],
-                                                               message: str) -> None:
+def test_a_bad_entry_is_refused_naming_the_file_and_the_entry(
+    tmp_path: Path, changes: dict[str, object], message: str
+) -> None:
     path = plant(tmp_path, entry(id="first_fine"), entry(**changes))
     error = refused(path)
     assert error.startswith(f"{path}: issue 'planted_issue': ") and message in error, error
@@ -171,7 +218,9 @@ def test_a_bad_entry_is_refused_naming_the_file_and_the_entry(tmp_path: Path, ch
 def test_a_bad_id_is_named(tmp_path: Path) -> None:
     error = refused(plant(tmp_path, entry(id="Planted-Issue")))
     assert "issue 'Planted-Issue': id must match" in error
-    assert "issue #2 (no id): missing required key(s) id" in refused(plant(tmp_path, entry(id="ok"), entry(id=None)))
+    assert "issue #2 (no id): missing required key(s) id" in refused(
+        plant(tmp_path, entry(id="ok"), entry(id=None))
+    )
 
 
 def test_an_id_used_twice_is_refused(tmp_path: Path) -> None:
@@ -184,12 +233,15 @@ def test_an_id_used_twice_is_refused(tmp_path: Path) -> None:
     assert str(error.value) == f"{second}: issue 'planted_issue': id already used in {first}"
 
 
-@pytest.mark.parametrize(("head", "message"), [
-    ("", "format None; this ds-doctor reads format = 1"),
-    ("format = 2\n", "format 2; this ds-doctor reads format = 1"),
-    ("format = 1\nissues = 3\n", "unknown top-level key(s) issues"),
-    ("format = 1\npatterns = ['x\n", "not valid TOML"),
-])
+@pytest.mark.parametrize(
+    ("head", "message"),
+    [
+        ("", "format None; this ds-doctor reads format = 1"),
+        ("format = 2\n", "format 2; this ds-doctor reads format = 1"),
+        ("format = 1\nissues = 3\n", "unknown top-level key(s) issues"),
+        ("format = 1\npatterns = ['x\n", "not valid TOML"),
+    ],
+)
 def test_a_bad_file_is_refused_naming_it(tmp_path: Path, head: str, message: str) -> None:
     path = plant(tmp_path, entry(), head=head)
     error = refused(path)
@@ -203,32 +255,53 @@ def test_a_table_planned_for_later_is_refused_until_the_loader_reads_it(tmp_path
     assert "issue 'planted_issue': unknown key(s) measured" in error
 
 
-WORDING = "[[issue.wording]]\ntext = 'planted error 3 on cuda'\nsource = 'deepspeed deepspeed/x.py'\n" \
+WORDING = (
+    "[[issue.wording]]\ntext = 'planted error 3 on cuda'\nsource = 'deepspeed deepspeed/x.py'\n"
     "versions = '>=0.14.1'\nread = ['0.14.2', '0.19.8']\n"
+)
 
 
 def test_a_wording_table_loads_with_the_entry(tmp_path: Path) -> None:
     from ds_doctor.knowledge.issues import Wording
 
     (issue,) = load_file(plant(tmp_path, entry() + WORDING + WORDING.replace("3 on cuda", "4 on cpu")))
-    assert issue.wordings == (Wording("planted error 3 on cuda", "deepspeed deepspeed/x.py", ">=0.14.1", ("0.14.2", "0.19.8")),
-                              Wording("planted error 4 on cpu", "deepspeed deepspeed/x.py", ">=0.14.1", ("0.14.2", "0.19.8")))
+    assert issue.wordings == (
+        Wording("planted error 3 on cuda", "deepspeed deepspeed/x.py", ">=0.14.1", ("0.14.2", "0.19.8")),
+        Wording("planted error 4 on cpu", "deepspeed deepspeed/x.py", ">=0.14.1", ("0.14.2", "0.19.8")),
+    )
     assert issue.wordings[0].package == "deepspeed"
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    (("read = ['0.14.2', '0.19.8']", "read = ['0.14.0']"), "read 0.14.0 lies outside versions '>=0.14.1'"),
-    (("read = ['0.14.2', '0.19.8']", "read = []"), "read must list the releases whose source was read"),
-    (("read = ['0.14.2', '0.19.8']", "read = ['soon']"), "Invalid version"),
-    (("versions = '>=0.14.1'", "versions = '0.14'"), "Invalid specifier"),
-    (("source = 'deepspeed deepspeed/x.py'", "source = 'deepspeed/x.py'"), "must be '<distribution> <file in it>'"),
-    (("text = 'planted error 3 on cuda'", "text = ''"), "text, source and versions must be non-empty strings"),
-    (("text = 'planted error 3 on cuda'\n", ""), "keys read, source, versions; a wording has exactly"),
-    (("read = ['0.14.2', '0.19.8']", "read = ['0.14.2']\nseen = 'x'"), "a wording has exactly"),
-])
-def test_a_bad_wording_is_refused_naming_the_entry(tmp_path: Path, change: tuple[str, str], message: str) -> None:
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            ("read = ['0.14.2', '0.19.8']", "read = ['0.14.0']"),
+            "read 0.14.0 lies outside versions '>=0.14.1'",
+        ),
+        (("read = ['0.14.2', '0.19.8']", "read = []"), "read must list the releases whose source was read"),
+        (("read = ['0.14.2', '0.19.8']", "read = ['soon']"), "Invalid version"),
+        (("versions = '>=0.14.1'", "versions = '0.14'"), "Invalid specifier"),
+        (
+            ("source = 'deepspeed deepspeed/x.py'", "source = 'deepspeed/x.py'"),
+            "must be '<distribution> <file in it>'",
+        ),
+        (
+            ("text = 'planted error 3 on cuda'", "text = ''"),
+            "text, source and versions must be non-empty strings",
+        ),
+        (("text = 'planted error 3 on cuda'\n", ""), "keys read, source, versions; a wording has exactly"),
+        (("read = ['0.14.2', '0.19.8']", "read = ['0.14.2']\nseen = 'x'"), "a wording has exactly"),
+    ],
+)
+def test_a_bad_wording_is_refused_naming_the_entry(
+    tmp_path: Path, change: tuple[str, str], message: str
+) -> None:
     error = refused(plant(tmp_path, entry() + WORDING.replace(*change)))
-    assert error.startswith(f"{tmp_path / 'planted.toml'}: issue 'planted_issue': wording #1: ") and message in error, error
+    assert (
+        error.startswith(f"{tmp_path / 'planted.toml'}: issue 'planted_issue': wording #1: ")
+        and message in error
+    ), error
 
 
 def test_a_silent_entry_has_no_wording(tmp_path: Path) -> None:

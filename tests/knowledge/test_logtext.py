@@ -23,7 +23,9 @@ S2 = (Path(__file__).resolve().parents[1] / "resources" / "ds_5538_unscale_and_c
 
 def wrapped(text: str, width: int = 80) -> str:
     """As a terminal or a CI log viewer shows it: every line cut at exactly `width` columns."""
-    return "\n".join(line[i:i + width] for line in text.splitlines() for i in range(0, max(len(line), 1), width))
+    return "\n".join(
+        line[i : i + width] for line in text.splitlines() for i in range(0, max(len(line), 1), width)
+    )
 
 
 def prefixed(text: str, rank: int, style: str = "[rank{r}]: ") -> str:
@@ -34,7 +36,7 @@ def interleaved(first: str, second: str) -> str:
     a, b = first.splitlines(), second.splitlines()
     out = []
     for i in range(max(len(a), len(b))):
-        out += a[i:i + 1] + b[i:i + 1]
+        out += a[i : i + 1] + b[i : i + 1]
     return "\n".join(out)
 
 
@@ -46,7 +48,9 @@ COPIES = {
     "srun --label prefix": lambda t: prefixed(t, 3, "{r}: "),
     "interleaved with another rank": lambda t: interleaved(prefixed(OTHER, 0), prefixed(t, 1)),
     "wrapped and prefixed": lambda t: wrapped(prefixed(t, 2, "[default{r}]:")),
-    "glued onto a progress bar": lambda t: " 37%|███▋      | 37/100 [00:12<00:21,  2.95it/s]" + t.replace("\n", "\r\n"),
+    "glued onto a progress bar": lambda t: (
+        " 37%|███▋      | 37/100 [00:12<00:21,  2.95it/s]" + t.replace("\n", "\r\n")
+    ),
     "colour codes": lambda t: "\x1b[31m" + t.replace("\n", "\x1b[0m\n", 3),
 }
 
@@ -64,7 +68,7 @@ def test_every_captured_trace_survives_what_a_log_does_to_it(name: str, issue_id
 
 
 def test_normalise_leaves_an_unwrapped_log_alone() -> None:
-    text = "epoch 1\n" + "x" * 90 + "\n" + "y" * 70 + "\nTraceback (most recent call last):\n  File \"a.py\""
+    text = "epoch 1\n" + "x" * 90 + "\n" + "y" * 70 + '\nTraceback (most recent call last):\n  File "a.py"'
     assert normalise(text) == text
 
 
@@ -73,22 +77,27 @@ def test_the_s2_traceback_wrapped_at_80_still_names_its_issue() -> None:
     assert [m.issue.id for m in triage(wrapped(S2), VERSIONS)] == ["ds_z3_offload_gradnorm_device_mismatch"]
 
 
-@pytest.mark.parametrize(("line", "version"), [
-    ("deepspeed==0.14.2", "0.14.2"),  # pip freeze
-    ("deepspeed                 0.14.2", "0.14.2"),  # pip list
-    ("Name: deepspeed\nVersion: 0.14.2", "0.14.2"),  # pip show
-    ("deepspeed info ................... 0.14.2, unknown, unknown", "0.14.2"),  # ds_report
-    ("- DeepSpeed version: 0.14.2", "0.14.2"),  # transformers-cli env
-    ('  File "/opt/conda/lib/python3.10/site-packages/deepspeed-0.14.2-py3.10.egg/deepspeed/runtime/engine.py"',
-     "0.14.2"),  # a versioned package path
-    # versions as real tickets write them in prose and issue templates (issue 24)
-    ("I am on deepspeed (0.14.2) with 8 GPUs", "0.14.2"),
-    ("pip install deepspeed=0.17.6 then train", "0.17.6"),
-    ("DeepSpeed version: 0.14.2", "0.14.2"),
-    ("Since upgrading to DeepSpeed 0.16.4, training crashes.", "0.16.4"),
-    ("[pip3] deepspeed==0.15.1", "0.15.1"),  # python -m torch.utils.collect_env
-    ("It worked with deepspeed v0.14.0.", "0.14.0"),
-])
+@pytest.mark.parametrize(
+    ("line", "version"),
+    [
+        ("deepspeed==0.14.2", "0.14.2"),  # pip freeze
+        ("deepspeed                 0.14.2", "0.14.2"),  # pip list
+        ("Name: deepspeed\nVersion: 0.14.2", "0.14.2"),  # pip show
+        ("deepspeed info ................... 0.14.2, unknown, unknown", "0.14.2"),  # ds_report
+        ("- DeepSpeed version: 0.14.2", "0.14.2"),  # transformers-cli env
+        (
+            '  File "/opt/conda/lib/python3.10/site-packages/deepspeed-0.14.2-py3.10.egg/deepspeed/runtime/engine.py"',
+            "0.14.2",
+        ),  # a versioned package path
+        # versions as real tickets write them in prose and issue templates (issue 24)
+        ("I am on deepspeed (0.14.2) with 8 GPUs", "0.14.2"),
+        ("pip install deepspeed=0.17.6 then train", "0.17.6"),
+        ("DeepSpeed version: 0.14.2", "0.14.2"),
+        ("Since upgrading to DeepSpeed 0.16.4, training crashes.", "0.16.4"),
+        ("[pip3] deepspeed==0.15.1", "0.15.1"),  # python -m torch.utils.collect_env
+        ("It worked with deepspeed v0.14.0.", "0.14.0"),
+    ],
+)
 def test_the_log_says_which_deepspeed_it_ran(line: str, version: str) -> None:
     assert log_versions(line, ["deepspeed"]) == {"deepspeed": version}
 
@@ -97,7 +106,9 @@ def test_verdicts_follow_the_versions_the_log_shows_not_the_installed_ones() -> 
     log = "deepspeed==0.14.2\ntorch==2.3.0\n" + S2
     reading = read_log(log, {"deepspeed": "0.19.8", "torch": "2.13.0"})
     match = reading.matches[0]
-    assert match.issue.id == "ds_z3_offload_gradnorm_device_mismatch" and match.issue.verdict == Verdict.AFFECTED
+    assert (
+        match.issue.id == "ds_z3_offload_gradnorm_device_mismatch" and match.issue.verdict == Verdict.AFFECTED
+    )
     assert (match.version.version, match.version.source) == ("0.14.2", "the log")
     # the same traceback with no version in it is judged on this machine's deepspeed, and says so
     plain = read_log(S2, {"deepspeed": "0.19.8"}).matches[0]
@@ -121,7 +132,8 @@ def test_prodigy_named_with_a_v_and_a_resume_mismatch_is_triaged() -> None:
     assert match.line == "Expected all tensors to be on the same device"  # the span, not its whole line
 
 
-_OLD_BAR = re.compile(r"[^\n]*?\d{1,3}%\|[^|\n]*\|\s*[\d.]+[kMG]?/[\d.?]+[kMG]?\s*\[[^\]\n]*\]")  # before: quadratic
+# before: quadratic
+_OLD_BAR = re.compile(r"[^\n]*?\d{1,3}%\|[^|\n]*\|\s*[\d.]+[kMG]?/[\d.?]+[kMG]?\s*\[[^\]\n]*\]")
 
 
 def test_bars_are_stripped_as_before_in_linear_time() -> None:
@@ -129,33 +141,59 @@ def test_bars_are_stripped_as_before_in_linear_time() -> None:
     the text before a bar on its line is cut by position instead, with the same result."""
     from ds_doctor.knowledge.logtext import _strip_bars
 
-    pieces = [" 37%|███▋      | 37/100 [00:12<00:21,  2.95it/s]", "5%|", "|", "\n", "Traceback", " 1/2 [", "]", "x", "\r"]
+    pieces = [
+        " 37%|███▋      | 37/100 [00:12<00:21,  2.95it/s]",
+        "5%|",
+        "|",
+        "\n",
+        "Traceback",
+        " 1/2 [",
+        "]",
+        "x",
+        "\r",
+    ]
     rng = random.Random(0)
     for _ in range(3000):
         text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 10)))
-        assert _strip_bars(text) == _OLD_BAR.sub("\n", text.replace("\r\n", "\n").replace("\r", "\n")), repr(text)
+        assert _strip_bars(text) == _OLD_BAR.sub("\n", text.replace("\r\n", "\n").replace("\r", "\n")), repr(
+            text
+        )
     for unit in ("#", " ", "[rank0]: ", "1%||1/1[", "\r 45%|####   | 450/1000 [00:01<00:02]"):
         start = time.monotonic()
         normalise(unit * (2**20 // len(unit)))
         assert time.monotonic() - start < 5, unit
 
 
-@pytest.mark.parametrize(("text", "package", "version"), [
-    ("Using prodigy plus v1.8.51 with accelerate", "prodigy-plus-schedule-free", "1.8.51"),  # an informal name
-    ("prodigyplus 1.8.51", "prodigy-plus-schedule-free", "1.8.51"),  # the import name
-    ("[conda] pytorch                   2.3.0           py3.10_cuda12.1_cudnn8.9.2_0    pytorch", "torch", "2.3.0"),
-    ("The bug shows with transformers 4.45.2, not with 4.46.", "transformers", "4.45.2"),
-])
+@pytest.mark.parametrize(
+    ("text", "package", "version"),
+    [
+        (
+            "Using prodigy plus v1.8.51 with accelerate",
+            "prodigy-plus-schedule-free",
+            "1.8.51",
+        ),  # an informal name
+        ("prodigyplus 1.8.51", "prodigy-plus-schedule-free", "1.8.51"),  # the import name
+        (
+            "[conda] pytorch                   2.3.0           py3.10_cuda12.1_cudnn8.9.2_0    pytorch",
+            "torch",
+            "2.3.0",
+        ),
+        ("The bug shows with transformers 4.45.2, not with 4.46.", "transformers", "4.45.2"),
+    ],
+)
 def test_other_packages_named_in_prose(text: str, package: str, version: str) -> None:
     assert log_versions(text, [package]) == {package: version}
 
 
-@pytest.mark.parametrize("text", [
-    "deepspeed-ops 0.14.2",  # another distribution's name around it
-    "my.deepspeed 0.14.2",
-    "deepspeed 0.14.2x",  # not a version that ends there
-    "torchvision 0.19.0",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "deepspeed-ops 0.14.2",  # another distribution's name around it
+        "my.deepspeed 0.14.2",
+        "deepspeed 0.14.2x",  # not a version that ends there
+        "torchvision 0.19.0",
+    ],
+)
 def test_a_name_inside_another_is_no_version(text: str) -> None:
     assert log_versions(text, ["deepspeed", "torch"]) == {}
 
@@ -163,7 +201,9 @@ def test_a_name_inside_another_is_no_version(text: str) -> None:
 def test_versions_are_found_in_linear_time() -> None:
     """`^\\s*deepspeed info` spanned blank lines: 20,000 newlines took 26 s."""
     start = time.monotonic()
-    assert log_versions("\n" * 200_000 + "deepspeed\n", ["deepspeed"]) == {}  # named, with no version: every try fails
+    # named, with no version: every try fails
+    assert log_versions("\n" * 200_000 + "deepspeed\n", ["deepspeed"]) == {}
     assert log_versions("\n" * 1000 + "deepspeed info ................... 0.14.2\n", ["deepspeed"]) == {
-        "deepspeed": "0.14.2"}
+        "deepspeed": "0.14.2"
+    }
     assert time.monotonic() - start < 5

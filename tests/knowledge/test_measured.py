@@ -12,8 +12,16 @@ from ds_doctor.stacks.verify import PLAN, ends_of_range
 
 
 def record(version: str, outcome: str, issue: str = "ds_x") -> Measured:
-    return Measured(issue, "deepspeed", version, outcome, "zero3_hooks[delegating-wrapper-ws2]", "cpu", "2.13.0",
-                    "2026-11-24")
+    return Measured(
+        issue,
+        "deepspeed",
+        version,
+        outcome,
+        "zero3_hooks[delegating-wrapper-ws2]",
+        "cpu",
+        "2.13.0",
+        "2026-11-24",
+    )
 
 
 def test_every_measured_record_agrees_with_its_entrys_range() -> None:
@@ -32,14 +40,28 @@ def test_every_planned_entry_is_measured_at_both_ends_of_its_range() -> None:
 
 def test_a_contradiction_names_the_record_and_the_range() -> None:
     ranges = {"ds_x": "<0.19.3"}
-    assert contradictions(ranges, [record("0.19.2", "reproduced"), record("0.19.3", "not_reproduced"),
-                                   record("0.14.0", "does_not_import")]) == []
+    assert (
+        contradictions(
+            ranges,
+            [
+                record("0.19.2", "reproduced"),
+                record("0.19.3", "not_reproduced"),
+                record("0.14.0", "does_not_import"),
+            ],
+        )
+        == []
+    )
     (said,) = contradictions(ranges, [record("0.16.4", "not_reproduced")])
-    assert said.startswith("ds_x: deepspeed 0.16.4 not reproduced here (cpu, 2026-11-24,") and "<0.19.3" in said
+    assert (
+        said.startswith("ds_x: deepspeed 0.16.4 not reproduced here (cpu, 2026-11-24,") and "<0.19.3" in said
+    )
     (said,) = contradictions(ranges, [record("0.19.5", "reproduced")])
     assert "0.19.5 reproduced here" in said
-    assert contradictions({}, [record("1.0", "reproduced")]) == ["ds_x: measured, but no such entry in the catalog"]
-    assert contradictions({"ds_x": ""}, [record("1.0", "not_reproduced")])  # "every version", yet it did not show
+    assert contradictions({}, [record("1.0", "reproduced")]) == [
+        "ds_x: measured, but no such entry in the catalog"
+    ]
+    # "every version", yet it did not show
+    assert contradictions({"ds_x": ""}, [record("1.0", "not_reproduced")])
 
 
 def test_the_data_file_round_trips_and_refuses_what_is_not_a_record() -> None:
@@ -64,7 +86,9 @@ def test_docs_known_issues_is_the_generated_table() -> None:
     from ds_doctor.stacks.verify import table
 
     docs = Path(__file__).resolve().parents[2] / "docs" / "known-issues.md"
-    assert docs.read_text() == table(list(shipped()), list(catalog.ISSUES)), "python -m ds_doctor.stacks.verify --table"
+    assert docs.read_text() == table(list(shipped()), list(catalog.ISSUES)), (
+        "python -m ds_doctor.stacks.verify --table"
+    )
 
 
 def test_every_entry_with_a_range_is_measured_or_says_why_not() -> None:
@@ -77,6 +101,9 @@ def test_every_entry_with_a_range_is_measured_or_says_why_not() -> None:
 def test_a_verdict_says_whether_its_range_was_measured() -> None:
     known = {i.id: i for i in catalog.ISSUES}
     ref = known["ds_z3_ds_grads_remaining_attr_missing"].to_ref(Verdict.AFFECTED)
-    assert ref.affected_versions == "deepspeed >=0.16.5,<0.19.3 (measured here at 0.16.4, 0.16.5, 0.19.2, 0.19.3)"
+    assert (
+        ref.affected_versions
+        == "deepspeed >=0.16.5,<0.19.3 (measured here at 0.16.4, 0.16.5, 0.19.2, 0.19.3)"
+    )
     ref = known["prodigy_group_tensors_left_on_cpu"].to_ref(Verdict.AFFECTED)
     assert ref.affected_versions.endswith("<1.9.2 (from upstream reports)")

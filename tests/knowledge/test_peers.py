@@ -17,10 +17,13 @@ ECHO = (
     "[rank5]: ncclRemoteError: A call failed possibly due to a network error or a remote process exiting "
     "prematurely.\n[rank5]: Last error:\n"
     "[rank5]: socketProgressOpt: Call to recv from 10.119.24.53<49901> failed : Broken pipe\n"
-    "[rank6]: torch.distributed.DistBackendError: NCCL error: remote process exited or there was a network error\n")
-OWN = ("[rank3]: Traceback (most recent call last):\n[rank3]:   File \"train.py\", line 88, in <module>\n"
-       "[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 has a total capacity "
-       "of 79.11 GiB\n")
+    "[rank6]: torch.distributed.DistBackendError: NCCL error: remote process exited or there was a network error\n"
+)
+OWN = (
+    '[rank3]: Traceback (most recent call last):\n[rank3]:   File "train.py", line 88, in <module>\n'
+    "[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 has a total capacity "
+    "of 79.11 GiB\n"
+)
 #: torchrun's failure summary, in torch's own template (elastic/multiprocessing/errors/__init__.py)
 SUMMARY = """torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
 ============================================================
@@ -49,7 +52,9 @@ Root Cause (first observed failure):
 
 def test_the_rank_whose_own_error_comes_first_is_named() -> None:
     first = first_failure(ECHO + OWN)
-    assert (first.rank, first.source) == (3, "rank 3's own traceback") and first.what.startswith("torch.OutOfMemory")
+    assert (first.rank, first.source) == (3, "rank 3's own traceback") and first.what.startswith(
+        "torch.OutOfMemory"
+    )
     (finding,) = peer_findings(ECHO + OWN)
     assert (finding.invariant, finding.severity, finding.rank) == ("first_failed_rank", Severity.ERROR, 3)
     assert "follow from it" in finding.message
@@ -69,13 +74,18 @@ def test_a_log_of_echoes_only_says_the_first_rank_is_not_in_it() -> None:
 
 def test_triage_names_the_first_rank_beside_the_remote_error_entry() -> None:
     reading = read_log(ECHO + OWN + SUMMARY, {})
-    assert [m.issue.id for m in reading.matches] == ["nccl_remote_error_peer_exited", "torchrun_child_sigkill"]
+    assert [m.issue.id for m in reading.matches] == [
+        "nccl_remote_error_peer_exited",
+        "torchrun_child_sigkill",
+    ]
     assert [(f.invariant, f.rank) for f in reading.findings] == [("first_failed_rank", 7)]
     assert read_log(OWN, {}).findings == []  # no remote error: no echo to explain
 
 
 def test_a_secret_in_the_first_error_is_scrubbed() -> None:
-    own = OWN.replace("CUDA out of memory.", "failed to fetch with HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz0123456789")
+    own = OWN.replace(
+        "CUDA out of memory.", "failed to fetch with HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz0123456789"
+    )
     (finding,) = read_log(ECHO + own, {}).findings
     assert "hf_abcdefghij" not in finding.message
 

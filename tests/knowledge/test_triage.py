@@ -52,7 +52,8 @@ def test_each_real_trace_matches_exactly_its_issue(name: str, issue_id: str) -> 
     assert matches[0].version.version == VERSIONS[matches[0].package]
     assert matches[0].version.source == "this machine"  # these traces name no version
     collapsed = " ".join((TRACES / name).read_text().split())
-    assert matches[0].line and all(piece in collapsed for piece in matches[0].line.split(" … "))  # the matched span
+    # the matched span
+    assert matches[0].line and all(piece in collapsed for piece in matches[0].line.split(" … "))
     assert len(matches[0].line) <= 200
 
 
@@ -64,9 +65,11 @@ def test_versions_are_judged_against_the_installed_ones() -> None:
 
 
 def test_the_earliest_error_in_a_log_comes_first_and_secrets_are_scrubbed() -> None:
-    log = ("rank0: HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz0123456789 ValueError: You cannot specify an optimizer in the "
-           "config file and in the code at the same time\n"
-           "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n  exitcode  : -9 (pid: 12)\n")
+    log = (
+        "rank0: HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz0123456789 ValueError: You cannot specify an optimizer in the "
+        "config file and in the code at the same time\n"
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n  exitcode  : -9 (pid: 12)\n"
+    )
     matches = triage(log, VERSIONS)
     assert [m.issue.id for m in matches] == ["acc_ds_optimizer_defined_twice", "torchrun_child_sigkill"]
     assert "hf_abcdefghij" not in matches[0].line and "You cannot specify an optimizer" in matches[0].line
@@ -80,7 +83,9 @@ def test_cli_exit_codes_file_stdin_json(tmp_path: Path, capsys: pytest.CaptureFi
     assert main(["triage", "--json", str(TRACES / "s1_z2_frozen_not_in_param_names.txt")]) == 0
     data = json.loads(capsys.readouterr().out)
     assert [m["id"] for m in data["matches"]] == ["ds_frozen_param_not_in_param_names"]
-    assert {"cause", "remedy", "refs", "verdict", "version", "version_from", "matched"} <= set(data["matches"][0])
+    assert {"cause", "remedy", "refs", "verdict", "version", "version_from", "matched"} <= set(
+        data["matches"][0]
+    )
     nothing = tmp_path / "clean.log"
     nothing.write_text("epoch 1 loss 0.25\n")
     assert main(["triage", str(nothing)]) == 1
@@ -90,8 +95,14 @@ def test_cli_exit_codes_file_stdin_json(tmp_path: Path, capsys: pytest.CaptureFi
         err = capsys.readouterr().err
         assert err.startswith("ds-doctor: error:") and len(err.strip().splitlines()) == 1
     stdin = (TRACES / "s0_no_dataloader.txt").read_text()
-    proc = subprocess.run([sys.executable, "-m", "ds_doctor.cli", "triage", "-"], input=stdin, capture_output=True,
-                          text=True, cwd=ROOT, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ds_doctor.cli", "triage", "-"],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert proc.returncode == 0 and "[acc_ds_auto_batch_needs_dataloader]" in proc.stdout
 
 
@@ -107,7 +118,7 @@ LONG_LINES = {
     "a catalog head repeated": "server socket has failed to bind to ",
     "another catalog head": "failed to find frozen x ",
     "watchdog lines": "[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, "
-                      "Timeout(ms)=1) ",
+    "Timeout(ms)=1) ",
 }
 
 
@@ -125,7 +136,8 @@ def test_a_1_mb_line_of_any_shape_is_triaged_in_bounded_time() -> None:
 
 def test_many_lines_cut_at_one_width_are_joined_in_linear_time() -> None:
     start = time.monotonic()
-    read_log(("x" * 80 + "\n") * 100_000 + "\n" * 200_000, VERSIONS)  # 8 MB to unwrap, then 200,000 empty lines
+    # 8 MB to unwrap, then 200,000 empty lines
+    read_log(("x" * 80 + "\n") * 100_000 + "\n" * 200_000, VERSIONS)
     assert time.monotonic() - start < 10
 
 
@@ -133,10 +145,26 @@ def test_the_bounded_search_finds_what_re_search_finds() -> None:
     """`triage.search` tries a `head.*tail` branch where its head first matches only: the same match as re.search,
     on every captured trace and on random mixes of the catalog's heads and tails."""
     patterns = [p for issue in ISSUES for p in (*issue.patterns, *issue.requires)]
-    words = ["failed to find frozen ", " in named params", "file_baton.py", "wait", "stage3.py", "step", "\n",
-             "unscale_and_clip_grads", "'status': 'NOT_AVAILABLE'", "'active_sub_modules'", " x ", "DeepSpeed",
-             "server socket has failed to bind to ", "server socket has failed to listen on any local network address",
-             "EADDRINUSE", "Address already in use", "op_builder", "FSDP"]
+    words = [
+        "failed to find frozen ",
+        " in named params",
+        "file_baton.py",
+        "wait",
+        "stage3.py",
+        "step",
+        "\n",
+        "unscale_and_clip_grads",
+        "'status': 'NOT_AVAILABLE'",
+        "'active_sub_modules'",
+        " x ",
+        "DeepSpeed",
+        "server socket has failed to bind to ",
+        "server socket has failed to listen on any local network address",
+        "EADDRINUSE",
+        "Address already in use",
+        "op_builder",
+        "FSDP",
+    ]
     rng = random.Random(0)
     texts = [p.read_text() for p in TRACES.glob("*.txt")]
     texts += ["".join(rng.choice(words) for _ in range(rng.randint(0, 12))) for _ in range(1500)]
@@ -150,7 +178,9 @@ def test_a_log_source_is_read_with_bounds(tmp_path: Path) -> None:
     log = tmp_path / "train.log.gz"
     log.write_bytes(gzip.compress((TRACES / "s0_real_scheduler.txt").read_bytes()))
     source = read_source(str(log))
-    assert source.notes == () and [m.issue.id for m in triage(source.text, VERSIONS)] == ["acc_ds_scheduler_defined_twice"]
+    assert source.notes == () and [m.issue.id for m in triage(source.text, VERSIONS)] == [
+        "acc_ds_scheduler_defined_twice"
+    ]
     with pytest.raises(UserInputError, match="more than 128 MiB"):
         read_source("/dev/zero")
 
@@ -161,14 +191,18 @@ def report_text(**change: object) -> str:
     return json.dumps({**json.loads(good_report_json()), **change})
 
 
-@pytest.mark.parametrize(("change", "needle"), [
-    ({"results": [{"case": "x"}]}, "not a valid ds-doctor report at results/0"),
-    ({"env": "x"}, "not a valid ds-doctor report at env"),
-    ({"schema_version": 99}, "schema version 99 is newer"),
-    ({"nodes": json.loads("[" * 70 + "]" * 70)}, "nested more than 64 levels deep"),
-])
-def test_a_report_shaped_json_that_is_no_report_is_one_line_exit_2(tmp_path: Path, change: dict, needle: str,
-                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [
+        ({"results": [{"case": "x"}]}, "not a valid ds-doctor report at results/0"),
+        ({"env": "x"}, "not a valid ds-doctor report at env"),
+        ({"schema_version": 99}, "schema version 99 is newer"),
+        ({"nodes": json.loads("[" * 70 + "]" * 70)}, "nested more than 64 levels deep"),
+    ],
+)
+def test_a_report_shaped_json_that_is_no_report_is_one_line_exit_2(
+    tmp_path: Path, change: dict, needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(UserInputError) as caught:
         read_report(report_text(**change), "r.json")
     assert needle in str(caught.value) and "\n" not in str(caught.value)
@@ -181,18 +215,30 @@ def test_a_report_shaped_json_that_is_no_report_is_one_line_exit_2(tmp_path: Pat
 def test_a_report_with_a_3_mb_reason_is_triaged_quickly() -> None:
     from ds_doctor.reports.records import CaseResult, Outcome
 
-    case = CaseResult(probe="p", case="p[x-ws1]", scenario="s", level=1, world_size=1, device_kind="cpu",
-                      outcome=Outcome.FAIL, duration_s=1.0, reason="#" * 3_000_000)
+    case = CaseResult(
+        probe="p",
+        case="p[x-ws1]",
+        scenario="s",
+        level=1,
+        world_size=1,
+        device_kind="cpu",
+        outcome=Outcome.FAIL,
+        duration_s=1.0,
+        reason="#" * 3_000_000,
+    )
     start = time.monotonic()
     assert read_report(report_text(results=[case.to_dict()])) is not None
     assert time.monotonic() - start < 10
 
 
-@pytest.mark.parametrize("text", [
-    "AssertionError: zero stage 2 requires\n    an optimizer",  # wrapped by the terminal it was copied from
-    "AssertionError: zero stage 2 requires an\noptimizer",
-    "AssertionError: zero  stage 2   requires an optimizer",  # doubled spaces
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "AssertionError: zero stage 2 requires\n    an optimizer",  # wrapped by the terminal it was copied from
+        "AssertionError: zero stage 2 requires an\noptimizer",
+        "AssertionError: zero  stage 2   requires an optimizer",  # doubled spaces
+    ],
+)
 def test_a_message_broken_inside_a_sentence_is_still_matched(text: str) -> None:
     reading = read_log(text, VERSIONS)
     assert [m.issue.id for m in reading.matches] == ["ds_zero_config_without_optimizer"]
@@ -201,22 +247,41 @@ def test_a_message_broken_inside_a_sentence_is_still_matched(text: str) -> None:
 
 # ---- how strong a match is ----------------------------------------------------------------------------------------
 
-S2_FRAMES = ('  File "/opt/venv/lib/python3.10/site-packages/deepspeed/runtime/zero/stage3.py", line 2120, in '
-             "unscale_and_clip_grads\nRuntimeError: Expected all tensors to be on the same device, but found at least "
-             "two devices, cuda:0 and cpu!")
+S2_FRAMES = (
+    '  File "/opt/venv/lib/python3.10/site-packages/deepspeed/runtime/zero/stage3.py", line 2120, in '
+    "unscale_and_clip_grads\nRuntimeError: Expected all tensors to be on the same device, but found at least "
+    "two devices, cuda:0 and cpu!"
+)
 
 
-@pytest.mark.parametrize(("text", "strength", "context"), [
-    (S2_FRAMES, "message and context", 'stage3.py", line 2120, in unscale_and_clip_grads'),  # its requires matched
-    ('  File "/usr/lib/python3/site-packages/deepspeed/runtime/engine.py", line 1505, in _configure_zero_optimizer\n'
-     "AssertionError: zero stage 2 requires an optimizer", "message and frames", "deepspeed/runtime/engine.py"),
-    ("AssertionError: zero stage 2 requires an optimizer", "message only", None),
-    # a torch frame backs nothing: every traceback passes through torch
-    ('  File "/x/site-packages/torch/distributed/fsdp/_flat_param.py", line 771, in _validate\n'
-     "ValueError: Cannot flatten integer dtype tensors", "message only", None),
-])
-def test_each_match_says_how_strong_it_is(text: str, strength: str, context: str | None,
-                                          capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("text", "strength", "context"),
+    [
+        (
+            S2_FRAMES,
+            "message and context",
+            'stage3.py", line 2120, in unscale_and_clip_grads',
+        ),  # its requires matched
+        (
+            '  File "/usr/lib/python3/site-packages/deepspeed/runtime/engine.py", line 1505, in '
+            "_configure_zero_optimizer\n"
+            "AssertionError: zero stage 2 requires an optimizer",
+            "message and frames",
+            "deepspeed/runtime/engine.py",
+        ),
+        ("AssertionError: zero stage 2 requires an optimizer", "message only", None),
+        # a torch frame backs nothing: every traceback passes through torch
+        (
+            '  File "/x/site-packages/torch/distributed/fsdp/_flat_param.py", line 771, in _validate\n'
+            "ValueError: Cannot flatten integer dtype tensors",
+            "message only",
+            None,
+        ),
+    ],
+)
+def test_each_match_says_how_strong_it_is(
+    text: str, strength: str, context: str | None, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     (match,) = triage(text, VERSIONS)
     assert match.strength == strength and (context is None) == (match.context == ())
     assert context is None or context in match.context[0]
@@ -241,9 +306,16 @@ def test_markdown_and_json_together_are_a_usage_error(capsys: pytest.CaptureFixt
 def test_the_nccl_version_the_log_names_decides_the_duplicate_gpu_variant() -> None:
     from tests.knowledge.test_catalog import DUPLICATE_GPU_NCCL_2_26
 
-    verdicts = {m.issue.id: (m.issue.verdict, m.version.version, m.version.source)
-                for m in read_log(DUPLICATE_GPU_NCCL_2_26, {"nccl": "2.21.5"}).matches}
-    assert verdicts["nccl_duplicate_gpu_subgroups_before_set_device"] == (Verdict.AFFECTED, "2.26.5", "the log")
+    verdicts = {
+        m.issue.id: (m.issue.verdict, m.version.version, m.version.source)
+        for m in read_log(DUPLICATE_GPU_NCCL_2_26, {"nccl": "2.21.5"}).matches
+    }
+    assert verdicts["nccl_duplicate_gpu_subgroups_before_set_device"] == (
+        Verdict.AFFECTED,
+        "2.26.5",
+        "the log",
+    )
     older = DUPLICATE_GPU_NCCL_2_26.replace("2.26.5", "2.19.3")
     assert {m.issue.id: m.issue.verdict for m in read_log(older, {}).matches}[
-        "nccl_duplicate_gpu_subgroups_before_set_device"] == Verdict.NOT_AFFECTED
+        "nccl_duplicate_gpu_subgroups_before_set_device"
+    ] == Verdict.NOT_AFFECTED

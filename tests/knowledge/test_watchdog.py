@@ -18,8 +18,11 @@ LOGS = Path(__file__).resolve().parents[1] / "resources" / "watchdog"
 def test_the_rank_that_never_timed_out_is_named() -> None:
     report = read_watchdog((LOGS / "three_of_four.log").read_text())
     assert report is not None and [t.rank for t in report.timeouts] == [0, 1, 3]
-    assert {(t.seq, t.op, t.numel_in, t.group) for t in report.timeouts} == {(808, "ALLREDUCE", 9801523, "0(default_pg)")}
-    assert report.world_size == 4 and report.silent == (2,)  # rank 2 speaks elsewhere in the log, never times out
+    assert {(t.seq, t.op, t.numel_in, t.group) for t in report.timeouts} == {
+        (808, "ALLREDUCE", 9801523, "0(default_pg)")
+    }
+    # rank 2 speaks elsewhere in the log, never times out
+    assert report.world_size == 4 and report.silent == (2,)
     findings = watchdog_findings(report)
     assert [(f.invariant, f.rank) for f in findings] == [("missing_rank", 2)]
     assert "ranks 0, 1, 3 in ALLREDUCE (SeqNum=808" in findings[0].message
@@ -43,7 +46,10 @@ def test_torch_214_lines_name_their_group_and_ranks_are_the_global_ones() -> Non
     report = read_watchdog((LOGS / "torch214_groups.log").read_text())
     assert report is not None
     assert [(t.rank, t.group, t.seq, t.op) for t in report.timeouts] == [
-        (0, "0(default_pg)", 120, "ALLREDUCE"), (2, "3", 40, "ALLTOALL_BASE"), (3, "3", 40, "ALLTOALL_BASE")]
+        (0, "0(default_pg)", 120, "ALLREDUCE"),
+        (2, "3", 40, "ALLTOALL_BASE"),
+        (3, "3", 40, "ALLTOALL_BASE"),
+    ]
     findings = watchdog_findings(report)
     assert [(f.invariant, f.rank) for f in findings] == [("missing_rank", 1)]
 
@@ -67,27 +73,44 @@ def test_cli_prints_the_watchdog_findings(capsys: pytest.CaptureFixture[str]) ->
     assert "[nccl_watchdog_timeout]" in out and "missing_rank: rank 2 never reported" in out
     assert main(["triage", "--json", "--world-size", "4", str(LOGS / "mismatch.log")]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert [f["invariant"] for f in data["findings"]] == ["collective_mismatch", "missing_rank", "missing_rank"]
+    assert [f["invariant"] for f in data["findings"]] == [
+        "collective_mismatch",
+        "missing_rank",
+        "missing_rank",
+    ]
     assert data["watchdog"]["world_size"] == 4
     assert main(["triage", "--json", str(LOGS / "torch214_groups.log")]) == 0
     data = json.loads(capsys.readouterr().out)  # the timeout is the cause, the stuck watchdog follows from it
-    assert [m["id"] for m in data["matches"]][:2] == ["nccl_watchdog_timeout", "nccl_watchdog_heartbeat_stuck"]
+    assert [m["id"] for m in data["matches"]][:2] == [
+        "nccl_watchdog_timeout",
+        "nccl_watchdog_heartbeat_stuck",
+    ]
 
 
 def timeout_line(rank: str, seq: str = "808") -> str:
-    return (f"[Rank {rank}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, "
-            "NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600020 milliseconds before timing out.\n")
+    return (
+        f"[Rank {rank}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, "
+        "NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600020 milliseconds before timing out.\n"
+    )
 
 
-@pytest.mark.parametrize(("log", "world_size", "needle"), [
-    (timeout_line("99999999999"), None, "the log names rank 99,999,999,999: beyond the 1,048,576 ranks"),
-    (timeout_line("1" * 5000), None, "a number of 5,000 digits"),  # int() refuses it: was a ValueError, exit 3
-    (timeout_line("0", "9" * 5000), None, "a number of 5,000 digits"),
-    (timeout_line("0") + "[rank123456789]: hello\n", None, "the log names rank 123,456,789: beyond"),
-    ("epoch 1\n", 10**12, "--world-size 1,000,000,000,000: beyond the 1,048,576 ranks"),
-])
-def test_a_rank_or_world_size_past_the_bound_is_one_line_before_anything_is_sized(log: str, world_size: int | None,
-                                                                                 needle: str) -> None:
+@pytest.mark.parametrize(
+    ("log", "world_size", "needle"),
+    [
+        (timeout_line("99999999999"), None, "the log names rank 99,999,999,999: beyond the 1,048,576 ranks"),
+        (
+            timeout_line("1" * 5000),
+            None,
+            "a number of 5,000 digits",
+        ),  # int() refuses it: was a ValueError, exit 3
+        (timeout_line("0", "9" * 5000), None, "a number of 5,000 digits"),
+        (timeout_line("0") + "[rank123456789]: hello\n", None, "the log names rank 123,456,789: beyond"),
+        ("epoch 1\n", 10**12, "--world-size 1,000,000,000,000: beyond the 1,048,576 ranks"),
+    ],
+)
+def test_a_rank_or_world_size_past_the_bound_is_one_line_before_anything_is_sized(
+    log: str, world_size: int | None, needle: str
+) -> None:
     with pytest.raises(UserInputError) as caught:
         read_watchdog(log, world_size)
     assert needle in str(caught.value) and "\n" not in str(caught.value)
@@ -105,16 +128,24 @@ def test_a_million_ranks_that_never_timed_out_are_one_finding() -> None:
 def test_cli_world_size_past_the_bound_is_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["triage", "--world-size", "2000000", str(LOGS / "mismatch.log")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("ds-doctor: error:") and "--world-size" in err and len(err.strip().splitlines()) == 1
+    assert (
+        err.startswith("ds-doctor: error:") and "--world-size" in err and len(err.strip().splitlines()) == 1
+    )
 
 
 def test_ranks_at_one_work_are_not_behind_when_one_group_line_is_missing() -> None:
     """A log cut before rank 2's group line: all three ranks sit at work 808, so no rank is behind (before: every
     rank was "behind" others "already at work #", the seq list empty)."""
-    lines = [f"[rank{r}]:[E626 06:24:44 ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught collective operation "
-             "timeout: WorkNCCL(SeqNum=808, OpType=ALLREDUCE, NumelIn=9801523, NumelOut=9801523, Timeout(ms)=600000) "
-             "ran for 600020 milliseconds before timing out." for r in range(3)]
-    groups = [f"[rank{r}]:[E626 06:24:44 ProcessGroupNCCL.cpp:1785] [PG ID 0 PG GUID 0(default_pg) Rank {r}] Exception "
-              "(either an error or timeout) detected by watchdog at work: 808, last enqueued NCCL work: 811, last "
-              "completed NCCL work: 807." for r in range(2)]
+    lines = [
+        f"[rank{r}]:[E626 06:24:44 ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught collective operation "
+        "timeout: WorkNCCL(SeqNum=808, OpType=ALLREDUCE, NumelIn=9801523, NumelOut=9801523, Timeout(ms)=600000) "
+        "ran for 600020 milliseconds before timing out."
+        for r in range(3)
+    ]
+    groups = [
+        f"[rank{r}]:[E626 06:24:44 ProcessGroupNCCL.cpp:1785] [PG ID 0 PG GUID 0(default_pg) Rank {r}] Exception "
+        "(either an error or timeout) detected by watchdog at work: 808, last enqueued NCCL work: 811, last "
+        "completed NCCL work: 807."
+        for r in range(2)
+    ]
     assert watchdog_findings(read_watchdog("\n".join(lines + groups))) == []

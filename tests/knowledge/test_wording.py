@@ -18,8 +18,11 @@ from ds_doctor.knowledge import catalog
 from ds_doctor.knowledge.issues import REGEX_FLAGS, KnownIssue, Wording
 from ds_doctor.knowledge.triage import read_log
 
-CASES = [pytest.param(issue, wording, id=f"{issue.id}-{n}") for issue in catalog.ISSUES
-         for n, wording in enumerate(issue.wordings)]
+CASES = [
+    pytest.param(issue, wording, id=f"{issue.id}-{n}")
+    for issue in catalog.ISSUES
+    for n, wording in enumerate(issue.wordings)
+]
 
 #: entries with a signature and no wording, and why: what they match is not a message a release prints
 UNREAD = {
@@ -61,8 +64,10 @@ def test_a_wording_wrapped_by_a_terminal_is_triaged(issue: KnownIssue, wording: 
     matching finds it all the same. Entries with `requires` need their frames, so they are left to test_catalog."""
     if "\n" in wording.text:
         pytest.skip("a multi-line message is already broken where its release breaks it")
-    text = "Traceback (most recent call last):\n  File \"train.py\", line 1, in <module>\nRuntimeError: " + \
-        textwrap.fill(wording.text, 72, subsequent_indent="  ", break_on_hyphens=False)
+    text = (
+        'Traceback (most recent call last):\n  File "train.py", line 1, in <module>\nRuntimeError: '
+        + textwrap.fill(wording.text, 72, subsequent_indent="  ", break_on_hyphens=False)
+    )
     assert issue.id in [m.issue.id for m in read_log(text, {}).matches]
 
 
@@ -74,5 +79,7 @@ def test_the_entries_without_a_wording_are_exactly_the_listed_ones() -> None:
 def test_each_wording_names_where_it_was_read() -> None:
     for issue in catalog.ISSUES:
         for wording in issue.wordings:
-            assert wording.package in {"torch", "deepspeed", "accelerate", "transformers", "nccl"}, wording.source
+            assert wording.package in {"torch", "deepspeed", "accelerate", "transformers", "nccl"}, (
+                wording.source
+            )
             assert wording.read and wording.versions, issue.id

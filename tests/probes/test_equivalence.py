@@ -18,13 +18,19 @@ pytestmark = [pytest.mark.multirank, requires_deepspeed, requires_accelerate]
 
 PLANTED = "tests.resources.equivalence_planted"
 CASES = (
-    "equivalence_planted[ddp-loss-over-world-size-ws1]", "equivalence_planted[ddp-loss-over-world-size-ws2]",
+    "equivalence_planted[ddp-loss-over-world-size-ws1]",
+    "equivalence_planted[ddp-loss-over-world-size-ws2]",
     "equivalence_planted[deepspeed-z2-loss-over-world-size-ws2]",
-    "equivalence_planted[fsdp1-torch-clip-ws1]", "equivalence_planted[fsdp1-torch-clip-ws2]",
+    "equivalence_planted[fsdp1-torch-clip-ws1]",
+    "equivalence_planted[fsdp1-torch-clip-ws2]",
     "equivalence_planted[resume-deepspeed-no-optimizer-ws1]",
     "equivalence_planted[resume-accelerate-scheduler-not-prepared-ws1]",
-    "equivalence[ddp-ws2]", "equivalence[deepspeed-z3-ws2]", "equivalence[deepspeed-user-config-ws2]",
-    "equivalence[trainer-ws2]", "equivalence[trainer-no-loss-kwargs-ws1]", "equivalence[resume-trainer-ws1]",
+    "equivalence[ddp-ws2]",
+    "equivalence[deepspeed-z3-ws2]",
+    "equivalence[deepspeed-user-config-ws2]",
+    "equivalence[trainer-ws2]",
+    "equivalence[trainer-no-loss-kwargs-ws1]",
+    "equivalence[resume-trainer-ws1]",
     "equivalence[trainer-num-items-ws2]",
 )
 
@@ -34,15 +40,29 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     folder = tmp_path_factory.mktemp("equivalence")
     config = folder / "ds_config.json"
     config.write_text(json.dumps(AUTO_CONFIG))  # bf16, ZeRO-3, both offloads, accumulation: all "auto"
-    proc = ds_doctor("run", "--level", "3", "--out", str(folder / "out"), "--model", "hf:qwen3",
-                     "--deepspeed-config", str(config), "-k", " or ".join(CASES),
-                     extra_env={"DS_DOCTOR_EXTRA_PROBES": PLANTED}, timeout=600)
+    proc = ds_doctor(
+        "run",
+        "--level",
+        "3",
+        "--out",
+        str(folder / "out"),
+        "--model",
+        "hf:qwen3",
+        "--deepspeed-config",
+        str(config),
+        "-k",
+        " or ".join(CASES),
+        extra_env={"DS_DOCTOR_EXTRA_PROBES": PLANTED},
+        timeout=600,
+    )
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]  # the planted cases fail the run
     return {r["case"]: r for r in read_report(folder / "out")["results"]}
 
 
 def errors(result: dict, invariant: str) -> list[str]:
-    return [f["message"] for f in result["findings"] if f["invariant"] == invariant and f["severity"] == "error"]
+    return [
+        f["message"] for f in result["findings"] if f["invariant"] == invariant and f["severity"] == "error"
+    ]
 
 
 def test_every_selected_case_ran(run: dict[str, dict]) -> None:
@@ -55,7 +75,8 @@ def test_healthy_routes_on_a_real_architecture_and_an_auto_config_pass(run: dict
         assert run[f"equivalence[{case}]"]["outcome"] == "pass", run[f"equivalence[{case}]"]["reason"]
         assert run[f"equivalence[{case}]"]["notes"]["model"].startswith("hf:qwen3")
     ddp = run["equivalence[ddp-ws2]"]["notes"]["equivalence"]
-    assert ddp["bitwise_equal"] is True and ddp["clipping_engaged_steps"] == 4  # clipping engaged at every step
+    # clipping engaged at every step
+    assert ddp["bitwise_equal"] is True and ddp["clipping_engaged_steps"] == 4
     z3 = run["equivalence[deepspeed-z3-ws2]"]["notes"]["equivalence"]
     assert z3["tolerance"].startswith("16 x u(float32)") and 0 < z3["worst_error_over_tolerance"] < 1
     user = run["equivalence[deepspeed-user-config-ws2]"]["notes"]
@@ -69,16 +90,30 @@ def test_a_loss_averaged_twice_is_caught_at_two_ranks_and_passes_at_one(run: dic
     assert one["outcome"] == "pass" and one["notes"]["equivalence"]["bitwise_equal"] is True
     for case in ("ddp-loss-over-world-size-ws2", "deepspeed-z2-loss-over-world-size-ws2"):
         result = run[f"equivalence_planted[{case}]"]
-        assert result["outcome"] == "fail" and result["notes"]["model"].startswith("tests.resources.equivalence_models")
+        assert result["outcome"] == "fail" and result["notes"]["model"].startswith(
+            "tests.resources.equivalence_models"
+        )
         message = errors(result, "equivalence")[0]
-        assert message.startswith("step 1 of 4: the loss diverges from the single-process fp32 reference by 0.5 ")
-        assert "gradient_accumulation_steps=2" in message and f"{case.removesuffix('-ws2')} at 2 rank(s)" in message
-    assert "zero stage 2" in errors(run["equivalence_planted[deepspeed-z2-loss-over-world-size-ws2]"], "equivalence")[0]
-    assert run["equivalence_planted[ddp-loss-over-world-size-ws2]"]["known_issue"]["id"] == "ddp_loss_averaged_twice"
+        assert message.startswith(
+            "step 1 of 4: the loss diverges from the single-process fp32 reference by 0.5 "
+        )
+        assert (
+            "gradient_accumulation_steps=2" in message
+            and f"{case.removesuffix('-ws2')} at 2 rank(s)" in message
+        )
+    assert (
+        "zero stage 2"
+        in errors(run["equivalence_planted[deepspeed-z2-loss-over-world-size-ws2]"], "equivalence")[0]
+    )
+    assert (
+        run["equivalence_planted[ddp-loss-over-world-size-ws2]"]["known_issue"]["id"]
+        == "ddp_loss_averaged_twice"
+    )
 
 
 def test_a_shard_local_clip_is_caught_at_the_gradient_norm(run: dict[str, dict]) -> None:
-    assert run["equivalence_planted[fsdp1-torch-clip-ws1]"]["outcome"] == "pass"  # one rank: its shard is all of it
+    # one rank: its shard is all of it
+    assert run["equivalence_planted[fsdp1-torch-clip-ws1]"]["outcome"] == "pass"
     result = run["equivalence_planted[fsdp1-torch-clip-ws2]"]
     assert result["outcome"] == "fail"
     message = errors(result, "equivalence")[0]
@@ -89,19 +124,28 @@ def test_a_shard_local_clip_is_caught_at_the_gradient_norm(run: dict[str, dict])
     assert norm["route"] < norm["reference"]  # the norm of this rank's shard, not of the whole gradient
 
 
-def test_a_resume_that_drops_the_moments_or_the_scheduler_names_what_was_not_restored(run: dict[str, dict]) -> None:
+def test_a_resume_that_drops_the_moments_or_the_scheduler_names_what_was_not_restored(
+    run: dict[str, dict],
+) -> None:
     no_moments = run["equivalence_planted[resume-deepspeed-no-optimizer-ws1]"]
     assert errors(no_moments, "equivalence") == []  # the straight run is right: only the resume is wrong
     restored = errors(no_moments, "resume_restores")
-    assert restored[0].startswith("optimizer state not restored by DeepSpeed save_checkpoint / load_checkpoint")
+    assert restored[0].startswith(
+        "optimizer state not restored by DeepSpeed save_checkpoint / load_checkpoint"
+    )
     assert "exp_avg" in restored[0] and "exp_avg_sq" in restored[0]
-    assert errors(no_moments, "resume_continues")[0].startswith("step 3 of 4 (the first 1 after resuming at step 2")
+    assert errors(no_moments, "resume_continues")[0].startswith(
+        "step 3 of 4 (the first 1 after resuming at step 2"
+    )
     assert no_moments["known_issue"]["id"] == "ds_resume_state_not_restored"
     assert no_moments["known_issue"]["verdict"] == "affected"
     unprepared = run["equivalence_planted[resume-accelerate-scheduler-not-prepared-ws1]"]
     (scheduler,) = errors(unprepared, "resume_restores")
     resume = unprepared["notes"]["resume"]
-    saved, loaded = resume["saved"]["scheduler step"]["scheduler"], resume["loaded"]["scheduler step"]["scheduler"]
+    saved, loaded = (
+        resume["saved"]["scheduler step"]["scheduler"],
+        resume["loaded"]["scheduler step"]["scheduler"],
+    )
     assert scheduler.startswith("scheduler step not restored by Accelerate save_state / load_state")
     assert scheduler.endswith(f"scheduler {saved} -> {loaded}") and saved > loaded
     assert errors(unprepared, "resume_continues")
@@ -120,7 +164,10 @@ def test_a_healthy_resume_in_a_new_process_restores_everything(run: dict[str, di
 def test_gradient_accumulation_normalised_per_micro_batch_is_caught(run: dict[str, dict]) -> None:
     result = run["equivalence[trainer-no-loss-kwargs-ws1]"]
     assert result["outcome"] == "xfail"
-    assert result["known_issue"]["id"] == "hf_trainer_ga_no_loss_kwargs" and result["known_issue"]["verdict"] == "affected"
+    assert (
+        result["known_issue"]["id"] == "hf_trainer_ga_no_loss_kwargs"
+        and result["known_issue"]["verdict"] == "affected"
+    )
     assert result["notes"]["trainer"]["model_accepts_loss_kwargs"] is False
     assert errors(result, "equivalence")[0].startswith("step 1 of 4: the loss diverges")
     healthy = run["equivalence[trainer-ws2]"]
@@ -129,7 +176,9 @@ def test_gradient_accumulation_normalised_per_micro_batch_is_caught(run: dict[st
     assert healthy["known_issue"]["verdict"] == "not_affected"  # transformers >= 4.46 here
 
 
-def test_labels_counted_unshifted_are_told_apart_from_per_micro_batch_normalisation(run: dict[str, dict]) -> None:
+def test_labels_counted_unshifted_are_told_apart_from_per_micro_batch_normalisation(
+    run: dict[str, dict],
+) -> None:
     """GPT-2 (its config names no loss_type) through the Trainer: where its first step's loss is the reference's times
     predicted/counted label tokens, that is the unshifted count (xfail, on transformers 5.23 here), never taken for
     the per-micro-batch normalisation the other Trainer routes are about; where it is not, the case passes."""
@@ -142,6 +191,9 @@ def test_labels_counted_unshifted_are_told_apart_from_per_micro_batch_normalisat
     issue = result["known_issue"]
     assert issue["id"] == "hf_trainer_num_items_unshifted_overcount"
     if result["outcome"] == "xfail":
-        assert abs(scale - counts["predicted"] / counts["counted_unshifted"]) < 1e-4 and issue["verdict"] == "affected"
+        assert (
+            abs(scale - counts["predicted"] / counts["counted_unshifted"]) < 1e-4
+            and issue["verdict"] == "affected"
+        )
     else:
         assert result["outcome"] == "xpass" and abs(scale - 1) < 1e-4 and issue["verdict"] == "not_affected"

@@ -15,9 +15,10 @@ from ds_doctor.probes.optimizer_state_placement import make_optimizer, placement
 from ds_doctor.probes.shared.common import accelerate_session
 from ds_doctor.probes.shared.models import batch, build_mlp
 
-needs_ppsf = pytest.mark.skipif(importlib.util.find_spec("prodigyplus") is None or
-                                importlib.util.find_spec("accelerate") is None,
-                                reason="pip install prodigy-plus-schedule-free accelerate")
+needs_ppsf = pytest.mark.skipif(
+    importlib.util.find_spec("prodigyplus") is None or importlib.util.find_spec("accelerate") is None,
+    reason="pip install prodigy-plus-schedule-free accelerate",
+)
 
 
 def _train_and_save(name: str, directory: Path) -> None:
@@ -49,11 +50,16 @@ def test_load_state_leaves_exactly_the_two_group_tensors_behind(tmp_path: Path) 
         model, optimizer = _resume_on_meta("prodigy-plus-schedule-free", tmp_path / "state")
         records = collect(Recorder(0, "after_load"), module=model, optimizer=optimizer)
     state = [r for r in records if r.role == "optim_state"]
-    assert state and {r.device for r in state if r.shape} == {"meta"}  # per-parameter state followed the parameters
+    assert state and {r.device for r in state if r.shape} == {
+        "meta"
+    }  # per-parameter state followed the parameters
     findings = optimizer_state_colocation(records)
     assert len(findings) == 1
     flagged = sorted(r.path for r in findings[0].evidence if r.role == "optim_group_tensor")
-    assert flagged == ["optimizer.param_groups[0].running_d_denom", "optimizer.param_groups[0].running_d_numerator"]
+    assert flagged == [
+        "optimizer.param_groups[0].running_d_denom",
+        "optimizer.param_groups[0].running_d_numerator",
+    ]
     assert {r.device for r in findings[0].evidence if r.role == "optim_group_tensor"} == {"cpu"}
     assert all(f.remedy and "map_location" in f.remedy for f in placement(records, "warning"))
 
@@ -78,7 +84,9 @@ def test_a_group_tensor_is_not_excused_as_a_cpu_scalar() -> None:
     optimizer.state[param]["step"] = torch.tensor(1.0)
     records = collect(Recorder(0, "s"), module=None, optimizer=optimizer)
     anchor = Recorder(0, "s")
-    anchor.add(param, role="param", path="optimizer.param_groups[0].params[0]")  # the name the collector gave it
+    # the name the collector gave it
+    anchor.add(param, role="param", path="optimizer.param_groups[0].params[0]")
     findings = optimizer_state_colocation(records + anchor.records)
     assert [sorted(r.path for r in f.evidence if r.role != "param") for f in findings] == [
-        ["optimizer.param_groups[0].running_d_denom"]]
+        ["optimizer.param_groups[0].running_d_denom"]
+    ]

@@ -18,7 +18,17 @@ from rich.console import Console
 
 from ds_doctor.reports.diff import KIND_TITLES, Change, Diff
 from ds_doctor.reports.hang import CollectivePosition, Frame, ThreadStack
-from ds_doctor.reports.records import CaseResult, Finding, IssueRef, Outcome, RankSummary, Report, Severity, TensorRecord, Verdict
+from ds_doctor.reports.records import (
+    CaseResult,
+    Finding,
+    IssueRef,
+    Outcome,
+    RankSummary,
+    Report,
+    Severity,
+    TensorRecord,
+    Verdict,
+)
 from ds_doctor.reports.triage import TriageMatch, VersionUsed
 from tests.reports.samples import a_report, case, every_outcome, issue
 
@@ -85,34 +95,115 @@ def plant(value: Any, text: str, key: str = "", owner: dict[str, Any] | None = N
 
 def sample_results() -> list[CaseResult]:
     """Every outcome, and every part of a case a renderer shows: evidence, stacks, collectives, notes, measures."""
-    record = TensorRecord(0, "before_save", "param", "emb.weight", "Embedding", "meta", "float32", (2,), 2, 8,
-                          aliases=("head.weight",))
-    stacks = (ThreadStack("MainThread", (Frame("wait_for_me", "train.py", 3), Frame("<frame of torch>")), True),)
-    hung = case(Outcome.TIMEOUT, "hung", world_size=2, reason="timed out after 6 s", node=1,
-                notes={"forensics": {"collectives_from": "torch Flight Recorder"}, "route": "engine"},
-                ranks=(RankSummary(0, "timeout", "compute", "hung", exit_code=-9, signal="SIGKILL", stacks=stacks,
-                                   collectives=(CollectivePosition("0:default_pg", 1, "all_reduce", 2, "in [[1]] Float",
-                                                                   "scheduled"),), native_stack="native frames"),))
+    record = TensorRecord(
+        0,
+        "before_save",
+        "param",
+        "emb.weight",
+        "Embedding",
+        "meta",
+        "float32",
+        (2,),
+        2,
+        8,
+        aliases=("head.weight",),
+    )
+    stacks = (
+        ThreadStack("MainThread", (Frame("wait_for_me", "train.py", 3), Frame("<frame of torch>")), True),
+    )
+    hung = case(
+        Outcome.TIMEOUT,
+        "hung",
+        world_size=2,
+        reason="timed out after 6 s",
+        node=1,
+        notes={"forensics": {"collectives_from": "torch Flight Recorder"}, "route": "engine"},
+        ranks=(
+            RankSummary(
+                0,
+                "timeout",
+                "compute",
+                "hung",
+                exit_code=-9,
+                signal="SIGKILL",
+                stacks=stacks,
+                collectives=(
+                    CollectivePosition("0:default_pg", 1, "all_reduce", 2, "in [[1]] Float", "scheduled"),
+                ),
+                native_stack="native frames",
+            ),
+        ),
+    )
     warning = Finding("grad_accum_dtype", Severity.WARNING, "bf16 accumulates in bf16", 0, "step")
-    error = Finding("param_name_map", Severity.ERROR, "emb.weight is stale", 0, "before_save", "a key", (record,),
-                    "dispatch first")
+    error = Finding(
+        "param_name_map",
+        Severity.ERROR,
+        "emb.weight is stale",
+        0,
+        "before_save",
+        "a key",
+        (record,),
+        "dispatch first",
+    )
     return [
-        *every_outcome(), hung,
-        case(Outcome.PASS, "warned", findings=(warning,), notes={"ordering": "a, b", "tracked_before": ["a"]}),
-        case(Outcome.PASS, "all_reduce", probe="comm", world_size=2, measures={"busbw_gbps": 1.5, "algbw_gbps": 1.0},
-             series=({"bytes": 4096, "busbw_gbps": 1.5},)),
-        case(Outcome.XFAIL, "reproduced", findings=(error,), notes={"showed": ["save_checkpoint raised"]},
-             known_issue=issue("ds_frozen_param_not_in_param_names", Verdict.AFFECTED, refs=("https://x.example/1",))),
-        case(Outcome.FAIL, "gpu1", probe="gpu_health", findings=(Finding("remapped_rows_pending", Severity.ERROR, "1"),)),
+        *every_outcome(),
+        hung,
+        case(
+            Outcome.PASS, "warned", findings=(warning,), notes={"ordering": "a, b", "tracked_before": ["a"]}
+        ),
+        case(
+            Outcome.PASS,
+            "all_reduce",
+            probe="comm",
+            world_size=2,
+            measures={"busbw_gbps": 1.5, "algbw_gbps": 1.0},
+            series=({"bytes": 4096, "busbw_gbps": 1.5},),
+        ),
+        case(
+            Outcome.XFAIL,
+            "reproduced",
+            findings=(error,),
+            notes={"showed": ["save_checkpoint raised"]},
+            known_issue=issue(
+                "ds_frozen_param_not_in_param_names", Verdict.AFFECTED, refs=("https://x.example/1",)
+            ),
+        ),
+        case(
+            Outcome.FAIL,
+            "gpu1",
+            probe="gpu_health",
+            findings=(Finding("remapped_rows_pending", Severity.ERROR, "1"),),
+        ),
     ]
 
 
-GPU = {"index": 0, "name": "NVIDIA H100", "uuid": "GPU-1", "memory_total_bytes": 80 << 30, "memory_used_bytes": 1 << 30,
-       "temperature_c": 40, "power_draw_w": 100, "power_limit_w": 700, "pcie_gen": 5, "pcie_width": 16,
-       "pcie_gen_max": 5, "pcie_width_max": 16, "throttle_reasons": ["sw_power_cap"], "processes": [{"pid": 1}],
-       "unavailable": {"ecc": "not supported"}}
-ENV = {"python": "3.11", "platform": "Linux", "cuda": "12.4", "nccl": "2.21.5", "driver": "550", "cuda_driver": "12.4",
-       "packages": {"torch": "2.5.1", "deepspeed": "0.19.8"}, "variables": {"NCCL_DEBUG": "INFO"}}
+GPU = {
+    "index": 0,
+    "name": "NVIDIA H100",
+    "uuid": "GPU-1",
+    "memory_total_bytes": 80 << 30,
+    "memory_used_bytes": 1 << 30,
+    "temperature_c": 40,
+    "power_draw_w": 100,
+    "power_limit_w": 700,
+    "pcie_gen": 5,
+    "pcie_width": 16,
+    "pcie_gen_max": 5,
+    "pcie_width_max": 16,
+    "throttle_reasons": ["sw_power_cap"],
+    "processes": [{"pid": 1}],
+    "unavailable": {"ecc": "not supported"},
+}
+ENV = {
+    "python": "3.11",
+    "platform": "Linux",
+    "cuda": "12.4",
+    "nccl": "2.21.5",
+    "driver": "550",
+    "cuda_driver": "12.4",
+    "packages": {"torch": "2.5.1", "deepspeed": "0.19.8"},
+    "variables": {"NCCL_DEBUG": "INFO"},
+}
 
 
 def hostile_report(text: str, *, nodes: bool = True) -> Report:
@@ -120,13 +211,17 @@ def hostile_report(text: str, *, nodes: bool = True) -> Report:
     data["env"], data["hardware"] = ENV, {"host": "node1", "cpus": 2, "memory_bytes": 1 << 30, "gpus": [GPU]}
     data["run_dir"] = "/tmp/run"
     if nodes:
-        data["nodes"] = [{"node": n, "host": f"node{n}", "env": ENV, "hardware": data["hardware"]} for n in (0, 1)]
+        data["nodes"] = [
+            {"node": n, "host": f"node{n}", "env": ENV, "hardware": data["hardware"]} for n in (0, 1)
+        ]
     return Report.from_dict(plant(data, text))
 
 
 def hostile_diff(text: str) -> Diff:
-    changes = tuple(Change(kind, f"{text}subject", f"{text}before", None if i % 2 else text, bool(i % 2), text)
-                    for i, (kind, _) in enumerate(KIND_TITLES))
+    changes = tuple(
+        Change(kind, f"{text}subject", f"{text}before", None if i % 2 else text, bool(i % 2), text)
+        for i, (kind, _) in enumerate(KIND_TITLES)
+    )
     return Diff(baseline=f"{text} @ then", new=text, tolerance_pct=10, changes=changes)
 
 
@@ -134,16 +229,21 @@ def hostile_triage(text: str) -> dict[str, Any]:
     """The arguments of each triage renderer, every string `text`."""
     ref = IssueRef(text, text, Verdict.AFFECTED, text, text, refs=(text, text), fixed_in=text)
     match = TriageMatch(ref, text, text, VersionUsed(text, text), 0, text, text, (text, text))
-    return {"matches": [match, match], "versions": {f"{text}a": VersionUsed(text, "the log"), "b": VersionUsed(text, text)},
-            "findings": [Finding(text, Severity.ERROR, text), Finding(text, Severity.WARNING, text)],
-            "positions": {0: [CollectivePosition(text, 1, text, 2, text, text), CollectivePosition(text, 0)]}}
+    return {
+        "matches": [match, match],
+        "versions": {f"{text}a": VersionUsed(text, "the log"), "b": VersionUsed(text, text)},
+        "findings": [Finding(text, Severity.ERROR, text), Finding(text, Severity.WARNING, text)],
+        "positions": {0: [CollectivePosition(text, 1, text, 2, text, text), CollectivePosition(text, 0)]},
+    }
 
 
 # -- the invariants --------------------------------------------------------------------------------------------
 
 #: What no output may carry raw: C0 but \n and \t, DEL, C1, the bidi overrides and isolates, line separators,
 #: the XML non-characters and lone surrogates.
-RAW_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u2028\u2029\ufffe\uffff\ud800-\udfff]")
+RAW_CONTROL = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u2028\u2029\ufffe\uffff\ud800-\udfff]"
+)
 
 
 def raw_controls(text: str) -> list[str]:
@@ -151,10 +251,12 @@ def raw_controls(text: str) -> list[str]:
 
 
 MD = MarkdownIt("commonmark", {"html": True}).enable("table")
-OWN_HEADING = re.compile(r"(ds-doctor (report|diff|triage)\b|`|(Summary|Findings|Nodes|Environment|GPUs \(NVML\)|"
-                         r"GPUs of every node \(NVML\)|"
-                         r"Known issues affecting this stack|Cases that need a look|Warnings|Measurements|Skipped|"
-                         rf"Device maps|{'|'.join(re.escape(title) for _, title in KIND_TITLES)})$)")
+OWN_HEADING = re.compile(
+    r"(ds-doctor (report|diff|triage)\b|`|(Summary|Findings|Nodes|Environment|GPUs \(NVML\)|"
+    r"GPUs of every node \(NVML\)|"
+    r"Known issues affecting this stack|Cases that need a look|Warnings|Measurements|Skipped|"
+    rf"Device maps|{'|'.join(re.escape(title) for _, title in KIND_TITLES)})$)"
+)
 OWN_TAGS = re.compile(r"</?details>|</?summary>")
 FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
 #: A line (outside code blocks) that begins with the sentinel, or with a block marker and then the sentinel.
@@ -173,13 +275,37 @@ def fenced(text: str) -> tuple[list[bool], bool]:
             inside.append(bool(fence))
         else:
             inside.append(True)
-            if match and match.group(1)[0] == fence[0] and len(match.group(1)) >= len(fence) and not match.group(2).strip():
+            if (
+                match
+                and match.group(1)[0] == fence[0]
+                and len(match.group(1)) >= len(fence)
+                and not match.group(2).strip()
+            ):
                 fence = ""
     return inside, bool(fence)
 
 
 def _pipes(line: str) -> int:
     return len(re.findall(r"(?<!\\)\|", line))
+
+
+def _token_problems(tokens: list, index: int, lines: list[str]) -> list[str]:
+    """What one parsed token shows: a heading, HTML, an image or a table row the report did not write."""
+    token, problems = tokens[index], []
+    if token.type == "heading_open" and not OWN_HEADING.match(tokens[index + 1].content):
+        problems.append(f"a heading the report did not write: {tokens[index + 1].content[:80]!r}")
+    if token.type == "html_block" and re.search(r"<[A-Za-z/!?]", OWN_TAGS.sub("", token.content)):
+        problems.append(f"HTML from data: {token.content[:120]!r}")
+    problems += [
+        f"live {child.type}: {child.content[:80]!r}"
+        for child in token.children or ()
+        if child.type in ("html_inline", "image")
+    ]
+    if token.type == "table_open" and token.map:
+        rows = lines[token.map[0] : token.map[1]]
+        if len({_pipes(row) for row in rows}) != 1 or not all(row.lstrip().startswith("|") for row in rows):
+            problems.append(f"a table row broke out: {[row[:60] for row in rows]!r}")
+    return problems
 
 
 def markdown_problems(text: str) -> list[str]:
@@ -196,32 +322,31 @@ def markdown_problems(text: str) -> list[str]:
     tokens = MD.parse(text)
     opened = 0
     for index, token in enumerate(tokens):
-        if token.type == "heading_open" and not OWN_HEADING.match(tokens[index + 1].content):
-            problems.append(f"a heading the report did not write: {tokens[index + 1].content[:80]!r}")
+        problems += _token_problems(tokens, index, lines)
         if token.type == "html_block":
-            if re.search(r"<[A-Za-z/!?]", OWN_TAGS.sub("", token.content)):
-                problems.append(f"HTML from data: {token.content[:120]!r}")
             opened += token.content.count("<details>") - token.content.count("</details>")
             if opened < 0:
                 problems.append("a </details> closes what the report did not open")
-        for child in token.children or ():
-            if child.type in ("html_inline", "image"):
-                problems.append(f"live {child.type}: {child.content[:80]!r}")
-        if token.type == "table_open" and token.map:
-            rows = lines[token.map[0]:token.map[1]]
-            if len({_pipes(row) for row in rows}) != 1 or not all(row.lstrip().startswith("|") for row in rows):
-                problems.append(f"a table row broke out: {[row[:60] for row in rows]!r}")
     if opened:
         problems.append(f"{opened} <details> left open")
     return problems
 
 
-def console_output(write: Callable[[Console], None], *, terminal: bool, width: int = 120, colours: bool = False) -> str:
+def console_output(
+    write: Callable[[Console], None], *, terminal: bool, width: int = 120, colours: bool = False
+) -> str:
     """What `write` prints on a rich console to a StringIO, as on a terminal or off one. Without colours any ESC
     is from data; with them, rich's own SGR sequences (`ESC[...m`) are taken out."""
     buffer = io.StringIO()
-    write(Console(file=buffer, force_terminal=terminal, color_system="truecolor" if colours else None, width=width,
-                  soft_wrap=not terminal))
+    write(
+        Console(
+            file=buffer,
+            force_terminal=terminal,
+            color_system="truecolor" if colours else None,
+            width=width,
+            soft_wrap=not terminal,
+        )
+    )
     return re.sub(r"\x1b\[[0-9;]*m", "", buffer.getvalue()) if colours else buffer.getvalue()
 
 
@@ -243,8 +368,13 @@ def prometheus_problems(text: str, cases: int) -> list[str]:
     problems = [f"raw {c}" for c in raw_controls(text)]
     names = [name for samples in families.values() for s in samples for name in (s.name, *s.labels)]
     problems += [f"bad name {n!r}" for n in names if not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", n)]
-    one_hot = len(families.get("ds_doctor_case_outcome", ()))  # fewer where label values cut to one length meet
+    # fewer where label values cut to one length meet
+    one_hot = len(families.get("ds_doctor_case_outcome", ()))
     if one_hot % len(Outcome) or not 0 < one_hot <= cases * len(Outcome):
         problems.append(f"{one_hot} case_outcome samples for {cases} cases")
-    problems += [f"a metric from data: {name!r}" for name in families if "pwned" in name or not name.startswith("ds_doctor_")]
+    problems += [
+        f"a metric from data: {name!r}"
+        for name in families
+        if "pwned" in name or not name.startswith("ds_doctor_")
+    ]
     return problems

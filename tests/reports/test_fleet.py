@@ -1,4 +1,5 @@
-"""The fleet's view (`ds_doctor.checks.fleet`, `ds_doctor.reports.fleet`) over nodes' reports built from recorded NVML readings:
+"""The fleet's view (`ds_doctor.checks.fleet`, `ds_doctor.reports.fleet`) over nodes' reports built from
+recorded NVML readings:
 which node fails, where versions differ from the majority (by the live consistency rules), which measure falls
 below the fleet's median, what ranks sharing a GPU measured kept out, hostile strings kept in their cells."""
 
@@ -21,8 +22,10 @@ from tests.reports.fleet_samples import COMM, COMPUTE, SICK, T4, comm, node, wit
 from tests.reports.hostile import CORPUS, markdown_problems, plant
 from tests.reports.samples import NOW
 
-FLEET_HEADINGS = re.compile(r"(ds-doctor fleet: .*|Failing cases|Differences across the fleet|Measures against the fleet "
-                            r"median|Not compared: ranks that shared a GPU|Unreadable reports|Notes)")
+FLEET_HEADINGS = re.compile(
+    r"(ds-doctor fleet: .*|Failing cases|Differences across the fleet|Measures against the fleet "
+    r"median|Not compared: ranks that shared a GPU|Unreadable reports|Notes)"
+)
 
 
 def fleet_of(*reports: Report, tolerance_pct: float = 10.0) -> Fleet:
@@ -35,20 +38,38 @@ def row(fleet: Fleet, host: str) -> NodeView:
 
 
 def test_the_fleet_names_the_failing_node_the_odd_versions_and_the_slow_link() -> None:
-    fleet = fleet_of(node("node-a"), node("node-b", recording=SICK), node("node-c", deepspeed="0.16.0"),
-                     node("node-d", busbw=50.0), node("node-e", busbw=95.0))
-    assert fleet.failed and [n.host for n in fleet.nodes if n.failed] == ["node-b"] and fleet.nodes[0].host == "node-b"
+    fleet = fleet_of(
+        node("node-a"),
+        node("node-b", recording=SICK),
+        node("node-c", deepspeed="0.16.0"),
+        node("node-d", busbw=50.0),
+        node("node-e", busbw=95.0),
+    )
+    assert (
+        fleet.failed
+        and [n.host for n in fleet.nodes if n.failed] == ["node-b"]
+        and fleet.nodes[0].host == "node-b"
+    )
     sick = row(fleet, "node-b")
     rules = {rule for case in sick.gpu_health for rule in case.rules}
     assert {"uncorrected_ecc", "remapped_rows_pending", "hw_slowdown"} <= rules and not sick.failing
     # the sick node's driver differs from the other four: an error, as between the ranks of one job
     assert {(d.key, d.value, d.majority, d.severity) for d in sick.deviations} >= {
-        ("driver", "550.54.15", "580.159.04", "error"), ("cuda_driver", "12.4", "13.0", "error")}
+        ("driver", "550.54.15", "580.159.04", "error"),
+        ("cuda_driver", "12.4", "13.0", "error"),
+    }
     (deepspeed,) = row(fleet, "node-c").deviations
     assert (deepspeed.key, deepspeed.value, deepspeed.majority, deepspeed.severity) == (
-        "package:deepspeed", "0.16.0", "0.17.6", "error")
+        "package:deepspeed",
+        "0.16.0",
+        "0.17.6",
+        "error",
+    )
     slow = {(m.case, m.measure): m for m in row(fleet, "node-d").below}
-    assert set(slow) == {(COMM, "busbw_gbps"), (COMM, "algbw_gbps")} and slow[(COMM, "busbw_gbps")].delta_pct == -50.0
+    assert (
+        set(slow) == {(COMM, "busbw_gbps"), (COMM, "algbw_gbps")}
+        and slow[(COMM, "busbw_gbps")].delta_pct == -50.0
+    )
     assert slow[(COMM, "busbw_gbps")].median == 100.0 and slow[(COMM, "busbw_gbps")].nodes == 5
     assert not row(fleet, "node-e").below  # 5 % below the median: within the tolerance
     assert not row(fleet, "node-a").deviations and not row(fleet, "node-a").below
@@ -66,26 +87,39 @@ def test_a_healthy_fleet_does_not_fail_and_a_tolerance_decides_the_flags() -> No
     assert render_fleet(fleet).startswith("# ds-doctor fleet: 3 node(s), none failing")
     strict = fleet_of(*reports, tolerance_pct=5.0)
     assert {(n.host, m.case, m.measure) for n in strict.nodes for m in n.below} == {
-        ("node-b", COMM, "busbw_gbps"), ("node-b", COMM, "algbw_gbps"), ("node-c", COMPUTE, "tflops")}
+        ("node-b", COMM, "busbw_gbps"),
+        ("node-b", COMM, "algbw_gbps"),
+        ("node-c", COMPUTE, "tflops"),
+    }
     assert not strict.failed  # a slow node is flagged, not failed: exit 1 belongs to failing cases
 
 
 def test_a_failing_case_fails_its_node() -> None:
     broken = comm(80.0, Outcome.TIMEOUT, reason="timed out after 60 s on rank 3")
-    fleet = fleet_of(node("node-a"), node("node-b", results=(dataclasses.replace(broken, case="comm[broadcast-ws8]"),)))
+    fleet = fleet_of(
+        node("node-a"), node("node-b", results=(dataclasses.replace(broken, case="comm[broadcast-ws8]"),))
+    )
     (failing,) = row(fleet, "node-b").failing
     assert fleet.failed and (failing.case, failing.outcome, failing.reason) == (
-        "comm[broadcast-ws8]", "timeout", "timed out after 60 s on rank 3")
+        "comm[broadcast-ws8]",
+        "timeout",
+        "timed out after 60 s on rank 3",
+    )
 
 
 def test_the_fleet_runs_the_consistency_rules_of_a_live_job() -> None:
     """One rule set, two sources: the fleet's differences are exactly what `compare` finds over the same prints."""
-    reports = [node("node-a"), node("node-b", deepspeed="0.16.0", variables={"NCCL_IB_HCA": "mlx5_1"}),
-               node("node-c", recording=T4), node("node-d", variables={"SLURM_JOB_ID": "77", "MASTER_PORT": "1"})]
+    reports = [
+        node("node-a"),
+        node("node-b", deepspeed="0.16.0", variables={"NCCL_IB_HCA": "mlx5_1"}),
+        node("node-c", recording=T4),
+        node("node-d", variables={"SLURM_JOB_ID": "77", "MASTER_PORT": "1"}),
+    ]
     fleet = fleet_of(*reports)
     live = compare([report_fingerprint(r) for r in sorted(reports, key=lambda r: r.hardware["host"])])
     assert [(s.key, s.severity) for s in fleet.spreads] == [
-        (f.expected.split(" = ")[0], f.severity.value) for f in live]
+        (f.expected.split(" = ")[0], f.severity.value) for f in live
+    ]
     keys = {s.key for s in fleet.spreads}
     assert {"package:deepspeed", "env:NCCL_IB_HCA", "gpu.name", "driver"} <= keys
     assert not {k for k in keys if k.startswith(("env:SLURM_", "env:MASTER_"))}  # a run's own, not the node's
@@ -99,24 +133,37 @@ def test_a_report_is_fingerprinted_as_a_live_rank_is() -> None:
     from ds_doctor.run.build import build_report
 
     env, hardware = collect_environment()
-    report = build_report(started=NOW, finished=NOW, level=1, argv=(), env=env, hardware=hardware, results=[],
-                          run_dir=None)
+    report = build_report(
+        started=NOW, finished=NOW, level=1, argv=(), env=env, hardware=hardware, results=[], run_dir=None
+    )
     ours, live = report_fingerprint(report), fingerprint(0, None, "cpu")
     shared = set(ours) & set(live)
     assert {"python", "torch.cuda", "package:torch", "package:deepspeed"} <= shared
     assert {k: ours[k] for k in shared} == {k: live[k] for k in shared}
-    assert set(ours) - set(live) <= {"gpu.count"} | {k for k in ours if k.startswith(("gpu.", "driver", "cuda_driver"))}
+    assert set(ours) - set(live) <= {"gpu.count"} | {
+        k for k in ours if k.startswith(("gpu.", "driver", "cuda_driver"))
+    }
 
 
 def test_the_newest_report_of_a_host_wins_and_says_so() -> None:
     old = node("node-a", recording=SICK, started=NOW - dt.timedelta(days=1))
     new, older = node("node-a"), node("node-a", busbw=10.0, started=NOW - dt.timedelta(days=2))
-    fleet = build_fleet([Source("/s/old.json", old), Source("/s/new.json", new), Source("/s/older.json", older),
-                         Source("/s/b.json", node("node-b"))], [], 10.0)
+    fleet = build_fleet(
+        [
+            Source("/s/old.json", old),
+            Source("/s/new.json", new),
+            Source("/s/older.json", older),
+            Source("/s/b.json", node("node-b")),
+        ],
+        [],
+        10.0,
+    )
     a = row(fleet, "node-a")
     assert not fleet.failed and a.source == "/s/new.json" and a.superseded == ("/s/old.json", "/s/older.json")
     assert len(fleet.nodes) == 2 and not a.below
-    assert "node-a: newest of 3 reports of this host; older: /s/old.json, /s/older.json" in render_fleet(fleet)
+    assert "node-a: newest of 3 reports of this host; older: /s/old.json, /s/older.json" in render_fleet(
+        fleet
+    )
 
 
 def test_anonymized_reports_are_rows_of_their_own() -> None:
@@ -131,16 +178,19 @@ def two_node_run(a: Report, b: Report, across: CaseResult) -> Report:
     """The one report `run --nnodes 2` writes, from each node's own report: its results stamped with its node, its
     env and hardware as its node section, and a case across the nodes (node None)."""
     stamped = [dataclasses.replace(r, node=n) for n, part in enumerate((a, b)) for r in part.results]
-    sections = tuple({"node": n, "host": part.hardware["host"], "env": part.env, "hardware": part.hardware}
-                     for n, part in enumerate((a, b)))
+    sections = tuple(
+        {"node": n, "host": part.hardware["host"], "env": part.env, "hardware": part.hardware}
+        for n, part in enumerate((a, b))
+    )
     return dataclasses.replace(a, results=(*stamped, across), nodes=sections)
 
 
 def test_each_node_of_a_multi_node_run_is_a_row_of_its_own() -> None:
     """node 1's versions and GPUs are compared with the fleet as a node of its own; a failing case across the nodes
     shows in both rows, and its bandwidth (the fabric's) is compared nowhere."""
-    across = dataclasses.replace(comm(5.0, Outcome.FAIL, reason="ranks disagree"), case="comm[all_reduce-ws16-n2]",
-                                 nodes=2)
+    across = dataclasses.replace(
+        comm(5.0, Outcome.FAIL, reason="ranks disagree"), case="comm[all_reduce-ws16-n2]", nodes=2
+    )
     run = two_node_run(node("node-a"), node("node-b", deepspeed="0.16.0", recording=SICK), across)
     fleet = fleet_of(run, node("node-c"), node("node-d"))
     assert sorted(n.host for n in fleet.nodes) == ["node-a", "node-b", "node-c", "node-d"]
@@ -154,8 +204,10 @@ def test_each_node_of_a_multi_node_run_is_a_row_of_its_own() -> None:
     assert "one node of a 2-node run" in a.notes[0]
     same_host = two_node_run(node("node-a"), node("node-a"), across)  # two "nodes" on one host: one row
     (only,) = fleet_of(same_host).nodes
-    assert only.source == "/state/0.json" and "2-node run (node-a, node-a): every node's cases in this one row" in \
-        only.notes[0]
+    assert (
+        only.source == "/state/0.json"
+        and "2-node run (node-a, node-a): every node's cases in this one row" in only.notes[0]
+    )
 
 
 def test_what_ranks_sharing_a_gpu_measured_never_meets_the_median() -> None:
@@ -176,7 +228,11 @@ def test_what_ranks_sharing_a_gpu_measured_never_meets_the_median() -> None:
 
 def test_a_shared_gpu_result_is_recognised_as_a_record_and_as_a_dict() -> None:
     result, shared = comm(1.0), with_shared_gpu(comm(1.0))
-    assert on_shared_gpu(shared) and on_shared_gpu(shared.to_dict()) and on_shared_gpu(CaseResult.from_dict(shared.to_dict()))
+    assert (
+        on_shared_gpu(shared)
+        and on_shared_gpu(shared.to_dict())
+        and on_shared_gpu(CaseResult.from_dict(shared.to_dict()))
+    )
     assert not on_shared_gpu(result) and not on_shared_gpu(result.to_dict())
 
 
@@ -185,8 +241,11 @@ def test_measures_are_compared_among_nodes_with_the_same_gpus() -> None:
     h100s = [node(f"h100-{i}") for i in range(3)]
     one = fleet_of(*h100s, node("t4-a", recording=T4, busbw=10.0, tflops=60.0))
     assert not any(n.below for n in one.nodes)
-    two = fleet_of(*h100s, node("t4-a", recording=T4, busbw=10.0, tflops=60.0),
-                   node("t4-b", recording=T4, busbw=20.0, tflops=60.0))
+    two = fleet_of(
+        *h100s,
+        node("t4-a", recording=T4, busbw=10.0, tflops=60.0),
+        node("t4-b", recording=T4, busbw=20.0, tflops=60.0),
+    )
     (low,) = [m for m in row(two, "t4-a").below if m.measure == "busbw_gbps"]
     assert (low.gpus, low.median, round(low.delta_pct or 0, 1)) == ("Tesla T4", 15.0, -33.3)
 
@@ -196,13 +255,25 @@ def test_hostile_strings_stay_in_their_cells(name: str) -> None:
     """Host names, case ids, reasons, versions and variables from other machines' reports keep the Markdown's
     structure (the checks of the report's own Markdown), and the JSON is JSON."""
     text = CORPUS[name]
-    reports = [Report.from_dict(plant(r.to_dict(), text)) for r in
-               (node("node-a", recording=SICK, results=(comm(5.0, Outcome.FAIL, reason="bad"),)), node("node-b"),
-                node("node-c", deepspeed="0.1"))]
+    reports = [
+        Report.from_dict(plant(r.to_dict(), text))
+        for r in (
+            node("node-a", recording=SICK, results=(comm(5.0, Outcome.FAIL, reason="bad"),)),
+            node("node-b"),
+            node("node-c", deepspeed="0.1"),
+        )
+    ]
     fleet = fleet_of(*reports)
     markdown = render_fleet(fleet)
-    problems = [p for p in markdown_problems(markdown)
-                if not (p.startswith("a heading the report did not write") and FLEET_HEADINGS.match(p.split(": ", 1)[1][1:]))]
+    problems = [
+        p
+        for p in markdown_problems(markdown)
+        if not (
+            p.startswith("a heading the report did not write")
+            and FLEET_HEADINGS.match(p.split(": ", 1)[1][1:])
+        )
+    ]
     assert problems == [], problems
     assert json.loads(json.dumps(fleet.to_dict()))["failed"] is True
-    assert max(len(line) for line in markdown.splitlines()) < 20_000  # cells are cut, the long string is not pasted
+    # cells are cut, the long string is not pasted
+    assert max(len(line) for line in markdown.splitlines()) < 20_000

@@ -32,21 +32,40 @@ from tests.reports.hostile import (
 from tests.reports.test_hostile import write_everything
 
 EXAMPLES = int(os.environ.get("DS_DOCTOR_FUZZ_EXAMPLES", "25"))
-FUZZ = settings(derandomize=True, database=None, deadline=None, max_examples=EXAMPLES,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ = settings(
+    derandomize=True,
+    database=None,
+    deadline=None,
+    max_examples=EXAMPLES,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 #: Characters that mean something to one output or another, and any character at all (lone surrogates too).
-SPECIAL = st.sampled_from(list("`~#|<>&[]()!\\*_=-+.:;\"' \t\n\r\x00\x07\x1b\x7f\x85\x9b\u202e\u2066\u2028\ufffe\udc80"))
+SPECIAL = st.sampled_from(
+    list("`~#|<>&[]()!\\*_=-+.:;\"' \t\n\r\x00\x07\x1b\x7f\x85\x9b\u202e\u2066\u2028\ufffe\udc80")
+)
 ANY = st.characters(exclude_categories=())
 PIECES = st.sampled_from([piece for piece in CORPUS.values() if len(piece) < 1000])
-HOSTILE = st.lists(st.one_of(PIECES, st.text(SPECIAL, max_size=12), st.text(ANY, max_size=12),
-                             st.integers(3, 30).map(lambda n: "`" * n)), max_size=6).map("".join)
+HOSTILE = st.lists(
+    st.one_of(
+        PIECES,
+        st.text(SPECIAL, max_size=12),
+        st.text(ANY, max_size=12),
+        st.integers(3, 30).map(lambda n: "`" * n),
+    ),
+    max_size=6,
+).map("".join)
 
 
 def triage_text(text: str) -> str:
     args = hostile_triage(text)
-    return "\n".join([render_triage(args["matches"]), render_findings(args["findings"]),
-                      render_positions(args["positions"])])
+    return "\n".join(
+        [
+            render_triage(args["matches"]),
+            render_findings(args["findings"]),
+            render_positions(args["positions"]),
+        ]
+    )
 
 
 @FUZZ
@@ -57,7 +76,9 @@ def test_every_renderer_keeps_its_invariants(text: str) -> None:
         assert markdown_problems(render_markdown(report, full_report=text, limit=limit)) == []
     assert markdown_problems(render_diff(hostile_diff(text))) == []
     for terminal in (True, False):
-        assert raw_controls(console_output(write_everything(report, text), terminal=terminal, width=160)) == []
+        assert (
+            raw_controls(console_output(write_everything(report, text), terminal=terminal, width=160)) == []
+        )
     assert junit_problems(render_junit(report)) == []
     assert prometheus_problems(render_prometheus(report), len(report.results)) == []
     triage = triage_text(text)
@@ -79,8 +100,15 @@ def test_a_code_span_holds_exactly_its_text(text: str) -> None:
 @given(HOSTILE)
 def test_inline_text_is_one_paragraph_and_one_cell(text: str) -> None:
     blocks = [t.type for t in MD.parse(md_text(text)) if t.nesting >= 0 and t.type != "inline"]
-    assert blocks in ([], ["paragraph_open"], ["code_block"])  # a code block: data indented by 4 spaces, inert
+    # a code block: data indented by 4 spaces, inert
+    assert blocks in (
+        [],
+        ["paragraph_open"],
+        ["code_block"],
+    )
     tokens = MD.parse(f"| a |\n|---|\n| {md_cell(text)} |\n")
     assert [t.type for t in tokens].count("tr_open") == 2 and [t.type for t in tokens].count("td_open") == 1
     children = [c for t in tokens + MD.parse(md_text(text)) if t.type == "inline" for c in t.children or ()]
-    assert not [c.type for c in children if c.type in ("html_inline", "image", "link_open", "softbreak", "hardbreak")]
+    assert not [
+        c.type for c in children if c.type in ("html_inline", "image", "link_open", "softbreak", "hardbreak")
+    ]

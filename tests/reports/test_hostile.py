@@ -27,7 +27,13 @@ from ds_doctor.reports.junit import render_junit
 from ds_doctor.reports.markdown import render_markdown
 from ds_doctor.reports.prometheus import render_prometheus
 from ds_doctor.reports.records import Report
-from ds_doctor.reports.triage import render_findings, render_positions, render_triage, render_triage_markdown, render_versions
+from ds_doctor.reports.triage import (
+    render_findings,
+    render_positions,
+    render_triage,
+    render_triage_markdown,
+    render_versions,
+)
 from tests.reports.hostile import (
     CORPUS,
     ENV,
@@ -76,6 +82,7 @@ def write_everything(report: Report, text: str) -> Callable[[Console], None]:
         print_summary(report, console)
         print_list([CaseRow(text, text, 2, 2)], [FamilyRow(text, text, 1.0, (text,), (text,), text)], console)
         print_paths(console, {"json": text, "markdown": text})
+
     return write
 
 
@@ -86,12 +93,19 @@ def test_the_console_shows_data_and_interprets_none_of_it(name: str, terminal: b
     out = console_output(write_everything(report, text), terminal=terminal, width=400)
     assert raw_controls(out) == []
     if terminal and len(text) < 1000:  # in colour: nothing but rich's own styles
-        assert raw_controls(console_output(write_everything(report, text), terminal=True, width=400, colours=True)) == []
+        assert (
+            raw_controls(
+                console_output(write_everything(report, text), terminal=True, width=400, colours=True)
+            )
+            == []
+        )
     if name.startswith("rich_"):  # markup from data is shown as it is, never applied
         assert "[bold red]PWNED[/bold red]" in out or "[bold]x[/]" in out
         assert ("[link=http://evil.example]" in out and ":fire:" in out) or name == "rich_backslash"
-    lines = environment_lines({**ENV, "packages": {text: text}, "variables": {text: text}},
-                              {"host": text, "cpus": 2, "memory_bytes": 1, "gpus": [GPU | {"name": text}]})
+    lines = environment_lines(
+        {**ENV, "packages": {text: text}, "variables": {text: text}},
+        {"host": text, "cpus": 2, "memory_bytes": 1, "gpus": [GPU | {"name": text}]},
+    )
     assert raw_controls("\n".join(lines)) == [] and all("\n" not in line for line in lines)
     assert all(raw_controls(case_line(r)) == [] and "\n" not in case_line(r) for r in report.results)
 
@@ -127,8 +141,12 @@ def test_prometheus_parses(name: str) -> None:
 def test_triage_text_is_one_line_per_field(name: str) -> None:
     def render(text: str) -> list[str]:
         args = hostile_triage(text)
-        return [render_triage(args["matches"]), render_versions(args["versions"]), render_findings(args["findings"]),
-                render_positions(args["positions"])]
+        return [
+            render_triage(args["matches"]),
+            render_versions(args["versions"]),
+            render_findings(args["findings"]),
+            render_positions(args["positions"]),
+        ]
 
     for hostile, benign in zip(render(CORPUS[name]), render("x"), strict=True):
         assert raw_controls(hostile) == []
@@ -141,4 +159,6 @@ def test_triage_markdown_keeps_its_structure(name: str) -> None:
     text = render_triage_markdown(args["matches"], args["findings"])
     assert markdown_problems(text) == []
     benign = hostile_triage("x")
-    assert len(text.split("\n")) == len(render_triage_markdown(benign["matches"], benign["findings"]).split("\n"))
+    assert len(text.split("\n")) == len(
+        render_triage_markdown(benign["matches"], benign["findings"]).split("\n")
+    )

@@ -22,7 +22,11 @@ def test_every_outcome_maps_to_valid_junit() -> None:
     SCHEMA.validate(xml)
     root = ET.fromstring(xml)
     assert {k: root.get(k) for k in ("tests", "failures", "errors", "skipped")} == {
-        "tests": "7", "failures": "1", "errors": "2", "skipped": "1"}
+        "tests": "7",
+        "failures": "1",
+        "errors": "2",
+        "skipped": "1",
+    }
     assert [s.get("name") for s in root] == ["zero_offload", "frozen_param_names"]
     cases = {c.get("name"): c for c in root.iter("testcase")}
     assert cases["zero_offload[z3-opt-bf16-ws2]"].find("failure").get("type") == "fail"
@@ -38,8 +42,11 @@ def test_every_outcome_maps_to_valid_junit() -> None:
 def test_the_schema_is_not_vacuous() -> None:
     xml = render_junit(a_report([case(Outcome.PASS, "a")]))
     SCHEMA.validate(xml)
-    for broken in (xml.replace(' tests="1"', "", 1), xml.replace("<testcase ", "<testcase bogus=\"1\" ", 1),
-                   xml.replace('time="0.250"', 'time="-1"', 1)):
+    for broken in (
+        xml.replace(' tests="1"', "", 1),
+        xml.replace("<testcase ", '<testcase bogus="1" ', 1),
+        xml.replace('time="0.250"', 'time="-1"', 1),
+    ):
         assert not SCHEMA.is_valid(broken)
 
 

@@ -6,7 +6,15 @@ from __future__ import annotations
 import dataclasses
 
 from ds_doctor.reports.markdown import TICKET_LIMIT, render_markdown
-from ds_doctor.reports.records import CaseResult, Finding, Outcome, RankSummary, Severity, TensorRecord, Verdict
+from ds_doctor.reports.records import (
+    CaseResult,
+    Finding,
+    Outcome,
+    RankSummary,
+    Severity,
+    TensorRecord,
+    Verdict,
+)
 from tests.reports.samples import TOKEN, a_failed_case, a_report, case, issue
 
 
@@ -24,24 +32,40 @@ def test_a_failing_case_shows_the_offending_rows_and_the_remedy() -> None:
 
 def test_warnings_are_listed_once_with_their_cases() -> None:
     warning = Finding("grad_accum_dtype", Severity.WARNING, "bf16 accumulates in bf16", 0)
-    passed = [case(Outcome.PASS, f"z3-{i}", probe="zero_offload", findings=(warning, warning)) for i in range(3)]
+    passed = [
+        case(Outcome.PASS, f"z3-{i}", probe="zero_offload", findings=(warning, warning)) for i in range(3)
+    ]
     text = render_markdown(a_report(passed))
     assert text.count("bf16 accumulates in bf16") == 1 and "3 case(s)" in text
     assert "Cases that need a look" not in text
 
 
 def reproduced(index: int, verdict: Verdict = Verdict.AFFECTED) -> CaseResult:
-    record = TensorRecord(0, "before_save", "param", "emb.weight", "emb.weight", "meta", "float32", (32, 8), 256, 0)
-    finding = Finding("param_name_map", Severity.ERROR, f"emb.weight is stale ({index})", 0, "before_save",
-                      evidence=(record,) * 3, remedy="dispatch before initialize")
-    return case(Outcome.XFAIL if verdict == Verdict.AFFECTED else Outcome.XPASS, f"z{index}-set-tensor",
-                findings=(finding,) if verdict == Verdict.AFFECTED else (),
-                known_issue=issue("ds_frozen_param_not_in_param_names", verdict),
-                notes={"showed": [f"save_checkpoint raised ({index})"]})
+    record = TensorRecord(
+        0, "before_save", "param", "emb.weight", "emb.weight", "meta", "float32", (32, 8), 256, 0
+    )
+    finding = Finding(
+        "param_name_map",
+        Severity.ERROR,
+        f"emb.weight is stale ({index})",
+        0,
+        "before_save",
+        evidence=(record,) * 3,
+        remedy="dispatch before initialize",
+    )
+    return case(
+        Outcome.XFAIL if verdict == Verdict.AFFECTED else Outcome.XPASS,
+        f"z{index}-set-tensor",
+        findings=(finding,) if verdict == Verdict.AFFECTED else (),
+        known_issue=issue("ds_frozen_param_not_in_param_names", verdict),
+        notes={"showed": [f"save_checkpoint raised ({index})"]},
+    )
 
 
 def test_cases_reproducing_one_known_issue_are_grouped_under_it() -> None:
-    text = render_markdown(a_report([reproduced(i) for i in range(6)] + [reproduced(9, Verdict.NOT_AFFECTED)]))
+    text = render_markdown(
+        a_report([reproduced(i) for i in range(6)] + [reproduced(9, Verdict.NOT_AFFECTED)])
+    )
     assert text.count("### `ds_frozen_param_not_in_param_names` — affected: 6 case(s)") == 1
     assert text.count("### `ds_frozen_param_not_in_param_names` — not_affected: 1 case(s)") == 1
     assert all(f"`frozen_param_names[z{i}-set-tensor-ws1]`" in text for i in range(6))
@@ -51,28 +75,47 @@ def test_cases_reproducing_one_known_issue_are_grouped_under_it() -> None:
 
 def test_the_summary_hides_an_unknown_issue_of_a_passing_case() -> None:
     unknown = case(Outcome.PASS, "ok", known_issue=issue("ds_jit_ninja_missing", Verdict.UNKNOWN))
-    known = case(Outcome.PASS, "known", known_issue=issue("ds_z3_offload_gradnorm_device_mismatch", Verdict.NOT_AFFECTED))
+    known = case(
+        Outcome.PASS,
+        "known",
+        known_issue=issue("ds_z3_offload_gradnorm_device_mismatch", Verdict.NOT_AFFECTED),
+    )
     text = render_markdown(a_report([unknown, known]))
     assert "ds_jit_ninja_missing" not in text
     assert "ds_z3_offload_gradnorm_device_mismatch: not_affected" in text
 
 
 def test_measures_show_their_units_and_a_dash_with_the_reason_at_one_rank() -> None:
-    comm = [dataclasses.replace(case(Outcome.PASS, "all_reduce", probe="comm"), world_size=ws, case=f"comm[ar-ws{ws}]",
-                                measures={"algbw_gbps": 1.0, "busbw_gbps": 0.0 if ws == 1 else 1.5},
-                                series=({"bytes": 4096, "time_us": 2.0, "algbw_gbps": 1.0, "busbw_gbps": 1.5},))
-            for ws in (1, 2)]
+    comm = [
+        dataclasses.replace(
+            case(Outcome.PASS, "all_reduce", probe="comm"),
+            world_size=ws,
+            case=f"comm[ar-ws{ws}]",
+            measures={"algbw_gbps": 1.0, "busbw_gbps": 0.0 if ws == 1 else 1.5},
+            series=({"bytes": 4096, "time_us": 2.0, "algbw_gbps": 1.0, "busbw_gbps": 1.5},),
+        )
+        for ws in (1, 2)
+    ]
     text = render_markdown(a_report(comm))
     assert "| case | algbw (GB/s) | busbw (GB/s) |" in text
-    assert "| `comm[ar-ws1]` | — (one rank: no data moves between ranks) | — (one rank: no data moves between ranks) |" in text
+    assert (
+        "| `comm[ar-ws1]` | — (one rank: no data moves between ranks) | — (one rank: no data moves between ranks) |"
+        in text
+    )
     assert "| `comm[ar-ws2]` | 1 | 1.5 |" in text
     assert "| `comm[ar-ws2]` | 4096 | 2.0 | 1.0 | 1.5 |" in text
 
 
 def test_a_huge_run_still_fits_a_ticket() -> None:
     tail = "\n".join(f"line {i} of a long traceback " + "x" * 80 for i in range(400))
-    failing = [dataclasses.replace(a_failed_case(), case=f"zero_offload[z3-{i}-ws2]",
-                                   ranks=(RankSummary(0, "error", "train", traceback=tail),)) for i in range(300)]
+    failing = [
+        dataclasses.replace(
+            a_failed_case(),
+            case=f"zero_offload[z3-{i}-ws2]",
+            ranks=(RankSummary(0, "error", "train", traceback=tail),),
+        )
+        for i in range(300)
+    ]
     text = render_markdown(a_report(failing + [reproduced(i) for i in range(200)]))
     assert len(text) < TICKET_LIMIT
     assert "did not fit a ticket: see the JSON report" in text and "## Device maps" in text
@@ -81,9 +124,11 @@ def test_a_huge_run_still_fits_a_ticket() -> None:
 def test_a_block_cut_to_fit_closes_its_code_block_and_details() -> None:
     """One long traceback line: the case's block is cut inside the code block, which must still be closed (else the
     rest of the ticket renders as code, inside a collapsed <details>)."""
-    long = dataclasses.replace(a_failed_case(), ranks=(RankSummary(0, "error", "train", traceback="Traceback\n" + "x" * 9000),))
+    long = dataclasses.replace(
+        a_failed_case(), ranks=(RankSummary(0, "error", "train", traceback="Traceback\n" + "x" * 9000),)
+    )
     text = render_markdown(a_report([long]))
-    block = text[text.index("### `zero_offload"):text.index("## Device maps")]
+    block = text[text.index("### `zero_offload") : text.index("## Device maps")]
     assert block.count("```") == 2 and block.count("<details>") == block.count("</details>") == 1
     assert "_… the rest of `zero_offload[z3-opt-bf16-ws2]` is in the JSON report._" in block
     assert len(block) < 8_200

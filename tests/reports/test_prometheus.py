@@ -19,19 +19,30 @@ def families(text: str) -> dict[str, list]:
 
 
 def test_metrics_parse_and_carry_outcomes_findings_and_measures() -> None:
-    results = [*every_outcome(), case(Outcome.PASS, 'quote"and\\slash', probe="comm", world_size=2,
-                                      measures={"busbw_gbps": 12.5}),
-               case(Outcome.PASS, "one-rank", probe="comm", measures={"busbw_gbps": 0.0})]
+    results = [
+        *every_outcome(),
+        case(Outcome.PASS, 'quote"and\\slash', probe="comm", world_size=2, measures={"busbw_gbps": 12.5}),
+        case(Outcome.PASS, "one-rank", probe="comm", measures={"busbw_gbps": 0.0}),
+    ]
     metrics = families(render_prometheus(a_report(results)))
     counts = {s.labels["outcome"]: s.value for s in metrics["ds_doctor_cases"]}
     assert counts["fail"] == 1 and counts["error"] == 1 and counts["timeout"] == 1 and counts["pass"] == 3
-    one_hot = [s for s in metrics["ds_doctor_case_outcome"] if s.labels["case"] == "zero_offload[z3-opt-bf16-ws2]"]
-    assert {s.labels["outcome"]: s.value for s in one_hot if s.value} == {"fail": 1.0} and len(one_hot) == len(Outcome)
+    one_hot = [
+        s for s in metrics["ds_doctor_case_outcome"] if s.labels["case"] == "zero_offload[z3-opt-bf16-ws2]"
+    ]
+    assert {s.labels["outcome"]: s.value for s in one_hot if s.value} == {"fail": 1.0} and len(
+        one_hot
+    ) == len(Outcome)
     assert all(s.labels["host"] == "node1" for s in metrics["ds_doctor_case_outcome"])
-    errors = {s.labels["case"]: s.value for s in metrics["ds_doctor_case_findings"] if s.labels["severity"] == "error"}
+    errors = {
+        s.labels["case"]: s.value
+        for s in metrics["ds_doctor_case_findings"]
+        if s.labels["severity"] == "error"
+    }
     assert errors["zero_offload[z3-opt-bf16-ws2]"] == 1
     (bandwidth,) = metrics["ds_doctor_busbw_gbps"]
-    assert bandwidth.value == 12.5 and bandwidth.labels["case"] == 'comm[quote"and\\slash-ws2]'  # escaped, parsed back
+    # escaped, parsed back
+    assert bandwidth.value == 12.5 and bandwidth.labels["case"] == 'comm[quote"and\\slash-ws2]'
     # (the one-rank case has no busbw sample: a collective over one rank moves nothing, its 0 means nothing)
     assert "ds_doctor_tflops" not in metrics  # nothing measured, no family
 
@@ -50,8 +61,15 @@ def test_gpu_health_findings_become_one_sample_per_rule() -> None:
 
     gpus, _, _ = read_gpus(AnsweringNVML(answers("h100_node_sick.json")))
     metrics = families(render_prometheus(a_report(health_results(gpus, None))))
-    rules = {(s.labels["gpu"], s.labels["rule"], s.labels["severity"]) for s in metrics["ds_doctor_gpu_health_finding"]}
+    rules = {
+        (s.labels["gpu"], s.labels["rule"], s.labels["severity"])
+        for s in metrics["ds_doctor_gpu_health_finding"]
+    }
     assert ("gpu_health[gpu1]", "remapped_rows_pending", "error") in rules
     assert ("gpu_health[gpu2]", "pcie_width_downgraded", "warning") in rules
-    fails = {s.labels["case"] for s in metrics["ds_doctor_case_outcome"] if s.labels["outcome"] == "fail" and s.value}
+    fails = {
+        s.labels["case"]
+        for s in metrics["ds_doctor_case_outcome"]
+        if s.labels["outcome"] == "fail" and s.value
+    }
     assert fails == {"gpu_health[gpu1]", "gpu_health[gpu2]"}

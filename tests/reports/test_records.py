@@ -28,7 +28,9 @@ def test_report_round_trips_and_validates() -> None:
     validate(data)
     assert data["schema_version"] == SCHEMA_VERSION == 2
     assert Report.from_dict(json.loads(json.dumps(data))).to_dict() == data
-    assert data["summary"]["fail"] == 1 and data["affecting_issues"][0]["cases"] == ["zero_offload[z3-opt-bf16-ws2]"]
+    assert data["summary"]["fail"] == 1 and data["affecting_issues"][0]["cases"] == [
+        "zero_offload[z3-opt-bf16-ws2]"
+    ]
     assert report.exit_code == ExitCode.CASES_FAILED
 
 
@@ -42,8 +44,12 @@ def test_schema_rejects_malformed_reports(bad: dict) -> None:
 
 
 def test_a_run_whose_cases_all_passed_exits_zero() -> None:
-    passed = [case(Outcome.PASS, "z2-healthy"), case(Outcome.XFAIL, "z2-set-tensor"), case(Outcome.XPASS, "z0"),
-              case(Outcome.SKIP, "no-gpu", reason="needs 2 ranks")]
+    passed = [
+        case(Outcome.PASS, "z2-healthy"),
+        case(Outcome.XFAIL, "z2-set-tensor"),
+        case(Outcome.XPASS, "z0"),
+        case(Outcome.SKIP, "no-gpu", reason="needs 2 ranks"),
+    ]
     assert a_report(passed).exit_code == ExitCode.OK
     assert a_report([]).exit_code == ExitCode.OK  # nothing ran: nothing failed
     for failing in (Outcome.FAIL, Outcome.ERROR, Outcome.TIMEOUT):
@@ -66,8 +72,12 @@ def test_a_version_1_report_reads_its_measures_from_the_notes() -> None:
     v1["schema_version"] = 1
     result = v1["results"][0]
     del result["measures"], result["series"]
-    result["notes"] = {"busbw_gbps": 1.5, "algbw_gbps": 0.75, "backend": "gloo",
-                       "sizes": [{"bytes": 4096, "time_us": 10.0, "algbw_gbps": 0.4, "busbw_gbps": 0.8}]}
+    result["notes"] = {
+        "busbw_gbps": 1.5,
+        "algbw_gbps": 0.75,
+        "backend": "gloo",
+        "sizes": [{"bytes": 4096, "time_us": 10.0, "algbw_gbps": 0.4, "busbw_gbps": 0.8}],
+    }
     validate(v1)  # against the version-1 schema, kept for this
     with pytest.raises(Exception):  # noqa: B017 - a version-1 report is not a valid version-2 one
         validate({**copy.deepcopy(v1), "schema_version": 2})
@@ -79,9 +89,17 @@ def test_a_version_1_report_reads_its_measures_from_the_notes() -> None:
 def test_a_measure_that_means_nothing_at_one_rank_says_why() -> None:
     assert format_measure("busbw_gbps", 0.0, 1) == "busbw — (one rank: no data moves between ranks)"
     assert format_measure("busbw_gbps", 1.25, 2) == "busbw 1.25 GB/s"
-    one_rank = CaseResult(probe="comm", case="comm[all_reduce-ws1]", scenario="smoke", level=2, world_size=1,
-                          device_kind="cpu", outcome=Outcome.PASS, duration_s=0.1,
-                          measures={"busbw_gbps": 0.0, "algbw_gbps": 2.0})
+    one_rank = CaseResult(
+        probe="comm",
+        case="comm[all_reduce-ws1]",
+        scenario="smoke",
+        level=2,
+        world_size=1,
+        device_kind="cpu",
+        outcome=Outcome.PASS,
+        duration_s=0.1,
+        measures={"busbw_gbps": 0.0, "algbw_gbps": 2.0},
+    )
     assert one_rank.applicable_measures() == {}
     assert all(m.unit is not None and m.help for m in MEASURES.values())
 
@@ -91,8 +109,10 @@ def test_a_case_from_two_nodes_keeps_two_keys() -> None:
 
     mine = case(Outcome.PASS, "all_reduce", probe="comm", world_size=2)
     assert mine.key == "comm[all_reduce-ws2]"
-    assert {dataclasses.replace(mine, node=n).key for n in (0, 1)} == {"comm[all_reduce-ws2]@node0",
-                                                                       "comm[all_reduce-ws2]@node1"}
+    assert {dataclasses.replace(mine, node=n).key for n in (0, 1)} == {
+        "comm[all_reduce-ws2]@node0",
+        "comm[all_reduce-ws2]@node1",
+    }
 
 
 def test_a_hung_rank_round_trips_with_its_stacks_positions_and_stages() -> None:
@@ -101,11 +121,21 @@ def test_a_hung_rank_round_trips_with_its_stacks_positions_and_stages() -> None:
     from ds_doctor.reports.hang import CollectivePosition, Frame, StageTime, ThreadStack
     from ds_doctor.reports.records import RankSummary
 
-    rank = RankSummary(rank=1, outcome="timeout", stage="planted",
-                       stacks=(ThreadStack("MainThread", (Frame("wait_for_me", "/p/h.py", 22), Frame("... 2 frames of torch")),
-                                           current=True),),
-                       collectives=(CollectivePosition("0:default_pg", 1, "all_reduce", 2, "[[1024]] Float", "scheduled"),),
-                       stages=(StageTime("planted", 0.01, 5.0),), native_stack="Thread 1 (idle)")
+    rank = RankSummary(
+        rank=1,
+        outcome="timeout",
+        stage="planted",
+        stacks=(
+            ThreadStack(
+                "MainThread",
+                (Frame("wait_for_me", "/p/h.py", 22), Frame("... 2 frames of torch")),
+                current=True,
+            ),
+        ),
+        collectives=(CollectivePosition("0:default_pg", 1, "all_reduce", 2, "[[1024]] Float", "scheduled"),),
+        stages=(StageTime("planted", 0.01, 5.0),),
+        native_stack="Thread 1 (idle)",
+    )
     hung = dataclasses.replace(case(Outcome.TIMEOUT, "hung"), ranks=(rank,))
     data = a_report([hung]).to_dict()
     validate(data)

@@ -19,7 +19,10 @@ from ds_doctor.reports.safe import (
 
 
 def test_control_characters_are_shown_escaped() -> None:
-    assert visible("a\x1b[2Jb\rc\x00\x9b\u202e\udc80\ufffe\td\r\ne") == "a\\x1b[2Jb\\rc\\0\\x9b\\u202e\\udc80\\ufffe\td\ne"
+    assert (
+        visible("a\x1b[2Jb\rc\x00\x9b\u202e\udc80\ufffe\td\r\ne")
+        == "a\\x1b[2Jb\\rc\\0\\x9b\\u202e\\udc80\\ufffe\td\ne"
+    )
     assert one_line("one\ntwo\r\nthree") == "one two three"
     assert clip("x" * 50, 10) == "x" * 9 + "…" and clip("short", 10) == "short"
     assert visible("emoji \U0001f525 and ümlauts") == "emoji \U0001f525 and ümlauts"

@@ -23,7 +23,9 @@ class Regression(torch.nn.Module):
 
 
 def make_batch(batch_size: int, device: Any) -> tuple[Any, Any]:
-    return torch.randn(batch_size, IN_FEATURES, device=device), torch.randn(batch_size, OUT_FEATURES, device=device)
+    return torch.randn(batch_size, IN_FEATURES, device=device), torch.randn(
+        batch_size, OUT_FEATURES, device=device
+    )
 
 
 def regression() -> tuple[torch.nn.Module, Any]:

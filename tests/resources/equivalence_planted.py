@@ -9,30 +9,55 @@ import dataclasses
 from ds_doctor.plugins import Variant
 from ds_doctor.probes.equivalence import probe as equivalence
 
-SPEC = dataclasses.replace(equivalence.SPEC, name="equivalence_planted",
-                           description="equivalence with planted divergences (tests only)")
+SPEC = dataclasses.replace(
+    equivalence.SPEC,
+    name="equivalence_planted",
+    description="equivalence with planted divergences (tests only)",
+)
 _BY_NAME = {route.name: route for route in equivalence.ROUTES}
 REGRESSION = "tests.resources.equivalence_models:regression"
 PLANTED = (
     # a user's module that divides its loss by the world size on top of DDP's gradient average
-    dataclasses.replace(_BY_NAME["ddp"], name="ddp-loss-over-world-size",
-                        model="tests.resources.equivalence_models:loss_over_world_size", issue="ddp_loss_averaged_twice",
-                        what="DDP on a module whose loss is divided by the world size by hand"),
-    dataclasses.replace(_BY_NAME["deepspeed-z2"], name="deepspeed-z2-loss-over-world-size",
-                        model="tests.resources.equivalence_models:loss_over_world_size", issue="ddp_loss_averaged_twice",
-                        what="ZeRO-2 on a module whose loss is divided by the world size by hand"),
+    dataclasses.replace(
+        _BY_NAME["ddp"],
+        name="ddp-loss-over-world-size",
+        model="tests.resources.equivalence_models:loss_over_world_size",
+        issue="ddp_loss_averaged_twice",
+        what="DDP on a module whose loss is divided by the world size by hand",
+    ),
+    dataclasses.replace(
+        _BY_NAME["deepspeed-z2"],
+        name="deepspeed-z2-loss-over-world-size",
+        model="tests.resources.equivalence_models:loss_over_world_size",
+        issue="ddp_loss_averaged_twice",
+        what="ZeRO-2 on a module whose loss is divided by the world size by hand",
+    ),
     # FSDP1 clipped with torch.nn.utils.clip_grad_norm_: each rank's norm of its own FlatParameter shards
-    dataclasses.replace(_BY_NAME["fsdp1"], name="fsdp1-torch-clip", local_clip=True,
-                        issue="fsdp1_clip_grad_norm_local_shards",
-                        what="FSDP1 clipped with torch.nn.utils.clip_grad_norm_ (a shard's norm, not the global one)"),
+    dataclasses.replace(
+        _BY_NAME["fsdp1"],
+        name="fsdp1-torch-clip",
+        local_clip=True,
+        issue="fsdp1_clip_grad_norm_local_shards",
+        what="FSDP1 clipped with torch.nn.utils.clip_grad_norm_ (a shard's norm, not the global one)",
+    ),
     # resumes that restore less than they saved (on the MLP as a user factory whatever --model says: the new
     # process then imports no transformers, which keeps the test's run short)
-    dataclasses.replace(_BY_NAME["resume-deepspeed"], name="resume-deepspeed-no-optimizer", drop=("optimizer",),
-                        issue="ds_resume_state_not_restored",
-                        model=REGRESSION, what="load_checkpoint(load_optimizer_states=False)"),
-    dataclasses.replace(_BY_NAME["resume-accelerate"], name="resume-accelerate-scheduler-not-prepared",
-                        drop=("scheduler",), model=REGRESSION, issue="acc_resume_scheduler_not_registered",
-                        what="a LambdaLR stepped by hand but never passed to prepare (so never saved by save_state)"),
+    dataclasses.replace(
+        _BY_NAME["resume-deepspeed"],
+        name="resume-deepspeed-no-optimizer",
+        drop=("optimizer",),
+        issue="ds_resume_state_not_restored",
+        model=REGRESSION,
+        what="load_checkpoint(load_optimizer_states=False)",
+    ),
+    dataclasses.replace(
+        _BY_NAME["resume-accelerate"],
+        name="resume-accelerate-scheduler-not-prepared",
+        drop=("scheduler",),
+        model=REGRESSION,
+        issue="acc_resume_scheduler_not_registered",
+        what="a LambdaLR stepped by hand but never passed to prepare (so never saved by save_state)",
+    ),
 )
 
 

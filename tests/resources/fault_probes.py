@@ -10,8 +10,13 @@ import time
 
 from ds_doctor.plugins import ProbeContext, ProbeSpec, Variant
 
-SPEC = ProbeSpec(name="faults", scenario="smoke", description="planted faults for the runner's tests",
-                 world_sizes=(2,), timeout_s=6.0)
+SPEC = ProbeSpec(
+    name="faults",
+    scenario="smoke",
+    description="planted faults for the runner's tests",
+    world_sizes=(2,),
+    timeout_s=6.0,
+)
 
 
 def variants() -> list[Variant]:

@@ -8,8 +8,13 @@ import time
 
 from ds_doctor.plugins import ProbeContext, ProbeSpec, Variant
 
-SPEC = ProbeSpec(name="hangs", scenario="smoke", description="planted hangs for the forensics tests",
-                 world_sizes=(2,), timeout_s=5.0)
+SPEC = ProbeSpec(
+    name="hangs",
+    scenario="smoke",
+    description="planted hangs for the forensics tests",
+    world_sizes=(2,),
+    timeout_s=5.0,
+)
 FAULTS = ("missing", "mismatch", "deadlock", "straggler")
 
 

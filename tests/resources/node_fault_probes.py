@@ -8,8 +8,14 @@ import time
 
 from ds_doctor.plugins import ProbeContext, ProbeSpec, Variant
 
-SPEC = ProbeSpec(name="node_faults", scenario="smoke", description="a case across the nodes that waits to be killed",
-                 world_sizes=(), timeout_s=60.0, across_nodes=("*",))
+SPEC = ProbeSpec(
+    name="node_faults",
+    scenario="smoke",
+    description="a case across the nodes that waits to be killed",
+    world_sizes=(),
+    timeout_s=60.0,
+    across_nodes=("*",),
+)
 WAIT_S = 6.0  # time enough for a test that polls the heartbeat every 0.2 s to kill a node
 
 

@@ -39,8 +39,10 @@ class TinyLM(nn.Module):
         logits = self.head(torch.tanh(self.body(self.emb(input_ids))))
         if labels is None:
             return logits
-        return {"loss": nn.functional.cross_entropy(logits.reshape(-1, VOCAB).float(), labels.reshape(-1)),
-                "logits": logits}
+        return {
+            "loss": nn.functional.cross_entropy(logits.reshape(-1, VOCAB).float(), labels.reshape(-1)),
+            "logits": logits,
+        }
 
 
 def tiny_lm() -> TinyLM:
@@ -83,12 +85,18 @@ def deepspeed_job(plant: str, out: Path, raise_on: str | None) -> dict[str, Any]
     from ds_doctor.api import DoctorError, watch
 
     deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
-    config = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, "gradient_clipping": 1.0,
-              "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}, "steps_per_print": 10**9,
-              "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "pin_memory": False}}}
+    config = {
+        "train_micro_batch_size_per_gpu": 2,
+        "gradient_accumulation_steps": 2,
+        "gradient_clipping": 1.0,
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+        "steps_per_print": 10**9,
+        "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "pin_memory": False}},
+    }
     model = tiny_lm()
-    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=[p for p in model.parameters()
-                                                                          if p.requires_grad], config=config)
+    engine, _, _, _ = deepspeed.initialize(
+        model=model, model_parameters=[p for p in model.parameters() if p.requires_grad], config=config
+    )
     before = {name: vars(engine).get(name) for name in ("save_checkpoint", "load_checkpoint", "step")}
     result: dict[str, Any] = {"error": None}
     w = watch(engine, out=out / "watch.json", every=2, raise_on=raise_on)
@@ -111,34 +119,54 @@ def deepspeed_job(plant: str, out: Path, raise_on: str | None) -> dict[str, Any]
     return result
 
 
-def accelerate_job(plant: str, out: Path, raise_on: str | None) -> dict[str, Any]:
+def _accelerator(plant: str) -> Any:
+    """Accelerate driving DeepSpeed ZeRO-2 with the optimizer in the config; else plain (on CPU, torchrun's ranks
+    make MULTI_CPU)."""
     from accelerate import Accelerator
-    from accelerate.utils import DeepSpeedPlugin, DummyOptim, InitProcessGroupKwargs
+    from accelerate.utils import DeepSpeedPlugin, InitProcessGroupKwargs
 
+    if plant not in ("deepspeed", "deepspeed-s1"):
+        return Accelerator(cpu=not torch.cuda.is_available())
+    config = {
+        "train_micro_batch_size_per_gpu": 2,
+        "gradient_accumulation_steps": 1,
+        "steps_per_print": 10**9,
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+        "zero_optimization": {"stage": 2},
+    }
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    return Accelerator(
+        deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=config),
+        kwargs_handlers=[InitProcessGroupKwargs(backend=backend)],
+    )
+
+
+def _optimizer(plant: str, trainable: list[Any]) -> Any:
+    """The config's placeholder under DeepSpeed; S4 live on a GPU (prodigy-plus-schedule-free < 1.9.2 leaves its
+    group tensors on the CPU); else an SGD that keeps a tensor in its groups."""
+    from accelerate.utils import DummyOptim
+
+    if plant in ("deepspeed", "deepspeed-s1"):
+        return DummyOptim(trainable)
+    if plant == "ppsf":
+        from prodigyplus import ProdigyPlusScheduleFree
+
+        return ProdigyPlusScheduleFree(trainable, lr=1.0)
+    return GroupTensorSGD(trainable)
+
+
+def accelerate_job(plant: str, out: Path, raise_on: str | None) -> dict[str, Any]:
     from ds_doctor.api import DoctorError, watch
 
     model = tiny_lm()
     trainable = [p for p in model.parameters() if p.requires_grad]
-    if plant in ("deepspeed", "deepspeed-s1"):  # Accelerate driving DeepSpeed ZeRO-2, the optimizer in the config
-        config = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1, "steps_per_print": 10**9,
-                  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}, "zero_optimization": {"stage": 2}}
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=config),
-                                  kwargs_handlers=[InitProcessGroupKwargs(backend=backend)])
-    else:
-        accelerator = Accelerator(cpu=not torch.cuda.is_available())  # on CPU, torchrun's ranks make MULTI_CPU
-    if plant in ("deepspeed", "deepspeed-s1"):
-        optimizer: Any = DummyOptim(trainable)
-    elif plant == "ppsf":  # S4 live on a GPU: prodigy-plus-schedule-free < 1.9.2 leaves its group tensors on the CPU
-        from prodigyplus import ProdigyPlusScheduleFree
-
-        optimizer = ProdigyPlusScheduleFree(trainable, lr=1.0)
-    else:
-        optimizer = GroupTensorSGD(trainable)
+    accelerator, optimizer = _accelerator(plant), _optimizer(plant, trainable)
     model, optimizer = accelerator.prepare(model, optimizer)
     result: dict[str, Any] = {"error": None, "distributed_type": str(accelerator.distributed_type)}
     hooks_before = len(accelerator._save_model_state_pre_hook)
-    w = watch(accelerator, out=out if plant == "main-only" else out / "watch.json", every=2, raise_on=raise_on)
+    w = watch(
+        accelerator, out=out if plant == "main-only" else out / "watch.json", every=2, raise_on=raise_on
+    )
     try:
         for step in range(STEPS):
             x, y = ids(step, accelerator.process_index)
@@ -166,10 +194,12 @@ def accelerate_job(plant: str, out: Path, raise_on: str | None) -> dict[str, Any
     finally:
         w.close()
     result["saved"] = (out / "state").is_dir() and any((out / "state").iterdir())
-    result["restored"] = {"load_state": "load_state" not in vars(accelerator),
-                          "step": "step" not in vars(optimizer),
-                          "engine": not any(name in vars(model) for name in ("save_checkpoint", "step")),
-                          "save_hooks": len(accelerator._save_model_state_pre_hook) == hooks_before}
+    result["restored"] = {
+        "load_state": "load_state" not in vars(accelerator),
+        "step": "step" not in vars(optimizer),
+        "engine": not any(name in vars(model) for name in ("save_checkpoint", "step")),
+        "save_hooks": len(accelerator._save_model_state_pre_hook) == hooks_before,
+    }
     return result
 
 
@@ -204,9 +234,18 @@ def trainer_job(plant: str, out: Path, raise_on: str | None) -> dict[str, Any]:
                 model.body.weight = nn.Parameter(model.body.weight.detach().clone())
 
     data = [{"input_ids": x[0], "labels": y[0]} for x, y in (ids(i, 0, batch=1) for i in range(16))]
-    args = TrainingArguments(output_dir=str(out / "trainer"), max_steps=STEPS, save_strategy="steps", save_steps=2,
-                             per_device_train_batch_size=2, report_to=[], logging_steps=1000, disable_tqdm=True,
-                             use_cpu=not torch.cuda.is_available(), seed=0)
+    args = TrainingArguments(
+        output_dir=str(out / "trainer"),
+        max_steps=STEPS,
+        save_strategy="steps",
+        save_steps=2,
+        per_device_train_batch_size=2,
+        report_to=[],
+        logging_steps=1000,
+        disable_tqdm=True,
+        use_cpu=not torch.cuda.is_available(),
+        seed=0,
+    )
     callbacks: list[Any] = [ReplaceBeforeSave()] if plant == "s1" else []
     doctor = DoctorCallback(out=out / "watch.json", every=2, raise_on=raise_on)
     trainer = Trainer(model=tiny_lm(), args=args, train_dataset=data, callbacks=[*callbacks, doctor])
@@ -215,7 +254,9 @@ def trainer_job(plant: str, out: Path, raise_on: str | None) -> dict[str, Any]:
         trainer.train()
     except DoctorError as exc:
         result["error"] = f"DoctorError: {exc}"
-    checkpoints = sorted(p.name for p in (out / "trainer").glob("checkpoint-*")) if (out / "trainer").is_dir() else []
+    checkpoints = (
+        sorted(p.name for p in (out / "trainer").glob("checkpoint-*")) if (out / "trainer").is_dir() else []
+    )
     result["saved"] = bool(checkpoints)
     result["checkpoints"] = checkpoints
     result["restored"] = {"closed": bool(doctor.watch and doctor.watch.closed)}
@@ -233,7 +274,8 @@ def main() -> None:
     (out / f"rank{rank}.json").write_text(json.dumps(result, default=str))
     import torch.distributed as dist
 
-    if dist.is_initialized():  # leave together: a rank whose peer's gloo pairs close under it at exit can abort
+    # leave together: a rank whose peer's gloo pairs close under it at exit can abort
+    if dist.is_initialized():
         dist.barrier()  # ("terminate called without an active exception", seen once per planted job in CI)
         dist.destroy_process_group()
 

@@ -46,13 +46,19 @@ def test_a_failed_setup_takes_every_case_of_its_probe_and_no_other() -> None:
     assert culprit(ending, CASES) == setup_name("alpha")
     assert victims(setup_name("alpha"), CASES, across_nodes=False) == [A1, A2]
     _, causes = attribute(CASES, {}, ending, across_nodes=False)
-    assert set(causes) == {A1.id, A2.id} and all(c is Cause.CRASHED for r in causes.values() for c in r.values())
+    assert set(causes) == {A1.id, A2.id} and all(
+        c is Cause.CRASHED for r in causes.values() for c in r.values()
+    )
 
 
 def test_a_launch_that_never_reached_a_case_takes_everything_unfinished() -> None:
-    assert culprit(Ending(None, {}), CASES) is None and victims(None, CASES, across_nodes=False) == list(CASES)
+    assert culprit(Ending(None, {}), CASES) is None and victims(None, CASES, across_nodes=False) == list(
+        CASES
+    )
     assert victims(LAUNCH, CASES, across_nodes=False) == list(CASES)
-    _, causes = attribute(CASES, {}, Ending(LAUNCH, beats((0, LAUNCH, "init_process_group"))), across_nodes=False)
+    _, causes = attribute(
+        CASES, {}, Ending(LAUNCH, beats((0, LAUNCH, "init_process_group"))), across_nodes=False
+    )
     assert causes[B1.id] == {0: Cause.TIMED_OUT, 1: Cause.TIMED_OUT}
 
 

@@ -26,40 +26,89 @@ def line(case_id: str, rank: int, outcome: Outcome, **fields: Any) -> RankLine:
     return RankLine(case_id, rank, 2, outcome, **fields)
 
 
-@pytest.mark.parametrize(("caught", "shown", "outcome", "verdict"), [
-    (True, True, Outcome.XFAIL, Verdict.AFFECTED),
-    (False, True, Outcome.FAIL, Verdict.AFFECTED),
-    (False, False, Outcome.XPASS, Verdict.NOT_AFFECTED),
-])
-def test_a_reproduce_case_gets_its_verdict_from_what_showed(caught: bool, shown: bool, outcome: Outcome,
-                                                            verdict: Verdict) -> None:
+@pytest.mark.parametrize(
+    ("caught", "shown", "outcome", "verdict"),
+    [
+        (True, True, Outcome.XFAIL, Verdict.AFFECTED),
+        (False, True, Outcome.FAIL, Verdict.AFFECTED),
+        (False, False, Outcome.XPASS, Verdict.NOT_AFFECTED),
+    ],
+)
+def test_a_reproduce_case_gets_its_verdict_from_what_showed(
+    caught: bool, shown: bool, outcome: Outcome, verdict: Verdict
+) -> None:
     finding = Finding("param_name_map", Severity.ERROR, "emb.weight is stale", rank=1)
-    lines = [line(S1, 1, outcome, findings=(finding,) if caught else (), known_issue="ds_frozen_param_not_in_param_names",
-                  issue_shown=shown, notes={"showed": ["save raised"]} if shown else {}),
-             line(S1, 0, Outcome.XPASS if outcome == Outcome.XPASS else outcome,
-                  known_issue="ds_frozen_param_not_in_param_names")]
+    lines = [
+        line(
+            S1,
+            1,
+            outcome,
+            findings=(finding,) if caught else (),
+            known_issue="ds_frozen_param_not_in_param_names",
+            issue_shown=shown,
+            notes={"showed": ["save raised"]} if shown else {},
+        ),
+        line(
+            S1,
+            0,
+            Outcome.XPASS if outcome == Outcome.XPASS else outcome,
+            known_issue="ds_frozen_param_not_in_param_names",
+        ),
+    ]
     result = merge_case(planned(S1), lines, VERSIONS)
     assert result.outcome == outcome and [r.rank for r in result.ranks] == [0, 1]
-    assert result.known_issue.id == "ds_frozen_param_not_in_param_names" and result.known_issue.verdict == verdict
+    assert (
+        result.known_issue.id == "ds_frozen_param_not_in_param_names"
+        and result.known_issue.verdict == verdict
+    )
     assert result.findings == ((finding,) if caught else ())
 
 
 def test_the_worst_rank_decides_and_measures_come_from_the_first_rank_that_has_them() -> None:
-    record = TensorRecord(1, "after_step", "fp32_partition", "optimizer.x", None, "cpu", "float32", (4,), 4, 16)
-    lines = [line(S2, 0, Outcome.PASS, measures={"tflops": 2.0}, notes={"a": 0}, duration_s=1.0),
-             line(S2, 1, Outcome.FAIL, reason="1 fp32 partition(s) not on cpu", device_map=(record,),
-                  measures={"tflops": 1.0}, notes={"a": 1, "b": 1}, duration_s=3.0)]
+    record = TensorRecord(
+        1, "after_step", "fp32_partition", "optimizer.x", None, "cpu", "float32", (4,), 4, 16
+    )
+    lines = [
+        line(S2, 0, Outcome.PASS, measures={"tflops": 2.0}, notes={"a": 0}, duration_s=1.0),
+        line(
+            S2,
+            1,
+            Outcome.FAIL,
+            reason="1 fp32 partition(s) not on cpu",
+            device_map=(record,),
+            measures={"tflops": 1.0},
+            notes={"a": 1, "b": 1},
+            duration_s=3.0,
+        ),
+    ]
     result = merge_case(planned(S2), lines, VERSIONS)
-    assert (result.outcome, result.reason, result.duration_s) == (Outcome.FAIL, "1 fp32 partition(s) not on cpu", 3.0)
-    assert result.device_map == (record,) and result.measures == {"tflops": 2.0} and result.notes == {"a": 0, "b": 1}
+    assert (result.outcome, result.reason, result.duration_s) == (
+        Outcome.FAIL,
+        "1 fp32 partition(s) not on cpu",
+        3.0,
+    )
+    assert (
+        result.device_map == (record,)
+        and result.measures == {"tflops": 2.0}
+        and result.notes == {"a": 0, "b": 1}
+    )
     # the family's own issue, judged by the installed version when nothing showed
-    assert (result.known_issue.id, result.known_issue.verdict) == ("ds_z3_offload_gradnorm_device_mismatch",
-                                                                   Verdict.NOT_AFFECTED)
+    assert (result.known_issue.id, result.known_issue.verdict) == (
+        "ds_z3_offload_gradnorm_device_mismatch",
+        Verdict.NOT_AFFECTED,
+    )
 
 
 def test_an_error_is_classified_against_every_known_issue() -> None:
-    crash = line(S2, 1, Outcome.ERROR, reason="rank 1 killed by SIGKILL in stage 'train'", signal="SIGKILL",
-                 exit_code=-9, stderr_tail="exitcode  : -9 (pid: 12)")
+    crash = line(
+        S2,
+        1,
+        Outcome.ERROR,
+        reason="rank 1 killed by SIGKILL in stage 'train'",
+        signal="SIGKILL",
+        exit_code=-9,
+        stderr_tail="exitcode  : -9 (pid: 12)",
+    )
     result = merge_case(planned(S2), [line(S2, 0, Outcome.PASS), crash], VERSIONS)
     assert result.outcome == Outcome.ERROR
     assert (result.known_issue.id, result.known_issue.verdict) == ("torchrun_child_sigkill", Verdict.AFFECTED)
@@ -68,18 +117,31 @@ def test_an_error_is_classified_against_every_known_issue() -> None:
 
 def test_an_unrecognised_error_is_not_given_the_familys_issue() -> None:
     """An exception no signature matches stays unclassified, even where the family's issue is affected by version."""
-    error = ErrorInfo("ImportError", "cannot import name 'x' from 'y'", "Traceback (most recent call last):\n"
-                      "ImportError: cannot import name 'x' from 'y'")
-    result = merge_case(planned(S2), [line(S2, 0, Outcome.ERROR, error=error, reason="ImportError")],
-                        {**VERSIONS, "deepspeed": "0.14.2"})
+    error = ErrorInfo(
+        "ImportError",
+        "cannot import name 'x' from 'y'",
+        "Traceback (most recent call last):\nImportError: cannot import name 'x' from 'y'",
+    )
+    result = merge_case(
+        planned(S2),
+        [line(S2, 0, Outcome.ERROR, error=error, reason="ImportError")],
+        {**VERSIONS, "deepspeed": "0.14.2"},
+    )
     assert result.outcome == Outcome.ERROR and result.known_issue is None
     passed = merge_case(planned(S2), [line(S2, 0, Outcome.PASS)], {**VERSIONS, "deepspeed": "0.14.2"})
-    assert (passed.known_issue.id, passed.known_issue.verdict) == ("ds_z3_offload_gradnorm_device_mismatch",
-                                                                   Verdict.AFFECTED)
+    assert (passed.known_issue.id, passed.known_issue.verdict) == (
+        "ds_z3_offload_gradnorm_device_mismatch",
+        Verdict.AFFECTED,
+    )
 
 
 def test_the_traceback_of_a_rank_reaches_the_case() -> None:
-    error = ErrorInfo("ValueError", "planted", "Traceback (most recent call last):\n  ...\nValueError: planted")
-    result = merge_case(planned(S2), [line(S2, 0, Outcome.ERROR, error=error, reason="ValueError: planted"),
-                                      line(S2, 1, Outcome.PASS)], VERSIONS)
+    error = ErrorInfo(
+        "ValueError", "planted", "Traceback (most recent call last):\n  ...\nValueError: planted"
+    )
+    result = merge_case(
+        planned(S2),
+        [line(S2, 0, Outcome.ERROR, error=error, reason="ValueError: planted"), line(S2, 1, Outcome.PASS)],
+        VERSIONS,
+    )
     assert result.ranks[0].traceback.startswith("Traceback") and result.reason == "ValueError: planted"

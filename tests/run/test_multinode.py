@@ -30,17 +30,23 @@ def test_the_plan_hash_follows_what_must_agree() -> None:
         return plan_hash(run_options, make_plan(run_options, Hardware("cpu", 0)))
 
     assert digest(level=2) == digest(level=2)
-    assert len({digest(level=2), digest(level=1), digest(level=2, keyword="comm"), digest(level=2, nproc=1)}) == 4
+    assert (
+        len({digest(level=2), digest(level=1), digest(level=2, keyword="comm"), digest(level=2, nproc=1)})
+        == 4
+    )
     plan = make_plan(RunOptions(cluster=CLUSTER, keyword="comm and all_reduce"), Hardware("cpu", 0))
     assert [(g.name, [c.id for c in g.cases]) for g in plan.groups if g.nodes > 1] == [
-        ("ws4-n2", ["comm[all_reduce-ws4-n2]"])]
+        ("ws4-n2", ["comm[all_reduce-ws4-n2]"])
+    ]
 
 
 def test_a_disagreement_names_the_node_and_what_differs() -> None:
     assert disagreement({0: said(), 1: said()}) is None
     line = disagreement({0: said(), 1: said(version="0.2.0", plan="def")})
-    assert line == ("the nodes disagree on what to run: node 1 (gpu-b): ds-doctor 0.2.0 (node 0 has 0.1.0), plan def "
-                    "(node 0 has abc: other -k, --level, --nproc or --timeout?)")
+    assert line == (
+        "the nodes disagree on what to run: node 1 (gpu-b): ds-doctor 0.2.0 (node 0 has 0.1.0), plan def "
+        "(node 0 has abc: other -k, --level, --nproc or --timeout?)"
+    )
 
 
 def test_launches_across_the_nodes_use_torchruns_c10d_rendezvous(tmp_path: Path) -> None:
@@ -49,20 +55,34 @@ def test_launches_across_the_nodes_use_torchruns_c10d_rendezvous(tmp_path: Path)
     local = torchrun_command(inside[0], tmp_path, CLUSTER)
     assert "--nnodes=1" in local and "--master-addr=127.0.0.1" in local  # inside a node: private, on loopback
     command = " ".join(torchrun_command(across[0], tmp_path, CLUSTER, attempt=0))
-    for part in ("--nnodes=2", "--nproc-per-node=2", "--rdzv-backend=c10d", "--rdzv-endpoint=10.0.0.1:29400",
-                 "--rdzv-id=job7-ws4-n2-0", "join_timeout=120", *rendezvous_options(CLUSTER.host, CLUSTER.port)[0]):
+    for part in (
+        "--nnodes=2",
+        "--nproc-per-node=2",
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=10.0.0.1:29400",
+        "--rdzv-id=job7-ws4-n2-0",
+        "join_timeout=120",
+        *rendezvous_options(CLUSTER.host, CLUSTER.port)[0],
+    ):
         assert part in command, part
     exchange = " ".join(exchange_command(CLUSTER, tmp_path, "closing", 30))
-    assert "--nnodes=1:2" in exchange and "last_call_timeout=30" in exchange and "--rdzv-id=job7-closing" in exchange
+    assert (
+        "--nnodes=1:2" in exchange
+        and "last_call_timeout=30" in exchange
+        and "--rdzv-id=job7-closing" in exchange
+    )
     assert "--this-node 1" in exchange  # not --node: torchrun's parser would take it for --node-rank
 
 
 def test_sockets_stay_on_loopback_unless_a_launch_spans_real_hosts() -> None:
     assert "GLOO_SOCKET_IFNAME" in rank_environment(DEFAULTS)
-    assert "GLOO_SOCKET_IFNAME" in rank_environment(DEFAULTS, CLUSTER, across=False)  # the cases inside a node
+    # the cases inside a node
+    assert "GLOO_SOCKET_IFNAME" in rank_environment(DEFAULTS, CLUSTER, across=False)
     env = rank_environment(DEFAULTS, CLUSTER, across=True)
     where = facing(CLUSTER.host, CLUSTER.port)  # the user's choice, else the interface facing the rendezvous
-    assert env.get("GLOO_SOCKET_IFNAME") == os.environ.get("GLOO_SOCKET_IFNAME") or (where and where.interface)
+    assert env.get("GLOO_SOCKET_IFNAME") == os.environ.get("GLOO_SOCKET_IFNAME") or (
+        where and where.interface
+    )
 
 
 def test_the_report_is_written_by_node_0_or_the_lowest_node_left() -> None:

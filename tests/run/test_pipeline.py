@@ -32,19 +32,33 @@ class Recorder:
 
 
 def test_select_takes_level_and_keyword() -> None:
-    cases = pipeline.select(pipeline.RunOptions(level=3, keyword="zero_offload and z1 and bf16"), Hardware("cpu", 0), 2)
-    assert [c.id for c in cases] == ["zero_offload[z1-none-bf16-ws1]", "zero_offload[z1-none-bf16-ws2]",
-                                     "zero_offload[z1-opt-bf16-ws1]", "zero_offload[z1-opt-bf16-ws2]"]
-    assert pipeline.select(pipeline.RunOptions(level=2, keyword="zero_offload and z1"), Hardware("cpu", 0), 2) == []
+    cases = pipeline.select(
+        pipeline.RunOptions(level=3, keyword="zero_offload and z1 and bf16"), Hardware("cpu", 0), 2
+    )
+    assert [c.id for c in cases] == [
+        "zero_offload[z1-none-bf16-ws1]",
+        "zero_offload[z1-none-bf16-ws2]",
+        "zero_offload[z1-opt-bf16-ws1]",
+        "zero_offload[z1-opt-bf16-ws2]",
+    ]
+    assert (
+        pipeline.select(pipeline.RunOptions(level=2, keyword="zero_offload and z1"), Hardware("cpu", 0), 2)
+        == []
+    )
 
 
 def test_the_plan_groups_launches_and_keeps_skips_in_the_selection_order() -> None:
     options = pipeline.RunOptions(level=3, keyword="zero_offload and z1 and bf16", nproc=1)
-    run_plan = pipeline.make_plan(options, Hardware("cuda", 1))  # one rank asked for: the two-rank cases cannot run
+    # one rank asked for: the two-rank cases cannot run
+    run_plan = pipeline.make_plan(options, Hardware("cuda", 1))
     assert [(g.world_size, g.backend, len(g.cases)) for g in run_plan.groups] == [(1, "nccl", 2)]
-    assert [p.case for p in run_plan.planned] == ["zero_offload[z1-none-bf16-ws1]", "zero_offload[z1-opt-bf16-ws1]"]
+    assert [p.case for p in run_plan.planned] == [
+        "zero_offload[z1-none-bf16-ws1]",
+        "zero_offload[z1-opt-bf16-ws1]",
+    ]
     assert [(s.case, s.skip_reason) for s in run_plan.skips] == [
-        (f"zero_offload[z1-{o}-bf16-ws2]", "needs 2 ranks; this run has 1 GPU(s)") for o in ("none", "opt")]
+        (f"zero_offload[z1-{o}-bf16-ws2]", "needs 2 ranks; this run has 1 GPU(s)") for o in ("none", "opt")
+    ]
     assert run_plan.selected[:2] == ("zero_offload[z1-none-bf16-ws1]", "zero_offload[z1-none-bf16-ws2]")
     assert run_plan.planned[0].known_issues == ("ds_z3_offload_gradnorm_device_mismatch",)
     assert pipeline.make_plan(pipeline.RunOptions(level=1)).empty  # environment and hardware only
@@ -52,7 +66,9 @@ def test_the_plan_groups_launches_and_keeps_skips_in_the_selection_order() -> No
 
 def test_a_level_1_run_writes_an_environment_only_report(tmp_path: Path) -> None:
     reporter = Recorder()
-    report, paths = pipeline.run(pipeline.RunOptions(level=1, out_dir=tmp_path, argv=("run", "--level", "1")), reporter)
+    report, paths = pipeline.run(
+        pipeline.RunOptions(level=1, out_dir=tmp_path, argv=("run", "--level", "1")), reporter
+    )
     assert reporter.plans == [(0, "-", 0, 0)] and reporter.done == []
     assert report.results == () and report.run_dir is None and report.exit_code == ExitCode.OK
     assert report.command == ["ds-doctor", "run", "--level", "1"]
@@ -61,7 +77,9 @@ def test_a_level_1_run_writes_an_environment_only_report(tmp_path: Path) -> None
 
 
 @pytest.mark.multirank
-def test_launch_merges_and_reports_each_case_as_it_finishes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_launch_merges_and_reports_each_case_as_it_finishes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv(EXTRA_ENV, "tests.resources.fault_probes")  # the ranks read the same registry
     options = pipeline.RunOptions(level=3, keyword="faults and (ok or raise)", out_dir=tmp_path)
     run_plan = pipeline.make_plan(options, Hardware("cpu", 0))

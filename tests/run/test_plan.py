@@ -53,7 +53,10 @@ def test_bad_keyword_expressions_raise(expr) -> None:
         ("not not z3", True),
         ("not " * MAX_KEYWORD_DEPTH + "z3", True),  # exactly at the depth bound: still parses
         ("(" * MAX_KEYWORD_DEPTH + "z3" + ")" * MAX_KEYWORD_DEPTH, True),
-        (" or ".join(["zz"] * ((MAX_KEYWORD_CHARS - 2) // 6) + ["z3"]), True),  # a long flat chain near the length bound
+        (
+            " or ".join(["zz"] * ((MAX_KEYWORD_CHARS - 2) // 6) + ["z3"]),
+            True,
+        ),  # a long flat chain near the length bound
         (" and ".join(["z3"] * ((MAX_KEYWORD_CHARS - 2) // 7) + ["zz"]), False),
     ],
 )
@@ -99,7 +102,8 @@ def test_the_keyword_bounds_are_named_in_the_error() -> None:
     long = "a" * 100_000
     with pytest.raises(KeywordError) as refused:
         compile_keyword(long)
-    assert long not in str(refused.value) and "\n" not in str(refused.value)  # one short line, not the input echoed
+    # one short line, not the input echoed
+    assert long not in str(refused.value) and "\n" not in str(refused.value)
 
 
 def test_levels() -> None:
@@ -107,14 +111,19 @@ def test_levels() -> None:
     # level 1 selects only the consistency check (the pipeline runs it only across nodes: one node plans nothing)
     assert [c.id for c in select_cases(cases, level=1, keyword=None)] == ["consistency[fingerprint-ws2]"]
     level2 = select_cases(cases, level=2, keyword=None)
-    assert {(c.probe, c.variant) for c in level2} == {("consistency", "fingerprint"),
-        ("zero_offload", "z3-opt+param-bf16"), ("frozen_param_names", "z2-healthy"),
-        ("frozen_param_names", "z2-dispatch-disk"), ("accelerate_deepspeed_lifecycle", "z2-healthy"),
-        ("optimizer_coverage", "fsdp2"), ("optimizer_coverage", "deepspeed-z2"),
+    assert {(c.probe, c.variant) for c in level2} == {
+        ("consistency", "fingerprint"),
+        ("zero_offload", "z3-opt+param-bf16"),
+        ("frozen_param_names", "z2-healthy"),
+        ("frozen_param_names", "z2-dispatch-disk"),
+        ("accelerate_deepspeed_lifecycle", "z2-healthy"),
+        ("optimizer_coverage", "fsdp2"),
+        ("optimizer_coverage", "deepspeed-z2"),
         ("optimizer_state_placement", "prodigy-plus-schedule-free"),
         *(("equivalence", name) for name in ("ddp", "fsdp2", "deepspeed-z2", "deepspeed-z3")),
         *(("comm", name) for name in ("all_reduce", "all_gather", "reduce_scatter", "broadcast")),
-        *(("compute", name) for name in ("matmul-bf16", "matmul-fp16", "matmul-fp32", "memory"))}
+        *(("compute", name) for name in ("matmul-bf16", "matmul-fp16", "matmul-fp32", "memory")),
+    }
     assert {c.world_size for c in level2} == {1, 2}
     assert len(select_cases(cases, level=3, keyword="zero_offload")) == 28
 
@@ -122,11 +131,15 @@ def test_levels() -> None:
 def test_hardware_families_scale_to_the_node() -> None:
     """comm and compute also run at the node's world size (all 8 GPUs); the others keep their own."""
     cases = registry.all_cases(8)
-    sizes = {probe: sorted({c.world_size for c in cases if c.probe == probe}) for probe in ("comm", "compute", "zero_offload")}
+    sizes = {
+        probe: sorted({c.world_size for c in cases if c.probe == probe})
+        for probe in ("comm", "compute", "zero_offload")
+    }
     assert sizes == {"comm": [1, 2, 8], "compute": [1, 8], "zero_offload": [1, 2]}
     assert registry.all_cases(1) == registry.all_cases()  # already declared: nothing added
     assert [c.id for c in registry.all_cases(2) if c not in registry.all_cases()] == [
-        f"compute[{name}-ws2]" for name in ("matmul-bf16", "matmul-fp16", "matmul-fp32", "memory")]
+        f"compute[{name}-ws2]" for name in ("matmul-bf16", "matmul-fp16", "matmul-fp32", "memory")
+    ]
     # a worker finds a node-scaled case from the world size in its id
     assert registry.find_case("comm[all_gather-ws8]").world_size == 8
     with pytest.raises(KeyError):
@@ -148,5 +161,7 @@ def test_cases_are_grouped_by_world_size_and_too_large_ones_skip() -> None:
 
 
 def test_a_missing_optional_package_gives_its_install_line() -> None:
-    spec = ProbeSpec(name="x", scenario="smoke", description="", requires=(Requirement("no_such_pkg_ds_doctor", "nspd"),))
+    spec = ProbeSpec(
+        name="x", scenario="smoke", description="", requires=(Requirement("no_such_pkg_ds_doctor", "nspd"),)
+    )
     assert missing_requirements(spec) == ["pip install nspd"]

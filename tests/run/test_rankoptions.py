@@ -24,21 +24,39 @@ LIBRARIES_SET = {"PYTORCH_NVML_BASED_CUDA_CHECK"}
 
 def a_deepspeed_config(folder: Path) -> Path:
     path = folder / "ds.json"
-    path.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2},
-                                "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}))
+    path.write_text(
+        json.dumps(
+            {
+                "train_micro_batch_size_per_gpu": 1,
+                "zero_optimization": {"stage": 2},
+                "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+            }
+        )
+    )
     return path
 
 
 def test_the_options_round_trip_and_refuse_what_ds_doctor_did_not_write(tmp_path: Path) -> None:
-    options = RankOptions(deepspeed_config="/x/ds.json", model="hf:qwen3", freeze="model.*", suspect_below=0.25,
-                          shared_gpu="gloo", node_rank=1, nnodes=2)
+    options = RankOptions(
+        deepspeed_config="/x/ds.json",
+        model="hf:qwen3",
+        freeze="model.*",
+        suspect_below=0.25,
+        shared_gpu="gloo",
+        node_rank=1,
+        nnodes=2,
+    )
     assert RankOptions.from_json(options.to_json()) == options
     options.write(tmp_path)
     assert RankOptions.read(tmp_path) == options and (tmp_path / FILE_NAME).is_file()
     assert RankOptions.read(tmp_path / "none") == DEFAULTS  # a launch directory from before the options
-    for text, words in (("[1]", "not a JSON object"), ('{"model": 3}', "model is int"),
-                        ('{"suspect_below": true}', "suspect_below is bool"), ('{"secret": "x"}', "secret"),
-                        ("{", "not JSON")):
+    for text, words in (
+        ("[1]", "not a JSON object"),
+        ('{"model": 3}', "model is int"),
+        ('{"suspect_below": true}', "suspect_below is bool"),
+        ('{"secret": "x"}', "secret"),
+        ("{", "not JSON"),
+    ):
         with pytest.raises(RankOptionsError, match=words):
             RankOptions.from_json(text)
 
@@ -53,15 +71,19 @@ def test_an_overlay_is_in_the_ranks_environment_not_the_parents(tmp_path: Path) 
     assert dict(os.environ) == before
 
 
-def test_a_rank_resolves_its_cases_from_the_launch_files_alone(tmp_path: Path,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_rank_resolves_its_cases_from_the_launch_files_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The user's config reaches the rank in options.json: the case it adds is found, with the config as its params,
     whatever the rank's environment holds."""
     from ds_doctor.usersetup.deepspeed_config import UserConfig, load
 
     config = load(str(a_deepspeed_config(tmp_path)))
-    case = next(c for c in registry.all_cases(options=RankOptions(deepspeed_config=config.path))
-                if c.id == "zero_offload[user-config-ws2]")
+    case = next(
+        c
+        for c in registry.all_cases(options=RankOptions(deepspeed_config=config.path))
+        if c.id == "zero_offload[user-config-ws2]"
+    )
     launch = LaunchDir(tmp_path / "ws2-cpu-0")
     launch.write_cases([case.id], [registry.CaseEntry.of(case).to_dict()])
     RankOptions(deepspeed_config=config.path).write(launch.path)
@@ -70,27 +92,42 @@ def test_a_rank_resolves_its_cases_from_the_launch_files_alone(tmp_path: Path,
     (entry,) = launch.read_entries()
     found = registry.resolve(registry.CaseEntry.from_dict(entry), RankOptions.read(launch.path))
     assert found.id == case.id and isinstance(found.params, UserConfig) and found.params.path == config.path
-    with pytest.raises(KeyError, match="no variant 'user-config'"):  # without the options the case is not there
+    # without the options the case is not there
+    with pytest.raises(KeyError, match="no variant 'user-config'"):
         registry.resolve(registry.CaseEntry.from_dict(entry), DEFAULTS)
 
 
 def test_two_runs_in_one_process_leave_the_environment_and_each_other_alone(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The first run's --deepspeed-config adds its cases to that run only; the environment is the same after both."""
     before = dict(os.environ)
     config = a_deepspeed_config(tmp_path)
-    first = main(["run", "--level", "1", "--deepspeed-config", str(config), "-k", "user-config",
-                  "--out", str(tmp_path / "first")])
+    first = main(
+        [
+            "run",
+            "--level",
+            "1",
+            "--deepspeed-config",
+            str(config),
+            "-k",
+            "user-config",
+            "--out",
+            str(tmp_path / "first"),
+        ]
+    )
     assert first == 0, capsys.readouterr().err
     second = main(["run", "--level", "1", "-k", "user-config", "--out", str(tmp_path / "second")])
     err = capsys.readouterr().err
-    assert second == 2 and "'user-config' selects no case" in err  # the first run's config did not stay behind
+    # the first run's config did not stay behind
+    assert second == 2 and "'user-config' selects no case" in err
     changed = {name for name in {*before, *os.environ} if before.get(name) != os.environ.get(name)}
     assert changed <= LIBRARIES_SET, changed
 
 
 def _assigns_environ(node: ast.AST) -> bool:
     """`os.environ[...] = ...`, `os.environ.update(...)`, `.setdefault`, `.pop` and the like."""
+
     def is_environ(value: ast.AST) -> bool:
         return isinstance(value, ast.Attribute) and value.attr == "environ"
 
@@ -99,8 +136,12 @@ def _assigns_environ(node: ast.AST) -> bool:
         return any(isinstance(t, ast.Subscript) and is_environ(t.value) for t in targets)
     if isinstance(node, ast.Delete):
         return any(isinstance(t, ast.Subscript) and is_environ(t.value) for t in node.targets)
-    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and is_environ(node.func.value)
-            and node.func.attr in {"update", "setdefault", "pop", "popitem", "clear"})
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and is_environ(node.func.value)
+        and node.func.attr in {"update", "setdefault", "pop", "popitem", "clear"}
+    )
 
 
 def test_the_parent_never_assigns_to_its_environment() -> None:

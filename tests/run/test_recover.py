@@ -15,7 +15,11 @@ from ds_doctor.run.recover import UNFINISHED, InputError, load_report_file, repo
 from ds_doctor.rundir import Manifest, RankLine, RunDir
 from tests.reports.samples import a_report, case
 
-ENV = {"python": "3.11.7", "packages": {"deepspeed": "0.19.8", "torch": "2.13.0", "numpy": "2.3.5"}, "variables": {}}
+ENV = {
+    "python": "3.11.7",
+    "packages": {"deepspeed": "0.19.8", "torch": "2.13.0", "numpy": "2.3.5"},
+    "variables": {},
+}
 HARDWARE = {"host": "node1", "cpus": 2, "memory_bytes": 1 << 30, "gpus": [], "gpus_reason": "no driver"}
 DONE, HUNG = "comm[all_reduce-ws2]", "comm[broadcast-ws2]"
 
@@ -29,18 +33,24 @@ def a_run_dir(tmp_path: Path) -> RunDir:
     launch = run.launch("ws2", "cpu", 0)
     launch.write_cases([DONE, HUNG])
     for rank in (0, 1):
-        lines = [RankLine(DONE, rank, 2, Outcome.PASS, measures={"busbw_gbps": 1.5}, duration_s=0.5).to_json()]
+        lines = [
+            RankLine(DONE, rank, 2, Outcome.PASS, measures={"busbw_gbps": 1.5}, duration_s=0.5).to_json()
+        ]
         if rank == 0:
             lines.append(RankLine(HUNG, 0, 2, Outcome.PASS).to_json())
-        launch.rank_lines(rank).write_text("\n".join(lines) + "\n" + ('{"case": "x", "ra' if rank == 1 else ""))
+        launch.rank_lines(rank).write_text(
+            "\n".join(lines) + "\n" + ('{"case": "x", "ra' if rank == 1 else "")
+        )
     return run
 
 
 def test_a_killed_run_is_rebuilt_with_its_unfinished_case_marked(tmp_path: Path) -> None:
     report, warnings = report_from_run_dir(a_run_dir(tmp_path).path)
     validate(report.to_dict())
-    assert warnings == [f"{tmp_path / 'run-node1' / 'ws2-cpu-0' / 'rank1.jsonl'}: line 2 is truncated or not a result "
-                        "line; skipped"]
+    assert warnings == [
+        f"{tmp_path / 'run-node1' / 'ws2-cpu-0' / 'rank1.jsonl'}: line 2 is truncated or not a result "
+        "line; skipped"
+    ]
     results = {r.case: r for r in report.results}
     assert list(results) == [DONE, HUNG, "zero_offload[z1-none-fp32-ws2]"]
     assert results[DONE].outcome == Outcome.PASS and results[DONE].measures == {"busbw_gbps": 1.5}
@@ -55,39 +65,55 @@ def test_the_cases_on_an_overlay_are_rebuilt_on_its_versions_and_named_by_it(tmp
     run = a_run_dir(tmp_path)
     manifest = json.loads(run.manifest.read_text())
     hostile = "../../outside"  # a manifest is data: the stack's folder stays inside the run directory
-    manifest["stacks"] = [{"name": "installed", "with": [], "packages": {"deepspeed": "0.19.8"}, "path": None},
-                          {"name": hostile, "with": [hostile], "packages": {"deepspeed": "0.14.2"}, "path": "/x"}] * 2
+    manifest["stacks"] = [
+        {"name": "installed", "with": [], "packages": {"deepspeed": "0.19.8"}, "path": None},
+        {"name": hostile, "with": [hostile], "packages": {"deepspeed": "0.14.2"}, "path": "/x"},
+    ] * 2
     run.manifest.write_text(json.dumps(manifest))
     stack = run.stack(hostile)
     assert stack.path.parent == run.path and stack.path.name == "stack-outside"
     launch = stack.launch("ws2", "cpu", 0)
     launch.path.mkdir(parents=True)
     for rank in (0, 1):  # on the overlay the first case finished, the second never started
-        launch.rank_lines(rank).write_text(RankLine(DONE, rank, 2, Outcome.FAIL, reason="moved").to_json() + "\n")
+        launch.rank_lines(rank).write_text(
+            RankLine(DONE, rank, 2, Outcome.FAIL, reason="moved").to_json() + "\n"
+        )
     report, _ = report_from_run_dir(run.path)
     validate(report.to_dict())
     assert [s["name"] for s in report.stacks] == ["installed", hostile]  # each once
     results = {(r.case, r.stack): r for r in report.results if r.probe != "health"}
-    assert [k for k in results if k[1] == hostile] == [(DONE, hostile), (HUNG, hostile),
-                                                        ("zero_offload[z1-none-fp32-ws2]", hostile)]
+    assert [k for k in results if k[1] == hostile] == [
+        (DONE, hostile),
+        (HUNG, hostile),
+        ("zero_offload[z1-none-fp32-ws2]", hostile),
+    ]
     assert (results[(DONE, None)].outcome, results[(DONE, hostile)].outcome) == (Outcome.PASS, Outcome.FAIL)
-    assert results[(HUNG, hostile)].reason == UNFINISHED and results[(HUNG, hostile)].ranks[0].outcome == "error"
+    assert (
+        results[(HUNG, hostile)].reason == UNFINISHED and results[(HUNG, hostile)].ranks[0].outcome == "error"
+    )
     assert results[("zero_offload[z1-none-fp32-ws2]", hostile)].outcome == Outcome.SKIP
 
 
-@pytest.mark.parametrize(("manifest", "message"), [
-    (None, "is not a ds-doctor run directory (no run.json)"),
-    ("", "empty file"),
-    ("{not json", "not valid JSON"),
-    ('{"a": 1}', "not a ds-doctor run manifest"),
-    ('{"manifest_version": 9, "planned": []}', "written by a newer ds-doctor (manifest version 9)"),
-    ('{"manifest_version": 1, "planned": [{"case": "x"}], "skips": []}', "a planned case is incomplete"),
-    ('{"manifest_version": 1, "planned": [], "skips": [], "stacks": {}}', "stacks is {}, not a list"),
-    ('{"manifest_version": 1, "planned": [], "skips": [], "stacks": [{"name": 3}]}', "a stack is"),
-    ('{"manifest_version": 1, "planned": [], "skips": [], "stacks": [{"name": "a", "packages": {"x": 1}}]}',
-     "a stack is"),
-])
-def test_an_unreadable_run_directory_is_an_input_error(tmp_path: Path, manifest: str | None, message: str) -> None:
+@pytest.mark.parametrize(
+    ("manifest", "message"),
+    [
+        (None, "is not a ds-doctor run directory (no run.json)"),
+        ("", "empty file"),
+        ("{not json", "not valid JSON"),
+        ('{"a": 1}', "not a ds-doctor run manifest"),
+        ('{"manifest_version": 9, "planned": []}', "written by a newer ds-doctor (manifest version 9)"),
+        ('{"manifest_version": 1, "planned": [{"case": "x"}], "skips": []}', "a planned case is incomplete"),
+        ('{"manifest_version": 1, "planned": [], "skips": [], "stacks": {}}', "stacks is {}, not a list"),
+        ('{"manifest_version": 1, "planned": [], "skips": [], "stacks": [{"name": 3}]}', "a stack is"),
+        (
+            '{"manifest_version": 1, "planned": [], "skips": [], "stacks": [{"name": "a", "packages": {"x": 1}}]}',
+            "a stack is",
+        ),
+    ],
+)
+def test_an_unreadable_run_directory_is_an_input_error(
+    tmp_path: Path, manifest: str | None, message: str
+) -> None:
     if manifest is not None:
         (tmp_path / "run.json").write_text(manifest)
     with pytest.raises(InputError, match=message.replace("(", r"\(").replace(")", r"\)")):
@@ -95,7 +121,9 @@ def test_an_unreadable_run_directory_is_an_input_error(tmp_path: Path, manifest:
 
 
 def test_report_files_of_this_schema_and_of_version_1_are_read(tmp_path: Path) -> None:
-    report = a_report([case(Outcome.PASS, "all_reduce", probe="comm", world_size=2, measures={"busbw_gbps": 2.0})])
+    report = a_report(
+        [case(Outcome.PASS, "all_reduce", probe="comm", world_size=2, measures={"busbw_gbps": 2.0})]
+    )
     current = tmp_path / "v2.json"
     current.write_text(report.to_json())
     assert load_report_file(current) == report
@@ -107,11 +135,16 @@ def test_report_files_of_this_schema_and_of_version_1_are_read(tmp_path: Path) -
     assert load_report_file(tmp_path / "v1.json").results[0].measures == {"busbw_gbps": 2.0}
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("", "empty file"), ("{", "not valid JSON"), ('{"tool": {"name": "other"}}', "not a ds-doctor report"),
-    ('{"tool": {"name": "ds-doctor"}, "schema_version": 3}', "schema version 3 is newer"),
-    ('{"tool": {"name": "ds-doctor"}, "schema_version": 2}', "not a valid ds-doctor report at top level"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "empty file"),
+        ("{", "not valid JSON"),
+        ('{"tool": {"name": "other"}}', "not a ds-doctor report"),
+        ('{"tool": {"name": "ds-doctor"}, "schema_version": 3}', "schema version 3 is newer"),
+        ('{"tool": {"name": "ds-doctor"}, "schema_version": 2}', "not a valid ds-doctor report at top level"),
+    ],
+)
 def test_an_unreadable_report_file_is_an_input_error(tmp_path: Path, text: str, message: str) -> None:
     path = tmp_path / "r.json"
     path.write_text(text)

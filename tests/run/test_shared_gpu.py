@@ -25,53 +25,84 @@ SHARED = "2 ranks on 1 GPU(s): nccl, a distinct NCCL_HOSTID per rank"
 def test_a_case_wider_than_the_node_shares_its_gpu_instead_of_skipping() -> None:
     run_plan = make_plan(RunOptions(level=3, keyword="zero_offload and z3"), Hardware("cuda", 1))
     assert run_plan.skips == () and run_plan.nproc == 2
-    assert {(g.world_size, g.backend, g.shared_gpu) for g in run_plan.groups} == {(1, "nccl", None), (2, "nccl", SHARED)}
+    assert {(g.world_size, g.backend, g.shared_gpu) for g in run_plan.groups} == {
+        (1, "nccl", None),
+        (2, "nccl", SHARED),
+    }
     assert {p.case: p.shared_gpu for p in run_plan.planned if p.world_size == 2} and all(
-        (p.shared_gpu == SHARED) == (p.world_size == 2) for p in run_plan.planned)
-    assert PlannedCase.from_dict(run_plan.planned[-1].to_dict()) == run_plan.planned[-1]  # the manifest keeps it
+        (p.shared_gpu == SHARED) == (p.world_size == 2) for p in run_plan.planned
+    )
+    # the manifest keeps it
+    assert PlannedCase.from_dict(run_plan.planned[-1].to_dict()) == run_plan.planned[-1]
     wide = make_plan(RunOptions(level=3, keyword="zero_offload and z3"), Hardware("cuda", 8))
     assert {g.shared_gpu for g in wide.groups} == {None}  # enough GPUs: nothing shared
     asked = make_plan(RunOptions(level=3, keyword="zero_offload and z3", nproc=1), Hardware("cuda", 1))
-    assert len(asked.skips) == 6 and all("needs 2 ranks" in s.skip_reason for s in asked.skips)  # --nproc 1 is heard
+    # --nproc 1 is heard
+    assert len(asked.skips) == 6 and all("needs 2 ranks" in s.skip_reason for s in asked.skips)
     assert node_world_size(Hardware("cuda", 1)) == 1  # the hardware families measure the node as it is
 
 
 def test_the_launch_says_how_ranks_share(tmp_path: Path) -> None:
     cases = select_cases(registry.all_cases(), level=3, keyword="zero_offload and z3 and ws2")
     for mode, backend in (("nccl-hostid", "nccl"), ("gloo", "gloo")):
-        assert shared_gpu_mode({"DS_DOCTOR_SHARED_GPU": mode}) == mode  # the parent reads it once, into the options
+        # the parent reads it once, into the options
+        assert shared_gpu_mode({"DS_DOCTOR_SHARED_GPU": mode}) == mode
         (group,), _ = plan(cases, Hardware("cuda", 1), nproc=2, share_mode=mode)
         command = torchrun_command(group, tmp_path)
         at = command.index("--backend")
-        assert command[at:at + 4] == ["--backend", backend, "--shared-gpu", mode], command
+        assert command[at : at + 4] == ["--backend", backend, "--shared-gpu", mode], command
         assert group.shared_gpu and mode.split("-")[0] in group.shared_gpu
     (group,), _ = plan(cases, Hardware("cpu", 0), nproc=2)
     assert "--shared-gpu" not in torchrun_command(group, tmp_path)  # CPU ranks share nothing
 
 
 def shared_case(busbw: float, shared: str | None = SHARED) -> CaseResult:
-    return case(Outcome.PASS, "all_reduce", probe="comm", world_size=2, measures={"busbw_gbps": busbw},
-                shared_gpu=shared)
+    return case(
+        Outcome.PASS,
+        "all_reduce",
+        probe="comm",
+        world_size=2,
+        measures={"busbw_gbps": busbw},
+        shared_gpu=shared,
+    )
 
 
 def test_a_shared_result_is_labelled_and_never_the_nodes_bandwidth() -> None:
     report = a_report([shared_case(900.0)])
     data = report.to_dict()
     validate(data)
-    assert data["results"][0]["shared_gpu"] == SHARED and type(report).from_dict(data).results[0].shared_gpu == SHARED
-    assert case_line(report.results[0]).startswith(f"{report.results[0].key} PASS 0.2s [shared GPU: {SHARED}]")
+    assert (
+        data["results"][0]["shared_gpu"] == SHARED
+        and type(report).from_dict(data).results[0].shared_gpu == SHARED
+    )
+    assert case_line(report.results[0]).startswith(
+        f"{report.results[0].key} PASS 0.2s [shared GPU: {SHARED}]"
+    )
     markdown = render_markdown(report)
     assert "cpu (shared GPU)" in markdown and "its ranks shared a GPU" in markdown and "900" not in markdown
     assert "busbw" not in render_prometheus(report)  # no gauge: the one bandwidth here is no node's
     assert "busbw_gbps" in render_prometheus(a_report([shared_case(900.0, None)]))
     before, after = shared_case(900.0, None), shared_case(9.0)
-    assert measure_changes({before.key: before}, {after.key: after}, 10.0) == []  # a 99 % drop that is no drop
+    # a 99 % drop that is no drop
+    assert measure_changes({before.key: before}, {after.key: after}, 10.0) == []
     plain = shared_case(9.0, None)
     assert len(measure_changes({before.key: before}, {plain.key: plain}, 10.0)) == 1
 
 
 def test_merge_carries_the_planned_sharing() -> None:
-    planned = PlannedCase(case="comm[all_reduce-ws2]", probe="comm", scenario="smoke", variant="all_reduce",
-                          world_size=2, level=2, reproduce=False, device_kind="cuda", shared_gpu=SHARED)
-    lines = [RankLine(case=planned.case, rank=r, world_size=2, outcome=Outcome.PASS, duration_s=1.0) for r in (0, 1)]
+    planned = PlannedCase(
+        case="comm[all_reduce-ws2]",
+        probe="comm",
+        scenario="smoke",
+        variant="all_reduce",
+        world_size=2,
+        level=2,
+        reproduce=False,
+        device_kind="cuda",
+        shared_gpu=SHARED,
+    )
+    lines = [
+        RankLine(case=planned.case, rank=r, world_size=2, outcome=Outcome.PASS, duration_s=1.0)
+        for r in (0, 1)
+    ]
     assert merge_case(planned, lines, {}).shared_gpu == SHARED

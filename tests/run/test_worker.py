@@ -14,14 +14,22 @@ from ds_doctor.rundir import RankLine
 CASE = "frozen_param_names[z2-set-tensor-ws1]"
 
 
-@pytest.mark.parametrize(("caught", "reproduce", "shown", "outcome"), [
-    (False, False, False, Outcome.PASS),
-    (True, False, False, Outcome.FAIL),
-    (True, True, True, Outcome.XFAIL),  # it showed and the invariants had caught it
-    (True, True, False, Outcome.XFAIL),  # caught; a probe that does not call showed() keeps the old meaning
-    (False, True, True, Outcome.FAIL),  # it showed and no invariant caught it: the doctor missed it
-    (False, True, False, Outcome.XPASS),  # nothing showed: this stack is not affected
-])
+@pytest.mark.parametrize(
+    ("caught", "reproduce", "shown", "outcome"),
+    [
+        (False, False, False, Outcome.PASS),
+        (True, False, False, Outcome.FAIL),
+        (True, True, True, Outcome.XFAIL),  # it showed and the invariants had caught it
+        (
+            True,
+            True,
+            False,
+            Outcome.XFAIL,
+        ),  # caught; a probe that does not call showed() keeps the old meaning
+        (False, True, True, Outcome.FAIL),  # it showed and no invariant caught it: the doctor missed it
+        (False, True, False, Outcome.XPASS),  # nothing showed: this stack is not affected
+    ],
+)
 def test_rank_outcome(caught: bool, reproduce: bool, shown: bool, outcome: Outcome) -> None:
     assert rank_outcome(caught, reproduce, shown) == outcome
 
@@ -29,8 +37,14 @@ def test_rank_outcome(caught: bool, reproduce: bool, shown: bool, outcome: Outco
 class Plays:
     """A probe stand-in whose run() plays one path of a reproduce case."""
 
-    def __init__(self, catch: bool = False, show: bool = False, raises: Exception | None = None,
-                 skip: str | None = None, instead: str | None = None) -> None:
+    def __init__(
+        self,
+        catch: bool = False,
+        show: bool = False,
+        raises: Exception | None = None,
+        skip: str | None = None,
+        instead: str | None = None,
+    ) -> None:
         self.catch, self.show, self.raises, self.skip, self.instead = catch, show, raises, skip, instead
 
     def run(self, ctx: ProbeContext) -> None:
@@ -39,7 +53,9 @@ class Plays:
         if self.skip:
             ctx.skip(self.skip)
         if self.catch:
-            ctx.check([Finding("param_name_map", Severity.ERROR, "emb.weight is not a key of engine.param_names")])
+            ctx.check(
+                [Finding("param_name_map", Severity.ERROR, "emb.weight is not a key of engine.param_names")]
+            )
         if self.show:
             ctx.showed("save_checkpoint raised ValueError: failed to find frozen ...")
         if self.raises:
@@ -52,8 +68,15 @@ class Plays:
 
 def context(rank: int = 0) -> ProbeContext:
     case = find_case(CASE)
-    return ProbeContext(case_id=case.id, params=case.params, rank=rank, world_size=1, local_rank=0, device="cpu",
-                        backend="gloo")
+    return ProbeContext(
+        case_id=case.id,
+        params=case.params,
+        rank=rank,
+        world_size=1,
+        local_rank=0,
+        device="cpu",
+        backend="gloo",
+    )
 
 
 def played(probe: Plays) -> RankLine:
@@ -65,7 +88,11 @@ def played(probe: Plays) -> RankLine:
 def test_a_caught_and_shown_case_is_an_xfail_with_its_findings_and_issue() -> None:
     line = played(Plays(catch=True, show=True))
     assert (line.outcome, line.stage, line.known_issue, line.issue_shown) == (
-        Outcome.XFAIL, "playing", "ds_frozen_param_not_in_param_names", True)
+        Outcome.XFAIL,
+        "playing",
+        "ds_frozen_param_not_in_param_names",
+        True,
+    )
     assert line.reason == "emb.weight is not a key of engine.param_names" and line.measures == {"tflops": 1.5}
     assert [f.rank for f in line.findings] == [0]  # stamped with the rank that found it
 
@@ -73,8 +100,11 @@ def test_a_caught_and_shown_case_is_an_xfail_with_its_findings_and_issue() -> No
 def test_another_known_issue_caught_by_a_reproduce_case_is_a_fail_naming_it() -> None:
     """Never an xfail of the case's own issue: make verify-catalog would record that issue as reproduced."""
     line = played(Plays(catch=True, instead="ds_z3_param_not_available_on_fetch"))
-    assert (line.outcome, line.known_issue, line.issue_shown) == (Outcome.FAIL, "ds_z3_param_not_available_on_fetch",
-                                                                  True)
+    assert (line.outcome, line.known_issue, line.issue_shown) == (
+        Outcome.FAIL,
+        "ds_z3_param_not_available_on_fetch",
+        True,
+    )
     assert line.reason == "emb.weight is not a key of engine.param_names"
     unexplained = played(Plays(catch=True, instead=""))  # nothing in the catalog fits: a fail naming no issue
     assert (unexplained.outcome, unexplained.known_issue) == (Outcome.FAIL, None)
@@ -88,7 +118,11 @@ def test_shown_but_not_caught_is_a_fail_that_says_so() -> None:
 
 def test_a_raise_is_an_error_with_its_traceback_and_a_skip_keeps_its_reason() -> None:
     raised = played(Plays(raises=ValueError("planted")))
-    assert (raised.outcome, raised.reason, raised.error.type) == (Outcome.ERROR, "ValueError: planted", "ValueError")
+    assert (raised.outcome, raised.reason, raised.error.type) == (
+        Outcome.ERROR,
+        "ValueError: planted",
+        "ValueError",
+    )
     assert "Traceback" in raised.error.traceback and raised.stage == "playing"
     skipped = played(Plays(skip="pip install something"))
     assert (skipped.outcome, skipped.reason) == (Outcome.SKIP, "pip install something")
@@ -100,8 +134,11 @@ def test_a_failed_setup_fails_the_case_with_the_setup_error() -> None:
     except RuntimeError as exc:
         failure = ErrorInfo.of(exc)
     line = setup_failure_line(context(), failure)
-    assert (line.outcome, line.stage, line.reason) == (Outcome.ERROR, "setup",
-                                                       "probe setup failed: RuntimeError: ninja is missing")
+    assert (line.outcome, line.stage, line.reason) == (
+        Outcome.ERROR,
+        "setup",
+        "probe setup failed: RuntimeError: ninja is missing",
+    )
 
 
 def test_an_unknown_measure_is_refused() -> None:

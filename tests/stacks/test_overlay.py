@@ -29,16 +29,25 @@ from ds_doctor.stacks.overlay import (
 from tests.reports.samples import NOW, case, issue
 from tests.test_e2e import ROOT, ds_doctor, read_report
 
-WHEELS = ROOT / "tests" / "resources" / "wheels"  # prodigy-plus-schedule-free 1.8.51 (Apache 2.0), the S4 release
+# prodigy-plus-schedule-free 1.8.51 (Apache 2.0), the S4 release
+WHEELS = ROOT / "tests" / "resources" / "wheels"
 PRODIGY = "prodigy-plus-schedule-free==1.8.51"
 
 
-@pytest.mark.parametrize(("text", "said"), [
-    ("deepspeed>=0.14", "name one exact release"), ("deepspeed", "name one exact release"),
-    ("deepspeed==0.14.*", "name one exact release"), ("deepspeed[1bit]==0.14.2", "name one exact release"),
-    ("deepspeed @ https://x/y.whl", "name one exact release"), ("dee pspeed==1", "not a release"),
-    ("==1.0", "not a release"), ("x" * 5000, "name one exact release"), ("x==1\n#", "not a release"),
-])
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("deepspeed>=0.14", "name one exact release"),
+        ("deepspeed", "name one exact release"),
+        ("deepspeed==0.14.*", "name one exact release"),
+        ("deepspeed[1bit]==0.14.2", "name one exact release"),
+        ("deepspeed @ https://x/y.whl", "name one exact release"),
+        ("dee pspeed==1", "not a release"),
+        ("==1.0", "not a release"),
+        ("x" * 5000, "name one exact release"),
+        ("x==1\n#", "not a release"),
+    ],
+)
 def test_a_release_is_one_exact_version(text: str, said: str) -> None:
     with pytest.raises(OverlayError, match=said) as caught:
         parse_release(text)
@@ -46,14 +55,18 @@ def test_a_release_is_one_exact_version(text: str, said: str) -> None:
 
 
 def test_names_are_canonical_and_named_once() -> None:
-    assert parse_release("Prodigy_Plus.Schedule-Free==1.8.51") == Release("prodigy-plus-schedule-free", "1.8.51")
+    assert parse_release("Prodigy_Plus.Schedule-Free==1.8.51") == Release(
+        "prodigy-plus-schedule-free", "1.8.51"
+    )
     with pytest.raises(OverlayError, match="names deepspeed more than once"):
         parse_releases(["deepspeed==0.14.2", "DeepSpeed==0.14.3"])
 
 
 def test_torch_is_never_replaced_unless_named() -> None:
     resolved = [("deepspeed", "0.14.2", ""), ("torch", "2.3.1", "https://x/torch.whl")]
-    with pytest.raises(OverlayError, match=r"needs torch 2\.3\.1 \(installed: .*\); name --with torch==\.\.\. to "):
+    with pytest.raises(
+        OverlayError, match=r"needs torch 2\.3\.1 \(installed: .*\); name --with torch==\.\.\. to "
+    ):
         check_never_replaced(resolved, (Release("deepspeed", "0.14.2"),))
     check_never_replaced(resolved, (Release("deepspeed", "0.14.2"), Release("torch", "2.3.1")))
 
@@ -66,8 +79,13 @@ def test_an_overlay_from_a_local_wheel_is_built_once_and_imports(tmp_path: Path,
     assert (overlay.path / MARKER).is_file() and (overlay.path / "prodigyplus").is_dir()
     assert said and "building the overlay prodigy-plus-schedule-free==1.8.51" in said[0]
     env = {**os.environ, "PYTHONPATH": str(overlay.path)}
-    probe = "import importlib.metadata as m, prodigyplus; print(m.version('prodigy-plus-schedule-free'), prodigyplus.__file__)"
-    seen = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120).stdout
+    probe = (
+        "import importlib.metadata as m, prodigyplus; print(m.version('prodigy-plus-schedule-free'), "
+        "prodigyplus.__file__)"
+    )
+    seen = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120
+    ).stdout
     assert seen.startswith("1.8.51 " + str(overlay.path))
     again: list[str] = []
     assert build(parse_releases([PRODIGY]), WHEELS, again.append) == overlay and again == []  # from the cache
@@ -81,7 +99,8 @@ def make_wheel(folder: Path, name: str, body: str, requires: tuple[str, ...] = (
     project = folder / f"src-{name}"
     (project / name).mkdir(parents=True)
     (project / name / "__init__.py").write_text(body)
-    (project / "pyproject.toml").write_text(textwrap.dedent(f"""\
+    (project / "pyproject.toml").write_text(
+        textwrap.dedent(f"""\
         [build-system]
         requires = ["setuptools"]
         build-backend = "setuptools.build_meta"
@@ -89,9 +108,25 @@ def make_wheel(folder: Path, name: str, body: str, requires: tuple[str, ...] = (
         name = "{name}"
         version = "1.0"
         dependencies = {list(requires)!r}
-        """))
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
-                           str(folder), str(project)], capture_output=True, text=True, timeout=300)
+        """)
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(folder),
+            str(project),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
@@ -104,35 +139,58 @@ def test_what_cannot_be_overlaid_is_one_line_exit_2(tmp_path: Path, monkeypatch,
     monkeypatch.setenv("DS_DOCTOR_STACKS", str(tmp_path / "stacks"))
     monkeypatch.chdir(tmp_path)
     for args, said in [
-        (["--with", "prodigy-plus-schedule-free==0.0.1", "--find-links", str(WHEELS)],
-         "pip cannot install it: Could not find a version that satisfies the requirement "
-         "prodigy-plus-schedule-free==0.0.1 (from versions: 1.8.51)"),
-        (["--with", "broken_on_import==1.0", "--find-links", str(wheels)],
-         "--with broken-on-import==1.0: does not import on this stack: import broken_on_import: ImportError: needs a "
-         "torch this node does not have"),
+        (
+            ["--with", "prodigy-plus-schedule-free==0.0.1", "--find-links", str(WHEELS)],
+            "pip cannot install it: Could not find a version that satisfies the requirement "
+            "prodigy-plus-schedule-free==0.0.1 (from versions: 1.8.51)",
+        ),
+        (
+            ["--with", "broken_on_import==1.0", "--find-links", str(wheels)],
+            "--with broken-on-import==1.0: does not import on this stack: import broken_on_import: "
+            "ImportError: needs a "
+            "torch this node does not have",
+        ),
         (["--with", PRODIGY, "--find-links", str(tmp_path / "absent")], "not a folder"),
         (["--find-links", str(WHEELS)], "--find-links is for --with"),
         (["--with", "deepspeed>0.14"], "name one exact release"),
-        (["--with", PRODIGY, "--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "127.0.0.1:29400"], "one node"),
+        (
+            ["--with", PRODIGY, "--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "127.0.0.1:29400"],
+            "one node",
+        ),
     ]:
         code = main(["run", "-k", "comm", "--out", str(tmp_path / "out"), *args])
         err = capsys.readouterr().err
         last = err.strip().splitlines()[-1]
         assert code == 2 and last.startswith("ds-doctor: error: ") and said in last, (args, err)
         assert "Traceback" not in err and not (tmp_path / "out").exists()  # nothing ran, nothing written
-    assert not [p for p in (tmp_path / "stacks").iterdir() if not (p / MARKER).exists()]  # no half-built overlay
+    assert not [
+        p for p in (tmp_path / "stacks").iterdir() if not (p / MARKER).exists()
+    ]  # no half-built overlay
 
 
 @pytest.mark.multirank
 def test_the_cases_run_on_both_stacks_side_by_side(tmp_path: Path) -> None:
-    proc = ds_doctor("run", "-k", "optimizer_state_placement and prodigy-plus-schedule-free and ws2", "--out",
-                     str(tmp_path / "out"), "--with", PRODIGY, "--find-links", str(WHEELS), "--json",
-                     extra_env={"DS_DOCTOR_STACKS": str(tmp_path / "stacks")}, timeout=600)
+    proc = ds_doctor(
+        "run",
+        "-k",
+        "optimizer_state_placement and prodigy-plus-schedule-free and ws2",
+        "--out",
+        str(tmp_path / "out"),
+        "--with",
+        PRODIGY,
+        "--find-links",
+        str(WHEELS),
+        "--json",
+        extra_env={"DS_DOCTOR_STACKS": str(tmp_path / "stacks")},
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = read_report(tmp_path / "out")
     assert json.loads(proc.stdout) == data
     installed, overlay = data["stacks"]
-    assert installed["name"] == "installed" and installed["packages"]["prodigy-plus-schedule-free"] != "1.8.51"
+    assert (
+        installed["name"] == "installed" and installed["packages"]["prodigy-plus-schedule-free"] != "1.8.51"
+    )
     assert overlay["name"] == PRODIGY and overlay["packages"] == {"prodigy-plus-schedule-free": "1.8.51"}
     results = {(r["case"], r.get("stack")): r for r in data["results"]}
     case_id = "optimizer_state_placement[prodigy-plus-schedule-free-ws2]"
@@ -142,20 +200,26 @@ def test_the_cases_run_on_both_stacks_side_by_side(tmp_path: Path) -> None:
     assert there["notes"]["optimizer_version"] == "1.8.51"
     assert there["known_issue"]["id"] == "prodigy_group_tensors_left_on_cpu"
     assert (here["known_issue"]["verdict"], there["known_issue"]["verdict"]) == ("not_affected", "affected")
-    assert here["outcome"] == there["outcome"] == "pass"  # on CPU the misplacement cannot show (S4 is GPU-only)
+    # on CPU the misplacement cannot show (S4 is GPU-only)
+    assert here["outcome"] == there["outcome"] == "pass"
     markdown = next((tmp_path / "out").glob("*.md")).read_text()
     assert f"| `{case_id}` | pass | pass |" in markdown and "| `prodigy-plus-schedule-free` |" in markdown
-    assert f"{case_id}@{PRODIGY} PASS" in proc.stderr  # the console's line names the stack (--json: on stderr)
+    # the console's line names the stack (--json: on stderr)
+    assert f"{case_id}@{PRODIGY} PASS" in proc.stderr
     stack_dirs = list((tmp_path / "out").glob("run-*/stack-prodigy-plus-schedule-free*1.8.51/ws2-cpu-0"))
     assert stack_dirs, "the overlay's launches are in the run directory"
     # the run directory alone gives the same report back: both stacks' cases, each judged on its own versions
-    rebuilt = ds_doctor("report", str(stack_dirs[0].parent.parent), "--out", str(tmp_path / "rebuilt"), "--json")
+    rebuilt = ds_doctor(
+        "report", str(stack_dirs[0].parent.parent), "--out", str(tmp_path / "rebuilt"), "--json"
+    )
     assert rebuilt.returncode == 0, rebuilt.stderr[-3000:]
     again = json.loads(rebuilt.stdout)
 
     def verdicts(report: dict) -> list[tuple]:
-        return sorted((r["case"], r.get("stack") or "", r["outcome"], (r.get("known_issue") or {}).get("verdict") or "")
-                      for r in report["results"])
+        return sorted(
+            (r["case"], r.get("stack") or "", r["outcome"], (r.get("known_issue") or {}).get("verdict") or "")
+            for r in report["results"]
+        )
 
     assert again["stacks"] == data["stacks"] and verdicts(again) == verdicts(data)
 
@@ -164,15 +228,31 @@ def test_a_known_issue_that_appears_or_clears_between_stacks_is_said() -> None:
     def on(name: str, outcome: Outcome, verdict: Verdict, stack: str | None = None):
         return dataclasses.replace(case(outcome, name), known_issue=issue("ds_x", verdict), stack=stack)
 
-    results = [on("z1", Outcome.XPASS, Verdict.NOT_AFFECTED), on("z1", Outcome.XFAIL, Verdict.AFFECTED, "deepspeed==0.14.2"),
-               on("z2", Outcome.XFAIL, Verdict.AFFECTED), on("z2", Outcome.XPASS, Verdict.NOT_AFFECTED, "deepspeed==0.14.3"),
-               on("z3", Outcome.XFAIL, Verdict.AFFECTED), on("z3", Outcome.XFAIL, Verdict.AFFECTED, "deepspeed==0.14.2")]
-    report = build_report(started=NOW, finished=NOW, level=3, argv=("run",), env={"packages": {}},
-                          hardware={"host": "h", "cpus": 2, "gpus": []}, run_dir=None, results=results,
-                          stacks=({"name": "installed", "packages": {"deepspeed": "0.19.8"}},
-                                  {"name": "deepspeed==0.14.2", "packages": {"deepspeed": "0.14.2"}},
-                                  {"name": "deepspeed==0.14.3", "packages": {"deepspeed": "0.14.3"}}))
-    assert Report.from_dict(json.loads(report.to_json())) == report  # stacks and each result's stack round-trip
+    results = [
+        on("z1", Outcome.XPASS, Verdict.NOT_AFFECTED),
+        on("z1", Outcome.XFAIL, Verdict.AFFECTED, "deepspeed==0.14.2"),
+        on("z2", Outcome.XFAIL, Verdict.AFFECTED),
+        on("z2", Outcome.XPASS, Verdict.NOT_AFFECTED, "deepspeed==0.14.3"),
+        on("z3", Outcome.XFAIL, Verdict.AFFECTED),
+        on("z3", Outcome.XFAIL, Verdict.AFFECTED, "deepspeed==0.14.2"),
+    ]
+    report = build_report(
+        started=NOW,
+        finished=NOW,
+        level=3,
+        argv=("run",),
+        env={"packages": {}},
+        hardware={"host": "h", "cpus": 2, "gpus": []},
+        run_dir=None,
+        results=results,
+        stacks=(
+            {"name": "installed", "packages": {"deepspeed": "0.19.8"}},
+            {"name": "deepspeed==0.14.2", "packages": {"deepspeed": "0.14.2"}},
+            {"name": "deepspeed==0.14.3", "packages": {"deepspeed": "0.14.3"}},
+        ),
+    )
+    # stacks and each result's stack round-trip
+    assert Report.from_dict(json.loads(report.to_json())) == report
     assert len({r.key for r in report.results}) == 6
     assert [c.line() for c in changes(report)] == [  # z3 shows on both: nothing appears or clears
         "deepspeed 0.19.8 -> 0.14.2 brings ds_x: frozen_param_names[z1-ws1] xpass -> xfail (measured here, cpu, "

@@ -11,22 +11,37 @@ import pytest
 from ds_doctor.usersetup.deepspeed_config import ConfigError, check, fill, load
 from tests.conftest import requires_deepspeed
 
-AUTO = {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
-        "gradient_clipping": "auto", "bf16": {"enabled": "auto"},
-        "optimizer": {"type": "AdamW", "params": {"lr": "auto", "weight_decay": "auto"}},
-        "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "pin_memory": True},
-                              "offload_param": {"device": "nvme", "nvme_path": "/no/such/nvme"},
-                              "reduce_bucket_size": "auto", "sub_group_size": "auto"}}
+AUTO = {
+    "train_batch_size": "auto",
+    "train_micro_batch_size_per_gpu": "auto",
+    "gradient_accumulation_steps": "auto",
+    "gradient_clipping": "auto",
+    "bf16": {"enabled": "auto"},
+    "optimizer": {"type": "AdamW", "params": {"lr": "auto", "weight_decay": "auto"}},
+    "zero_optimization": {
+        "stage": 3,
+        "offload_optimizer": {"device": "cpu", "pin_memory": True},
+        "offload_param": {"device": "nvme", "nvme_path": "/no/such/nvme"},
+        "reduce_bucket_size": "auto",
+        "sub_group_size": "auto",
+    },
+}
 
 
 def test_auto_values_are_filled_and_every_change_is_listed() -> None:
     filled = fill(AUTO, world_size=2, accelerator="cpu")
     config = filled.config
-    assert (config["train_micro_batch_size_per_gpu"], config["gradient_accumulation_steps"],
-            config["train_batch_size"]) == (2, 4, 16)
+    assert (
+        config["train_micro_batch_size_per_gpu"],
+        config["gradient_accumulation_steps"],
+        config["train_batch_size"],
+    ) == (2, 4, 16)
     assert config["bf16"]["enabled"] is True and config["optimizer"]["params"]["lr"] == 3e-4
     assert filled.filled["zero_optimization.reduce_bucket_size"] == 1024
-    assert filled.unfilled == ["zero_optimization.sub_group_size"] and "sub_group_size" not in config["zero_optimization"]
+    assert (
+        filled.unfilled == ["zero_optimization.sub_group_size"]
+        and "sub_group_size" not in config["zero_optimization"]
+    )
     assert config["zero_optimization"]["offload_param"]["device"] == "cpu"
     assert "'/no/such/nvme' does not exist" in filled.changed["zero_optimization.offload_param.device"]
     assert filled.changed["zero_optimization.offload_optimizer.pin_memory"].startswith("true -> false")
@@ -34,13 +49,20 @@ def test_auto_values_are_filled_and_every_change_is_listed() -> None:
 
 
 def test_a_fixed_batch_for_another_world_size_is_recomputed_and_said() -> None:
-    filled = fill({"train_batch_size": 256, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 8},
-                  world_size=2, accelerator="cpu")
-    assert filled.config["train_batch_size"] == 64 and filled.changed["train_batch_size"].startswith("256 -> 64")
+    filled = fill(
+        {"train_batch_size": 256, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 8},
+        world_size=2,
+        accelerator="cpu",
+    )
+    assert filled.config["train_batch_size"] == 64 and filled.changed["train_batch_size"].startswith(
+        "256 -> 64"
+    )
 
 
 def test_an_existing_nvme_path_is_kept(tmp_path: Path) -> None:
-    config = {"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": str(tmp_path)}}}
+    config = {
+        "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": str(tmp_path)}}
+    }
     assert fill(config, 1, "cpu").changed == {}
 
 
@@ -52,7 +74,8 @@ def test_a_trainer_style_config_without_an_optimizer_gets_the_trainers_and_says_
     filled = fill({"zero_optimization": {"stage": 2}, "train_micro_batch_size_per_gpu": 2}, 1, "cpu")
     assert filled.changed == {}  # fill alone leaves it: a route that passes its own optimizer needs nothing
     trainer_optimizer(filled)
-    assert filled.config["zero_allow_untested_optimizer"] is True  # as transformers' deepspeed_optim_sched sets it
+    # as transformers' deepspeed_optim_sched sets it
+    assert filled.config["zero_allow_untested_optimizer"] is True
     said = filled.changed["optimizer"]
     assert said.startswith("(none) -> torch.optim.AdamW(lr=5e-05") and 'add an "optimizer" block' in said
     optimizer = route_optimizer(filled.config, torch.nn.Linear(2, 2).parameters())
@@ -69,10 +92,16 @@ def write(tmp_path: Path, text: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize(("text", "needle"), [
-    ('{"train_batch_size": 8,\n  "zero_optimization": {"stage": 3,}\n}', "not JSON: Expecting property name"),
-    ("[1, 2]", "a DeepSpeed config is a JSON object, not list"),
-])
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        (
+            '{"train_batch_size": 8,\n  "zero_optimization": {"stage": 3,}\n}',
+            "not JSON: Expecting property name",
+        ),
+        ("[1, 2]", "a DeepSpeed config is a JSON object, not list"),
+    ],
+)
 def test_a_file_that_is_no_config_is_one_line(tmp_path: Path, text: str, needle: str) -> None:
     with pytest.raises(ConfigError) as caught:
         load(write(tmp_path, text))
@@ -88,8 +117,17 @@ def test_a_missing_file(tmp_path: Path) -> None:
 
 @requires_deepspeed
 def test_deepspeed_refuses_a_bad_field_and_says_which(tmp_path: Path) -> None:
-    user = load(write(tmp_path, json.dumps(
-        {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3, "offload_param": {"device": "disk"}}})))
+    user = load(
+        write(
+            tmp_path,
+            json.dumps(
+                {
+                    "train_micro_batch_size_per_gpu": 1,
+                    "zero_optimization": {"stage": 3, "offload_param": {"device": "disk"}},
+                }
+            ),
+        )
+    )
     with pytest.raises(ConfigError) as caught:
         check(user)
     assert "DeepSpeed refuses it" in str(caught.value) and "offload_param.device" in str(caught.value)

@@ -15,7 +15,9 @@ def test_every_tested_architecture_builds_tiny_and_trains_one_step(model_type: s
     assert type(trainable.module).__name__.endswith(("ForCausalLM", "LMHeadModel"))
     loss = trainable.loss(trainable.module, 2, device="cpu", dtype=torch.float32, seed=0)
     loss.backward()
-    assert loss.dim() == 0 and all(p.grad is not None for p in trainable.module.parameters() if p.requires_grad)
+    assert loss.dim() == 0 and all(
+        p.grad is not None for p in trainable.module.parameters() if p.requires_grad
+    )
 
 
 @pytest.mark.parametrize("model_type", HF_TESTED)
@@ -33,7 +35,9 @@ def test_every_tiny_architecture_saves_and_loads_back(model_type: str, tmp_path)
 
 
 def test_factories_with_and_without_world_size_and_with_their_own_batches() -> None:
-    assert build(ModelSpec.parse("tests.resources.user_models:sized"), world_size=3).module[1].out_features == 11
+    assert (
+        build(ModelSpec.parse("tests.resources.user_models:sized"), world_size=3).module[1].out_features == 11
+    )
     images = build(check("tests.resources.user_models:images"))
     assert images.loss(images.module, 2, device="cpu", dtype=torch.float32, seed=1).dim() == 0
     tied = build(check("tests.resources.user_models:tied_with_buffers"))
@@ -50,13 +54,16 @@ def test_the_loss_rule() -> None:
     assert loss_of((torch.ones(2), torch.zeros(1))).item() == 2.0
 
 
-@pytest.mark.parametrize(("spec", "needle"), [
-    ("hf:not_a_model", "not a causal-LM model type of transformers; tested: qwen3"),
-    ("nothing", "expected hf:<model_type>"),
-    ("tests.resources.nope:factory", "does not import: ModuleNotFoundError"),
-    ("tests.resources.user_models:missing", "does not import: AttributeError"),
-    ("tests.resources.user_models:not_a_module", "the factory returned dict, not an nn.Module"),
-])
+@pytest.mark.parametrize(
+    ("spec", "needle"),
+    [
+        ("hf:not_a_model", "not a causal-LM model type of transformers; tested: qwen3"),
+        ("nothing", "expected hf:<model_type>"),
+        ("tests.resources.nope:factory", "does not import: ModuleNotFoundError"),
+        ("tests.resources.user_models:missing", "does not import: AttributeError"),
+        ("tests.resources.user_models:not_a_module", "the factory returned dict, not an nn.Module"),
+    ],
+)
 def test_a_bad_spec_is_one_line(spec: str, needle: str) -> None:
     with pytest.raises(ModelSpecError) as caught:
         check(spec)

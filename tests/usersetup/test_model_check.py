@@ -23,36 +23,52 @@ def make():
 
 FACTORIES = {
     "exits": ("import sys\nsys.exit(0)\n" + TINY, "exit code 0 at the stage 'importing user_factory'"),
-    "argparse": ("import argparse\nparser = argparse.ArgumentParser()\nparser.add_argument('--data', required=True)\n"
-                 "parser.parse_args()\n" + TINY, "exit code 2 at the stage 'importing user_factory'"),
-    "hangs": (TINY.replace("def make():", "def make():\n    import time; time.sleep(3600)"),
-              "did not finish within 8 s, at the stage 'building the model'"),
-    "raises": (TINY.replace("def make():", "def make():\n    raise RuntimeError('no data at /secret/place')"),
-               "RuntimeError: no data at /secret/place"),
+    "argparse": (
+        "import argparse\nparser = argparse.ArgumentParser()\nparser.add_argument('--data', required=True)\n"
+        "parser.parse_args()\n" + TINY,
+        "exit code 2 at the stage 'importing user_factory'",
+    ),
+    "hangs": (
+        TINY.replace("def make():", "def make():\n    import time; time.sleep(3600)"),
+        "did not finish within 8 s, at the stage 'building the model'",
+    ),
+    "raises": (
+        TINY.replace("def make():", "def make():\n    raise RuntimeError('no data at /secret/place')"),
+        "RuntimeError: no data at /secret/place",
+    ),
 }
 
 
 def ds_doctor_in(folder: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
     """The console script, as a user runs it from their project folder."""
-    return subprocess.run([str(CONSOLE_SCRIPT), *args], cwd=folder, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [str(CONSOLE_SCRIPT), *args], cwd=folder, capture_output=True, text=True, timeout=timeout
+    )
 
 
-@pytest.mark.skipif(not CONSOLE_SCRIPT.exists(), reason="the ds-doctor console script is not installed in this venv")
+@pytest.mark.skipif(
+    not CONSOLE_SCRIPT.exists(), reason="the ds-doctor console script is not installed in this venv"
+)
 @pytest.mark.parametrize("kind", sorted(FACTORIES))
 def test_a_misbehaving_factory_is_one_line_exit_2(tmp_path: Path, kind: str) -> None:
     source, needle = FACTORIES[kind]
     (tmp_path / "user_factory.py").write_text(textwrap.dedent(source))
     started = time.monotonic()
-    proc = ds_doctor_in(tmp_path, "run", "--level", "1", "--timeout", "8", "--out", "out",
-                        "--model", "user_factory:make")
+    proc = ds_doctor_in(
+        tmp_path, "run", "--level", "1", "--timeout", "8", "--out", "out", "--model", "user_factory:make"
+    )
     assert proc.returncode == 2, (proc.stdout[-500:], proc.stderr[-2000:])
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("ds-doctor: error:") and needle in lines[0], proc.stderr[-2000:]
+    assert len(lines) == 1 and lines[0].startswith("ds-doctor: error:") and needle in lines[0], proc.stderr[
+        -2000:
+    ]
     assert proc.stdout == "" and not (tmp_path / "out").exists()
     assert time.monotonic() - started < 90
 
 
-@pytest.mark.skipif(not CONSOLE_SCRIPT.exists(), reason="the ds-doctor console script is not installed in this venv")
+@pytest.mark.skipif(
+    not CONSOLE_SCRIPT.exists(), reason="the ds-doctor console script is not installed in this venv"
+)
 def test_a_factory_that_prints_megabytes_leaves_the_json_stream_clean(tmp_path: Path) -> None:
     (tmp_path / "chatty.py").write_text(textwrap.dedent("print('x' * 10_000_000)\n" + TINY))
     proc = ds_doctor_in(tmp_path, "run", "--level", "1", "--json", "--out", "out", "--model", "chatty:make")

@@ -22,13 +22,29 @@ ROOT = Path(__file__).resolve().parents[2]
 JOBS = ROOT / "tests" / "resources" / "watch_jobs.py"
 
 
-def run_job(tmp_path: Path, job: str, plant: str = "none", raise_on: str = "none",
-            extra_env: dict[str, str] | None = None) -> tuple[list[dict[str, Any]], Path]:
+def run_job(
+    tmp_path: Path,
+    job: str,
+    plant: str = "none",
+    raise_on: str = "none",
+    extra_env: dict[str, str] | None = None,
+) -> tuple[list[dict[str, Any]], Path]:
     out = tmp_path / f"{job}-{plant}"
     out.mkdir()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **(extra_env or {})}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-               str(JOBS), job, plant, str(out), raise_on]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        str(JOBS),
+        job,
+        plant,
+        str(out),
+        raise_on,
+    ]
     proc = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
@@ -44,8 +60,13 @@ def cases(report: Report) -> dict[str, Any]:
 
 
 def renders(path: Path) -> str:
-    proc = subprocess.run([sys.executable, "-m", "ds_doctor.cli", "report", str(path)], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ds_doctor.cli", "report", str(path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert proc.returncode in (0, 1), proc.stderr[-2000:]
     markdown = next(path.parent.glob("*-report.md")).read_text()
     assert "watch[after_prepare]" in markdown
@@ -53,8 +74,9 @@ def renders(path: Path) -> str:
 
 
 def assert_healthy(report: Report) -> None:
-    assert report.results and all(r.outcome == Outcome.PASS for r in report.results), \
-        [(r.case, r.reason) for r in report.results]
+    assert report.results and all(r.outcome == Outcome.PASS for r in report.results), [
+        (r.case, r.reason) for r in report.results
+    ]
     assert not [f for r in report.results for f in r.findings if f.is_error]
     assert all(r.world_size == 2 and r.probe == "watch" for r in report.results)
 
@@ -65,24 +87,42 @@ def test_a_zero3_offload_job_watched_healthy_then_planted_s1_stopped_before_its_
     assert all(r["error"] is None and r["saved"] and all(r["restored"].values()) for r in ranks), ranks
     report = report_of(out / "watch.json")
     assert_healthy(report)
-    assert list(cases(report)) == ["watch[after_prepare]", "watch[step 1]", "watch[step 2]", "watch[step 4]",
-                                   "watch[before_save step 4]", "watch[after_load]"]
+    assert list(cases(report)) == [
+        "watch[after_prepare]",
+        "watch[step 1]",
+        "watch[step 2]",
+        "watch[step 4]",
+        "watch[before_save step 4]",
+        "watch[after_load]",
+    ]
     step = cases(report)["watch[step 1]"]
-    assert step.notes["target"] == "deepspeed" and min(step.notes["records_per_rank"]) > 20  # clip operands included
+    # clip operands included
+    assert step.notes["target"] == "deepspeed" and min(step.notes["records_per_rank"]) > 20
     assert "watch[before_save step 4]" in renders(out / "watch.json")
 
     planted, bad = run_job(tmp_path, "deepspeed", "s1", "error")
     for rank in planted:  # DoctorError on every rank, before save_checkpoint wrote anything
-        assert rank["error"].startswith("DoctorError: ds-doctor at before_save step 4") and not rank["saved"], planted
+        assert (
+            rank["error"].startswith("DoctorError: ds-doctor at before_save step 4") and not rank["saved"]
+        ), planted
         assert all(rank["restored"].values())  # close() put the engine's own methods back
     save = cases(report_of(bad / "watch.json"))["watch[before_save step 4]"]
     assert save.outcome == Outcome.FAIL and save.known_issue.id == "ds_frozen_param_not_in_param_names"
-    assert sorted((f.invariant, f.rank) for f in save.findings) == [("param_name_map", 0), ("param_name_map", 1)]
+    assert sorted((f.invariant, f.rank) for f in save.findings) == [
+        ("param_name_map", 0),
+        ("param_name_map", 1),
+    ]
     assert all("emb.weight (frozen) is not a key of engine.param_names" in f.message for f in save.findings)
     assert save.findings[0].evidence[0].path == "emb.weight"
-    diff = subprocess.run([sys.executable, "-m", "ds_doctor.cli", "diff", str(out / "watch.json"), str(bad / "watch.json")],
-                          capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert diff.returncode == 1 and "param_name_map" in diff.stdout  # the planted save, a regression against healthy
+    diff = subprocess.run(
+        [sys.executable, "-m", "ds_doctor.cli", "diff", str(out / "watch.json"), str(bad / "watch.json")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    # the planted save, a regression against healthy
+    assert diff.returncode == 1 and "param_name_map" in diff.stdout
 
 
 @requires_deepspeed
@@ -101,8 +141,13 @@ def test_a_save_and_load_on_the_main_process_alone_never_hang_the_job(tmp_path: 
         absent = [f for f in case.findings if f.invariant == "watch_ranks_present"]
         assert case.outcome == Outcome.PASS and case.world_size == 1, (case.case, case.reason)
         assert absent and "1 of 2 ranks reached this moment" in absent[0].message
-    assert not [f for r in report.results if r.case not in (save.case, load.case) for f in r.findings
-                if f.invariant == "watch_ranks_present"]  # the moments every rank reached were gathered
+    assert not [
+        f
+        for r in report.results
+        if r.case not in (save.case, load.case)
+        for f in r.findings
+        if f.invariant == "watch_ranks_present"
+    ]  # the moments every rank reached were gathered
 
 
 @requires_accelerate
@@ -112,16 +157,27 @@ def test_an_accelerate_loop_watched_healthy_and_a_resume_onto_meta_caught(tmp_pa
     assert all(r["error"] is None and r["saved"] and all(r["restored"].values()) for r in ranks), ranks
     report = report_of(out / "watch.json")
     assert_healthy(report)
-    assert list(cases(report)) == ["watch[after_prepare]", "watch[step 1]", "watch[step 2]", "watch[step 4]",
-                                   "watch[before_save step 4]", "watch[after_load]"]
+    assert list(cases(report)) == [
+        "watch[after_prepare]",
+        "watch[step 1]",
+        "watch[step 2]",
+        "watch[step 4]",
+        "watch[before_save step 4]",
+        "watch[after_load]",
+    ]
     renders(out / "watch.json")
 
-    planted, bad = run_job(tmp_path, "accelerate", "deepspeed-s1", "error")  # Accelerate driving DeepSpeed ZeRO-2
-    assert all(r["distributed_type"] == "DistributedType.DEEPSPEED" and not r["saved"] for r in planted), planted
+    # Accelerate driving DeepSpeed ZeRO-2
+    planted, bad = run_job(tmp_path, "accelerate", "deepspeed-s1", "error")
+    assert all(r["distributed_type"] == "DistributedType.DEEPSPEED" and not r["saved"] for r in planted), (
+        planted
+    )
     assert all(r["error"].startswith("DoctorError: ds-doctor at before_save step 4") for r in planted)
     assert all(all(r["restored"].values()) for r in planted)  # the engine's methods and load_state put back
     watched = report_of(bad / "watch.json")
-    assert [r.outcome for r in watched.results] == [Outcome.PASS] * 4 + [Outcome.FAIL]  # save_checkpoint's moment
+    assert [r.outcome for r in watched.results] == [Outcome.PASS] * 4 + [
+        Outcome.FAIL
+    ]  # save_checkpoint's moment
     assert watched.results[-1].notes["target"] == "accelerate+deepspeed"
 
     _, resumed = run_job(tmp_path, "accelerate", "s4")
@@ -132,22 +188,34 @@ def test_an_accelerate_loop_watched_healthy_and_a_resume_onto_meta_caught(tmp_pa
     for finding in colocation:
         assert "optimizer.param_groups[0].running_scale on cpu (owner on meta)" in finding.message
         assert {(r.role, r.path, r.device) for r in finding.evidence} >= {
-            ("optim_group_tensor", "optimizer.param_groups[0].running_scale", "cpu"), ("param", "body.weight", "meta")}
+            ("optim_group_tensor", "optimizer.param_groups[0].running_scale", "cpu"),
+            ("param", "body.weight", "meta"),
+        }
 
 
 @requires_accelerate
 def test_an_hf_trainer_run_with_the_callback_healthy_and_stopped_before_a_broken_save(tmp_path: Path) -> None:
     ranks, out = run_job(tmp_path, "trainer")
-    assert all(r["error"] is None and r["checkpoints"] == ["checkpoint-2", "checkpoint-4"] for r in ranks), ranks
+    assert all(r["error"] is None and r["checkpoints"] == ["checkpoint-2", "checkpoint-4"] for r in ranks), (
+        ranks
+    )
     assert all(r["restored"]["closed"] for r in ranks)
     report = report_of(out / "watch.json")
     assert_healthy(report)
-    assert list(cases(report)) == ["watch[after_prepare]", "watch[step 1]", "watch[step 2]",
-                                   "watch[before_save step 2]", "watch[step 4]", "watch[before_save step 4]"]
+    assert list(cases(report)) == [
+        "watch[after_prepare]",
+        "watch[step 1]",
+        "watch[step 2]",
+        "watch[before_save step 2]",
+        "watch[step 4]",
+        "watch[before_save step 4]",
+    ]
     renders(out / "watch.json")
 
     planted, bad = run_job(tmp_path, "trainer", "s1", "error")
-    assert all(r["error"].startswith("DoctorError: ds-doctor at before_save step 2") for r in planted), planted
+    assert all(r["error"].startswith("DoctorError: ds-doctor at before_save step 2") for r in planted), (
+        planted
+    )
     assert all(r["checkpoints"] == [] for r in planted)  # the Trainer never wrote checkpoint-2
     save = cases(report_of(bad / "watch.json"))["watch[before_save step 2]"]
     by_kind = {(f.invariant, f.severity.value) for f in save.findings}
@@ -157,4 +225,5 @@ def test_an_hf_trainer_run_with_the_callback_healthy_and_stopped_before_a_broken
     # the torch-wide entry (optimizers keep the objects they were given), not a DeepSpeed-only one
     assert save.known_issue.id == "ds_replaced_trainable_param_not_trained"
     from ds_doctor.knowledge.catalog import get
+
     assert get(save.known_issue.id).package == "torch"

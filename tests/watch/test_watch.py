@@ -47,7 +47,9 @@ def trained(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.optim.Optimi
 
 
 def target_of(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Target:
-    return Target(kind="test", module=model, optimizer=optimizer, device="cpu", own_name_map=name_map_of(model))
+    return Target(
+        kind="test", module=model, optimizer=optimizer, device="cpu", own_name_map=name_map_of(model)
+    )
 
 
 def test_every_moment_is_metadata_only() -> None:
@@ -55,10 +57,15 @@ def test_every_moment_is_metadata_only() -> None:
     model, optimizer = trained(TiedWithBuffers())
     target = target_of(model, optimizer)
     ties = moments.tied_records(target, 0, "after_prepare")
-    model.block.weight = torch.nn.Parameter(model.block.weight.detach().clone())  # findings: an orphan, a stale name
+    # findings: an orphan, a stale name
+    model.block.weight = torch.nn.Parameter(model.block.weight.detach().clone())
     with Dispatched() as seen:
-        checks = [moments.after_prepare(target, 0), moments.step(target, 0, "step 1", [], []),
-                  moments.before_save(target, 0, "before_save"), moments.after_load(target, 0, "after_load", ties)]
+        checks = [
+            moments.after_prepare(target, 0),
+            moments.step(target, 0, "step 1", [], []),
+            moments.before_save(target, 0, "before_save"),
+            moments.after_load(target, 0, "after_load", ties),
+        ]
     assert seen.ops == []
     assert any(check.findings for check in checks)  # the planted replacement was seen without a single op
     watcher = Watch(target, out=None)
@@ -92,8 +99,11 @@ def test_one_walk_names_what_torch_names() -> None:
     assert params == list(model.named_parameters(remove_duplicate=False))
     assert buffers == list(model.named_buffers(remove_duplicate=False))
     tied = [r for r in collect(Recorder(0, "x"), module=model) if r.role == "param" and r.aliases]
-    assert {r.path: r.aliases for r in tied} == {"a.weight": ("b.0.weight",), "a.bias": ("b.0.bias",),
-                                                 "b.1.embed.weight": ("b.1.head.weight",)}
+    assert {r.path: r.aliases for r in tied} == {
+        "a.weight": ("b.0.weight",),
+        "a.bias": ("b.0.bias",),
+        "b.1.embed.weight": ("b.1.head.weight",),
+    }
 
 
 def test_a_moment_logs_each_finding_and_reports_it(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -103,17 +113,24 @@ def test_a_moment_logs_each_finding_and_reports_it(tmp_path: Path, caplog: pytes
     watcher.moment("after_prepare", "after_prepare", lambda: moments.after_prepare(target, 0))
     model.block.weight = torch.nn.Parameter(model.block.weight.detach().clone())
     with caplog.at_level(logging.INFO, logger="ds_doctor"):
-        found = watcher.moment("before_save", "before_save step 0", lambda: moments.before_save(target, 0, "b"))
+        found = watcher.moment(
+            "before_save", "before_save step 0", lambda: moments.before_save(target, 0, "b")
+        )
     assert [r.name for r in caplog.records] == ["ds_doctor"] * len(found) and len(found) == 3
     assert {r.levelname for r in caplog.records} == {"ERROR", "WARNING"}
     report = Report.from_dict(json.loads((tmp_path / "w.json").read_text()))
-    assert [(r.case, r.outcome) for r in report.results] == [("watch[after_prepare]", Outcome.PASS),
-                                                            ("watch[before_save step 0]", Outcome.FAIL)]
+    assert [(r.case, r.outcome) for r in report.results] == [
+        ("watch[after_prepare]", Outcome.PASS),
+        ("watch[before_save step 0]", Outcome.FAIL),
+    ]
     assert report.command == ["ds-doctor", "watch", "test"] and report.env["packages"]
     from ds_doctor.knowledge.triage import read_log, read_report  # `ds-doctor triage` reads the file as well
 
     reading = read_report((tmp_path / "w.json").read_text())
-    assert reading is not None and [f.invariant for f in reading.findings if f.is_error] == ["optimizer_params_live"] * 2
+    assert (
+        reading is not None
+        and [f.invariant for f in reading.findings if f.is_error] == ["optimizer_params_live"] * 2
+    )
     assert all(f.message.startswith("watch[before_save step 0]: ") for f in reading.findings)
     assert read_report("Traceback (most recent call last):") is None and read_log("x", {}).matches == []
 
@@ -165,7 +182,9 @@ def test_a_release_that_moves_its_tensors_back_is_a_warning_not_an_error() -> No
     trainable = [p for p in model.parameters() if p.requires_grad]
     for optimizer in (ProdigyPlusScheduleFree(trainable, lr=1.0), torch.optim.SGD(trainable, lr=0.1)):
         optimizer.param_groups[0]["running"] = torch.zeros(())
-        torch.utils.swap_tensors(trainable[0], torch.nn.Parameter(torch.empty_like(trainable[0], device="meta")))
+        torch.utils.swap_tensors(
+            trainable[0], torch.nn.Parameter(torch.empty_like(trainable[0], device="meta"))
+        )
         check = moments.after_load(target_of(model, optimizer), 0, "after_load", [])
         [colocation] = [f for f in check.findings if f.invariant == "optimizer_state_colocation"]
         if isinstance(optimizer, torch.optim.SGD):
@@ -173,4 +192,6 @@ def test_a_release_that_moves_its_tensors_back_is_a_warning_not_an_error() -> No
         else:
             assert Version(metadata.version("prodigy-plus-schedule-free")) >= Version("1.9.2")
             assert not colocation.is_error and "moves them back on access" in colocation.message
-        torch.utils.swap_tensors(trainable[0], torch.nn.Parameter(torch.zeros_like(trainable[0], device="cpu")))
+        torch.utils.swap_tensors(
+            trainable[0], torch.nn.Parameter(torch.zeros_like(trainable[0], device="cpu"))
+        )

@@ -21,8 +21,12 @@ def _text(value: Any) -> str:
 def record(nvml: Any, about: str) -> dict[str, Any]:
     nvml.nvmlInit()
     try:
-        out: dict[str, Any] = {"_about": about, "driver": _text(nvml.nvmlSystemGetDriverVersion()),
-                               "cuda_driver": int(nvml.nvmlSystemGetCudaDriverVersion()), "gpus": []}
+        out: dict[str, Any] = {
+            "_about": about,
+            "driver": _text(nvml.nvmlSystemGetDriverVersion()),
+            "cuda_driver": int(nvml.nvmlSystemGetCudaDriverVersion()),
+            "gpus": [],
+        }
         for index in range(nvml.nvmlDeviceGetCount()):
             out["gpus"].append(_record_gpu(nvml, nvml.nvmlDeviceGetHandleByIndex(index)))
         return out
@@ -46,11 +50,21 @@ def _record_gpu(nvml: Any, h: Any) -> dict[str, Any]:
     ask("memory", "nvmlDeviceGetMemoryInfo", lambda f: [int(f(h).total), int(f(h).used)])
     ask("cc", "nvmlDeviceGetCudaComputeCapability", lambda f: list(f(h)))
     ask("ecc_mode", "nvmlDeviceGetEccMode", lambda f: [int(v) for v in f(h)])
-    ask("ecc_volatile", "nvmlDeviceGetTotalEccErrors",
-        lambda f: int(f(h, nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_VOLATILE_ECC)))
-    ask("ecc_aggregate", "nvmlDeviceGetTotalEccErrors",
-        lambda f: int(f(h, nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_AGGREGATE_ECC)))
-    ask("retired_pages", "nvmlDeviceGetRetiredPages", lambda f: {str(c): [int(p) for p in f(h, c)] for c in (0, 1)})
+    ask(
+        "ecc_volatile",
+        "nvmlDeviceGetTotalEccErrors",
+        lambda f: int(f(h, nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_VOLATILE_ECC)),
+    )
+    ask(
+        "ecc_aggregate",
+        "nvmlDeviceGetTotalEccErrors",
+        lambda f: int(f(h, nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_AGGREGATE_ECC)),
+    )
+    ask(
+        "retired_pages",
+        "nvmlDeviceGetRetiredPages",
+        lambda f: {str(c): [int(p) for p in f(h, c)] for c in (0, 1)},
+    )
     ask("retired_pending", "nvmlDeviceGetRetiredPagesPendingStatus", lambda f: int(f(h)))
     ask("remapped_rows", "nvmlDeviceGetRemappedRows", lambda f: [int(v) for v in f(h)])
     ask("throttle", "nvmlDeviceGetCurrentClocksEventReasons", lambda f: int(f(h)))
@@ -58,18 +72,32 @@ def _record_gpu(nvml: Any, h: Any) -> dict[str, Any]:
     ask("temperature", "nvmlDeviceGetTemperature", lambda f: int(f(h, nvml.NVML_TEMPERATURE_GPU)))
     ask("power", "nvmlDeviceGetPowerUsage", lambda f: int(f(h)))
     ask("power_limit", "nvmlDeviceGetEnforcedPowerLimit", lambda f: int(f(h)))
-    ask("clocks", "nvmlDeviceGetClockInfo", lambda f: {str(c): int(f(h, c)) for c in (nvml.NVML_CLOCK_SM, nvml.NVML_CLOCK_MEM)})
-    ask("max_clocks", "nvmlDeviceGetMaxClockInfo",
-        lambda f: {str(c): int(f(h, c)) for c in (nvml.NVML_CLOCK_SM, nvml.NVML_CLOCK_MEM)})
-    pcie = ("nvmlDeviceGetCurrPcieLinkGeneration", "nvmlDeviceGetMaxPcieLinkGeneration",
-            "nvmlDeviceGetCurrPcieLinkWidth", "nvmlDeviceGetMaxPcieLinkWidth")
+    ask(
+        "clocks",
+        "nvmlDeviceGetClockInfo",
+        lambda f: {str(c): int(f(h, c)) for c in (nvml.NVML_CLOCK_SM, nvml.NVML_CLOCK_MEM)},
+    )
+    ask(
+        "max_clocks",
+        "nvmlDeviceGetMaxClockInfo",
+        lambda f: {str(c): int(f(h, c)) for c in (nvml.NVML_CLOCK_SM, nvml.NVML_CLOCK_MEM)},
+    )
+    pcie = (
+        "nvmlDeviceGetCurrPcieLinkGeneration",
+        "nvmlDeviceGetMaxPcieLinkGeneration",
+        "nvmlDeviceGetCurrPcieLinkWidth",
+        "nvmlDeviceGetMaxPcieLinkWidth",
+    )
     try:
         gpu["pcie"] = [int(getattr(nvml, call)(h)) for call in pcie]
     except nvml.NVMLError:
         gpu["unsupported"].extend(pcie)
     ask("nvlink", "nvmlDeviceGetNvLinkState", lambda f: _links(nvml, f, h))
-    ask("processes", "nvmlDeviceGetComputeRunningProcesses",
-        lambda f: [[int(p.pid), p.usedGpuMemory if isinstance(p.usedGpuMemory, int) else None] for p in f(h)])
+    ask(
+        "processes",
+        "nvmlDeviceGetComputeRunningProcesses",
+        lambda f: [[int(p.pid), p.usedGpuMemory if isinstance(p.usedGpuMemory, int) else None] for p in f(h)],
+    )
     return gpu
 
 
@@ -88,6 +116,9 @@ def _links(nvml: Any, state: Callable[..., Any], h: Any) -> list[int]:
 if __name__ == "__main__":
     import pynvml
 
-    json.dump(record(pynvml, " ".join(sys.argv[1:]) or "recorded with tests/resources/nvml/record.py"), sys.stdout,
-              indent=1)
+    json.dump(
+        record(pynvml, " ".join(sys.argv[1:]) or "recorded with tests/resources/nvml/record.py"),
+        sys.stdout,
+        indent=1,
+    )
     print()

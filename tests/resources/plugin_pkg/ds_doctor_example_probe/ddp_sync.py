@@ -48,6 +48,15 @@ def run(ctx: ProbeContext) -> None:
         reference = param.detach().clone()
         dist.broadcast(reference, src=0)
         if not torch.equal(reference, param.detach()):
-            ctx.check([Finding("ddp_params_in_sync", Severity.ERROR, f"{name} differs from rank 0's after one step",
-                               stage="after_step", expected="the same parameters on every rank",
-                               evidence=tuple(r for r in records if r.path == name))])
+            ctx.check(
+                [
+                    Finding(
+                        "ddp_params_in_sync",
+                        Severity.ERROR,
+                        f"{name} differs from rank 0's after one step",
+                        stage="after_step",
+                        expected="the same parameters on every rank",
+                        evidence=tuple(r for r in records if r.path == name),
+                    )
+                ]
+            )
