@@ -358,6 +358,7 @@ def _at_run_start(*shapes: str) -> str:
 #: After a name's first character: the tail of a secret word (`oken` of `token`) in its first 64 characters.
 _HINT = r"[\w.-]{0,64}?(?i:ass|wd|ecret|red|uth|ookie|ook|sn|ey|oken|onn)"
 #: (pattern, replacement), applied in order after private keys; `name=value` comes last.
+# not prose
 _PATTERNS: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], ...] = (
     # webhooks: the host and the route stay
     (
@@ -375,7 +376,7 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], .
     (
         re.compile(r"([Bb](?<![\w-].)(?i:earer)[ \t]+)(?=[\w~+/=-]*[\d.~+/=-])[\w.~+/=-]{8,}"),
         rf"\1{MASK}",
-    ),  # not prose
+    ),
     (re.compile(r"(Basic(?<![\w-]Basic)[ \t]+)([A-Za-z0-9+/]{6,}={0,2})(?![\w+/=])"), _basic),
     (re.compile(r"(machine(?<![\w-]machine)\s+\S+\s+login\s+\S+\s+password\s+)\S+"), rf"\1{MASK}"),  # .netrc
     (re.compile(_at_run_start(*_TOKEN_SHAPES)), MASK),  # every alternative starts with a literal: a fast scan

@@ -67,6 +67,9 @@ class RankLine:
     measures: dict[str, float | None] = dataclasses.field(default_factory=dict)
     series: tuple[dict[str, float], ...] = ()
     shown: tuple[str, ...] = ()  # what a reproduce case saw go wrong for real
+    shown_notes: tuple[
+        str, ...
+    ] = ()  # the note keys the probe asked a reader to see (`ctx.note(..., shown=True)`)
     known_issue: str | None = None  # the known issue the probe named for the case...
     issue_shown: bool = False  # ...and whether it showed on this rank
     error: ErrorInfo | None = None
@@ -117,6 +120,7 @@ class RankLine:
                 "device_map": tuple(TensorRecord.from_dict(r) for r in data.get("device_map") or ()),
                 "series": tuple(data.get("series") or ()),
                 "shown": tuple(data.get("shown") or ()),
+                "shown_notes": tuple(str(key) for key in data.get("shown_notes") or ()),
                 "error": ErrorInfo(**error) if error else None,
                 "stages": stages_from(data.get("stages")),
                 "stacks": stacks_from(data.get("stacks")),

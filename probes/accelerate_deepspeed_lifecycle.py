@@ -64,12 +64,10 @@ class Ordering:
     issue: str | None = None  # the known issue it should end in
     stage: int = 2
     optimizer: str = "dummy"  # "dummy": DummyOptim; "torch": a real AdamW
-    scheduler: str = (
-        "dummy"  # "dummy": DummyScheduler; "torch": a LambdaLR on the optimizer, built before prepare
-    )
-    prepare: str = (
-        "one"  # "one" call with the dataloader; "no-dataloader"; "second": the scheduler in a later call
-    )
+    # "dummy": DummyScheduler; "torch": a LambdaLR on the optimizer, built before prepare
+    scheduler: str = "dummy"
+    # "one" call with the dataloader; "no-dataloader"; "second": the scheduler in a later call
+    prepare: str = "one"
     drop: tuple[str, ...] = ()  # config blocks the user left out ("optimizer", "scheduler")
     config_lr: float | str = "auto"
     dummy_lr: float = LR
@@ -245,7 +243,7 @@ def run(ctx: ProbeContext) -> None:
             {"path": ordering.user.path, "sha256": ordering.user.sha256, "changed": filled.changed},
         )
         ctx.check(change_findings(filled, ctx.rank))
-    ctx.note("ordering", ordering.what)
+    ctx.note("ordering", ordering.what, shown=True)
     ctx.note("deepspeed_config", copy.deepcopy(config))
     with accelerate_session():
         try:

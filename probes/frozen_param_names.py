@@ -148,7 +148,7 @@ class Problem:
 def run(ctx: ProbeContext) -> None:
     params: S1Case = ctx.params
     route, reproduce = params.route, params.reproduce
-    ctx.note("route", ROUTES[route])
+    ctx.note("route", ROUTES[route], shown=True)
     config = case_config(ctx, params)
     ctx.note("deepspeed_config", config)
     if route == "dispatch-disk" and ctx.has_user_model:
@@ -166,7 +166,7 @@ def run(ctx: ProbeContext) -> None:
             try:
                 _replace(engine.module, route, ctx)
             except Exception as exc:  # the stack refused the route up front: the silent state cannot arise
-                ctx.note("route_refused", f"{type(exc).__name__}: {exc}"[:500])
+                ctx.note("route_refused", f"{type(exc).__name__}: {exc}"[:500], shown=True)
                 ctx.known_issue(DEFAULT_ISSUE, shown=False)
                 return
         named = list(engine.module.named_parameters())

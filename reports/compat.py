@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 #: How a version-1 report's notes name what version 2 keeps in `measures` and `series`.
@@ -24,3 +25,20 @@ def measures_from_v1_notes(
     sizes = notes.pop("sizes", None)
     series = [dict(row) for row in sizes if isinstance(row, dict)] if isinstance(sizes, list) else []
     return measures, series, notes
+
+
+#: The notes the Markdown showed by name before probes marked theirs (`ctx.note(..., shown=True)`): a report
+#: written then still shows them.
+LEGACY_SHOWN_NOTES = (
+    "route",
+    "ordering",
+    "route_refused",
+    "tracked_before",
+    "tracked_after",
+    "changed_by_step",
+)
+
+
+def legacy_shown_notes(notes: Mapping[str, Any]) -> tuple[str, ...]:
+    """The notes a report written before `shown_notes` showed."""
+    return tuple(key for key in LEGACY_SHOWN_NOTES if key in notes)

@@ -254,9 +254,6 @@ def render_stacks(report: Report) -> list[str]:
 
 
 #: Notes a probe writes for the reader of a case that needs a look (the JSON has every note).
-SHOWN_NOTES = ("route", "ordering", "route_refused", "tracked_before", "tracked_after", "changed_by_step")
-
-
 def _tail(text: str) -> str:
     """The last lines of a traceback or stderr (split at newlines only: a lone `\r` is shown, in `md_fence`)."""
     return "\n".join(text.rstrip().split("\n")[-TAIL_LINES:])
@@ -293,7 +290,7 @@ def render_case(result: CaseResult) -> list[str]:
     showed = result.notes.get("showed")
     if showed:
         lines += ["**What went wrong for real:**", "", *[f"- {md_text(str(item))}" for item in showed], ""]
-    for key in SHOWN_NOTES:
+    for key in result.shown_notes:  # what the probe marked for a reader: the renderer knows no probe's keys
         if key in result.notes:
             lines += [f"**{key.replace('_', ' ').capitalize()}:** {md_text(str(result.notes[key]))}", ""]
     lines += render_hang(result)

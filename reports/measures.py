@@ -15,9 +15,8 @@ class Measure:
     label: str
     unit: str
     help: str
-    better: str | None = (
-        None  # "higher" or "lower": compared with a baseline; None: context, never a regression
-    )
+    # "higher" or "lower": compared with a baseline; None: context, never a regression
+    better: str | None = None
     headline: bool = False  # shown beside a passing case on the console
     min_ranks: int = 1  # below this world size the number means nothing
     why_not: str = ""  # ...and this says why
@@ -27,6 +26,7 @@ class Measure:
 
 
 _NO_LINK = "one rank: no data moves between ranks"
+# the label says the unit
 MEASURES: dict[str, Measure] = {
     m.name: m
     for m in (  # in the order tables show them
@@ -48,9 +48,7 @@ MEASURES: dict[str, Measure] = {
         Measure("matmul_size", "n", "", "square matmul size"),
         Measure("relative_error", "relative error", "", "relative Frobenius error against fp64"),
         Measure("error_tolerance", "tolerance", "", "the largest relative error that passes"),
-        Measure(
-            "tflops", "TFLOP/s", "", "achieved TFLOP/s of the slowest rank", "higher", True
-        ),  # the label says the unit
+        Measure("tflops", "TFLOP/s", "", "achieved TFLOP/s of the slowest rank", "higher", True),
     )
 }
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
-from ds_doctor.reports.compat import measures_from_v1_notes
+from ds_doctor.reports.compat import legacy_shown_notes, measures_from_v1_notes
 from ds_doctor.reports.hang import (
     CollectivePosition,
     StageTime,
@@ -119,9 +119,8 @@ class TensorRecord:
     numel: int
     nbytes: int
     requires_grad: bool | None = None
-    node: int | None = (
-        None  # the node of a multi-node run the rank ran on (the report's `nodes` give its host)
-    )
+    # the node of a multi-node run the rank ran on (the report's `nodes` give its host)
+    node: int | None = None
     aliases: tuple[str, ...] = ()  # the tensor's other names (a tied weight): one record, every name
 
     def to_dict(self) -> dict[str, Any]:
@@ -157,6 +156,9 @@ class Finding:
     evidence: tuple[TensorRecord, ...] = ()
     remedy: str | None = None
     node: int | None = None  # as TensorRecord.node
+    # what the message says, as fields a reader compares (diff, fleet, tests): JSON-able, e.g. the equivalence
+    # family's step, stage, quantity, relative error and tolerance; a hang's rank, group, sequence and collective
+    data: Mapping[str, Any] = dataclasses.field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "severity", Severity(self.severity))
@@ -176,6 +178,7 @@ class Finding:
             "evidence": [r.to_dict() for r in self.evidence],
             "remedy": self.remedy,
             "node": self.node,
+            **({"data": dict(self.data)} if self.data else {}),
         }
 
     @classmethod
@@ -308,6 +311,7 @@ class CaseResult:
     nodes: int = 1  # how many nodes the case's ranks spanned
     stack: str | None = None  # `run --with`: the overlay stack the case ran on (None: the stack as installed)
     shared_gpu: str | None = None  # its ranks shared GPUs, and how (never a node's interconnect figure)
+    shown_notes: tuple[str, ...] = ()  # the notes its probe marked for a reader (`ctx.note(..., shown=True)`)
 
     @property
     def key(self) -> str:
@@ -347,6 +351,7 @@ class CaseResult:
             "series": [dict(row) for row in self.series],
             "node": self.node,
             "nodes": self.nodes,
+            "shown_notes": list(self.shown_notes),
             **{k: v for k, v in (("stack", self.stack), ("shared_gpu", self.shared_gpu)) if v is not None},
         }
 
@@ -376,6 +381,9 @@ class CaseResult:
             series=tuple(dict(row) for row in series or ()),
             node=data.get("node"),
             nodes=int(data.get("nodes") or 1),
+            shown_notes=tuple(str(k) for k in data["shown_notes"] if k in notes)
+            if "shown_notes" in data
+            else legacy_shown_notes(notes),
             **{k: str(data[k]) for k in ("stack", "shared_gpu") if data.get(k) is not None},
         )
 

@@ -53,9 +53,8 @@ def test_files_named_one_by_one_and_the_markdown_written_to_out(capsys, state: P
     code, out, _ = run_cli(capsys, "fleet", renamed, *files[1:], "--out", out_file)
     assert code == 0 and out_file.read_text() == out and "| node-a |" in out
     nodes = json.loads(run_cli(capsys, "fleet", *files[1:], "--tolerance", "70", "--json")[1])["nodes"]
-    assert len(nodes) == 2 and not [
-        m for n in nodes for m in n["measures"] if m["below"]
-    ]  # 60 % below: within 70
+    # 60 % below: within 70
+    assert len(nodes) == 2 and not [m for n in nodes for m in n["measures"] if m["below"]]
 
 
 def test_of_one_hosts_reports_only_the_newest_is_read(capsys, tmp_path: Path) -> None:

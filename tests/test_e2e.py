@@ -90,17 +90,19 @@ def test_zero_offload_level3_every_cpu_case_passes(level3: Run) -> None:
     for rank in (0, 1):
         assert (rank, "unscale_and_clip_grads[0].total_norm") in operands
         assert (rank, "unscale_and_clip_grads[0].grads[0]") in operands
+    # before_init: the module, for ties_kept
     assert {r["stage"] for r in s2["device_map"]} == {
         "before_init",
         "after_init",
         "after_backward",
         "at_clip",
         "after_step",
-    }  # before_init: the module, for ties_kept
+    }
+    # a warning per rank
     assert [f["invariant"] for f in s2["findings"]] == [
         "grad_accum_dtype",
         "grad_accum_dtype",
-    ]  # a warning per rank
+    ]
 
 
 def leftover_processes(marker: str) -> list[str]:
@@ -819,9 +821,8 @@ def test_nightly_smoke_comm_compute_junit_prometheus_and_a_baseline_diff(tmp_pat
     for result in bad.values():
         assert result["outcome"] == "fail"
         findings = result["findings"]
-        assert {(f["invariant"], f["rank"]) for f in findings} == {
-            ("collective_result", 1)
-        }  # only rank 1's copy
+        # only rank 1's copy
+        assert {(f["invariant"], f["rank"]) for f in findings} == {("collective_result", 1)}
         assert (
             "1 of " in findings[0]["message"] and "elements wrong (first at index 3" in findings[0]["message"]
         )
@@ -841,10 +842,11 @@ def test_nightly_smoke_comm_compute_junit_prometheus_and_a_baseline_diff(tmp_pat
         ("measure", "comm[all_reduce-ws2] busbw_gbps"),
         ("measure", "comm[all_reduce-ws2] algbw_gbps"),
     } <= regressions
+    # no hardware or version change
     assert {kind for kind, _ in regressions} <= {
         "outcome",
         "finding",
         "measure",
-    }  # no hardware or version change
+    }
     proc = ds_doctor("diff", str(report_file), str(report_file))
     assert proc.returncode == 0 and "Nothing changed." in proc.stdout

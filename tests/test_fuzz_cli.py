@@ -159,12 +159,13 @@ def test_run_options_take_any_value(capsys, tmp_path_factory, option: str, value
         "--rdzv-endpoint",
         "--nnodes",
     ):
+        # selects nothing stops a valid set at exit 2
         args += [
             "--join-timeout",
             "2",
             "-k",
             "zz_selects_nothing",
-        ]  # selects nothing stops a valid set at exit 2
+        ]
         args += {
             "--nnodes": ["--node-rank", "0", "--rdzv-endpoint", "127.0.0.1:1"],
             "--node-rank": ["--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:1"],

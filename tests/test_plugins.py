@@ -83,9 +83,8 @@ def test_a_probe_registered_only_by_its_entry_point_is_listed_and_runs(
     proc = ds_doctor("run", "-k", "ddp_sync and ws2", "--out", str(tmp_path), "--json", site=installed)
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
     results = {r["case"]: r for r in json.loads(proc.stdout)["results"]}
-    assert set(results) == {
-        "ddp_sync[linear-ws2]"
-    }  # level 2: the representative variant (one launch: ws2 only)
+    # level 2: the representative variant (one launch: ws2 only)
+    assert set(results) == {"ddp_sync[linear-ws2]"}
     ranks = results["ddp_sync[linear-ws2]"]
     assert ranks["outcome"] == "pass" and ranks["findings"] == []
     assert {(r["rank"], r["path"]) for r in ranks["device_map"] if r["role"] == "param"} == {

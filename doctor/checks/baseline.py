@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from ds_doctor.reports.diff import Change, Diff
 from ds_doctor.reports.measures import MEASURES
-from ds_doctor.reports.records import FAILING, CaseResult, Report, Severity
+from ds_doctor.reports.records import FAILING, CaseResult, Finding, Report, Severity
 
 DEFAULT_TOLERANCE_PCT = 10.0
 
@@ -59,17 +59,47 @@ def outcome_changes(base: Mapping[str, CaseResult], new: Mapping[str, CaseResult
     return changes
 
 
-def _finding_keys(result: CaseResult) -> dict[tuple[str, Severity], str]:
-    return {(f.invariant, f.severity): f.message for f in result.findings}
+def _finding_keys(result: CaseResult) -> dict[tuple[str, Severity], Finding]:
+    return {(f.invariant, f.severity): f for f in result.findings}
+
+
+#: The fields of a finding's data that say where a divergence is: a divergence that moved is a change
+WHERE = ("step", "stage", "quantity")
+
+
+def _where(finding: Finding) -> str | None:
+    """`step 2, update of fc.weight` from a finding's data; None where it names no step."""
+    data = finding.data
+    if "step" not in data:
+        return None
+    stage, quantity = data.get("stage"), data.get("quantity")
+    return f"step {data['step']}, {stage}" + (f" of {quantity}" if quantity and quantity != stage else "")
+
+
+def _moved(case: str, before: Finding, after: Finding) -> Change | None:
+    """The same finding at another step or quantity: a regression where it now shows earlier."""
+    if all(before.data.get(k) == after.data.get(k) for k in WHERE) or _where(after) is None:
+        return None
+    earlier = (
+        isinstance(before.data.get("step"), int)
+        and isinstance(after.data.get("step"), int)
+        and (after.data["step"] < before.data["step"])
+    )
+    return Change("finding", case, _where(before), _where(after), earlier and after.is_error, after.message)
 
 
 def finding_changes(base: Mapping[str, CaseResult], new: Mapping[str, CaseResult]) -> list[Change]:
-    """Findings (by case, invariant and severity) the baseline did not have."""
+    """Findings (by case, invariant and severity) the baseline did not have, and those whose data says they moved
+    (a divergence that shows at an earlier step is a regression)."""
     changes = []
     for case, result in new.items():
         before = _finding_keys(base[case]) if case in base else {}
-        for (invariant, severity), message in _finding_keys(result).items():
-            if (invariant, severity) not in before:
+        for (invariant, severity), finding in _finding_keys(result).items():
+            message = finding.message
+            if (invariant, severity) in before:
+                moved = _moved(case, before[(invariant, severity)], finding)
+                changes += [moved] if moved else []
+            else:
                 changes.append(
                     Change(
                         "finding",

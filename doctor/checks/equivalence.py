@@ -61,9 +61,8 @@ class Gap:
     scale: float
     route: float | None = None  # the values themselves, for a scalar (the loss, the norm): shown in a finding
     reference: float | None = None
-    allowance: float = (
-        0.0  # absolute, beyond the rounding term: error propagated through the reference's state
-    )
+    # absolute, beyond the rounding term: error propagated through the reference's state
+    allowance: float = 0.0
 
     @property
     def relative(self) -> float:
@@ -157,6 +156,26 @@ def _how_far(d: Divergence) -> str:
     return f"{d.relative:.3g} relative{values} where the reference is bit-for-bit the same computation"
 
 
+def divergence_data(d: Divergence, step_offset: int = 0) -> dict[str, object]:
+    """A divergence as fields: the step (counted from 1), the stage, the quantity, how far and the tolerance."""
+    data: dict[str, object] = {
+        "step": step_offset + d.step + 1,
+        "stage": d.stage,
+        "quantity": d.name,
+        "relative_error": _finite(d.relative),
+        "tolerance": d.tolerance,
+        "others_over": d.others,
+    }
+    if d.route is not None and d.reference is not None:
+        data.update(route=_finite(d.route), reference=_finite(d.reference))
+    return data
+
+
+def _finite(value: float) -> float | None:
+    """JSON holds no NaN or infinity: those are None (the message says what they were)."""
+    return value if math.isfinite(value) else None
+
+
 def divergence_finding(
     divergence: Divergence,
     steps: int,
@@ -186,6 +205,15 @@ def divergence_finding(
         expected="every step's loss, gradient norm and parameters within the tolerance of plain torch "
         "on the same global batch (docs/invariants.md)",
         remedy=remedy,
+        data={
+            **divergence_data(d),
+            "steps": steps,
+            **(
+                {"first_update": divergence_data(first_update)}
+                if first_update is not None and d.stage != "update"
+                else {}
+            ),
+        },
     )
 
 
@@ -201,6 +229,7 @@ def missing_finding(missing: Sequence[str], stage: str, setting: str) -> list[Fi
             f"{', '.join(sorted(missing)[:6])} ({setting})",
             stage=stage,
             expected="the route trains the reference's parameters, under their names",
+            data={"missing": sorted(missing)},
         )
     ]
 
@@ -239,6 +268,7 @@ def not_restored(saved: Fingerprint, loaded: Fingerprint, path: str) -> list[Fin
                 f"differ after the load from what was saved: {shown}{more}",
                 stage="after_load",
                 expected="the new process holds, right after the load, what the saving one held",
+                data={"category": category, "differ": differ, "compared": len(set(before) | set(after))},
             )
         )
     return findings
@@ -273,6 +303,7 @@ def continuation_finding(
             f"{resumed_from} through {path}): {what} differs from the uninterrupted run by {_how_far(d)}",
             stage=d.stage,
             expected="a resumed run continues exactly as the uninterrupted one",
+            data={**divergence_data(d, resumed_from), "steps": steps, "resumed_from": resumed_from},
         )
     ]
 

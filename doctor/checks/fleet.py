@@ -205,6 +205,7 @@ def per_node(source: Source) -> list[Source]:
     )
     if not sections or not readable or len({str(n.get("host")) for n in sections}) < len(sections):
         return [source]
+    # keyed as on one node
     return [
         Source(
             f"{source.source} (node {n['node']} of {len(sections)})",
@@ -218,7 +219,7 @@ def per_node(source: Source) -> list[Source]:
                     for r in source.report.results
                     if r.node in (n["node"], None)
                 ),
-            ),  # keyed as on one node
+            ),
             across=len(sections),
         )
         for n in sections

@@ -48,6 +48,13 @@ def stragglers(stages: Mapping[int, Sequence[StageTime]]) -> list[Finding]:
                         rank=rank,
                         stage=stage,
                         expected=f"under {STRAGGLER_FACTOR:g}x the other ranks' median",
+                        data={
+                            "rank": rank,
+                            "stage": stage,
+                            "seconds": round(time.duration_s, 3),
+                            "median_s": round(typical, 3),
+                            "waited_s": round(left_late, 3),
+                        },
                         remedy="look at what differs on that rank: its GPU (clocks, throttling: `ds-doctor run -k "
                         "gpu_health`), its host (CPU contention, swap), its data shard or I/O",
                     )
@@ -79,6 +86,7 @@ def missing_rank(
         rank=rank,
         stage="hang",
         expected=f"every rank of {group} enters collective #{seq}",
+        data={"rank": rank, "group": group, "seq": seq, "collective": op, "waiting": sorted(waiting)},
         remedy="that rank's stack in this report shows where it is: a code path only some ranks take (a rank-"
         "dependent branch, an early return, uneven data), or a rank stuck in I/O or a lock",
     )
@@ -94,6 +102,13 @@ def collective_mismatch(group: str, seq: int, sides: Mapping[int, str], culprit:
         rank=culprit,
         stage="hang",
         expected="every rank issues the same collective, sizes and dtypes",
+        data={
+            "rank": culprit,
+            "group": group,
+            "seq": seq,
+            "kind": kind,
+            "sides": {str(r): w for r, w in sides.items()},
+        },
         remedy="every rank must issue the same collectives in the same order with matching shapes: look "
         "for a rank-dependent branch or a tensor whose shape differs across ranks (uneven shards)",
     )

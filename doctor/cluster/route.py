@@ -30,9 +30,8 @@ class Facing:
 
     address: str  # the source address the kernel picks to reach the endpoint
     interface: str | None  # the interface holding that address
-    hosts_endpoint: (
-        bool  # the endpoint is this node's own address, and torch would not know it from the host name
-    )
+    # the endpoint is this node's own address, and torch would not know it from the host name
+    hosts_endpoint: bool
 
     @property
     def loopback(self) -> bool:

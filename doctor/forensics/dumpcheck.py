@@ -91,9 +91,8 @@ class _PlainData(_PurePython):
 MAX_ENTRIES = 20_000  # a rank's recorder entries (TORCH_FR_BUFFER_SIZE is 2000 by default)
 MAX_GROUPS = 1_000  # process groups in a pg_config
 MAX_NODES = 5_000_000  # values in one dump, shared references counted each time they are reached...
-NODES_PER_BYTE = (
-    1  # ...and no more than one per byte of the pickle (a plain dump spends two bytes or more a value)
-)
+# ...and no more than one per byte of the pickle (a plain dump spends two bytes or more a value)
+NODES_PER_BYTE = 1
 _INT_RANGE = range(-(2**63), 2**64)
 
 

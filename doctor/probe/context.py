@@ -53,13 +53,13 @@ class ProbeContext:
         self.measures: dict[str, float | None] = {}
         self.series: list[dict[str, float]] = []
         self.shown: list[str] = []
+        self.shown_notes: list[str] = []
         self.issue: tuple[str, bool] | None = None
         self.instead = False  # a reproduce case caught something other than its own issue (`showed_instead`)
         self._heartbeat = heartbeat
         self._scratch = scratch
-        self._entered: list[tuple[str, float]] = [
-            (self.stage, time.time())
-        ]  # (stage, when) for the stage times
+        # (stage, when) for the stage times
+        self._entered: list[tuple[str, float]] = [(self.stage, time.time())]
 
     def enter(self, stage: str) -> None:
         """Mark the stage the probe is in, so a hang is reported with it (and the time per stage is known)."""
@@ -114,9 +114,12 @@ class ProbeContext:
                 finding = dataclasses.replace(finding, rank=self.rank)
             self.findings.append(finding)
 
-    def note(self, key: str, value: Any) -> None:
-        """A JSON-able fact worth showing in the report (versions, norms, classes)."""
+    def note(self, key: str, value: Any, *, shown: bool = False) -> None:
+        """A JSON-able fact for the report (versions, norms, classes). `shown`: the ticket's Markdown shows it in
+        the case's section (renderers never know a probe's keys: the probe marks what a reader should see)."""
         self.notes[key] = value
+        if shown and key not in self.shown_notes:
+            self.shown_notes.append(key)
 
     def measure(self, name: str, value: float | None) -> None:
         """A headline number of the case (`ds_doctor.reports.measures.MEASURES` names it and gives its unit)."""

@@ -205,9 +205,8 @@ class Launch:
         self.events = events
         self.lines: dict[str, dict[int, RankLine]] = {}
         self.tails = {r: LineTail(launch_dir.rank_lines(r)) for r in range(group.world_size)}
-        self.timed_out: Ending | None = (
-            None  # set when a heartbeat overran its limit and the launch was killed
-        )
+        # set when a heartbeat overran its limit and the launch was killed
+        self.timed_out: Ending | None = None
         self.returncode: int | None = None
         self.last_stage: dict[int, tuple[str, str]] = {}
         self.evidence: evidence.Evidence | None = None  # a timed-out launch's stacks and collectives

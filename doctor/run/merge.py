@@ -124,6 +124,7 @@ def merge_case(planned: PlannedCase, lines: list[RankLine], versions: Mapping[st
         node=planned.node,
         nodes=planned.nodes,
         shared_gpu=planned.shared_gpu,
+        shown_notes=tuple(dict.fromkeys(key for line in lines for key in line.shown_notes)),
     )
 
 

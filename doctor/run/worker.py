@@ -129,6 +129,7 @@ def run_case(module: Any, ctx: ProbeContext, reproduce: bool, log_path: Path | N
         measures=ctx.measures,
         series=tuple(ctx.series),
         shown=tuple(ctx.shown),
+        shown_notes=tuple(ctx.shown_notes),
         known_issue=issue,
         issue_shown=issue_shown,
         error=error,

@@ -23,6 +23,7 @@ def colocation(rec: Recorder) -> list[Finding]:
     Anchors are keyed by text paths only: a ZeRO-3 `ds_tensor` row (a tuple path) is never an optimizer owner."""
     rows = rec.rows
     device_of = {row[2]: row[5] for row in rows if row[1] in ANCHOR_ROLES and isinstance(row[2], str)}
+    # a 0-dim CPU state (AdamW's step) is exempt
     offenders = [
         row
         for row in rows
@@ -33,7 +34,7 @@ def colocation(rec: Recorder) -> list[Finding]:
             and row[5] in ("cpu", "python")
             and (row[5] == "python" or row[0].dim() == 0)
         )
-    ]  # a 0-dim CPU state (AdamW's step) is exempt
+    ]
     if not offenders:
         return []
     owners = {row[3] for row in offenders}

@@ -225,7 +225,7 @@ class Wrapped:
 
 def run(ctx: ProbeContext) -> None:
     route: Route = ctx.params
-    ctx.note("route", route.what)
+    ctx.note("route", route.what, shown=True)
     if ctx.has_user_model and route.wrapper != "deepspeed":
         ctx.skip(
             f"the {route.wrapper} route wraps ds-doctor's own four-part model only; --model runs on the "
@@ -235,7 +235,7 @@ def run(ctx: ProbeContext) -> None:
     reference = model.build(0)
     optimizer = grouped_optimizer(reference, route.parts) if route.groups else model.optimizer(reference)
     before = tracked_names(optimizer_groups(optimizer), reference)
-    ctx.note("tracked_before", sorted(before.groups))
+    ctx.note("tracked_before", sorted(before.groups), shown=True)
     with contextlib.ExitStack() as cleanup:
         wrapped = (
             WRAPPERS[route.wrapper](ctx, route, cleanup)
@@ -244,7 +244,7 @@ def run(ctx: ProbeContext) -> None:
         )
         ctx.enter("after_wrap")
         after = _tracked_everywhere(ctx, tracked_names(optimizer_groups(wrapped.optimizer), wrapped.module))
-        ctx.note("tracked_after", sorted(after.groups))
+        ctx.note("tracked_after", sorted(after.groups), shown=True)
         moved = tracked_set(before.groups, after.groups, model.frozen)
         ctx.check(moved + tracked_live(after))
         ctx.enter("step")
@@ -253,7 +253,7 @@ def run(ctx: ProbeContext) -> None:
         changed = sorted(
             name for name, value in wrapped.full_values().items() if not _equal(values[name], value)
         )
-        ctx.note("changed_by_step", changed)
+        ctx.note("changed_by_step", changed, shown=True)
         missed = step_changes(changed, model.intended)
         # what went wrong for real: an xfail if the checks above caught it first, else a fail
         if route.reproduce:

@@ -211,7 +211,7 @@ def importlib_find(module: str) -> bool:
 
 def run(ctx: ProbeContext) -> None:
     route: Route = ctx.params
-    ctx.note("route", route.what)
+    ctx.note("route", route.what, shown=True)
     if route.wrapper == "trainer":
         equivalence_trainer.run(ctx, route)
         return

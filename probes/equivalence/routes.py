@@ -27,9 +27,8 @@ class Route:
     what: str  # in words, for the report
     stage: int = 0  # DeepSpeed's ZeRO stage
     offload: bool = False  # ZeRO's offload_optimizer to the CPU
-    local_clip: bool = (
-        False  # FSDP1 clipped with torch.nn.utils.clip_grad_norm_: each rank's shard norm (planted)
-    )
+    # FSDP1 clipped with torch.nn.utils.clip_grad_norm_: each rank's shard norm (planted)
+    local_clip: bool = False
     resume: str | None = None  # "deepspeed", "accelerate", "trainer": the save/load path of a resume case
     drop: tuple[str, ...] = ()  # what the resume leaves out of the load: "optimizer", "scheduler" (planted)
     loss_kwargs: bool = True  # the Trainer's model takes **kwargs (num_items_in_batch)
@@ -38,9 +37,8 @@ class Route:
     issue: str | None = None
     user: UserConfig | None = None  # the DeepSpeed route on the user's --deepspeed-config
     user_accelerate: bool = False  # the Accelerate route on the user's --accelerate-config
-    model: str | None = (
-        None  # a model spec of the route's own, as --model spells it (the tests' planted models)
-    )
+    # a model spec of the route's own, as --model spells it (the tests' planted models)
+    model: str | None = None
 
 
 class Session:

@@ -208,9 +208,8 @@ def _user_accelerate(ctx: ProbeContext, route: Route, subject: Subject) -> Sessi
     if setup.distributed_type == "DEEPSPEED":
         ctx.require(DEEPSPEED)
         plugin = extra.pop("deepspeed_plugin")
-        config = {
-            k: v for k, v in plugin.deepspeed_config.items() if k != "optimizer"
-        }  # a prepared torch AdamW
+        # a prepared torch AdamW
+        config = {k: v for k, v in plugin.deepspeed_config.items() if k != "optimizer"}
         config["train_micro_batch_size_per_gpu"] = hyper.micro_batch
         return AccelerateSession(ctx, route, subject, hyper, plugin_config=config, extra=extra)
     return AccelerateSession(ctx, route, subject, hyper, extra=extra)

@@ -28,9 +28,8 @@ PAD = 0
 TRAINER_HYPER = Hyper(lr=1e-3, weight_decay=0.0)
 #: transformers >= 4.46.2 counts num_items_in_batch on the labels as given; a causal LM's loss shifts them
 OVERCOUNT_ISSUE = "hf_trainer_num_items_unshifted_overcount"
-OVERCOUNT_MATCH = (
-    1e-4  # how close the loss ratio must come to (tokens predicted)/(labels counted) to be that scale
-)
+# how close the loss ratio must come to (tokens predicted)/(labels counted) to be that scale
+OVERCOUNT_MATCH = 1e-4
 REMEDY_GA = (
     "Let the model take **kwargs in forward (so the Trainer passes num_items_in_batch and the loss is "
     "normalised per token over the accumulated batch), or pass compute_loss_func; upgrade transformers to "

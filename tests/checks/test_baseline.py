@@ -72,11 +72,12 @@ def test_identical_reports_have_no_change() -> None:
 
 
 def test_a_drop_beyond_the_tolerance_regresses_and_one_within_does_not() -> None:
+    # -8.6 %
     new = [
         result("comm[all_reduce-ws8]", busbw_gbps=320.0, algbw_gbps=182.9),  # -11.1 %
         result("compute[matmul-bf16-ws8]", tflops=640.0),
         BASE[2],
-    ]  # -8.6 %
+    ]
     diff = diff_reports(report(BASE), report(new))
     assert kinds(diff) == {
         ("measure", "comm[all_reduce-ws8] busbw_gbps"): True,
@@ -86,9 +87,8 @@ def test_a_drop_beyond_the_tolerance_regresses_and_one_within_does_not() -> None
     assert not diff_reports(report(BASE), report(new), tolerance_pct=12).regressions
     assert len(diff_reports(report(BASE), report(new), tolerance_pct=5).regressions) == 3
     faster = [result("comm[all_reduce-ws8]", busbw_gbps=420.0, algbw_gbps=240.0), *BASE[1:]]
-    assert {c.regression for c in diff_reports(report(BASE), report(faster)).changes} == {
-        False
-    }  # reported only
+    # reported only
+    assert {c.regression for c in diff_reports(report(BASE), report(faster)).changes} == {False}
     with pytest.raises(ValueError, match="tolerance"):
         diff_reports(report(BASE), report(BASE), tolerance_pct=100)
 
@@ -112,14 +112,14 @@ def test_outcomes_and_findings() -> None:
     error = Finding(
         "collective_result", Severity.ERROR, "all_reduce of 1073741824 B: 1 of 268435456 elements wrong"
     )
-    new = [
+    new = [  # zero_offload is gone
         dataclasses.replace(BASE[0], outcome=Outcome.FAIL, reason="wrong", findings=(error,)),
         dataclasses.replace(
             BASE[1], outcome=Outcome.SKIP, reason="needs cuda"
         ),  # pass -> skip: reported only
         result("comm[broadcast-ws8]", Outcome.ERROR),  # a new case that errors
-        result("compute[memory-ws8]"),
-    ]  # a new case that passes; zero_offload is gone
+        result("compute[memory-ws8]"),  # a new case that passes
+    ]
     diff = diff_reports(report(BASE), report(new))
     assert kinds(diff) == {
         ("outcome", "comm[all_reduce-ws8]"): True,

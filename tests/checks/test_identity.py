@@ -44,9 +44,8 @@ def test_a_fresh_engine_satisfies_every_identity_invariant(dist_group: None, sta
     try:
         named = list(engine.module.named_parameters())
         held = held_parameters(engine.optimizer)
-        assert {id(p) for p in held} == {
-            id(p) for _, p in named if p.requires_grad
-        }  # module objects, not copies
+        # module objects, not copies
+        assert {id(p) for p in held} == {id(p) for _, p in named if p.requires_grad}
         assert (
             identity_invariants(named, engine, records_of(engine.module), rank=0, stage="before_save") == []
         )
@@ -107,10 +106,11 @@ def test_load_state_dict_assign_leaves_the_optimizer_with_orphans() -> None:
     )
     orphans = [f for f in findings if "no longer a parameter" in f.message]
     untracked = sorted(f.evidence[0].path for f in findings if "will not train" in f.message)
+    # the frozen emb is not expected in it
     assert len(orphans) == 2 and untracked == [
         "head.bias",
         "head.weight",
-    ]  # the frozen emb is not expected in it
+    ]
 
 
 @requires_deepspeed
@@ -129,9 +129,8 @@ def test_dispatch_to_disk_puts_a_meta_parameter_where_the_save_reads(dist_group:
             ("no_meta_params", "emb.weight", "meta")
         ]
         engine.save_checkpoint(str(tmp_path / "ckpt"), tag="t")  # stage 0 saves without a word...
-        assert meta_entries(tmp_path / "ckpt" / "t") == [
-            "mp_rank_00_model_states.pt:module.emb.weight"
-        ]  # ...no data
+        # ...no data
+        assert meta_entries(tmp_path / "ckpt" / "t") == ["mp_rank_00_model_states.pt:module.emb.weight"]
     finally:
         engine.destroy()
 

@@ -113,10 +113,11 @@ def test_two_hosts_on_their_own_addresses_run_across_and_node_0_reports_both(
         "busbw_gbps"
     ] > 0
     zero3 = across["zero_offload[z3-opt+param-bf16-ws2-n2]"]
+    # every node's partitions offloaded, each record saying which node
     assert {(r["node"], r["device"]) for r in zero3["device_map"] if r["role"] == "fp32_partition"} == {
         (0, "cpu"),
         (1, "cpu"),
-    }  # every node's partitions offloaded, each record saying which node
+    }
     markdown = next((two_hosts["root"] / "node0").glob("ds-doctor-*.md")).read_text()
     assert "## Nodes" in markdown and "| `comm[all_reduce-ws2-n2]` | all nodes |" in markdown
 

@@ -73,9 +73,8 @@ def test_under_srun_in_a_larger_allocation_the_steps_nodes_count() -> None:
         "SLURM_JOB_ID": "9",
     }
     assert from_slurm(environ) == Cluster(nnodes=2, node_rank=1, host="n2", port=29400, rdzv_id="slurm-9")
-    batch = {
-        k: v for k, v in environ.items() if not k.startswith("SLURM_STEP_")
-    }  # an sbatch script: the job's
+    # an sbatch script: the job's
+    batch = {k: v for k, v in environ.items() if not k.startswith("SLURM_STEP_")}
     assert from_slurm({**batch, "SLURM_NNODES": "3", "SLURM_NODEID": "0"}).host == "n1"  # type: ignore[union-attr]
 
 

@@ -77,6 +77,7 @@ def test_the_s2_traceback_wrapped_at_80_still_names_its_issue() -> None:
     assert [m.issue.id for m in triage(wrapped(S2), VERSIONS)] == ["ds_z3_offload_gradnorm_device_mismatch"]
 
 
+# a versioned package path
 @pytest.mark.parametrize(
     ("line", "version"),
     [
@@ -88,7 +89,7 @@ def test_the_s2_traceback_wrapped_at_80_still_names_its_issue() -> None:
         (
             '  File "/opt/conda/lib/python3.10/site-packages/deepspeed-0.14.2-py3.10.egg/deepspeed/runtime/engine.py"',
             "0.14.2",
-        ),  # a versioned package path
+        ),
         # versions as real tickets write them in prose and issue templates (issue 24)
         ("I am on deepspeed (0.14.2) with 8 GPUs", "0.14.2"),
         ("pip install deepspeed=0.17.6 then train", "0.17.6"),
@@ -164,6 +165,7 @@ def test_bars_are_stripped_as_before_in_linear_time() -> None:
         assert time.monotonic() - start < 5, unit
 
 
+# an informal name
 @pytest.mark.parametrize(
     ("text", "package", "version"),
     [
@@ -171,7 +173,7 @@ def test_bars_are_stripped_as_before_in_linear_time() -> None:
             "Using prodigy plus v1.8.51 with accelerate",
             "prodigy-plus-schedule-free",
             "1.8.51",
-        ),  # an informal name
+        ),
         ("prodigyplus 1.8.51", "prodigy-plus-schedule-free", "1.8.51"),  # the import name
         (
             "[conda] pytorch                   2.3.0           py3.10_cuda12.1_cudnn8.9.2_0    pytorch",

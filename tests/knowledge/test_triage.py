@@ -254,6 +254,7 @@ S2_FRAMES = (
 )
 
 
+# its requires matched
 @pytest.mark.parametrize(
     ("text", "strength", "context"),
     [
@@ -261,7 +262,7 @@ S2_FRAMES = (
             S2_FRAMES,
             "message and context",
             'stage3.py", line 2120, in unscale_and_clip_grads',
-        ),  # its requires matched
+        ),
         (
             '  File "/usr/lib/python3/site-packages/deepspeed/runtime/engine.py", line 1505, in '
             "_configure_zero_optimizer\n"

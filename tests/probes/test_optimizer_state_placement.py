@@ -50,9 +50,8 @@ def test_load_state_leaves_exactly_the_two_group_tensors_behind(tmp_path: Path) 
         model, optimizer = _resume_on_meta("prodigy-plus-schedule-free", tmp_path / "state")
         records = collect(Recorder(0, "after_load"), module=model, optimizer=optimizer)
     state = [r for r in records if r.role == "optim_state"]
-    assert state and {r.device for r in state if r.shape} == {
-        "meta"
-    }  # per-parameter state followed the parameters
+    # per-parameter state followed the parameters
+    assert state and {r.device for r in state if r.shape} == {"meta"}
     findings = optimizer_state_colocation(records)
     assert len(findings) == 1
     flagged = sorted(r.path for r in findings[0].evidence if r.role == "optim_group_tensor")

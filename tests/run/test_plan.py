@@ -42,6 +42,7 @@ def test_bad_keyword_expressions_raise(expr) -> None:
         compile_keyword(expr)
 
 
+# a long flat chain near the length bound
 @pytest.mark.parametrize(
     ("expr", "expected"),
     [
@@ -56,7 +57,7 @@ def test_bad_keyword_expressions_raise(expr) -> None:
         (
             " or ".join(["zz"] * ((MAX_KEYWORD_CHARS - 2) // 6) + ["z3"]),
             True,
-        ),  # a long flat chain near the length bound
+        ),
         (" and ".join(["z3"] * ((MAX_KEYWORD_CHARS - 2) // 7) + ["zz"]), False),
     ],
 )

@@ -14,6 +14,7 @@ from ds_doctor.rundir import RankLine
 CASE = "frozen_param_names[z2-set-tensor-ws1]"
 
 
+# caught; a probe that does not call showed() keeps the old meaning
 @pytest.mark.parametrize(
     ("caught", "reproduce", "shown", "outcome"),
     [
@@ -25,7 +26,7 @@ CASE = "frozen_param_names[z2-set-tensor-ws1]"
             True,
             False,
             Outcome.XFAIL,
-        ),  # caught; a probe that does not call showed() keeps the old meaning
+        ),
         (False, True, True, Outcome.FAIL),  # it showed and no invariant caught it: the doctor missed it
         (False, True, False, Outcome.XPASS),  # nothing showed: this stack is not affected
     ],

@@ -163,9 +163,8 @@ def test_what_cannot_be_overlaid_is_one_line_exit_2(tmp_path: Path, monkeypatch,
         last = err.strip().splitlines()[-1]
         assert code == 2 and last.startswith("ds-doctor: error: ") and said in last, (args, err)
         assert "Traceback" not in err and not (tmp_path / "out").exists()  # nothing ran, nothing written
-    assert not [
-        p for p in (tmp_path / "stacks").iterdir() if not (p / MARKER).exists()
-    ]  # no half-built overlay
+    # no half-built overlay
+    assert not [p for p in (tmp_path / "stacks").iterdir() if not (p / MARKER).exists()]
 
 
 @pytest.mark.multirank

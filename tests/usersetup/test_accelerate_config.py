@@ -97,6 +97,7 @@ def test_fsdp_fields_become_the_plugin(tmp_path: Path) -> None:
 HOSTILE = Path(__file__).resolve().parents[1] / "resources" / "hostile"
 
 
+# a ReaderError before: exit 3
 @pytest.mark.parametrize(
     ("text", "needle"),
     [
@@ -117,7 +118,7 @@ HOSTILE = Path(__file__).resolve().parents[1] / "resources" / "hostile"
         (
             "distributed_type: NO\nmixed_precision: no\nx: \x00\n",
             "a NUL byte at line 3",
-        ),  # a ReaderError before: exit 3
+        ),
         ((HOSTILE / "alias_bomb.yaml").read_text(), "its aliases expand to more than 100,000 nodes"),
         ("a: &a [*a]\n", "a YAML alias refers to a node that contains it"),
     ],

@@ -141,13 +141,14 @@ def test_a_save_and_load_on_the_main_process_alone_never_hang_the_job(tmp_path: 
         absent = [f for f in case.findings if f.invariant == "watch_ranks_present"]
         assert case.outcome == Outcome.PASS and case.world_size == 1, (case.case, case.reason)
         assert absent and "1 of 2 ranks reached this moment" in absent[0].message
+    # the moments every rank reached were gathered
     assert not [
         f
         for r in report.results
         if r.case not in (save.case, load.case)
         for f in r.findings
         if f.invariant == "watch_ranks_present"
-    ]  # the moments every rank reached were gathered
+    ]
 
 
 @requires_accelerate
@@ -175,9 +176,8 @@ def test_an_accelerate_loop_watched_healthy_and_a_resume_onto_meta_caught(tmp_pa
     assert all(r["error"].startswith("DoctorError: ds-doctor at before_save step 4") for r in planted)
     assert all(all(r["restored"].values()) for r in planted)  # the engine's methods and load_state put back
     watched = report_of(bad / "watch.json")
-    assert [r.outcome for r in watched.results] == [Outcome.PASS] * 4 + [
-        Outcome.FAIL
-    ]  # save_checkpoint's moment
+    # save_checkpoint's moment
+    assert [r.outcome for r in watched.results] == [Outcome.PASS] * 4 + [Outcome.FAIL]
     assert watched.results[-1].notes["target"] == "accelerate+deepspeed"
 
     _, resumed = run_job(tmp_path, "accelerate", "s4")
