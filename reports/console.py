@@ -30,6 +30,7 @@ from rich.text import Text
 from ds_doctor.reports.measures import MEASURES, format_measure
 from ds_doctor.reports.records import FAILING, CaseResult, Outcome, Report, Verdict
 from ds_doctor.reports.safe import clip, one_line
+from ds_doctor.reports.sections import EnvSection, HardwareSection, section
 
 STYLES = {
     Outcome.PASS: "green",
@@ -166,12 +167,13 @@ def summary_table(report: Report) -> Table:
 def closing_line(report: Report) -> str:
     """Where the run ran (each node's host, GPUs and CPUs) and the count of each outcome."""
     counts = ", ".join(f"{v} {k}" for k, v in report.summary.items() if v) or "no cases ran"
-    sections = report.nodes or ({"host": report.hardware.get("host"), "hardware": report.hardware},)
-    said = [
-        f"{'node ' + str(s['node']) + ' ' if 'node' in s else ''}{s.get('host')}: "
-        f"{len((s.get('hardware') or {}).get('gpus') or [])} GPU(s), {(s.get('hardware') or {}).get('cpus')} CPUs"
-        for s in sections
-    ]
+    if report.nodes:
+        said = [
+            f"node {n.node} {n.host}: {len(n.hardware.gpus)} GPU(s), {n.hardware.cpus} CPUs"
+            for n in report.nodes
+        ]
+    else:
+        said = [f"{report.hardware.host}: {len(report.hardware.gpus)} GPU(s), {report.hardware.cpus} CPUs"]
     return one_line(" · ".join([*said, counts]))
 
 
@@ -265,29 +267,29 @@ def print_list(cases: Iterable[CaseRow], families: Iterable[FamilyRow], console:
         )
 
 
-def environment_lines(env: Mapping[str, Any], hardware: Mapping[str, Any]) -> list[str]:
+def environment_lines(
+    env: EnvSection | Mapping[str, Any], hardware: HardwareSection | Mapping[str, Any]
+) -> list[str]:
     """`ds-doctor env` as plain lines (each line `one_line`: a value never starts a line or sends a control)."""
+    env, hardware = section(EnvSection, env), section(HardwareSection, hardware)
     lines = [
-        f"host: {hardware['host']}  cpus: {hardware['cpus']}  "
-        f"memory: {(hardware['memory_bytes'] or 0) / 2**30:.1f} GiB"
+        f"host: {hardware.host}  cpus: {hardware.cpus}  memory: {(hardware.memory_bytes or 0) / 2**30:.1f} GiB"
     ]
     lines += [
-        f"gpu {gpu['index']}: {gpu.get('name')} {(gpu.get('memory_total_bytes') or 0) / 2**30:.0f} GiB "
-        f"{gpu.get('uuid')}"
-        for gpu in hardware["gpus"]
+        f"gpu {gpu.index}: {gpu.name} {(gpu.memory_total_bytes or 0) / 2**30:.0f} GiB {gpu.uuid}"
+        for gpu in hardware.gpus
     ]
-    if not hardware["gpus"]:
-        lines.append(f"gpus: none ({hardware['gpus_reason']})")
-    lines.append(f"python: {env['python']}  platform: {env['platform']}")
+    if not hardware.gpus:
+        lines.append(f"gpus: none ({hardware.gpus_reason})")
+    lines.append(f"python: {env.python}  platform: {env.platform}")
     lines.append(
-        f"cuda (torch build): {env['cuda']}  nccl: {env['nccl']}  driver: {env['driver']} "
-        f"(CUDA {env['cuda_driver']})"
+        f"cuda (torch build): {env.cuda}  nccl: {env.nccl}  driver: {env.driver} (CUDA {env.cuda_driver})"
     )
-    lines += [f"{name}: {version or 'not installed'}" for name, version in env["packages"].items()]
+    lines += [f"{name}: {version or 'not installed'}" for name, version in env.packages.items()]
     lines += [
         f"out of declared range: {p['package']} {p['version']} declares {p['requires']}{p['declared']}; "
         f"{p['requires']} {p['installed']} is installed"
-        for p in env.get("version_skew") or ()
+        for p in env.version_skew
     ]
-    lines += [f"{name}={value}" for name, value in env["variables"].items()]
+    lines += [f"{name}={value}" for name, value in env.variables.items()]
     return [one_line(line) for line in lines]

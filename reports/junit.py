@@ -48,7 +48,7 @@ def render_junit(report: Report) -> str:
     by_probe: dict[str, list[CaseResult]] = defaultdict(list)
     for result in report.results:
         by_probe[result.probe].append(result)
-    host = str(report.hardware.get("host") or "")
+    host = str(report.hardware.host or "")
     timestamp = report.started_at.removesuffix("Z")
     root = ET.Element("testsuites", name="ds-doctor")
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0, "time": 0.0}

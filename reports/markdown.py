@@ -19,6 +19,7 @@ from ds_doctor.reports.hang import format_stacks
 from ds_doctor.reports.measures import MEASURES
 from ds_doctor.reports.records import FAILING, CaseResult, Finding, Outcome, Report, TensorRecord, Verdict
 from ds_doctor.reports.safe import clip, md_cell, md_code, md_fence, md_html, md_text
+from ds_doctor.reports.sections import GpuReading
 
 TICKET_LIMIT = 60_000
 CASE_LIMIT = 8_000  # one case's block, at most
@@ -68,56 +69,52 @@ def _or_na(value: Any, unit: str = "") -> str:
     return "n/a" if value is None else f"{value}{unit}"
 
 
-def gpu_row(g: dict[str, Any]) -> list[Any]:
-    used, total = g.get("memory_used_bytes"), g.get("memory_total_bytes")
+def gpu_row(g: GpuReading) -> list[Any]:
+    used, total = g.memory_used_bytes, g.memory_total_bytes
     memory = "n/a" if used is None or total is None else f"{used / 2**30:.1f}/{total / 2**30:.0f} GiB"
     pcie = (
-        f"gen{_or_na(g.get('pcie_gen'))} x{_or_na(g.get('pcie_width'))} / "
-        f"gen{_or_na(g.get('pcie_gen_max'))} x{_or_na(g.get('pcie_width_max'))}"
+        f"gen{_or_na(g.pcie_gen)} x{_or_na(g.pcie_width)} / "
+        f"gen{_or_na(g.pcie_gen_max)} x{_or_na(g.pcie_width_max)}"
     )
-    processes = g.get("processes")
+    processes = g.processes
     return [
-        g.get("index"),
-        g.get("name"),
+        g.index,
+        g.name,
         memory,
-        _or_na(g.get("temperature_c"), " C"),
-        f"{_or_na(g.get('power_draw_w'))}/{_or_na(g.get('power_limit_w'), ' W')}",
+        _or_na(g.temperature_c, " C"),
+        f"{_or_na(g.power_draw_w)}/{_or_na(g.power_limit_w, ' W')}",
         pcie,
-        f"{_or_na(g.get('ecc_uncorrected_volatile'))}/{_or_na(g.get('ecc_uncorrected_aggregate'))}",
-        _or_na(g.get("remapped_rows_pending")),
-        ", ".join(g.get("throttle_reasons") or []) or "-",
+        f"{_or_na(g.ecc_uncorrected_volatile)}/{_or_na(g.ecc_uncorrected_aggregate)}",
+        _or_na(g.remapped_rows_pending),
+        ", ".join(g.throttle_reasons or ()) or "-",
         "n/a" if processes is None else len(processes),
     ]
 
 
 def render_environment(report: Report) -> list[str]:
     env, hw = report.env, report.hardware
-    gpus = hw.get("gpus") or []
-    gpu_text = ", ".join(
-        f"{g.get('name')} ({(g.get('memory_total_bytes') or 0) / 2**30:.0f} GiB)" for g in gpus
-    )
+    gpus = hw.gpus
+    gpu_text = ", ".join(f"{g.name} ({(g.memory_total_bytes or 0) / 2**30:.0f} GiB)" for g in gpus)
     rows: list[list[object]] = [
-        ["host", hw.get("host")],
-        ["cpus", hw.get("cpus")],
-        ["memory", f"{(hw.get('memory_bytes') or 0) / 2**30:.1f} GiB"],
-        ["gpus", gpu_text or f"none ({hw.get('gpus_reason')})"],
-        ["python", env.get("python")],
-        ["platform", env.get("platform")],
-        ["cuda (torch build)", env.get("cuda")],
-        ["nccl", env.get("nccl")],
-        ["driver", env.get("driver")],
-        ["CUDA (driver)", env.get("cuda_driver")],
+        ["host", hw.host],
+        ["cpus", hw.cpus],
+        ["memory", f"{(hw.memory_bytes or 0) / 2**30:.1f} GiB"],
+        ["gpus", gpu_text or f"none ({hw.gpus_reason})"],
+        ["python", env.python],
+        ["platform", env.platform],
+        ["cuda (torch build)", env.cuda],
+        ["nccl", env.nccl],
+        ["driver", env.driver],
+        ["CUDA (driver)", env.cuda_driver],
     ]
-    rows += [[name, version] for name, version in (env.get("packages") or {}).items() if version]
+    rows += [[name, version] for name, version in env.packages.items() if version]
     lines = ["## Environment", "", *_table(["", ""], rows), ""]
     if gpus:
         lines += ["### GPUs (NVML)", "", *_table(GPU_HEADERS, [gpu_row(g) for g in gpus]), ""]
-        missing = sorted(
-            {f"{field}: {why}" for g in gpus for field, why in (g.get("unavailable") or {}).items()}
-        )
+        missing = sorted({f"{field}: {why}" for g in gpus for field, why in g.unavailable.items()})
         if missing:
             lines += [f"Not available from NVML here: {md_text('; '.join(missing))}", ""]
-    variables = env.get("variables") or {}
+    variables = env.variables
     if variables:
         lines += [
             "<details><summary>Environment variables (allowlisted, redacted)</summary>",
@@ -139,25 +136,19 @@ def render_nodes(report: Report) -> list[str]:
         return []
     rows = []
     for section in report.nodes:
-        env, hw = section.get("env") or {}, section.get("hardware") or {}
-        packages = env.get("packages") or {}
-        gpus = hw.get("gpus") or []
+        env, gpus = section.env, section.hardware.gpus
         rows.append(
             [
-                section.get("node"),
-                section.get("host"),
-                f"{len(gpus)} x {gpus[0].get('name')}" if gpus else "none",
-                env.get("driver"),
-                env.get("python"),
-                *[packages.get(name) for name in NODE_PACKAGES],
+                section.node,
+                section.host,
+                f"{len(gpus)} x {gpus[0].name}" if gpus else "none",
+                env.driver,
+                env.python,
+                *[env.packages.get(name) for name in NODE_PACKAGES],
             ]
         )
     lines = ["## Nodes", "", *_table(["node", "host", "GPUs", "driver", "python", *NODE_PACKAGES], rows), ""]
-    gpu_rows = [
-        [section.get("node"), *gpu_row(g)]
-        for section in report.nodes
-        for g in (section.get("hardware") or {}).get("gpus") or []
-    ]
+    gpu_rows = [[section.node, *gpu_row(g)] for section in report.nodes for g in section.hardware.gpus]
     if gpu_rows:
         lines += ["### GPUs of every node (NVML)", "", *_table(["node", *GPU_HEADERS], gpu_rows), ""]
     return lines
@@ -216,10 +207,10 @@ def render_stacks(report: Report) -> list[str]:
     names = stack_names(report)
     if not names:
         return []
-    packages = sorted({p for s in report.stacks for p in (s.get("packages") or {})})
+    packages = sorted({p for s in report.stacks for p in s.packages})
     columns = {"installed": None, **{name: name for name in names}}  # a column's title -> a result's `stack`
     headers = [md_code(c) for c in columns]
-    version_of = {str(s.get("name")): s.get("packages") or {} for s in report.stacks}
+    version_of = {s.name: s.packages for s in report.stacks}
     lines = [
         "## Stacks",
         "",
@@ -529,7 +520,7 @@ def where_the_rest_is(report: Report, full_report: str | None) -> list[str]:
 def render_markdown(report: Report, *, full_report: str | None = None, limit: int = TICKET_LIMIT) -> str:
     """The ticket Markdown, under `limit` characters; `full_report` names the JSON file that holds the rest."""
     head = [
-        f"# ds-doctor report — {md_text(report.hardware.get('host'))}",
+        f"# ds-doctor report — {md_text(report.hardware.host)}",
         "",
         f"ds-doctor {md_text(report.tool['version'])} · level {report.level} · {md_text(report.started_at)} → "
         f"{md_text(report.finished_at)}",

@@ -169,7 +169,7 @@ def build_registry(
     report: Report, baseline: Report | None = None, tolerance_pct: float = 10.0
 ) -> CollectorRegistry:
     registry = CollectorRegistry()
-    host = str(report.hardware.get("host") or "")
+    host = str(report.hardware.host or "")
     _run_gauges(registry, report, host)
     _case_gauges(registry, report, host)
     _measure_gauges(registry, report, host)

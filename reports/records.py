@@ -26,6 +26,7 @@ from ds_doctor.reports.hang import (
     stages_from,
 )
 from ds_doctor.reports.measures import MEASURES
+from ds_doctor.reports.sections import EnvSection, HardwareSection, NodeSection, StackSection, section
 
 #: Version 2 added each result's `measures` and `series` (version 1 kept them in `notes`; still read).
 SCHEMA_VERSION = 2
@@ -395,15 +396,20 @@ class Report:
     finished_at: str
     command: list[str]
     level: int
-    env: dict[str, Any]
-    hardware: dict[str, Any]
+    env: EnvSection
+    hardware: HardwareSection
     results: tuple[CaseResult, ...]
     run_dir: str | None = None
     schema_version: int = SCHEMA_VERSION
-    nodes: tuple[
-        dict[str, Any], ...
-    ] = ()  # multi-node runs: each node's rank, host, env and hardware sections
-    stacks: tuple[dict[str, Any], ...] = ()  # `run --with`: each overlay stack's name, releases and packages
+    nodes: tuple[NodeSection, ...] = ()  # multi-node runs: each node's rank, host, env and hardware sections
+    stacks: tuple[StackSection, ...] = ()  # `run --with`: each overlay stack's name, releases and packages
+
+    def __post_init__(self) -> None:
+        """Sections handed over as their dicts (a report's JSON, the engine's collection, a test) become typed."""
+        object.__setattr__(self, "env", section(EnvSection, self.env))
+        object.__setattr__(self, "hardware", section(HardwareSection, self.hardware))
+        object.__setattr__(self, "nodes", tuple(section(NodeSection, n) for n in self.nodes))
+        object.__setattr__(self, "stacks", tuple(section(StackSection, s) for s in self.stacks))
 
     @property
     def summary(self) -> dict[str, int]:
@@ -435,13 +441,13 @@ class Report:
             "command": self.command,
             "level": self.level,
             "run_dir": self.run_dir,
-            "env": self.env,
-            "hardware": self.hardware,
+            "env": self.env.to_dict(),
+            "hardware": self.hardware.to_dict(),
             "results": [r.to_dict() for r in self.results],
             "summary": self.summary,
             "affecting_issues": self.affecting_issues,
-            "nodes": list(self.nodes),
-            **({"stacks": list(self.stacks)} if self.stacks else {}),
+            "nodes": [n.to_dict() for n in self.nodes],
+            **({"stacks": [s.to_dict() for s in self.stacks]} if self.stacks else {}),
         }
 
     def to_json(self) -> str:
@@ -457,11 +463,11 @@ class Report:
             command=list(data.get("command", [])),
             level=int(data.get("level", 2)),
             run_dir=data.get("run_dir"),
-            env=dict(data["env"]),
-            hardware=dict(data["hardware"]),
+            env=section(EnvSection, data["env"]),
+            hardware=section(HardwareSection, data["hardware"]),
             results=tuple(CaseResult.from_dict(r) for r in data["results"]),
-            nodes=tuple(dict(n) for n in data.get("nodes") or ()),
-            stacks=tuple(dict(n) for n in data.get("stacks") or ()),
+            nodes=tuple(NodeSection.from_dict(n) for n in data.get("nodes") or ()),
+            stacks=tuple(StackSection.from_dict(s) for s in data.get("stacks") or ()),
         )
 
     def where(self, result: CaseResult) -> str:
@@ -473,9 +479,9 @@ class Report:
     def host_of(self, node: int | None) -> str:
         """The host a node ran on (this report's host on a single-node run)."""
         for entry in self.nodes:
-            if entry.get("node") == node:
-                return str(entry.get("host"))
-        return str(self.hardware.get("host"))
+            if entry.node == node:
+                return entry.host
+        return str(self.hardware.host)
 
 
 def load_schema(version: int = SCHEMA_VERSION) -> dict[str, Any]:

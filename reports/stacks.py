@@ -32,15 +32,11 @@ class StackChange:
 
 def ignored_pins(report: Report) -> list[str]:
     """`--ignore-pins`: each requirement an overlay's releases declare that its stack does not meet, one line each."""
-    return [
-        f"{s.get('name')} ignores a pin: {line}"
-        for s in report.stacks
-        for line in s.get("ignored_pins") or ()
-    ]
+    return [f"{s.name} ignores a pin: {line}" for s in report.stacks for line in s.ignored_pins]
 
 
 def stack_names(report: Report) -> list[str]:
-    return [str(s.get("name")) for s in report.stacks if s.get("name") != "installed"]
+    return [s.name for s in report.stacks if s.name != "installed"]
 
 
 def _shown(result: CaseResult | None) -> str | None:
@@ -58,8 +54,8 @@ def by_case(report: Report) -> dict[tuple[str, int | None], dict[str | None, Cas
 
 
 def _versions(report: Report, stack: str) -> str:
-    installed = next((s.get("packages") or {} for s in report.stacks if s.get("name") == "installed"), {})
-    overlay = next((s.get("packages") or {} for s in report.stacks if s.get("name") == stack), {})
+    installed = next((s.packages for s in report.stacks if s.name == "installed"), {})
+    overlay = next((s.packages for s in report.stacks if s.name == stack), {})
     return ", ".join(
         f"{name} {installed.get(name) or 'absent'} -> {version}" for name, version in overlay.items()
     )

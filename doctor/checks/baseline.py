@@ -20,7 +20,7 @@ DEFAULT_TOLERANCE_PCT = 10.0
 
 
 def _label(report: Report) -> str:
-    return f"{report.hardware.get('host')} @ {report.started_at}"
+    return f"{report.hardware.host} @ {report.started_at}"
 
 
 def outcome_changes(base: Mapping[str, CaseResult], new: Mapping[str, CaseResult]) -> list[Change]:
@@ -115,8 +115,8 @@ def finding_changes(base: Mapping[str, CaseResult], new: Mapping[str, CaseResult
 
 def version_changes(base: Report, new: Report) -> list[Change]:
     changes = []
-    before = {**(base.env.get("packages") or {}), **{k: base.env.get(k) for k in ("python", "cuda", "nccl")}}
-    after = {**(new.env.get("packages") or {}), **{k: new.env.get(k) for k in ("python", "cuda", "nccl")}}
+    before = {**base.env.packages, "python": base.env.python, "cuda": base.env.cuda, "nccl": base.env.nccl}
+    after = {**new.env.packages, "python": new.env.python, "cuda": new.env.cuda, "nccl": new.env.nccl}
     for name in sorted(set(before) | set(after)):
         if before.get(name) != after.get(name):
             changes.append(Change("version", name, before.get(name), after.get(name), False))
@@ -125,21 +125,24 @@ def version_changes(base: Report, new: Report) -> list[Change]:
 
 def hardware_changes(base: Report, new: Report) -> list[Change]:
     changes = []
-    for key, label in (("driver", "driver"), ("cuda_driver", "CUDA driver")):
-        if base.env.get(key) != new.env.get(key):
-            changes.append(Change("hardware", label, base.env.get(key), new.env.get(key), False))
-    if base.hardware.get("host") != new.hardware.get("host"):
+    for label, old, now in (
+        ("driver", base.env.driver, new.env.driver),
+        ("CUDA driver", base.env.cuda_driver, new.env.cuda_driver),
+    ):
+        if old != now:
+            changes.append(Change("hardware", label, old, now, False))
+    if base.hardware.host != new.hardware.host:
         changes.append(
             Change(
                 "hardware",
                 "host",
-                base.hardware.get("host"),
-                new.hardware.get("host"),
+                base.hardware.host,
+                new.hardware.host,
                 False,
                 "the reports come from different hosts",
             )
         )
-    gpus_before, gpus_after = base.hardware.get("gpus") or [], new.hardware.get("gpus") or []
+    gpus_before, gpus_after = base.hardware.gpus, new.hardware.gpus
     if len(gpus_before) != len(gpus_after):
         changes.append(
             Change(
@@ -148,25 +151,25 @@ def hardware_changes(base: Report, new: Report) -> list[Change]:
                 len(gpus_before),
                 len(gpus_after),
                 len(gpus_after) < len(gpus_before),
-                new.hardware.get("gpus_reason") or "",
+                new.hardware.gpus_reason or "",
             )
         )
     for before, after in zip(gpus_before, gpus_after, strict=False):
-        gpu = f"GPU {after.get('index')}"
-        if before.get("name") != after.get("name"):
-            changes.append(Change("hardware", f"{gpu} model", before.get("name"), after.get("name"), False))
-        if before.get("uuid") != after.get("uuid"):
+        gpu = f"GPU {after.index}"
+        if before.name != after.name:
+            changes.append(Change("hardware", f"{gpu} model", before.name, after.name, False))
+        if before.uuid != after.uuid:
             changes.append(
                 Change(
                     "hardware",
                     f"{gpu} UUID",
-                    before.get("uuid"),
-                    after.get("uuid"),
+                    before.uuid,
+                    after.uuid,
                     False,
                     "a different board in this slot",
                 )
             )
-        total_before, total_after = before.get("memory_total_bytes"), after.get("memory_total_bytes")
+        total_before, total_after = before.memory_total_bytes, after.memory_total_bytes
         if total_before is not None and total_after is not None and total_before != total_after:
             changes.append(
                 Change("hardware", f"{gpu} memory", total_before, total_after, total_after < total_before)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from collections.abc import Mapping
+from collections.abc import Sequence
 from typing import Any
 
 from ds_doctor.checks.consistency import disagreements
@@ -21,6 +21,7 @@ from ds_doctor.checks.health import PROBE as HEALTH_PROBE
 from ds_doctor.reports.fleet import Deviation, FailedCase, Fleet, MeasureCell, NodeView, Spread, Unreadable
 from ds_doctor.reports.measures import MEASURES, finite, on_shared_gpu
 from ds_doctor.reports.records import FAILING, Report, parse_time
+from ds_doctor.reports.sections import GpuReading
 
 #: Environment variables that name one run or one launch, not the node: they differ between any two nightly runs.
 PER_RUN = (
@@ -48,7 +49,7 @@ class Source:
 
     @property
     def host(self) -> str:
-        return str(self.report.hardware.get("host") or "(no host)")
+        return str(self.report.hardware.host or "(no host)")
 
     def identity(self) -> str:
         return f"{self.host} ({self.source})" if self.anonymized else self.host
@@ -57,10 +58,8 @@ class Source:
         return parse_time(self.report.started_at), parse_time(self.report.finished_at), self.source
 
 
-def _gpu_values(gpus: list[Any], field: str, convert: Any = str) -> str | None:
-    values = sorted(
-        {convert(g.get(field)) for g in gpus if isinstance(g, Mapping) and g.get(field) is not None}
-    )
+def _gpu_values(gpus: Sequence[GpuReading], field: str, convert: Any = str) -> str | None:
+    values = sorted({convert(getattr(g, field)) for g in gpus if getattr(g, field) is not None})
     return ", ".join(values) if values else None
 
 
@@ -73,16 +72,12 @@ def report_fingerprint(report: Report) -> dict[str, str]:
     """The keys a rank's fingerprint (`ds_doctor.collect.fingerprint`) has, as a node's report records them; plus the
     GPU count, which a rank cannot see and a node can lose."""
     env, hardware = report.env, report.hardware
-    prints = {
-        "host": str(hardware.get("host")),
-        "python": str(env.get("python")),
-        "torch.cuda": str(env.get("cuda")),
-    }
-    prints.update({f"package:{name}": str(version) for name, version in (env.get("packages") or {}).items()})
-    for key, field in (("torch.nccl", "nccl"), ("driver", "driver"), ("cuda_driver", "cuda_driver")):
-        if env.get(field) is not None:
-            prints[key] = str(env[field])
-    gpus = hardware.get("gpus") or []
+    prints = {"host": str(hardware.host), "python": str(env.python), "torch.cuda": str(env.cuda)}
+    prints.update({f"package:{name}": str(version) for name, version in env.packages.items()})
+    for key, value in (("torch.nccl", env.nccl), ("driver", env.driver), ("cuda_driver", env.cuda_driver)):
+        if value is not None:
+            prints[key] = str(value)
+    gpus = hardware.gpus
     prints["gpu.count"] = str(len(gpus))
     for key, field, convert in (
         ("gpu.name", "name", str),
@@ -92,7 +87,7 @@ def report_fingerprint(report: Report) -> dict[str, str]:
         value = _gpu_values(gpus, field, convert)
         if value is not None:
             prints[key] = value
-    variables = env.get("variables") or {}
+    variables = env.variables
     prints.update(
         {
             f"env:{name}": str(value)
@@ -105,7 +100,7 @@ def report_fingerprint(report: Report) -> dict[str, str]:
 
 def gpu_models(report: Report) -> str:
     """The group a node's measures are compared within."""
-    return _gpu_values(report.hardware.get("gpus") or [], "name") or "no GPU"
+    return _gpu_values(report.hardware.gpus, "name") or "no GPU"
 
 
 def newest_per_host(sources: list[Source]) -> list[tuple[Source, list[str]]]:
@@ -196,28 +191,22 @@ def per_node(source: Source) -> list[Source]:
     the cases that ran on it, and those across the nodes (in each node's row). A report whose node sections are
     not that shape, or name no host of their own each (two "nodes" on one host), stays one row."""
     sections = source.report.nodes
-    readable = all(
-        isinstance(n.get("node"), int)
-        and not isinstance(n.get("node"), bool)
-        and isinstance(n.get("env"), dict)
-        and isinstance(n.get("hardware"), dict)
-        for n in sections
-    )
-    if not sections or not readable or len({str(n.get("host")) for n in sections}) < len(sections):
+    readable = all(n.has == ("env", "hardware") for n in sections)
+    if not sections or not readable or len({n.host for n in sections}) < len(sections):
         return [source]
     # keyed as on one node
     return [
         Source(
-            f"{source.source} (node {n['node']} of {len(sections)})",
+            f"{source.source} (node {n.node} of {len(sections)})",
             dataclasses.replace(
                 source.report,
-                env=n["env"],
-                hardware=n["hardware"],
+                env=n.env,
+                hardware=n.hardware,
                 nodes=(),
                 results=tuple(
                     dataclasses.replace(r, node=None)
                     for r in source.report.results
-                    if r.node in (n["node"], None)
+                    if r.node in (n.node, None)
                 ),
             ),
             across=len(sections),
@@ -233,7 +222,7 @@ def _notes(source: Source) -> tuple[str, ...]:
             f"{source.source}: an anonymized report (its host name is a placeholder): a row of its own"
         )
     if source.report.nodes:
-        hosts = ", ".join(str(n.get("host")) for n in source.report.nodes)
+        hosts = ", ".join(n.host for n in source.report.nodes)
         notes.append(
             f"a {len(source.report.nodes)}-node run ({hosts}): every node's cases in this one row (its "
             "node sections do not each name a host of their own)"

@@ -8,11 +8,13 @@ means it will run slower or with less memory than it should.
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ds_doctor.reports.records import CaseResult, Finding, Outcome, Severity
+from ds_doctor.reports.sections import GpuReading
 
 GIB = 1 << 30
 
@@ -25,22 +27,39 @@ UNNAMED_MEMORY_BYTES = 2 * GIB
 # ---- health rules: pure functions over one GPU's reading ------------------------------------------
 
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _reading(
+    rule: Callable[Concatenate[GpuReading, P], R],
+) -> Callable[Concatenate[GpuReading | Mapping[str, Any], P], R]:
+    """A rule over a typed reading that also takes the reading's dict (NVML's reader, a recorded fixture)."""
+
+    @functools.wraps(rule)
+    def wrapped(gpu: GpuReading | Mapping[str, Any], *args: P.args, **kwargs: P.kwargs) -> R:
+        return rule(GpuReading.of(gpu), *args, **kwargs)
+
+    return wrapped
+
+
 def _finding(
-    gpu: Mapping[str, Any], rule: str, severity: Severity, message: str, expected: str, remedy: str
+    gpu: GpuReading, rule: str, severity: Severity, message: str, expected: str, remedy: str
 ) -> Finding:
     return Finding(
         invariant=rule,
         severity=severity,
-        message=f"GPU {gpu.get('index')}: {message}",
+        message=f"GPU {gpu.index}: {message}",
         stage="health",
         expected=expected,
         remedy=remedy,
     )
 
 
-def ecc_errors(gpu: Mapping[str, Any]) -> list[Finding]:
+@_reading
+def ecc_errors(gpu: GpuReading) -> list[Finding]:
     out = []
-    volatile, aggregate = gpu.get("ecc_uncorrected_volatile"), gpu.get("ecc_uncorrected_aggregate")
+    volatile, aggregate = gpu.ecc_uncorrected_volatile, gpu.ecc_uncorrected_aggregate
     if volatile:
         out.append(
             _finding(
@@ -63,7 +82,7 @@ def ecc_errors(gpu: Mapping[str, Any]) -> list[Finding]:
                 "watch the count; rising counts mean an RMA",
             )
         )
-    if gpu.get("ecc_enabled") is False:
+    if gpu.ecc_enabled is False:
         out.append(
             _finding(
                 gpu,
@@ -77,9 +96,10 @@ def ecc_errors(gpu: Mapping[str, Any]) -> list[Finding]:
     return out
 
 
-def pending_retirement(gpu: Mapping[str, Any]) -> list[Finding]:
+@_reading
+def pending_retirement(gpu: GpuReading) -> list[Finding]:
     out = []
-    if gpu.get("retired_pages_pending"):
+    if gpu.retired_pages_pending:
         out.append(
             _finding(
                 gpu,
@@ -90,7 +110,7 @@ def pending_retirement(gpu: Mapping[str, Any]) -> list[Finding]:
                 "reset the GPU (or reboot) so the pages are retired before the next job",
             )
         )
-    if gpu.get("remapped_rows_pending"):
+    if gpu.remapped_rows_pending:
         out.append(
             _finding(
                 gpu,
@@ -101,7 +121,7 @@ def pending_retirement(gpu: Mapping[str, Any]) -> list[Finding]:
                 "reset the GPU (nvidia-smi -r) so the remap takes effect",
             )
         )
-    if gpu.get("remapped_rows_failed"):
+    if gpu.remapped_rows_failed:
         out.append(
             _finding(
                 gpu,
@@ -115,11 +135,12 @@ def pending_retirement(gpu: Mapping[str, Any]) -> list[Finding]:
     return out
 
 
-def pcie_link(gpu: Mapping[str, Any]) -> list[Finding]:
+@_reading
+def pcie_link(gpu: GpuReading) -> list[Finding]:
     """A narrower link than the GPU and slot support is always wrong; a lower generation is only
     wrong under load, since GPUs drop the link generation to save power when idle."""
     out = []
-    width, width_max = gpu.get("pcie_width"), gpu.get("pcie_width_max")
+    width, width_max = gpu.pcie_width, gpu.pcie_width_max
     if width is not None and width_max is not None and width < width_max:
         out.append(
             _finding(
@@ -131,9 +152,9 @@ def pcie_link(gpu: Mapping[str, Any]) -> list[Finding]:
                 "reseat the GPU or riser; check the slot's wiring and BIOS settings",
             )
         )
-    gen, gen_max = gpu.get("pcie_gen"), gpu.get("pcie_gen_max")
+    gen, gen_max = gpu.pcie_gen, gpu.pcie_gen_max
     if gen is not None and gen_max is not None and gen < gen_max:
-        busy = bool(gpu.get("utilization_gpu_pct"))
+        busy = bool(gpu.utilization_gpu_pct)
         out.append(
             _finding(
                 gpu,
@@ -147,14 +168,15 @@ def pcie_link(gpu: Mapping[str, Any]) -> list[Finding]:
     return out
 
 
-def idle_throttling(gpu: Mapping[str, Any]) -> list[Finding]:
+@_reading
+def idle_throttling(gpu: GpuReading) -> list[Finding]:
     """Clock slowdowns on an idle GPU point at the board (power brake, thermal) or its cooling."""
-    reasons = gpu.get("throttle_reasons")
+    reasons = gpu.throttle_reasons
     if not reasons:
         return []
     hw = [name for name in reasons if name in HW_SLOWDOWN]
     sw = [name for name in reasons if name in SW_SLOWDOWN]
-    idle = gpu.get("utilization_gpu_pct") == 0
+    idle = gpu.utilization_gpu_pct == 0
     out = []
     if hw:
         out.append(
@@ -181,10 +203,11 @@ def idle_throttling(gpu: Mapping[str, Any]) -> list[Finding]:
     return out
 
 
-def foreign_memory(gpu: Mapping[str, Any], own_pids: Iterable[int] = ()) -> list[Finding]:
+@_reading
+def foreign_memory(gpu: GpuReading, own_pids: Iterable[int] = ()) -> list[Finding]:
     """Memory held by processes other than ds-doctor's: a job on this node gets less than it expects."""
     own = set(own_pids)
-    processes = gpu.get("processes")
+    processes = gpu.processes
     others = [p for p in processes or [] if p.get("pid") not in own]
     out = []
     if others:
@@ -200,13 +223,13 @@ def foreign_memory(gpu: Mapping[str, Any], own_pids: Iterable[int] = ()) -> list
                 "stop the leftover processes before the job",
             )
         )
-    elif processes == [] and (gpu.get("memory_used_bytes") or 0) > UNNAMED_MEMORY_BYTES:
+    elif processes is not None and not processes and (gpu.memory_used_bytes or 0) > UNNAMED_MEMORY_BYTES:
         out.append(
             _finding(
                 gpu,
                 "foreign_memory",
                 Severity.WARNING,
-                f"{gpu['memory_used_bytes'] / GIB:.1f} GiB in use with no process visible here "
+                f"{(gpu.memory_used_bytes or 0) / GIB:.1f} GiB in use with no process visible here "
                 "(another container or namespace)",
                 "no memory in use",
                 "find the holder with nvidia-smi on the host",
@@ -215,7 +238,7 @@ def foreign_memory(gpu: Mapping[str, Any], own_pids: Iterable[int] = ()) -> list
     return out
 
 
-RULES: tuple[Callable[[Mapping[str, Any]], list[Finding]], ...] = (
+RULES: tuple[Callable[[GpuReading], list[Finding]], ...] = (
     ecc_errors,
     pending_retirement,
     pcie_link,
@@ -223,8 +246,11 @@ RULES: tuple[Callable[[Mapping[str, Any]], list[Finding]], ...] = (
 )
 
 
-def health_findings(gpu: Mapping[str, Any], own_pids: Iterable[int] | None = None) -> list[Finding]:
+def health_findings(
+    gpu: GpuReading | Mapping[str, Any], own_pids: Iterable[int] | None = None
+) -> list[Finding]:
     """Every health rule over one GPU's reading."""
+    gpu = GpuReading.of(gpu)
     own = {os.getpid()} if own_pids is None else set(own_pids)
     findings = [finding for rule in RULES for finding in rule(gpu)]
     return findings + foreign_memory(gpu, own)
@@ -237,7 +263,7 @@ DEVICE_FILE = "/dev/nvidiactl"
 
 
 def health_results(
-    gpus: list[Mapping[str, Any]], reason: str | None, *, device_file: str = DEVICE_FILE
+    gpus: Sequence[GpuReading | Mapping[str, Any]], reason: str | None, *, device_file: str = DEVICE_FILE
 ) -> list[CaseResult]:
     """One `gpu_health[gpuN]` result per GPU: `fail` on an error finding, else `pass`. A node with
     NVIDIA device files where NVML still finds no GPU gets one `gpu_health[nvml]` error; a node
@@ -259,13 +285,14 @@ def health_results(
             ]
         return []
     results = []
-    for gpu in gpus:
+    for given in gpus:
+        gpu = GpuReading.of(given)
         findings = health_findings(gpu)
         failed = [f for f in findings if f.is_error]
         results.append(
             CaseResult(
                 probe=PROBE,
-                case=f"{PROBE}[gpu{gpu.get('index')}]",
+                case=f"{PROBE}[gpu{gpu.index}]",
                 scenario="smoke",
                 level=1,
                 world_size=1,
@@ -275,10 +302,10 @@ def health_results(
                 reason="; ".join(f.message for f in failed) or None,
                 findings=tuple(findings),
                 notes={
-                    "gpu": gpu.get("name"),
-                    "uuid": gpu.get("uuid"),
-                    "pci_bus_id": gpu.get("pci_bus_id"),
-                    "unavailable": sorted(gpu.get("unavailable") or {}),
+                    "gpu": gpu.name,
+                    "uuid": gpu.uuid,
+                    "pci_bus_id": gpu.pci_bus_id,
+                    "unavailable": sorted(gpu.unavailable),
                 },
             )
         )

@@ -350,10 +350,7 @@ def read_report(text: str, name: str = "the report") -> LogReading | None:
         )
         if part
     )
-    packages = (report.env or {}).get("packages")
-    installed = (
-        {k: v for k, v in packages.items() if isinstance(v, str)} if isinstance(packages, dict) else {}
-    )
+    installed = {k: v for k, v in report.env.packages.items() if isinstance(v, str)}
     reading = read_log(errors, installed)
     findings = [
         dataclasses.replace(f, message=f"{r.key}: {f.message}")

@@ -71,12 +71,11 @@ def build_report(  # noqa: PLR0913
 def report_basename(report: Report) -> str:
     """`ds-doctor-<host>-<time>`: the host and time come from the report (a file someone handed over when it is
     re-rendered), so each is reduced to one safe path component."""
-    hardware = report.hardware if isinstance(report.hardware, dict) else {}
     try:
         when = parse_time(report.started_at).strftime("%Y%m%dT%H%M%SZ")
     except (TypeError, ValueError, AttributeError):
         when = "unknown-time"
-    return f"ds-doctor-{safe_component(hardware.get('host'))}-{when}"
+    return f"ds-doctor-{safe_component(report.hardware.host)}-{when}"
 
 
 def write_reports(report: Report, out_dir: Path, suffix: str = "") -> dict[str, Path]:

@@ -145,7 +145,7 @@ def closing(
 def report_writer(report: Report) -> int:
     """The node that writes the one report: node 0, or the lowest node still answering when node 0 is gone."""
     gone = {r.node for r in report.results if r.probe == "cluster"}
-    return min(int(section["node"]) for section in report.nodes if section["node"] not in gone)
+    return min(section.node for section in report.nodes if section.node not in gone)
 
 
 def _stamped(results: list[CaseResult], node: int) -> list[CaseResult]:

@@ -82,6 +82,6 @@ def with_shared_gpu(
 
 def write_nightly(state_dir: Path, report: Report) -> Path:
     """The report where the nightly wrapper keeps it (`<STATE_DIR>/<host>/reports/`), named as `run` names it."""
-    folder = state_dir / str(report.hardware["host"]) / "reports"
+    folder = state_dir / str(report.hardware.host) / "reports"
     folder.mkdir(parents=True, exist_ok=True)
     return write_reports(report, folder)["json"]

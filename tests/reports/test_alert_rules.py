@@ -82,7 +82,7 @@ def textfiles() -> dict[str, str]:
     baseline = node_report(
         "base", "h100_x1_firecracker.json", comm(Outcome.PASS, 100.0), now - dt.timedelta(days=7)
     )
-    return {report.hardware["host"]: render_prometheus(report, baseline, 10.0) for report in (good, bad)}
+    return {report.hardware.host: render_prometheus(report, baseline, 10.0) for report in (good, bad)}
 
 
 def _value(number: float) -> str:

@@ -116,7 +116,7 @@ def test_the_fleet_runs_the_consistency_rules_of_a_live_job() -> None:
         node("node-d", variables={"SLURM_JOB_ID": "77", "MASTER_PORT": "1"}),
     ]
     fleet = fleet_of(*reports)
-    live = compare([report_fingerprint(r) for r in sorted(reports, key=lambda r: r.hardware["host"])])
+    live = compare([report_fingerprint(r) for r in sorted(reports, key=lambda r: r.hardware.host)])
     assert [(s.key, s.severity) for s in fleet.spreads] == [
         (f.expected.split(" = ")[0], f.severity.value) for f in live
     ]
@@ -179,7 +179,12 @@ def two_node_run(a: Report, b: Report, across: CaseResult) -> Report:
     env and hardware as its node section, and a case across the nodes (node None)."""
     stamped = [dataclasses.replace(r, node=n) for n, part in enumerate((a, b)) for r in part.results]
     sections = tuple(
-        {"node": n, "host": part.hardware["host"], "env": part.env, "hardware": part.hardware}
+        {
+            "node": n,
+            "host": part.hardware.host,
+            "env": part.env.to_dict(),
+            "hardware": part.hardware.to_dict(),
+        }
         for n, part in enumerate((a, b))
     )
     return dataclasses.replace(a, results=(*stamped, across), nodes=sections)

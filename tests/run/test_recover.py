@@ -80,7 +80,7 @@ def test_the_cases_on_an_overlay_are_rebuilt_on_its_versions_and_named_by_it(tmp
         )
     report, _ = report_from_run_dir(run.path)
     validate(report.to_dict())
-    assert [s["name"] for s in report.stacks] == ["installed", hostile]  # each once
+    assert [s.name for s in report.stacks] == ["installed", hostile]  # each once
     results = {(r.case, r.stack): r for r in report.results if r.probe != "health"}
     assert [k for k in results if k[1] == hostile] == [
         (DONE, hostile),

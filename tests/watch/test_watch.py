@@ -123,7 +123,7 @@ def test_a_moment_logs_each_finding_and_reports_it(tmp_path: Path, caplog: pytes
         ("watch[after_prepare]", Outcome.PASS),
         ("watch[before_save step 0]", Outcome.FAIL),
     ]
-    assert report.command == ["ds-doctor", "watch", "test"] and report.env["packages"]
+    assert report.command == ["ds-doctor", "watch", "test"] and report.env.packages
     from ds_doctor.knowledge.triage import read_log, read_report  # `ds-doctor triage` reads the file as well
 
     reading = read_report((tmp_path / "w.json").read_text())
