@@ -210,6 +210,20 @@ def print_summary(report: Report, console: Console) -> None:
                 ("affected by ", "bold"), (one_line(issue["id"]), "bold"), ": ", one_line(issue["remedy"])
             ),
         )
+    if traps := traps_line(report):
+        say(console, traps)
+
+
+def traps_line(report: Report) -> str | None:
+    """The reproductions run on purpose, in one line: facts about the libraries, never said of this stack."""
+    traps = report.library_traps
+    reproduced, absent = sum(map(len, traps["reproduced"].values())), sum(map(len, traps["absent"].values()))
+    if not reproduced and not absent:
+        return None
+    return (
+        f"library traps run on purpose: {reproduced} reproduced as designed, {absent} absent at these versions "
+        "(facts about the libraries, not this stack)"
+    )
 
 
 def print_paths(console: Console, paths: Mapping[str, Any]) -> None:

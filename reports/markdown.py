@@ -391,10 +391,40 @@ def _closers(fence: str, details: int) -> list[str]:
 
 
 def _reproduced_key(result: CaseResult) -> tuple[str, str] | None:
-    """Cases that reproduce a known issue on purpose group under (issue, verdict)."""
-    if result.outcome in (Outcome.XFAIL, Outcome.XPASS) and result.known_issue:
-        return result.known_issue.id, result.known_issue.verdict.value
+    """Cases that reproduce a known issue on purpose, and found it affecting this stack (its version range holds the
+    installed release), group under (issue, verdict); a trap reproduced as designed, or absent at these versions,
+    is a fact about the library (`render_traps`), nothing for a reader to act on."""
+    issue = result.known_issue
+    if result.outcome in (Outcome.XFAIL, Outcome.XPASS) and issue and issue.verdict == Verdict.AFFECTED:
+        return issue.id, issue.verdict.value
     return None
+
+
+def render_traps(report: Report) -> list[str]:
+    """The reproductions run on purpose, summarised at the end as facts about the libraries (expandable)."""
+    traps = report.library_traps
+    reproduced, absent = traps["reproduced"], traps["absent"]
+    if not reproduced and not absent:
+        return []
+    count_r, count_a = sum(map(len, reproduced.values())), sum(map(len, absent.values()))
+    rows = [
+        [md_code(issue), len(reproduced.get(issue, ())), len(absent.get(issue, ()))]
+        for issue in sorted({*reproduced, *absent})
+    ]
+    return [
+        "## Library traps reproduced on purpose",
+        "",
+        f"{count_r} case(s) reproduced a known trap as designed and {count_a} found one absent at these versions. "
+        "ds-doctor runs these misuses on purpose to show its invariants catch them: they are facts about the "
+        "libraries at these versions, not findings about this stack.",
+        "",
+        "<details><summary>Which traps, and how many cases</summary>",
+        "",
+        *_table(["known issue", "reproduced as designed", "absent at these versions"], rows),
+        "",
+        "</details>",
+        "",
+    ]
 
 
 def render_reproduced(results: list[CaseResult]) -> list[str]:
@@ -536,6 +566,7 @@ def render_markdown(report: Report, *, full_report: str | None = None, limit: in
     tail = [
         *render_warnings(report),
         *render_measurements(report),
+        *render_traps(report),
         *(
             ["## Skipped", "", *[f"- {md_code(r.label)}: {md_text(r.reason)}" for r in skipped], ""]
             if skipped

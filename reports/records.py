@@ -83,11 +83,14 @@ class Severity(str, enum.Enum):
 
 
 class Verdict(str, enum.Enum):
-    """Whether this stack is affected by a known issue."""
+    """Whether this stack is affected by a known issue. `reproduced`: a case reproduced a library's trap on purpose
+    and it behaved as designed (a misuse that breaks on every release, or one outside its affected range): a fact
+    about the library, never said of the reader's stack."""
 
     AFFECTED = "affected"
     NOT_AFFECTED = "not_affected"
     UNKNOWN = "unknown"
+    REPRODUCED = "reproduced"
 
 
 def format_time(moment: dt.datetime) -> str:
@@ -427,6 +430,21 @@ class Report:
             if issue and issue.verdict == Verdict.AFFECTED:
                 seen.setdefault(issue.id, {**issue.to_dict(), "cases": []})["cases"].append(result.label)
         return list(seen.values())
+
+    @property
+    def library_traps(self) -> dict[str, dict[str, list[str]]]:
+        """The reproductions run on purpose, apart from this stack: by known issue, the cases that showed its trap
+        as designed (`reproduced`) and those where it did not show at these versions (`absent`)."""
+        traps: dict[str, dict[str, list[str]]] = {"reproduced": {}, "absent": {}}
+        for result in self.results:
+            issue = result.known_issue
+            if issue is None:
+                continue
+            if issue.verdict == Verdict.REPRODUCED:
+                traps["reproduced"].setdefault(issue.id, []).append(result.label)
+            elif result.outcome == Outcome.XPASS and issue.verdict == Verdict.NOT_AFFECTED:
+                traps["absent"].setdefault(issue.id, []).append(result.label)
+        return traps
 
     @property
     def exit_code(self) -> ExitCode:

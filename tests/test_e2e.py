@@ -210,7 +210,7 @@ def test_frozen_param_names_catches_replaced_parameters_before_the_save(level3: 
                 "head.weight",
             ]
         # stage 0 saves the disk-dispatched embedding as a meta tensor: silent data loss, flagged before the save
-        assert outcome(f"z0-dispatch-disk-ws{ws}") == ("xfail", "ds_ckpt_meta_params_saved", "affected")
+        assert outcome(f"z0-dispatch-disk-ws{ws}") == ("xfail", "ds_ckpt_meta_params_saved", "reproduced")
         meta = [
             f for f in results[f"z0-dispatch-disk-ws{ws}"]["findings"] if f["invariant"] == "no_meta_params"
         ]
@@ -223,7 +223,7 @@ def test_frozen_param_names_catches_replaced_parameters_before_the_save(level3: 
             assert outcome(f"z2-{route}-ws{ws}") == (
                 "xfail",
                 "ds_frozen_param_not_in_param_names",
-                "affected",
+                "reproduced",
             )
             stale = [
                 f for f in results[f"z2-{route}-ws{ws}"]["findings"] if f["invariant"] == "param_name_map"
@@ -237,7 +237,7 @@ def test_frozen_param_names_catches_replaced_parameters_before_the_save(level3: 
             f"z2-set-tensor-trainable-ws{ws}",
             f"z0-assign-ws{ws}",
         ):
-            assert outcome(name) == ("xfail", "ds_replaced_trainable_param_not_trained", "affected")
+            assert outcome(name) == ("xfail", "ds_replaced_trainable_param_not_trained", "reproduced")
             assert {f["invariant"] for f in results[name]["findings"]} == {
                 "param_name_map",
                 "optimizer_params_live",
@@ -250,20 +250,28 @@ def test_frozen_param_names_catches_replaced_parameters_before_the_save(level3: 
         )
         assert {f["severity"] for f in results[f"z0-set-tensor-ws{ws}"]["findings"]} == {"warning"}
         # ZeRO-3 fails another way, and refuses full-size values up front
-        assert outcome(f"z3-dispatch-disk-ws{ws}") == ("xfail", "ds_z3_param_replaced_after_init", "affected")
+        assert outcome(f"z3-dispatch-disk-ws{ws}") == (
+            "xfail",
+            "ds_z3_param_replaced_after_init",
+            "reproduced",
+        )
         assert outcome(f"z3-assign-ws{ws}")[0] == "xpass"
         assert "size mismatch" in results[f"z3-assign-ws{ws}"]["notes"]["route_refused"]
+    # misuses that break on every release: reproduced as designed, facts about DeepSpeed, never this stack's
     affecting = {issue["id"] for issue in data["affecting_issues"]}
-    assert affecting >= {
+    traps = {
         "ds_frozen_param_not_in_param_names",
         "ds_ckpt_meta_params_saved",
         "ds_replaced_trainable_param_not_trained",
         "ds_z3_param_replaced_after_init",
     }
+    assert not affecting & traps
     markdown = next(level3.out.glob("ds-doctor-*.md")).read_text()
-    # the reproduced known issues grouped, each with what went wrong for real and the remedy of what caught it
-    assert "### `ds_frozen_param_not_in_param_names` — affected:" in markdown
-    assert "what went wrong for real" in markdown and "remedy: Place or dispatch the model before" in markdown
+    assert "## Library traps reproduced on purpose" in markdown
+    assert (
+        all(f"| `{trap}` |" in markdown for trap in traps)
+        and "### `ds_frozen_param_not_in_param_names`" not in markdown
+    )
 
 
 @requires_deepspeed
@@ -295,7 +303,7 @@ def test_accelerate_deepspeed_lifecycle_orderings(level3: Run) -> None:
             assert (result["outcome"], result["known_issue"]["id"], result["known_issue"]["verdict"]) == (
                 "xfail",
                 issue,
-                "affected",
+                "reproduced",  # a misuse on every release: the library's trap, not this stack
             ), (ordering, result["reason"])
             assert (
                 result["notes"]["ordering"] in result["findings"][0]["message"] or ordering == "lr-mismatch"
@@ -341,7 +349,7 @@ def test_optimizer_coverage_every_wrapper_route(level3: Run) -> None:
             assert (result["outcome"], result["known_issue"]["id"], result["known_issue"]["verdict"]) == (
                 "xfail",
                 "fsdp_optimizer_built_before_wrap",
-                "affected",
+                "reproduced",
             )
             assert result["notes"]["changed_by_step"] == [] and len(result["notes"]["showed"]) == 4
             invariants = {f["invariant"] for f in result["findings"]}
@@ -414,8 +422,18 @@ def test_a_level_3_ticket_fits_and_the_log_has_a_line_per_case(level3: Run) -> N
         if r["outcome"] in ("xfail", "xpass")
     }
     assert len(reproduced) >= 10
-    for issue_id, verdict in reproduced:
-        assert text.count(f"### `{issue_id}` — {verdict}:") == 1, issue_id
+    for (
+        issue_id,
+        verdict,
+    ) in reproduced:  # what concerns this stack needs a look; the library's traps, a table row
+        if verdict == "affected":
+            assert text.count(f"### `{issue_id}` — affected:") == 1, issue_id
+        else:
+            assert text.count(f"| `{issue_id}` |") == 1 and f"### `{issue_id}`" not in text, issue_id
+    affected = {
+        i["id"] for i in level3.data["affecting_issues"]
+    }  # only ranges that hold the installed releases
+    assert affected <= {"hf_trainer_num_items_unshifted_overcount"}, affected
     records = sum(len(r["device_map"]) for r in results)
     assert records > 1000 and f"{records} device-map records" in text
     assert f"`{markdown.with_suffix('.json').name}`" in text

@@ -60,8 +60,10 @@ def known_issue_for(
     the family's own issue, with its verdict.
 
     The verdict is `affected` where the failure showed here (a matched error, an issue the probe
-    saw, or an error finding from an invariant that detects the issue); `not_affected` where a
-    reproduce case ran and it did not show; else it follows the installed version. An error or
+    saw, or an error finding from an invariant that detects the issue); a reproduce case that showed
+    its trap as designed is `affected` only where the issue's version range holds the installed
+    release, else `reproduced` (a fact about the library, not the reader's stack); `not_affected`
+    where a reproduce case ran and it did not show; else it follows the installed version. An error or
     timeout that matches no signature, and that the probe did not name, carries no issue: the
     family's issue judged by version beside an unrelated exception would read as its diagnosis
     (seen on a GPU node: deepspeed 0.14.2's ImportError under torch 2.11 tagged with #5538).
@@ -79,6 +81,10 @@ def known_issue_for(
         shown = any(f.is_error and f.invariant in issue.invariants for f in findings)
     else:
         return None
+    if planned.reproduce and outcome == Outcome.XFAIL:
+        # a trap shown on purpose concerns this stack only where its version range holds the installed release
+        ranged = issue.version_verdict(versions) == Verdict.AFFECTED
+        return issue.to_ref(Verdict.AFFECTED if ranged else Verdict.REPRODUCED)
     if shown or outcome == Outcome.XFAIL:
         return issue.to_ref(Verdict.AFFECTED)
     if planned.reproduce and outcome == Outcome.XPASS:

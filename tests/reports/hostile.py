@@ -255,6 +255,7 @@ OWN_HEADING = re.compile(
     r"(ds-doctor (report|diff|triage)\b|`|(Summary|Findings|Nodes|Environment|GPUs \(NVML\)|"
     r"GPUs of every node \(NVML\)|"
     r"Known issues affecting this stack|Cases that need a look|Warnings|Measurements|Skipped|"
+    r"Library traps reproduced on purpose|"
     rf"Device maps|{'|'.join(re.escape(title) for _, title in KIND_TITLES)})$)"
 )
 OWN_TAGS = re.compile(r"</?details>|</?summary>")

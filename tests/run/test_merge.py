@@ -29,8 +29,13 @@ def line(case_id: str, rank: int, outcome: Outcome, **fields: Any) -> RankLine:
 @pytest.mark.parametrize(
     ("caught", "shown", "outcome", "verdict"),
     [
-        (True, True, Outcome.XFAIL, Verdict.AFFECTED),
-        (False, True, Outcome.FAIL, Verdict.AFFECTED),
+        (
+            True,
+            True,
+            Outcome.XFAIL,
+            Verdict.REPRODUCED,
+        ),  # a misuse that breaks on every release: the library's
+        (False, True, Outcome.FAIL, Verdict.AFFECTED),  # shown and not caught: a real failure
         (False, False, Outcome.XPASS, Verdict.NOT_AFFECTED),
     ],
 )
@@ -62,6 +67,30 @@ def test_a_reproduce_case_gets_its_verdict_from_what_showed(
         and result.known_issue.verdict == verdict
     )
     assert result.findings == ((finding,) if caught else ())
+
+
+@pytest.mark.parametrize(
+    ("deepspeed", "verdict"), [("0.17.0", Verdict.AFFECTED), ("0.19.8", Verdict.REPRODUCED)]
+)
+def test_a_trap_reproduced_on_purpose_concerns_this_stack_only_inside_its_version_range(
+    deepspeed: str, verdict: Verdict
+) -> None:
+    """ds_z3_ds_grads_remaining_attr_missing is >=0.16.5,<0.19.3: at 0.17.0 the reader's stack has the bug; at 0.19.8
+    the reproduction showed it anyway (as designed) and that is a fact about the library, never `affected`."""
+    finding = Finding("zero3_hooks_own_state", Severity.ERROR, "borrowed hook state", rank=0)
+    lines = [
+        line(
+            S1,
+            r,
+            Outcome.XFAIL,
+            findings=(finding,),
+            known_issue="ds_z3_ds_grads_remaining_attr_missing",
+            issue_shown=True,
+        )
+        for r in (0, 1)
+    ]
+    result = merge_case(planned(S1), lines, {**VERSIONS, "deepspeed": deepspeed})
+    assert result.known_issue is not None and result.known_issue.verdict == verdict
 
 
 def test_the_worst_rank_decides_and_measures_come_from_the_first_rank_that_has_them() -> None:
