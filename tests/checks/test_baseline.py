@@ -165,3 +165,47 @@ def test_the_diff_json_round_trips(tmp_path: Path) -> None:
     diff = diff_reports(report(BASE), report(BASE, gpus=GPUS[:1]))
     data = json.loads(json.dumps(diff.to_dict()))
     assert data["regressed"] is True and data["changes"][0]["kind"] == "hardware"
+
+
+def test_a_node_that_recovered_is_no_regression_and_exits_0(tmp_path: Path) -> None:
+    """The night the node recovered: errors became passes and designed reproductions (xfail, with the findings they
+    exist to show), and CPU bandwidth moved by gloo's noise. Nothing pages."""
+    from ds_doctor.cli import main
+
+    designed = Finding("param_name_map", Severity.ERROR, "emb.weight is stale (reproduced on purpose)")
+    cpu = {"device_kind": "cpu", "world_size": 2}
+    sick = [
+        dataclasses.replace(result("frozen_param_names[z2-set-tensor-ws2]", Outcome.ERROR), **cpu),
+        dataclasses.replace(result("zero_offload[z3-opt+param-bf16-ws2]", Outcome.ERROR), **cpu),
+        dataclasses.replace(result("comm[broadcast-ws2]", busbw_gbps=4.54, algbw_gbps=4.54), **cpu),
+    ]
+    healthy = [
+        dataclasses.replace(sick[0], outcome=Outcome.XFAIL, findings=(designed,)),
+        dataclasses.replace(sick[1], outcome=Outcome.PASS),
+        dataclasses.replace(
+            sick[2], measures={"busbw_gbps": 1.80, "algbw_gbps": 1.80}
+        ),  # -60 %: measured noise
+    ]
+    diff = diff_reports(report(sick), report(healthy))
+    assert not diff.regressions
+    assert {c.subject: c.detail for c in diff.changes if c.kind == "outcome"} == {
+        "frozen_param_names[z2-set-tensor-ws2]": "recovered",
+        "zero_offload[z3-opt+param-bf16-ws2]": "recovered",
+    }
+    paths = []
+    for name, results in (("sick", sick), ("healthy", healthy)):
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(report(results).to_json())
+    assert main(["diff", str(paths[0]), str(paths[1])]) == 0
+
+
+def test_a_cpu_measure_is_compared_at_its_measured_noise_and_says_so() -> None:
+    cpu = {"device_kind": "cpu", "world_size": 2}
+    base = [dataclasses.replace(result("comm[all_reduce-ws2]", busbw_gbps=1.2, algbw_gbps=1.2), **cpu)]
+    halved = [dataclasses.replace(base[0], measures={"busbw_gbps": 0.6, "algbw_gbps": 0.6})]
+    collapsed = [dataclasses.replace(base[0], measures={"busbw_gbps": 0.2, "algbw_gbps": 0.2})]
+    assert not diff_reports(report(base), report(halved)).regressions  # -50 %: within gloo's noise
+    (change, _) = diff_reports(report(base), report(collapsed)).regressions  # -83 %: beyond it
+    assert change.detail == "-83.3% (on CPU: tolerance 70%, its measured noise)"
+    gpu = [result("comm[all_reduce-ws8]", busbw_gbps=360.0)]  # a GPU node keeps the tolerance asked for
+    assert diff_reports(report(gpu), report([result("comm[all_reduce-ws8]", busbw_gbps=300.0)])).regressions
