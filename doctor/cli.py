@@ -111,7 +111,14 @@ def diff_against(
     help="Directory for the JSON and Markdown reports and the run directory.",
 )
 @click.option("--json", "json_stdout", is_flag=True, help="Also print the JSON report to stdout.")
-@click.option("--nproc", type=NPROC, help="Ranks for multi-rank cases (default: GPUs, or 2 on CPU).")
+@click.option(
+    "--nproc",
+    "--nproc-per-node",
+    "--nproc_per_node",
+    "nproc",
+    type=NPROC,
+    help="Ranks for multi-rank cases (default: GPUs, or 2 on CPU); torchrun's spellings work too.",
+)
 @click.option(
     "--timeout", "timeout_s", type=SECONDS, help="Per-case timeout in seconds, overriding each family's own."
 )
@@ -119,7 +126,11 @@ def diff_against(
     "--anonymize", is_flag=True, help="Also replace host and user names, IP addresses and GPU UUIDs."
 )
 @click.option(
-    "--junit", "junit_file", type=click.Path(path_type=Path), help="Also write JUnit XML (Jenkins, GitLab)."
+    "--junit",
+    "--junitxml",
+    "junit_file",
+    type=click.Path(path_type=Path),
+    help="Also write JUnit XML (Jenkins, GitLab); --junitxml as pytest spells it.",
 )
 @click.option(
     "--prometheus",
@@ -379,6 +390,10 @@ def show_run(
         )
 
 
+#: The exit code of a run stopped with Ctrl-C, as a shell reports a process SIGINT ended (128 + 2)
+INTERRUPTED = 130
+
+
 def main(argv: list[str] | None = None) -> int:
     state = CliState(
         argv=list(sys.argv[1:] if argv is None else argv), debug=bool(os.environ.get("DS_DOCTOR_DEBUG"))
@@ -393,9 +408,11 @@ def main(argv: list[str] | None = None) -> int:
     except click.UsageError as exc:  # one line, scrubbed: a bad option may carry a token the user pasted
         click.echo(f"ds-doctor: error: {one_line(exc.format_message())}", err=True)
         return int(ExitCode.USAGE_ERROR)
-    except click.exceptions.Abort:
+    except (
+        click.exceptions.Abort
+    ):  # Ctrl-C (click turns SIGINT into Abort): the shell's convention, 128 + SIGINT
         click.echo("ds-doctor: aborted", err=True)
-        return int(ExitCode.INTERNAL_ERROR)
+        return INTERRUPTED
     except OSError as exc:
         if not _names_an_argument(exc, state.argv):
             return _internal_error(exc, state.debug)
@@ -518,7 +535,11 @@ def env(as_json: bool) -> int:
     "--anonymize", is_flag=True, help="Also replace host and user names, IP addresses and GPU UUIDs."
 )
 @click.option(
-    "--junit", "junit_file", type=click.Path(path_type=Path), help="Also write JUnit XML (Jenkins, GitLab)."
+    "--junit",
+    "--junitxml",
+    "junit_file",
+    type=click.Path(path_type=Path),
+    help="Also write JUnit XML (Jenkins, GitLab); --junitxml as pytest spells it.",
 )
 @click.option(
     "--prometheus",

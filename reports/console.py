@@ -262,6 +262,12 @@ class FamilyRow:
 
 
 def print_list(cases: Iterable[CaseRow], families: Iterable[FamilyRow], console: Console) -> None:
+    """On a terminal a table; piped, one plain line per case (`case scenario level ranks`), for grep and awk."""
+    if not console.is_terminal:
+        for case in cases:
+            say(console, one_line(f"{case.case} {case.scenario} level{case.level} ws{case.world_size}"))
+        _say_families(families, console)
+        return
     table = Table(title="ds-doctor cases")
     table.add_column("case", no_wrap=True)
     for column in ("scenario", "level", "ranks"):
@@ -269,6 +275,10 @@ def print_list(cases: Iterable[CaseRow], families: Iterable[FamilyRow], console:
     for case in cases:
         table.add_row(cell_text(case.case), cell_text(case.scenario), str(case.level), str(case.world_size))
     console.print(table)
+    _say_families(families, console)
+
+
+def _say_families(families: Iterable[FamilyRow], console: Console) -> None:
     for family in families:
         requires = ", ".join(family.requires) or "nothing"
         say(

@@ -300,3 +300,54 @@ def test_srun_variables_that_do_not_make_a_cluster_are_one_line(capsys, tmp_path
         "ds-doctor: error: SLURM_JOB_NODELIST 'gpu[01-02]' names 2 hosts, SLURM_NNODES says 3"
     )
     assert not (tmp_path / "out").exists()
+
+
+def test_the_neighbours_spellings_work(capsys, tmp_path: Path) -> None:
+    """torchrun's --nproc-per-node (and its underscore form) and pytest's --junitxml, beside ds-doctor's own names."""
+    for spelling in ("--nproc-per-node", "--nproc_per_node"):
+        junit = tmp_path / f"{spelling}.xml"
+        code = main(
+            ["run", "--level", "1", spelling, "2", "--junitxml", str(junit), "--out", str(tmp_path / "r")]
+        )
+        assert code == 0 and junit.read_text().startswith("<?xml"), capsys.readouterr().err
+
+
+def test_list_piped_is_one_plain_line_per_case(capsys) -> None:
+    code, out, _ = run_cli(capsys, "list", "-k", "zero_offload and z3-opt+param")
+    assert code == 0 and "zero_offload[z3-opt+param-bf16-ws2] S2 level2 ws2" in out.splitlines()
+    assert "┃" not in out and "│" not in out and "━" not in out
+
+
+def test_ctrl_c_exits_130_and_says_where_the_finished_cases_are(tmp_path: Path) -> None:
+    """A real SIGINT to a running `ds-doctor run`, as a shell's Ctrl-C sends it: exit 130, as shells report it."""
+    import signal
+    import time
+
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ds_doctor.cli",
+            "run",
+            "--level",
+            "3",
+            "-k",
+            "zero_offload and z1-none-fp32-ws1",
+            "--out",
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None and not list(tmp_path.glob("run-*/ws1-*")):
+            time.sleep(0.2)  # the launch has started: a run in flight, not an import
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    assert "ds-doctor: aborted" in err

@@ -59,3 +59,17 @@ def test_run_writes_junit_and_rejects_a_bad_path(capsys: pytest.CaptureFixture[s
         assert main(["run", "--level", "1", "--out", str(tmp_path), "--junit", str(bad)]) == 2
         err = capsys.readouterr().err
         assert err.startswith("ds-doctor: error:") and "--junit" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_suites_time_is_the_runs_wall_time() -> None:
+    """Cases run side by side on ranks: the sum of their durations is no run's time; the report's start to end is."""
+    import dataclasses
+    import xml.etree.ElementTree as ET
+
+    from ds_doctor.reports.junit import render_junit
+    from tests.reports.samples import a_report
+
+    report = dataclasses.replace(
+        a_report(), started_at="2026-11-21T12:00:00Z", finished_at="2026-11-21T12:01:05Z"
+    )
+    assert ET.fromstring(render_junit(report).split("\n", 1)[1]).attrib["time"] == "65.000"
