@@ -70,6 +70,6 @@ def test_the_suites_time_is_the_runs_wall_time() -> None:
     from tests.reports.samples import a_report
 
     report = dataclasses.replace(
-        a_report(), started_at="2026-11-21T12:00:00Z", finished_at="2026-11-21T12:01:05Z"
+        a_report([]), started_at="2026-11-21T12:00:00Z", finished_at="2026-11-21T12:01:05Z"
     )
     assert ET.fromstring(render_junit(report).split("\n", 1)[1]).attrib["time"] == "65.000"
