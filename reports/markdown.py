@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from ds_doctor.reports.hang import format_stacks
@@ -162,6 +163,32 @@ def _issue_cell(result: CaseResult) -> str:
     return f"{issue.id}: {issue.verdict.value}"
 
 
+def render_verdict(report: Report) -> list[str]:
+    """The first thing a maintainer reads: does anything need a look, and does a known issue concern this stack."""
+    failing = [r for r in report.results if r.outcome in FAILING]
+    affected = [md_code(i["id"]) for i in report.affecting_issues]
+    traps = sum(map(len, report.library_traps["reproduced"].values()))
+    if failing:
+        kinds = ", ".join(
+            f"{sum(r.outcome == o for r in failing)} {o.value}"
+            for o in sorted(FAILING, key=str)
+            if any(r.outcome == o for r in failing)
+        )
+        verdict = f"**Verdict: {len(failing)} case(s) need a look** ({kinds}), under Cases that need a look"
+    else:
+        verdict = "**Verdict: nothing failed**"
+    verdict += (
+        f"; this stack is affected by {len(affected)} known issue(s): {', '.join(affected)}"
+        if affected
+        else "; no known issue's affected range holds these releases"
+    )
+    if traps:
+        verdict += (
+            f". {traps} library trap(s) reproduced on purpose are facts about the libraries (at the end)"
+        )
+    return [verdict + ".", ""]
+
+
 def render_summary(report: Report) -> list[str]:
     counts = {k: v for k, v in report.summary.items() if v}
     lines = [
@@ -245,6 +272,35 @@ def render_stacks(report: Report) -> list[str]:
 
 
 #: Notes a probe writes for the reader of a case that needs a look (the JSON has every note).
+#: Where ds-doctor's own frames live: its installed package (`.../ds_doctor/...`), or the source folders of a checkout
+_HERE = Path(__file__).resolve().parent.parent
+OWN_FRAME = re.compile(
+    r'^  File "(?:[^"]*/ds_doctor/|'
+    + "|".join(re.escape(str(_HERE / d)) + "/" for d in ("doctor", "probes", "reports"))
+    + r')[^"]*", line \d+, in .*$'
+)
+
+
+def fold_own_frames(traceback: str) -> str:
+    """A traceback with ds-doctor's own frames folded to one line per run of them: what remains starts in the library
+    or the user's code, so a reader does not take ds-doctor for the culprit."""
+    out: list[str] = []
+    lines, index, folded = traceback.split("\n"), 0, 0
+    while index < len(lines):
+        if OWN_FRAME.match(lines[index]):
+            folded += 1
+            index += 2 if index + 1 < len(lines) and lines[index + 1].startswith("    ") else 1
+            continue
+        if folded:
+            out.append(f"  [{folded} frame(s) of ds-doctor's own, folded]")
+            folded = 0
+        out.append(lines[index])
+        index += 1
+    if folded:
+        out.append(f"  [{folded} frame(s) of ds-doctor's own, folded]")
+    return "\n".join(out)
+
+
 def _tail(text: str) -> str:
     """The last lines of a traceback or stderr (split at newlines only: a lone `\r` is shown, in `md_fence`)."""
     return "\n".join(text.rstrip().split("\n")[-TAIL_LINES:])
@@ -264,8 +320,17 @@ def render_finding(finding: Finding) -> list[str]:
     return lines
 
 
-def render_case(result: CaseResult) -> list[str]:
+def render_case(result: CaseResult, same: Sequence[str] = ()) -> list[str]:
+    """One case that needs a look; `same`: the other cases that ended the same way (shown once, here)."""
     lines = [f"### {md_code(result.label)} — {result.outcome.value}", ""]
+    if same:
+        shown = ", ".join(md_code(label) for label in same[:20]) + (
+            f" and {len(same) - 20} more" if len(same) > 20 else ""
+        )
+        lines += [
+            f"The same {result.outcome.value}, with the same reason, in {len(same)} more case(s): {shown}",
+            "",
+        ]
     if result.reason:
         lines += [f"**Reason:** {md_text(result.reason)}", ""]
     issue = result.known_issue
@@ -293,7 +358,7 @@ def render_case(result: CaseResult) -> list[str]:
                 + (f" ({md_html(rank.signal)})" if rank.signal else "")
                 + "</summary>",
                 "",
-                *md_fence(_tail(rank.traceback or rank.stderr_tail or "")),
+                *md_fence(_tail(fold_own_frames(rank.traceback or rank.stderr_tail or ""))),
                 "",
                 "</details>",
                 "",
@@ -459,7 +524,11 @@ def render_reproduced(results: list[CaseResult]) -> list[str]:
 
 def attention_blocks(report: Report) -> list[list[str]]:
     """Failing cases one by one, then the cases that reproduce a known issue grouped under it."""
-    blocks = [render_case(r) for r in report.results if r.outcome in FAILING]
+    alike: dict[tuple[str, str], list[CaseResult]] = {}  # identical failures once, with the list of cases
+    for result in report.results:
+        if result.outcome in FAILING:
+            alike.setdefault((result.outcome.value, result.reason or ""), []).append(result)
+    blocks = [render_case(group[0], [r.label for r in group[1:]]) for group in alike.values()]
     grouped: dict[tuple[str, str], list[CaseResult]] = {}
     for result in report.results:
         key = _reproduced_key(result)
@@ -557,6 +626,7 @@ def render_markdown(report: Report, *, full_report: str | None = None, limit: in
         "",
         f"Command: {md_code(' '.join(report.command))}",
         "",
+        *render_verdict(report),
         *render_summary(report),
         *render_stacks(report),
         *render_nodes(report),

@@ -560,6 +560,8 @@ def test_env_section_is_an_allowlist_and_masks_secret_names() -> None:
         "TOKENIZERS_PARALLELISM": "false",
         "DS_SOME_KEY": "z",
         "NCCL_IB_PKEY": "0",
+        "DS_DOCTOR_STACKS": "/scratch/stacks",  # ds-doctor's own settings: about the tool, not the stack
+        "DS_DOCTOR_MODEL": "hf:qwen3",
     }
     assert relevant_variables(env) == {
         "DS_API_KEY": MASK,

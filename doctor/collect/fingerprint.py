@@ -77,8 +77,8 @@ def fingerprint(rank: int, node: int | None, device: str) -> dict[str, str]:
     prints.update(_torch_build(device))
     prints.update(_nvml(device))
     variables = relevant_variables()
-    # ds-doctor's own pick, per node (run/launch.py)
-    if variables.pop("DS_DOCTOR_CHOSE_GLOO_SOCKET_IFNAME", None):
+    # ds-doctor's own pick, per node (run/launch.py): the user's setting is what consistency compares
+    if os.environ.get("DS_DOCTOR_CHOSE_GLOO_SOCKET_IFNAME"):
         variables.pop("GLOO_SOCKET_IFNAME", None)
     prints.update({f"env:{name}": value for name, value in variables.items()})
     return prints

@@ -110,10 +110,19 @@ def nccl_version() -> str | None:
     return None
 
 
+#: ds-doctor's own settings (DS_DOCTOR_STACKS, ...): about the tool, not the stack a ticket is about
+OWN_PREFIX = "DS_DOCTOR_"
+
+
 def relevant_variables(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """Allowlisted variables only; any whose name says secret is masked whatever its value."""
+    """Allowlisted variables only, ds-doctor's own left out; any whose name says secret is masked whatever its
+    value."""
     environ = dict(os.environ if environ is None else environ)
-    chosen = {k: v for k, v in environ.items() if k.startswith(ENV_PREFIXES) or k in ENV_NAMES}
+    chosen = {
+        k: v
+        for k, v in environ.items()
+        if (k.startswith(ENV_PREFIXES) or k in ENV_NAMES) and not k.startswith(OWN_PREFIX)
+    }
     return {k: (MASK if is_secret_name(k) else v) for k, v in sorted(chosen.items())}
 
 

@@ -73,7 +73,6 @@ def a_failed_case() -> CaseResult:
 def case(
     outcome: Outcome, name: str, probe: str = "frozen_param_names", world_size: int = 1, **fields: object
 ) -> CaseResult:
-    # type: ignore[arg-type]
     return CaseResult(
         probe=probe,
         case=f"{probe}[{name}-ws{world_size}]",

@@ -146,3 +146,48 @@ def test_a_block_cut_to_fit_closes_its_code_block_and_details() -> None:
     assert block.count("```") == 2 and block.count("<details>") == block.count("</details>") == 1
     assert "_… the rest of `zero_offload[z3-opt-bf16-ws2]` is in the JSON report._" in block
     assert len(block) < 8_200
+
+
+def test_the_ticket_leads_with_its_verdict() -> None:
+    healthy = render_markdown(a_report([case(Outcome.PASS, "ok")]))
+    assert (
+        healthy.split("\n## Summary")[0]
+        .rstrip()
+        .endswith("**Verdict: nothing failed**; no known issue's affected range holds these releases.")
+    )
+    failing = render_markdown(a_report([case(Outcome.ERROR, "a", reason="boom"), case(Outcome.FAIL, "b")]))
+    assert "**Verdict: 2 case(s) need a look** (1 error, 1 fail)" in failing.split("## Summary")[0]
+
+
+def test_identical_failures_are_shown_once_with_their_cases() -> None:
+    same = [
+        case(Outcome.ERROR, name, reason="module 'deepspeed_shm_comm' has no attribute 'x'") for name in "abc"
+    ]
+    text = render_markdown(a_report([*same, case(Outcome.ERROR, "d", reason="another")]))
+    assert text.count("**Reason:** module") == 1 and text.count("**Reason:** another") == 1
+    assert "in 2 more case(s): `frozen_param_names[b-ws1]`, `frozen_param_names[c-ws1]`" in text
+
+
+def test_ds_doctors_own_frames_are_folded_out_of_a_traceback() -> None:
+    from ds_doctor.reports.markdown import fold_own_frames
+
+    traceback = "\n".join(
+        [
+            "Traceback (most recent call last):",
+            '  File "/opt/venv/lib/python3.11/site-packages/ds_doctor/run/worker.py", line 100, in run_case',
+            "    module.run(ctx)",
+            '  File "/opt/venv/lib/python3.11/site-packages/ds_doctor/probes/zero_offload.py", line 105, in run',
+            "    engine, *_ = deepspeed.initialize(model=module, config=config)",
+            '  File "/opt/venv/lib/python3.11/site-packages/deepspeed/__init__.py", line 193, in initialize',
+            "    engine = DeepSpeedEngine(args=args, model=model)",
+            "RuntimeError: the library's own words",
+        ]
+    )
+    folded = fold_own_frames(traceback).split("\n")
+    assert folded == [
+        "Traceback (most recent call last):",
+        "  [2 frame(s) of ds-doctor's own, folded]",
+        '  File "/opt/venv/lib/python3.11/site-packages/deepspeed/__init__.py", line 193, in initialize',
+        "    engine = DeepSpeedEngine(args=args, model=model)",
+        "RuntimeError: the library's own words",
+    ]
