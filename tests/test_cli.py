@@ -339,6 +339,9 @@ def test_ctrl_c_exits_130_and_says_where_the_finished_cases_are(tmp_path: Path) 
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # a job in the background of a non-interactive shell (make test runs one so) ignores SIGINT, and its
+        # children inherit that: a terminal's Ctrl-C is what is tested, so the default disposition is restored
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         deadline = time.monotonic() + 120

@@ -25,7 +25,6 @@ NOT_COMPARED = frozenset(
         "env:NODE_RANK",
         "env:CUDA_VISIBLE_DEVICES",
         "env:TORCHELASTIC_ERROR_FILE",
-        "env:DS_DOCTOR_NODE_RANK",
         "env:SLURM_PROCID",
         "env:SLURM_NODEID",
         "env:SLURM_LOCALID",
