@@ -52,6 +52,55 @@ def evidence_table(records: tuple[TensorRecord, ...]) -> list[str]:
     return ["", *["  " + row for row in _table(RECORD_HEADERS, rows)], *more, ""]
 
 
+#: A device map in a ticket: its records grouped, at most this many rows (a ZeRO-3 offload case's 118 records fit ~24)
+DEVICE_MAP_ROWS = 40
+
+
+def device_map_summary(records: Sequence[TensorRecord]) -> list[str]:
+    """A case's device map at a glance: its records grouped by stage, role, device and dtype (ranks together), in
+    the order they were recorded, with how many tensors and bytes each group holds."""
+    groups: dict[tuple[str, str, str, str], list[TensorRecord]] = {}
+    for record in records:
+        groups.setdefault((record.stage, record.role, record.device, record.dtype), []).append(record)
+    rows = [
+        [
+            stage,
+            role,
+            device,
+            dtype,
+            len(held),
+            _ranks(held),
+            _bytes(sum(r.nbytes for r in held)),
+        ]
+        for (stage, role, device, dtype), held in list(groups.items())[:DEVICE_MAP_ROWS]
+    ]
+    more = (
+        [f"... {len(groups) - len(rows)} more group(s) in the JSON report", ""]
+        if len(groups) > len(rows)
+        else []
+    )
+    return [
+        f"<details><summary>Device map: {len(records)} record(s) in {len(groups)} group(s)</summary>",
+        "",
+        *_table(["stage", "role", "device", "dtype", "tensors", "ranks", "bytes"], rows),
+        "",
+        *more,
+        "</details>",
+        "",
+    ]
+
+
+def _ranks(records: Sequence[TensorRecord]) -> str:
+    return ", ".join(str(rank) for rank in sorted({r.rank for r in records}))
+
+
+def _bytes(count: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= size:
+            return f"{count / size:.1f} {unit}"
+    return f"{count} B"
+
+
 GPU_HEADERS = [
     "gpu",
     "name",
@@ -343,6 +392,8 @@ def render_case(result: CaseResult, same: Sequence[str] = ()) -> list[str]:
         if issue.refs:
             lines += [f"References: {md_text(', '.join(issue.refs))}", ""]
     lines += [line for finding in result.findings for line in render_finding(finding)]
+    if result.device_map:
+        lines += device_map_summary(result.device_map)
     showed = result.notes.get("showed")
     if showed:
         lines += ["**What went wrong for real:**", "", *[f"- {md_text(str(item))}" for item in showed], ""]
@@ -350,6 +401,13 @@ def render_case(result: CaseResult, same: Sequence[str] = ()) -> list[str]:
         if key in result.notes:
             lines += [f"**{key.replace('_', ' ').capitalize()}:** {md_text(str(result.notes[key]))}", ""]
     lines += render_hang(result)
+    lines += _rank_outputs(result)
+    return _capped([*lines, ""], f"the rest of {md_code(result.label)}")
+
+
+def _rank_outputs(result: CaseResult) -> list[str]:
+    """Each rank's traceback or stderr tail, folded, ds-doctor's own frames folded out."""
+    lines: list[str] = []
     for rank in result.ranks:
         if rank.traceback or rank.stderr_tail:
             lines += [
@@ -363,7 +421,7 @@ def render_case(result: CaseResult, same: Sequence[str] = ()) -> list[str]:
                 "</details>",
                 "",
             ]
-    return _capped([*lines, ""], f"the rest of {md_code(result.label)}")
+    return lines
 
 
 def render_hang(result: CaseResult) -> list[str]:

@@ -143,7 +143,8 @@ def test_a_block_cut_to_fit_closes_its_code_block_and_details() -> None:
     )
     text = render_markdown(a_report([long]))
     block = text[text.index("### `zero_offload") : text.index("## Device maps")]
-    assert block.count("```") == 2 and block.count("<details>") == block.count("</details>") == 1
+    # balanced: the device map's and the rank's, each closed
+    assert block.count("```") == 2 and block.count("<details>") == block.count("</details>") == 2
     assert "_… the rest of `zero_offload[z3-opt-bf16-ws2]` is in the JSON report._" in block
     assert len(block) < 8_200
 
@@ -191,3 +192,27 @@ def test_ds_doctors_own_frames_are_folded_out_of_a_traceback() -> None:
         "    engine = DeepSpeedEngine(args=args, model=model)",
         "RuntimeError: the library's own words",
     ]
+
+
+def test_a_cases_device_map_is_summarised_by_stage_role_device_and_dtype() -> None:
+    """The core artefact, readable in the ticket: grouped rows (ranks together) instead of "attach the JSON"."""
+    from ds_doctor.reports.markdown import device_map_summary
+
+    def record(rank: int, stage: str, role: str, device: str, path: str) -> TensorRecord:
+        return TensorRecord(rank, stage, role, path, path, device, "float32", (4, 4), 16, 64)
+
+    records = tuple(
+        record(rank, stage, role, device, f"w{i}")
+        for rank in (0, 1)
+        for stage, role, device in (
+            ("after_init", "fp32_partition", "cpu"),
+            ("after_step", "optim_state", "cuda:0"),
+        )
+        for i in range(3)
+    )
+    text = "\n".join(device_map_summary(records))
+    assert "Device map: 12 record(s) in 2 group(s)" in text
+    assert "| after_init | fp32_partition | cpu | float32 | 6 | 0, 1 | 384 B |" in text
+    assert "| after_step | optim_state | cuda:0 | float32 | 6 | 0, 1 | 384 B |" in text
+    failing = render_markdown(a_report([case(Outcome.FAIL, "f", device_map=records)]))
+    assert "Device map: 12 record(s) in 2 group(s)" in failing
