@@ -11,7 +11,7 @@ import dataclasses
 from typing import Any
 
 from ds_doctor.checks.identity import optimizer_params_live, param_name_map
-from ds_doctor.checks.lifecycle import placeholders_among
+from ds_doctor.checks.lifecycle import placeholders_among, process_count_agreement
 from ds_doctor.checks.placement import ZeroPromise, boundary_grads, clip_norm_device, grad_accum_dtype
 from ds_doctor.checks.structure import ties_kept
 from ds_doctor.collect.devicemap import Recorder, by_tensor, collect_rows, named_tensors
@@ -87,10 +87,23 @@ def after_prepare(target: Target, rank: int, keep_map: bool = False) -> Check:
     rec = _snapshot(target, rank, stage)
     findings = placeholders(target, rank, stage) + _coverage(target, rank, stage, rec) + fast.meta_params(rec)
     findings += fast.buffers_off(rec, target.device) + fast.colocation(rec)
+    findings += _process_count(target, stage)
     promise = _promise(target)
     if promise is not None:
         findings += fast.zero_placement(rec, promise) + grad_accum_dtype(promise)
     return Check(findings, len(rec), rec.records if keep_map else [])
+
+
+def _process_count(target: Target, stage: str) -> list[Finding]:
+    """Accelerate's count of processes against the process group's (on CPU under torchrun, an Accelerator built
+    without a backend runs each rank alone: every rank is the main process and writes the same checkpoint)."""
+    if target.num_processes is None:
+        return []
+    import torch.distributed as dist
+
+    world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else None
+    dp = getattr(target.engine, "dp_world_size", None) if target.engine is not None else None
+    return process_count_agreement(target.num_processes, world, dp, stage=stage)
 
 
 def step(

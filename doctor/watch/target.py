@@ -52,10 +52,10 @@ class Target:
     device: str
     engine: Any = None
     config: Mapping[str, Any] | None = None  # the DeepSpeed config, when DeepSpeed runs
-    prepared: tuple[
-        Any, ...
-    ] = ()  # what prepare handed back (optimizers, schedulers): S0 looks for placeholders
+    # what prepare handed back (optimizers, schedulers): S0 looks for placeholders
+    prepared: tuple[Any, ...] = ()
     own_name_map: Mapping[Any, str] | None = None
+    num_processes: int | None = None  # the processes Accelerate counts (held against the process group)
 
     @property
     def name_map(self) -> Mapping[Any, str] | None:
@@ -83,9 +83,11 @@ class Target:
                 "watch(accelerator) needs a model and an optimizer passed through accelerator.prepare first"
             )
         prepared = tuple(accelerator._optimizers) + tuple(accelerator._schedulers)
+        counted = int(accelerator.num_processes)
         wrapped = getattr(accelerator, "deepspeed_engine_wrapped", None)
         if wrapped is not None:
-            return cls.of_engine(wrapped.engine, kind="accelerate+deepspeed", prepared=prepared)
+            engine = cls.of_engine(wrapped.engine, kind="accelerate+deepspeed", prepared=prepared)
+            return dataclasses.replace(engine, num_processes=counted)
         module = accelerator.unwrap_model(accelerator._models[0])
         return cls(
             kind="accelerate",
@@ -94,6 +96,7 @@ class Target:
             device=str(accelerator.device),
             prepared=prepared,
             own_name_map=name_map_of(module),
+            num_processes=counted,
         )
 
     @classmethod

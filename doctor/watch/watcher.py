@@ -9,6 +9,7 @@ import contextlib
 import gc
 import logging
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -117,6 +118,7 @@ class Watch:
         self._counts: dict[str, int] = {}
         self._arrivals: dict[str, int] = {}
         self._write_failed = False
+        self._written: Path | None = None  # where the report went, once it has been written
         self._started = time.time()
         self._env: tuple[dict[str, Any], dict[str, Any]] | None = None
         self.closed = False
@@ -134,10 +136,20 @@ class Watch:
         self._undo.append(undo)
 
     def close(self) -> None:
-        """Put back every method and hook the watch changed (last first); safe to call twice."""
+        """Put back every method and hook the watch changed (last first); safe to call twice. Rank 0 says, in one
+        line on stderr, that the watch was on and what it saw: a clean watch is otherwise silent."""
         while self._undo:
             self._undo.pop()()
+        if not self.closed and self.rank == 0:
+            sys.stderr.write(self.closing_line() + "\n")
         self.closed = True
+
+    def closing_line(self) -> str:
+        """`ds-doctor watch: 3 moment(s) checked, no finding; report: ds-doctor-watch.json`."""
+        errors = sum(f.is_error for f in self.findings)
+        said = f"{len(self.findings)} finding(s), {errors} error(s)" if self.findings else "no finding"
+        where = self._written or "no report file"
+        return f"ds-doctor watch: {len(self.results)} moment(s) checked, {said}; report: {where}"
 
     def __enter__(self) -> Watch:
         return self
@@ -298,6 +310,7 @@ class Watch:
                 logger.warning("ds-doctor: cannot write the watch report %s: %s", target, exc)
             self._write_failed = True
             return None
+        self._written = target
         return target
 
 

@@ -195,3 +195,32 @@ def test_a_release_that_moves_its_tensors_back_is_a_warning_not_an_error() -> No
         torch.utils.swap_tensors(
             trainable[0], torch.nn.Parameter(torch.zeros_like(trainable[0], device="cpu"))
         )
+
+
+def test_a_watch_says_it_was_on_in_one_line_when_it_closes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A clean watch is otherwise silent: rank 0 says, once, how many moments it checked and where the report is."""
+    model, optimizer = trained(TiedWithBuffers())
+    target = target_of(model, optimizer)
+    watcher = Watch(target, out=tmp_path / "w.json")
+    watcher.moment("after_prepare", "after_prepare", lambda: moments.after_prepare(target, 0))
+    watcher.close()
+    watcher.close()  # twice: said once
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"ds-doctor watch: 1 moment(s) checked, no finding; report: {tmp_path / 'w.json'}"]
+
+
+def test_after_prepare_holds_accelerates_process_count_to_the_process_group(dist_group: None) -> None:
+    """Under torchrun on CPU an Accelerator built without a backend counts one process per rank: every rank acts as
+    the main process. The moment now says so (it passed all six moments before)."""
+    import dataclasses
+
+    model, optimizer = trained(TiedWithBuffers())
+    agreed = dataclasses.replace(target_of(model, optimizer), num_processes=1)  # the group here has one rank
+    assert not [f for f in moments.after_prepare(agreed, 0).findings if f.invariant == "world_size_agreement"]
+    alone = dataclasses.replace(agreed, num_processes=2)
+    (finding,) = [
+        f for f in moments.after_prepare(alone, 0).findings if f.invariant == "world_size_agreement"
+    ]
+    assert finding.is_error and "accelerator.num_processes = 2, dist world size = 1" in finding.message
