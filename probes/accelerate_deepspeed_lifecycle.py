@@ -27,7 +27,7 @@ from ds_doctor.plugins import (
     Variant,
 )
 from ds_doctor.plugins.checks import PreparedFacts, lifecycle_invariants
-from ds_doctor.plugins.usersetup import UserConfig, change_findings, fill
+from ds_doctor.plugins.usersetup import UserConfig, change_findings, fill, trainer_only_auto
 from ds_doctor.probes.shared.common import accelerate_session, build_deepspeed_ops, dist_world_size
 from ds_doctor.probes.shared.models import HIDDEN, IN_FEATURES, OUT_FEATURES, build_mlp
 
@@ -237,6 +237,12 @@ def run(ctx: ProbeContext) -> None:
     ordering: Ordering = ctx.params
     config = build_config(ordering, ctx.world_size, ctx.device)
     if ordering.user is not None:
+        if trainer_only := trainer_only_auto(ordering.user.config):
+            ctx.skip(
+                f'your DeepSpeed config leaves {", ".join(trainer_only)} as "auto", which only the HF Trainer fills '
+                "(from its TrainingArguments); accelerator.prepare refuses them. The routes that fill them ran it "
+                "(zero_offload, equivalence's deepspeed-user-config); to run it through raw Accelerate, write values"
+            )
         filled = fit(ordering.user, ctx.world_size, ctx.device)
         ctx.note(
             "user_config",

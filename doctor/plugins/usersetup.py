@@ -9,6 +9,7 @@ from ds_doctor.usersetup.deepspeed_config import (
     change_findings,
     fill,
     route_optimizer,
+    trainer_only_auto,
     trainer_optimizer,
 )
 from ds_doctor.usersetup.model import tiny_config
@@ -21,6 +22,7 @@ __all__ = [
     "fill",
     "route_optimizer",
     "tiny_config",
+    "trainer_only_auto",
     "trainer_optimizer",
     "user_model",
 ]

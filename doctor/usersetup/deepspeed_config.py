@@ -199,6 +199,40 @@ def fill(user: dict[str, Any], world_size: int, accelerator: str, *, fill_auto: 
     return result
 
 
+#: The "auto" values `accelerator.prepare` fills itself (accelerate's `_prepare_deepspeed`: the batch sizes from the
+#: dataloader, accumulation and clipping from the Accelerator, the ZeRO bucket sizes from the model's hidden size,
+#: lr and weight decay from DummyOptim, the warm-up from DummyScheduler) and the precision the plugin sets. Any other
+#: "auto" (the HF docs' configs leave optimizer betas and eps so) only the HF Trainer fills, from its arguments.
+ACCELERATE_FILLS = frozenset(
+    {
+        "train_micro_batch_size_per_gpu",
+        "train_batch_size",
+        "gradient_accumulation_steps",
+        "gradient_clipping",
+        "zero_optimization.reduce_bucket_size",
+        "zero_optimization.stage3_prefetch_bucket_size",
+        "zero_optimization.stage3_param_persistence_threshold",
+        "optimizer.params.lr",
+        "optimizer.params.weight_decay",
+        "scheduler.params.warmup_min_lr",
+        "scheduler.params.warmup_max_lr",
+        "scheduler.params.warmup_num_steps",
+        "scheduler.params.total_num_steps",
+        "fp16.enabled",
+        "bf16.enabled",
+    }
+)
+
+
+def trainer_only_auto(config: dict[str, Any]) -> list[str]:
+    """The config's "auto" values that only the HF Trainer fills (raw Accelerate refuses them at prepare)."""
+    return sorted(
+        ".".join(keys)
+        for keys, value in _walk(config)
+        if value == "auto" and ".".join(keys) not in ACCELERATE_FILLS
+    )
+
+
 def change_findings(filled: Filled, rank: int) -> list[Finding]:
     """Each change made to run the config here, as a warning (on rank 0 only: it is the same on every rank)."""
     return [

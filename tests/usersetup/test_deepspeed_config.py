@@ -132,3 +132,32 @@ def test_deepspeed_refuses_a_bad_field_and_says_which(tmp_path: Path) -> None:
         check(user)
     assert "DeepSpeed refuses it" in str(caught.value) and "offload_param.device" in str(caught.value)
     check(load(write(tmp_path, json.dumps(AUTO))))  # the auto config is fine
+
+
+def test_the_auto_values_only_the_trainer_fills_are_named() -> None:
+    """transformers' documented ds_config_zero3.json leaves betas and eps "auto": the Trainer fills them from its
+    arguments, accelerator.prepare refuses them ("`optimizer.params.betas` not found in kwargs"), so the raw-Accelerate
+    case skips and names them instead of failing the run with a remedy that does not apply."""
+    from ds_doctor.usersetup.deepspeed_config import trainer_only_auto
+
+    docs = {
+        "bf16": {"enabled": "auto"},
+        "optimizer": {
+            "type": "AdamW",
+            "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"},
+        },
+        "scheduler": {
+            "type": "WarmupLR",
+            "params": {"warmup_min_lr": "auto", "warmup_max_lr": "auto", "warmup_num_steps": "auto"},
+        },
+        "zero_optimization": {
+            "stage": 3,
+            "reduce_bucket_size": "auto",
+            "stage3_prefetch_bucket_size": "auto",
+        },
+        "gradient_accumulation_steps": "auto",
+        "train_micro_batch_size_per_gpu": "auto",
+    }
+    assert trainer_only_auto(docs) == ["optimizer.params.betas", "optimizer.params.eps"]
+    docs["optimizer"]["params"].update(betas=[0.9, 0.999], eps=1e-8)
+    assert trainer_only_auto(docs) == []  # what Accelerate fills itself is no reason to skip
