@@ -66,9 +66,8 @@ def build(kind: str) -> tuple[Any, Any]:
             else LM(60, 5120, 5120, 0, 102400, experts=160, expert_inter=1536)
         )
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    for (
-        param
-    ) in model.parameters():  # AdamW's state after a step: a CPU step count, two moments on the device
+    # AdamW's state after a step: a CPU step count, two moments on the device
+    for param in model.parameters():
         param.grad = torch.empty_like(param)
         optimizer.state[param] = {
             "step": torch.tensor(1.0),

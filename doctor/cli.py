@@ -69,10 +69,8 @@ def run_pipeline(options: Any, progress: Any) -> tuple[Report, dict[str, Path]]:
         return pipeline.run(options, progress)
     try:
         return multinode.run(options, progress)
-    except (
-        multinode.ClusterMismatch,
-        multinode.ExchangeError,
-    ) as exc:  # the nodes' setup, not ds-doctor, is at fault
+    # the nodes' setup, not ds-doctor, is at fault
+    except (multinode.ClusterMismatch, multinode.ExchangeError) as exc:
         raise click.UsageError(str(exc)) from None
 
 
@@ -408,9 +406,8 @@ def main(argv: list[str] | None = None) -> int:
     except click.UsageError as exc:  # one line, scrubbed: a bad option may carry a token the user pasted
         click.echo(f"ds-doctor: error: {one_line(exc.format_message())}", err=True)
         return int(ExitCode.USAGE_ERROR)
-    except (
-        click.exceptions.Abort
-    ):  # Ctrl-C (click turns SIGINT into Abort): the shell's convention, 128 + SIGINT
+    # Ctrl-C (click turns SIGINT into Abort): the shell's convention, 128 + SIGINT
+    except click.exceptions.Abort:
         click.echo("ds-doctor: aborted", err=True)
         return INTERRUPTED
     except OSError as exc:

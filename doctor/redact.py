@@ -344,12 +344,7 @@ def _at_run_start(*shapes: str) -> str:
     for shape in shapes:
         first = re.match(r"\\d|\[[^]]*\]|.", shape)
         # `\d\d{7,9}`, not `\d{8,10}`
-        assert first is not None and shape[first.end() :][:1] not in (
-            "{",
-            "*",
-            "+",
-            "?",
-        )
+        assert first is not None and shape[first.end() :][:1] not in ("{", "*", "+", "?")
         body = r"[\w+/-]" if re.search(r"\[[^]]*[+/]", shape) else r"[\w-]"  # a class with "+" or "/"
         groups.setdefault((first.group(), body), []).append(shape[first.end() :])
     return "|".join(f"{first}(?<!{body}.)(?:{'|'.join(rests)})" for (first, body), rests in groups.items())
@@ -373,10 +368,7 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], .
     (re.compile(r"://[\w.~%-]{20,}@"), f"://{MASK}@"),
     # SAS and presigned URLs: ?sig=, &X-Amz-Signature= (other secret names are judged with `name=value`)
     (re.compile(r"([?&;](?i:sig|signature|x-amz-signature|x-goog-signature)=)[^&#\s\"'<>;]+"), rf"\1{MASK}"),
-    (
-        re.compile(r"([Bb](?<![\w-].)(?i:earer)[ \t]+)(?=[\w~+/=-]*[\d.~+/=-])[\w.~+/=-]{8,}"),
-        rf"\1{MASK}",
-    ),
+    (re.compile(r"([Bb](?<![\w-].)(?i:earer)[ \t]+)(?=[\w~+/=-]*[\d.~+/=-])[\w.~+/=-]{8,}"), rf"\1{MASK}"),
     (re.compile(r"(Basic(?<![\w-]Basic)[ \t]+)([A-Za-z0-9+/]{6,}={0,2})(?![\w+/=])"), _basic),
     (re.compile(r"(machine(?<![\w-]machine)\s+\S+\s+login\s+\S+\s+password\s+)\S+"), rf"\1{MASK}"),  # .netrc
     (re.compile(_at_run_start(*_TOKEN_SHAPES)), MASK),  # every alternative starts with a literal: a fast scan

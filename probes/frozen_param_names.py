@@ -34,13 +34,7 @@ from ds_doctor.plugins import (
     Variant,
 )
 from ds_doctor.plugins.checks import identity_invariants
-from ds_doctor.plugins.usersetup import (
-    UserConfig,
-    change_findings,
-    fill,
-    route_optimizer,
-    trainer_optimizer,
-)
+from ds_doctor.plugins.usersetup import UserConfig, change_findings, fill, route_optimizer, trainer_optimizer
 from ds_doctor.probes.shared.common import build_deepspeed_ops, full_values
 from ds_doctor.probes.shared.models import build_frozen_model, token_batch
 

@@ -16,13 +16,7 @@ from typing import Any
 from ds_doctor.plugins import ProbeContext, ProbeSpec, RankOptions, Requirement, Variant
 from ds_doctor.plugins.checks import ZeroPromise, buffer_placement, ties_kept, zero_invariants
 from ds_doctor.plugins.collect import observe_unscale_and_clip
-from ds_doctor.plugins.usersetup import (
-    UserConfig,
-    change_findings,
-    fill,
-    route_optimizer,
-    trainer_optimizer,
-)
+from ds_doctor.plugins.usersetup import UserConfig, change_findings, fill, route_optimizer, trainer_optimizer
 from ds_doctor.probes.shared.common import build_deepspeed_ops
 from ds_doctor.probes.shared.models import batch, build_mlp
 

@@ -98,9 +98,8 @@ def render_junit(report: Report) -> str:
                 _element(case, "system-out", f"{result.outcome.value}: {result.reason or ''}{said}")
         for key, value in counts.items():
             totals[key] += value
-    totals["time"] = _run_seconds(
-        report, totals["time"]
-    )  # the run's wall time: cases run side by side on ranks
+    # the run's wall time: cases run side by side on ranks
+    totals["time"] = _run_seconds(report, totals["time"])
     root.attrib.update({k: (f"{v:.3f}" if k == "time" else str(int(v))) for k, v in totals.items()})
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

@@ -63,15 +63,7 @@ def device_map_summary(records: Sequence[TensorRecord]) -> list[str]:
     for record in records:
         groups.setdefault((record.stage, record.role, record.device, record.dtype), []).append(record)
     rows = [
-        [
-            stage,
-            role,
-            device,
-            dtype,
-            len(held),
-            _ranks(held),
-            _bytes(sum(r.nbytes for r in held)),
-        ]
+        [stage, role, device, dtype, len(held), _ranks(held), _bytes(sum(r.nbytes for r in held))]
         for (stage, role, device, dtype), held in list(groups.items())[:DEVICE_MAP_ROWS]
     ]
     more = (

@@ -185,10 +185,8 @@ class NodeSection:
     host: str
     env: EnvSection = EnvSection()
     hardware: HardwareSection = HardwareSection()
-    has: tuple[str, ...] = (
-        "env",
-        "hardware",
-    )  # which sections it held (a node that never said writes neither)
+    # which sections it held (a node that never said writes neither)
+    has: tuple[str, ...] = ("env", "hardware")
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @classmethod

@@ -99,10 +99,7 @@ def test_zero_offload_level3_every_cpu_case_passes(level3: Run) -> None:
         "after_step",
     }
     # a warning per rank
-    assert [f["invariant"] for f in s2["findings"]] == [
-        "grad_accum_dtype",
-        "grad_accum_dtype",
-    ]
+    assert [f["invariant"] for f in s2["findings"]] == ["grad_accum_dtype", "grad_accum_dtype"]
 
 
 def leftover_processes(marker: str) -> list[str]:
@@ -422,10 +419,8 @@ def test_a_level_3_ticket_fits_and_the_log_has_a_line_per_case(level3: Run) -> N
         if r["outcome"] in ("xfail", "xpass")
     }
     assert len(reproduced) >= 10
-    for (
-        issue_id,
-        verdict,
-    ) in reproduced:  # what concerns this stack needs a look; the library's traps, a table row
+    # what concerns this stack needs a look; the library's traps, a table row
+    for issue_id, verdict in reproduced:
         if verdict == "affected":
             assert text.count(f"### `{issue_id}` — affected:") == 1, issue_id
         else:
@@ -861,10 +856,6 @@ def test_nightly_smoke_comm_compute_junit_prometheus_and_a_baseline_diff(tmp_pat
         ("measure", "comm[all_reduce-ws2] algbw_gbps"),
     } <= regressions
     # no hardware or version change
-    assert {kind for kind, _ in regressions} <= {
-        "outcome",
-        "finding",
-        "measure",
-    }
+    assert {kind for kind, _ in regressions} <= {"outcome", "finding", "measure"}
     proc = ds_doctor("diff", str(report_file), str(report_file))
     assert proc.returncode == 0 and "Nothing changed." in proc.stdout

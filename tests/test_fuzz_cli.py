@@ -154,18 +154,9 @@ def test_run_options_take_any_value(capsys, tmp_path_factory, option: str, value
     out = tmp_path_factory.mktemp("run")
     args = ["run", "--level", "1", "--out", str(out / "out")]
     # the cluster options come together; a -k that
-    if option in (
-        "--node-rank",
-        "--rdzv-endpoint",
-        "--nnodes",
-    ):
+    if option in ("--node-rank", "--rdzv-endpoint", "--nnodes"):
         # selects nothing stops a valid set at exit 2
-        args += [
-            "--join-timeout",
-            "2",
-            "-k",
-            "zz_selects_nothing",
-        ]
+        args += ["--join-timeout", "2", "-k", "zz_selects_nothing"]
         args += {
             "--nnodes": ["--node-rank", "0", "--rdzv-endpoint", "127.0.0.1:1"],
             "--node-rank": ["--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:1"],

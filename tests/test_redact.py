@@ -493,11 +493,7 @@ def test_no_field_of_a_report_is_masked_by_its_name() -> None:
     validate(report)
     assert [k for k in set(key_names(load_schema())) if is_secret_name(k)] == []
     # a config's empty comet keys, a masked variable
-    planted = {
-        "api_key",
-        "experiment_key",
-        "DS_ACCESS_TOKEN",
-    }
+    planted = {"api_key", "experiment_key", "DS_ACCESS_TOKEN"}
     assert {k for k in key_names(report) if is_secret_name(k)} == planted
     assert scrub(report) == report
     assert json.loads(json.dumps(scrub(report))) == report
@@ -594,10 +590,7 @@ def test_anonymizer_replaces_identifiers_with_stable_placeholders() -> None:
     assert out["run_dir"] == "/scratch/user-1/out/run-host-1-20261121T000000Z-42"
     assert out["other_node"] == "gpu-node-123 stays"
     # the same value, the same placeholder
-    assert [g["uuid"] for g in out["gpus"]] == [
-        "gpu-uuid-1",
-        "gpu-uuid-1",
-    ]
+    assert [g["uuid"] for g in out["gpus"]] == ["gpu-uuid-1", "gpu-uuid-1"]
     assert out["addrs"] == "ip-1 and ip-2 and 127.0.0.1 and ip-3"
     assert (out["version"], out["driver"], out["cmd"]) == (
         "2.13.0",

@@ -206,14 +206,7 @@ def measure_changes(
             if abs(delta_pct) > tolerance:
                 worse = delta_pct < 0 if better == "higher" else delta_pct > 0
                 changes.append(
-                    Change(
-                        "measure",
-                        f"{case} {name}",
-                        before,
-                        after,
-                        worse,
-                        f"{delta_pct:+.1f}% ({said})",
-                    )
+                    Change("measure", f"{case} {name}", before, after, worse, f"{delta_pct:+.1f}% ({said})")
                 )
     return changes
 

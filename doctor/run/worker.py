@@ -93,15 +93,10 @@ def run_case(module: Any, ctx: ProbeContext, reproduce: bool, log_path: Path | N
         outcome, reason = _ended(ctx, reproduce)
     except SkipCase as exc:
         outcome, reason = Outcome.SKIP, str(exc)
-    except (
-        Exception,
-        SystemExit,
-    ) as exc:  # every exception of a case becomes its result; so does the sys.exit()
-        # of user code (a --model factory), which ended the rank
-        outcome, error = (
-            Outcome.ERROR,
-            ErrorInfo.of(exc),
-        )
+    except (Exception, SystemExit) as exc:
+        # every exception of a case becomes its result; so does the sys.exit() of user code (a --model factory),
+        # which ended the rank
+        outcome, error = Outcome.ERROR, ErrorInfo.of(exc)
         reason = (
             error.summary[:2000]
             if not isinstance(exc, SystemExit)

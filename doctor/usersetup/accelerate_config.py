@@ -110,10 +110,7 @@ def _validate_deepspeed(setup: AccelerateSetup, name: str, copied: bool) -> None
     """Each DeepSpeedPlugin argument a scalar; a named DeepSpeed config file loads (and is found from a pipe)."""
     section = setup.data.get("deepspeed_config") or {}
     # what becomes a DeepSpeedPlugin argument: a scalar each
-    for key in (
-        *_DS_FIELDS,
-        "deepspeed_config_file",
-    ):
+    for key in (*_DS_FIELDS, "deepspeed_config_file"):
         if isinstance(section.get(key), (dict, list)):
             raise AccelerateConfigError(
                 f"{name}: deepspeed_config.{key} is {short(section[key])}, not a value"

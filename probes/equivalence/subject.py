@@ -270,10 +270,7 @@ def digest(tensor: Any) -> str:
     try:
         data = raw.numpy().tobytes()
     # a node without numpy (torch's numpy bridge is gone): slower, same bytes
-    except (
-        RuntimeError,
-        TypeError,
-    ):
+    except (RuntimeError, TypeError):
         data = bytes(raw.tolist())
     return (
         f"sha256:{hashlib.sha256(data).hexdigest()[:24]} {str(t.dtype).removeprefix('torch.')}{list(t.shape)}"

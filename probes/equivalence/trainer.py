@@ -60,10 +60,8 @@ def build_lm(kind: str, seed: int = 0) -> Any:
     from ds_doctor.plugins.usersetup import tiny_config
 
     config = tiny_config(kind)
-    for (
-        key,
-        value,
-    ) in config.to_dict().items():  # dropout is randomness no reference reproduces (GPT-2 drops 0.1)
+    # dropout is randomness no reference reproduces (GPT-2 drops 0.1)
+    for key, value in config.to_dict().items():
         if isinstance(value, float) and ("dropout" in key or "pdrop" in key):
             setattr(config, key, 0.0)
     torch.manual_seed(seed)

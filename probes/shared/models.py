@@ -15,9 +15,7 @@ def build_mlp(seed: int = 0) -> Any:
 
     torch.manual_seed(seed)
     return torch.nn.Sequential(
-        torch.nn.Linear(IN_FEATURES, HIDDEN),
-        torch.nn.ReLU(),
-        torch.nn.Linear(HIDDEN, OUT_FEATURES),
+        torch.nn.Linear(IN_FEATURES, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, OUT_FEATURES)
     )
 
 

@@ -112,11 +112,10 @@ def test_outcomes_and_findings() -> None:
     error = Finding(
         "collective_result", Severity.ERROR, "all_reduce of 1073741824 B: 1 of 268435456 elements wrong"
     )
+    # pass -> skip: reported only
     new = [  # zero_offload is gone
         dataclasses.replace(BASE[0], outcome=Outcome.FAIL, reason="wrong", findings=(error,)),
-        dataclasses.replace(
-            BASE[1], outcome=Outcome.SKIP, reason="needs cuda"
-        ),  # pass -> skip: reported only
+        dataclasses.replace(BASE[1], outcome=Outcome.SKIP, reason="needs cuda"),
         result("comm[broadcast-ws8]", Outcome.ERROR),  # a new case that errors
         result("compute[memory-ws8]"),  # a new case that passes
     ]
@@ -179,12 +178,11 @@ def test_a_node_that_recovered_is_no_regression_and_exits_0(tmp_path: Path) -> N
         dataclasses.replace(result("zero_offload[z3-opt+param-bf16-ws2]", Outcome.ERROR), **cpu),
         dataclasses.replace(result("comm[broadcast-ws2]", busbw_gbps=4.54, algbw_gbps=4.54), **cpu),
     ]
+    # -60 %: measured noise
     healthy = [
         dataclasses.replace(sick[0], outcome=Outcome.XFAIL, findings=(designed,)),
         dataclasses.replace(sick[1], outcome=Outcome.PASS),
-        dataclasses.replace(
-            sick[2], measures={"busbw_gbps": 1.80, "algbw_gbps": 1.80}
-        ),  # -60 %: measured noise
+        dataclasses.replace(sick[2], measures={"busbw_gbps": 1.80, "algbw_gbps": 1.80}),
     ]
     diff = diff_reports(report(sick), report(healthy))
     assert not diff.regressions

@@ -11,13 +11,7 @@ BEFORE = {name: 0 for name in INTENDED}
 
 def test_tracked_set_planted_faults() -> None:
     # mosaicml/composer#3493
-    composer_like = {
-        **BEFORE,
-        "b.weight": 0,
-        "b.bias": 0,
-        "c.weight": 0,
-        "c.bias": 0,
-    }
+    composer_like = {**BEFORE, "b.weight": 0, "b.bias": 0, "c.weight": 0, "c.bias": 0}
     added = tracked_set(BEFORE, composer_like, FROZEN)
     assert sorted(f.message.split(" ")[0] for f in added) == ["b.bias", "b.weight", "c.bias", "c.weight"]
     assert all(f.is_error and "is tracked after wrapping" in f.message for f in added)

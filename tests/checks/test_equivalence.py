@@ -238,11 +238,6 @@ def test_a_deepspeed_config_is_read_as_the_step_the_reference_reproduces() -> No
         _Ctx(), {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4}
     )
     # the Trainer's AdamW
-    assert (trainer.lr, trainer.adamw, trainer.kernel, trainer.clip) == (
-        5e-5,
-        True,
-        "torch",
-        0.0,
-    )
+    assert (trainer.lr, trainer.adamw, trainer.kernel, trainer.clip) == (5e-5, True, "torch", 0.0)
     with pytest.raises(RuntimeError, match="reproduces Adam and AdamW; the config's optimizer is 'Lamb'"):
         hyper_from_config(_Ctx(), {"optimizer": {"type": "Lamb", "params": {}}})

@@ -107,10 +107,7 @@ def test_load_state_dict_assign_leaves_the_optimizer_with_orphans() -> None:
     orphans = [f for f in findings if "no longer a parameter" in f.message]
     untracked = sorted(f.evidence[0].path for f in findings if "will not train" in f.message)
     # the frozen emb is not expected in it
-    assert len(orphans) == 2 and untracked == [
-        "head.bias",
-        "head.weight",
-    ]
+    assert len(orphans) == 2 and untracked == ["head.bias", "head.weight"]
 
 
 @requires_deepspeed

@@ -169,11 +169,7 @@ def test_bars_are_stripped_as_before_in_linear_time() -> None:
 @pytest.mark.parametrize(
     ("text", "package", "version"),
     [
-        (
-            "Using prodigy plus v1.8.51 with accelerate",
-            "prodigy-plus-schedule-free",
-            "1.8.51",
-        ),
+        ("Using prodigy plus v1.8.51 with accelerate", "prodigy-plus-schedule-free", "1.8.51"),
         ("prodigyplus 1.8.51", "prodigy-plus-schedule-free", "1.8.51"),  # the import name
         (
             "[conda] pytorch                   2.3.0           py3.10_cuda12.1_cudnn8.9.2_0    pytorch",

@@ -258,11 +258,7 @@ S2_FRAMES = (
 @pytest.mark.parametrize(
     ("text", "strength", "context"),
     [
-        (
-            S2_FRAMES,
-            "message and context",
-            'stage3.py", line 2120, in unscale_and_clip_grads',
-        ),
+        (S2_FRAMES, "message and context", 'stage3.py", line 2120, in unscale_and_clip_grads'),
         (
             '  File "/usr/lib/python3/site-packages/deepspeed/runtime/engine.py", line 1505, in '
             "_configure_zero_optimizer\n"

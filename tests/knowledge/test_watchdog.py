@@ -99,11 +99,7 @@ def timeout_line(rank: str, seq: str = "808") -> str:
     ("log", "world_size", "needle"),
     [
         (timeout_line("99999999999"), None, "the log names rank 99,999,999,999: beyond the 1,048,576 ranks"),
-        (
-            timeout_line("1" * 5000),
-            None,
-            "a number of 5,000 digits",
-        ),
+        (timeout_line("1" * 5000), None, "a number of 5,000 digits"),
         (timeout_line("0", "9" * 5000), None, "a number of 5,000 digits"),
         (timeout_line("0") + "[rank123456789]: hello\n", None, "the log names rank 123,456,789: beyond"),
         ("epoch 1\n", 10**12, "--world-size 1,000,000,000,000: beyond the 1,048,576 ranks"),

@@ -101,11 +101,7 @@ def test_a_code_span_holds_exactly_its_text(text: str) -> None:
 def test_inline_text_is_one_paragraph_and_one_cell(text: str) -> None:
     blocks = [t.type for t in MD.parse(md_text(text)) if t.nesting >= 0 and t.type != "inline"]
     # a code block: data indented by 4 spaces, inert
-    assert blocks in (
-        [],
-        ["paragraph_open"],
-        ["code_block"],
-    )
+    assert blocks in ([], ["paragraph_open"], ["code_block"])
     tokens = MD.parse(f"| a |\n|---|\n| {md_cell(text)} |\n")
     assert [t.type for t in tokens].count("tr_open") == 2 and [t.type for t in tokens].count("td_open") == 1
     children = [c for t in tokens + MD.parse(md_text(text)) if t.type == "inline" for c in t.children or ()]

@@ -26,15 +26,11 @@ def line(case_id: str, rank: int, outcome: Outcome, **fields: Any) -> RankLine:
     return RankLine(case_id, rank, 2, outcome, **fields)
 
 
+# a misuse that breaks on every release: the library's
 @pytest.mark.parametrize(
     ("caught", "shown", "outcome", "verdict"),
     [
-        (
-            True,
-            True,
-            Outcome.XFAIL,
-            Verdict.REPRODUCED,
-        ),  # a misuse that breaks on every release: the library's
+        (True, True, Outcome.XFAIL, Verdict.REPRODUCED),
         (False, True, Outcome.FAIL, Verdict.AFFECTED),  # shown and not caught: a real failure
         (False, False, Outcome.XPASS, Verdict.NOT_AFFECTED),
     ],

@@ -54,10 +54,7 @@ def test_bad_keyword_expressions_raise(expr) -> None:
         ("not not z3", True),
         ("not " * MAX_KEYWORD_DEPTH + "z3", True),  # exactly at the depth bound: still parses
         ("(" * MAX_KEYWORD_DEPTH + "z3" + ")" * MAX_KEYWORD_DEPTH, True),
-        (
-            " or ".join(["zz"] * ((MAX_KEYWORD_CHARS - 2) // 6) + ["z3"]),
-            True,
-        ),
+        (" or ".join(["zz"] * ((MAX_KEYWORD_CHARS - 2) // 6) + ["z3"]), True),
         (" and ".join(["z3"] * ((MAX_KEYWORD_CHARS - 2) // 7) + ["zz"]), False),
     ],
 )

@@ -115,10 +115,7 @@ HOSTILE = Path(__file__).resolve().parents[1] / "resources" / "hostile"
             "distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: 5\n",
             "deepspeed_config.deepspeed_config_file is 5, not a path",
         ),
-        (
-            "distributed_type: NO\nmixed_precision: no\nx: \x00\n",
-            "a NUL byte at line 3",
-        ),
+        ("distributed_type: NO\nmixed_precision: no\nx: \x00\n", "a NUL byte at line 3"),
         ((HOSTILE / "alias_bomb.yaml").read_text(), "its aliases expand to more than 100,000 nodes"),
         ("a: &a [*a]\n", "a YAML alias refers to a node that contains it"),
     ],
