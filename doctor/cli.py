@@ -89,6 +89,31 @@ def diff_against(
     return text, path, bool(diff.regressions)
 
 
+def report_outputs(command: Any) -> Any:
+    """The options `run` and `report` share: --anonymize, and the other formats written beside the report."""
+    options = [
+        click.option(
+            "--anonymize", is_flag=True, help="Also replace host and user names, IP addresses and GPU UUIDs."
+        ),
+        click.option(
+            "--junit",
+            "--junitxml",
+            "junit_file",
+            type=click.Path(path_type=Path),
+            help="Also write JUnit XML (Jenkins, GitLab); --junitxml as pytest spells it.",
+        ),
+        click.option(
+            "--prometheus",
+            "prom_file",
+            type=click.Path(path_type=Path),
+            help="Also write node_exporter textfile-collector metrics.",
+        ),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
 @cli.command()
 @click.option(
     "--level",
@@ -120,22 +145,7 @@ def diff_against(
 @click.option(
     "--timeout", "timeout_s", type=SECONDS, help="Per-case timeout in seconds, overriding each family's own."
 )
-@click.option(
-    "--anonymize", is_flag=True, help="Also replace host and user names, IP addresses and GPU UUIDs."
-)
-@click.option(
-    "--junit",
-    "--junitxml",
-    "junit_file",
-    type=click.Path(path_type=Path),
-    help="Also write JUnit XML (Jenkins, GitLab); --junitxml as pytest spells it.",
-)
-@click.option(
-    "--prometheus",
-    "prom_file",
-    type=click.Path(path_type=Path),
-    help="Also write node_exporter textfile-collector metrics.",
-)
+@report_outputs
 @click.option(
     "--baseline",
     "baseline_file",
@@ -528,22 +538,7 @@ def env(as_json: bool) -> int:
     help="Where to write the rebuilt report (default: beside PATH).",
 )
 @click.option("--json", "json_stdout", is_flag=True, help="Also print the JSON report to stdout.")
-@click.option(
-    "--anonymize", is_flag=True, help="Also replace host and user names, IP addresses and GPU UUIDs."
-)
-@click.option(
-    "--junit",
-    "--junitxml",
-    "junit_file",
-    type=click.Path(path_type=Path),
-    help="Also write JUnit XML (Jenkins, GitLab); --junitxml as pytest spells it.",
-)
-@click.option(
-    "--prometheus",
-    "prom_file",
-    type=click.Path(path_type=Path),
-    help="Also write node_exporter textfile-collector metrics.",
-)
+@report_outputs
 def report(
     path: Path,
     out_dir: Path | None,

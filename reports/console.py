@@ -216,8 +216,7 @@ def print_summary(report: Report, console: Console) -> None:
 
 def traps_line(report: Report) -> str | None:
     """The reproductions run on purpose, in one line: facts about the libraries, never said of this stack."""
-    traps = report.library_traps
-    reproduced, absent = sum(map(len, traps["reproduced"].values())), sum(map(len, traps["absent"].values()))
+    reproduced, absent = report.library_trap_counts
     if not reproduced and not absent:
         return None
     return (

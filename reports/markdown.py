@@ -208,7 +208,7 @@ def render_verdict(report: Report) -> list[str]:
     """The first thing a maintainer reads: does anything need a look, and does a known issue concern this stack."""
     failing = [r for r in report.results if r.outcome in FAILING]
     affected = [md_code(i["id"]) for i in report.affecting_issues]
-    traps = sum(map(len, report.library_traps["reproduced"].values()))
+    traps = report.library_trap_counts[0]
     if failing:
         kinds = ", ".join(
             f"{sum(r.outcome == o for r in failing)} {o.value}"
@@ -521,7 +521,7 @@ def render_traps(report: Report) -> list[str]:
     reproduced, absent = traps["reproduced"], traps["absent"]
     if not reproduced and not absent:
         return []
-    count_r, count_a = sum(map(len, reproduced.values())), sum(map(len, absent.values()))
+    count_r, count_a = report.library_trap_counts
     rows = [
         [md_code(issue), len(reproduced.get(issue, ())), len(absent.get(issue, ()))]
         for issue in sorted({*reproduced, *absent})

@@ -447,6 +447,12 @@ class Report:
         return traps
 
     @property
+    def library_trap_counts(self) -> tuple[int, int]:
+        """(cases that reproduced a trap as designed, cases that found one absent at these versions)."""
+        traps = self.library_traps
+        return sum(map(len, traps["reproduced"].values())), sum(map(len, traps["absent"].values()))
+
+    @property
     def exit_code(self) -> ExitCode:
         return ExitCode.CASES_FAILED if any(r.outcome in FAILING for r in self.results) else ExitCode.OK
 

@@ -13,6 +13,7 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 
+from ds_doctor.reports.measures import finite
 from ds_doctor.reports.records import Finding, Severity
 
 #: unit roundoff u of each dtype (half the distance from 1.0 to the next value)
@@ -157,23 +158,19 @@ def _how_far(d: Divergence) -> str:
 
 
 def divergence_data(d: Divergence, step_offset: int = 0) -> dict[str, object]:
-    """A divergence as fields: the step (counted from 1), the stage, the quantity, how far and the tolerance."""
+    """A divergence as fields: the step (counted from 1), the stage, the quantity, how far and the tolerance (JSON
+    holds no NaN or infinity: those are None; the message says what they were)."""
     data: dict[str, object] = {
         "step": step_offset + d.step + 1,
         "stage": d.stage,
         "quantity": d.name,
-        "relative_error": _finite(d.relative),
+        "relative_error": finite(d.relative),
         "tolerance": d.tolerance,
         "others_over": d.others,
     }
     if d.route is not None and d.reference is not None:
-        data.update(route=_finite(d.route), reference=_finite(d.reference))
+        data.update(route=finite(d.route), reference=finite(d.reference))
     return data
-
-
-def _finite(value: float) -> float | None:
-    """JSON holds no NaN or infinity: those are None (the message says what they were)."""
-    return value if math.isfinite(value) else None
 
 
 def divergence_finding(

@@ -122,35 +122,32 @@ def cases_of(
     spec: ProbeSpec = module.SPEC
     variants = variants_of(module, options)
     cases = [
-        Case(
-            probe=spec.name,
-            scenario=spec.scenario,
-            variant=variant.name,
-            world_size=world_size,
-            level=variant.level,
-            params=variant.params,
-            reproduce=variant.reproduce,
-        )
+        case_of(spec, variant, world_size)
         for variant in variants
         for world_size in spec.world_sizes_for(node_world_size)
     ]
     if across is not None:
         nodes, per_node = across
         cases += [
-            Case(
-                probe=spec.name,
-                scenario=spec.scenario,
-                variant=variant.name,
-                world_size=nodes * per_node,
-                level=variant.level,
-                params=variant.params,
-                reproduce=variant.reproduce,
-                nodes=nodes,
-            )
+            case_of(spec, variant, nodes * per_node, nodes)
             for variant in variants
             if spec.runs_across_nodes(variant.name)
         ]
     return cases
+
+
+def case_of(spec: ProbeSpec, variant: Variant, world_size: int, nodes: int = 1) -> Case:
+    """One variant of a probe at one world size (spanning `nodes` nodes)."""
+    return Case(
+        probe=spec.name,
+        scenario=spec.scenario,
+        variant=variant.name,
+        world_size=world_size,
+        level=variant.level,
+        params=variant.params,
+        reproduce=variant.reproduce,
+        nodes=nodes,
+    )
 
 
 def all_cases(
@@ -184,17 +181,7 @@ def resolve(entry: CaseEntry, options: RankOptions) -> Case:
     module = get(entry.probe)
     for variant in variants_of(module, options):
         if variant.name == entry.variant:
-            spec: ProbeSpec = module.SPEC
-            return Case(
-                probe=spec.name,
-                scenario=spec.scenario,
-                variant=variant.name,
-                world_size=entry.world_size,
-                level=variant.level,
-                params=variant.params,
-                reproduce=variant.reproduce,
-                nodes=entry.nodes,
-            )
+            return case_of(module.SPEC, variant, entry.world_size, entry.nodes)
     raise KeyError(f"probe {entry.probe!r} has no variant {entry.variant!r} under this launch's options")
 
 

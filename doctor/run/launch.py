@@ -33,6 +33,7 @@ from ds_doctor.reports.records import Outcome
 from ds_doctor.run.attribution import Cause, Ending, attribute, remaining, stage_of
 from ds_doctor.run.plan import LaunchGroup, timeout_for
 from ds_doctor.rundir import LAUNCH, LaunchDir, RankLine, RunDir
+from ds_doctor.stacks.overlay import prepended
 
 LAUNCH_TIMEOUT_S = 180.0  # process start, imports and process-group set-up
 POLL_S = 0.2
@@ -125,7 +126,7 @@ def rank_environment(
         # instead, marked as ds-doctor's choice so that consistency compares only what the user set
         env.update(GLOO_SOCKET_IFNAME=where.interface, DS_DOCTOR_CHOSE_GLOO_SOCKET_IFNAME="1")
     if options.overlay is not None:  # a release's modules first; its ops never overwrite the installed one's
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [options.overlay, os.environ.get("PYTHONPATH")]))
+        env["PYTHONPATH"] = prepended(Path(options.overlay))
     if options.extensions_dir is not None:
         env["TORCH_EXTENSIONS_DIR"] = options.extensions_dir
     env.setdefault("OMP_NUM_THREADS", "1")
