@@ -21,7 +21,7 @@ for mode in nccl-hostid gloo; do
 done
 rm -rf /tmp/h; mkdir -p /tmp/h
 DS_DOCTOR_EXTRA_PROBES=tests.resources.hang_probes TORCH_NCCL_DUMP_ON_TIMEOUT=1 TORCH_NCCL_TRACE_BUFFER_SIZE=2000 \
-  timeout 300 python3 -m ds_doctor.cli run -k "hangs and missing" --timeout 60 --out /tmp/h > $OUT/hang.log 2>&1
+  timeout 300 python3 -m ds_doctor.cli run --level 3 -k "hangs and missing" --timeout 60 --out /tmp/h > $OUT/hang.log 2>&1
 echo "hang rc=$?" | tee -a $OUT/hang.log; tail -20 $OUT/hang.log
 tar czf $OUT/hang-rundir.tgz -C /tmp/h .
 for d in $(find /tmp/h -type d -name flight -o -type d -name nccl-watchdog); do

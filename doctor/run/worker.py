@@ -15,6 +15,7 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -202,18 +203,32 @@ def redirect_output(log_path: Path) -> None:
     os.close(fd)
 
 
+def gpu_environment(
+    local_rank: int, gpus: int, shared_gpu: str | None, environ: Mapping[str, str]
+) -> dict[str, str]:
+    """What a rank on a GPU sets in its environment before the process group: with several ranks to a GPU, local rank
+    r takes GPU r mod `gpus`; with `nccl-hostid` it names its own host to NCCL; and where its GPU is not GPU
+    `local_rank`, LOCAL_RANK becomes that GPU's index, since DeepSpeed, Accelerate and the Trainer each take their
+    GPU from LOCAL_RANK (`set_device(local_rank)`): local rank 1 of a one-GPU node is otherwise "invalid device
+    ordinal" (seen on an H100, 2026-11-26, docs/gpu-runs.md)."""
+    index = local_rank % max(gpus, 1)
+    changes = {"LOCAL_RANK": str(index)} if index != local_rank else {}
+    if shared_gpu == "nccl-hostid":
+        changes["NCCL_HOSTID"] = f"ds-doctor-rank{environ.get('RANK', local_rank)}"
+    return changes
+
+
 def init_distributed(backend: str, local_rank: int, shared_gpu: str | None = None) -> str:
-    """The process group up, and this rank's device. Where ranks share GPUs (`shared_gpu`, ds_doctor.run.plan), local
-    rank r takes GPU r mod the GPU count, and with NCCL each rank names its own host to NCCL (NCCL_HOSTID)."""
+    """The process group up, and this rank's device (`gpu_environment` says how ranks share GPUs)."""
     import torch
     import torch.distributed as dist
 
     if backend == "nccl" or shared_gpu:
-        index = local_rank % max(torch.cuda.device_count(), 1)
+        gpus = torch.cuda.device_count()
+        os.environ.update(gpu_environment(local_rank, gpus, shared_gpu, os.environ))
+        index = local_rank % max(gpus, 1)
         torch.cuda.set_device(index)
         device = f"cuda:{index}"
-        if shared_gpu == "nccl-hostid":
-            os.environ["NCCL_HOSTID"] = f"ds-doctor-rank{os.environ.get('RANK', local_rank)}"
     else:
         device = "cpu"
     dist.init_process_group(backend=backend)

@@ -182,7 +182,7 @@ def spawn(ctx: ProbeContext, k: int, directory: Path) -> tuple[dict, list[StepRe
     env.update(
         RANK=str(ctx.rank),
         WORLD_SIZE=str(ctx.world_size),
-        LOCAL_RANK=str(ctx.local_rank),
+        LOCAL_RANK=os.environ.get("LOCAL_RANK", str(ctx.local_rank)),  # a shared GPU's index (worker)
         LOCAL_WORLD_SIZE=str(ctx.world_size),
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),

@@ -146,7 +146,7 @@ class DDPSession(TorchSession):
         from torch.nn.parallel import DistributedDataParallel
 
         return DistributedDataParallel(
-            module, device_ids=[self.ctx.local_rank] if self.device.type == "cuda" else None
+            module, device_ids=[self.device.index] if self.device.type == "cuda" else None
         )
 
     def sync(self, k: int) -> Any:

@@ -1,5 +1,5 @@
-"""Planted hangs and a straggler, registered by the tests only (DS_DOCTOR_EXTRA_PROBES): real gloo collectives
-under real torchrun, each rank doing something different on purpose."""
+"""Planted hangs and a straggler, registered by the tests only (DS_DOCTOR_EXTRA_PROBES): real collectives (gloo on
+CPU, NCCL on a GPU) under real torchrun, each rank doing something different on purpose."""
 
 from __future__ import annotations
 
@@ -46,21 +46,22 @@ def run(ctx: ProbeContext) -> None:
     import torch.distributed as dist
 
     fault: str = ctx.params
+    on = {"device": ctx.device}
     ctx.enter("warm-up")
-    dist.all_reduce(torch.ones(4))
+    dist.all_reduce(torch.ones(4, **on))
     if fault == "straggler":
         ctx.enter("compute")
         if ctx.rank == 1:
             time.sleep(2.0)
         ctx.enter("sync")
-        dist.all_reduce(torch.ones(4))
+        dist.all_reduce(torch.ones(4, **on))
         return
     ctx.enter("planted")
     if ctx.rank == 0:
-        dist.all_reduce(torch.ones(1024))
+        dist.all_reduce(torch.ones(1024, **on))
     elif fault == "missing":
         wait_for_me()
     elif fault == "mismatch":
-        dist.all_gather([torch.zeros(8), torch.zeros(8)], torch.ones(8))
+        dist.all_gather([torch.zeros(8, **on), torch.zeros(8, **on)], torch.ones(8, **on))
     elif fault == "deadlock":
         deadlock()

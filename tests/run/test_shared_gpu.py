@@ -16,6 +16,7 @@ from ds_doctor.run.launch import torchrun_command
 from ds_doctor.run.merge import merge_case
 from ds_doctor.run.pipeline import RunOptions, make_plan
 from ds_doctor.run.plan import Hardware, node_world_size, plan, select_cases, shared_gpu_mode
+from ds_doctor.run.worker import gpu_environment
 from ds_doctor.rundir import PlannedCase, RankLine
 from tests.reports.samples import a_report, case
 
@@ -106,3 +107,17 @@ def test_merge_carries_the_planned_sharing() -> None:
         for r in (0, 1)
     ]
     assert merge_case(planned, lines, {}).shared_gpu == SHARED
+
+
+def test_a_rank_sharing_a_gpu_names_that_gpu_as_its_local_rank() -> None:
+    """DeepSpeed, Accelerate and the Trainer take their GPU from LOCAL_RANK: on a one-GPU H100, rank 1 of a shared
+    launch raised "invalid device ordinal" until LOCAL_RANK named the GPU it shares (docs/gpu-runs.md, 2026-11-26)."""
+    environ = {"RANK": "1", "LOCAL_RANK": "1"}
+    assert gpu_environment(1, 1, "nccl-hostid", environ) == {
+        "LOCAL_RANK": "0",
+        "NCCL_HOSTID": "ds-doctor-rank1",
+    }
+    assert gpu_environment(3, 2, "gloo", environ) == {"LOCAL_RANK": "1"}
+    # a rank with a GPU of its own keeps its local rank and NCCL's own idea of its host
+    assert gpu_environment(1, 8, None, environ) == {}
+    assert gpu_environment(0, 1, "nccl-hostid", {"RANK": "0"}) == {"NCCL_HOSTID": "ds-doctor-rank0"}
