@@ -18,7 +18,7 @@ import click
 
 import ds_doctor
 from ds_doctor.cli_fleet import fleet
-from ds_doctor.cli_outputs import say_where_the_run_is, show_paths, write_extra_formats, write_user_output
+from ds_doctor.cli_outputs import report_what_finished, show_paths, write_extra_formats, write_user_output
 from ds_doctor.cli_triage import triage
 from ds_doctor.options import (
     FRACTION,
@@ -357,19 +357,40 @@ def build_overlays(
     )
 
 
+class Stopped(click.exceptions.Abort):
+    """The run was stopped by a signal: the shell's exit code for it, 128 + the signal's number."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__()
+        self.exit_code = 128 + signum
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(
+        signum
+    )  # the run's clean-up is SIGINT's: launches stopped, then what finished reported
+
+
 def run_with_progress(options: Any, json_stdout: bool) -> tuple[Any, tuple[Report, dict[str, Path]]]:
-    """The run under its live progress; on SIGINT, say where the finished cases are."""
+    """The run under its live progress; on SIGINT or SIGTERM, the report of the cases that finished."""
+    import signal
+
     from ds_doctor.reports.console import RunProgress, make_console
 
     console = make_console(stderr=json_stdout)
     progress = RunProgress(console, ds_doctor.__version__, options.level)
+    previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         return console, run_pipeline(options, progress)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        signal.signal(
+            signal.SIGTERM, signal.SIG_IGN
+        )  # a second SIGTERM (a supervisor's) lets the report finish
         progress.close()
-        say_where_the_run_is(options.out_dir)
-        raise click.exceptions.Abort() from None
+        report_what_finished(options.out_dir, options.anonymized)
+        raise Stopped(int(exc.args[0]) if exc.args else signal.SIGINT) from None
     finally:
+        signal.signal(signal.SIGTERM, previous)
         progress.close()
 
 
@@ -416,10 +437,10 @@ def main(argv: list[str] | None = None) -> int:
     except click.UsageError as exc:  # one line, scrubbed: a bad option may carry a token the user pasted
         click.echo(f"ds-doctor: error: {one_line(exc.format_message())}", err=True)
         return int(ExitCode.USAGE_ERROR)
-    # Ctrl-C (click turns SIGINT into Abort): the shell's convention, 128 + SIGINT
-    except click.exceptions.Abort:
+    # Ctrl-C (click turns SIGINT into Abort) or SIGTERM: the shell's convention, 128 + the signal
+    except click.exceptions.Abort as exc:
         click.echo("ds-doctor: aborted", err=True)
-        return INTERRUPTED
+        return exc.exit_code if isinstance(exc, Stopped) else INTERRUPTED
     except OSError as exc:
         if not _names_an_argument(exc, state.argv):
             return _internal_error(exc, state.debug)

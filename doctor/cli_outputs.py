@@ -52,14 +52,28 @@ def show_paths(console: Any, paths: dict[str, Path]) -> None:
     print_paths(console, {key: scrub_text(str(path)) for key, path in paths.items()})
 
 
-def say_where_the_run_is(out_dir: Path) -> None:
-    """On SIGINT: the run directory of this process (its name ends in our pid) holds every case that finished, and
-    `report` renders it."""
+def report_what_finished(out_dir: Path, anonymized: bool) -> dict[str, Path]:
+    """On SIGINT or SIGTERM (a CI job's time limit, `timeout`): the run directory of this process (its name ends in
+    our pid) holds every case that finished; its report is written as `ds-doctor report DIR` would write it, cases
+    that never finished marked so, and where the files went is said. Where it cannot be written, how to write it."""
     from ds_doctor.redact import scrub_text
+    from ds_doctor.run.build import write_reports
+    from ds_doctor.run.recover import InputError, report_from_run_dir
 
+    paths: dict[str, Path] = {}
     for run_dir in sorted(out_dir.glob(f"run-*-{os.getpid()}")):
+        try:
+            built, _ = report_from_run_dir(run_dir, anonymized=anonymized)
+            paths.update(write_reports(built, out_dir, suffix="-interrupted"))
+        except (InputError, OSError, ValueError) as exc:
+            click.echo(
+                f"ds-doctor: the cases that finished are in {scrub_text(str(run_dir))} ({scrub_text(str(exc))}); "
+                f"render them with: ds-doctor report {scrub_text(str(run_dir))}",
+                err=True,
+            )
+    for key, path in paths.items():
         click.echo(
-            f"ds-doctor: the cases that finished are in {scrub_text(str(run_dir))}; "
-            f"render them with: ds-doctor report {scrub_text(str(run_dir))}",
+            f"ds-doctor: stopped; the {key} report of the cases that finished: {scrub_text(str(path))}",
             err=True,
         )
+    return paths
