@@ -60,10 +60,11 @@ test: $(BIN)/.installed lint $(BIN)/.sysdeps
 # What the infrastructure tests start for real: Debian's slurm-wlm and munge (a two-node Slurm cluster in network
 # namespaces, tests/cluster/) and prometheus' promtool (the alert rules in contrib/). Installed where this is root on
 # Debian with apt; elsewhere those tests skip and say why.
-SYSDEPS := slurm-wlm munge prometheus
+SYSDEPS := slurm-wlm munge prometheus chromium
 $(BIN)/.sysdeps: $(BIN)/.installed
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		command -v slurmctld >/dev/null && command -v munged >/dev/null && command -v promtool >/dev/null || \
+		command -v slurmctld >/dev/null && command -v munged >/dev/null && command -v promtool >/dev/null && \
+		command -v chromium >/dev/null || \
 		{ DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(SYSDEPS) >/dev/null 2>&1 || \
 		  { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
 		    --no-install-recommends $(SYSDEPS) >/dev/null 2>&1; } || echo "apt could not install $(SYSDEPS): their tests skip"; }; \

@@ -21,6 +21,8 @@ from ds_doctor.reports.measures import MEASURES
 from ds_doctor.reports.records import FAILING, CaseResult, Finding, Outcome, Report, TensorRecord, Verdict
 from ds_doctor.reports.safe import clip, md_cell, md_code, md_fence, md_html, md_text
 from ds_doctor.reports.sections import GpuReading
+from ds_doctor.reports.steps import QUANTITIES, steps_of
+from ds_doctor.reports.whatran import what_ran
 
 TICKET_LIMIT = 60_000
 CASE_LIMIT = 8_000  # one case's block, at most
@@ -268,6 +270,34 @@ def render_summary(report: Report) -> list[str]:
     return lines
 
 
+def _config_lines(title: str, config: Any) -> list[str]:
+    lines = [
+        f"- {title}: {md_code(config.path)} (sha256 {md_code(config.sha256[:12])}), in {config.cases} case(s)"
+    ]
+    lines += [f"  - `auto` filled: {md_code(k)} = {md_code(repr(v))}" for k, v in config.filled.items()]
+    lines += [f"  - changed to run here: {md_code(k)}: {md_text(v)}" for k, v in config.changed.items()]
+    if config.left_to_deepspeed:
+        lines += [
+            f"  - left for DeepSpeed to fill: {', '.join(md_code(k) for k in config.left_to_deepspeed)}"
+        ]
+    return lines
+
+
+def render_what_ran(report: Report) -> list[str]:
+    """The models trained (class and size where the user gave one) and the user's configs with the values filled in
+    for `auto`: what a maintainer needs to know before reading what went wrong."""
+    ran = what_ran(report)
+    if not ran:
+        return []
+    lines = ["## What ran", ""]
+    lines += [f"- model {md_code(model)}: {count} case(s)" for model, count in ran.models]
+    if ran.deepspeed:
+        lines += _config_lines("your DeepSpeed config", ran.deepspeed)
+    if ran.accelerate:
+        lines += _config_lines("your Accelerate config", ran.accelerate)
+    return [*lines, ""]
+
+
 def render_stacks(report: Report) -> list[str]:
     """`run --with`: the stacks' versions, each case's outcome on each, and the known issues that appear or clear."""
     from ds_doctor.reports.stacks import by_case, changes, ignored_pins, stack_names
@@ -386,6 +416,7 @@ def render_case(result: CaseResult, same: Sequence[str] = ()) -> list[str]:
     lines += [line for finding in result.findings for line in render_finding(finding)]
     if result.device_map:
         lines += device_map_summary(result.device_map)
+    lines += equivalence_steps(result)
     showed = result.notes.get("showed")
     if showed:
         lines += ["**What went wrong for real:**", "", *[f"- {md_text(str(item))}" for item in showed], ""]
@@ -395,6 +426,40 @@ def render_case(result: CaseResult, same: Sequence[str] = ()) -> list[str]:
     lines += render_hang(result)
     lines += _rank_outputs(result)
     return _capped([*lines, ""], f"the rest of {md_code(result.label)}")
+
+
+def _number(value: float) -> str:
+    return f"{value:.6g}"
+
+
+def equivalence_steps(result: CaseResult) -> list[str]:
+    """An equivalence case's steps as a small table: each quantity of the route and of the reference, and the
+    relative gap between them, step by step (the finding names the first step over the tolerance)."""
+    tolerance, steps = steps_of(result)
+    if not steps:
+        return []
+    quantities = [q for q in QUANTITIES if any(q in step.values for step in steps)]
+    headers = ["step"] + [
+        f"{q.replace('_', ' ')} {part}" for q in quantities for part in ("route", "reference", "gap")
+    ]
+    rows = [
+        [step.number]
+        + [
+            cell
+            for q in quantities
+            for cell in (
+                (
+                    _number(step.values[q].route),
+                    _number(step.values[q].reference),
+                    f"{step.values[q].relative:.3g}",
+                )
+                if q in step.values
+                else ("-", "-", "-")
+            )
+        ]
+        for step in steps
+    ]
+    return [f"Steps (relative gap; tolerance: {md_text(tolerance)}):", "", *_table(headers, rows), ""]
 
 
 def _rank_outputs(result: CaseResult) -> list[str]:
@@ -677,13 +742,15 @@ def render_markdown(report: Report, *, full_report: str | None = None, limit: in
         f"Command: {md_code(' '.join(report.command))}",
         "",
         *render_verdict(report),
-        *render_summary(report),
-        *render_stacks(report),
-        *render_nodes(report),
-        *render_environment(report),
     ]
     skipped = [r for r in report.results if r.outcome == Outcome.SKIP]
+    # the verdict, what needs a look, then what ran and where (the ticket leads with what matters)
     tail = [
+        *render_what_ran(report),
+        *render_stacks(report),
+        *render_summary(report),
+        *render_nodes(report),
+        *render_environment(report),
         *render_warnings(report),
         *render_measurements(report),
         *render_traps(report),

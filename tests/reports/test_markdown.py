@@ -15,7 +15,16 @@ from ds_doctor.reports.records import (
     TensorRecord,
     Verdict,
 )
-from tests.reports.samples import TOKEN, a_failed_case, a_report, case, issue
+from tests.reports.samples import (
+    TOKEN,
+    a_failed_case,
+    a_report,
+    a_user_config_case,
+    an_equivalence_case,
+    case,
+    every_outcome,
+    issue,
+)
 
 
 def test_secrets_are_gone() -> None:
@@ -142,7 +151,8 @@ def test_a_block_cut_to_fit_closes_its_code_block_and_details() -> None:
         a_failed_case(), ranks=(RankSummary(0, "error", "train", traceback="Traceback\n" + "x" * 9000),)
     )
     text = render_markdown(a_report([long]))
-    block = text[text.index("### `zero_offload") : text.index("## Device maps")]
+    start = text.index("### `zero_offload")
+    block = text[start : text.index("\n## ", start)]  # up to the next section
     # balanced: the device map's and the rank's, each closed
     assert block.count("```") == 2 and block.count("<details>") == block.count("</details>") == 2
     assert "_… the rest of `zero_offload[z3-opt-bf16-ws2]` is in the JSON report._" in block
@@ -216,3 +226,36 @@ def test_a_cases_device_map_is_summarised_by_stage_role_device_and_dtype() -> No
     assert "| after_step | optim_state | cuda:0 | float32 | 6 | 0, 1 | 384 B |" in text
     failing = render_markdown(a_report([case(Outcome.FAIL, "f", device_map=records)]))
     assert "Device map: 12 record(s) in 2 group(s)" in failing
+
+
+def test_the_ticket_leads_with_the_verdict_then_what_needs_a_look_then_what_ran() -> None:
+    """Verdict, the case that needs a look, what ran (the user's model with class and size, the config with the
+    values filled for `auto` and what was changed to run it here), then the summary table and the environment."""
+    text = render_markdown(a_report([an_equivalence_case(), a_user_config_case()]))
+    order = ["**Verdict:", "## Cases that need a look", "## What ran", "## Summary", "## Environment"]
+    positions = [text.index(heading) for heading in order]
+    assert positions == sorted(positions), list(zip(order, positions, strict=True))
+    ran = text[text.index("## What ran") : text.index("## Summary")]
+    assert "- model `hf:gpt2 (GPT2LMHeadModel, 0.12 M parameters)`: 1 case(s)" in ran
+    assert (
+        "- your DeepSpeed config: `/home/me/ds_config_zero3.json` (sha256 `9f2c4e1d7a0b`), in 1 case(s)"
+        in ran
+    )
+    assert "`auto` filled: `train_micro_batch_size_per_gpu` = `4`" in ran
+    assert "changed to run here: `zero_optimization.offload_optimizer.device`: nvme -&gt; cpu" in ran
+    assert "left for DeepSpeed to fill: `zero_optimization.reduce_bucket_size`" in ran
+
+
+def test_an_equivalence_case_shows_its_steps_as_a_table() -> None:
+    text = render_markdown(a_report([an_equivalence_case()]))
+    assert "Steps (relative gap; tolerance: 16 x u(float32) x steps, relative):" in text
+    assert (
+        "| step | loss route | loss reference | loss gap | grad norm route | grad norm reference | grad norm gap |"
+        in text
+    )
+    assert "| 1 | 3.86186 | 4.84265 | 0.203 | 1.14735 | 1.43874 | 0.203 |" in text
+    assert "| 4 | 3.83047 | 4.85193 | 0.211 |" in text
+
+
+def test_a_report_without_models_or_configs_says_nothing_of_what_ran() -> None:
+    assert "## What ran" not in render_markdown(a_report(every_outcome()))
