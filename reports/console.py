@@ -230,6 +230,7 @@ def print_paths(console: Console, paths: Mapping[str, Any]) -> None:
     for key, label in (
         ("json", "JSON report"),
         ("markdown", "Markdown report"),
+        ("html", "HTML report"),
         ("junit", "JUnit XML"),
         ("prometheus", "Prometheus metrics"),
         ("diff", "Diff against the baseline"),

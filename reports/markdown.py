@@ -135,10 +135,10 @@ def gpu_row(g: GpuReading) -> list[Any]:
     ]
 
 
-def render_environment(report: Report) -> list[str]:
+def environment_rows(report: Report) -> list[list[object]]:
+    """The host and the software in two columns (the Markdown's and the HTML page's environment table)."""
     env, hw = report.env, report.hardware
-    gpus = hw.gpus
-    gpu_text = ", ".join(f"{g.name} ({(g.memory_total_bytes or 0) / 2**30:.0f} GiB)" for g in gpus)
+    gpu_text = ", ".join(f"{g.name} ({(g.memory_total_bytes or 0) / 2**30:.0f} GiB)" for g in hw.gpus)
     rows: list[list[object]] = [
         ["host", hw.host],
         ["cpus", hw.cpus],
@@ -151,8 +151,12 @@ def render_environment(report: Report) -> list[str]:
         ["driver", env.driver],
         ["CUDA (driver)", env.cuda_driver],
     ]
-    rows += [[name, version] for name, version in env.packages.items() if version]
-    lines = ["## Environment", "", *_table(["", ""], rows), ""]
+    return rows + [[name, version] for name, version in env.packages.items() if version]
+
+
+def render_environment(report: Report) -> list[str]:
+    env, gpus = report.env, report.hardware.gpus
+    lines = ["## Environment", "", *_table(["", ""], environment_rows(report)), ""]
     if gpus:
         lines += ["### GPUs (NVML)", "", *_table(GPU_HEADERS, [gpu_row(g) for g in gpus]), ""]
         missing = sorted({f"{field}: {why}" for g in gpus for field, why in g.unavailable.items()})

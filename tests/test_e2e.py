@@ -7,6 +7,7 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -859,3 +860,44 @@ def test_nightly_smoke_comm_compute_junit_prometheus_and_a_baseline_diff(tmp_pat
     assert {kind for kind, _ in regressions} <= {"outcome", "finding", "measure"}
     proc = ds_doctor("diff", str(report_file), str(report_file))
     assert proc.returncode == 0 and "Nothing changed." in proc.stdout
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="no chromium (make test installs Debian's where it is root with apt)"
+)
+def test_a_level_3_html_report_opens_offline_in_headless_chromium(level3: Run, tmp_path: Path) -> None:
+    """The page a run writes beside its JSON, opened as a reader would: in a real browser (Debian's chromium,
+    headless), with every host name unresolvable, so anything fetched would fail. It renders every case, logs no
+    console message or refused load, and its screenshot is a real picture."""
+    (page,) = level3.out.glob("ds-doctor-*.html")
+    browser = [
+        str(CHROMIUM),
+        "--headless",
+        "--no-sandbox",  # root in CI
+        "--disable-gpu",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--host-resolver-rules=MAP * ~NOTFOUND",
+        "--enable-logging=stderr",
+        "--v=0",
+    ]
+    dom = subprocess.run(
+        [*browser, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120, check=True
+    )
+    results = level3.data["results"]
+    assert all(f"<code>{r['case']}</code>" in dom.stdout for r in results)
+    assert dom.stdout.count('<table class="grid"') >= sum(1 for r in results if r["device_map"])
+    shot = tmp_path / "report.png"
+    screenshot = subprocess.run(
+        [*browser, "--hide-scrollbars", "--window-size=1200,2000", f"--screenshot={shot}", page.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    for log in (dom.stderr, screenshot.stderr):
+        assert not re.search(r"CONSOLE|Uncaught|Refused to|net::ERR", log), log[-3000:]
+    png = shot.read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 50_000, len(png)  # a rendered page, not a blank one

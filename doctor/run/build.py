@@ -11,6 +11,7 @@ from typing import Any
 import ds_doctor
 from ds_doctor.files import safe_component, write_atomic
 from ds_doctor.redact import Anonymizer, scrub
+from ds_doctor.reports.html import render_html
 from ds_doctor.reports.markdown import render_markdown
 from ds_doctor.reports.records import SCHEMA_VERSION, CaseResult, Report, format_time, parse_time
 
@@ -91,5 +92,7 @@ def write_reports(report: Report, out_dir: Path, suffix: str = "") -> dict[str, 
         except FileExistsError:
             continue
         write_atomic(paths["markdown"], render_markdown(report, full_report=paths["json"].name))
+        paths["html"] = out_dir / f"{name}.html"
+        write_atomic(paths["html"], render_html(report))
         return paths
     raise RuntimeError(f"could not find a free report name for {base} in {out_dir}")

@@ -1,0 +1,149 @@
+"""The HTML report: one self-contained page (styles inline, pictures as inline SVG and tables, no script, nothing
+fetched) beside the JSON and the Markdown, for the reader who would rather look than read.
+
+It says what the ticket says, in the same order (the verdict, what needs a look, what ran, every case, the
+environment), and adds the pictures (`ds_doctor.reports.pictures`): each case's device map as a grid coloured by
+device, the equivalence family's loss and gradient norm per step, `comm`'s bandwidth against message size. The page
+is a Jinja2 template (`report.html.j2`) with autoescaping on: every string from the report is escaped, and the
+only markup that is not comes from `pictures`, which escapes what it puts in.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from markupsafe import Markup
+
+from ds_doctor.reports.markdown import FAILING, environment_rows, fold_own_frames
+from ds_doctor.reports.measures import MEASURES
+from ds_doctor.reports.pictures import Series, device_map_grid, line_chart
+from ds_doctor.reports.records import CaseResult, Outcome, Report, Verdict
+from ds_doctor.reports.steps import steps_of
+from ds_doctor.reports.whatran import what_ran
+
+TEMPLATE = "report.html.j2"
+
+
+@functools.cache
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(Path(__file__).resolve().parent),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+def equivalence_charts(result: CaseResult) -> Markup:
+    """Loss and gradient norm per step, the route's solid and the reference's dashed; a red line at the first step
+    a finding names."""
+    _, steps = steps_of(result)
+    if not steps:
+        return Markup("")
+    first = min(
+        (int(f.data["step"]) for f in result.findings if isinstance(f.data.get("step"), int)), default=None
+    )
+    charts = []
+    for quantity, title in (("loss", "loss"), ("grad_norm", "gradient norm")):
+        points = [(s.number, s.values[quantity]) for s in steps if quantity in s.values]
+        if not points:
+            continue
+        charts.append(
+            line_chart(
+                f"{result.label}: {title} per step",
+                [
+                    Series("route", [(float(n), p.route) for n, p in points]),
+                    Series("reference", [(float(n), p.reference) for n, p in points], dashed=True),
+                ],
+                "step",
+                title,
+                mark_x=float(first) if first is not None else None,
+            )
+        )
+    return Markup("").join(charts)
+
+
+def comm_chart(report: Report) -> Markup:
+    """Bus bandwidth against message size, one line per collective and world size (one-rank cases move nothing)."""
+    series = []
+    for result in report.results:
+        if result.probe != "comm" or result.world_size < 2 or not result.series:
+            continue
+        points = [
+            (float(row["bytes"]), float(row["busbw_gbps"]))
+            for row in result.series
+            if isinstance(row.get("bytes"), (int, float)) and isinstance(row.get("busbw_gbps"), (int, float))
+        ]
+        if points:
+            series.append(Series(result.label.removeprefix("comm[").removesuffix("]"), points))
+    if not series:
+        return Markup("")
+    return line_chart(
+        "comm: bus bandwidth against message size",
+        series,
+        "message size",
+        "busbw (GB/s)",
+        log_x=True,
+        bytes_x=True,
+    )
+
+
+def _verdict(report: Report) -> dict[str, Any]:
+    failing = [r for r in report.results if r.outcome in FAILING]
+    reproduced, absent = report.library_trap_counts
+    return {
+        "failing": len(failing),
+        "kinds": {
+            o.value: sum(r.outcome == o for r in failing)
+            for o in FAILING
+            if any(r.outcome == o for r in failing)
+        },
+        "affected": [i["id"] for i in report.affecting_issues],
+        "reproduced": reproduced,
+        "absent": absent,
+    }
+
+
+def _measures(result: CaseResult) -> str:
+    return ", ".join(
+        f"{MEASURES[name].label} {value:g}"
+        for name, value in result.applicable_measures().items()
+        if value is not None
+    )
+
+
+def render_html(report: Report) -> str:
+    """The page for `report` (already scrubbed where it was built, like every format)."""
+    needs_look = [r for r in report.results if r.outcome in FAILING]
+    reproduced = [r for r in report.results if r.outcome in (Outcome.XFAIL, Outcome.XPASS)]
+    affected = [r for r in reproduced if r.known_issue is not None and r.known_issue.verdict == Verdict.AFFECTED]
+    traps = [r for r in reproduced if all(r is not a for a in affected)]
+    others = [
+        r
+        for r in report.results
+        if r.outcome not in (*FAILING, Outcome.XFAIL, Outcome.XPASS) and (r.device_map or steps_of(r)[1])
+    ]
+    return (
+        _environment()
+        .get_template(TEMPLATE)
+        .render(
+            report=report,
+            verdict=_verdict(report),
+            needs_look=needs_look,
+            affected=affected,
+            traps=traps,
+            others=others,
+            environment=environment_rows(report),
+            ran=what_ran(report),
+            comm=comm_chart(report),
+            grid=device_map_grid,
+            charts=equivalence_charts,
+            measures=_measures,
+            fold=fold_own_frames,
+            env=report.env,
+        )
+    )
