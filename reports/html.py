@@ -120,7 +120,9 @@ def render_html(report: Report) -> str:
     """The page for `report` (already scrubbed where it was built, like every format)."""
     needs_look = [r for r in report.results if r.outcome in FAILING]
     reproduced = [r for r in report.results if r.outcome in (Outcome.XFAIL, Outcome.XPASS)]
-    affected = [r for r in reproduced if r.known_issue is not None and r.known_issue.verdict == Verdict.AFFECTED]
+    affected = [
+        r for r in reproduced if r.known_issue is not None and r.known_issue.verdict == Verdict.AFFECTED
+    ]
     traps = [r for r in reproduced if all(r is not a for a in affected)]
     others = [
         r
