@@ -554,8 +554,8 @@ def test_a_killed_doctor_leaves_a_run_dir_that_report_renders(tmp_path: Path) ->
         assert results[case]["outcome"] == "error" and results[case]["reason"].startswith("did not finish")
         assert results[case]["notes"] == {"unfinished": True}
     written = sorted(p.name for p in out.glob("ds-doctor-*"))
-    # JSON and Markdown, beside the run
-    assert len(written) == 2 and all("-report." in name for name in written)
+    # JSON, Markdown and HTML, beside the run
+    assert len(written) == 3 and all("-report." in name for name in written)
     markdown = next(out.glob("ds-doctor-*.md")).read_text()
     assert "did not finish" in markdown and "faults[hang-ws2]" in markdown
 

@@ -72,7 +72,7 @@ def test_a_level_1_run_writes_an_environment_only_report(tmp_path: Path) -> None
     assert reporter.plans == [(0, "-", 0, 0)] and reporter.done == []
     assert report.results == () and report.run_dir is None and report.exit_code == ExitCode.OK
     assert report.command == ["ds-doctor", "run", "--level", "1"]
-    assert sorted(paths) == ["json", "markdown"] and all(p.parent == tmp_path for p in paths.values())
+    assert sorted(paths) == ["html", "json", "markdown"] and all(p.parent == tmp_path for p in paths.values())
     assert not list(tmp_path.glob("run-*"))
 
 
