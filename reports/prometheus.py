@@ -76,7 +76,9 @@ def _case_gauges(registry: CollectorRegistry, report: Report, host: str) -> None
     for result in report.results:
         outcome.labels(host, result.probe, result.key, result.outcome.value).set(1)
     for level in Severity:
-        findings.labels(host, level.value).set(sum(f.severity == level for r in report.results for f in r.findings))
+        findings.labels(host, level.value).set(
+            sum(f.severity == level for r in report.results for f in r.findings)
+        )
     health = [
         (r.key, f.invariant, f.severity.value)
         for r in report.results
