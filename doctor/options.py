@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
 import os
 import socket
 import threading
-from collections.abc import Mapping
+import warnings
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -250,6 +253,33 @@ def check_user_setup(
 ) -> RankOptions:
     """Check `--deepspeed-config`, `--accelerate-config` and `--model` (DeepSpeed's own validation; the YAML's
     fields; one forward of the model on the CPU): the run options that carry them to the ranks."""
+    with libraries_quiet():
+        return _check_user_setup(ds_config, model_spec, acc_config, freeze, timeout_s)
+
+
+@contextlib.contextmanager
+def libraries_quiet() -> Iterator[None]:
+    """While the parent checks the user's input with the libraries' own code (DeepSpeed's config validation, a
+    transformers model's forward), what they log or warn (DeepSpeed's `real_accelerator` "Setting accelerator to
+    CPU", transformers' "`loss_type=None` ... unrecognized") is theirs, not the run's: kept off the console, which
+    starts with ds-doctor's header. Their errors still raise, and become one line."""
+    before = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logging.disable(before)
+
+
+def _check_user_setup(
+    ds_config: str | None,
+    model_spec: str | None,
+    acc_config: str | None,
+    freeze: str | None,
+    timeout_s: float | None,
+) -> RankOptions:
     from ds_doctor.usersetup import accelerate_config, deepspeed_config, model_check
     from ds_doctor.usersetup import model as user_model
 
