@@ -299,6 +299,7 @@ def run_options(state: CliState, args: RunArgs) -> tuple[Any, Report | None]:
     pipeline's options, which hold the ranks' (`RankOptions`); and the baseline. Nothing is put into this
     process's environment."""
     from ds_doctor.run import pipeline
+    from ds_doctor.run.extensions import private_extensions_dir
     from ds_doctor.run.plan import shared_gpu_mode
 
     cluster = cluster_from(args.nnodes, args.node_rank, args.rdzv_endpoint, args.rdzv_id, args.join_timeout_s)
@@ -307,6 +308,7 @@ def run_options(state: CliState, args: RunArgs) -> tuple[Any, Report | None]:
         user,
         suspect_below=args.suspect_below,
         shared_gpu=shared_gpu_mode(os.environ),
+        extensions_dir=private_extensions_dir(os.environ),
         node_rank=cluster.node_rank if cluster else None,
         nnodes=cluster.nnodes if cluster else None,
     )

@@ -90,6 +90,9 @@ class RunProgress:
         self.task: Any = None
         self.done: set[str] = set()
 
+    def note(self, line: str) -> None:
+        say(self.console, one_line(line))
+
     def planned(self, total: int, device_kind: str, nproc: int, skipped: int) -> None:
         say(
             self.console,

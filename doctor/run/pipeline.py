@@ -20,6 +20,7 @@ from ds_doctor.probe.spec import Case
 from ds_doctor.redact import scrub
 from ds_doctor.reports.records import CaseResult, Report, format_time
 from ds_doctor.run.build import build_report, clean_result, utc_now, write_reports
+from ds_doctor.run.extensions import first_build_line
 from ds_doctor.run.launch import LaunchEvents, run_group
 from ds_doctor.run.merge import merge_case, skipped_case
 from ds_doctor.run.plan import (
@@ -57,6 +58,8 @@ class RunReporter(Protocol):
 
     def planned(self, total: int, device_kind: str, nproc: int, skipped: int) -> None: ...
 
+    def note(self, line: str) -> None: ...  # a line for the person, between the plan and the first case
+
     def stage(self, case: str, rank: int, stage: str) -> None: ...
 
     def case_done(self, result: CaseResult) -> None: ...
@@ -64,6 +67,9 @@ class RunReporter(Protocol):
 
 class SilentReporter:
     def planned(self, total: int, device_kind: str, nproc: int, skipped: int) -> None:
+        pass
+
+    def note(self, line: str) -> None:
         pass
 
     def stage(self, case: str, rank: int, stage: str) -> None:
@@ -247,6 +253,8 @@ def run(options: RunOptions, reporter: RunReporter | None = None) -> tuple[Repor
     )
     run_dir, results = None, []
     if not run_plan.empty:
+        if (line := first_build_line(options.rank.extensions_dir)) is not None:
+            reporter.note(line)
         run_dir = RunDir.create(options.out_dir, hardware["host"], started, os.getpid())
         write_manifest(run_dir, run_plan, options, started, env, hardware)
         results = launch(run_plan, run_dir, env["packages"], options, reporter, hardware["host"])

@@ -20,9 +20,13 @@ class Recorder:
         self.plans: list[tuple[int, str, int, int]] = []
         self.stages: list[tuple[str, int, str]] = []
         self.done: list[CaseResult] = []
+        self.notes: list[str] = []
 
     def planned(self, total: int, device_kind: str, nproc: int, skipped: int) -> None:
         self.plans.append((total, device_kind, nproc, skipped))
+
+    def note(self, line: str) -> None:
+        self.notes.append(line)
 
     def stage(self, case: str, rank: int, stage: str) -> None:
         self.stages.append((case, rank, stage))
