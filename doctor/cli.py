@@ -35,6 +35,7 @@ from ds_doctor.options import (
     cluster_from,
     load_report,
     one_line,
+    output_in,
     writable_dir,
 )
 from ds_doctor.reports.records import ExitCode, Report
@@ -484,7 +485,10 @@ def _internal_error(exc: Exception, debug: bool) -> int:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the diff as JSON.")
 @click.option(
-    "--out", "out_file", type=click.Path(path_type=Path), help="Also write the diff (Markdown) here."
+    "--out",
+    "out_file",
+    type=click.Path(path_type=Path),
+    help="Also write the diff (Markdown) to this file, or into this folder as <NEW>.diff.md.",
 )
 def diff_command(
     baseline_file: Path, new_file: Path, tolerance_pct: float, as_json: bool, out_file: Path | None
@@ -497,6 +501,7 @@ def diff_command(
     from ds_doctor.checks.baseline import diff_reports
     from ds_doctor.reports.diff import render_diff
 
+    out_file = output_in(out_file, f"{new_file.stem}.diff.md")
     check_writable_file(out_file, "--out")
     check_distinct({"--out": out_file}, {"BASELINE": baseline_file, "NEW": new_file})
     base, new = load_report(baseline_file, "BASELINE"), load_report(new_file, "NEW")

@@ -20,10 +20,11 @@ import click
 
 from ds_doctor.checks.baseline import DEFAULT_TOLERANCE_PCT
 from ds_doctor.checks.fleet import Source, build_fleet
-from ds_doctor.options import TOLERANCE, check_distinct, check_writable_file, one_line
+from ds_doctor.options import TOLERANCE, check_distinct, check_writable_file, one_line, output_in
 from ds_doctor.reports.fleet import Unreadable, render_fleet
 
 PATTERN = "ds-doctor-*.json"
+FLEET_FILE = "ds-doctor-fleet.md"  # `--out FOLDER` writes the Markdown as this
 #: `report_basename`'s names: the host (one safe path component), the start time, `report`'s suffix, a retry's pid.
 NAME = re.compile(r"ds-doctor-(?P<host>.+)-(?P<time>\d{8}T\d{6}Z)(?:-report)?(?:-\d+-\d+)?\.json")
 PLACEHOLDER = re.compile(r"host-\d+")  # `--anonymize` names every node so: such files name no node
@@ -43,7 +44,12 @@ MAX_DEPTH = 16
     help="Percent a bandwidth or TFLOP/s may fall below the fleet's median before the node is flagged.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the fleet as JSON.")
-@click.option("--out", "out_file", type=click.Path(path_type=Path), help="Also write the Markdown here.")
+@click.option(
+    "--out",
+    "out_file",
+    type=click.Path(path_type=Path),
+    help=f"Also write the Markdown to this file, or into this folder as {FLEET_FILE}.",
+)
 def fleet(sources: tuple[Path, ...], tolerance_pct: float, as_json: bool, out_file: Path | None) -> int:
     """Many nodes' reports as one table: the newest report of each host, its outcomes, GPU health fails, versions,
     driver and NCCL that differ from the fleet's majority, and each bandwidth and TFLOP/s against the fleet's
@@ -51,6 +57,7 @@ def fleet(sources: tuple[Path, ...], tolerance_pct: float, as_json: bool, out_fi
 
     Exit code 0 when no node has a failing case, 1 when one has (a GPU health fail included).
     """
+    out_file = output_in(out_file, FLEET_FILE)
     check_writable_file(out_file, "--out")
     check_distinct({"--out": out_file}, {str(path): path for path in sources if not path.is_dir()})
     unreadable: list[Unreadable] = []

@@ -62,6 +62,11 @@ NODE_RANK = click.IntRange(min=0, max=MAX_NODES - 1)
 WORLD_SIZE = click.IntRange(min=1, max=MAX_WORLD_SIZE)
 
 
+def output_in(path: Path | None, name: str) -> Path | None:
+    """`--out` of `diff` and `fleet`: a file, or, as for `run` and `report`, a folder it goes into as `name`."""
+    return path / name if path is not None and path.is_dir() else path
+
+
 def check_writable_file(path: Path | None, option: str) -> None:
     """An output file: a regular file (or none yet) in a writable directory, or a stream written in place
     (`/dev/null`, `/dev/stdout`, a FIFO); a directory, a socket or a block device is refused."""
@@ -118,9 +123,21 @@ def _is_char_device(path: Path) -> bool:
         return False
 
 
+#: names that say "a file": `run --out` and `report --out` name the folder the reports go into
+FILE_SUFFIXES = (".json", ".md", ".html", ".xml", ".prom", ".txt")
+
+
 def writable_dir(path: Path) -> Path:
+    """`--out` of `run` and `report`: the folder the reports go into (they are named by host and time). Created
+    where missing; a path that names a file (`report.md`) is refused rather than made a folder of that name."""
     if path.exists() and not path.is_dir():
         raise click.BadParameter(f"{path} exists and is not a directory", param_hint="--out")
+    if not path.exists() and path.suffix.lower() in FILE_SUFFIXES:
+        raise click.BadParameter(
+            f"{path} looks like a file name; --out is the folder the reports are written into "
+            f"(named by host and time): give {path.parent}",
+            param_hint="--out",
+        )
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

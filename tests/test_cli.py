@@ -164,7 +164,7 @@ BAD_INPUTS = [
     (["diff", "{tmp}/good.json", "{tmp}/good.json", "--tolerance", "100"], "--tolerance"),
     (["diff", "{tmp}/good.json", "{tmp}/good.json", "--tolerance", "-1"], "--tolerance"),
     (["diff", "{tmp}/good.json", "{tmp}/good.json", "--tolerance", "ten"], "--tolerance"),
-    (["diff", "{tmp}/good.json", "{tmp}/good.json", "--out", "{tmp}/plain_dir"], "directory"),
+    (["run", "--level", "1", "--out", "{tmp}/report.md"], "looks like a file name"),
     (["run", "--baseline", "{tmp}/missing.json"], "--baseline"),
     (["run", "--baseline", "{tmp}/malformed.json"], "not valid JSON"),
     (["run", "--baseline", "{tmp}/plain_dir"], "directory"),
@@ -372,3 +372,29 @@ def test_a_stopped_run_exits_as_shells_say_and_reports_what_finished(tmp_path: P
         p.pid for p in psutil.process_iter(["cmdline"]) if str(tmp_path) in " ".join(p.info["cmdline"] or ())
     ]
     assert not left, f"launch processes outlived the run: {left}"
+
+
+def test_out_means_a_folder_everywhere_and_a_file_where_one_is_written(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """`run --out` and `report --out` name the folder the reports go into; `diff --out` and `fleet --out` take a file
+    or, the same way, a folder (the file named for them); a file-like name given where a folder is meant is refused in
+    one line instead of becoming a folder called `report.md`."""
+    report = tmp_path / "ds-doctor-h-20261126T000000Z.json"
+    report.write_text(good_report_json())
+    folder = tmp_path / "into"
+    folder.mkdir()
+    assert run_cli(capsys, "diff", str(report), str(report), "--out", str(folder))[0] == 0
+    assert (folder / "ds-doctor-h-20261126T000000Z.diff.md").read_text().strip()
+    assert run_cli(capsys, "fleet", str(report), "--out", str(folder))[0] == 0
+    assert "h" in (folder / "ds-doctor-fleet.md").read_text()
+    assert run_cli(capsys, "diff", str(report), str(report), "--out", str(tmp_path / "d.md"))[0] == 0
+    assert (tmp_path / "d.md").exists()
+    for command in (["report", str(report)], ["run", "--level", "1"]):
+        code, _, err = run_cli(capsys, *command, "--out", str(tmp_path / "mine.md"))
+        assert (
+            code == 2 and "looks like a file name; --out is the folder" in err and len(err.splitlines()) == 1
+        )
+        assert not (tmp_path / "mine.md").exists()
+    code, _, _ = run_cli(capsys, "report", str(report), "--out", str(tmp_path / "reports"))
+    assert code == 0 and len(list((tmp_path / "reports").glob("*-report.*"))) == 3

@@ -175,7 +175,7 @@ def test_nothing_readable_is_a_usage_error(capsys, tmp_path: Path) -> None:
         (["fleet"], "Missing argument"),
         (["fleet", "{tmp}/state", "--tolerance", "100"], "--tolerance"),
         (["fleet", "{tmp}/state", "--tolerance", "nan"], "--tolerance"),
-        (["fleet", "{tmp}/state", "--out", "{tmp}/state"], "--out"),
+        (["fleet", "{tmp}/state", "--out", "{tmp}/no-such-dir/fleet.md"], "--out"),
         (["fleet", "{tmp}/report.json", "--out", "{tmp}/report.json"], "would be overwritten"),
     ],
 )
