@@ -16,6 +16,7 @@ from __future__ import annotations
 from ds_doctor.plugins import ProbeContext, ProbeSpec, RankOptions, Requirement, Variant
 from ds_doctor.probes.equivalence import resume as equivalence_resume
 from ds_doctor.probes.equivalence import trainer as equivalence_trainer
+from ds_doctor.probes.equivalence.reference import prestart as prestart_reference
 from ds_doctor.probes.equivalence.routes import Route
 from ds_doctor.probes.equivalence.sessions import Judging, follows_schedule, judge, open_session
 from ds_doctor.probes.equivalence.subject import current_subject
@@ -165,6 +166,7 @@ def setup(ctx: ProbeContext) -> None:
     measured): a launch of FSDP and DDP cases loads none."""
     import importlib.util
 
+    prestart_reference(ctx.rank)  # torch imported there while the first route trains
     if importlib.util.find_spec("deepspeed") is None:
         return
     try:

@@ -27,6 +27,7 @@ from ds_doctor.plugins.usersetup import (
     route_optimizer,
     trainer_optimizer,
 )
+from ds_doctor.probes.equivalence.reference import independent as independent_reference
 from ds_doctor.probes.equivalence.routes import SESSIONS, AccelerateSession, DeepSpeedSession, Route, Session
 from ds_doctor.probes.equivalence.subject import (
     Hyper,
@@ -35,7 +36,6 @@ from ds_doctor.probes.equivalence.subject import (
     bitwise_equal,
     clipped_steps,
     gaps,
-    reference,
 )
 
 DEEPSPEED = Requirement("deepspeed", "deepspeed")
@@ -258,7 +258,18 @@ def judge(
     ref = (
         reference_run
         if reference_run is not None
-        else reference(subject, hyper, ctx.world_size, [r.lr for r in records] if schedule else None)
+        else independent_reference(
+            {
+                "what": "subject",
+                "options": ctx.options.to_json(),
+                "model": route.model,
+                "hyper": hyper,
+                "world_size": ctx.world_size,
+                "lrs": [r.lr for r in records] if schedule else None,
+            },
+            ctx.rank,
+            ctx.world_size,
+        )
     )
     tolerance = tolerance_for(ctx, route, hyper)
     compared, missing = gaps(ref, records)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ds_doctor.plugins import ProbeContext, Requirement
+from ds_doctor.probes.equivalence.reference import independent as independent_reference
 from ds_doctor.probes.equivalence.routes import Route
 from ds_doctor.probes.equivalence.subject import Hyper, StepRecord, Subject, digest
 from ds_doctor.probes.shared.common import accelerate_session
@@ -375,7 +376,17 @@ def run(ctx: ProbeContext, route: Route) -> None:
     judging = Judging(
         schedule=True,
         remedy=REMEDY_GA if not route.loss_kwargs else None,
-        reference_run=token_reference(kind, hyper, ctx.world_size, [r.lr for r in records]),
+        reference_run=independent_reference(
+            {
+                "what": "token",
+                "kind": kind,
+                "hyper": hyper,
+                "world_size": ctx.world_size,
+                "lrs": [r.lr for r in records],
+            },
+            ctx.rank,
+            ctx.world_size,
+        ),
         explain=explain,
     )
     judge(ctx, route, subject, hyper, records, judging)

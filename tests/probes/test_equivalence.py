@@ -21,6 +21,11 @@ CASES = (
     "equivalence_planted[ddp-loss-over-world-size-ws1]",
     "equivalence_planted[ddp-loss-over-world-size-ws2]",
     "equivalence_planted[deepspeed-z2-loss-over-world-size-ws2]",
+    "equivalence_planted[ddp-averaged-by-hand-ws1]",
+    "equivalence_planted[ddp-averaged-by-hand-ws2]",
+    "equivalence_planted[fsdp2-averaged-by-hand-ws2]",
+    "equivalence_planted[deepspeed-z2-averaged-by-hand-ws2]",
+    "equivalence_planted[deepspeed-z3-averaged-by-hand-ws2]",
     "equivalence_planted[fsdp1-torch-clip-ws1]",
     "equivalence_planted[fsdp1-torch-clip-ws2]",
     "equivalence_planted[resume-deepspeed-no-optimizer-ws1]",
@@ -109,6 +114,24 @@ def test_a_loss_averaged_twice_is_caught_at_two_ranks_and_passes_at_one(run: dic
         run["equivalence_planted[ddp-loss-over-world-size-ws2]"]["known_issue"]["id"]
         == "ddp_loss_averaged_twice"
     )
+
+
+def test_a_model_that_averages_over_the_process_group_itself_is_caught_on_every_route(
+    run: dict[str, dict],
+) -> None:
+    """The loss divided by dist.get_world_size() inside the user's module: the reference runs in a process of its
+    own with no process group, so it sees one rank and the route's halved loss shows at two ranks on every route;
+    at one rank the two agree bit for bit."""
+    one = run["equivalence_planted[ddp-averaged-by-hand-ws1]"]
+    assert one["outcome"] == "pass" and one["notes"]["equivalence"]["bitwise_equal"] is True
+    for route in ("ddp", "fsdp2", "deepspeed-z2", "deepspeed-z3"):
+        result = run[f"equivalence_planted[{route}-averaged-by-hand-ws2]"]
+        assert result["outcome"] == "fail", (route, result["reason"])
+        assert errors(result, "equivalence")[0].startswith(
+            "step 1 of 4: the loss diverges from the single-process fp32 reference by 0.5 "
+        ), route
+        step = result["notes"]["equivalence"]["steps"][0]["loss"]
+        assert step["route"] == pytest.approx(step["reference"] / 2, rel=1e-5)
 
 
 def test_a_shard_local_clip_is_caught_at_the_gradient_norm(run: dict[str, dict]) -> None:

@@ -36,3 +36,19 @@ def loss_over_world_size(world_size: int) -> tuple[torch.nn.Module, Any]:
     """A user who averages the loss over the ranks by hand, on top of DDP's (and ZeRO's) gradient average: the loss
     and the gradients are divided by the world size twice. Right at one rank, wrong at two."""
     return Regression(divide_by=world_size), make_batch
+
+
+class AveragedByHand(Regression):
+    """The loss divided by the process group's size whenever there is one (a common hand-written "average over
+    ranks"), on top of DDP's and ZeRO's own gradient average."""
+
+    def forward(self, x: Any, y: Any) -> Any:
+        import torch.distributed as dist
+
+        loss = super().forward(x, y)
+        return loss / dist.get_world_size() if dist.is_available() and dist.is_initialized() else loss
+
+
+def loss_over_process_group() -> tuple[torch.nn.Module, Any]:
+    """Right at one rank, wrong at two: and only a reference with no process group can tell."""
+    return AveragedByHand(), make_batch

@@ -32,6 +32,18 @@ PLANTED = (
         issue="ddp_loss_averaged_twice",
         what="ZeRO-2 on a module whose loss is divided by the world size by hand",
     ),
+    # a user's module that divides its loss by dist.get_world_size() whenever a process group is up: only a
+    # reference computed with no process group (ds_doctor.probes.equivalence.reference) sees world size 1
+    *(
+        dataclasses.replace(
+            _BY_NAME[route],
+            name=f"{route}-averaged-by-hand",
+            model="tests.resources.equivalence_models:loss_over_process_group",
+            issue="ddp_loss_averaged_twice",
+            what=f"{route} on a module whose loss is divided by dist.get_world_size() by hand",
+        )
+        for route in ("ddp", "fsdp2", "deepspeed-z2", "deepspeed-z3")
+    ),
     # FSDP1 clipped with torch.nn.utils.clip_grad_norm_: each rank's norm of its own FlatParameter shards
     dataclasses.replace(
         _BY_NAME["fsdp1"],

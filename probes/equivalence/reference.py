@@ -1,0 +1,218 @@
+"""The reference in a process of its own: plain torch, one process, no process group.
+
+The reference is what the user's training computes on one process with the whole global batch. Computed on the
+rank itself (where the route's process group is up), a user model that consults the process group (`loss /
+dist.get_world_size()` when `dist.is_initialized()`, on top of DDP's own average) divides in the reference too, and
+route and reference agree on the wrong answer at every world size. So each rank keeps one reference process for
+its launch (`python -m ds_doctor.probes.equivalence.reference`, started at its first case, so torch is imported
+once, not per case) with no process group and none of torchrun's variables: the user's model sees world size 1
+there, whatever the route's.
+
+Requests and answers go over the process's stdin and stdout as length-prefixed `torch.save` payloads (tensors
+included, no numpy needed): a request names what to compute (the family's subject, or the Trainer route's
+token-mean run) and its arguments; the answer is the step records, or the error the reference raised.
+"""
+
+from __future__ import annotations
+
+import atexit
+import io
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+from typing import Any, BinaryIO
+
+#: what a rank's environment holds that would tell the user's code it is one of several
+DISTRIBUTED_VARIABLES = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+)
+_HEADER = struct.Struct("<Q")
+MAX_PAYLOAD = 1 << 31  # a request or answer this large is no reference of a tiny model
+
+
+class ReferenceError(RuntimeError):
+    """The reference process raised, or died: its message (or the tail of its output)."""
+
+
+def _write(stream: BinaryIO, value: Any) -> None:
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    payload = buffer.getvalue()
+    stream.write(_HEADER.pack(len(payload)))
+    stream.write(payload)
+    stream.flush()
+
+
+def _read(stream: BinaryIO) -> Any:
+    import torch
+
+    header = stream.read(_HEADER.size)
+    if len(header) < _HEADER.size:
+        raise EOFError("the other side closed")
+    (size,) = _HEADER.unpack(header)
+    if size > MAX_PAYLOAD:
+        raise ReferenceError(f"a reference message of {size} bytes")
+    payload = stream.read(size)
+    if len(payload) < size:
+        raise EOFError("the other side closed mid-message")
+    return torch.load(io.BytesIO(payload), weights_only=False)  # our own process's, never a user's file
+
+
+def compute(request: dict[str, Any]) -> Any:
+    """In the reference process: what `request` asks for."""
+    from ds_doctor.plugins import RankOptions
+    from ds_doctor.probes.equivalence import subject as equivalence_subject
+    from ds_doctor.probes.equivalence import trainer as equivalence_trainer
+
+    if request["what"] == "subject":
+        options = RankOptions.from_json(request["options"])
+        subject = equivalence_subject.current_subject(options, request["model"])
+        return equivalence_subject.reference(subject, request["hyper"], request["world_size"], request["lrs"])
+    if request["what"] == "token":
+        return equivalence_trainer.token_reference(
+            request["kind"], request["hyper"], request["world_size"], request["lrs"]
+        )
+    raise ValueError(f"unknown reference request {request['what']!r}")
+
+
+def serve(stdin: BinaryIO, stdout: BinaryIO) -> None:
+    """Answer requests until stdin closes: ("ok", records) or ("error", "Type: message"). Routes that train the same
+    model with the same settings at the same world size (ddp, fsdp1, fsdp2 and the ZeRO stages mostly do) share one
+    reference: an answer is kept, keyed by its request."""
+    answers: dict[str, tuple[str, Any]] = {}
+    while True:
+        try:
+            request = _read(stdin)
+        except EOFError:
+            return
+        key = repr(sorted(request.items()))
+        if key not in answers:
+            try:
+                answers[key] = ("ok", compute(request))
+            except Exception as exc:  # the user's model raised in the reference: the case's error, said
+                answers[key] = ("error", f"{type(exc).__name__}: {exc}")
+        _write(stdout, answers[key])
+
+
+class ReferenceProcess:
+    """A rank's reference process: started at its first request, kept for the launch, stopped at exit."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log: BinaryIO | None = None  # its stderr (a pipe nobody reads could fill and stop it)
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        from ds_doctor.plugins.process import module_command
+
+        env = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_VARIABLES}
+        self.log = tempfile.TemporaryFile()
+        proc = subprocess.Popen(
+            module_command(__name__), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, env=env
+        )
+        atexit.register(self.close)
+        return proc
+
+    def start(self) -> None:
+        """Start it now (its imports overlap the route's training), if it is not running."""
+        if self.proc is None or self.proc.poll() is not None:
+            self.proc = self._start()
+
+    def ask(self, request: dict[str, Any]) -> Any:
+        self.start()
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        try:
+            _write(self.proc.stdin, request)
+            status, value = _read(self.proc.stdout)
+        except (EOFError, BrokenPipeError) as exc:
+            tail = self._stderr_tail()
+            self.proc = None
+            raise ReferenceError(f"the reference process died ({exc}): {tail}") from None
+        if status == "error":
+            raise ReferenceError(f"the reference (one process, no process group) raised {value}")
+        return value
+
+    def _stderr_tail(self) -> str:
+        if self.proc is None or self.log is None:
+            return ""
+        try:
+            self.proc.wait(timeout=5)
+            self.log.seek(0)
+            return " ".join(self.log.read()[-4000:].decode("utf-8", "replace").split())[-500:]
+        except (subprocess.TimeoutExpired, OSError, ValueError):
+            return ""
+
+    def close(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            for stream in (proc.stdin,):
+                if stream is not None:
+                    stream.close()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+_PROCESS = ReferenceProcess()
+
+
+def prestart(rank: int) -> None:
+    """Rank 0's reference process, started before its first case needs it (the probe's setup)."""
+    if rank == 0:
+        _PROCESS.start()
+
+
+def independent(request: dict[str, Any], rank: int = 0, world_size: int = 1) -> Any:
+    """The step records of the reference `request` names, computed with no process group: by rank 0's reference
+    process, and sent to the other ranks (one reference per launch, not one per rank), its error too, so that no
+    rank waits for an answer that never comes."""
+    answer: list[Any] = [None]
+    if rank == 0:
+        try:
+            answer[0] = ("ok", _PROCESS.ask(request))
+        except ReferenceError as exc:
+            answer[0] = ("error", str(exc))
+    if world_size > 1:
+        import torch.distributed as dist
+
+        dist.broadcast_object_list(answer, src=0)
+    status, value = answer[0]
+    if status == "error":
+        raise ReferenceError(value)
+    return value
+
+
+def main() -> int:
+    from ds_doctor.plugins.process import die_with_parent
+
+    die_with_parent()
+    for name in DISTRIBUTED_VARIABLES:  # a second guard: nothing says "one of several" here
+        os.environ.pop(name, None)
+    sys.stdout.flush()
+    answers = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # whatever the user's model prints (Python or C) goes to the log, never into the answers
+    sys.stdout = sys.stderr
+    import torch  # noqa: F401  (before the first request: the rank is still training its route meanwhile)
+
+    from ds_doctor.probes.equivalence import subject  # noqa: F401
+
+    serve(sys.stdin.buffer, answers)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
