@@ -22,7 +22,7 @@ import struct
 import subprocess
 import sys
 import tempfile
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 #: what a rank's environment holds that would tell the user's code it is one of several
 DISTRIBUTED_VARIABLES = (
@@ -126,17 +126,18 @@ class ReferenceProcess:
         atexit.register(self.close)
         return proc
 
-    def start(self) -> None:
+    def start(self) -> subprocess.Popen[bytes]:
         """Start it now (its imports overlap the route's training), if it is not running."""
         if self.proc is None or self.proc.poll() is not None:
             self.proc = self._start()
+        return self.proc
 
     def ask(self, request: dict[str, Any]) -> Any:
-        self.start()
-        assert self.proc.stdin is not None and self.proc.stdout is not None
+        proc = self.start()
+        stdin, stdout = cast(BinaryIO, proc.stdin), cast(BinaryIO, proc.stdout)
         try:
-            _write(self.proc.stdin, request)
-            status, value = _read(self.proc.stdout)
+            _write(stdin, request)
+            status, value = _read(stdout)
         except (EOFError, BrokenPipeError) as exc:
             tail = self._stderr_tail()
             self.proc = None
