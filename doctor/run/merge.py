@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 from ds_doctor.checks.hang import stragglers
@@ -28,15 +29,23 @@ def rank_summary(line: RankLine) -> RankSummary:
     )
 
 
-def error_text(lines: list[RankLine]) -> str:
-    """Everything the classifier may match: reasons, tracebacks, stderr tails of every rank."""
-    parts = [
-        part
-        for line in lines
-        for part in (line.reason, line.error.traceback if line.error else None, line.stderr_tail)
-        if part
+#: a Python warning as `warnings` prints it (`.../x.py:12: UserWarning: ...`)
+WARNING_LINE = re.compile(r"\b\w*Warning: ")
+
+
+def error_texts(lines: list[RankLine]) -> tuple[str, str]:
+    """What the classifier may match, in two tiers: what raised (reasons, tracebacks), then what the ranks printed
+    (stderr tails). A printed warning never outranks the exception: on a node with torch alone, torch warns "Failed
+    to initialize NumPy" at every import, and every error of such a node read as `torch_numpy_missing`."""
+    raised = [
+        part for line in lines for part in (line.reason, line.error.traceback if line.error else None) if part
     ]
-    return "\n".join(parts)
+    printed = "\n".join(line.stderr_tail for line in lines if line.stderr_tail)
+    if any(
+        line.error and line.error.traceback for line in lines
+    ):  # an exception said what it is: warnings are not
+        printed = "\n".join(text for text in printed.split("\n") if not WARNING_LINE.search(text))
+    return "\n".join(raised), printed
 
 
 def named_issue(lines: list[RankLine]) -> tuple[str, bool] | None:
@@ -52,7 +61,7 @@ def known_issue_for(
     planned: PlannedCase,
     outcome: Outcome,
     findings: list[Finding],
-    text: str,
+    texts: tuple[str, str],
     versions: Mapping[str, str | None],
     named: tuple[str, bool] | None = None,
 ) -> IssueRef | None:
@@ -69,7 +78,7 @@ def known_issue_for(
     (seen on a GPU node: deepspeed 0.14.2's ImportError under torch 2.11 tagged with #5538).
     """
     if outcome in (Outcome.ERROR, Outcome.TIMEOUT):
-        hits = catalog.classify(text)
+        hits = catalog.classify(texts[0]) or catalog.classify(texts[1])
         if hits:
             return hits[0].to_ref(Verdict.AFFECTED)
         if named is None:
@@ -119,7 +128,7 @@ def merge_case(planned: PlannedCase, lines: list[RankLine], versions: Mapping[st
         duration_s=max((line.duration_s for line in lines), default=0.0),
         reason=reason,
         known_issue=known_issue_for(
-            planned, outcome, findings, error_text(lines), versions, named_issue(lines)
+            planned, outcome, findings, error_texts(lines), versions, named_issue(lines)
         ),
         findings=tuple(findings),
         device_map=tuple(r for line in lines for r in line.device_map),

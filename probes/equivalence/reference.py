@@ -177,21 +177,48 @@ def prestart(rank: int) -> None:
         _PROCESS.start()
 
 
-def independent(request: dict[str, Any], rank: int = 0, world_size: int = 1) -> Any:
+def _broadcast(answer: tuple[str, Any] | None, device: str) -> tuple[str, Any]:
+    """Rank 0's answer on every rank, through two tensor broadcasts (size, then `torch.save` bytes): no object
+    collective, which decodes with numpy, and a torch-only node has none."""
+    import ctypes
+
+    import torch
+    import torch.distributed as dist
+
+    payload = b""
+    if answer is not None:
+        buffer = io.BytesIO()
+        torch.save(answer, buffer)
+        payload = buffer.getvalue()
+    size = torch.tensor([len(payload)], dtype=torch.int64, device=device)
+    dist.broadcast(size, src=0)
+    data = torch.empty(int(size), dtype=torch.uint8, device=device)
+    if answer is not None:
+        data.copy_(torch.frombuffer(bytearray(payload), dtype=torch.uint8))
+    dist.broadcast(data, src=0)
+    if answer is not None:
+        return answer
+    local = data.cpu().contiguous()
+    return cast(
+        tuple[str, Any],
+        torch.load(io.BytesIO(ctypes.string_at(local.data_ptr(), int(size))), weights_only=False),
+    )
+
+
+def independent(request: dict[str, Any], rank: int = 0, world_size: int = 1, device: str = "cpu") -> Any:
     """The step records of the reference `request` names, computed with no process group: by rank 0's reference
     process, and sent to the other ranks (one reference per launch, not one per rank), its error too, so that no
     rank waits for an answer that never comes."""
-    answer: list[Any] = [None]
+    answer: tuple[str, Any] | None = None
     if rank == 0:
         try:
-            answer[0] = ("ok", _PROCESS.ask(request))
+            answer = ("ok", _PROCESS.ask(request))
         except ReferenceError as exc:
-            answer[0] = ("error", str(exc))
+            answer = ("error", str(exc))
     if world_size > 1:
-        import torch.distributed as dist
-
-        dist.broadcast_object_list(answer, src=0)
-    status, value = answer[0]
+        answer = _broadcast(answer, device)
+    assert answer is not None
+    status, value = answer
     if status == "error":
         raise ReferenceError(value)
     return value

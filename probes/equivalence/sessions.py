@@ -269,6 +269,7 @@ def judge(
             },
             ctx.rank,
             ctx.world_size,
+            ctx.device,
         )
     )
     tolerance = tolerance_for(ctx, route, hyper)

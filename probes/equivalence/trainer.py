@@ -386,6 +386,7 @@ def run(ctx: ProbeContext, route: Route) -> None:
             },
             ctx.rank,
             ctx.world_size,
+            ctx.device,
         ),
         explain=explain,
     )

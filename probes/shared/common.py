@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -18,10 +19,13 @@ def accelerate_session() -> Iterator[None]:
     try:
         yield
     finally:
-        from accelerate.state import AcceleratorState, GradientState
+        if (
+            "accelerate.state" in sys.modules
+        ):  # a route that never used Accelerate (on a node with none) resets none
+            from accelerate.state import AcceleratorState, GradientState
 
-        AcceleratorState._reset_state(reset_partial_state=True)
-        GradientState._reset_state()
+            AcceleratorState._reset_state(reset_partial_state=True)
+            GradientState._reset_state()
         os.environ.clear()
         os.environ.update(saved_env)
 

@@ -170,3 +170,25 @@ def test_the_traceback_of_a_rank_reaches_the_case() -> None:
         VERSIONS,
     )
     assert result.ranks[0].traceback.startswith("Traceback") and result.reason == "ValueError: planted"
+
+
+def test_what_raised_is_classified_before_what_a_rank_printed() -> None:
+    """On a node with torch alone, torch warns "Failed to initialize NumPy" at every import: that warning in the
+    stderr tail must not name the error of an exception that says what it is."""
+    error = ErrorInfo(
+        "ValueError",
+        "bad shapes",
+        'Traceback (most recent call last):\n  File "x.py"\nValueError: bad shapes',
+    )
+    warned = "UserWarning: Failed to initialize NumPy: No module named 'numpy'"
+    result = merge_case(
+        planned(S2),
+        [line(S2, 0, Outcome.ERROR, reason="ValueError: bad shapes", error=error, stderr_tail=warned)],
+        VERSIONS,
+    )
+    assert result.known_issue is None or result.known_issue.id != "torch_numpy_missing"
+    # a rank that died with nothing raised is still read from what it printed
+    died = merge_case(
+        planned(S2), [line(S2, 0, Outcome.ERROR, reason="exit code 1", stderr_tail=warned)], VERSIONS
+    )
+    assert died.known_issue is not None and died.known_issue.id == "torch_numpy_missing"
