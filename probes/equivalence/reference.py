@@ -73,20 +73,23 @@ def _read(stream: BinaryIO) -> Any:
 
 
 def compute(request: dict[str, Any]) -> Any:
-    """In the reference process: what `request` asks for."""
+    """In the reference process: `request["call"]` ("module:function", a function of the family's that computes a
+    reference) applied to `request["args"]`."""
+    import importlib
+
+    module, _, name = str(request["call"]).partition(":")
+    if not module.startswith("ds_doctor.probes."):
+        raise ValueError(f"not a reference of ds-doctor's: {request['call']!r}")
+    return getattr(importlib.import_module(module), name)(*request["args"])
+
+
+def subject_reference(options: str, model: str | None, hyper: Any, world_size: int, lrs: Any) -> Any:
+    """The family's reference of the route's model (the user's `--model`, a route's own, or the MLP)."""
     from ds_doctor.plugins import RankOptions
     from ds_doctor.probes.equivalence import subject as equivalence_subject
-    from ds_doctor.probes.equivalence import trainer as equivalence_trainer
 
-    if request["what"] == "subject":
-        options = RankOptions.from_json(request["options"])
-        subject = equivalence_subject.current_subject(options, request["model"])
-        return equivalence_subject.reference(subject, request["hyper"], request["world_size"], request["lrs"])
-    if request["what"] == "token":
-        return equivalence_trainer.token_reference(
-            request["kind"], request["hyper"], request["world_size"], request["lrs"]
-        )
-    raise ValueError(f"unknown reference request {request['what']!r}")
+    subject = equivalence_subject.current_subject(RankOptions.from_json(options), model)
+    return equivalence_subject.reference(subject, hyper, world_size, lrs)
 
 
 def serve(stdin: BinaryIO, stdout: BinaryIO) -> None:
@@ -235,8 +238,6 @@ def main() -> int:
     os.dup2(2, 1)  # whatever the user's model prints (Python or C) goes to the log, never into the answers
     sys.stdout = sys.stderr
     import torch  # noqa: F401  (before the first request: the rank is still training its route meanwhile)
-
-    from ds_doctor.probes.equivalence import subject  # noqa: F401
 
     serve(sys.stdin.buffer, answers)
     return 0

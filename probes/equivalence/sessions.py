@@ -260,12 +260,14 @@ def judge(
         if reference_run is not None
         else independent_reference(
             {
-                "what": "subject",
-                "options": ctx.options.to_json(),
-                "model": route.model,
-                "hyper": hyper,
-                "world_size": ctx.world_size,
-                "lrs": [r.lr for r in records] if schedule else None,
+                "call": "ds_doctor.probes.equivalence.reference:subject_reference",
+                "args": (
+                    ctx.options.to_json(),
+                    route.model,
+                    hyper,
+                    ctx.world_size,
+                    [r.lr for r in records] if schedule else None,
+                ),
             },
             ctx.rank,
             ctx.world_size,

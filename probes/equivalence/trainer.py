@@ -378,11 +378,8 @@ def run(ctx: ProbeContext, route: Route) -> None:
         remedy=REMEDY_GA if not route.loss_kwargs else None,
         reference_run=independent_reference(
             {
-                "what": "token",
-                "kind": kind,
-                "hyper": hyper,
-                "world_size": ctx.world_size,
-                "lrs": [r.lr for r in records],
+                "call": "ds_doctor.probes.equivalence.trainer:token_reference",
+                "args": (kind, hyper, ctx.world_size, [r.lr for r in records]),
             },
             ctx.rank,
             ctx.world_size,
