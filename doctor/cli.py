@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 import ds_doctor
+from ds_doctor.cli_bisect import bisect
 from ds_doctor.cli_fleet import fleet
 from ds_doctor.cli_outputs import report_what_finished, show_paths, write_extra_formats, write_user_output
 from ds_doctor.cli_triage import triage
@@ -621,6 +622,7 @@ def report(
 
 cli.add_command(triage)
 cli.add_command(fleet)
+cli.add_command(bisect)
 
 if __name__ == "__main__":
     sys.exit(main())

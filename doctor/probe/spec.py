@@ -7,8 +7,9 @@ and optionally `setup(ctx)` (one-off work per launch). Probe authors import thes
 from __future__ import annotations
 
 import dataclasses
+import importlib.machinery
 import importlib.util
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 SCENARIOS = ("S0", "S1", "S2", "S3", "S4", "smoke")
@@ -27,14 +28,22 @@ class Requirement:
         return f"pip install {self.pip}"
 
 
-def missing_install_lines(requirements: Iterable[Requirement]) -> list[str]:
-    """Install lines of the requirements not installed here."""
-    return [req.install_line for req in requirements if importlib.util.find_spec(req.module) is None]
+def _found(module: str, overlays: Sequence[str]) -> bool:
+    top = module.split(".")[0]
+    return importlib.util.find_spec(module) is not None or (
+        bool(overlays) and importlib.machinery.PathFinder.find_spec(top, list(overlays)) is not None
+    )
 
 
-def missing_dependency(requirements: Iterable[Requirement]) -> str | None:
+def missing_install_lines(requirements: Iterable[Requirement], overlays: Sequence[str] = ()) -> list[str]:
+    """Install lines of the requirements not installed here (nor in any of the `overlays` folders, `--with`'s,
+    whose cases the ranks import first)."""
+    return [req.install_line for req in requirements if not _found(req.module, overlays)]
+
+
+def missing_dependency(requirements: Iterable[Requirement], overlays: Sequence[str] = ()) -> str | None:
     """The skip reason for requirements not installed here, or None when all are."""
-    lines = missing_install_lines(requirements)
+    lines = missing_install_lines(requirements, overlays)
     return "missing optional dependency: " + "; ".join(lines) if lines else None
 
 

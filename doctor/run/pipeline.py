@@ -51,6 +51,7 @@ class RunOptions:
         Overlay, ...
     ] = ()  # `--with`: the stacks the selected cases run on again, after the installed one
     rank: RankOptions = DEFAULTS  # what every rank needs (the user's configs and model, thresholds, ...)
+    overlays_only: bool = False  # `bisect`: the cases on the overlays alone, not on the installed stack first
 
 
 class RunReporter(Protocol):
@@ -135,7 +136,9 @@ def make_plan(options: RunOptions, hardware: Hardware | None = None) -> RunPlan:
     hardware = hardware or detect_hardware()
     nproc = options.nproc or default_nproc(hardware)
     cases = select(options, hardware, nproc)
-    groups, skips = plan(cases, hardware, nproc, options.rank.shared_gpu)
+    groups, skips = plan(
+        cases, hardware, nproc, options.rank.shared_gpu, tuple(str(o.path) for o in options.overlays)
+    )
     node = options.cluster.node_rank if options.cluster else None
     return RunPlan(
         hardware,
@@ -257,7 +260,8 @@ def run(options: RunOptions, reporter: RunReporter | None = None) -> tuple[Repor
             reporter.note(line)
         run_dir = RunDir.create(options.out_dir, hardware["host"], started, os.getpid())
         write_manifest(run_dir, run_plan, options, started, env, hardware)
-        results = launch(run_plan, run_dir, env["packages"], options, reporter, hardware["host"])
+        if not options.overlays_only:
+            results = launch(run_plan, run_dir, env["packages"], options, reporter, hardware["host"])
         for overlay in options.overlays:
             results += on_overlay(
                 overlay, run_plan, run_dir, env["packages"], options, reporter, hardware["host"]

@@ -224,8 +224,10 @@ class LaunchGroup:
         return f"ws{self.world_size}" + (f"-n{self.nodes}" if self.nodes > 1 else "")
 
 
-def _skip_reason(case: Case, spec: ProbeSpec, hardware: Hardware, nproc: int) -> str | None:
-    reason = missing_dependency(spec.requires)
+def _skip_reason(
+    case: Case, spec: ProbeSpec, hardware: Hardware, nproc: int, overlays: tuple[str, ...] = ()
+) -> str | None:
+    reason = missing_dependency(spec.requires, overlays)
     if reason:
         return reason
     if hardware.device_kind not in spec.device_kinds:
@@ -237,7 +239,11 @@ def _skip_reason(case: Case, spec: ProbeSpec, hardware: Hardware, nproc: int) ->
 
 
 def plan(
-    cases: Iterable[Case], hardware: Hardware, nproc: int, share_mode: str = "nccl-hostid"
+    cases: Iterable[Case],
+    hardware: Hardware,
+    nproc: int,
+    share_mode: str = "nccl-hostid",
+    overlays: tuple[str, ...] = (),
 ) -> tuple[list[LaunchGroup], list[Skip]]:
     """Group runnable cases by world size (and nodes); everything else becomes a skip with its reason. Launches
     inside the node come first, then those across the nodes, in the registry's order within each."""
@@ -245,7 +251,7 @@ def plan(
     runnable: dict[tuple[int, int], list[Case]] = {}
     skips: list[Skip] = []
     for case in cases:
-        reason = _skip_reason(case, specs[case.probe], hardware, nproc)
+        reason = _skip_reason(case, specs[case.probe], hardware, nproc, overlays)
         if reason:
             skips.append(Skip(case, hardware.device_kind, reason))
         else:

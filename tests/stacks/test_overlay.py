@@ -94,9 +94,11 @@ def test_an_overlay_from_a_local_wheel_is_built_once_and_imports(tmp_path: Path,
     assert build(parse_releases([PRODIGY]), WHEELS, rebuilt.append) == overlay and rebuilt
 
 
-def make_wheel(folder: Path, name: str, body: str, requires: tuple[str, ...] = ()) -> None:
+def make_wheel(
+    folder: Path, name: str, body: str, requires: tuple[str, ...] = (), version: str = "1.0"
+) -> None:
     """A real distribution built by pip from a project written here (requiring `requires`)."""
-    project = folder / f"src-{name}"
+    project = folder / f"src-{name}-{version}"
     (project / name).mkdir(parents=True)
     (project / name / "__init__.py").write_text(body)
     (project / "pyproject.toml").write_text(
@@ -106,7 +108,7 @@ def make_wheel(folder: Path, name: str, body: str, requires: tuple[str, ...] = (
         build-backend = "setuptools.build_meta"
         [project]
         name = "{name}"
-        version = "1.0"
+        version = "{version}"
         dependencies = {list(requires)!r}
         """)
     )
