@@ -103,6 +103,7 @@ bench: $(BIN)/.installed
 	$(BIN)/python bench/bench_recorder.py
 	$(BIN)/python bench/bench_collect.py
 	$(BIN)/python bench/bench_equivalence.py
+	$(BIN)/python bench/bench_false_alarms.py
 
 clean:
 	rm -rf $(VENV) ds-doctor-reports wheelhouse
