@@ -50,7 +50,19 @@ MAX_DEPTH = 16
     type=click.Path(path_type=Path),
     help=f"Also write the Markdown to this file, or into this folder as {FLEET_FILE}.",
 )
-def fleet(sources: tuple[Path, ...], tolerance_pct: float, as_json: bool, out_file: Path | None) -> int:
+@click.option(
+    "--html",
+    "html_file",
+    type=click.Path(path_type=Path),
+    help="Also write a self-contained HTML page (each node against the median) to this file or folder.",
+)
+def fleet(
+    sources: tuple[Path, ...],
+    tolerance_pct: float,
+    as_json: bool,
+    out_file: Path | None,
+    html_file: Path | None,
+) -> int:
     """Many nodes' reports as one table: the newest report of each host, its outcomes, GPU health fails, versions,
     driver and NCCL that differ from the fleet's majority, and each bandwidth and TFLOP/s against the fleet's
     median (among nodes with the same GPUs).
@@ -58,8 +70,12 @@ def fleet(sources: tuple[Path, ...], tolerance_pct: float, as_json: bool, out_fi
     Exit code 0 when no node has a failing case, 1 when one has (a GPU health fail included).
     """
     out_file = output_in(out_file, FLEET_FILE)
+    html_file = output_in(html_file, FLEET_FILE.replace(".md", ".html"))
     check_writable_file(out_file, "--out")
-    check_distinct({"--out": out_file}, {str(path): path for path in sources if not path.is_dir()})
+    check_writable_file(html_file, "--html")
+    check_distinct(
+        {"--out": out_file, "--html": html_file}, {str(path): path for path in sources if not path.is_dir()}
+    )
     unreadable: list[Unreadable] = []
     groups = find_reports(sources, unreadable)
     if not groups and not unreadable:
@@ -73,10 +89,14 @@ def fleet(sources: tuple[Path, ...], tolerance_pct: float, as_json: bool, out_fi
         click.echo(f"ds-doctor: warning: {one_line(f'{entry.source}: unreadable: {entry.reason}')}", err=True)
     built = build_fleet(read, unreadable, tolerance_pct, not_read)
     text = render_fleet(built)
-    if out_file is not None:
-        from ds_doctor.cli_outputs import write_user_output
+    from ds_doctor.cli_outputs import write_user_output
 
+    if out_file is not None:
         write_user_output(out_file, text, "--out")
+    if html_file is not None:
+        from ds_doctor.reports.html import render_fleet_html
+
+        write_user_output(html_file, render_fleet_html(built), "--html")
     click.echo(json.dumps(built.to_dict(), indent=2) if as_json else text, nl=as_json)
     return 1 if built.failed else 0
 

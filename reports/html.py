@@ -149,3 +149,40 @@ def render_html(report: Report) -> str:
             env=report.env,
         )
     )
+
+
+def fleet_charts(fleet: Any) -> list[Markup]:
+    """One bar chart per (case, measure, GPU group): each node's value over the group's median."""
+    from ds_doctor.reports.pictures import ratio_bars
+
+    groups: dict[tuple[str, str, str], list[tuple[str, float, bool]]] = {}
+    for node in fleet.nodes:
+        for cell in node.measures:
+            if cell.median:
+                ratio = cell.value / cell.median
+                if (
+                    MEASURES.get(cell.measure) is not None
+                    and MEASURES[cell.measure].better == "lower"
+                    and cell.value
+                ):
+                    ratio = cell.median / cell.value  # always: below 1 is worse
+                groups.setdefault((cell.case, cell.measure, cell.gpus), []).append(
+                    (node.host, ratio, cell.below)
+                )
+    return [
+        ratio_bars(
+            f"{case} {MEASURES[measure].label if measure in MEASURES else measure} ({gpus})",
+            bars,
+            fleet.tolerance_pct,
+        )
+        for (case, measure, gpus), bars in sorted(groups.items())
+    ]
+
+
+def render_fleet_html(fleet: Any) -> str:
+    """The fleet as one self-contained page: the nodes' table and each node against its group's median."""
+    return (
+        _environment()
+        .get_template("fleet.html.j2")
+        .render(fleet=fleet, failing=sum(node.failed for node in fleet.nodes), charts=fleet_charts(fleet))
+    )

@@ -246,3 +246,40 @@ def line_chart(
         f'transform="rotate(-90 12 {TOP + plot_h / 2:.0f})">{escape(y_label)}</text></svg>'
     )
     return Markup("".join(parts))
+
+
+def ratio_bars(title: str, bars: Sequence[tuple[str, float, bool]], tolerance_pct: float) -> Markup:
+    """One horizontal bar per node: its value over its group's median (1 is the median), red where it is below by
+    more than the tolerance; a line at the median and a dashed one at the tolerance's edge."""
+    kept = [(name, ratio, below) for name, ratio, below in bars if math.isfinite(ratio) and ratio >= 0]
+    if not kept:
+        return Markup("")
+    row, label_w, plot_w, first = 18, 170, 300, TOP + 14  # `first`: below the visible title
+    top = max(1.2, max(ratio for _, ratio, _ in kept) * 1.05)
+    height = first + row * len(kept) + 30
+
+    def px(ratio: float) -> float:
+        return label_w + ratio / top * plot_w
+
+    parts = [
+        f'<svg class="chart" role="img" viewBox="0 0 {label_w + plot_w + 70} {height}" width="{label_w + plot_w + 70}" '
+        f'height="{height}" xmlns="http://www.w3.org/2000/svg"><title>{escape(title)}</title>'
+        f'<text x="0" y="12" font-weight="600">{escape(title)}</text>'
+    ]
+    for index, (name, ratio, below) in enumerate(kept):
+        y = first + index * row
+        colour = "#d62728" if below else "#4e79a7"
+        parts.append(
+            f'<text x="{label_w - 6}" y="{y + 12}" text-anchor="end">{escape(name[:28])}</text>'
+            f'<rect x="{label_w}" y="{y + 2}" width="{max(px(ratio) - label_w, 1):.1f}" height="{row - 5}" '
+            f'fill="{colour}"/><text x="{px(ratio) + 4:.1f}" y="{y + 12}">{ratio:.2f}</text>'
+        )
+    bottom = first + row * len(kept)
+    edge = 1 - tolerance_pct / 100
+    parts.append(
+        f'<line x1="{px(1):.1f}" x2="{px(1):.1f}" y1="{first - 4}" y2="{bottom}" stroke="#333"/>'
+        f'<line x1="{px(edge):.1f}" x2="{px(edge):.1f}" y1="{first - 4}" y2="{bottom}" stroke="#d62728" '
+        f'stroke-dasharray="4 3"/><text x="{px(1):.1f}" y="{bottom + 14}" text-anchor="middle">median</text>'
+        f'<text x="{px(edge):.1f}" y="{bottom + 26}" text-anchor="middle">-{tolerance_pct:g} %</text></svg>'
+    )
+    return Markup("".join(parts))

@@ -215,3 +215,21 @@ def test_a_folder_too_big_to_walk_is_a_usage_error(capsys, monkeypatch, state: P
     monkeypatch.setattr(cli_fleet, "MAX_FILES", 2)
     code, _, err = run_cli(capsys, "fleet", state)
     assert code == 2 and "3 reports: ds-doctor fleet reads at most 2" in err
+
+
+def test_the_html_page_draws_each_node_against_its_groups_median(capsys, state: Path, tmp_path: Path) -> None:
+    """`fleet --html`: one bar per node and measure, the value over the median of its GPU group, the slow node red
+    and said below the tolerance's edge; a self-contained page (nothing fetched), also given a folder."""
+    page = tmp_path / "fleet.html"
+    code, _, _ = run_cli(capsys, "fleet", state, "--html", page)
+    assert code == 0
+    text = page.read_text()
+    assert "default-src 'none'" in text and "<script" not in text and " src=" not in text
+    chart = text[text.index("<title>comm[all_reduce-ws8] busbw") :]
+    chart = chart[: chart.index("</svg>")]
+    assert chart.count("<rect") == 3 and chart.count('fill="#d62728"') == 1  # node-c: 40 of a median of 100
+    assert ">0.40</text>" in chart and ">1.00</text>" in chart and ">median</text>" in chart
+    folder = tmp_path / "pages"
+    folder.mkdir()
+    assert run_cli(capsys, "fleet", state, "--html", folder)[0] == 0
+    assert (folder / "ds-doctor-fleet.html").exists()
