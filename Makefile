@@ -104,6 +104,7 @@ bench: $(BIN)/.installed
 	$(BIN)/python bench/bench_collect.py
 	$(BIN)/python bench/bench_equivalence.py
 	$(BIN)/python bench/bench_false_alarms.py
+	$(BIN)/python bench/bench_digest.py
 
 clean:
 	rm -rf $(VENV) ds-doctor-reports wheelhouse

@@ -19,7 +19,7 @@ from typing import Any
 from ds_doctor.collect.devicemap import is_zero3_optimizer, is_zero12_optimizer
 from ds_doctor.collect.observe import observe_unscale_and_clip
 from ds_doctor.reports.records import TensorRecord
-from ds_doctor.watch import moments
+from ds_doctor.watch import moments, replicas
 from ds_doctor.watch.target import Target
 from ds_doctor.watch.watcher import Watch
 
@@ -125,7 +125,16 @@ class Session:
             self.watch.moment("step", label, check, collective=False)
             raise
         self.watch.steps = number
-        self.watch.moment("step", label, check)
+        drift = replicas.check(
+            self.target, self.watch.rank, label
+        )  # a collective: every rank, the same steps
+
+        def checked() -> moments.Check:
+            result = check()
+            result.findings.extend(drift)
+            return result
+
+        self.watch.moment("step", label, checked)
 
 
 def attach_engine(session: Session, engine: Any, *, save: bool = True, load: bool = True) -> None:

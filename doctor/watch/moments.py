@@ -28,7 +28,12 @@ PRIMARY = {
         "fp32_partition_placement",
         "param_partition_placement",
     ),
-    "step": ("clip_norm_device", "boundary_grad_matches_partition", "optimizer_state_colocation"),
+    "step": (
+        "clip_norm_device",
+        "boundary_grad_matches_partition",
+        "optimizer_state_colocation",
+        "replicas_agree",
+    ),
     "before_save": ("param_name_map", "optimizer_params_live", "no_meta_params"),
     "after_load": ("optimizer_state_colocation", "optimizer_params_live", "ties_kept", "buffer_placement"),
 }
@@ -36,7 +41,10 @@ PRIMARY = {
 #: The moments, the scenario each one guards, and what it looks for.
 MOMENTS = {
     "after_prepare": ("S0", "placeholders, optimizer coverage, placement against the config, buffers"),
-    "step": ("S2", "ZeRO placement, optimizer state with its parameters, the clip operands"),
+    "step": (
+        "S2",
+        "ZeRO placement, optimizer state with its parameters, the clip operands, data-parallel replicas bit for bit",
+    ),
     "before_save": ("S1", "every parameter in the checkpoint's name map (frozen first), nothing on meta"),
     "after_load": (
         "S4",

@@ -6,7 +6,8 @@ tests/watch/test_jobs.py to run under a real torchrun (2 ranks, gloo on CPU; ncc
 JOB: deepspeed (ZeRO-3, optimizer offloaded to the CPU), accelerate, trainer. PLANT: none; s1 (a frozen parameter
 replaced after initialize/prepare, then a save); s4 (accelerate: an optimizer keeping a tensor in its param
 groups, resumed onto `meta` parameters); ppsf (accelerate with prodigy-plus-schedule-free, for a GPU node);
-deepspeed, deepspeed-s1 (accelerate driving DeepSpeed ZeRO-2; -s1 plants S1); main-only (accelerate: save_state and
+deepspeed, deepspeed-s1 (accelerate driving DeepSpeed ZeRO-2; -s1 plants S1); drift (accelerate: one element of
+rank 1's replica changed before step 2); main-only (accelerate: save_state and
 load_state on the main process alone, the watch's out an existing folder).
 Each rank writes OUT_DIR/rank<R>.json: what the job saw (the error it
 stopped with, whether its checkpoint was written, whether close() left the objects as they were).
@@ -171,6 +172,11 @@ def accelerate_job(plant: str, out: Path, raise_on: str | None) -> dict[str, Any
         for step in range(STEPS):
             x, y = ids(step, accelerator.process_index)
             accelerator.backward(model(x.to(accelerator.device), labels=y.to(accelerator.device))["loss"])
+            if plant == "drift" and step == 1 and accelerator.process_index == 1:
+                with (
+                    torch.no_grad()
+                ):  # one element of one replica, as a bad memory cell or a stray write would
+                    accelerator.unwrap_model(model).body.weight[0, 0] += 1e-3
             optimizer.step()
             optimizer.zero_grad()
         if plant in ("s1", "deepspeed-s1"):

@@ -180,6 +180,19 @@ def test_an_accelerate_loop_watched_healthy_and_a_resume_onto_meta_caught(tmp_pa
     assert [r.outcome for r in watched.results] == [Outcome.PASS] * 4 + [Outcome.FAIL]
     assert watched.results[-1].notes["target"] == "accelerate+deepspeed"
 
+    # one element of rank 1's replica changed before step 2: the replica digest names the parameter (two ranks: no
+    # majority to say which of them is right; tests/watch/test_watch.py names the odd one of three)
+    _, drifted = run_job(tmp_path, "accelerate", "drift")
+    steps = cases(report_of(drifted / "watch.json"))
+    assert steps["watch[step 1]"].outcome == Outcome.PASS
+    for label in ("step 2", "step 4"):  # and it stays apart: DDP never re-syncs weights
+        assert steps[f"watch[{label}]"].outcome == Outcome.FAIL
+        (finding,) = [f for f in steps[f"watch[{label}]"].findings if f.invariant == "replicas_agree"]
+        assert finding.message == (
+            f"{label}: the data-parallel replicas of ranks 0, 1 disagree, no majority to say which is right, in 1 "
+            "parameter(s): body.weight (bitwise digest after the step)"
+        )
+
     _, resumed = run_job(tmp_path, "accelerate", "s4")
     load = cases(report_of(resumed / "resumed.json"))["watch[after_load]"]
     colocation = [f for f in load.findings if f.invariant == "optimizer_state_colocation"]

@@ -224,3 +224,27 @@ def test_after_prepare_holds_accelerates_process_count_to_the_process_group(dist
         f for f in moments.after_prepare(alone, 0).findings if f.invariant == "world_size_agreement"
     ]
     assert finding.is_error and "accelerator.num_processes = 2, dist world size = 1" in finding.message
+
+
+def test_the_replica_digest_is_exact_and_names_the_odd_replica_out() -> None:
+    """The digest is the integer sum of the bit patterns: one flipped low bit changes it, the order of summation
+    does not; of three replicas, the one that differs is named with its parameters."""
+    import torch
+
+    from ds_doctor.watch.replicas import digests, drifted
+
+    weight = torch.randn(64, 64)
+    flipped = weight.clone()
+    flipped.view(torch.int32)[3, 5] ^= 1  # the last bit of one element's mantissa
+    cpu = torch.device("cpu")
+    a, b = digests([("w", weight)], cpu), digests([("w", flipped)], cpu)
+    assert int(a[0]) != int(b[0])
+    assert int(digests([("w", weight.flip(0).flip(0))], cpu)[0]) == int(a[0])
+    half = digests([("h", weight.to(torch.bfloat16))], cpu)
+    assert half.dtype == torch.int64 and half.shape == (1,)
+    (finding,) = drifted(["w", "v"], [[1, 7], [2, 7], [1, 7]], "step 100")
+    assert finding.rank == 1 and finding.message == (
+        "step 100: rank 1's replica differs from the other data-parallel replicas' in 1 parameter(s): w "
+        "(bitwise digest after the step)"
+    )
+    assert drifted(["w"], [[1], [1]], "step 1") == []
