@@ -228,4 +228,11 @@ def run(ctx: ProbeContext) -> None:
             records = [opened.step(s) for s in range(opened.hyper.steps)]
         finally:
             opened.close()
-    judge(ctx, route, subject, opened.hyper, records, Judging(schedule=follows_schedule(route)))
+    judge(
+        ctx,
+        route,
+        subject,
+        opened.hyper,
+        records,
+        Judging(schedule=follows_schedule(route), outputs=opened.outputs),
+    )

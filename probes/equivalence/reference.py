@@ -227,6 +227,17 @@ def independent(request: dict[str, Any], rank: int = 0, world_size: int = 1, dev
     return value
 
 
+def subject_outputs(
+    options: str, model: str | None, hyper: Any, world_size: int, lrs: Any, step: int, rank: int
+) -> Any:
+    """Each module's output on `rank`'s micro-batch 0 at `step` in the family's reference (where.py)."""
+    from ds_doctor.plugins import RankOptions
+    from ds_doctor.probes.equivalence import subject as equivalence_subject
+
+    subject = equivalence_subject.current_subject(RankOptions.from_json(options), model)
+    return equivalence_subject.reference_outputs(subject, hyper, world_size, lrs, step, rank)
+
+
 def main() -> int:
     from ds_doctor.plugins.process import die_with_parent
 

@@ -15,6 +15,7 @@ from ds_doctor.plugins import ProbeContext
 from ds_doctor.plugins.collect import clean_name
 from ds_doctor.plugins.usersetup import UserConfig
 from ds_doctor.probes.equivalence.subject import Hyper, StepRecord, Subject, full_params
+from ds_doctor.probes.equivalence.where import recording
 from ds_doctor.probes.shared.common import full_values
 
 
@@ -50,6 +51,9 @@ class Session:
         import torch
 
         self.ctx, self.route, self.subject, self.hyper = ctx, route, subject, hyper
+        self.outputs: dict[
+            int, dict[str, Any]
+        ] = {}  # step -> each module's output on micro-batch 0 (`where`)
         self.device = torch.device(ctx.device)
         self.dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[
             hyper.dtype
@@ -73,9 +77,17 @@ class Session:
         return float(window) / (self.hyper.accumulation * self.ctx.world_size)
 
     def micro(self, model: Any, s: int, k: int) -> Any:
-        return self.subject.micro_loss(
-            model, s, k, self.ctx.rank, self.hyper.micro_batch, dtype=self.dtype, device=self.device
-        )
+        """Micro-batch `k` of step `s` through `model`; on the first, each module's output is recorded."""
+        if k != 0:
+            return self.subject.micro_loss(
+                model, s, k, self.ctx.rank, self.hyper.micro_batch, dtype=self.dtype, device=self.device
+            )
+        with recording(model) as outputs:
+            loss = self.subject.micro_loss(
+                model, s, k, self.ctx.rank, self.hyper.micro_batch, dtype=self.dtype, device=self.device
+            )
+        self.outputs[s] = outputs
+        return loss
 
     # resume: what a checkpoint round trip must carry
     def save(self, directory: Path) -> None:

@@ -247,6 +247,7 @@ class Judging:
     remedy: str | None = None
     reference_run: list[StepRecord] | None = None
     explain: Callable[[list[StepRecord]], str | None] | None = None
+    outputs: dict[int, dict[str, Any]] | None = None  # the route's module outputs per step (where.py)
 
 
 def judge(
@@ -297,6 +298,10 @@ def judge(
     )
     findings = missing_finding(missing, "update", setting(ctx, route, hyper))
     divergence = first_divergence(compared, tolerance)
+    if divergence is not None and how.outputs:
+        where_it_starts(
+            ctx, route, hyper, records if schedule else None, divergence.step, tolerance, how.outputs
+        )
     if divergence is not None:
         findings.append(
             divergence_finding(
@@ -316,6 +321,48 @@ def judge(
             for finding in findings:
                 ctx.showed(finding.message)
         ctx.known_issue(issue, shown=bool(findings))
+
+
+def where_it_starts(
+    ctx: ProbeContext,
+    route: Route,
+    hyper: Hyper,
+    scheduled: list[StepRecord] | None,
+    step: int,
+    tolerance: Any,
+    outputs: dict[int, dict[str, Any]],
+) -> None:
+    """At the first diverging step, the first module whose output leaves the reference's (rank 0's micro-batch 0),
+    noted for the reader; every rank takes part in the reference's answer, rank 0 compares."""
+    from ds_doctor.probes.equivalence import where
+
+    reference = independent_reference(
+        {
+            "call": "ds_doctor.probes.equivalence.reference:subject_outputs",
+            "args": (
+                ctx.options.to_json(),
+                route.model,
+                hyper,
+                ctx.world_size,
+                [r.lr for r in scheduled] if scheduled is not None else None,
+                step,
+                0,
+            ),
+        },
+        ctx.rank,
+        ctx.world_size,
+        ctx.device,
+    )
+    if ctx.rank != 0 or step not in outputs:
+        return
+    bound = max(tolerance.at(step), where.FLOOR)
+    mine = outputs[step]
+    compared = sum(1 for name in mine if name in reference)
+    ctx.note(
+        "divergence_starts",
+        where.describe(step + 1, where.first_module_over(mine, reference, bound), compared, bound),
+        shown=True,
+    )
 
 
 def _finite(value: float) -> float | None:

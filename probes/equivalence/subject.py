@@ -168,6 +168,34 @@ def _run(
     return records, initial
 
 
+def reference_outputs(
+    subject: Subject, hyper: Hyper, world_size: int, lrs: Sequence[float] | None, at_step: int, rank: int
+) -> dict[str, Any]:
+    """Each module's output on `rank`'s micro-batch 0 of step `at_step` (0-based) in the fp32 reference: the steps
+    before it replayed as `reference` runs them (`ds_doctor.probes.equivalence.where`)."""
+    import torch
+
+    from ds_doctor.probes.equivalence.where import recording
+
+    dtype = torch.float32
+    model = subject.build(1).to("cpu", dtype)
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = (torch.optim.AdamW if hyper.adamw else torch.optim.Adam)(
+        params, lr=hyper.lr, betas=hyper.betas, eps=hyper.eps, weight_decay=hyper.weight_decay
+    )
+    for step in range(at_step):
+        for group in optimizer.param_groups:
+            group["lr"] = lrs[step] if lrs is not None else hyper.lr
+        _accumulate(subject, model, params, hyper, world_size, step, dtype)
+        if hyper.clip:
+            torch.nn.utils.clip_grad_norm_(params, hyper.clip)
+        optimizer.step()
+    with torch.no_grad(), recording(model) as outputs:
+        subject.micro_loss(model, at_step, 0, rank, hyper.micro_batch, dtype=dtype, device="cpu")
+    return outputs
+
+
 def _accumulate(
     subject: Subject, model: Any, params: list[Any], hyper: Hyper, world_size: int, step: int, dtype: Any
 ) -> Any:

@@ -26,6 +26,7 @@ CASES = (
     "equivalence_planted[fsdp2-averaged-by-hand-ws2]",
     "equivalence_planted[deepspeed-z2-averaged-by-hand-ws2]",
     "equivalence_planted[deepspeed-z3-averaged-by-hand-ws2]",
+    "equivalence_planted[ddp-mid-layer-by-hand-ws2]",
     "equivalence_planted[fsdp1-torch-clip-ws1]",
     "equivalence_planted[fsdp1-torch-clip-ws2]",
     "equivalence_planted[resume-deepspeed-no-optimizer-ws1]",
@@ -132,6 +133,23 @@ def test_a_model_that_averages_over_the_process_group_itself_is_caught_on_every_
         ), route
         step = result["notes"]["equivalence"]["steps"][0]["loss"]
         assert step["route"] == pytest.approx(step["reference"] / 2, rel=1e-5)
+
+
+def test_the_first_module_whose_output_leaves_the_reference_is_named(run: dict[str, dict]) -> None:
+    """At the first diverging step the route's module outputs (micro-batch 0) are held against the reference's:
+    a layer dividing by the world size is named; a loss divided by hand leaves every submodule's output alone."""
+    mid = run["equivalence_planted[ddp-mid-layer-by-hand-ws2]"]
+    assert mid["outcome"] == "fail"
+    assert mid["notes"]["divergence_starts"].startswith(
+        "step 1: the first module whose forward output leaves the reference's is by_world (0.5 relative"
+    )
+    assert "divergence_starts" in mid["shown_notes"]
+    averaged = run["equivalence_planted[ddp-averaged-by-hand-ws2]"]["notes"]["divergence_starts"]
+    assert (
+        averaged.startswith("step 1: every submodule's forward output (")
+        and "the loss made from them" in averaged
+    )
+    assert "divergence_starts" not in run["equivalence[ddp-ws2]"]["notes"]  # nothing diverged: nothing asked
 
 
 def test_a_shard_local_clip_is_caught_at_the_gradient_norm(run: dict[str, dict]) -> None:

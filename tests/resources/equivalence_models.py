@@ -52,3 +52,29 @@ class AveragedByHand(Regression):
 def loss_over_process_group() -> tuple[torch.nn.Module, Any]:
     """Right at one rank, wrong at two: and only a reference with no process group can tell."""
     return AveragedByHand(), make_batch
+
+
+class DividedByWorld(torch.nn.Module):
+    """A layer that divides its input by the process group's size (a hand-made "average" in the middle of a
+    model): the first module whose output parts from the reference's."""
+
+    def forward(self, x: Any) -> Any:
+        import torch.distributed as dist
+
+        return x / dist.get_world_size() if dist.is_available() and dist.is_initialized() else x
+
+
+class MidLayerByHand(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.first = torch.nn.Linear(IN_FEATURES, 16)
+        self.by_world = DividedByWorld()
+        self.last = torch.nn.Linear(16, OUT_FEATURES)
+
+    def forward(self, x: Any, y: Any) -> Any:
+        return torch.nn.functional.mse_loss(self.last(torch.tanh(self.by_world(self.first(x)))), y)
+
+
+def mid_layer_over_process_group() -> tuple[torch.nn.Module, Any]:
+    return MidLayerByHand(), make_batch

@@ -44,6 +44,14 @@ PLANTED = (
         )
         for route in ("ddp", "fsdp2", "deepspeed-z2", "deepspeed-z3")
     ),
+    # a layer in the middle that divides by the process group's size: the divergence starts at its output
+    dataclasses.replace(
+        _BY_NAME["ddp"],
+        name="ddp-mid-layer-by-hand",
+        model="tests.resources.equivalence_models:mid_layer_over_process_group",
+        issue="ddp_loss_averaged_twice",
+        what="DDP on a module with a layer that divides by dist.get_world_size()",
+    ),
     # FSDP1 clipped with torch.nn.utils.clip_grad_norm_: each rank's norm of its own FlatParameter shards
     dataclasses.replace(
         _BY_NAME["fsdp1"],
