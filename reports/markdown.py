@@ -463,7 +463,7 @@ def equivalence_steps(result: CaseResult) -> list[str]:
         ]
         for step in steps
     ]
-    return [f"Steps (relative gap; tolerance: {md_text(tolerance)}):", "", *_table(headers, rows), ""]
+    return ["", f"Steps (relative gap; tolerance: {md_text(tolerance)}):", "", *_table(headers, rows), ""]
 
 
 def _rank_outputs(result: CaseResult) -> list[str]:

@@ -100,3 +100,13 @@ def test_the_page_fetches_nothing() -> None:
             "https://github.com/deepspeedai/DeepSpeed/issues/5538"  # text of the known issue's references, not a link
         ]
     )
+
+
+def test_the_notes_a_probe_marks_for_a_reader_are_on_the_page() -> None:
+    shown = dataclasses.replace(
+        an_equivalence_case(),
+        notes={**an_equivalence_case().notes, "divergence_starts": "step 1: <by_world> first"},
+        shown_notes=("divergence_starts",),
+    )
+    page = render_html(a_report([shown]))
+    assert "<strong>Divergence starts:</strong> step 1: &lt;by_world&gt; first" in page
