@@ -2,12 +2,8 @@
 # S3's Composer route on CUDA (Composer's FSDP passes device_id=torch.cuda.current_device(): CPU skips it), at the
 # last affected and the first fixed release of mosaicml/composer#3493, pins ignored (Composer pins torch < 2.7.1).
 # Needs .gpuwheels/current (run.sh) and .gpuwheels/composer (docs/gpu/composer-wheels.sh, run where there is an index).
-set -o pipefail
-export PYTHONUNBUFFERED=1
-W=${WHEELS:-.gpuwheels}
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site $W/current/*.whl || exit 9
-. docs/gpu/linktree.sh
-export PYTHONPATH=/tmp/site:/tmp/dsd:$PWD PATH=/tmp/site/bin:$PATH DS_DOCTOR_STACKS=/tmp/stacks
+. docs/gpu/setup.sh
+export DS_DOCTOR_STACKS=/tmp/stacks
 for v in 0.23.5 0.24.0; do
   rm -rf /tmp/r; mkdir -p /tmp/r
   timeout ${RUN_LIMIT:-280} python3 -m ds_doctor.cli run --level 3 -k "optimizer_coverage and composer" --out /tmp/r \

@@ -1,11 +1,6 @@
 #!/bin/bash
 # First GPU run: install the wheels the image lacks, record NVML, run ds-doctor --level 3.
-set -o pipefail
-export PYTHONUNBUFFERED=1 TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16
-W=${WHEELS:-.gpuwheels}
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site $W/current/*.whl || exit 9
-. docs/gpu/linktree.sh
-export PYTHONPATH=/tmp/site:/tmp/dsd:$PWD PATH=/tmp/site/bin:$PATH
+. docs/gpu/setup.sh
 { date -u; nvidia-smi; uname -a; which python3; python3 -c "import torch,deepspeed,accelerate,transformers,sys;print(sys.version);print('torch',torch.__version__,'cuda',torch.version.cuda,'nccl',torch.cuda.nccl.version(),torch.cuda.get_device_name(0),'ds',deepspeed.__version__,'acc',accelerate.__version__,'tf',transformers.__version__)"; nvcc --version; python3 -m pip list 2>/dev/null | grep -i -E "nvidia-ml|pynvml|prodigy|py-spy"; } > $OUT/env.txt 2>&1
 python3 -m tests.resources.nvml.record "one NVIDIA H100 80GB HBM3 (device kind nvidia-h100-x1), Firecracker VM, healthy, idle, $(date -u +%F)" > $OUT/nvml_h100_x1.json 2>$OUT/nvml.err
 rm -rf /tmp/r; mkdir -p /tmp/r

@@ -4,12 +4,7 @@
 #  1. level 3 with every case, the ws2 ones with ranks sharing the one GPU (nccl, NCCL_HOSTID per rank)
 #  2. S3's Composer route at the last affected and the first fixed release (composer.sh)
 #  3. a real NCCL hang through `ds-doctor triage` (shared.sh's second step)
-set -o pipefail
-export PYTHONUNBUFFERED=1 TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16
-W=${WHEELS:-.gpuwheels}
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site $W/current/*.whl || exit 9
-. docs/gpu/linktree.sh
-export PYTHONPATH=/tmp/site:/tmp/dsd:$PWD PATH=/tmp/site/bin:$PATH
+. docs/gpu/setup.sh
 { date -u; nvidia-smi; python3 -c "import torch,deepspeed,accelerate,transformers,sys;print(sys.version);print('torch',torch.__version__,'cuda',torch.version.cuda,'nccl',torch.cuda.nccl.version(),torch.cuda.get_device_name(0),'ds',deepspeed.__version__,'acc',accelerate.__version__,'tf',transformers.__version__)"; nvcc --version | tail -2; } > $OUT/env.txt 2>&1
 python3 -m tests.resources.nvml.record "one NVIDIA GPU ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)), healthy, idle, $(date -u +%F)" > $OUT/nvml.json 2>/dev/null
 rm -rf /tmp/r; mkdir -p /tmp/r

@@ -5,12 +5,7 @@
 #     Recorder's NCCL dumps through `ds-doctor triage DIR`, and NCCL's own watchdog log through `ds-doctor triage LOG`
 #  3. two `--nnodes` processes over NCCL on the one GPU (node 0 and node 1 on 127.0.0.1)
 # Wheels as run.sh ($WHEELS, default .gpuwheels).
-set -o pipefail
-export PYTHONUNBUFFERED=1 TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16
-W=${WHEELS:-.gpuwheels}
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site $W/current/*.whl || exit 9
-. docs/gpu/linktree.sh
-export PYTHONPATH=/tmp/site:/tmp/dsd:$PWD PATH=/tmp/site/bin:$PATH
+. docs/gpu/setup.sh
 python3 -c "import torch; print('torch', torch.__version__, 'nccl', torch.cuda.nccl.version(), torch.cuda.get_device_name(0))" > $OUT/env.txt 2>&1
 for mode in nccl-hostid gloo; do
   rm -rf /tmp/r-$mode; mkdir -p /tmp/r-$mode

@@ -1,12 +1,7 @@
 #!/bin/bash
 # The multi-rank cases alone on a one-GPU node, ranks sharing the GPU (nccl, NCCL_HOSTID per rank), each case bounded
 # by --timeout so one hung case cannot eat the device time. Wheels as run.sh. RUN_LIMIT bounds the whole run.
-set -o pipefail
-export PYTHONUNBUFFERED=1 TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16
-W=${WHEELS:-.gpuwheels}
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site $W/current/*.whl || exit 9
-. docs/gpu/linktree.sh
-export PYTHONPATH=/tmp/site:/tmp/dsd:$PWD PATH=/tmp/site/bin:$PATH
+. docs/gpu/setup.sh
 rm -rf /tmp/r; mkdir -p /tmp/r
 timeout ${RUN_LIMIT:-200} python3 -m ds_doctor.cli run --level 3 -k "${K:-ws2 and not composer}" --timeout ${CASE_LIMIT:-40} \
   --out /tmp/r > $OUT/ws2.log 2>&1
