@@ -176,6 +176,8 @@ def test_run_options_take_any_value(capsys, tmp_path_factory, option: str, value
             "list-k",
             "diff-out",
             "report-junit",
+            "bisect-package",
+            "bisect-good",
         ]
     ),
     value=VALUES,
@@ -192,6 +194,31 @@ def test_other_commands_take_any_value(capsys, tmp_path_factory, command: str, v
         "report-path": ["report", value, "--out", str(folder / "r")],
         "report-junit": ["report", str(good), "--out", str(folder / "r"), "--junit", value],
         "list-k": ["list", "-k", value],
+        # releases from an empty folder: never the network
+        "bisect-package": [
+            "bisect",
+            value,
+            "--good",
+            "1.0",
+            "--bad",
+            "2.0",
+            "-k",
+            "comm",
+            "--find-links",
+            str(folder),
+        ],
+        "bisect-good": [
+            "bisect",
+            "demo",
+            "--good",
+            value,
+            "--bad",
+            "2.0",
+            "-k",
+            "comm",
+            "--find-links",
+            str(folder),
+        ],
     }[command]
     if command in ("diff-out", "report-junit") and value in ("/", "-", "--"):
         return

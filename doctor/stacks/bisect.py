@@ -36,6 +36,8 @@ from ds_doctor.reports.safe import md_cell, md_code, md_text
 from ds_doctor.stacks.overlay import OverlayError, Release, canonical
 
 Runner = Callable[[Release], dict[str, str]]  # a release -> each selected case's outcome on it
+PACKAGE_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,200}[A-Za-z0-9])?")  # PEP 508's name, bounded
+INDEX_TIMEOUT_S = 300
 
 
 class BisectError(OverlayError):
@@ -83,6 +85,8 @@ def _version(text: str) -> Version:
 
 def releases_in(folder: Path, package: str) -> list[str]:
     """The versions of `package` among the wheels and sdists in `folder`."""
+    if not PACKAGE_NAME.fullmatch(package):
+        raise BisectError(f"{package[:100]!r} is not a package name")
     name = canonicalize_name(package)
     found = set()
     for path in folder.iterdir():
@@ -102,12 +106,19 @@ def releases_in(folder: Path, package: str) -> list[str]:
 
 def releases_on_index(package: str) -> list[str]:
     """The versions pip's index lists for `package` (`pip index versions`)."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "pip", "index", "versions", package],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    if not PACKAGE_NAME.fullmatch(package):
+        raise BisectError(f"{package[:100]!r} is not a package name")
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pip", "index", "versions", package],
+            capture_output=True,
+            text=True,
+            timeout=INDEX_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        raise BisectError(
+            f"pip's index did not list {package}'s releases within {INDEX_TIMEOUT_S} s"
+        ) from None
     match = re.search(r"Available versions:\s*(.+)", proc.stdout)
     if proc.returncode != 0 or not match:
         reason = " ".join((proc.stderr or proc.stdout).split())[-300:]

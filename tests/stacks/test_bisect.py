@@ -53,6 +53,8 @@ def test_what_cannot_be_bisected_says_why() -> None:
         between(VERSIONS, "1.0", "1.7")
     assert between(VERSIONS, "1.4", "1.1") == ["1.4", "1.3", "1.2", "1.1"]  # a fix searched for backwards
     assert between([*VERSIONS, "1.4rc1"], "1.0", "1.5") == VERSIONS  # no pre-release unless an end is one
+    with pytest.raises(BisectError, match="is not a package name"):
+        releases_in(Path("."), "--index-url=http://elsewhere")
 
 
 @pytest.mark.multirank
