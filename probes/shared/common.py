@@ -124,6 +124,12 @@ def time_collective(
     return float(elapsed) / world_size
 
 
-# `make` warms the cache once at install: `python -m ds_doctor.probes.shared.common`
+# `make` warms the cache once at install: `python -m ds_doctor.probes.shared.common`, into the folder the ranks of
+# `ds-doctor run` build into (ds_doctor.run.extensions; TORCH_EXTENSIONS_DIR where the user set one)
 if __name__ == "__main__":
-    print("DeepSpeed ops built:", ", ".join(build_ops()) or "none")
+    from ds_doctor.run.extensions import private_extensions_dir
+
+    folder = private_extensions_dir(os.environ)
+    if folder is not None:
+        os.environ["TORCH_EXTENSIONS_DIR"] = folder
+    print("DeepSpeed ops built:", ", ".join(build_ops()) or "none", "in", os.environ.get("TORCH_EXTENSIONS_DIR"))
