@@ -132,4 +132,6 @@ if __name__ == "__main__":
     folder = private_extensions_dir(os.environ)
     if folder is not None:
         os.environ["TORCH_EXTENSIONS_DIR"] = folder
-    print("DeepSpeed ops built:", ", ".join(build_ops()) or "none", "in", os.environ.get("TORCH_EXTENSIONS_DIR"))
+    print(
+        "DeepSpeed ops built:", ", ".join(build_ops()) or "none", "in", os.environ.get("TORCH_EXTENSIONS_DIR")
+    )
