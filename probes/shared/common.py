@@ -127,11 +127,10 @@ def time_collective(
 # `make` warms the cache once at install: `python -m ds_doctor.probes.shared.common`, into the folder the ranks of
 # `ds-doctor run` build into (ds_doctor.run.extensions; TORCH_EXTENSIONS_DIR where the user set one)
 if __name__ == "__main__":
-    from ds_doctor.run.extensions import private_extensions_dir
+    from ds_doctor.plugins.process import private_extensions_dir
 
     folder = private_extensions_dir(os.environ)
     if folder is not None:
         os.environ["TORCH_EXTENSIONS_DIR"] = folder
-    print(
-        "DeepSpeed ops built:", ", ".join(build_ops()) or "none", "in", os.environ.get("TORCH_EXTENSIONS_DIR")
-    )
+    built = build_ops()
+    print("DeepSpeed ops built:", ", ".join(built) or "none", "in", os.environ.get("TORCH_EXTENSIONS_DIR"))
