@@ -8,10 +8,11 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import math
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,32 @@ def world() -> tuple[Any, int]:
 #: How long a moment waits for every rank to reach it before it checks this rank alone. Plain DDP lets a job
 #: call `save_state` (or `load_state`) on the main process only: a gather would wait for ranks that never come
 #: until the process group's timeout (30 min), and the job died without its checkpoint.
-PRESENT_WAIT_S = float(os.environ.get("DS_DOCTOR_WATCH_WAIT_S", "10"))
+WAIT_ENV, DEFAULT_WAIT_S, MAX_WAIT_S = "DS_DOCTOR_WATCH_WAIT_S", 10.0, 600.0
+
+
+def wait_setting(environ: Mapping[str, str]) -> float:
+    """`DS_DOCTOR_WATCH_WAIT_S`: seconds in (0, 600]. Inside the user's job a bad value (`10s`, `nan`, `-1`, `inf`)
+    is a warning and the default, never an exception at import or a moment that waits forever."""
+    text = environ.get(WAIT_ENV)
+    if text is None:
+        return DEFAULT_WAIT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= MAX_WAIT_S:  # nan fails every comparison
+        logger.warning(
+            "ds-doctor: %s=%r is not a number of seconds in (0, %g]: the watch waits %g s",
+            WAIT_ENV,
+            text[:40],
+            MAX_WAIT_S,
+            DEFAULT_WAIT_S,
+        )
+        return DEFAULT_WAIT_S
+    return value
+
+
+PRESENT_WAIT_S = wait_setting(os.environ)
 
 
 def present(dist: Any, size: int, key: str, wait_s: float = PRESENT_WAIT_S) -> int | None:

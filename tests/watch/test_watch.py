@@ -248,3 +248,31 @@ def test_the_replica_digest_is_exact_and_names_the_odd_replica_out() -> None:
         "(bitwise digest after the step)"
     )
     assert drifted(["w"], [[1], [1]], "step 1") == []
+
+
+def test_a_bad_wait_setting_is_a_warning_and_the_default_never_an_error_in_the_job() -> None:
+    """DS_DOCTOR_WATCH_WAIT_S is read where the user's job imports the API: `10s` raised at import (the job died),
+    `nan` made a moment wait forever. Each bad value is now a warning and 10 s; a good one is taken."""
+    import os
+    import subprocess
+    import sys
+
+    from ds_doctor.watch.watcher import DEFAULT_WAIT_S, wait_setting
+
+    for bad in ("10s", "nan", "-1", "0", "inf", "1e9", ""):
+        assert wait_setting({"DS_DOCTOR_WATCH_WAIT_S": bad}) == DEFAULT_WAIT_S, bad
+    assert wait_setting({"DS_DOCTOR_WATCH_WAIT_S": "2.5"}) == 2.5 and wait_setting({}) == DEFAULT_WAIT_S
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from ds_doctor.api import watch; from ds_doctor.watch import watcher; "
+            "print(watcher.PRESENT_WAIT_S)",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "DS_DOCTOR_WATCH_WAIT_S": "10s"},
+        timeout=120,
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "10.0", proc.stderr[-2000:]
+    assert "DS_DOCTOR_WATCH_WAIT_S='10s' is not a number of seconds" in proc.stderr
