@@ -191,7 +191,39 @@ _MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bz2", b"\xfd7zXZ\x00": "xz"}
 
 
 def _compression(head: bytes) -> str | None:
+    if head.startswith(_ZIP):
+        return "zip"
     return next((kind for magic, kind in _MAGIC.items() if head.startswith(magic)), None)
+
+
+_ZIP = b"PK\x03\x04"  # a zip archive, as tickets attach logs
+
+
+def _zip_member(handle: BinaryIO, name: str, limit: int, error: Error) -> tuple[bytes, int, str]:
+    """The largest file of a zip archive (read whole up to MAX_STREAM_BYTES, its member likewise, its tail kept):
+    (its last `limit` bytes, its size, which member of how many)."""
+    import zipfile
+
+    raw, total = _read_capped(handle.read, MAX_STREAM_BYTES, MAX_STREAM_BYTES)
+    if total > MAX_STREAM_BYTES:
+        raise error(
+            _too_much(name, MAX_STREAM_BYTES, True, " of zip archive") + "; unzip it and give the log"
+        )
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(raw))
+        members = [m for m in archive.infolist() if not m.is_dir()]
+        if not members:
+            raise error(f"{name}: a zip archive with no file in it")
+        member = max(members, key=lambda m: m.file_size)
+        with archive.open(member) as inner:
+            data, size = _read_capped(inner.read, MAX_STREAM_BYTES, limit)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, RuntimeError, NotImplementedError, EOFError) as exc:
+        raise error(f"{name}: cannot read the zip archive: {exc}"[:300]) from None
+    if size > MAX_STREAM_BYTES:
+        raise error(
+            _too_much(name, MAX_STREAM_BYTES, True, " of a zip member") + "; unzip it and give the log"
+        )
+    return data, size, f"{member.filename[:200]}, the largest of {len(members)} file(s) in the zip archive"
 
 
 def _decompressed(handle: BinaryIO, kind: str) -> BinaryIO:
@@ -202,6 +234,38 @@ def _decompressed(handle: BinaryIO, kind: str) -> BinaryIO:
     if kind == "gzip":
         return cast(BinaryIO, gzip.GzipFile(fileobj=handle, mode="rb"))
     return cast(BinaryIO, bz2.BZ2File(handle, "rb") if kind == "bz2" else lzma.LZMAFile(handle, "rb"))
+
+
+def utf16(data: bytes) -> str | None:
+    """The UTF-16 codec of `data` (what PowerShell's `>` writes: UTF-16LE with a byte-order mark), by its BOM or, for
+    a tail read past the BOM, by its NUL bytes (every other byte of ASCII text in UTF-16); None for anything else."""
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return "utf-16"
+    sample = data[:4096]
+    if len(sample) >= 8:
+        odd, even = sample[1::2].count(0), sample[0::2].count(0)
+        if odd > 0.9 * len(sample) // 2 and even < 0.1 * len(sample) // 2:
+            return "utf-16-le"
+        if even > 0.9 * len(sample) // 2 and odd < 0.1 * len(sample) // 2:
+            return "utf-16-be"
+    return None
+
+
+def _from_next_line(data: bytes, codec: str | None) -> bytes:
+    if codec in ("utf-16", "utf-16-le"):
+        start = data[: 64 * 1024].find(b"\n\x00", len(data) % 2)  # at a character boundary of the tail's end
+        while start != -1 and (len(data) - start) % 2:
+            start = data[: 64 * 1024].find(b"\n\x00", start + 1)
+        return data[start + 2 :] if start != -1 else data
+    return data[data.index(b"\n") + 1 :] if b"\n" in data[: 64 * 1024] else data
+
+
+def log_text(data: bytes) -> str:
+    """A log's bytes as text: UTF-16 by its BOM or its shape, UTF-8 (a BOM dropped) otherwise, bad bytes replaced."""
+    codec = utf16(data)
+    if codec is not None:
+        return data[: len(data) - len(data) % 2].decode(codec, errors="replace").lstrip("\ufeff")
+    return data.decode("utf-8", errors="replace").lstrip("\ufeff")
 
 
 def read_log(source: str, *, limit: int = MAX_LOG_BYTES, error: Error = UserInputError) -> Input:
@@ -215,9 +279,13 @@ def read_log(source: str, *, limit: int = MAX_LOG_BYTES, error: Error = UserInpu
         how = "decompress it and give the file" if kind else "save it to a file"
         raise error(_too_much(name, MAX_STREAM_BYTES, kind is not None, what) + f"; {how} (its tail is read)")
     note = _skipped(name, total, limit, size, kind)
-    if note is not None and b"\n" in data[: 64 * 1024]:
-        data = data[data.index(b"\n") + 1 :]  # the first line was cut in the middle
-    if data.count(b"\x00") > len(data) // 2:
+    if (
+        note is not None
+    ):  # the first line was cut in the middle: from the next one on (UTF-16's newline is 2 bytes)
+        data = _from_next_line(data, utf16(data))
+    if kind is not None and kind.startswith("zip ("):
+        note = "; ".join(part for part in (f"{name}: read {kind[5:-1]}", note) if part)
+    if data.count(b"\x00") > len(data) // 2 and utf16(data) is None:
         raise error(f"{name}: binary data (mostly NUL bytes), not a log")
     return Input(name, data, regular and kind is None, note)
 
@@ -231,12 +299,16 @@ def _read_tail(opened: Any, limit: int, error: Error) -> tuple[bytes, int, str |
             if not hasattr(handle, "peek"):
                 handle = io.BufferedReader(handle)
             kind = _compression(handle.peek(8)[:8])
-            if kind is not None:
+            if kind == "zip":
+                data, total, member = _zip_member(handle, opened.name, limit, error)
+                kind = f"zip ({member})"
+            elif kind is not None:
                 with _decompressed(handle, kind) as inner:
                     data, total = _read_capped(inner.read, MAX_STREAM_BYTES, limit)
             elif opened.size is not None:
-                if opened.size > limit:
-                    handle.seek(opened.size - limit, os.SEEK_SET if opened.owned else os.SEEK_CUR)
+                if opened.size > limit:  # from an even offset: a UTF-16 log's tail starts at a character
+                    skip = opened.size - limit + (opened.size - limit) % 2
+                    handle.seek(skip, os.SEEK_SET if opened.owned else os.SEEK_CUR)
                 data, total = handle.read(limit), opened.size
             else:
                 data, total = _read_capped(handle.read, MAX_STREAM_BYTES, limit)

@@ -374,3 +374,50 @@ def test_a_manifest_of_the_wrong_shape_is_one_line(tmp_path: Path, manifest: dic
     with pytest.raises(InputError) as caught:
         load_manifest(RunDir(tmp_path))
     assert needle in one_line(caught)
+
+
+PORT_IN_USE = (
+    "torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. The "
+    "server socket has failed to bind to [::]:29500 (errno: 98 - Address already in use).\n"
+)
+
+
+def test_a_utf16_log_reads_as_its_text_by_its_bom_and_by_its_shape(tmp_path: Path) -> None:
+    """What PowerShell's `>` writes (UTF-16LE with a BOM) reads as the same text as the UTF-8 log: whole, and as a
+    tail read past the BOM (the cut at a line, at a character boundary)."""
+    from ds_doctor.knowledge.triage import read_source
+    from ds_doctor.userinput import log_text, read_log, utf16
+
+    text = "".join(f"line {i}: step ok\r\n" for i in range(2000)) + PORT_IN_USE.replace("\n", "\r\n")
+    path = tmp_path / "job.log"
+    path.write_bytes(b"\xff\xfe" + text.encode("utf-16-le"))
+    assert utf16(path.read_bytes()) == "utf-16"
+    assert read_source(str(path)).text == text
+    tail = read_log(str(path), limit=4001)  # odd: the tail starts inside a character
+    assert tail.note is not None and utf16(tail.data) == "utf-16-le"
+    assert log_text(tail.data).startswith("line ") and log_text(tail.data).endswith(
+        PORT_IN_USE.replace("\n", "\r\n")
+    )
+    assert utf16(b"plain ascii text, no NULs") is None and log_text("\ufeffutf-8".encode()) == "utf-8"
+
+
+def test_a_zipped_log_reads_its_largest_file_and_says_which(tmp_path: Path) -> None:
+    import zipfile
+
+    from ds_doctor.knowledge.triage import read_source
+
+    archive = tmp_path / "logs.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zipped:
+        zipped.writestr("README.txt", "see the rank logs")
+        zipped.writestr("logs/rank0.log", "step 1 ok\n" * 100 + PORT_IN_USE)
+        zipped.writestr("logs/", "")
+    read = read_source(str(archive))
+    assert read.text.endswith(PORT_IN_USE)
+    assert read.notes == (f"{archive}: read logs/rank0.log, the largest of 2 file(s) in the zip archive",)
+    (tmp_path / "broken.zip").write_bytes(b"PK\x03\x04" + b"\x00" * 64)
+    with pytest.raises(UserInputError, match="cannot read the zip archive"):
+        read_source(str(tmp_path / "broken.zip"))
+    with zipfile.ZipFile(tmp_path / "empty.zip", "w") as zipped:
+        zipped.writestr("dir/", "")
+    with pytest.raises(UserInputError, match="a zip archive with no file in it"):
+        read_source(str(tmp_path / "empty.zip"))

@@ -30,7 +30,7 @@ from ds_doctor.knowledge.watchdog import WatchdogReport, read_watchdog, watchdog
 from ds_doctor.redact import scrub_text
 from ds_doctor.reports.records import Finding
 from ds_doctor.reports.triage import TriageMatch, VersionUsed
-from ds_doctor.userinput import MAX_LOG_BYTES, UserInputError, check_tree
+from ds_doctor.userinput import MAX_LOG_BYTES, UserInputError, check_tree, log_text
 from ds_doctor.userinput import read_log as read_input
 
 MAX_INPUT_BYTES = MAX_LOG_BYTES  # a longer log is read from its tail
@@ -301,7 +301,7 @@ def read_source(source: str) -> LogText:
     """What `triage FILE|-` reads: the log's tail (a stream's, a .gz/.bz2/.xz log's decompressed) as text, and what
     was left out; UserInputError (one line, exit 2) for what is not a readable log."""
     log = read_input(source, limit=MAX_INPUT_BYTES)
-    return LogText(log.data.decode("utf-8", errors="replace"), (log.note,) if log.note else ())
+    return LogText(log_text(log.data), (log.note,) if log.note else ())
 
 
 def _report_data(text: str, name: str) -> dict | None:
