@@ -12,6 +12,7 @@ import dataclasses
 import datetime as dt
 import enum
 import json
+import math
 from collections.abc import Mapping
 from importlib import resources
 from typing import Any
@@ -352,7 +353,8 @@ class CaseResult:
             "ranks": [r.to_dict() for r in self.ranks],
             "notes": self.notes,
             "measures": self.measures,
-            "series": [dict(row) for row in self.series],
+            # a row keeps its finite numbers only (the schema's rows hold numbers; JSON has no NaN)
+            "series": [{k: v for k, v in row.items() if _is_finite(v)} for row in self.series],
             "node": self.node,
             "nodes": self.nodes,
             "shown_notes": list(self.shown_notes),
@@ -475,7 +477,8 @@ class Report:
         }
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=False)
+        """Strict JSON (jq, JavaScript and Go refuse `NaN` and `Infinity`): a non-finite number anywhere is null."""
+        return json.dumps(finite_json(self.to_dict()), indent=2, sort_keys=False, allow_nan=False)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Report:
@@ -522,3 +525,18 @@ def validate(data: Mapping[str, Any]) -> None:
     jsonschema.validate(
         instance=data, schema=load_schema(version if version in (1, SCHEMA_VERSION) else SCHEMA_VERSION)
     )
+
+
+def _is_finite(value: Any) -> bool:
+    return not isinstance(value, float) or math.isfinite(value)
+
+
+def finite_json(value: Any) -> Any:
+    """`value` with every non-finite float (NaN, ±inf, from a probe's numbers or a report read back) made None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: finite_json(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_json(item) for item in value]
+    return value

@@ -142,3 +142,30 @@ def test_a_hung_rank_round_trips_with_its_stacks_positions_and_stages() -> None:
     back = Report.from_dict(json.loads(json.dumps(data)))
     assert back.results[0].ranks[0] == rank
     assert back.results[0].ranks[0].stacks[0].innermost == Frame("wait_for_me", "/p/h.py", 22)
+
+
+def test_a_report_is_strict_json_whatever_numbers_it_holds() -> None:
+    """A report read back holding NaN or Infinity (Python's json takes them) is written as strict JSON: jq,
+    JavaScript and Go refuse `NaN`. A measure becomes null; a series row keeps its finite numbers."""
+    import json as json_module
+    import math
+
+    from ds_doctor.reports.records import Outcome, Report, validate
+    from tests.reports.samples import a_report, case
+
+    odd = case(
+        Outcome.PASS,
+        "nan",
+        probe="comm",
+        world_size=2,
+        measures={"busbw_gbps": math.nan, "algbw_gbps": math.inf},
+        series=({"bytes": 4096.0, "busbw_gbps": math.nan},),
+        notes={"worst": -math.inf, "fine": 1.5},
+    )
+    text = a_report([odd]).to_json()
+    data = json_module.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in the JSON"))
+    validate(data)
+    (result,) = data["results"]
+    assert result["measures"] == {"busbw_gbps": None, "algbw_gbps": None}
+    assert result["series"] == [{"bytes": 4096.0}] and result["notes"] == {"worst": None, "fine": 1.5}
+    assert Report.from_dict(data).to_json() == text  # read back, written the same
