@@ -39,7 +39,7 @@ from ds_doctor.options import (
     output_in,
     writable_dir,
 )
-from ds_doctor.reports.records import ExitCode, Report
+from ds_doctor.reports.records import ExitCode, Report, finite_json
 
 
 @dataclasses.dataclass
@@ -510,7 +510,7 @@ def diff_command(
     text = render_diff(diff)
     if out_file is not None:
         write_user_output(out_file, text, "--out")
-    click.echo(json.dumps(diff.to_dict(), indent=2) if as_json else text)
+    click.echo(json.dumps(finite_json(diff.to_dict()), indent=2, allow_nan=False) if as_json else text)
     return int(ExitCode.CASES_FAILED) if diff.regressions else 0
 
 

@@ -22,6 +22,7 @@ from ds_doctor.checks.baseline import DEFAULT_TOLERANCE_PCT
 from ds_doctor.checks.fleet import Source, build_fleet
 from ds_doctor.options import TOLERANCE, check_distinct, check_writable_file, one_line, output_in
 from ds_doctor.reports.fleet import Unreadable, render_fleet
+from ds_doctor.reports.records import finite_json
 
 PATTERN = "ds-doctor-*.json"
 FLEET_FILE = "ds-doctor-fleet.md"  # `--out FOLDER` writes the Markdown as this
@@ -97,7 +98,9 @@ def fleet(
         from ds_doctor.reports.html import render_fleet_html
 
         write_user_output(html_file, render_fleet_html(built), "--html")
-    click.echo(json.dumps(built.to_dict(), indent=2) if as_json else text, nl=as_json)
+    click.echo(
+        json.dumps(finite_json(built.to_dict()), indent=2, allow_nan=False) if as_json else text, nl=as_json
+    )
     return 1 if built.failed else 0
 
 
