@@ -10,7 +10,8 @@ tensor, one tensor of digests gathered): the cost is in bench/bench_digest.py.
 
 Compared only where the ranks hold whole replicas: plain DDP and Accelerate, DeepSpeed ZeRO-1/2 (whose module
 parameters are replicated; their fp32 partitions are not), and only when every rank is a data-parallel replica
-(DeepSpeed's dp_world_size is the world size). ZeRO-3 and FSDP shard the parameters: nothing to compare there.
+(DeepSpeed's dp_world_size is the world size). ZeRO-3 and FSDP shard the parameters: nothing to compare there; a
+DeepSpeed MoE expert (`allreduce = False`) lives on its expert-parallel ranks only and is left out.
 """
 
 from __future__ import annotations
@@ -104,7 +105,12 @@ def check(target: Any, rank: int, label: str) -> list[Finding]:
         return []
     import torch
 
-    named = [(n, p) for n, p in target.module.named_parameters() if p.device.type != "meta"]
+    # DeepSpeed's MoE experts (`allreduce = False`) live on their expert-parallel ranks only: not replicas
+    named = [
+        (n, p)
+        for n, p in target.module.named_parameters()
+        if p.device.type != "meta" and getattr(p, "allreduce", True) is not False
+    ]
     device = torch.device(target.device) if dist.get_backend() == "nccl" else torch.device("cpu")
     counts = [torch.zeros(1, dtype=torch.int64, device=device) for _ in range(size)]
     dist.all_gather(counts, torch.tensor([len(named)], dtype=torch.int64, device=device))
