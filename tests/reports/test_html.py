@@ -110,3 +110,17 @@ def test_the_notes_a_probe_marks_for_a_reader_are_on_the_page() -> None:
     )
     page = render_html(a_report([shown]))
     assert "<strong>Divergence starts:</strong> step 1: &lt;by_world&gt; first" in page
+
+
+def test_identical_failures_are_one_card_with_the_list_of_the_others() -> None:
+    same = [
+        case(
+            Outcome.ERROR,
+            f"z{i}",
+            reason="did not finish: the run stopped before every rank reported this case",
+        )
+        for i in range(30)
+    ]
+    page = render_html(a_report(same))
+    assert page.count('<div class="card error"') == 1
+    assert "The same error, with the same reason, in 29 more case(s):" in page and "and 9 more" in page
