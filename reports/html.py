@@ -17,7 +17,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from ds_doctor.reports.markdown import FAILING, environment_rows, fold_own_frames
+from ds_doctor.reports.markdown import FAILING, environment_rows, fold_own_frames, identical_failures
 from ds_doctor.reports.measures import MEASURES
 from ds_doctor.reports.pictures import Series, device_map_grid, line_chart
 from ds_doctor.reports.records import CaseResult, Outcome, Report, Verdict
@@ -119,12 +119,6 @@ def _measures(result: CaseResult) -> str:
 def render_html(report: Report) -> str:
     """The page for `report` (already scrubbed where it was built, like every format)."""
     needs_look = [r for r in report.results if r.outcome in FAILING]
-    alike: dict[
-        tuple[str, str], list[CaseResult]
-    ] = {}  # identical failures once, with the list of the others
-    for result in needs_look:
-        alike.setdefault((result.outcome.value, result.reason or ""), []).append(result)
-    groups = [(group[0], [r.label for r in group[1:]]) for group in alike.values()]
     reproduced = [r for r in report.results if r.outcome in (Outcome.XFAIL, Outcome.XPASS)]
     affected = [
         r for r in reproduced if r.known_issue is not None and r.known_issue.verdict == Verdict.AFFECTED
@@ -142,7 +136,7 @@ def render_html(report: Report) -> str:
             report=report,
             verdict=_verdict(report),
             needs_look=needs_look,
-            groups=groups,
+            groups=identical_failures(report),
             affected=affected,
             traps=traps,
             others=others,

@@ -641,13 +641,19 @@ def render_reproduced(results: list[CaseResult]) -> list[str]:
     return _capped(lines, f"the rest of the {md_code(issue.id)} cases")
 
 
-def attention_blocks(report: Report) -> list[list[str]]:
-    """Failing cases one by one, then the cases that reproduce a known issue grouped under it."""
-    alike: dict[tuple[str, str], list[CaseResult]] = {}  # identical failures once, with the list of cases
+def identical_failures(report: Report) -> list[tuple[CaseResult, list[str]]]:
+    """The failing cases, those that failed the same way (outcome and reason) once: the first, and the others'
+    labels (the ticket and the HTML page show each group once)."""
+    alike: dict[tuple[str, str], list[CaseResult]] = {}
     for result in report.results:
         if result.outcome in FAILING:
             alike.setdefault((result.outcome.value, result.reason or ""), []).append(result)
-    blocks = [render_case(group[0], [r.label for r in group[1:]]) for group in alike.values()]
+    return [(group[0], [r.label for r in group[1:]]) for group in alike.values()]
+
+
+def attention_blocks(report: Report) -> list[list[str]]:
+    """Failing cases one by one, then the cases that reproduce a known issue grouped under it."""
+    blocks = [render_case(first, same) for first, same in identical_failures(report)]
     grouped: dict[tuple[str, str], list[CaseResult]] = {}
     for result in report.results:
         key = _reproduced_key(result)
