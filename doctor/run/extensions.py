@@ -14,22 +14,20 @@ the first launch, naming the folder."""
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import importlib.util
 import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from ds_doctor.stacks.overlay import installed
+
 #: the op every accelerator's DeepSpeed builds for the probes (probes/shared/common.py OPS: CPUAdamBuilder)
 FIRST_OP = "cpu_adam"
 
 
 def _version(distribution: str) -> str:
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return "none"
+    return installed(distribution) or "none"
 
 
 def build_key() -> str:
