@@ -83,13 +83,19 @@ def compute(request: dict[str, Any]) -> Any:
     return getattr(importlib.import_module(module), name)(*request["args"])
 
 
-def subject_reference(options: str, model: str | None, hyper: Any, world_size: int, lrs: Any) -> Any:
-    """The family's reference of the route's model (the user's `--model`, a route's own, or the MLP)."""
+def _subject(options: str, model: str | None) -> Any:
+    """The route's model (the user's `--model`, a route's own, or the MLP), from the case's run options."""
     from ds_doctor.plugins import RankOptions
-    from ds_doctor.probes.equivalence import subject as equivalence_subject
+    from ds_doctor.probes.equivalence.subject import current_subject
 
-    subject = equivalence_subject.current_subject(RankOptions.from_json(options), model)
-    return equivalence_subject.reference(subject, hyper, world_size, lrs)
+    return current_subject(RankOptions.from_json(options), model)
+
+
+def subject_reference(options: str, model: str | None, hyper: Any, world_size: int, lrs: Any) -> Any:
+    """The family's reference of the route's model."""
+    from ds_doctor.probes.equivalence.subject import reference
+
+    return reference(_subject(options, model), hyper, world_size, lrs)
 
 
 def serve(stdin: BinaryIO, stdout: BinaryIO) -> None:
@@ -231,11 +237,9 @@ def subject_outputs(
     options: str, model: str | None, hyper: Any, world_size: int, lrs: Any, step: int, rank: int
 ) -> Any:
     """Each module's output on `rank`'s micro-batch 0 at `step` in the family's reference (where.py)."""
-    from ds_doctor.plugins import RankOptions
-    from ds_doctor.probes.equivalence import subject as equivalence_subject
+    from ds_doctor.probes.equivalence.subject import reference_outputs
 
-    subject = equivalence_subject.current_subject(RankOptions.from_json(options), model)
-    return equivalence_subject.reference_outputs(subject, hyper, world_size, lrs, step, rank)
+    return reference_outputs(_subject(options, model), hyper, world_size, lrs, step, rank)
 
 
 def main() -> int:

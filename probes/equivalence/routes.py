@@ -78,15 +78,15 @@ class Session:
 
     def micro(self, model: Any, s: int, k: int) -> Any:
         """Micro-batch `k` of step `s` through `model`; on the first, each module's output is recorded."""
-        if k != 0:
-            return self.subject.micro_loss(
-                model, s, k, self.ctx.rank, self.hyper.micro_batch, dtype=self.dtype, device=self.device
-            )
-        with recording(model) as outputs:
+        recorder: contextlib.AbstractContextManager[dict[str, Any]] = (
+            recording(model) if k == 0 else contextlib.nullcontext({})
+        )
+        with recorder as outputs:
             loss = self.subject.micro_loss(
                 model, s, k, self.ctx.rank, self.hyper.micro_batch, dtype=self.dtype, device=self.device
             )
-        self.outputs[s] = outputs
+        if k == 0:
+            self.outputs[s] = outputs
         return loss
 
     # resume: what a checkpoint round trip must carry

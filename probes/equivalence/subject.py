@@ -146,26 +146,51 @@ def reference(
 def _run(
     subject: Subject, hyper: Hyper, world_size: int, lrs: Sequence[float] | None, dtype: Any
 ) -> tuple[list[StepRecord], dict[str, Any]]:
-    import torch
-
-    model = subject.build(1).to("cpu", dtype)
-    model.train()
-    named = {n: p for n, p in model.named_parameters() if p.requires_grad}
-    params = list(named.values())
-    optimizer = (torch.optim.AdamW if hyper.adamw else torch.optim.Adam)(
-        params, lr=hyper.lr, betas=hyper.betas, eps=hyper.eps, weight_decay=hyper.weight_decay
-    )
+    trainee = _trainee(subject, hyper, dtype)
+    model = trainee[0]
     initial = full_params(model, dtype=dtype)
     records = []
     for step in range(hyper.steps):
         lr = lrs[step] if lrs is not None else hyper.lr
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        loss = _accumulate(subject, model, params, hyper, world_size, step, dtype)
-        norm = torch.nn.utils.clip_grad_norm_(params, hyper.clip) if hyper.clip else _norm(params)
-        optimizer.step()
+        loss, norm = _step(subject, trainee, hyper, world_size, step, lr, dtype)
         records.append(StepRecord(float(loss), float(norm), lr, full_params(model, dtype=dtype)))
     return records, initial
+
+
+def _trainee(subject: Subject, hyper: Hyper, dtype: Any) -> tuple[Any, list[Any], Any]:
+    """The reference's model (one process), its trainable parameters, and the optimizer `hyper` names."""
+    import torch
+
+    model = subject.build(1).to("cpu", dtype)
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = (torch.optim.AdamW if hyper.adamw else torch.optim.Adam)(
+        params, lr=hyper.lr, betas=hyper.betas, eps=hyper.eps, weight_decay=hyper.weight_decay
+    )
+    return model, params, optimizer
+
+
+def _step(
+    subject: Subject,
+    trainee: tuple[Any, list[Any], Any],
+    hyper: Hyper,
+    world_size: int,
+    step: int,
+    lr: float,
+    dtype: Any,
+) -> tuple[Any, Any]:
+    """One reference step of `trainee` (`_trainee`'s) at `lr`: the global loss and the gradient norm before
+    clipping."""
+    import torch
+
+    model, params, optimizer = trainee
+
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    loss = _accumulate(subject, model, params, hyper, world_size, step, dtype)
+    norm = torch.nn.utils.clip_grad_norm_(params, hyper.clip) if hyper.clip else _norm(params)
+    optimizer.step()
+    return loss, norm
 
 
 def reference_outputs(
@@ -178,19 +203,10 @@ def reference_outputs(
     from ds_doctor.probes.equivalence.where import recording
 
     dtype = torch.float32
-    model = subject.build(1).to("cpu", dtype)
-    model.train()
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = (torch.optim.AdamW if hyper.adamw else torch.optim.Adam)(
-        params, lr=hyper.lr, betas=hyper.betas, eps=hyper.eps, weight_decay=hyper.weight_decay
-    )
+    trainee = _trainee(subject, hyper, dtype)
     for step in range(at_step):
-        for group in optimizer.param_groups:
-            group["lr"] = lrs[step] if lrs is not None else hyper.lr
-        _accumulate(subject, model, params, hyper, world_size, step, dtype)
-        if hyper.clip:
-            torch.nn.utils.clip_grad_norm_(params, hyper.clip)
-        optimizer.step()
+        _step(subject, trainee, hyper, world_size, step, lrs[step] if lrs is not None else hyper.lr, dtype)
+    model = trainee[0]
     with torch.no_grad(), recording(model) as outputs:
         subject.micro_loss(model, at_step, 0, rank, hyper.micro_batch, dtype=dtype, device="cpu")
     return outputs
