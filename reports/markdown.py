@@ -364,7 +364,9 @@ def fold_own_frames(traceback: str) -> str:
     while index < len(lines):
         if OWN_FRAME.match(lines[index]):
             folded += 1
-            index += 2 if index + 1 < len(lines) and lines[index + 1].startswith("    ") else 1
+            index += 1
+            while index < len(lines) and lines[index].startswith("    "):  # its source lines and carets
+                index += 1
             continue
         if folded:
             out.append(f"  [{folded} frame(s) of ds-doctor's own, folded]")

@@ -27,7 +27,7 @@ for f in $(find /tmp/h -name torchrun.log); do
 done >> $OUT/hang-triage.txt
 rm -rf /tmp/n; mkdir -p /tmp/n/0 /tmp/n/1
 for n in 0 1; do
-  timeout 400 python3 -m ds_doctor.cli run --nnodes 2 --node-rank $n --rdzv-endpoint 127.0.0.1:29411 --nproc 1 -k "comm" \
+  NCCL_HOSTID=ds-doctor-node$n timeout 400 python3 -m ds_doctor.cli run --nnodes 2 --node-rank $n --rdzv-endpoint 127.0.0.1:29411 --nproc 1 -k "comm" \
     --out /tmp/n/$n > $OUT/nnodes-$n.log 2>&1 &
 done
 wait; tail -20 $OUT/nnodes-0.log; cp /tmp/n/0/*.json $OUT/nnodes.json 2>/dev/null; cp /tmp/n/0/*.md $OUT/nnodes.md 2>/dev/null

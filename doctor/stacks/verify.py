@@ -57,8 +57,10 @@ NOT_HERE = {
     "ds_import_torch_private_removed": "releases < 0.14.4 do not import on this torch: the failure is the import",
     "ds_import_numpy2_bufsize": "releases < 0.14.4 do not import on this torch: the failure is the import",
     "composer_single_group_rebuild": "shows only with a GPU (Composer's FSDP passes device_id=torch.cuda."
-    "current_device()); 0.23.5 and 0.24.0 install here with --ignore-pins: "
-    "docs/gpu/composer.sh",
+    "current_device()): reproduced live at 0.23.5, absent at 0.24.0 on the H200, docs/gpu-runs.md "
+    "(docs/gpu/composer.sh)",
+    "composer_group_subset_keyerror": "shows only with a GPU, as composer_single_group_rebuild: raised live at "
+    "0.23.5, absent at 0.24.0 on the H200, docs/gpu-runs.md (docs/gpu/composer.sh)",
     "nccl_duplicate_gpu_subgroups_before_set_device": "needs several GPUs with NCCL >= 2.26 (a communicator per "
     "GPU); not reproduced here",
 }

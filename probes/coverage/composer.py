@@ -56,13 +56,24 @@ def composer_trainer(
     ctx.enter("wrap")
     model = FourParts()
     optimizer = optimizer_of(model.module)
-    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(*batch), batch_size=len(batch[0]))
+    dataset = torch.utils.data.TensorDataset(*batch)
+    # Composer refuses a loader without a DistributedSampler at world size > 1 (composer/core/data_spec.py): each rank
+    # takes its share of the batch, in order, as a user's job does
+    sampler = (
+        torch.utils.data.distributed.DistributedSampler(dataset, shuffle=False)
+        if ctx.world_size > 1
+        else None
+    )
+    loader = torch.utils.data.DataLoader(dataset, batch_size=len(batch[0]), sampler=sampler)
     trainer = Trainer(
         model=model,
         optimizers=optimizer,
         train_dataloader=loader,
         max_duration="1ba",
         device="gpu",
+        # Composer's GPU default is amp_fp16, with FSDP parameters in fp16 and a grad scaler that skips a step that
+        # overflows: the case asks which parameters one step updates, so it steps in fp32
+        precision="fp32",
         parallelism_config={"fsdp": {"use_orig_params": True}},
         progress_bar=False,
         log_to_console=False,

@@ -21,7 +21,12 @@ from ds_doctor.plugins.checks import process_count_agreement, step_changes, trac
 from ds_doctor.plugins.collect import Tracked, clean_name, optimizer_groups, tracked_names
 from ds_doctor.plugins.usersetup import UserConfig
 from ds_doctor.probes.coverage.subject import Subject, subject, user_ds_config
-from ds_doctor.probes.shared.common import accelerate_session, build_deepspeed_ops, dist_world_size
+from ds_doctor.probes.shared.common import (
+    accelerate_session,
+    build_deepspeed_ops,
+    dist_world_size,
+    refuse_fsdp2_over_gloo_on_gpu,
+)
 from ds_doctor.probes.shared.common import full_values as gathered_values
 
 SPEC = ProbeSpec(
@@ -331,6 +336,7 @@ def _fsdp1(ctx: ProbeContext, route: Route, cleanup: contextlib.ExitStack) -> Wr
 def _fsdp2(ctx: ProbeContext, route: Route, cleanup: contextlib.ExitStack) -> Wrapped:
     from torch.distributed.fsdp import fully_shard
 
+    refuse_fsdp2_over_gloo_on_gpu(ctx)
     ctx.enter("wrap")
     model = build_model().to(_device(ctx))
     optimizer = make_optimizer(model) if route.optimizer_before_wrap else None

@@ -16,7 +16,7 @@ from ds_doctor.plugins.collect import clean_name
 from ds_doctor.plugins.usersetup import UserConfig
 from ds_doctor.probes.equivalence.subject import Hyper, StepRecord, Subject, full_params
 from ds_doctor.probes.equivalence.where import recording
-from ds_doctor.probes.shared.common import full_values
+from ds_doctor.probes.shared.common import full_values, refuse_fsdp2_over_gloo_on_gpu
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,6 +198,7 @@ class FSDP2Session(TorchSession):
         import torch
         from torch.distributed.fsdp import fully_shard
 
+        refuse_fsdp2_over_gloo_on_gpu(self.ctx)
         if self.subject.user is None:  # the MLP: each Linear its own unit, as users shard blocks
             for child in module:
                 if isinstance(child, torch.nn.Linear):

@@ -134,3 +134,13 @@ if __name__ == "__main__":
         os.environ["TORCH_EXTENSIONS_DIR"] = folder
     built = build_ops()
     print("DeepSpeed ops built:", ", ".join(built) or "none", "in", os.environ.get("TORCH_EXTENSIONS_DIR"))
+
+
+def refuse_fsdp2_over_gloo_on_gpu(ctx: ProbeContext) -> None:
+    """Skip where FSDP2 would run gloo collectives on CUDA tensors: torch segfaults there (a rank killed by SIGSEGV in
+    the first backward, seen on the H200 in the shared-GPU mode `gloo`; pytorch/pytorch#132471)."""
+    if ctx.backend == "gloo" and ctx.device_kind == "cuda":
+        ctx.skip(
+            "FSDP2 over gloo with CUDA tensors segfaults in torch (pytorch/pytorch#132471): with ranks sharing a "
+            "GPU it runs in the default mode (DS_DOCTOR_SHARED_GPU=nccl-hostid)"
+        )

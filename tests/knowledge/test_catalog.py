@@ -276,7 +276,7 @@ def test_the_catalog_holds_every_library_file_once() -> None:
         "equivalence.toml",
     ]
     everything = sum(parts.values(), ())
-    assert known_issues.ISSUES == everything and len({i.id for i in everything}) == len(everything) == 64
+    assert known_issues.ISSUES == everything and len({i.id for i in everything}) == len(everything) == 65
     assert all(issue.id.startswith("ds_") for issue in parts["deepspeed.toml"])
     assert known_issues.get("torchrun_child_sigkill").package == "torch"
 
@@ -289,20 +289,36 @@ def test_every_entry_with_a_signature_is_exercised_by_a_sample() -> None:
 
 
 @pytest.mark.parametrize(
-    ("name", "issue_id"),
+    ("name", "issue_id", "package", "affected", "fixed"),
     [
-        ("h100_ds_5538_live.txt", S2_ID),
-        ("h100_ds0142_torch211_import.txt", "ds_import_torch_private_removed"),
-        ("h100_ds0142_numpy2_import.txt", "ds_import_numpy2_bufsize"),
+        ("h100_ds_5538_live.txt", S2_ID, "deepspeed", "0.14.2", "0.19.8"),
+        (
+            "h100_ds0142_torch211_import.txt",
+            "ds_import_torch_private_removed",
+            "deepspeed",
+            "0.14.2",
+            "0.19.8",
+        ),
+        ("h100_ds0142_numpy2_import.txt", "ds_import_numpy2_bufsize", "deepspeed", "0.14.2", "0.19.8"),
+        (
+            "h200_composer0235_two_groups_keyerror.txt",
+            "composer_group_subset_keyerror",
+            "mosaicml",
+            "0.23.5",
+            "0.24.0",
+        ),
     ],
 )
-def test_tracebacks_captured_on_a_gpu_node_are_classified(name: str, issue_id: str) -> None:
-    """Real tracebacks from zero_offload on an H100 with deepspeed 0.14.2 (docs/gpu-runs.md): #5538 live, and the
-    two import failures an old DeepSpeed meets on torch 2.11 / numpy 2 before it gets that far."""
+def test_tracebacks_captured_on_a_gpu_node_are_classified(
+    name: str, issue_id: str, package: str, affected: str, fixed: str
+) -> None:
+    """Real tracebacks captured on GPU nodes (docs/gpu-runs.md): zero_offload with deepspeed 0.14.2 on an H100 (#5538
+    live, and the two import failures an old DeepSpeed meets on torch 2.11 / numpy 2 before it gets that far), and
+    Composer 0.23.5's two-group route on an H200, as the report rendered them."""
     hits = known_issues.classify((RESOURCES / "gpu" / name).read_text())
     assert [hit.id for hit in hits] == [issue_id]
     verdict = hits[0].version_verdict
-    assert (verdict({"deepspeed": "0.14.2"}), verdict({"deepspeed": "0.19.8"})) == (AFFECTED, NOT_AFFECTED)
+    assert (verdict({package: affected}), verdict({package: fixed})) == (AFFECTED, NOT_AFFECTED)
 
 
 #: texts whose message looks like an entry's but whose cause is another: the entry's frames tell them apart

@@ -79,7 +79,12 @@ def test_the_entries_without_a_wording_are_exactly_the_listed_ones() -> None:
 def test_each_wording_names_where_it_was_read() -> None:
     for issue in catalog.ISSUES:
         for wording in issue.wordings:
-            assert wording.package in {"torch", "deepspeed", "accelerate", "transformers", "nccl"}, (
-                wording.source
-            )
+            assert wording.package in {
+                "torch",
+                "deepspeed",
+                "accelerate",
+                "transformers",
+                "nccl",
+                "mosaicml",
+            }, wording.source
             assert wording.read and wording.versions, issue.id

@@ -188,7 +188,8 @@ def test_ds_doctors_own_frames_are_folded_out_of_a_traceback() -> None:
             '  File "/opt/venv/lib/python3.11/site-packages/ds_doctor/run/worker.py", line 100, in run_case',
             "    module.run(ctx)",
             '  File "/opt/venv/lib/python3.11/site-packages/ds_doctor/probes/zero_offload.py", line 105, in run',
-            "    engine, *_ = deepspeed.initialize(model=module, config=config)",
+            "    engine, *_ = deepspeed.initialize(",
+            "                 ^^^^^^^^^^^^^^^^^^^^^",  # Python 3.11's carets (and a call over several lines) go too
             '  File "/opt/venv/lib/python3.11/site-packages/deepspeed/__init__.py", line 193, in initialize',
             "    engine = DeepSpeedEngine(args=args, model=model)",
             "RuntimeError: the library's own words",
