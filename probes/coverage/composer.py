@@ -59,7 +59,7 @@ def composer_trainer(
     dataset = torch.utils.data.TensorDataset(*batch)
     # Composer refuses a loader without a DistributedSampler at world size > 1 (composer/core/data_spec.py): each rank
     # takes its share of the batch, in order, as a user's job does
-    sampler = (
+    sampler: Any = (
         torch.utils.data.distributed.DistributedSampler(dataset, shuffle=False)
         if ctx.world_size > 1
         else None
