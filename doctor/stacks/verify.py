@@ -43,6 +43,10 @@ PLAN = {
     "hf_trainer_num_items_unshifted_overcount": Plan(
         "equivalence and trainer-num-items", "cpu", ("4.46.2", "4.57.6")
     ),
+    # transformers#45305: 5.2.0 began handing the accumulation steps to Accelerate; 5.1.0 built no plugin
+    "hf_trainer_accelerate_double_ga_division": Plan(
+        "equivalence and trainer-ga-double-division", "cpu", ("5.1.0", "5.2.0")
+    ),
 }
 
 

@@ -118,6 +118,15 @@ ROUTES = (
         model="hf:gpt2",
     ),
     Route(
+        "trainer-ga-double-division",
+        "trainer",
+        "the trainer route with each row's first label -100 (the overcount's remedy), as a reproducing case of the "
+        "accumulation steps handed to Accelerate too (xfail on transformers 5.2.0-5.5.3: the loss divided twice)",
+        reproduce=True,
+        issue=equivalence_trainer.DOUBLE_DIVISION_ISSUE,
+        first_label_masked=True,
+    ),
+    Route(
         "resume-deepspeed",
         "deepspeed",
         f"{_DS}, ZeRO 2, WarmupDecayLR; save_checkpoint at step 2, load_checkpoint in a new process",

@@ -33,6 +33,8 @@ class Route:
     resume: str | None = None  # "deepspeed", "accelerate", "trainer": the save/load path of a resume case
     drop: tuple[str, ...] = ()  # what the resume leaves out of the load: "optimizer", "scheduler" (planted)
     loss_kwargs: bool = True  # the Trainer's model takes **kwargs (num_items_in_batch)
+    # each row's first label -100 (never predicted): the Trainer's unshifted num_items_in_batch then counts right
+    first_label_masked: bool = False
     level: int = 3
     reproduce: bool = False
     issue: str | None = None

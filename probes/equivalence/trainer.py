@@ -31,6 +31,10 @@ TRAINER_HYPER = Hyper(lr=1e-3, weight_decay=0.0)
 OVERCOUNT_ISSUE = "hf_trainer_num_items_unshifted_overcount"
 # how close the loss ratio must come to (tokens predicted)/(labels counted) to be that scale
 OVERCOUNT_MATCH = 1e-4
+#: transformers 5.2.0-5.5.3 also hands the accumulation steps to Accelerate, whose backward divides again
+DOUBLE_DIVISION_ISSUE = "hf_trainer_accelerate_double_ga_division"
+# how close the first step's gradient norm must come to the reference's / accumulation steps to be that scale
+DOUBLE_DIVISION_MATCH = 1e-3
 REMEDY_GA = (
     "Let the model take **kwargs in forward (so the Trainer passes num_items_in_batch and the loss is "
     "normalised per token over the accumulated batch), or pass compute_loss_func; upgrade transformers to "
@@ -88,18 +92,18 @@ class NoLossKwargs:
         return Wrapper()
 
 
-def sample(index: int, vocab: int) -> dict[str, Any]:
-    """Sample `index` of the stream: a right-padded sequence of 2..SEQUENCE real tokens, labels -100 on padding."""
+def sample(index: int, vocab: int, first_label_masked: bool = False) -> dict[str, Any]:
+    """Sample `index` of the stream: a right-padded sequence of 2..SEQUENCE real tokens, labels -100 on padding (and
+    on the first token where asked: a causal LM never predicts it, so the loss is the same)."""
     import torch
 
     length = 2 + (5 * index) % (SEQUENCE - 1)
     ids = torch.randint(1, vocab, (SEQUENCE,), generator=torch.Generator().manual_seed(7919 + index))
     mask = torch.arange(SEQUENCE) < length
-    return {
-        "input_ids": torch.where(mask, ids, PAD),
-        "attention_mask": mask.long(),
-        "labels": torch.where(mask, ids, -100),
-    }
+    labels = torch.where(mask, ids, -100)
+    if first_label_masked:
+        labels[0] = -100
+    return {"input_ids": torch.where(mask, ids, PAD), "attention_mask": mask.long(), "labels": labels}
 
 
 def micro_indices(step: int, micro: int, rank: int, hyper: Hyper, world_size: int) -> range:
@@ -109,11 +113,13 @@ def micro_indices(step: int, micro: int, rank: int, hyper: Hyper, world_size: in
     return range(b * hyper.micro_batch, (b + 1) * hyper.micro_batch)
 
 
-def predicted_over_counted(hyper: Hyper, world_size: int) -> tuple[int, int]:
+def predicted_over_counted(
+    hyper: Hyper, world_size: int, first_label_masked: bool = False
+) -> tuple[int, int]:
     """The first step's global batch: the label tokens a causal LM predicts (labels shifted by one), and the labels
     that are not -100 as given (what the Trainer counts as num_items_in_batch where it does not shift)."""
     batches = [
-        stacked(micro_indices(0, k, r, hyper, world_size), 2)
+        stacked(micro_indices(0, k, r, hyper, world_size), 2, first_label_masked)
         for r in range(world_size)
         for k in range(hyper.accumulation)
     ]
@@ -123,10 +129,10 @@ def predicted_over_counted(hyper: Hyper, world_size: int) -> tuple[int, int]:
     )
 
 
-def stacked(indices: range, vocab: int) -> dict[str, Any]:
+def stacked(indices: range, vocab: int, first_label_masked: bool = False) -> dict[str, Any]:
     import torch
 
-    samples = [sample(i, vocab) for i in indices]
+    samples = [sample(i, vocab, first_label_masked) for i in indices]
     return {key: torch.stack([s[key] for s in samples]) for key in samples[0]}
 
 
@@ -231,7 +237,7 @@ def make_trainer(
             return count
 
         def __getitem__(self, index: int) -> dict[str, Any]:
-            return sample(index, vocab)
+            return sample(index, vocab, route.first_label_masked)
 
     class Recording(transformers.Trainer):
         def training_step(self, *args: Any, **kwargs: Any) -> Any:
@@ -361,17 +367,22 @@ def run(ctx: ProbeContext, route: Route) -> None:
             "model_accepts_loss_kwargs": getattr(trainer, "model_accepts_loss_kwargs", None),
         },
     )
-    ratio = predicted_over_counted(hyper, ctx.world_size)
+    ratio = predicted_over_counted(hyper, ctx.world_size, route.first_label_masked)
     ctx.note("label_tokens_first_step", {"predicted": ratio[0], "counted_unshifted": ratio[1]})
 
     def explain(ref: list[StepRecord]) -> str | None:
-        """The overcount where the first step's loss is the reference's scaled by predicted/counted tokens; on the
-        overcount's own route, anything else is not it (transformers 4.46.0-4.46.1 dropped the division by the
+        """The overcount where the first step's loss is the reference's scaled by predicted/counted tokens; the
+        double division where the loss is right and the first gradient norm is the reference's / accumulation steps;
+        on either's own route, anything else is not it (transformers 4.46.0-4.46.1 dropped the division by the
         accumulation steps for models without loss kwargs, GPT-2 among them: no entry of the catalog)."""
         scale = records[0].loss / ref[0].loss if records and ref and ref[0].loss else None
-        if scale is not None and abs(scale - ratio[0] / ratio[1]) <= OVERCOUNT_MATCH:
+        if scale is not None and abs(scale - ratio[0] / ratio[1]) <= OVERCOUNT_MATCH and ratio[0] != ratio[1]:
             return OVERCOUNT_ISSUE
-        return UNEXPLAINED if route.issue == OVERCOUNT_ISSUE else None
+        norm = _norm_scale(records, ref)
+        if scale is not None and abs(scale - 1) <= OVERCOUNT_MATCH and norm is not None:
+            if abs(norm * hyper.accumulation - 1) <= DOUBLE_DIVISION_MATCH:
+                return DOUBLE_DIVISION_ISSUE
+        return UNEXPLAINED if route.issue in (OVERCOUNT_ISSUE, DOUBLE_DIVISION_ISSUE) else None
 
     judging = Judging(
         schedule=True,
@@ -396,6 +407,12 @@ def run(ctx: ProbeContext, route: Route) -> None:
         from ds_doctor.plugins.checks import Tolerance
 
         compare(ctx, route, recorder.fingerprint or {}, loaded, records, resumed, k, Tolerance(hyper.dtype))
+
+
+def _norm_scale(records: list[StepRecord], ref: list[StepRecord]) -> float | None:
+    """The route's first gradient norm over the reference's (None where either did not say)."""
+    route, plain = records[0].grad_norm if records else None, ref[0].grad_norm if ref else None
+    return route / plain if route is not None and plain else None
 
 
 def _resume_at(hyper: Hyper) -> int:
