@@ -21,6 +21,7 @@ from ds_doctor.cli_bisect import bisect
 from ds_doctor.cli_fleet import fleet
 from ds_doctor.cli_outputs import report_what_finished, show_paths, write_extra_formats, write_user_output
 from ds_doctor.cli_triage import triage
+from ds_doctor.files import CannotWrite
 from ds_doctor.options import (
     FRACTION,
     NNODES,
@@ -445,7 +446,17 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Abort as exc:
         click.echo("ds-doctor: aborted", err=True)
         return exc.exit_code if isinstance(exc, Stopped) else INTERRUPTED
+    except CannotWrite as exc:
+        click.echo(f"ds-doctor: error: {one_line(str(exc))}", err=True)
+        return int(ExitCode.USAGE_ERROR)
     except OSError as exc:
+        from ds_doctor.files import disk_failure
+
+        if (
+            line := disk_failure(exc)
+        ) is not None:  # the machine's (a full disk, a failing one), not ds-doctor's
+            click.echo(f"ds-doctor: error: {one_line(line)}", err=True)
+            return int(ExitCode.USAGE_ERROR)
         if not _names_an_argument(exc, state.argv):
             return _internal_error(exc, state.debug)
         click.echo(f"ds-doctor: error: {one_line(f'{exc.filename}: {exc.strerror or exc}')}", err=True)

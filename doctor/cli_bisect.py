@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from ds_doctor.files import write_atomic
 from ds_doctor.options import check_selection, writable_dir
 from ds_doctor.probe.rankoptions import DEFAULTS
 from ds_doctor.stacks.bisect import Runner
@@ -97,8 +98,8 @@ def bisect(
         overlay_runner(level, keyword, out, find_links, ignore_pins),
         say=lambda line: click.echo(line, err=True),
     )
-    (out / "bisect.md").write_text(render_bisection(found), encoding="utf-8")
-    (out / "bisect.json").write_text(json.dumps(found.to_dict(), indent=2) + "\n", encoding="utf-8")
+    write_atomic(out / "bisect.md", render_bisection(found))
+    write_atomic(out / "bisect.json", json.dumps(found.to_dict(), indent=2) + "\n")
     click.echo(found.summary())
     click.echo(f"Markdown: {out / 'bisect.md'}")
     return 0

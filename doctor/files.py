@@ -3,11 +3,15 @@ terminal, a pipe's reader), and never a replacement of anything but a regular fi
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
+import secrets
 import stat
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 #: The longest path component built from data (a host name in a report's file name)
 COMPONENT_CHARS = 64
@@ -21,16 +25,38 @@ def safe_component(text: object, default: str = "unknown", limit: int = COMPONEN
     return component or default
 
 
-def write_atomic(path: Path, text: str, *, fsync: bool = True, exclusive: bool = False) -> None:
-    """Write to a temp file beside `path`, then rename over it (fsync off for frequent heartbeats).
+#: The errno values that are the machine's, not ds-doctor's: a full disk, a quota, a failing device, a read-only
+#: mount, a file over the size limit. Where one stops a write, ds-doctor says so in one line (exit 2), never as its bug.
+DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EFBIG})
 
-    With `exclusive`, the temp file is hard-linked to `path` instead, which fails with
-    FileExistsError when `path` exists: two writers never replace each other's file."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def exclusive_temp(path: Path) -> tuple[int, Path]:
+    """A new, empty file beside `path` under a name nobody can predict, created exclusively and without following a
+    link (O_CREAT|O_EXCL|O_NOFOLLOW): a link or file planted at any name ds-doctor might pick is never written
+    through, as root or not. Mode 0666 less the umask, as `open("w")` gives."""
+    stem = path.name[:200]  # the random part and the dots must fit in a name of 255 bytes
+    for _ in range(100):
+        tmp = path.with_name(f".{stem}.{secrets.token_hex(8)}.tmp")
+        try:
+            return os.open(tmp, _CREATE, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary name beside it", str(path))
+
+
+@contextlib.contextmanager
+def replacing(path: Path, *, fsync: bool = True, exclusive: bool = False) -> Iterator[IO[str]]:
+    """A text handle whose content replaces `path` when the block ends (renamed over it: a reader never sees half a
+    file, and a link at `path` is replaced, never followed); with `exclusive`, hard-linked to `path` instead, which
+    fails with FileExistsError where `path` exists (two writers never replace each other's file). An OS error without
+    a file name (a write on a full disk) is raised naming `path`."""
+    fd, tmp = exclusive_temp(path)
     try:
         # text from data may hold lone surrogates (a non-UTF-8 byte in a path or variable): shown escaped, never lost
-        with tmp.open("w", encoding="utf-8", errors="backslashreplace") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as handle:
+            yield handle
             if fsync:
                 handle.flush()
                 os.fsync(handle.fileno())
@@ -38,8 +64,33 @@ def write_atomic(path: Path, text: str, *, fsync: bool = True, exclusive: bool =
             os.link(tmp, path)
         else:
             os.replace(tmp, path)
+    except OSError as exc:
+        if exc.filename is not None:
+            raise
+        raise type(exc)(exc.errno, exc.strerror, str(path)) from exc
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def write_atomic(path: Path, text: str, *, fsync: bool = True, exclusive: bool = False) -> None:
+    """Write `text` to a temp file beside `path`, then rename over it (fsync off for frequent heartbeats); see
+    `replacing` for `exclusive` and what is never followed."""
+    with replacing(path, fsync=fsync, exclusive=exclusive) as handle:
+        handle.write(text)
+
+
+class CannotWrite(Exception):
+    """An output the machine would not let ds-doctor write (a full or failing disk), with what to do: one line, exit
+    2."""
+
+
+def disk_failure(exc: BaseException) -> str | None:
+    """One line for an OS error the machine caused (full disk, quota, I/O error, read-only mount), naming the path;
+    None for any other."""
+    if not isinstance(exc, OSError) or exc.errno not in DISK_ERRNOS:
+        return None
+    where = f"cannot write {exc.filename}" if exc.filename is not None else "cannot write"
+    return f"{where}: {exc.strerror or os.strerror(exc.errno or 0)}"
 
 
 class OutputError(Exception):

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from ds_doctor.files import safe_component, write_atomic
+from ds_doctor.files import replacing, safe_component, write_atomic
 from ds_doctor.redact import scrub, scrub_text
 from ds_doctor.reports.hang import (
     CollectivePosition,
@@ -373,10 +373,8 @@ def scrub_file(path: Path) -> None:
             if clean != text:
                 write_atomic(path, clean, fsync=False)
             return
-        tmp = path.with_name(f".{path.name}.scrub")
-        with path.open(encoding="utf-8", errors="replace") as source, tmp.open("w", encoding="utf-8") as sink:
+        with path.open(encoding="utf-8", errors="replace") as source, replacing(path, fsync=False) as sink:
             for line in source:
                 sink.write(scrub_text(line))
-        tmp.replace(path)
     except OSError:
         return

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import ds_doctor
-from ds_doctor.files import safe_component, write_atomic
+from ds_doctor.files import CannotWrite, disk_failure, safe_component, write_atomic
 from ds_doctor.redact import Anonymizer, scrub
 from ds_doctor.reports.html import render_html
 from ds_doctor.reports.markdown import render_markdown
@@ -79,6 +79,20 @@ def report_basename(report: Report) -> str:
     return f"ds-doctor-{safe_component(report.hardware.host)}-{when}"
 
 
+def write_reports_of_run(report: Report, out_dir: Path, run_dir: Path | None) -> dict[str, Path]:
+    """`write_reports` for a run: where the disk refuses them, one line that says the results are safe in the run
+    directory and how to write the report from it."""
+    try:
+        return write_reports(report, out_dir)
+    except OSError as exc:
+        line = disk_failure(exc)
+        if line is None or run_dir is None:
+            raise
+        raise CannotWrite(
+            f"{line}; every result is in {run_dir}: `ds-doctor report {run_dir}` writes the report once there is room"
+        ) from None
+
+
 def write_reports(report: Report, out_dir: Path, suffix: str = "") -> dict[str, Path]:
     """Write the JSON and the ticket Markdown atomically, never over an existing report (a second run
     writing into the same directory in the same second gets its own names)."""
@@ -91,8 +105,15 @@ def write_reports(report: Report, out_dir: Path, suffix: str = "") -> dict[str, 
             write_atomic(paths["json"], text, exclusive=True)
         except FileExistsError:
             continue
-        write_atomic(paths["markdown"], render_markdown(report, full_report=paths["json"].name))
         paths["html"] = out_dir / f"{name}.html"
-        write_atomic(paths["html"], render_html(report))
+        try:
+            write_atomic(paths["markdown"], render_markdown(report, full_report=paths["json"].name))
+            write_atomic(paths["html"], render_html(report))
+        except (
+            OSError
+        ):  # a full or failing disk: no JSON left without its Markdown (a ticket gets both or none)
+            for written in paths.values():
+                written.unlink(missing_ok=True)
+            raise
         return paths
     raise RuntimeError(f"could not find a free report name for {base} in {out_dir}")

@@ -25,7 +25,7 @@ from ds_doctor.hardware.env import collect_environment
 from ds_doctor.probe.rankoptions import RankOptions
 from ds_doctor.redact import scrub
 from ds_doctor.reports.records import FAILING, CaseResult, Outcome, Report
-from ds_doctor.run.build import build_report, utc_now, write_reports
+from ds_doctor.run.build import build_report, utc_now, write_reports_of_run
 from ds_doctor.run.launch import rank_environment
 from ds_doctor.run.pipeline import (
     RunOptions,
@@ -235,6 +235,6 @@ def _finish(
         anonymized=options.anonymized,
         nodes=sections,
     )
-    return report, write_reports(report, options.out_dir) if report_writer(
+    return report, write_reports_of_run(report, options.out_dir, run_dir.path) if report_writer(
         report
     ) == cluster.node_rank else {}

@@ -19,7 +19,7 @@ from ds_doctor.probe.rankoptions import DEFAULTS, RankOptions
 from ds_doctor.probe.spec import Case
 from ds_doctor.redact import scrub
 from ds_doctor.reports.records import CaseResult, Report, format_time
-from ds_doctor.run.build import build_report, clean_result, utc_now, write_reports
+from ds_doctor.run.build import build_report, clean_result, utc_now, write_reports_of_run
 from ds_doctor.run.extensions import first_build_line
 from ds_doctor.run.launch import LaunchEvents, run_group
 from ds_doctor.run.merge import merge_case, skipped_case
@@ -279,4 +279,4 @@ def run(options: RunOptions, reporter: RunReporter | None = None) -> tuple[Repor
         anonymized=options.anonymized,
         stacks=stacks_section(env["packages"], options.overlays),
     )
-    return report, write_reports(report, options.out_dir)
+    return report, write_reports_of_run(report, options.out_dir, run_dir.path if run_dir else None)

@@ -13,12 +13,14 @@ Every way an overlay cannot be had is an `OverlayError`: one line (pip's own rea
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import hashlib
 import importlib.metadata
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -256,6 +258,97 @@ def prepended(folder: Path) -> str:
     return os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))
 
 
+def untrusted(path: Path) -> str | None:
+    """Why `path` cannot be trusted to hold code ds-doctor runs (as root, on every rank), or None: it and every folder
+    above it must be a folder owned by the user running ds-doctor or by root, writable by nobody else (a folder others
+    may write is fine only with the sticky bit, as /tmp: they cannot rename what is not theirs); `path` itself must
+    not be a link."""
+    me = os.geteuid()
+    try:
+        here = os.lstat(path)
+    except OSError as exc:
+        return f"{path} cannot be examined ({exc.strerror})"
+    if not stat.S_ISDIR(here.st_mode):
+        return f"{path} is not a folder (a link or a file)"
+    for folder in (path, *path.parents):
+        info = here if folder == path else os.stat(folder)
+        if info.st_uid not in (me, 0):
+            return f"{folder} belongs to uid {info.st_uid}, not to this user ({me}) or root"
+        writable_by_others = info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+        if writable_by_others and (folder == path or not info.st_mode & stat.S_ISVTX):
+            return f"{folder} is writable by others (mode {stat.filemode(info.st_mode)})"
+    return None
+
+
+def refuse_untrusted_root(root: Path) -> None:
+    """The cache folder itself: another user who can write there could plant an overlay at a key (predictable) whose
+    sitecustomize.py every rank runs. One line, exit 2."""
+    why = untrusted(root.resolve())
+    if why is not None:
+        raise OverlayError(
+            f"the overlay cache {root} cannot be trusted: {why}; set {CACHE_ENV} to a folder only you can write"
+        )
+
+
+def from_cache(
+    releases: tuple[Release, ...], root: Path, target: Path, say: Callable[[str], object]
+) -> Overlay | None:
+    """The finished overlay at `target`, when it is ours to trust: the cache and the overlay folders only this user
+    can write, a marker of ours, and every release it names installed there with its files as their RECORD lists
+    them (hash and size). Else None, after saying why a folder that is there is built again."""
+    marker = target / MARKER
+    if not marker.is_file():
+        return None
+    refuse_untrusted_root(root)
+    why = untrusted(target)
+    overlay = None
+    if why is None:
+        try:
+            data = json.loads(marker.read_text())
+            overlay = Overlay(
+                releases,
+                target,
+                {str(k): str(v) for k, v in data["packages"].items()},
+                tuple(str(line) for line in data.get("ignored_pins", ())),
+            )
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            why = f"its marker {marker} is not ours"
+    if overlay is not None:
+        why = not_installed_as_recorded(target, overlay.packages)
+    if why is None:
+        return overlay
+    say(f"ds-doctor: building the overlay at {target} again: {why}")
+    shutil.rmtree(target, ignore_errors=True)
+    return None
+
+
+def not_installed_as_recorded(folder: Path, packages: dict[str, str]) -> str | None:
+    """Why the releases a marker names are not what `folder` holds, or None: each one's metadata (name and version)
+    is there, and every file its RECORD lists with a hash has that hash and size."""
+    found = {
+        canonical(dist.metadata["Name"] or ""): dist
+        for dist in importlib.metadata.distributions(path=[str(folder)])
+    }
+    for name, version in packages.items():
+        dist = found.get(canonical(name))
+        if dist is None or dist.version != version:
+            return f"{name} {version} is not installed there"
+        for entry in dist.files or ():
+            if entry.hash is None or entry.parts[0] == "..":
+                continue  # RECORD itself, .pyc files written later, scripts (pip --target puts them elsewhere)
+            path = Path(str(entry.locate()))
+            try:
+                data = path.read_bytes()
+            except OSError:
+                return f"{name} {version}: {entry} is missing"
+            digest = (
+                base64.urlsafe_b64encode(hashlib.new(entry.hash.mode, data).digest()).rstrip(b"=").decode()
+            )
+            if digest != entry.hash.value or (entry.size is not None and entry.size != len(data)):
+                return f"{name} {version}: {entry} is not the file its RECORD lists"
+    return None
+
+
 def key_of(releases: tuple[Release, ...], find_links: Path | None, ignore_pins: bool = False) -> str:
     facts = [
         sys.version,
@@ -285,18 +378,9 @@ def build(
         raise OverlayError(f"--find-links {one_line(str(find_links))[:300]}: not a folder")
     root = cache_root()
     target = root / key_of(releases, find_links, ignore_pins)
-    marker = target / MARKER
-    if marker.is_file():
-        try:
-            data = json.loads(marker.read_text())
-            return Overlay(
-                releases,
-                target,
-                {str(k): str(v) for k, v in data["packages"].items()},
-                tuple(str(line) for line in data.get("ignored_pins", ())),
-            )
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            pass  # a marker that is not ours to trust: built again below
+    cached = from_cache(releases, root, target, say)
+    if cached is not None:
+        return cached
     what = " ".join(r.spec for r in releases)
     say(
         f"ds-doctor: building the overlay {what} (resolved against this environment"
@@ -306,11 +390,12 @@ def build(
         ignoring_pins(releases, find_links) if ignoring_pins else (resolve(releases, find_links), ())
     )
     try:
-        root.mkdir(parents=True, exist_ok=True)
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as exc:
         raise OverlayError(
             f"{root}: cannot create the overlay cache ({exc.strerror}); set {CACHE_ENV}"
         ) from None
+    refuse_untrusted_root(root)
     building = Path(tempfile.mkdtemp(prefix=".building-", dir=root))
     try:
         say(f"ds-doctor: installing {', '.join(f'{n} {v}' for n, v, _ in items)}")

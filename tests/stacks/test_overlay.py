@@ -263,3 +263,45 @@ def test_a_known_issue_that_appears_or_clears_between_stacks_is_said() -> None:
     ]
     markdown = render_markdown(report)
     assert "| `frozen_param_names[z1-ws1]` | xpass | xfail | - |" in markdown and "brings ds_x" in markdown
+
+
+def test_an_overlay_cache_others_can_write_is_refused_in_one_line(tmp_path: Path, monkeypatch) -> None:
+    """Every rank runs an overlay's sitecustomize.py: a cache folder another user can write is refused, never used."""
+    cache = tmp_path / "stacks"
+    cache.mkdir()
+    cache.chmod(0o777)
+    monkeypatch.setenv("DS_DOCTOR_STACKS", str(cache))
+    with pytest.raises(
+        OverlayError, match=r"cannot be trusted: .*stacks is writable by others \(mode drwxrwxrwx\)"
+    ):
+        build(parse_releases([PRODIGY]), WHEELS)
+    cache.chmod(0o1777)  # /tmp's way is no better for the cache itself: anyone may add a key there
+    with pytest.raises(OverlayError, match="writable by others"):
+        build(parse_releases([PRODIGY]), WHEELS)
+
+
+def test_a_cached_overlay_is_used_only_as_built(tmp_path: Path, monkeypatch) -> None:
+    """A marker alone proves nothing: an overlay whose files are not what their RECORD lists, whose marker names a
+    release that is not installed there, or whose folder another user owns or can write is built again."""
+    monkeypatch.setenv("DS_DOCTOR_STACKS", str(tmp_path / "stacks"))
+    overlay = build(parse_releases([PRODIGY]), WHEELS)
+    init = overlay.path / "prodigyplus" / "__init__.py"
+
+    def rebuilt_because() -> str:
+        said: list[str] = []
+        assert build(parse_releases([PRODIGY]), WHEELS, said.append) == overlay
+        assert said, "used as it was"
+        return said[0]
+
+    init.write_text(init.read_text() + "\nimport os  # planted\n")
+    assert "prodigyplus/__init__.py is not the file its RECORD lists" in rebuilt_because()
+    marker = overlay.path / MARKER
+    marker.write_text(json.dumps({"packages": {"prodigy-plus-schedule-free": "1.9.2"}}))
+    assert "prodigy-plus-schedule-free 1.9.2 is not installed there" in rebuilt_because()
+    overlay.path.chmod(0o777)
+    assert "is writable by others" in rebuilt_because()
+    os.chown(overlay.path, 65534, 65534)
+    assert "belongs to uid 65534" in rebuilt_because()
+    said: list[str] = []
+    build(parse_releases([PRODIGY]), WHEELS, said.append)
+    assert said == []  # built again as it should be: used from now on
