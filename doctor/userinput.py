@@ -21,6 +21,7 @@ import dataclasses
 import io
 import json
 import os
+import select
 import stat
 import sys
 import tempfile
@@ -136,14 +137,38 @@ def _open(source: str | Path, error: Error) -> _Opened:
         return _Opened(stream, "stdin", False, size, owned=False)
     name = str(source)
     path = Path(source).expanduser()
-    _stat(path, name, error)
+    fifo = stat.S_ISFIFO(_stat(path, name, error).st_mode)
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0))
+        # a FIFO opened for reading blocks until a writer comes: opened without blocking, its first bytes waited for
+        fd = os.open(
+            path,
+            os.O_RDONLY
+            | getattr(os, "O_CLOEXEC", 0)
+            | getattr(os, "O_NOCTTY", 0)
+            | (getattr(os, "O_NONBLOCK", 0) if fifo else 0),
+        )
     except OSError as exc:
         raise error(f"{name}: {exc.strerror or exc}") from None
+    if fifo:
+        _first_bytes(fd, name, error)
     info = os.fstat(fd)  # what was opened, not what the name pointed at a moment ago
     regular = stat.S_ISREG(info.st_mode)
     return _Opened(open(fd, "rb", buffering=CHUNK), name, regular, info.st_size if regular else None)
+
+
+#: How long a FIFO or pipe may stay silent before its first byte (or its writer's close): `<(cmd)` gets this long
+FIFO_WAIT_S = 60.0
+
+
+def _first_bytes(fd: int, name: str, error: Error) -> None:
+    """Wait (bounded) until a FIFO has bytes to read or its writer closed it, then make it blocking again: a FIFO
+    nobody opens for writing is one line, never a hang."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    if not poller.poll(int(FIFO_WAIT_S * 1000)):
+        os.close(fd)
+        raise error(f"{name}: a FIFO nothing wrote to within {FIFO_WAIT_S:g} s (no writer?)")
+    os.set_blocking(fd, True)
 
 
 def _read_capped(read: Callable[[int], bytes], cap: int, keep: int) -> tuple[bytes, int]:

@@ -19,6 +19,7 @@ from pathlib import Path
 import click
 import pytest
 
+from ds_doctor import userinput
 from ds_doctor.run.recover import InputError, load_manifest, load_report_file
 from ds_doctor.rundir import RunDir
 from ds_doctor.userinput import (
@@ -67,6 +68,43 @@ def test_a_fifo_is_read_as_a_stream(tmp_path: Path) -> None:
     read = read_file(fifo, limit=MAX_CONFIG_BYTES)
     writer.join(10)
     assert read.data == b'{"a": 1}' and not read.regular
+
+
+def test_a_fifo_nobody_writes_is_one_line_within_its_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Opening a FIFO for reading waits for a writer: with none, `report`, `triage` and a config hung forever."""
+    monkeypatch.setattr(userinput, "FIFO_WAIT_S", 0.5)
+    fifo = tmp_path / "report.fifo"
+    os.mkfifo(fifo)
+    started = time.monotonic()
+    with pytest.raises(
+        UserInputError, match=r"report.fifo: a FIFO nothing wrote to within 0.5 s \(no writer\?\)"
+    ):
+        read_file(fifo, limit=MAX_CONFIG_BYTES)
+    from ds_doctor.cli import main
+
+    assert main(["triage", str(fifo)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "nothing wrote to within 0.5 s" in err, err
+    assert time.monotonic() - started < 10
+
+
+def test_a_fifo_whose_writer_comes_late_is_waited_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(userinput, "FIFO_WAIT_S", 10.0)
+    fifo = tmp_path / "late.fifo"
+    os.mkfifo(fifo)
+
+    def late() -> None:
+        time.sleep(0.5)
+        fifo.write_bytes(b"late text")
+
+    writer = threading.Thread(target=late)
+    writer.start()
+    assert read_file(fifo, limit=MAX_CONFIG_BYTES).data == b"late text"
+    writer.join(10)
 
 
 def test_process_substitution_is_read_not_no_such_file(tmp_path: Path) -> None:

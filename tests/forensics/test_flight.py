@@ -296,3 +296,25 @@ def test_the_analyzer_runs_under_a_time_limit(monkeypatch: pytest.MonkeyPatch) -
     _, trouble = disagreements(dumps)
     assert trouble == "torch's Flight Recorder analyzer did not finish in 1 s (12,000 entries of 4 ranks)"
     assert time.monotonic() - start < 10
+
+
+def test_a_dump_folder_nested_deeper_than_the_recursion_limit_is_walked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Python 3.11's os.walk recurses: a folder nested 1,100 deep was a RecursionError, exit 3. Walked with a stack of
+    its own, the dump at the bottom is read, and so is one beside it at the top."""
+    folder = tmp_path / "dumps"
+    write(folder, "rank_0", dump(entries=[entry(1)]))
+    deep = folder
+    for _ in range(1100):  # one level at a time: os.makedirs recurses too
+        deep = deep / "d"
+        deep.mkdir()
+    write(deep, "rank_1", dump(entries=[entry(1), entry(2, state="scheduled")]))
+    dumps, problems = load_dir(folder)
+    assert sorted(dumps) == [0, 1] and problems == []
+    assert main(["triage", str(folder)]) != 3
+    assert "internal error" not in capsys.readouterr().err
+    (deep / "rank_1").unlink()
+    while deep != folder:  # bottom up, as shutil.rmtree (recursive on 3.11) would not get through it
+        deep.rmdir()
+        deep = deep.parent
