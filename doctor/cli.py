@@ -70,10 +70,14 @@ def run_pipeline(options: Any, progress: Any) -> tuple[Report, dict[str, Path]]:
 
     if options.cluster is None:
         return pipeline.run(options, progress)
+    from ds_doctor.cluster.exchange import job_secret
+    from ds_doctor.cluster.nodes import ClusterError
+
     try:
+        job_secret()  # a secret file others can read stops the run before anything is exchanged
         return multinode.run(options, progress)
     # the nodes' setup, not ds-doctor, is at fault
-    except (multinode.ClusterMismatch, multinode.ExchangeError) as exc:
+    except (multinode.ClusterMismatch, multinode.ExchangeError, ClusterError) as exc:
         raise click.UsageError(str(exc)) from None
 
 

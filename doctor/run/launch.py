@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ds_doctor.cluster.nodes import Cluster
-from ds_doctor.cluster.route import facing, rendezvous_options
+from ds_doctor.cluster.route import facing
 from ds_doctor.files import log_tail
 from ds_doctor.forensics import capture, evidence
 from ds_doctor.forensics.flight import BUFFER_ENTRIES
@@ -65,8 +65,10 @@ def loopback_interfaces() -> dict[str, str]:
 
 
 def rendezvous_args(group: LaunchGroup, cluster: Cluster | None, attempt: int) -> list[str]:
-    """Inside one node: a private master port on loopback. Across nodes: torchrun's c10d rendezvous at the run's
-    endpoint, one rendezvous id per launch (the same on every node), joined within the join timeout."""
+    """Inside one node: a private master port on loopback. Across nodes: torchrun's static rendezvous at the run's
+    endpoint, hosted by node 0 (every node came in the handshake, so each node's rank is known), one rendezvous id
+    per launch (the same on every node). Not the dynamic c10d rendezvous: its agents unpickle its state from the
+    store, which anyone who reaches the port can write (docs/cluster.md)."""
     if group.nodes == 1 or cluster is None:
         return [
             "--nnodes=1",
@@ -74,16 +76,14 @@ def rendezvous_args(group: LaunchGroup, cluster: Cluster | None, attempt: int) -
             "--master-addr=127.0.0.1",
             f"--master-port={free_port()}",
         ]
-    timeout = int(cluster.join_timeout_s)
-    local, is_host = rendezvous_options(cluster.host, cluster.port)
     return [
         f"--nnodes={group.nodes}",
         f"--nproc-per-node={group.world_size // group.nodes}",
-        "--rdzv-backend=c10d",
+        "--rdzv-backend=static",
         f"--rdzv-endpoint={cluster.endpoint}",
+        f"--node-rank={cluster.node_rank}",
         f"--rdzv-id={cluster.launch_id(f'{group.name}-{attempt}')}",
-        f"--rdzv-conf=join_timeout={timeout},read_timeout={max(timeout, 60)}{is_host}",
-        *local,
+        f"--rdzv-conf=timeout={max(int(cluster.join_timeout_s), 60)}",
     ]
 
 

@@ -6,7 +6,9 @@
                rendezvous, every rank's line on every node)
     closing    every node sends its own results; node 0 writes the one report; every node exits with its code
 
-Both exchanges are torchrun launches of one rank per node (`ds_doctor.cluster.exchange`): no protocol of ds-doctor's.
+Both exchanges go through a store node 0 hosts at the endpoint for the length of the exchange
+(`ds_doctor.cluster.exchange`); the launches across the nodes use torchrun's static rendezvous there (node ranks
+given, nothing unpickled). What a node trusts of another's answer is docs/cluster.md's business.
 """
 
 from __future__ import annotations
@@ -19,14 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import ds_doctor
-from ds_doctor.cluster.exchange import ExchangeError, exchange
+from ds_doctor.cluster.exchange import ExchangeError, Refused, exchange
 from ds_doctor.cluster.nodes import Cluster
 from ds_doctor.hardware.env import collect_environment
-from ds_doctor.probe.rankoptions import RankOptions
 from ds_doctor.redact import scrub
 from ds_doctor.reports.records import FAILING, CaseResult, Outcome, Report
+from ds_doctor.reports.safe import one_line
 from ds_doctor.run.build import build_report, utc_now, write_reports_of_run
-from ds_doctor.run.launch import rank_environment
 from ds_doctor.run.pipeline import (
     RunOptions,
     RunPlan,
@@ -60,6 +61,42 @@ def plan_hash(options: RunOptions, run_plan: RunPlan) -> str:
         "across": across,
     }
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
+
+
+#: What every node's handshake answer holds, and each field's type: an answer without one is not ds-doctor's
+HANDSHAKE_FIELDS: dict[str, type] = {
+    "node": int,
+    "host": str,
+    "version": str,
+    "plan_hash": str,
+    "env": dict,
+    "hardware": dict,
+}
+
+
+def malformed(nodes: dict[int, Any]) -> str | None:
+    """One line naming each node whose handshake answer is not one ds-doctor of this version would send (a field
+    missing or of another type, a failed secret check): nothing else of it is read."""
+    odd = []
+    for node, said in sorted(nodes.items()):
+        if isinstance(said, Refused):
+            odd.append(f"node {node}: {said.why}")
+            continue
+        if not isinstance(said, dict):
+            odd.append(f"node {node}: the answer is {type(said).__name__}, not an object")
+            continue
+        wrong = [
+            f"{field} {'missing' if field not in said else f'is {type(said[field]).__name__}, not {kind.__name__}'}"
+            for field, kind in HANDSHAKE_FIELDS.items()
+            if not isinstance(said.get(field), kind) or isinstance(said.get(field), bool)
+        ]
+        if not wrong and said["node"] != node:
+            wrong.append(f"it says it is node {said['node']}")
+        if wrong:
+            odd.append(f"node {node}: {', '.join(wrong)}")
+    if not odd:
+        return None
+    return one_line("a node's handshake answer is not ds-doctor's: " + "; ".join(odd))[:2000]
 
 
 def disagreement(nodes: dict[int, dict[str, Any]]) -> str | None:
@@ -114,32 +151,34 @@ def handshake(
         "env": scrub(env),
         "hardware": scrub(hardware),
     }
-    nodes = exchange(
-        cluster,
-        run_dir,
-        "handshake",
-        payload,
-        cluster.join_timeout_s,
-        rank_environment(options.rank, cluster, across=True),
-    )
-    problem = disagreement(nodes)
+    nodes = exchange(cluster, run_dir, "handshake", payload, cluster.join_timeout_s)
+    if cluster.node_rank not in nodes:
+        raise ExchangeError(
+            f"node {cluster.node_rank} joined the rendezvous at {cluster.endpoint} after node 0 closed the join "
+            f"window (--join-timeout {cluster.join_timeout_s:g} s)"
+        )
+    problem = malformed(nodes) or disagreement(nodes)
     if problem:
         raise ClusterMismatch(problem)
     return nodes
 
 
 def closing(
-    cluster: Cluster, run_dir: RunDir, own: list[CaseResult], wait_s: float, rank_options: RankOptions
+    cluster: Cluster, run_dir: RunDir, own: list[CaseResult], wait_s: float
 ) -> dict[int, list[CaseResult]]:
     """Every node's own results (those inside the node, and its node checks), by node; a node gone is absent."""
     payload = [r.to_dict() for r in own]
     try:
-        nodes = exchange(
-            cluster, run_dir, "closing", payload, wait_s, rank_environment(rank_options, cluster, across=True)
-        )
+        nodes = exchange(cluster, run_dir, "closing", payload, wait_s)
     except ExchangeError:
         nodes = {cluster.node_rank: payload}
-    return {node: [CaseResult.from_dict(r) for r in results] for node, results in nodes.items()}
+    everyone = {}
+    for node, results in nodes.items():
+        try:  # an answer that is not a list of results counts as a node that did not answer
+            everyone[node] = [CaseResult.from_dict(r) for r in results]
+        except (TypeError, ValueError, KeyError, AttributeError):
+            continue
+    return everyone
 
 
 def report_writer(report: Report) -> int:
@@ -190,7 +229,6 @@ def run(options: RunOptions, reporter: RunReporter | None = None) -> tuple[Repor
         run_dir,
         _stamped(own, cluster.node_rank),
         min(CLOSING_AFTER_FAILURE_S, cluster.join_timeout_s) if failed else cluster.join_timeout_s,
-        options.rank,
     )
     gone = [
         cluster_result(

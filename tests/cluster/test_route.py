@@ -1,6 +1,6 @@
-"""This node's side of the route to the rendezvous, on this machine's real interfaces: what torchrun gets as
---local-addr and is_host, what gloo gets as GLOO_SOCKET_IFNAME, and what consistency then compares. (The same
-across two hosts for real: tests/cluster/test_netns.py.)"""
+"""This node's side of the route to the rendezvous, on this machine's real interfaces: what gloo gets as
+GLOO_SOCKET_IFNAME, and what consistency then compares. (The same across two hosts for real:
+tests/cluster/test_netns.py.)"""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from ds_doctor.checks.consistency import compare
 from ds_doctor.cluster.nodes import Cluster
-from ds_doctor.cluster.route import facing, named_by_host_name, rendezvous_options
+from ds_doctor.cluster.route import facing
 from ds_doctor.collect.fingerprint import fingerprint
 from ds_doctor.probe.rankoptions import DEFAULTS
 from ds_doctor.run.launch import rank_environment
@@ -26,30 +26,22 @@ def own_address() -> str | None:
     return None
 
 
-def test_loopback_faces_loopback_and_leaves_hosting_to_torch() -> None:
+def test_loopback_faces_loopback() -> None:
     where = facing("127.0.0.1", 29400)
-    assert where is not None and where.address == "127.0.0.1" and where.loopback and not where.hosts_endpoint
+    assert where is not None and where.address == "127.0.0.1" and where.loopback
     assert where.interface in psutil.net_if_addrs()
-    assert rendezvous_options("127.0.0.1", 29400) == (["--local-addr=127.0.0.1"], "")
 
 
-def test_a_host_that_does_not_resolve_faces_nothing_and_torch_guesses_as_before() -> None:
+def test_a_host_that_does_not_resolve_faces_nothing() -> None:
     assert facing("no-such-host.invalid", 29400) is None
-    assert rendezvous_options("no-such-host.invalid", 29400) == ([], "")
 
 
-def test_this_machines_own_address_hosts_the_store_unless_torch_knows_it_by_the_host_name() -> None:
+def test_this_machines_own_address_faces_itself() -> None:
     address = own_address()
     if address is None:
         pytest.skip("this machine has no IPv4 address besides loopback")
     where = facing(address, 29400)
     assert where is not None and where.address == address and not where.loopback
-    assert where.hosts_endpoint == (not named_by_host_name(address))
-    assert rendezvous_options(address, 29400) == (
-        [f"--local-addr={address}"],
-        ",is_host=true" if where.hosts_endpoint else "",
-    )
-    assert named_by_host_name(socket.gethostname())
 
 
 def test_gloo_gets_the_interface_facing_a_remote_rendezvous_unless_the_user_chose(

@@ -4,16 +4,19 @@ reads, and the torchrun commands for launches and exchanges across the nodes."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from pathlib import Path
 
-from ds_doctor.cluster.exchange import exchange_command
-from ds_doctor.cluster.nodes import Cluster
-from ds_doctor.cluster.route import facing, rendezvous_options
+import pytest
+
+from ds_doctor.cluster.exchange import SECRET_ENV, Refused, exchange_command, job_secret, opened, seal
+from ds_doctor.cluster.nodes import Cluster, ClusterError
+from ds_doctor.cluster.route import facing
 from ds_doctor.probe.rankoptions import DEFAULTS
 from ds_doctor.reports.records import Report
 from ds_doctor.run.launch import rank_environment, torchrun_command
-from ds_doctor.run.multinode import disagreement, plan_hash
+from ds_doctor.run.multinode import disagreement, malformed, plan_hash
 from ds_doctor.run.pipeline import RunOptions, make_plan
 from ds_doctor.run.plan import Hardware
 
@@ -49,7 +52,81 @@ def test_a_disagreement_names_the_node_and_what_differs() -> None:
     )
 
 
-def test_launches_across_the_nodes_use_torchruns_c10d_rendezvous(tmp_path: Path) -> None:
+def answer(**fields: object) -> dict[str, object]:
+    return {
+        "node": 1,
+        "host": "gpu-b",
+        "version": "0.1.0",
+        "plan_hash": "abc",
+        "env": {},
+        "hardware": {},
+        **fields,
+    }
+
+
+def test_a_handshake_answer_without_its_fields_is_one_line_naming_the_node() -> None:
+    """Was `KeyError: 'version'`, exit 3: whatever answers for a node (another build, a rogue process at the port)
+    is checked field by field before anything of it is read."""
+    assert malformed({1: answer()}) is None
+    line = malformed({0: {**answer(), "node": 0}, 1: {k: v for k, v in answer().items() if k != "version"}})
+    assert line == "a node's handshake answer is not ds-doctor's: node 1: version missing"
+    line = malformed({1: answer(version=7, env=[]), 2: "hi", 3: Refused("it fails the job secret check (X)")})
+    assert line == (
+        "a node's handshake answer is not ds-doctor's: node 1: version is int, not str, env is list, not dict; "
+        "node 2: the answer is str, not an object; node 3: it fails the job secret check (X)"
+    )
+    assert (
+        malformed({1: answer(node=True)})
+        == "a node's handshake answer is not ds-doctor's: node 1: node is bool, not int"
+    )
+    assert (
+        malformed({1: answer(node=0)})
+        == "a node's handshake answer is not ds-doctor's: node 1: it says it is node 0"
+    )
+
+
+def test_an_answer_is_read_only_when_it_is_the_nodes_and_carries_the_secrets_seal() -> None:
+    secret = b"s" * 32
+    body = json.dumps({"x": 1})
+    good = json.dumps({"node": 1, "body": body, "mac": seal(secret, "job-handshake", 1, body)}).encode()
+    assert opened(good, 1, "job-handshake", secret) == ({"x": 1}, None)
+    assert (
+        opened(good, 1, "job-closing", secret)[1] == f"it fails the job secret check ({SECRET_ENV})"
+    )  # replayed
+    assert opened(good, 2, "job-handshake", secret)[1] == "not a ds-doctor answer (fields node and body)"
+    assert opened(good, 1, "job-handshake", b"t" * 32)[1] == f"it fails the job secret check ({SECRET_ENV})"
+    forged = json.dumps({"node": 1, "body": body}).encode()
+    assert opened(forged, 1, "job-handshake", secret)[1] == f"it fails the job secret check ({SECRET_ENV})"
+    assert opened(forged, 1, "job-handshake", None) == (
+        {"x": 1},
+        None,
+    )  # without a secret: read, then checked
+    assert opened(b"\x80\x04cos\nsystem\n", 1, "job-handshake", None) == (
+        None,
+        "not JSON",
+    )  # a pickle: never loaded
+
+
+def test_a_job_secret_file_others_can_read_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "secret"
+    path.write_text("k" * 40 + "\n")
+    path.chmod(0o600)
+    assert job_secret({SECRET_ENV: str(path)}) == b"k" * 40 and job_secret({}) is None
+    path.chmod(0o644)
+    with pytest.raises(
+        ClusterError, match=r"readable or writable by others \(mode -rw-r--r--, uid 0\): chmod 600"
+    ):
+        job_secret({SECRET_ENV: str(path)})
+    path.chmod(0o600)
+    path.write_text("short")
+    with pytest.raises(ClusterError, match="a job secret is 16 to 4096 bytes"):
+        job_secret({SECRET_ENV: str(path)})
+    (tmp_path / "link").symlink_to(path)
+    with pytest.raises(ClusterError, match="link"):
+        job_secret({SECRET_ENV: str(tmp_path / "link")})
+
+
+def test_launches_across_the_nodes_use_torchruns_static_rendezvous(tmp_path: Path) -> None:
     plan = make_plan(RunOptions(cluster=CLUSTER, keyword="comm and all_reduce"), Hardware("cpu", 0))
     (inside, across) = [g for g in plan.groups if g.world_size == 2], [g for g in plan.groups if g.nodes > 1]
     local = torchrun_command(inside[0], tmp_path, CLUSTER)
@@ -58,20 +135,20 @@ def test_launches_across_the_nodes_use_torchruns_c10d_rendezvous(tmp_path: Path)
     for part in (
         "--nnodes=2",
         "--nproc-per-node=2",
-        "--rdzv-backend=c10d",
+        "--rdzv-backend=static",  # not c10d: its agents unpickle the rendezvous state from the store
         "--rdzv-endpoint=10.0.0.1:29400",
+        "--node-rank=1",
         "--rdzv-id=job7-ws4-n2-0",
-        "join_timeout=120",
-        *rendezvous_options(CLUSTER.host, CLUSTER.port)[0],
+        "--rdzv-conf=timeout=120",
     ):
         assert part in command, part
+    assert "c10d" not in command
     exchange = " ".join(exchange_command(CLUSTER, tmp_path, "closing", 30))
     assert (
-        "--nnodes=1:2" in exchange
-        and "last_call_timeout=30" in exchange
-        and "--rdzv-id=job7-closing" in exchange
-    )
-    assert "--this-node 1" in exchange  # not --node: torchrun's parser would take it for --node-rank
+        "torch.distributed.run" not in exchange
+    )  # no torchrun: node 0's store, for the length of the exchange
+    for part in ("--host 10.0.0.1", "--port 29400", "--node 1", "--nnodes 2", "--exchange-id job7-closing"):
+        assert part in exchange, part
 
 
 def test_sockets_stay_on_loopback_unless_a_launch_spans_real_hosts() -> None:
