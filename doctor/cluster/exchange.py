@@ -96,10 +96,8 @@ def opened(raw: bytes, node: int, exchange_id: str, secret: bytes | None) -> tup
     if not isinstance(answer, dict) or not isinstance(answer.get("body"), str) or answer.get("node") != node:
         return None, "not a ds-doctor answer (fields node and body)"
     if secret is not None:
-        mac = answer.get("mac")
-        if not isinstance(mac, str) or not hmac.compare_digest(
-            mac, seal(secret, exchange_id, node, answer["body"])
-        ):
+        mac, want = answer.get("mac"), seal(secret, exchange_id, node, answer["body"])
+        if not isinstance(mac, str) or want is None or not hmac.compare_digest(mac, want):
             return None, f"it fails the job secret check ({SECRET_ENV})"
     try:
         return json.loads(answer["body"]), None
