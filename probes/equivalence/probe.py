@@ -127,6 +127,15 @@ ROUTES = (
         first_label_masked=True,
     ),
     Route(
+        "trainer-partial-window",
+        "trainer",
+        "the trainer route on a stream that ends one micro-batch into the last accumulation window (an epoch whose "
+        "length is not a multiple of the window, ms-swift PR #10084's class; first labels -100): that step is the "
+        "token mean of the micro-batch each rank has",
+        first_label_masked=True,
+        partial_window=True,
+    ),
+    Route(
         "resume-deepspeed",
         "deepspeed",
         f"{_DS}, ZeRO 2, WarmupDecayLR; save_checkpoint at step 2, load_checkpoint in a new process",

@@ -35,6 +35,9 @@ class Route:
     loss_kwargs: bool = True  # the Trainer's model takes **kwargs (num_items_in_batch)
     # each row's first label -100 (never predicted): the Trainer's unshifted num_items_in_batch then counts right
     first_label_masked: bool = False
+    # the stream ends one micro-batch into the last accumulation window (an epoch whose length is not a multiple
+    # of the window): that step is the token mean of the one micro-batch per rank it has
+    partial_window: bool = False
     level: int = 3
     reproduce: bool = False
     issue: str | None = None

@@ -136,7 +136,15 @@ def stacked(indices: range, vocab: int, first_label_masked: bool = False) -> dic
     return {key: torch.stack([s[key] for s in samples]) for key in samples[0]}
 
 
-def token_reference(kind: str, hyper: Hyper, world_size: int, lrs: list[float]) -> list[StepRecord]:
+def window(hyper: Hyper, step: int, last_window: int | None) -> int:
+    """The micro-batches of optimizer step `step` on each rank: the accumulation steps, or fewer in a last window the
+    stream cuts short."""
+    return last_window if last_window and step == hyper.steps - 1 else hyper.accumulation
+
+
+def token_reference(
+    kind: str, hyper: Hyper, world_size: int, lrs: list[float], last_window: int | None = None
+) -> list[StepRecord]:
     """Plain torch, single process: each step's loss is the summed token cross-entropy of the global batch over its
     label-token count; gradients accumulate over every rank's micro-batches; clip; AdamW. Run in fp32 and again in
     float64 for the allowances (ds_doctor.probes.equivalence.bounds)."""
@@ -144,15 +152,15 @@ def token_reference(kind: str, hyper: Hyper, world_size: int, lrs: list[float]) 
 
     from ds_doctor.probes.equivalence.bounds import allowances
 
-    single, initial = _token_run(kind, hyper, world_size, lrs, torch.float32)
-    double, _ = _token_run(kind, hyper, world_size, lrs, torch.float64)
+    single, initial = _token_run(kind, hyper, world_size, lrs, torch.float32, last_window)
+    double, _ = _token_run(kind, hyper, world_size, lrs, torch.float64, last_window)
     for record, extra in zip(single, allowances(single, double, 0.0, initial), strict=True):
         record.allowance = extra
     return single
 
 
 def _token_run(
-    kind: str, hyper: Hyper, world_size: int, lrs: list[float], dtype: Any
+    kind: str, hyper: Hyper, world_size: int, lrs: list[float], dtype: Any, last_window: int | None = None
 ) -> tuple[list[StepRecord], dict[str, Any]]:
     import torch
 
@@ -167,7 +175,7 @@ def _token_run(
         batches = [
             stacked(micro_indices(step, k, r, hyper, world_size), vocab)
             for r in range(world_size)
-            for k in range(hyper.accumulation)
+            for k in range(window(hyper, step, last_window))
         ]
         tokens = sum(int((b["labels"][:, 1:] != -100).sum()) for b in batches)
         optimizer.zero_grad(set_to_none=True)
@@ -230,7 +238,8 @@ def make_trainer(
     vocab = model.config.vocab_size
     if not route.loss_kwargs:
         model = NoLossKwargs.wrap(model)
-    count = max_steps * hyper.accumulation * hyper.micro_batch * ctx.world_size
+    short = hyper.accumulation - 1 if route.partial_window else 0  # the last window: one micro-batch per rank
+    count = (max_steps * hyper.accumulation - short) * hyper.micro_batch * ctx.world_size
 
     class Stream(torch.utils.data.Dataset):
         def __len__(self) -> int:
@@ -390,7 +399,13 @@ def run(ctx: ProbeContext, route: Route) -> None:
         reference_run=independent_reference(
             {
                 "call": "ds_doctor.probes.equivalence.trainer:token_reference",
-                "args": (kind, hyper, ctx.world_size, [r.lr for r in records]),
+                "args": (
+                    kind,
+                    hyper,
+                    ctx.world_size,
+                    [r.lr for r in records],
+                    1 if route.partial_window else None,
+                ),
             },
             ctx.rank,
             ctx.world_size,
