@@ -39,6 +39,11 @@ class TriageMatch:
     context: tuple[
         str, ...
     ] = ()  # what backs it beyond the message: the spans its requires or frames matched
+    confirm: str | None = None  # a "possibly" match: how to confirm it (nothing in the log did)
+
+    @property
+    def possibly(self) -> bool:
+        return self.confirm is not None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -50,6 +55,8 @@ class TriageMatch:
             "matched": self.line,
             "strength": self.strength,
             "context": list(self.context),
+            "possibly": self.possibly,
+            "confirm": self.confirm,
         }
 
     @property
@@ -65,9 +72,10 @@ def render_triage(matches: list[TriageMatch]) -> str:
         issue = match.issue
         version = match.version.version or "not installed"
         lines = [
-            f"[{issue.id}] {issue.title}",
+            f"[{issue.id}] {'possibly: ' if match.possibly else ''}{issue.title}",
             f"  matched:  {match.line}",
             f"  strength: {match.strength_line}",
+            *([f"  confirm:  {match.confirm} (nothing in this input does)"] if match.possibly else []),
             f"  affected: {issue.affected_versions}; {match.package} {version} (from {match.version.source}): "
             f"{issue.verdict.value}" + (f"; fixed in {issue.fixed_in}" if issue.fixed_in else ""),
             f"  cause:    {match.cause}",
@@ -88,10 +96,15 @@ def render_triage_markdown(matches: list[TriageMatch], findings: Iterable[Findin
         issue = match.issue
         fixed = f"; fixed in {md_text(issue.fixed_in)}" if issue.fixed_in else ""
         lines += [
-            f"### {md_code(issue.id)} {md_text(issue.title)}",
+            f"### {'Possibly: ' if match.possibly else ''}{md_code(issue.id)} {md_text(issue.title)}",
             "",
             f"- **matched:** {md_code(match.line)}",
             f"- **strength:** {md_text(match.strength_line)}",
+            *(
+                [f"- **confirm by:** {md_text(match.confirm or '')} (nothing in this input does)"]
+                if match.possibly
+                else []
+            ),
             f"- **verdict:** {md_text(issue.verdict.value)}: {md_text(issue.affected_versions)}; "
             f"{md_text(match.package)} {md_text(match.version.version or 'not installed')} (from "
             f"{md_text(match.version.source)}){fixed}",

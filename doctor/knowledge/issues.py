@@ -52,6 +52,10 @@ class KnownIssue:
     invariants: tuple[str, ...] = ()  # invariants whose error findings show this issue
     silent: str = ""  # for an entry with no patterns: why no log shows it (what finds it instead)
     wordings: tuple[Wording, ...] = ()  # every wording of its message the releases read print
+    # an entry whose message other causes print too (a signal, "unhandled system error"): it is named as the cause
+    # only where one of these matches as well; else triage says "possibly", and how to `confirm` it
+    evidence: tuple[str, ...] = ()
+    confirm: str = ""
 
     def matches(self, text: str) -> bool:
         if not any(re.search(p, text, REGEX_FLAGS) for p in self.patterns):

@@ -9,6 +9,8 @@ Schema of a data file, format 1 (the comment at the top of each file says how it
     package = 'deepspeed'               # required; the distribution whose installed version decides the verdict
     patterns = ['regex', ...]           # any one matching the error text is a hit (re.MULTILINE | re.DOTALL)...
     requires = ['regex', ...]           # ...provided all of these match too (frames that disambiguate)
+    evidence = ['regex', ...]           # a generic message: named as the cause only where one of these matches too
+    confirm = '...'                     # ...else triage says "possibly", and this is how to confirm it
     silent = '...'                      # instead of patterns: why no log shows it (then invariants find it)
     cause = '...'                       # required
     remedy = '...'                      # required
@@ -57,8 +59,8 @@ FORMAT = 1
 LIBRARIES = ("deepspeed", "accelerate", "fsdp", "launch", "equivalence")  # data/<name>.toml, in catalog order
 
 _REQUIRED = ("id", "title", "package", "cause", "remedy", "refs")
-_TEXTS = ("id", "title", "package", "cause", "remedy", "affected", "fixed_in", "silent")
-_LISTS = ("patterns", "requires", "refs", "families", "invariants")
+_TEXTS = ("id", "title", "package", "cause", "remedy", "affected", "fixed_in", "silent", "confirm")
+_LISTS = ("patterns", "requires", "refs", "families", "invariants", "evidence")
 _KEYS = frozenset((*_TEXTS, *_LISTS, "wording"))
 _WORDING_KEYS = ("text", "source", "versions", "read")
 _ID = re.compile(r"[a-z][a-z0-9_]*")
@@ -162,6 +164,8 @@ def _entry(raw: Mapping[str, Any], label: str) -> KnownIssue:
         invariants=tuple(raw.get("invariants", ())),
         silent=raw.get("silent", ""),
         wordings=_wordings(raw.get("wording", []), label),
+        evidence=tuple(raw.get("evidence", ())),
+        confirm=raw.get("confirm", ""),
     )
 
 
@@ -210,7 +214,7 @@ def _check(raw: Mapping[str, Any], label: str) -> None:
 
 
 def _check_regexes(raw: Mapping[str, Any], label: str) -> None:
-    for key in ("patterns", "requires"):
+    for key in ("patterns", "requires", "evidence"):
         for pattern in raw.get(key, ()):
             try:
                 re.compile(pattern, REGEX_FLAGS)
@@ -257,3 +261,10 @@ def _check_kind(raw: Mapping[str, Any], label: str) -> None:
         raise CatalogError(f"{label}: a silent issue prints no message, so it has no wording")
     if raw.get("requires") and not raw.get("patterns"):
         raise CatalogError(f"{label}: requires narrows patterns down; it means nothing without them")
+    if bool(raw.get("evidence")) != bool(raw.get("confirm")) or (
+        raw.get("evidence") and not raw.get("patterns")
+    ):
+        raise CatalogError(
+            f"{label}: evidence (what corroborates a generic message) and confirm (how to check it where nothing "
+            "does) go together, on an entry with patterns"
+        )

@@ -190,10 +190,19 @@ FRAME_NAMES = {
 CONTEXT_CHARS = 80
 
 
+#: The strength of a generic message's match that nothing in the log corroborates: named as "possibly" the entry
+POSSIBLY = "possibly"
+
+
 def strength(issue: KnownIssue, text: str) -> tuple[str, tuple[str, ...]]:
     """How strong a match is, and what backs it: "message and context" (the entry's `requires` matched: the
-    frames or settings that tell it from a look-alike), "message and frames" (a traceback frame of the entry's
-    package), or "message only" (a message another cause could print too)."""
+    frames or settings that tell it from a look-alike; for a generic message, its `evidence`), "message and
+    frames" (a traceback frame of the entry's package), "message only" (a message another cause could print too),
+    or "possibly" (a generic message, a signal or "unhandled system error", with none of its evidence: the entry
+    is a guess to confirm, said so in every format)."""
+    if issue.confirm:
+        spans = [found.group(0) for pattern in issue.evidence if (found := search(pattern, text))]
+        return ("message and context", tuple(_context(span) for span in spans)) if spans else (POSSIBLY, ())
     if issue.requires:
         spans = [found.group(0) for pattern in issue.requires if (found := search(pattern, text))]
         return "message and context", tuple(_context(span) for span in spans)
@@ -252,6 +261,7 @@ def _matches(
                 scrub_text(found[1]),
                 how,
                 context,
+                issue.confirm if how == POSSIBLY else None,
             )
         )
     return sorted(matches, key=lambda m: m.position)

@@ -28,6 +28,7 @@ CASES = [
 UNREAD = {
     "ds_jit_build_stale_lock": "matches a frame (file_baton.py, wait), not a message",
     "ds_replaced_trainable_param_not_trained": "Python's own IndexError; its frames decide",
+    "numpy2_pickle_read_by_numpy1": "Python's own ModuleNotFoundError, raised by pickle: no library words it",
 }
 
 #: entries that share a message on purpose (a version or the frames tell them apart)
