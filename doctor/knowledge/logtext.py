@@ -93,10 +93,14 @@ _TEMPLATES = (
     r"(?<![\w.-]){n}\s*\(\s*v?" + _VERSION + r"\s*\)",  # "deepspeed (0.14.2)"
     r"(?<![\w.-]){n}[ \t]*={1,2}[ \t]*v?"
     + _VERSION,  # "deepspeed=0.17.6", collect_env's "[pip3] torch==2.3.0"
-    r"(?<![\w.-]){n}[ \t]+(?:version[ \t]+|release[ \t]+)?v?"
+    r"(?<![\w.-]){n}[ \t]+(?:version[ \t]+|release[ \t]+)?v?[ \t]?"
     + _VERSION
-    + r"(?![\w.])",  # "with transformers 4.45.2,"
+    + r"(?![\w.])",  # "with transformers 4.45.2,", "Deepspeed v 0.14.3"
+    r"(?<![\w.-]){n}(?:[ \t]+version)?[ \t]*:[ \t]*v?" + _VERSION + r"(?![\w.])",  # "DeepSpeed version: V0.14.3"
+    r"\bv(?:ersion)?[ \t]?" + _VERSION + r"[ \t]+of[ \t]+{n}\b",  # "I use V0.14.3 of DeepSpeed"
 )
+#: sentences of the libraries themselves that cite a release: history, not the version the user runs
+_QUOTED = re.compile(r"(?i)\bin (?:py)?torch \d+(?:\.\d+)+, we changed")
 #: names a log may use for a distribution besides its own (an import name, an informal one)
 ALIASES = {
     "torch": ("pytorch",),
@@ -113,6 +117,7 @@ def _spellings(package: str) -> list[str]:
 def log_versions(text: str, packages: Iterable[str]) -> dict[str, str]:
     """package -> the first version the log shows for it (packages it does not mention are left out)."""
     found: dict[str, tuple[int, str]] = {}
+    text = _QUOTED.sub(lambda m: " " * len(m.group(0)), text)  # same length: positions still order the matches
     lowered = text.lower()
     for package in packages:
         names = _spellings(package)

@@ -177,6 +177,11 @@ def test_bars_are_stripped_as_before_in_linear_time() -> None:
             "2.3.0",
         ),
         ("The bug shows with transformers 4.45.2, not with 4.46.", "transformers", "4.45.2"),
+        # how held-out tickets wrote it (issue 36)
+        ("I use V0.14.3 of DeepSpeed on 8 A100s", "deepspeed", "0.14.3"),
+        ("DeepSpeed version: V0.14.3", "deepspeed", "0.14.3"),
+        ("deepspeed: v0.14.3", "deepspeed", "0.14.3"),
+        ("Deepspeed v 0.14.3", "deepspeed", "0.14.3"),
     ],
 )
 def test_other_packages_named_in_prose(text: str, package: str, version: str) -> None:
@@ -194,6 +199,15 @@ def test_other_packages_named_in_prose(text: str, package: str, version: str) ->
 )
 def test_a_name_inside_another_is_no_version(text: str) -> None:
     assert log_versions(text, ["deepspeed", "torch"]) == {}
+
+
+def test_a_release_the_librarys_own_message_cites_is_not_the_users() -> None:
+    """torch's weights_only warning says "In PyTorch 2.6, we changed the default...": that was read as the log's
+    torch 2.6 (issue 36). The user's own version, said elsewhere, still is."""
+    warning = "FutureWarning: In PyTorch 2.6, we changed the default value of the `weights_only` argument"
+    assert log_versions(warning, ["torch"]) == {}
+    assert log_versions("torch 2.5.1 here\n" + warning, ["torch"]) == {"torch": "2.5.1"}
+    assert log_versions("deepspeed: 3 ranks", ["deepspeed"]) == {}
 
 
 def test_versions_are_found_in_linear_time() -> None:
