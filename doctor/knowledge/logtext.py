@@ -96,7 +96,9 @@ _TEMPLATES = (
     r"(?<![\w.-]){n}[ \t]+(?:version[ \t]+|release[ \t]+)?v?[ \t]?"
     + _VERSION
     + r"(?![\w.])",  # "with transformers 4.45.2,", "Deepspeed v 0.14.3"
-    r"(?<![\w.-]){n}(?:[ \t]+version)?[ \t]*:[ \t]*v?" + _VERSION + r"(?![\w.])",  # "DeepSpeed version: V0.14.3"
+    r"(?<![\w.-]){n}(?:[ \t]+version)?[ \t]*:[ \t]*v?"
+    + _VERSION
+    + r"(?![\w.])",  # "DeepSpeed version: V0.14.3"
     r"\bv(?:ersion)?[ \t]?" + _VERSION + r"[ \t]+of[ \t]+{n}\b",  # "I use V0.14.3 of DeepSpeed"
 )
 #: sentences of the libraries themselves that cite a release: history, not the version the user runs
@@ -117,7 +119,9 @@ def _spellings(package: str) -> list[str]:
 def log_versions(text: str, packages: Iterable[str]) -> dict[str, str]:
     """package -> the first version the log shows for it (packages it does not mention are left out)."""
     found: dict[str, tuple[int, str]] = {}
-    text = _QUOTED.sub(lambda m: " " * len(m.group(0)), text)  # same length: positions still order the matches
+    text = _QUOTED.sub(
+        lambda m: " " * len(m.group(0)), text
+    )  # same length: positions still order the matches
     lowered = text.lower()
     for package in packages:
         names = _spellings(package)

@@ -26,7 +26,7 @@ from ds_doctor.knowledge.catalog import ISSUES
 from ds_doctor.knowledge.issues import REGEX_FLAGS, KnownIssue
 from ds_doctor.knowledge.logtext import log_versions, normalise
 from ds_doctor.knowledge.peers import peer_findings
-from ds_doctor.knowledge.watchdog import WatchdogReport, read_watchdog, watchdog_findings
+from ds_doctor.knowledge.watchdog import WatchdogReport, heard_after, read_watchdog, watchdog_findings
 from ds_doctor.redact import scrub_text
 from ds_doctor.reports.records import Finding
 from ds_doctor.reports.triage import TriageMatch, VersionUsed
@@ -287,6 +287,8 @@ def read_log(
 ) -> LogReading:
     normal = normalise(text)
     watchdog = read_watchdog(normal, world_size)
+    if watchdog is not None:  # which silent ranks the log goes on for, read in the order it was written
+        watchdog = dataclasses.replace(watchdog, seen_after=heard_after(text, watchdog))
     used = versions_used(normal, installed)
     matches = _matches(normal, used, installed)
     findings = watchdog_findings(watchdog) if watchdog else []

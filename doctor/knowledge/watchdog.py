@@ -45,6 +45,10 @@ _RANK_SEEN = re.compile(
 )
 
 
+#: torchrun's own lines when the job comes down (it signals the ranks left, then sums up the failures)
+_TEARDOWN = re.compile(r"closing signal SIG|ChildFailedError|Root Cause \(first observed failure\)")
+
+
 @dataclasses.dataclass(frozen=True)
 class WatchdogTimeout:
     rank: int
@@ -62,6 +66,9 @@ class WatchdogReport:
     timeouts: tuple[WatchdogTimeout, ...]  # the first one of each rank
     ranks_seen: tuple[int, ...]  # every rank the log mentions
     world_size: int | None  # given, or one more than the highest rank seen
+    # the ranks the log mentions after the first timeout line (their own lines, torchrun's summary): the log goes on
+    # past the timeouts for them, so a silence there is theirs and not the excerpt's end
+    seen_after: tuple[int, ...] = ()
 
     @property
     def silent(self) -> tuple[int, ...]:
@@ -115,7 +122,22 @@ def read_watchdog(text: str, world_size: int | None = None) -> WatchdogReport | 
         first
     )
     size = world_size or max(seen) + 1
-    return WatchdogReport(tuple(first[r] for r in sorted(first)), tuple(sorted(seen)), size)
+    report = WatchdogReport(tuple(first[r] for r in sorted(first)), tuple(sorted(seen)), size)
+    return dataclasses.replace(report, seen_after=heard_after(text, report))
+
+
+def heard_after(text: str, report: WatchdogReport) -> tuple[int, ...]:
+    """The ranks without a timeout line that `text` (as written: normalising reorders lines) mentions after its
+    first timeout line, or all of them where torchrun's teardown follows it (the log reaches the job's end)."""
+    first = _TIMEOUT.search(text)
+    if first is None:
+        return ()
+    after = {
+        _rank(next(g for g in m.groups() if g is not None)) for m in _RANK_SEEN.finditer(text, first.start())
+    }
+    if _TEARDOWN.search(text, first.start()):
+        after |= set(range(report.world_size or 0)) | set(report.ranks_seen)
+    return tuple(sorted(after - {t.rank for t in report.timeouts}))
 
 
 def _ranges(ranks: tuple[int, ...]) -> str:
@@ -225,16 +247,32 @@ def watchdog_findings(report: WatchdogReport) -> list[Finding]:
             )
             silent = ()
         for rank in silent:
-            findings.append(
-                Finding(
-                    "missing_rank",
-                    Severity.ERROR,
-                    f"rank {rank} never reported a watchdog timeout while the others timed out ({waiting}): it never "
-                    "entered that collective; its own log or stack shows where it was",
-                    rank=rank,
-                    stage="watchdog",
-                    expected="every rank of the group in the same collective",
-                    remedy=remedy,
-                )
-            )
+            findings.append(_silent(rank, waiting, rank in report.seen_after, remedy))
     return findings
+
+
+def _silent(rank: int, waiting: str, heard_after: bool, remedy: str) -> Finding:
+    """A rank without a timeout line: an error where the log goes on past the others' timeouts for it (its own lines,
+    torchrun's summary), else a warning (the excerpt may end before its line: a ticket shows ~2,000 characters)."""
+    if heard_after:
+        return Finding(
+            "missing_rank",
+            Severity.ERROR,
+            f"rank {rank} never reported a watchdog timeout while the others timed out ({waiting}): it never "
+            "entered that collective; its own log or stack shows where it was",
+            rank=rank,
+            stage="watchdog",
+            expected="every rank of the group in the same collective",
+            remedy=remedy,
+        )
+    return Finding(
+        "missing_rank",
+        Severity.WARNING,
+        f"rank {rank} reported no watchdog timeout in this log while the others timed out ({waiting}); the log "
+        f"has no line of rank {rank} after the first timeout, so it may be cut short: possibly rank {rank} never "
+        "entered that collective (confirm with its full log, or its stack)",
+        rank=rank,
+        stage="watchdog",
+        expected="every rank of the group in the same collective",
+        remedy=remedy,
+    )

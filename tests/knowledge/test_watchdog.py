@@ -146,3 +146,24 @@ def test_ranks_at_one_work_are_not_behind_when_one_group_line_is_missing() -> No
         for r in range(2)
     ]
     assert watchdog_findings(read_watchdog("\n".join(lines + groups))) == []
+
+
+def test_a_log_cut_short_says_possibly_where_the_whole_one_says_never() -> None:
+    """A ticket shows ~2,000 characters: a rank whose timeout line falls past the excerpt's end is no rank that never
+    entered the collective. Where the log reaches torchrun's teardown (or the rank speaks after the timeouts), its
+    silence is its own: an error; else a warning that says possibly, and how to confirm."""
+    from ds_doctor.knowledge.triage import read_log
+    from ds_doctor.reports.records import Severity
+
+    whole = (LOGS / "three_of_four.log").read_text()
+    (finding,) = read_log(whole, {}).findings
+    assert (
+        finding.severity == Severity.ERROR and "rank 2 never reported a watchdog timeout" in finding.message
+    )
+    cut = whole[: whole.index("Sending process")]
+    (finding,) = read_log(cut, {}).findings
+    assert finding.severity == Severity.WARNING and finding.rank == 2
+    assert (
+        "possibly rank 2 never entered that collective (confirm with its full log, or its stack)"
+        in finding.message
+    )
