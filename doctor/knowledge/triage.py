@@ -264,6 +264,33 @@ def _matches(
                 issue.confirm if how == POSSIBLY else None,
             )
         )
+    return in_order(matches, text)
+
+
+#: timestamps a log line starts with, as glog (`E1121 04:51:10.402917`, torch's C++) and Python's logging
+#: (`2026-11-21 04:51:10,402`) write them; the year is left out of both comparisons (glog has none)
+_GLOG_STAMP = re.compile(r"\b[EWIF](\d{4}) (\d{2}:\d{2}:\d{2}(?:\.\d+)?)\b")
+_ISO_STAMP = re.compile(r"\b\d{4}-(\d{2})-(\d{2})[ T](\d{2}:\d{2}:\d{2})(?:[.,](\d+))?\b")
+
+
+def _stamp(text: str, position: int) -> str | None:
+    """The time on the line holding `position` (MMDD HH:MM:SS.ffffff, comparable as a string), or None."""
+    end = text.find("\n", position)
+    line = text[text.rfind("\n", 0, position) + 1 : len(text) if end < 0 else end]
+    if found := _GLOG_STAMP.search(line):
+        return f"{found[1]} {found[2]}"
+    if found := _ISO_STAMP.search(line):
+        return f"{found[1]}{found[2]} {found[3]}.{found[4] or '0'}"
+    return None
+
+
+def in_order(matches: list[TriageMatch], text: str) -> list[TriageMatch]:
+    """The matches by when their lines were written where every one's line carries a time (ranks' logs pasted one
+    after another: a heartbeat abort printed first may come 8 minutes after the collective timeout it echoes), else
+    by where they stand in the log."""
+    stamps = {id(m): _stamp(text, m.position) for m in matches}
+    if len(matches) > 1 and all(stamps.values()):
+        return sorted(matches, key=lambda m: (stamps[id(m)] or "", m.position))
     return sorted(matches, key=lambda m: m.position)
 
 

@@ -167,3 +167,25 @@ def test_a_log_cut_short_says_possibly_where_the_whole_one_says_never() -> None:
         "possibly rank 2 never entered that collective (confirm with its full log, or its stack)"
         in finding.message
     )
+
+
+def test_matches_are_named_in_the_order_their_lines_were_written() -> None:
+    """Two ranks' logs pasted one after the other: rank 0's heartbeat abort comes first in the text but 8 minutes
+    after rank 1's collective timeout, which it echoes. The timeout is named first."""
+    from ds_doctor.knowledge.triage import triage
+
+    rank0 = (
+        "[rank0]:[E1121 04:59:10.100000 5121 ProcessGroupNCCL.cpp:1573] [PG ID 0 PG GUID 0(default_pg) Rank 0] "
+        "ProcessGroupNCCL's watchdog got stuck for 480 seconds without making progress in monitoring enqueued "
+        "collectives.\n"
+    )
+    rank1 = "[rank1]:[E1121 04:51:10.402917 5122 ProcessGroupNCCL.cpp:616] " + timeout_line("1", "808") + "\n"
+    assert [m.issue.id for m in triage(rank0 + rank1, {})] == [
+        "nccl_watchdog_timeout",
+        "nccl_watchdog_heartbeat_stuck",
+    ]
+    # a line without a time: the log's own order
+    assert [m.issue.id for m in triage(rank0 + rank1.split("] ", 1)[1], {})] == [
+        "nccl_watchdog_heartbeat_stuck",
+        "nccl_watchdog_timeout",
+    ]
