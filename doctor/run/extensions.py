@@ -13,6 +13,7 @@ the first launch, naming the folder."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import os
@@ -68,3 +69,35 @@ def first_build_line(folder: str | None) -> str | None:
         f"ds-doctor: DeepSpeed's ops ({FIRST_OP} and the others this accelerator has) are not built in {folder} "
         "yet: the first launch that needs them builds them once (a few minutes); later runs load them"
     )
+
+
+def built_ops(folder: str | None) -> dict[str, int]:
+    """Each op built in `folder` (its .so) and when, to the nanosecond: what a run compares after its launches."""
+    if folder is None or not os.path.isdir(folder):
+        return {}
+    found = {}
+    for op in sorted(os.listdir(folder)):
+        library = Path(folder) / op / f"{op}.so"
+        with contextlib.suppress(OSError):
+            found[op] = library.stat().st_mtime_ns
+    return found
+
+
+def rebuilt_line(folder: str | None, before: Mapping[str, int]) -> str | None:
+    """One line where the run's launches built ops in `folder`: which, and why (none there yet, or a build record
+    this environment did not match: torch's JIT rebuilds when build.ninja or ninja's own log differ, e.g. another
+    `ninja` first on PATH, other compiler flags)."""
+    after = built_ops(folder)
+    new = sorted(op for op in after if op not in before)
+    again = sorted(op for op in after if op in before and after[op] != before[op])
+    if not new and not again:
+        return None
+    parts = []
+    if new:
+        parts.append(f"built {', '.join(new)} (not built there before)")
+    if again:
+        parts.append(
+            f"rebuilt {', '.join(again)}: their build record did not match this run's (another ninja first on PATH, "
+            "other compiler flags or headers)"
+        )
+    return f"ds-doctor: DeepSpeed's ops in {folder}: {'; '.join(parts)}; later runs load them"

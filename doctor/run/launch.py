@@ -15,6 +15,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,6 +32,7 @@ from ds_doctor.procs import die_with_parent, kill_tree, module_command
 from ds_doctor.redact import scrub_text
 from ds_doctor.reports.records import Outcome
 from ds_doctor.run.attribution import Cause, Ending, attribute, remaining, stage_of
+from ds_doctor.run.cpufacts import CPUINFO_ENV, computed
 from ds_doctor.run.plan import LaunchGroup, timeout_for
 from ds_doctor.rundir import LAUNCH, LaunchDir, RankLine, RunDir
 from ds_doctor.stacks.overlay import prepended
@@ -136,7 +138,18 @@ def rank_environment(
     env.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
     if launch_dir is not None:  # NCCL's own watchdog, on its own (longer) timeout, dumps where ours does
         env.setdefault("TORCH_FR_DUMP_TEMP_FILE", str(launch_dir / "forensics" / "nccl-watchdog" / "rank_"))
+        if (facts := _run_cpu_facts(launch_dir)) is not None:
+            env[CPUINFO_ENV] = str(facts)
+    # torch's JIT runs `ninja` from PATH, and another ninja records builds differently: every op is rebuilt (100-225
+    # s) when the venv's ds-doctor runs with the system's ninja first. This interpreter's folder goes first.
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", os.defpath)])
     return env
+
+
+def _run_cpu_facts(launch_dir: Path) -> Path | None:
+    """py-cpuinfo's answer for the run the launch belongs to (its root holds the manifest), asked once."""
+    root = next((p for p in (launch_dir, *launch_dir.parents) if (p / RunDir.MANIFEST).is_file()), None)
+    return computed(root) if root is not None else None
 
 
 class LineTail:

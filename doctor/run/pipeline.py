@@ -20,7 +20,7 @@ from ds_doctor.probe.spec import Case
 from ds_doctor.redact import scrub
 from ds_doctor.reports.records import CaseResult, Report, format_time
 from ds_doctor.run.build import build_report, clean_result, utc_now, write_reports_of_run
-from ds_doctor.run.extensions import first_build_line
+from ds_doctor.run.extensions import built_ops, first_build_line, rebuilt_line
 from ds_doctor.run.launch import LaunchEvents, run_group
 from ds_doctor.run.merge import merge_case, skipped_case
 from ds_doctor.run.plan import (
@@ -258,6 +258,7 @@ def run(options: RunOptions, reporter: RunReporter | None = None) -> tuple[Repor
     if not run_plan.empty:
         if (line := first_build_line(options.rank.extensions_dir)) is not None:
             reporter.note(line)
+        ops_before = built_ops(options.rank.extensions_dir)
         run_dir = RunDir.create(options.out_dir, hardware["host"], started, os.getpid())
         write_manifest(run_dir, run_plan, options, started, env, hardware)
         if not options.overlays_only:
@@ -266,6 +267,8 @@ def run(options: RunOptions, reporter: RunReporter | None = None) -> tuple[Repor
             results += on_overlay(
                 overlay, run_plan, run_dir, env["packages"], options, reporter, hardware["host"]
             )
+    if run_dir is not None and (line := rebuilt_line(options.rank.extensions_dir, ops_before)) is not None:
+        reporter.note(line)
     results = node_checks(env, hardware, options.keyword) + results
     report = build_report(
         started=started,

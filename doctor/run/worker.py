@@ -28,6 +28,7 @@ from ds_doctor.probe.rankoptions import DEFAULTS, RankOptions
 from ds_doctor.probe.spec import Case, missing_dependency
 from ds_doctor.procs import die_with_parent
 from ds_doctor.reports.records import ErrorInfo, Outcome
+from ds_doctor.run import cpufacts
 from ds_doctor.rundir import LAUNCH, Beat, LaunchDir, RankLine, setup_name
 
 
@@ -334,6 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     faulthandler.enable()  # a segfault or abort leaves the Python stack in this rank's log
     die_with_parent()  # torchrun SIGKILLed: this rank goes too
     capture.arm(launch, rank, args.backend)  # a hang's stacks and collective record, when the parent asks
+    cpufacts.reuse()  # py-cpuinfo's answer, asked once by the parent for the run (DeepSpeed asks it ~5x per rank)
     worker = Worker(
         launch,
         args.backend,

@@ -132,6 +132,10 @@ if __name__ == "__main__":
     folder = private_extensions_dir(os.environ)
     if folder is not None:
         os.environ["TORCH_EXTENSIONS_DIR"] = folder
+    # the ninja the ranks will use (their PATH starts with this interpreter's folder): another one rebuilds everything
+    os.environ["PATH"] = os.pathsep.join(
+        [os.path.dirname(sys.executable), os.environ.get("PATH", os.defpath)]
+    )
     built = build_ops()
     print("DeepSpeed ops built:", ", ".join(built) or "none", "in", os.environ.get("TORCH_EXTENSIONS_DIR"))
 

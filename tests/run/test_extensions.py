@@ -78,3 +78,79 @@ def test_a_cold_run_off_a_terminal_says_where_it_builds(tmp_path: Path) -> None:
     assert str(tmp_path / "cache" / "ds-doctor" / "torch_extensions") in said
     options = json.loads(next(tmp_path.glob("run-*/ws1-*/options.json")).read_text())
     assert options["extensions_dir"].startswith(str(tmp_path / "cache" / "ds-doctor" / "torch_extensions"))
+
+
+def test_the_ranks_find_this_interpreters_ninja_first(tmp_path: Path) -> None:
+    """torch's JIT runs `ninja` from PATH; another ninja (the system's 1.11 against the venv's 1.13) records builds
+    differently, and every op was rebuilt (100-225 s) when the venv's ds-doctor ran without the venv activated."""
+    env = rank_environment(RankOptions(), None, False, None)
+    assert env["PATH"].split(os.pathsep)[0] == str(Path(sys.executable).parent)
+
+
+def test_a_run_with_another_ninja_first_on_path_rebuilds_nothing(tmp_path: Path) -> None:
+    """For real: a `ninja` first on PATH that records it ran and fails; a DeepSpeed case (ZeRO-3 offload with CPU Adam:
+    cpu_adam and the shm op load) passes, that ninja never runs, and no rebuild is said."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    ran = tmp_path / "fake-ninja-ran"
+    (fake / "ninja").write_text(f"#!/bin/sh\ntouch {ran}\nexit 1\n")
+    (fake / "ninja").chmod(0o755)
+    env = {**os.environ, "PATH": os.pathsep.join([str(fake), os.environ.get("PATH", "")])}
+    command = [
+        sys.executable,
+        "-m",
+        "ds_doctor.cli",
+        "run",
+        "--level",
+        "2",
+        "-k",
+        "zero_offload and z3-opt+param-bf16-ws1",
+    ]
+    proc = subprocess.run(
+        [*command, "--out", str(tmp_path / "out"), "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert [r["outcome"] for r in json.loads(proc.stdout)["results"]] == ["pass"]
+    assert not ran.exists() and "rebuilt" not in proc.stderr + proc.stdout
+
+
+def test_a_rebuild_is_one_line_that_says_which_and_why(tmp_path: Path) -> None:
+    from ds_doctor.run.extensions import built_ops, rebuilt_line
+
+    folder = tmp_path / "ext"
+    for op in ("cpu_adam", "fused_adam"):
+        (folder / op).mkdir(parents=True)
+        (folder / op / f"{op}.so").write_bytes(b"v1")
+    before = built_ops(str(folder))
+    assert rebuilt_line(str(folder), before) is None
+    os.utime(folder / "cpu_adam" / "cpu_adam.so", ns=(1, 1))
+    (folder / "shm").mkdir()
+    (folder / "shm" / "shm.so").write_bytes(b"new")
+    line = rebuilt_line(str(folder), before)
+    assert line == (
+        f"ds-doctor: DeepSpeed's ops in {folder}: built shm (not built there before); rebuilt cpu_adam: their build "
+        "record did not match this run's (another ninja first on PATH, other compiler flags or headers); later runs "
+        "load them"
+    )
+
+
+def test_py_cpuinfo_answers_every_rank_with_the_runs_one_answer(tmp_path: Path) -> None:
+    """DeepSpeed calls cpuinfo.get_cpu_info() ~5 times per rank per launch, each a Python subprocess of ~1.1 s (12 s
+    of a 33-s level 2). The parent asks once; a rank's get_cpu_info() parses that JSON as it parses its own
+    subprocess's: the same dict."""
+    from ds_doctor.run.cpufacts import CPUINFO_ENV, computed
+
+    path = computed(tmp_path)
+    assert path is not None and computed(tmp_path) == path  # asked once per run
+    code = (
+        "import time, cpuinfo; from ds_doctor.run import cpufacts; own = cpuinfo.get_cpu_info(); "
+        "print(cpufacts.reuse()); start = time.perf_counter(); again = cpuinfo.get_cpu_info(); "
+        "print(again == own, time.perf_counter() - start < 0.1)"
+    )
+    env = {**os.environ, CPUINFO_ENV: str(path)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["True", "True", "True"], out.stderr[-2000:]
