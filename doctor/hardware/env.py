@@ -35,6 +35,7 @@ PACKAGES = (
     "peft",
     "trl",
     "bitsandbytes",
+    "flash-attn",
     "safetensors",
     "pydantic",
     "psutil",

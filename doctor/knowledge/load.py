@@ -56,7 +56,8 @@ if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
 
 FORMAT = 1
-LIBRARIES = ("deepspeed", "accelerate", "fsdp", "launch", "equivalence")  # data/<name>.toml, in catalog order
+#: data/<name>.toml, in catalog order
+LIBRARIES = ("deepspeed", "accelerate", "fsdp", "launch", "equivalence", "reported")
 
 _REQUIRED = ("id", "title", "package", "cause", "remedy", "refs")
 _TEXTS = ("id", "title", "package", "cause", "remedy", "affected", "fixed_in", "silent", "confirm")

@@ -65,6 +65,8 @@ NOT_HERE = {
     "(docs/gpu/composer.sh)",
     "composer_group_subset_keyerror": "shows only with a GPU, as composer_single_group_rebuild: raised live at "
     "0.23.5, absent at 0.24.0 on the H200, docs/gpu-runs.md (docs/gpu/composer.sh)",
+    "ds_no_sync_under_zero_partitioned_grads": "a refusal by design since 0.16.0 (engine.no_sync() asserts under ZeRO "
+    "2/3): no fixed release to measure",
     "numpy2_pickle_read_by_numpy1": "the reader's numpy decides (< 2.0), not a case's outcome: no overlay measures it",
     "nccl_duplicate_gpu_subgroups_before_set_device": "needs several GPUs with NCCL >= 2.26 (a communicator per "
     "GPU); not reproduced here",

@@ -130,3 +130,33 @@ def test_every_format_says_possibly_and_how_to_confirm(
     assert (
         match["possibly"] is True and match["strength"] == "possibly" and match["confirm"].startswith("dmesg")
     )
+
+
+REPORTED = Path(__file__).resolve().parents[1] / "resources" / "reported"
+
+
+def reproduced() -> list[tuple[str, str]]:
+    """(entry, its error as torch, DeepSpeed or Accelerate printed it here) from the CPU reproductions."""
+    text = "\n".join(
+        line for line in REPORTED.joinpath("cpu_repro.txt").read_text().splitlines() if line[:1] != "#"
+    )
+    pairs = [block.strip().split("\n", 1) for block in text.split("\n\n") if block.strip()]
+    return [(entry.strip(), error.strip()) for entry, error in pairs]
+
+
+@pytest.mark.parametrize(("entry", "error"), reproduced())
+def test_each_reported_class_reproduced_on_cpu_is_named_alone(entry: str, error: str) -> None:
+    """The most reported classes the catalog lacked (issue 36; docs/triage.md), 14 of them reproduced on CPU: each
+    real error is named as its own entry, and as no other; one whose message another cause prints too (its entry
+    `requires` DeepSpeed's frames) is named only with them, which the one line kept here lacks."""
+    from ds_doctor.knowledge import catalog
+
+    named = [m.issue.id for m in triage(error, {})]
+    assert named == ([] if catalog.get(entry).requires else [entry])
+
+
+def test_all_thirty_reported_classes_are_in_the_catalog() -> None:
+    from ds_doctor.knowledge.load import data_files, load_file
+
+    (reported,) = [load_file(path) for path in data_files() if path.name == "reported.toml"]
+    assert len(reported) == 30 and len(reproduced()) == 14

@@ -87,5 +87,8 @@ def test_each_wording_names_where_it_was_read() -> None:
                 "transformers",
                 "nccl",
                 "mosaicml",
+                "peft",
+                "trl",
+                "flash-attn",
             }, wording.source
             assert wording.read and wording.versions, issue.id
