@@ -47,6 +47,8 @@ PLAN = {
     "hf_trainer_accelerate_double_ga_division": Plan(
         "equivalence and trainer-ga-double-division", "cpu", ("5.1.0", "5.2.0")
     ),
+    # transformers#46731: the LabelSmoother never got num_items_in_batch (since 4.46's #34198), fixed in 5.15.0
+    "hf_trainer_label_smoothing_ignores_num_items": Plan("equivalence and trainer-label-smoothing", "cpu"),
 }
 
 

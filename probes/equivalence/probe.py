@@ -136,6 +136,17 @@ ROUTES = (
         partial_window=True,
     ),
     Route(
+        "trainer-label-smoothing",
+        "trainer",
+        "the trainer route with label_smoothing_factor 0.1 (the Trainer's LabelSmoother computes the loss; first "
+        "labels -100), as a reproducing case of the smoother that ignores num_items_in_batch (xfail on transformers "
+        "4.46-5.14.1: each micro-batch's own mean, never divided by the accumulation steps)",
+        reproduce=True,
+        issue=equivalence_trainer.LABEL_SMOOTHING_ISSUE,
+        first_label_masked=True,
+        label_smoothing=0.1,
+    ),
+    Route(
         "resume-deepspeed",
         "deepspeed",
         f"{_DS}, ZeRO 2, WarmupDecayLR; save_checkpoint at step 2, load_checkpoint in a new process",

@@ -38,6 +38,7 @@ class Route:
     # the stream ends one micro-batch into the last accumulation window (an epoch whose length is not a multiple
     # of the window): that step is the token mean of the one micro-batch per rank it has
     partial_window: bool = False
+    label_smoothing: float = 0.0  # the Trainer's label_smoothing_factor (its LabelSmoother computes the loss)
     level: int = 3
     reproduce: bool = False
     issue: str | None = None

@@ -31,6 +31,8 @@ TRAINER_HYPER = Hyper(lr=1e-3, weight_decay=0.0)
 OVERCOUNT_ISSUE = "hf_trainer_num_items_unshifted_overcount"
 # how close the loss ratio must come to (tokens predicted)/(labels counted) to be that scale
 OVERCOUNT_MATCH = 1e-4
+#: transformers 4.46-5.14.1's LabelSmoother ignores num_items_in_batch: each micro-batch's own mean, never divided
+LABEL_SMOOTHING_ISSUE = "hf_trainer_label_smoothing_ignores_num_items"
 #: transformers 5.2.0-5.5.3 also hands the accumulation steps to Accelerate, whose backward divides again
 DOUBLE_DIVISION_ISSUE = "hf_trainer_accelerate_double_ga_division"
 # how close the first step's gradient norm must come to the reference's / accumulation steps to be that scale
@@ -143,7 +145,12 @@ def window(hyper: Hyper, step: int, last_window: int | None) -> int:
 
 
 def token_reference(
-    kind: str, hyper: Hyper, world_size: int, lrs: list[float], last_window: int | None = None
+    kind: str,
+    hyper: Hyper,
+    world_size: int,
+    lrs: list[float],
+    last_window: int | None = None,
+    label_smoothing: float = 0.0,
 ) -> list[StepRecord]:
     """Plain torch, single process: each step's loss is the summed token cross-entropy of the global batch over its
     label-token count; gradients accumulate over every rank's micro-batches; clip; AdamW. Run in fp32 and again in
@@ -152,18 +159,20 @@ def token_reference(
 
     from ds_doctor.probes.equivalence.bounds import allowances
 
-    single, initial = _token_run(kind, hyper, world_size, lrs, torch.float32, last_window)
-    double, _ = _token_run(kind, hyper, world_size, lrs, torch.float64, last_window)
+    single, initial = _token_run(kind, hyper, world_size, lrs, torch.float32, (last_window, label_smoothing))
+    double, _ = _token_run(kind, hyper, world_size, lrs, torch.float64, (last_window, label_smoothing))
     for record, extra in zip(single, allowances(single, double, 0.0, initial), strict=True):
         record.allowance = extra
     return single
 
 
 def _token_run(
-    kind: str, hyper: Hyper, world_size: int, lrs: list[float], dtype: Any, last_window: int | None = None
+    kind: str, hyper: Hyper, world_size: int, lrs: list[float], dtype: Any, shape: tuple[int | None, float]
 ) -> tuple[list[StepRecord], dict[str, Any]]:
+    """`shape`: the last window's micro-batches (None: a whole window) and the label smoothing."""
     import torch
 
+    last_window, smoothing = shape
     model = build_lm(kind).to(dtype)
     model.train()
     vocab = model.config.vocab_size
@@ -187,6 +196,7 @@ def _token_run(
                 b["labels"][:, 1:].reshape(-1),
                 ignore_index=-100,
                 reduction="sum",
+                label_smoothing=smoothing,  # as the Trainer's LabelSmoother: (1 - e) nll + e mean(-log p)
             )
             (summed / tokens).backward()
             total += summed.detach()
@@ -265,6 +275,7 @@ def make_trainer(
         learning_rate=hyper.lr,
         weight_decay=0.0,
         max_grad_norm=hyper.clip,
+        label_smoothing_factor=route.label_smoothing,
         optim="adamw_torch",
         lr_scheduler_type="linear" if schedule else "constant",
         warmup_steps=2 if schedule else 0,
@@ -405,6 +416,7 @@ def run(ctx: ProbeContext, route: Route) -> None:
                     ctx.world_size,
                     [r.lr for r in records],
                     1 if route.partial_window else None,
+                    route.label_smoothing,
                 ),
             },
             ctx.rank,
