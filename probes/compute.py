@@ -13,10 +13,18 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ds_doctor.plugins import Finding, ProbeContext, ProbeSpec, Requirement, Severity, Variant
 from ds_doctor.probes.shared.common import synchronize
+from ds_doctor.probes.shared.known_answer import (
+    bits_differ,
+    checksum,
+    exact_inputs,
+    expected_product,
+    wrong_elements,
+)
 
 SPEC = ProbeSpec(
     name="compute",
@@ -80,8 +88,85 @@ def _matmul(ctx: ProbeContext, dtype_name: str) -> None:
     ctx.enter(f"matmul {dtype_name} {n}x{n}: timing")
     seconds = _seconds_per_matmul(a, b, device, *ITERS[ctx.device_kind])
     _record_matmul(ctx, dtype_name, n, error, tflops=2 * n**3 / seconds / 1e12)
-    if not finite or not error <= TOLERANCE[dtype_name]:
-        ctx.check([_matmul_finding(ctx, dtype_name, n, error, finite)])
+    del a, b
+    findings = (
+        []
+        if finite and error <= TOLERANCE[dtype_name]
+        else [_matmul_finding(ctx, dtype_name, n, error, finite)]
+    )
+    ctx.enter(f"matmul {dtype_name} {n}x{n}: known answer, replay, ranks")
+    ctx.check(findings + known_answer(ctx, dtype_name, n, device))
+
+
+#: A test hook: called with (dtype, rank, product) on the known-answer product before it is checked; the tests flip
+#: bits there, as a faulty GPU would. None in real runs.
+AFTER_MATMUL: Callable[[str, int, Any], None] | None = None
+KNOWN_ANSWER_SEED = 4242  # the same inputs on every rank: identical GPUs must give identical bits
+
+
+def known_answer(ctx: ProbeContext, dtype_name: str, n: int, device: Any) -> list[Finding]:
+    """The product of exact inputs (probes.shared.known_answer) checked over every element, bit for bit; the same
+    matmul replayed and compared bitwise; the ranks' bits compared across the node's GPUs."""
+    a, b = exact_inputs(n, dtype_name, device, KNOWN_ANSWER_SEED)
+    product = a @ b
+    if AFTER_MATMUL is not None:
+        AFTER_MATMUL(dtype_name, ctx.rank, product)
+    wrong, named = wrong_elements(product, expected_product(a, b), dtype_name)
+    replayed = bits_differ(product, a @ b, dtype_name)
+    sums = ctx.all_gather_json(checksum(product, dtype_name))
+    majority = max(sums, key=sums.count)
+    odd_ranks = [rank for rank, mine in enumerate(sums) if mine != majority]
+    ctx.note(
+        "known_answer",
+        {
+            "elements": n * n,
+            "wrong_elements": wrong,
+            "replay_differing": replayed,
+            "ranks_differing": odd_ranks,
+        },
+    )
+    remedy = (
+        "a GPU whose exact product comes out wrong is corrupting data silently: rerun this check on it alone, read its "
+        "health section (Xid, ECC, remapped rows), and drain the node if it repeats"
+    )
+    findings = []
+    if wrong:
+        findings.append(
+            Finding(
+                invariant="matmul_known_answer",
+                severity=Severity.ERROR,
+                message=f"{dtype_name} {n}x{n} matmul of exact integers on {ctx.device}: {wrong} of {n * n} elements "
+                f"wrong, bit for bit: " + "; ".join(w.describe(dtype_name) for w in named),
+                stage=ctx.stage,
+                expected="every element the exact integer product (the inputs are chosen so the dtype holds it)",
+                remedy=remedy,
+            )
+        )
+    if replayed:
+        findings.append(
+            Finding(
+                invariant="matmul_replay",
+                severity=Severity.ERROR,
+                message=f"{dtype_name} {n}x{n} matmul on {ctx.device}: the same inputs twice gave {replayed} "
+                "elements with other bits",
+                stage=ctx.stage,
+                expected="the same bits from the same inputs on the same GPU",
+                remedy=remedy,
+            )
+        )
+    if odd_ranks and ctx.rank == min(odd_ranks):
+        findings.append(
+            Finding(
+                invariant="matmul_ranks_differ",
+                severity=Severity.ERROR,
+                message=f"{dtype_name} {n}x{n} matmul of the same inputs: rank(s) {', '.join(map(str, odd_ranks))} "
+                f"gave other bits than the other {len(sums) - len(odd_ranks)} rank(s) of this node",
+                stage=ctx.stage,
+                expected="identical bits from identical GPUs",
+                remedy=remedy,
+            )
+        )
+    return findings
 
 
 def _matmul_inputs(n: int, dtype: Any, device: Any, *, seed: int) -> tuple[Any, Any]:
