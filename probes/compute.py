@@ -129,44 +129,41 @@ def known_answer(ctx: ProbeContext, dtype_name: str, n: int, device: Any) -> lis
         "a GPU whose exact product comes out wrong is corrupting data silently: rerun this check on it alone, read its "
         "health section (Xid, ECC, remapped rows), and drain the node if it repeats"
     )
-    findings = []
-    if wrong:
-        findings.append(
-            Finding(
-                invariant="matmul_known_answer",
-                severity=Severity.ERROR,
-                message=f"{dtype_name} {n}x{n} matmul of exact integers on {ctx.device}: {wrong} of {n * n} elements "
-                f"wrong, bit for bit: " + "; ".join(w.describe(dtype_name) for w in named),
-                stage=ctx.stage,
-                expected="every element the exact integer product (the inputs are chosen so the dtype holds it)",
-                remedy=remedy,
-            )
+    case = f"{dtype_name} {n}x{n} matmul"
+    wrongs = [
+        (
+            wrong > 0,
+            "matmul_known_answer",
+            f"{case} of exact integers on {ctx.device}: {wrong} of {n * n} elements wrong, bit for bit: "
+            + "; ".join(w.describe(dtype_name) for w in named),
+            "every element the exact integer product (the inputs are chosen so the dtype holds it)",
+        ),
+        (
+            replayed > 0,
+            "matmul_replay",
+            f"{case} on {ctx.device}: the same inputs twice gave {replayed} elements with other bits",
+            "the same bits from the same inputs on the same GPU",
+        ),
+        (
+            bool(odd_ranks) and ctx.rank == min(odd_ranks),  # said once, by the first odd rank
+            "matmul_ranks_differ",
+            f"{case} of the same inputs: rank(s) {', '.join(map(str, odd_ranks))} gave other bits than the other "
+            f"{len(sums) - len(odd_ranks)} rank(s) of this node",
+            "identical bits from identical GPUs",
+        ),
+    ]
+    return [
+        Finding(
+            invariant=invariant,
+            severity=Severity.ERROR,
+            message=message,
+            stage=ctx.stage,
+            expected=expected,
+            remedy=remedy,
         )
-    if replayed:
-        findings.append(
-            Finding(
-                invariant="matmul_replay",
-                severity=Severity.ERROR,
-                message=f"{dtype_name} {n}x{n} matmul on {ctx.device}: the same inputs twice gave {replayed} "
-                "elements with other bits",
-                stage=ctx.stage,
-                expected="the same bits from the same inputs on the same GPU",
-                remedy=remedy,
-            )
-        )
-    if odd_ranks and ctx.rank == min(odd_ranks):
-        findings.append(
-            Finding(
-                invariant="matmul_ranks_differ",
-                severity=Severity.ERROR,
-                message=f"{dtype_name} {n}x{n} matmul of the same inputs: rank(s) {', '.join(map(str, odd_ranks))} "
-                f"gave other bits than the other {len(sums) - len(odd_ranks)} rank(s) of this node",
-                stage=ctx.stage,
-                expected="identical bits from identical GPUs",
-                remedy=remedy,
-            )
-        )
-    return findings
+        for shown, invariant, message, expected in wrongs
+        if shown
+    ]
 
 
 def _matmul_inputs(n: int, dtype: Any, device: Any, *, seed: int) -> tuple[Any, Any]:
