@@ -105,6 +105,7 @@ bench: $(BIN)/.installed
 	$(BIN)/python bench/bench_equivalence.py
 	$(BIN)/python bench/bench_false_alarms.py
 	$(BIN)/python bench/bench_digest.py
+	$(BIN)/python bench/bench_level2.py
 
 clean:
 	rm -rf $(VENV) ds-doctor-reports wheelhouse
