@@ -41,7 +41,8 @@ from ds_doctor.rundir import RunDir
 
 PAYLOAD = "payload.json"
 EXCHANGED = "exchanged.json"
-START_S = 60.0  # the child's start (it imports torch) and the close, on top of the wait
+#: on top of the wait: the child's start (it imports torch), a node 0 that comes late, the close
+START_S = 120.0
 SECRET_ENV = "DS_DOCTOR_JOB_SECRET_FILE"
 SECRET_BYTES = (16, 4096)  # a job secret's size, at least and at most
 
