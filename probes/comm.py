@@ -1,4 +1,4 @@
-"""Hardware smoke, collectives: all_reduce, all_gather, reduce_scatter and broadcast over a range of
+"""Hardware smoke, collectives: all_reduce, all_gather, reduce_scatter, broadcast and alltoall over a range of
 sizes, each result checked on every rank against the exact expected values, with algorithm and
 bus bandwidth as nccl-tests defines them (doctor/checks/collectives.py). nccl on GPUs, gloo on CPU.
 

@@ -10,6 +10,7 @@ hardware's peak link bandwidth:
     all_gather      (n - 1) / n
     reduce_scatter  (n - 1) / n
     broadcast       1
+    alltoall        (n - 1) / n   (what MoE and expert-parallel jobs depend on; torch's all_to_all_single)
 
 GB/s are 1e9 bytes per second, as there. The data are small integers in fp32, so every sum is
 exact and a result is compared element for element, with no tolerance.
@@ -20,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "alltoall")
 PATTERN = 13  # values cycle through 1..PATTERN: sums over up to 1024 ranks stay below 2**24, exact in fp32
 
 
@@ -34,6 +35,7 @@ def bus_factor(collective: str, world_size: int) -> float:
         "all_gather": (n - 1) / n,
         "reduce_scatter": (n - 1) / n,
         "broadcast": 1.0,
+        "alltoall": (n - 1) / n,
     }
     if collective not in factors:
         raise ValueError(f"unknown collective {collective!r}; known: {', '.join(COLLECTIVES)}")
@@ -97,7 +99,18 @@ def inputs(collective: str, numel: int, rank: int, world_size: int, *, device: A
     if collective == "broadcast":
         source = pattern(numel, device=device, offset=7.0)
         return (source if rank == 0 else torch.zeros(numel, device=device)), None
+    if (
+        collective == "alltoall"
+    ):  # chunk j goes to rank j: each chunk says where it came from and where it goes
+        chunks = [_alltoall_chunk(per_rank, rank, to, device) for to in range(world_size)]
+        return torch.cat(chunks), torch.empty(per_rank * world_size, device=device)
     raise ValueError(f"unknown collective {collective!r}")
+
+
+def _alltoall_chunk(per_rank: int, source: int, destination: int, device: Any) -> Any:
+    """The chunk rank `source` sends to rank `destination`: distinct for every pair (exact in fp32 up to 1024
+    ranks: 1024 * 1024 * 16 < 2**24)."""
+    return pattern(per_rank, device=device, offset=16.0 * (1024 * source + destination))
 
 
 def expected(collective: str, numel: int, rank: int, world_size: int, *, device: Any) -> Any:
@@ -116,6 +129,8 @@ def expected(collective: str, numel: int, rank: int, world_size: int, *, device:
         ]
     if collective == "broadcast":
         return pattern(numel, device=device, offset=7.0)
+    if collective == "alltoall":
+        return torch.cat([_alltoall_chunk(per_rank, source, rank, device) for source in range(world_size)])
     raise ValueError(f"unknown collective {collective!r}")
 
 
@@ -149,4 +164,7 @@ def run_once(collective: str, tensors: tuple[Any, Any], group: Any = None) -> An
     if collective == "broadcast":
         dist.broadcast(source, src=dist.get_global_rank(group, 0) if group is not None else 0, group=group)
         return source
+    if collective == "alltoall":
+        dist.all_to_all_single(out, source, group=group)
+        return out
     raise ValueError(f"unknown collective {collective!r}")

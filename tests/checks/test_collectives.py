@@ -9,12 +9,13 @@ import torch
 
 from ds_doctor.checks import collectives
 
-# nccl-tests src/{all_reduce,all_gather,reduce_scatter,broadcast}.cu, *GetBw: busbw = algbw * factor
+# nccl-tests src/{all_reduce,all_gather,reduce_scatter,broadcast,alltoall}.cu, *GetBw: busbw = algbw * factor
 NCCL_TESTS_FACTORS = {
     "all_reduce": lambda n: 2.0 * (n - 1) / n,
     "all_gather": lambda n: (n - 1) / n,
     "reduce_scatter": lambda n: (n - 1) / n,
     "broadcast": lambda n: 1.0,
+    "alltoall": lambda n: (n - 1) / n,
 }
 
 
@@ -58,6 +59,8 @@ def test_expected_values_follow_from_the_inputs_of_every_rank(collective: str, n
             truth = torch.cat(inputs)
         elif collective == "reduce_scatter":
             truth = sum(inputs).chunk(n)[rank]
+        elif collective == "alltoall":  # chunk `rank` of every rank, in rank order
+            truth = torch.cat([source.chunk(n)[rank] for source in inputs])
         else:
             truth = inputs[0]
         want = collectives.expected(collective, numel, rank, n, device="cpu")
@@ -70,6 +73,9 @@ def test_the_data_are_exact_in_fp32_at_many_ranks() -> None:
     want = collectives.expected("all_reduce", 64, 0, n, device="cpu")
     assert float(want.max()) == n * (n + 1) / 2 * collectives.PATTERN < 2**24
     assert all(math.isclose(float(v), float(v).__round__()) for v in want)
+    # alltoall: every (source, destination) chunk distinct, and exact, at the most ranks it is built for
+    last = collectives.expected("alltoall", 16 * n, n - 1, n, device="cpu")
+    assert float(last.max()) < 2**24 and len({tuple(chunk.tolist()) for chunk in last.chunk(n)}) == n
 
 
 def test_compare_pins_the_first_wrong_element() -> None:

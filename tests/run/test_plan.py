@@ -119,7 +119,7 @@ def test_levels() -> None:
         ("optimizer_coverage", "deepspeed-z2"),
         ("optimizer_state_placement", "prodigy-plus-schedule-free"),
         *(("equivalence", name) for name in ("ddp", "fsdp2", "deepspeed-z2", "deepspeed-z3")),
-        *(("comm", name) for name in ("all_reduce", "all_gather", "reduce_scatter", "broadcast")),
+        *(("comm", name) for name in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "alltoall")),
         *(("compute", name) for name in ("matmul-bf16", "matmul-fp16", "matmul-fp32", "memory")),
     }
     assert {c.world_size for c in level2} == {1, 2}
