@@ -36,7 +36,8 @@ def exclusive_temp(path: Path) -> tuple[int, Path]:
     """A new, empty file beside `path` under a name nobody can predict, created exclusively and without following a
     link (O_CREAT|O_EXCL|O_NOFOLLOW): a link or file planted at any name ds-doctor might pick is never written
     through, as root or not. Mode 0666 less the umask, as `open("w")` gives."""
-    stem = path.name[:200]  # the random part and the dots must fit in a name of 255 bytes
+    # the random part and the dots must fit in a name of 255 bytes (UTF-8: a character may take 4)
+    stem = path.name.encode("utf-8", "surrogateescape")[:200].decode("utf-8", "ignore")
     for _ in range(100):
         tmp = path.with_name(f".{stem}.{secrets.token_hex(8)}.tmp")
         try:

@@ -147,3 +147,10 @@ def test_a_runs_report_that_does_not_fit_says_where_its_results_are(small_disk: 
     assert line.startswith(f"cannot write {small_disk}/") and "No space left on device" in line
     assert line.endswith(f"`ds-doctor report {tmp_path / 'run-h-1'}` writes the report once there is room")
     assert ours(small_disk) == []
+
+
+def test_a_long_name_of_wide_characters_still_gets_a_temp_beside_it(tmp_path: Path) -> None:
+    """255 bytes is the limit of a name, not 255 characters: the temp's name is cut by bytes."""
+    target = tmp_path / ("é" * 120 + ".md")  # 243 bytes
+    write_atomic(target, "text")
+    assert target.read_text() == "text" and [p.name for p in tmp_path.iterdir()] == [target.name]
