@@ -12,6 +12,7 @@ from pathlib import Path
 from ds_doctor.probe.rankoptions import RankOptions
 from ds_doctor.run.extensions import build_key, first_build_line, private_extensions_dir
 from ds_doctor.run.launch import rank_environment
+from tests.test_e2e import ds_doctor
 
 
 def test_the_folder_is_the_doctors_own_keyed_by_interpreter_torch_and_deepspeed(tmp_path: Path) -> None:
@@ -95,22 +96,10 @@ def test_a_run_with_another_ninja_first_on_path_rebuilds_nothing(tmp_path: Path)
     ran = tmp_path / "fake-ninja-ran"
     (fake / "ninja").write_text(f"#!/bin/sh\ntouch {ran}\nexit 1\n")
     (fake / "ninja").chmod(0o755)
-    env = {**os.environ, "PATH": os.pathsep.join([str(fake), os.environ.get("PATH", "")])}
-    command = [
-        sys.executable,
-        "-m",
-        "ds_doctor.cli",
-        "run",
-        "--level",
-        "2",
-        "-k",
-        "zero_offload and z3-opt+param-bf16-ws1",
-    ]
-    proc = subprocess.run(
-        [*command, "--out", str(tmp_path / "out"), "--json"],
-        env=env,
-        capture_output=True,
-        text=True,
+    proc = ds_doctor(
+        *("run", "--level", "2", "-k", "zero_offload and z3-opt+param-bf16-ws1"),
+        *("--out", str(tmp_path / "out"), "--json"),
+        extra_env={"PATH": os.pathsep.join([str(fake), os.environ.get("PATH", "")])},
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
