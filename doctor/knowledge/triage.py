@@ -26,7 +26,7 @@ from ds_doctor.knowledge.catalog import ISSUES
 from ds_doctor.knowledge.issues import REGEX_FLAGS, KnownIssue
 from ds_doctor.knowledge.logtext import log_versions, normalise
 from ds_doctor.knowledge.peers import peer_findings
-from ds_doctor.knowledge.watchdog import WatchdogReport, heard_after, read_watchdog, watchdog_findings
+from ds_doctor.knowledge.watchdog import WatchdogReport, read_watchdog, watchdog_findings
 from ds_doctor.redact import scrub_text
 from ds_doctor.reports.records import Finding
 from ds_doctor.reports.triage import TriageMatch, VersionUsed
@@ -288,9 +288,9 @@ def in_order(matches: list[TriageMatch], text: str) -> list[TriageMatch]:
     """The matches by when their lines were written where every one's line carries a time (ranks' logs pasted one
     after another: a heartbeat abort printed first may come 8 minutes after the collective timeout it echoes), else
     by where they stand in the log."""
-    stamps = {id(m): _stamp(text, m.position) for m in matches}
-    if len(matches) > 1 and all(stamps.values()):
-        return sorted(matches, key=lambda m: (stamps[id(m)] or "", m.position))
+    stamped = [(_stamp(text, m.position), m) for m in matches]
+    if len(matches) > 1 and all(stamp for stamp, _ in stamped):
+        return [m for _, m in sorted(stamped, key=lambda pair: (pair[0] or "", pair[1].position))]
     return sorted(matches, key=lambda m: m.position)
 
 
@@ -313,9 +313,7 @@ def read_log(
     text: str, installed: Mapping[str, str | None], world_size: int | None = None, notes: Iterable[str] = ()
 ) -> LogReading:
     normal = normalise(text)
-    watchdog = read_watchdog(normal, world_size)
-    if watchdog is not None:  # which silent ranks the log goes on for, read in the order it was written
-        watchdog = dataclasses.replace(watchdog, seen_after=heard_after(text, watchdog))
+    watchdog = read_watchdog(normal, world_size, written=text)
     used = versions_used(normal, installed)
     matches = _matches(normal, used, installed)
     findings = watchdog_findings(watchdog) if watchdog else []

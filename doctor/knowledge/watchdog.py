@@ -90,8 +90,12 @@ def _rank(digits: str) -> int:
     return check_rank(_number(digits), "the log names rank")
 
 
-def read_watchdog(text: str, world_size: int | None = None) -> WatchdogReport | None:
-    """None when the log has no watchdog timeout line. A rank or world size beyond MAX_RANKS is a UserInputError."""
+def read_watchdog(
+    text: str, world_size: int | None = None, written: str | None = None
+) -> WatchdogReport | None:
+    """None when the log has no watchdog timeout line. A rank or world size beyond MAX_RANKS is a UserInputError.
+    `written`: the log in the order it was written, where `text` is reordered (normalised): what `heard_after`
+    reads."""
     if world_size is not None:
         check_world_size(world_size, "--world-size")
     groups = {(_rank(m["rank"]), _number(m["seq"])): (m["guid"] or m["pg"]) for m in _GROUP.finditer(text)}
@@ -123,7 +127,7 @@ def read_watchdog(text: str, world_size: int | None = None) -> WatchdogReport | 
     )
     size = world_size or max(seen) + 1
     report = WatchdogReport(tuple(first[r] for r in sorted(first)), tuple(sorted(seen)), size)
-    return dataclasses.replace(report, seen_after=heard_after(text, report))
+    return dataclasses.replace(report, seen_after=heard_after(text if written is None else written, report))
 
 
 def heard_after(text: str, report: WatchdogReport) -> tuple[int, ...]:
