@@ -38,14 +38,14 @@ BARE = textwrap.dedent("""\
 
 def bare(folder: Path) -> float:
     """One torchrun launch of the bare script, with the ranks' extensions folder ds-doctor uses (built ops)."""
-    from ds_doctor.run.extensions import private_extensions_dir
+    from ds_doctor.run.extensions import interpreter_first, private_extensions_dir
 
     script = folder / "bare_zero3_offload.py"
     script.write_text(BARE)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     if (extensions := private_extensions_dir(os.environ)) is not None:
         env["TORCH_EXTENSIONS_DIR"] = extensions
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env["PATH"] = interpreter_first(env.get("PATH"))
     started = time.perf_counter()
     subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script)],

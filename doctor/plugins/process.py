@@ -3,6 +3,6 @@ way ds-doctor starts its ranks, and how that process finds its case again under 
 
 from ds_doctor.probe.registry import find_case
 from ds_doctor.procs import die_with_parent, module_command
-from ds_doctor.run.extensions import private_extensions_dir
+from ds_doctor.run.extensions import interpreter_first, private_extensions_dir
 
-__all__ = ["die_with_parent", "find_case", "module_command", "private_extensions_dir"]
+__all__ = ["die_with_parent", "find_case", "interpreter_first", "module_command", "private_extensions_dir"]

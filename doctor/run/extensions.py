@@ -61,6 +61,13 @@ def private_extensions_dir(environ: Mapping[str, str]) -> str | None:
     return os.path.join(cache, "ds-doctor", "torch_extensions", build_key())
 
 
+def interpreter_first(path: str | None) -> str:
+    """`path` (a PATH value) with this interpreter's folder first: torch's JIT runs `ninja` from PATH, and another
+    ninja (the system's 1.11 against the venv's 1.13) records builds differently, so every op was rebuilt (100-225 s)
+    when the venv's ds-doctor ran with the system's ninja first. What builds the ops and what loads them use this."""
+    return os.pathsep.join([os.path.dirname(sys.executable), path if path is not None else os.defpath])
+
+
 def first_build_line(folder: str | None) -> str | None:
     """The line a run says before its first launch when the ops are not built there yet; None when they are."""
     if folder is None or (Path(folder) / FIRST_OP / f"{FIRST_OP}.so").exists():

@@ -15,7 +15,6 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -33,6 +32,7 @@ from ds_doctor.redact import scrub_text
 from ds_doctor.reports.records import Outcome
 from ds_doctor.run.attribution import Cause, Ending, attribute, remaining, stage_of
 from ds_doctor.run.cpufacts import CPUINFO_ENV, computed
+from ds_doctor.run.extensions import interpreter_first
 from ds_doctor.run.plan import LaunchGroup, timeout_for
 from ds_doctor.rundir import LAUNCH, LaunchDir, RankLine, RunDir
 from ds_doctor.stacks.overlay import prepended
@@ -140,9 +140,9 @@ def rank_environment(
         env.setdefault("TORCH_FR_DUMP_TEMP_FILE", str(launch_dir / "forensics" / "nccl-watchdog" / "rank_"))
         if (facts := _run_cpu_facts(launch_dir)) is not None:
             env[CPUINFO_ENV] = str(facts)
-    # torch's JIT runs `ninja` from PATH, and another ninja records builds differently: every op is rebuilt (100-225
-    # s) when the venv's ds-doctor runs with the system's ninja first. This interpreter's folder goes first.
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", os.defpath)])
+    env["PATH"] = interpreter_first(
+        env.get("PATH")
+    )  # the ninja that built the ops (another one rebuilds them)
     return env
 
 

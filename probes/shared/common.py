@@ -124,22 +124,6 @@ def time_collective(
     return float(elapsed) / world_size
 
 
-# `make` warms the cache once at install: `python -m ds_doctor.probes.shared.common`, into the folder the ranks of
-# `ds-doctor run` build into (ds_doctor.run.extensions; TORCH_EXTENSIONS_DIR where the user set one)
-if __name__ == "__main__":
-    from ds_doctor.plugins.process import private_extensions_dir
-
-    folder = private_extensions_dir(os.environ)
-    if folder is not None:
-        os.environ["TORCH_EXTENSIONS_DIR"] = folder
-    # the ninja the ranks will use (their PATH starts with this interpreter's folder): another one rebuilds everything
-    os.environ["PATH"] = os.pathsep.join(
-        [os.path.dirname(sys.executable), os.environ.get("PATH", os.defpath)]
-    )
-    built = build_ops()
-    print("DeepSpeed ops built:", ", ".join(built) or "none", "in", os.environ.get("TORCH_EXTENSIONS_DIR"))
-
-
 def refuse_fsdp2_over_gloo_on_gpu(ctx: ProbeContext) -> None:
     """Skip where FSDP2 would run gloo collectives on CUDA tensors: torch segfaults there (a rank killed by SIGSEGV in
     the first backward, seen on the H200 in the shared-GPU mode `gloo`; pytorch/pytorch#132471)."""
@@ -148,3 +132,16 @@ def refuse_fsdp2_over_gloo_on_gpu(ctx: ProbeContext) -> None:
             "FSDP2 over gloo with CUDA tensors segfaults in torch (pytorch/pytorch#132471): with ranks sharing a "
             "GPU it runs in the default mode (DS_DOCTOR_SHARED_GPU=nccl-hostid)"
         )
+
+
+# `make` warms the cache once at install: `python -m ds_doctor.probes.shared.common`, into the folder the ranks of
+# `ds-doctor run` build into (ds_doctor.run.extensions; TORCH_EXTENSIONS_DIR where the user set one)
+if __name__ == "__main__":
+    from ds_doctor.plugins.process import interpreter_first, private_extensions_dir
+
+    folder = private_extensions_dir(os.environ)
+    if folder is not None:
+        os.environ["TORCH_EXTENSIONS_DIR"] = folder
+    os.environ["PATH"] = interpreter_first(os.environ.get("PATH"))  # the ninja the ranks will use
+    built = build_ops()
+    print("DeepSpeed ops built:", ", ".join(built) or "none", "in", os.environ.get("TORCH_EXTENSIONS_DIR"))
