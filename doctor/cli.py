@@ -21,7 +21,7 @@ from ds_doctor.cli_bisect import bisect
 from ds_doctor.cli_fleet import fleet
 from ds_doctor.cli_outputs import report_what_finished, show_paths, write_extra_formats, write_user_output
 from ds_doctor.cli_triage import triage
-from ds_doctor.files import CannotWrite
+from ds_doctor.files import CannotWrite, disk_failure
 from ds_doctor.options import (
     FRACTION,
     NNODES,
@@ -454,11 +454,8 @@ def main(argv: list[str] | None = None) -> int:
         click.echo(f"ds-doctor: error: {one_line(str(exc))}", err=True)
         return int(ExitCode.USAGE_ERROR)
     except OSError as exc:
-        from ds_doctor.files import disk_failure
-
-        if (
-            line := disk_failure(exc)
-        ) is not None:  # the machine's (a full disk, a failing one), not ds-doctor's
+        # a full or failing disk is the machine's, not ds-doctor's
+        if (line := disk_failure(exc)) is not None:
             click.echo(f"ds-doctor: error: {one_line(line)}", err=True)
             return int(ExitCode.USAGE_ERROR)
         if not _names_an_argument(exc, state.argv):

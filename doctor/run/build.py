@@ -109,9 +109,8 @@ def write_reports(report: Report, out_dir: Path, suffix: str = "") -> dict[str, 
         try:
             write_atomic(paths["markdown"], render_markdown(report, full_report=paths["json"].name))
             write_atomic(paths["html"], render_html(report))
-        except (
-            OSError
-        ):  # a full or failing disk: no JSON left without its Markdown (a ticket gets both or none)
+        except OSError:
+            # a full or failing disk: no JSON left without its Markdown (a ticket gets both or none)
             for written in paths.values():
                 written.unlink(missing_ok=True)
             raise
