@@ -49,6 +49,10 @@ PLAN = {
     ),
     # transformers#46731: the LabelSmoother never got num_items_in_batch (since 4.46's #34198), fixed in 5.15.0
     "hf_trainer_label_smoothing_ignores_num_items": Plan("equivalence and trainer-label-smoothing", "cpu"),
+    # DeepSpeed PR #7967: 0.15.2's PR #6550 stopped writing the running sum back to the CPU buffer; 0.15.1 did
+    "ds_offload_accumulation_keeps_first_microbatch": Plan(
+        "equivalence and deepspeed-z2-offload-ga4", "cpu", ("0.15.1", "0.15.2")
+    ),
 }
 
 

@@ -34,6 +34,7 @@ SPEC = ProbeSpec(
 
 GA_ISSUE = "hf_trainer_ga_loss_per_microbatch"
 NO_KWARGS_ISSUE = "hf_trainer_ga_no_loss_kwargs"
+OFFLOAD_ACCUMULATION_ISSUE = "ds_offload_accumulation_keeps_first_microbatch"
 _DS = "deepspeed.initialize with the config's AdamW, engine.backward + engine.step per micro-batch"
 ROUTES = (
     Route(
@@ -70,6 +71,18 @@ ROUTES = (
             offload=True,
         )
         for stage in (1, 2, 3)
+    ),
+    Route(
+        "deepspeed-z2-offload-ga4",
+        "deepspeed",
+        f"{_DS}, ZeRO stage 2, optimizer offloaded to the CPU, gradient_accumulation_steps 4, as a reproducing case "
+        "of the offloaded accumulation that keeps micro-batch 0's gradient (xfail on DeepSpeed 0.15.2-0.18.9: "
+        "micro-batches 1 to accumulation-2 are lost)",
+        stage=2,
+        offload=True,
+        accumulation=4,
+        reproduce=True,
+        issue=OFFLOAD_ACCUMULATION_ISSUE,
     ),
     Route(
         "accelerate",

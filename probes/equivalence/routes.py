@@ -39,6 +39,7 @@ class Route:
     # of the window): that step is the token mean of the one micro-batch per rank it has
     partial_window: bool = False
     label_smoothing: float = 0.0  # the Trainer's label_smoothing_factor (its LabelSmoother computes the loss)
+    accumulation: int = 2  # the DeepSpeed routes' gradient_accumulation_steps
     level: int = 3
     reproduce: bool = False
     issue: str | None = None

@@ -57,7 +57,7 @@ def open_session(ctx: ProbeContext, route: Route, subject: Subject) -> Session:
         hyper = (
             hyper_from_config(ctx, config)
             if route.user is not None
-            else Hyper(kernel="torch" if client is not None else "deepspeed")
+            else Hyper(kernel="torch" if client is not None else "deepspeed", accumulation=route.accumulation)
         )
         ctx.note("deepspeed_config", config)
         return DeepSpeedSession(ctx, route, subject, hyper, config, client)
@@ -125,11 +125,11 @@ def _ds_config(route: Route, hyper: Hyper) -> dict[str, Any]:
 def deepspeed_config(ctx: ProbeContext, route: Route) -> tuple[dict[str, Any], Any]:
     """The config and, where it names no optimizer, the client optimizer the HF Trainer would pass."""
     if route.user is None and route.resume:  # a torch AdamW passed in: the new process loads no JIT-built op
-        hyper = Hyper()
+        hyper = Hyper(accumulation=route.accumulation)
         config = {k: v for k, v in _ds_config(route, hyper).items() if k != "optimizer"}
         return config, lambda params: _torch_adamw(params, hyper)
     if route.user is None:
-        return _ds_config(route, Hyper()), None
+        return _ds_config(route, Hyper(accumulation=route.accumulation)), None
     user: UserConfig = route.user
     filled = fill(user.config, ctx.world_size, ctx.device)
     trainer_optimizer(filled)
