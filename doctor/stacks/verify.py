@@ -53,6 +53,10 @@ PLAN = {
     "ds_offload_accumulation_keeps_first_microbatch": Plan(
         "equivalence and deepspeed-z2-offload-ga4", "cpu", ("0.15.1", "0.15.2")
     ),
+    # Accelerate PR #2790: sync_each_batch (new in 0.28.0, PR #2531) forced sync_gradients on every micro-batch
+    "acc_sync_each_batch_steps_every_microbatch": Plan(
+        "equivalence and accelerate-sync-each-batch", "cpu", ("0.28.0",)
+    ),
 }
 
 

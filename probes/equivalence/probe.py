@@ -35,6 +35,7 @@ SPEC = ProbeSpec(
 GA_ISSUE = "hf_trainer_ga_loss_per_microbatch"
 NO_KWARGS_ISSUE = "hf_trainer_ga_no_loss_kwargs"
 OFFLOAD_ACCUMULATION_ISSUE = "ds_offload_accumulation_keeps_first_microbatch"
+SYNC_EACH_BATCH_ISSUE = "acc_sync_each_batch_steps_every_microbatch"
 _DS = "deepspeed.initialize with the config's AdamW, engine.backward + engine.step per micro-batch"
 ROUTES = (
     Route(
@@ -89,6 +90,16 @@ ROUTES = (
         "accelerate",
         "Accelerator(gradient_accumulation_steps) with accumulate, backward, "
         "clip_grad_norm_, the prepared torch AdamW",
+    ),
+    Route(
+        "accelerate-sync-each-batch",
+        "accelerate",
+        "Accelerator(gradient_accumulation_plugin=GradientAccumulationPlugin(num_steps, sync_each_batch=True)) with "
+        "accumulate, backward, clip_grad_norm_, the prepared torch AdamW, as a reproducing case of the flag that "
+        "turned accumulation off (xfail on Accelerate 0.28.0-0.30.1: the optimizer steps at every micro-batch)",
+        sync_each_batch=True,
+        reproduce=True,
+        issue=SYNC_EACH_BATCH_ISSUE,
     ),
     Route(
         "accelerate-deepspeed",

@@ -40,6 +40,8 @@ class Route:
     partial_window: bool = False
     label_smoothing: float = 0.0  # the Trainer's label_smoothing_factor (its LabelSmoother computes the loss)
     accumulation: int = 2  # the DeepSpeed routes' gradient_accumulation_steps
+    # Accelerate's GradientAccumulationPlugin(sync_each_batch=True): gradients all-reduced at every micro-batch
+    sync_each_batch: bool = False
     level: int = 3
     reproduce: bool = False
     issue: str | None = None
@@ -329,6 +331,12 @@ class AccelerateSession(Session):
         kwargs = dict(extra or {})
         if plugin_config is not None:
             kwargs["deepspeed_plugin"] = DeepSpeedPlugin(hf_ds_config=plugin_config)
+        elif route.sync_each_batch:
+            from accelerate.utils import GradientAccumulationPlugin
+
+            kwargs["gradient_accumulation_plugin"] = GradientAccumulationPlugin(
+                num_steps=hyper.accumulation, sync_each_batch=True
+            )
         else:
             kwargs.setdefault("gradient_accumulation_steps", hyper.accumulation)
         # on CPU Accelerate sees the process group only with cpu=True, which drops a DeepSpeed plugin (measured)

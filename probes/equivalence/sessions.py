@@ -219,6 +219,7 @@ def tolerance_for(ctx: ProbeContext, route: Route, hyper: Hyper) -> Tolerance:
     exact = (
         route.wrapper in EXACT
         and not route.user_accelerate
+        and not route.sync_each_batch  # an all-reduce per micro-batch adds in another order than the reference
         and hyper.dtype == "float32"
         and ctx.world_size <= 2
         and ctx.device_kind == "cpu"
