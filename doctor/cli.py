@@ -562,7 +562,7 @@ def env(as_json: bool) -> int:
     from ds_doctor.redact import scrub
     from ds_doctor.reports.console import environment_lines
 
-    environment, hardware = scrub(collect_environment())
+    environment, hardware = scrub(collect_environment(dcgm=False))  # fast: no diagnostic
     if as_json:
         click.echo(json.dumps({"env": environment, "hardware": hardware}, indent=2))
     else:

@@ -2,7 +2,8 @@
 prometheus_client (a registry of gauges, `write_to_textfile`: a temp file renamed over the target).
 
 One series per case (1, labelled with the outcome it had, so alerts can match `outcome="fail"`), counts
-per outcome, findings per severity, each GPU health finding by rule, the run's start time and duration,
+per outcome, findings per severity, each GPU health finding by rule, the node's fault records (findings by record and
+rule, Xid counts, AER counters, InfiniBand ports up), the run's start time and duration,
 and every measure `ds_doctor.reports.measures.MEASURES` compares with a baseline (bandwidths, TFLOP/s), where it
 means something at the case's world size. Labels carry host, probe and case. With the node's baseline report
 (`run --baseline`), each such measure relative to the baseline's (`measure_baseline_ratio`: below 1 is worse,
@@ -18,7 +19,10 @@ node_exporter reads has no way to say).
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest, write_to_textfile
 
@@ -96,6 +100,67 @@ def _case_gauges(registry: CollectorRegistry, report: Report, host: str) -> None
             gauge.labels(host, gpu, rule, severity).set(1)
 
 
+def _record_findings(registry: CollectorRegistry, report: Report, host: str) -> None:
+    findings = Counter(
+        (result.case.partition("[")[2].rstrip("]"), f.invariant, f.severity.value)
+        for result in report.results
+        if result.probe == "node_records"
+        for f in result.findings
+    )
+    if findings:
+        gauge = _gauge(
+            registry,
+            "node_record_finding",
+            "Findings over the node's fault records (Xid, AER, InfiniBand, DCGM) in the last run, by rule.",
+            ("host", "record", "rule", "severity"),
+        )
+        for (record, rule, severity), count in findings.items():
+            gauge.labels(host, record, rule, severity).set(count)
+
+
+def _read(records: Mapping[str, Any], name: str, key: str) -> list[Mapping[str, Any]]:
+    """The entries of one record the node read (none where it was absent or unavailable)."""
+    record = records.get(name)
+    if not isinstance(record, Mapping) or record.get("state") != "read":
+        return []
+    entries = record.get(key)
+    return [entry for entry in entries if isinstance(entry, Mapping)] if isinstance(entries, list) else []
+
+
+def _record_series(registry: CollectorRegistry, records: Mapping[str, Any], host: str) -> None:
+    events = [e for e in _read(records, "xid", "events") if isinstance(e.get("count"), int)]
+    if events:
+        xids = _gauge(
+            registry, "xid_total", "Xid errors in the kernel log since boot.", ("host", "pci", "xid")
+        )
+        for event in events:
+            xids.labels(host, event.get("pci"), event.get("xid")).set(event["count"])
+    devices = _read(records, "aer", "devices")
+    if devices:
+        aer = _gauge(registry, "aer_errors", "PCIe AER errors since boot.", ("host", "pci", "kind"))
+        for device in devices:
+            for kind in ("correctable", "nonfatal", "fatal"):
+                if isinstance(device.get(kind), int):
+                    aer.labels(host, device.get("bdf"), kind).set(device[kind])
+    ports = _read(records, "ib", "ports")
+    if ports:
+        up = _gauge(registry, "ib_port_up", "1 if the port is ACTIVE and LinkUp.", ("host", "device", "port"))
+        for port in ports:
+            up.labels(host, port.get("device"), port.get("port")).set(
+                float(port.get("state") == "ACTIVE" and port.get("phys_state") == "LinkUp")
+            )
+
+
+def _node_record_gauges(registry: CollectorRegistry, report: Report, host: str) -> None:
+    """The node's fault records (ds_doctor.hardware.records, ds_doctor.checks.noderecords): how many findings by
+    record, rule and severity; each Xid's count by GPU; each AER counter by device and kind; each IB port up or
+    not."""
+    _record_findings(registry, report, host)
+    records = report.hardware.extra.get("node_records")
+    if isinstance(records, Mapping):
+        _record_series(registry, records, host)
+
+
 def _measure_gauges(registry: CollectorRegistry, report: Report, host: str) -> None:
     for name, measure in MEASURES.items():
         samples = [
@@ -168,6 +233,7 @@ def build_registry(
     host = str(report.hardware.host or "")
     _run_gauges(registry, report, host)
     _case_gauges(registry, report, host)
+    _node_record_gauges(registry, report, host)
     _measure_gauges(registry, report, host)
     if baseline is not None:
         _baseline_gauges(registry, report, baseline, tolerance_pct, host)

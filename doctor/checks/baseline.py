@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ds_doctor.checks.noderecords import aer_rising
 from ds_doctor.reports.diff import Change, Diff
 from ds_doctor.reports.measures import MEASURES
 from ds_doctor.reports.records import FAILING, CaseResult, Finding, Report, Severity
@@ -211,6 +212,31 @@ def measure_changes(
     return changes
 
 
+def _aer_record(report: Report) -> Mapping[str, object] | None:
+    records = report.hardware.extra.get("node_records")
+    aer = records.get("aer") if isinstance(records, Mapping) else None
+    return aer if isinstance(aer, Mapping) and aer.get("state") == "read" else None
+
+
+def aer_changes(base: Report, new: Report) -> list[Change]:
+    """PCIe AER counts that rose since the baseline (the node's fault records): reported, not a regression (a
+    link correcting more errors still works; a fatal one already fails its node_records[aer] result)."""
+    before, after = _aer_record(base), _aer_record(new)
+    if before is None or after is None:
+        return []
+    return [
+        Change(
+            "hardware",
+            f"AER {f.data['kind']} errors of {f.data['pci']}",
+            f.data["before"],
+            f.data["now"],
+            False,
+            f.remedy or "",
+        )
+        for f in aer_rising(after, before)
+    ]
+
+
 def diff_reports(base: Report, new: Report, tolerance_pct: float = DEFAULT_TOLERANCE_PCT) -> Diff:
     if not 0 <= tolerance_pct < 100:
         raise ValueError(f"tolerance must be in [0, 100) percent, got {tolerance_pct}")
@@ -221,6 +247,7 @@ def diff_reports(base: Report, new: Report, tolerance_pct: float = DEFAULT_TOLER
         *finding_changes(before, after),
         *measure_changes(before, after, tolerance_pct),
         *hardware_changes(base, new),
+        *aer_changes(base, new),
         *version_changes(base, new),
     ]
     return Diff(_label(base), _label(new), tolerance_pct, tuple(changes))

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ds_doctor.hardware.nvml import read_gpus
+from ds_doctor.hardware.records import read_node_records
 from ds_doctor.hardware.skew import version_skew
 from ds_doctor.redact import MASK, is_secret_name
 
@@ -136,8 +137,10 @@ def memory_bytes() -> int | None:
         return None
 
 
-def collect_environment() -> tuple[dict[str, Any], dict[str, Any]]:
-    """(env, hardware) sections of a report."""
+def collect_environment(*, dcgm: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(env, hardware) sections of a report. On Linux the hardware section carries the node's fault records
+    (ds_doctor.hardware.records: bounded reads of what exists; `dcgmi diag -r 1` only where dcgmi is on PATH and
+    `dcgm` is true: it takes seconds)."""
     gpus, gpus_reason, drivers = read_gpus()
     packages = package_versions()
     env = {
@@ -159,4 +162,6 @@ def collect_environment() -> tuple[dict[str, Any], dict[str, Any]]:
         "gpus": gpus,
         "gpus_reason": gpus_reason,
     }
+    if sys.platform.startswith("linux"):
+        hardware["node_records"] = read_node_records(dcgm=dcgm)
     return env, hardware

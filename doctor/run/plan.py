@@ -14,6 +14,7 @@ from typing import Any
 
 from ds_doctor.checks.environment import environment_results
 from ds_doctor.checks.health import health_results
+from ds_doctor.checks.noderecords import node_record_results
 from ds_doctor.probe import registry
 from ds_doctor.probe.spec import Case, ProbeSpec, missing_dependency, missing_install_lines
 from ds_doctor.reports.records import CaseResult
@@ -124,10 +125,13 @@ def select_cases(cases: Iterable[Case], *, level: int, keyword: str | None) -> l
 
 
 def node_checks(env: Mapping[str, Any], hardware: Mapping[str, Any], keyword: str | None) -> list[CaseResult]:
-    """The node's own results at every level (environment rules, GPU health), filtered by `-k` like every case."""
+    """The node's own results at every level (environment rules, GPU health, the node's fault records), filtered by
+    `-k` like every case."""
     matcher = keyword_matcher(keyword)
-    results = environment_results(env) + health_results(
-        hardware.get("gpus") or [], hardware.get("gpus_reason")
+    results = (
+        environment_results(env)
+        + health_results(hardware.get("gpus") or [], hardware.get("gpus_reason"))
+        + node_record_results(hardware, env)
     )
     return [r for r in results if matcher(r.case)]
 
