@@ -269,7 +269,8 @@ def _matches(
 
 #: timestamps a log line starts with, as glog (`E1121 04:51:10.402917`, torch's C++) and Python's logging
 #: (`2026-11-21 04:51:10,402`) write them; the year is left out of both comparisons (glog has none)
-_GLOG_STAMP = re.compile(r"\b[EWIF](\d{4}) (\d{2}:\d{2}:\d{2}(?:\.\d+)?)\b")
+#: glog's prefix: the month without its leading zero from January to September (`E626 05:14:36.123`)
+_GLOG_STAMP = re.compile(r"\b[EWIF](\d{3,4}) (\d{2}:\d{2}:\d{2}(?:\.\d+)?)\b")
 _ISO_STAMP = re.compile(r"\b\d{4}-(\d{2})-(\d{2})[ T](\d{2}:\d{2}:\d{2})(?:[.,](\d+))?\b")
 
 
@@ -278,7 +279,7 @@ def _stamp(text: str, position: int) -> str | None:
     end = text.find("\n", position)
     line = text[text.rfind("\n", 0, position) + 1 : len(text) if end < 0 else end]
     if found := _GLOG_STAMP.search(line):
-        return f"{found[1]} {found[2]}"
+        return f"{found[1].zfill(4)} {found[2]}"
     if found := _ISO_STAMP.search(line):
         return f"{found[1]}{found[2]} {found[3]}.{found[4] or '0'}"
     return None

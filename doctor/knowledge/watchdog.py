@@ -45,6 +45,9 @@ _RANK_SEEN = re.compile(
 )
 
 
+#: a rank's heartbeat monitor saying its own watchdog thread is blocked: that rank cannot report a timeout at all
+_STUCK = re.compile(r"watchdog got stuck for \d+ seconds|Heartbeat monitor timed out")
+
 #: torchrun's own lines when the job comes down (it signals the ranks left, then sums up the failures)
 _TEARDOWN = re.compile(r"closing signal SIG|ChildFailedError|Root Cause \(first observed failure\)")
 
@@ -69,6 +72,8 @@ class WatchdogReport:
     # the ranks the log mentions after the first timeout line (their own lines, torchrun's summary): the log goes on
     # past the timeouts for them, so a silence there is theirs and not the excerpt's end
     seen_after: tuple[int, ...] = ()
+    # the ranks whose own watchdog the log says was stuck: their silence says nothing of the collective
+    stuck: tuple[int, ...] = ()
 
     @property
     def silent(self) -> tuple[int, ...]:
@@ -127,7 +132,20 @@ def read_watchdog(
     )
     size = world_size or max(seen) + 1
     report = WatchdogReport(tuple(first[r] for r in sorted(first)), tuple(sorted(seen)), size)
-    return dataclasses.replace(report, seen_after=heard_after(text if written is None else written, report))
+    return dataclasses.replace(
+        report, seen_after=heard_after(text if written is None else written, report), stuck=stuck_ranks(text)
+    )
+
+
+def stuck_ranks(text: str) -> tuple[int, ...]:
+    """The ranks with a line of their own (`[rankN]:`, or `Rank N]` inside it) saying their watchdog got stuck."""
+    stuck = set()
+    for m in _STUCK.finditer(text):
+        line_start = max(text.rfind("\n", 0, m.start()) + 1, m.start() - LINE_RANK_LOOKBACK)
+        named = _RANK_SEEN.findall(text, line_start, m.start())
+        if named:
+            stuck.add(_rank(next(g for g in named[-1] if g)))
+    return tuple(sorted(stuck))
 
 
 def heard_after(text: str, report: WatchdogReport) -> tuple[int, ...]:
@@ -251,8 +269,26 @@ def watchdog_findings(report: WatchdogReport) -> list[Finding]:
             )
             silent = ()
         for rank in silent:
-            findings.append(_silent(rank, waiting, rank in report.seen_after, remedy))
+            if rank in report.stuck:
+                findings.append(_stuck(rank, waiting, remedy))
+            else:
+                findings.append(_silent(rank, waiting, rank in report.seen_after, remedy))
     return findings
+
+
+def _stuck(rank: int, waiting: str, remedy: str) -> Finding:
+    """A rank without a timeout line whose own watchdog was stuck: it could not have reported one, entered or not."""
+    return Finding(
+        "missing_rank",
+        Severity.WARNING,
+        f"rank {rank} reported no watchdog timeout while the others timed out ({waiting}), but its own watchdog got "
+        "stuck (its heartbeat line): it could not report one, so whether it entered that collective is unknown "
+        "(a blocked CUDA or NCCL call on that rank is as likely)",
+        rank=rank,
+        stage="watchdog",
+        expected="every rank of the group in the same collective",
+        remedy=remedy,
+    )
 
 
 def _silent(rank: int, waiting: str, heard_after: bool, remedy: str) -> Finding:

@@ -10,6 +10,7 @@ import pytest
 
 from ds_doctor.cli import main
 from ds_doctor.knowledge.watchdog import read_watchdog, watchdog_findings
+from ds_doctor.reports.records import Severity
 from ds_doctor.userinput import UserInputError
 
 LOGS = Path(__file__).resolve().parents[1] / "resources" / "watchdog"
@@ -189,3 +190,44 @@ def test_matches_are_named_in_the_order_their_lines_were_written() -> None:
         "nccl_watchdog_heartbeat_stuck",
         "nccl_watchdog_timeout",
     ]
+
+
+def test_glog_months_without_a_leading_zero_are_ordered_too() -> None:
+    """glog writes June as `E626` (three digits): the stamps still order the matches (a held-out ticket, 2025)."""
+    from ds_doctor.knowledge.triage import triage
+
+    rank7 = (
+        "[rank7]:[E626 05:14:36.393067540 ProcessGroupNCCL.cpp:1743] [PG ID 0 PG GUID 0(default_pg) Rank 7] "
+        "ProcessGroupNCCL's watchdog got stuck for 480 seconds without making progress in monitoring enqueued "
+        "collectives.\n"
+    )
+    rank2 = "[rank2]:[E626 05:06:30.929096625 ProcessGroupNCCL.cpp:632] " + timeout_line("2", "120049") + "\n"
+    assert [m.issue.id for m in triage(rank7 + rank2, {})] == [
+        "nccl_watchdog_timeout",
+        "nccl_watchdog_heartbeat_stuck",
+    ]
+    # a three-digit month (September) sorts before a four-digit one (October), as the zero-padded dates do
+    october = rank2.replace("E626 05:06:30", "E1001 05:06:30")
+    september = rank7.replace("E626 05:14:36", "E930 05:14:36")
+    assert [m.issue.id for m in triage(october + september, {})] == [
+        "nccl_watchdog_heartbeat_stuck",
+        "nccl_watchdog_timeout",
+    ]
+
+
+def test_a_rank_whose_own_watchdog_got_stuck_is_not_said_to_have_skipped_the_collective() -> None:
+    """Its silence after the others' timeouts is no evidence: a stuck watchdog cannot report a timeout."""
+    timeouts = "".join(
+        f"[rank{r}]:[E626 05:06:30.929 ProcessGroupNCCL.cpp:632] " + timeout_line(str(r), "120049") + "\n"
+        for r in (0, 2, 3)
+    )
+    stuck = (
+        "[rank1]:[E626 05:14:36.393 ProcessGroupNCCL.cpp:1743] [PG ID 0 PG GUID 0(default_pg) Rank 1] "
+        "ProcessGroupNCCL's watchdog got stuck for 480 seconds without making progress in monitoring enqueued "
+        "collectives.\n"
+    )
+    report = read_watchdog(timeouts + stuck)
+    assert report is not None and report.stuck == (1,) and 1 in report.seen_after
+    (finding,) = watchdog_findings(report)
+    assert finding.severity == Severity.WARNING and finding.rank == 1
+    assert "its own watchdog got stuck" in finding.message and "unknown" in finding.message
