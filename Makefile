@@ -106,6 +106,7 @@ bench: $(BIN)/.installed
 	$(BIN)/python bench/bench_false_alarms.py
 	$(BIN)/python bench/bench_digest.py
 	$(BIN)/python bench/bench_level2.py
+	$(BIN)/python bench/bench_triage_heldout.py
 
 clean:
 	rm -rf $(VENV) ds-doctor-reports wheelhouse

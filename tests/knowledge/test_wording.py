@@ -90,5 +90,6 @@ def test_each_wording_names_where_it_was_read() -> None:
                 "peft",
                 "trl",
                 "flash-attn",
+                "safetensors",
             }, wording.source
             assert wording.read and wording.versions, issue.id
