@@ -1,6 +1,8 @@
 """Hardware smoke, collectives: all_reduce, all_gather, reduce_scatter, broadcast and alltoall over a range of
-sizes, each result checked on every rank against the exact expected values, with algorithm and
-bus bandwidth as nccl-tests defines them (doctor/checks/collectives.py). nccl on GPUs, gloo on CPU.
+sizes, each result checked on every rank against the exact expected values: in fp32 with algorithm and bus
+bandwidth as nccl-tests defines them (doctor/checks/collectives.py), and in bf16 (what mixed-precision jobs reduce:
+NCCL's bf16 reduction kernels) checked twice per size, untimed (the link's bandwidth is the fp32 cases'). nccl on
+GPUs, gloo on CPU.
 
 Per size: one checked run on fresh data, a few warm-up runs, then timed runs whose mean time is
 averaged over the ranks (as nccl-tests does), then a second checked run on fresh data. A wrong
@@ -40,51 +42,71 @@ AfterRun = Callable[[str, int, Any], None]
 @dataclasses.dataclass(frozen=True)
 class CommCase:
     collective: str  # one of collectives.COLLECTIVES
+    dtype: str = "float32"  # one of collectives.DTYPES
 
 
 def variants() -> list[Variant]:
-    return [Variant(name=name, params=CommCase(name), level=2) for name in collectives.COLLECTIVES]
+    return [Variant(name=name, params=CommCase(name), level=2) for name in collectives.COLLECTIVES] + [
+        Variant(name=f"{name}-bf16", params=CommCase(name, "bfloat16"), level=2)
+        for name in collectives.COLLECTIVES
+    ]
 
 
 def run(ctx: ProbeContext, after_run: AfterRun | None = None) -> None:
     import torch
 
-    collective = ctx.params.collective
+    case: CommCase = ctx.params
+    collective, dtype, width = case.collective, case.dtype, collectives.element_size(case.dtype)
     device = torch.device(ctx.device)
-    warmup, iters = ITERS[ctx.device_kind]
     algbw = busbw = 0.0
     for size in SIZES[ctx.device_kind]:
-        numel = max(ctx.world_size, size // 4 // ctx.world_size * ctx.world_size)
-        ctx.enter(f"{collective} {numel * 4} B: check")
-        _check(ctx, collective, numel, device, after_run, when="before timing")
-        ctx.enter(f"{collective} {numel * 4} B: timing")
-        seconds = time_collective(collective, numel, ctx.rank, ctx.world_size, device, (warmup, iters))
-        ctx.enter(f"{collective} {numel * 4} B: check again")
-        _check(ctx, collective, numel, device, after_run, when="after timing")
-        algbw, busbw = collectives.bandwidths(collective, numel * 4, seconds, ctx.world_size)
-        ctx.measure_row(
-            bytes=numel * 4,
-            time_us=round(seconds * 1e6, 2),
-            algbw_gbps=round(algbw, 4),
-            busbw_gbps=round(busbw, 4),
-        )
+        numel = max(ctx.world_size, size // width // ctx.world_size * ctx.world_size)
+        nbytes = numel * width
+        ctx.enter(f"{collective} {nbytes} B: check")
+        _check(ctx, case, numel, device, after_run, when="before timing" if dtype == "float32" else "first")
+        if (
+            dtype != "float32"
+        ):  # the bandwidth is the link's, measured in fp32; bf16 is the reduction kernels'
+            ctx.enter(f"{collective} {nbytes} B: check again")
+            _check(ctx, case, numel, device, after_run, when="again")
+            continue
+        algbw, busbw = _timed(ctx, case, numel, device, after_run)
     ctx.note("backend", ctx.backend)
-    ctx.note("dtype", "float32")
+    ctx.note("dtype", dtype)
+    if dtype != "float32":
+        return
     ctx.note("bus_factor", collectives.bus_factor(collective, ctx.world_size))
     # The headline numbers are the largest size's, where the link, not the latency, sets the time.
     ctx.measure("algbw_gbps", round(algbw, 4))
     ctx.measure("busbw_gbps", round(busbw, 4))
 
 
+def _timed(
+    ctx: ProbeContext, case: CommCase, numel: int, device: Any, after_run: AfterRun | None
+) -> tuple[float, float]:
+    """Timed runs of one size between two checks (a fault the load brings out shows in the second); its row."""
+    collective, nbytes = case.collective, numel * 4
+    ctx.enter(f"{collective} {nbytes} B: timing")
+    seconds = time_collective(collective, numel, ctx.rank, ctx.world_size, device, ITERS[ctx.device_kind])
+    ctx.enter(f"{collective} {nbytes} B: check again")
+    _check(ctx, case, numel, device, after_run, when="after timing")
+    algbw, busbw = collectives.bandwidths(collective, nbytes, seconds, ctx.world_size)
+    ctx.measure_row(
+        bytes=nbytes, time_us=round(seconds * 1e6, 2), algbw_gbps=round(algbw, 4), busbw_gbps=round(busbw, 4)
+    )
+    return algbw, busbw
+
+
 def _check(
-    ctx: ProbeContext, collective: str, numel: int, device: Any, after_run: AfterRun | None, *, when: str
+    ctx: ProbeContext, case: CommCase, numel: int, device: Any, after_run: AfterRun | None, *, when: str
 ) -> None:
-    tensors = collectives.inputs(collective, numel, ctx.rank, ctx.world_size, device=device)
+    collective, dtype = case.collective, case.dtype
+    tensors = collectives.inputs(collective, numel, ctx.rank, ctx.world_size, device=device, dtype=dtype)
     result = collectives.run_once(collective, tensors)
     if after_run is not None:
         after_run(collective, ctx.rank, result)
     check = collectives.compare(
-        result, collectives.expected(collective, numel, ctx.rank, ctx.world_size, device=device)
+        result, collectives.expected(collective, numel, ctx.rank, ctx.world_size, device=device, dtype=dtype)
     )
     if not check.ok:
         ctx.check(
@@ -92,7 +114,8 @@ def _check(
                 Finding(
                     invariant="collective_result",
                     severity=Severity.ERROR,
-                    message=f"{collective} of {numel * 4} B over {ctx.world_size} rank(s), {when}: {check.describe()}",
+                    message=f"{collective} of {numel * collectives.element_size(dtype)} B ({dtype}) over "
+                    f"{ctx.world_size} rank(s), {when}: {check.describe()}",
                     stage=ctx.stage,
                     expected="every element equal to the exact reduction of the ranks' inputs",
                     remedy="a wrong collective result is a hardware or transport fault: rerun with NCCL_DEBUG=INFO, "

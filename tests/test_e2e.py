@@ -767,9 +767,11 @@ def test_nightly_smoke_comm_compute_junit_prometheus_and_a_baseline_diff(tmp_pat
     results = {r["case"]: r for r in data["results"]}
     assert set(results) == {
         *(f"comm[{c}-ws{n}]" for c in collectives.COLLECTIVES for n in (1, 2)),
+        *(f"comm[{c}-bf16-ws{n}]" for c in collectives.COLLECTIVES for n in (1, 2)),
         *(f"compute[{v}-ws1]" for v in ("matmul-bf16", "matmul-fp16", "matmul-fp32", "memory")),
         "faulty_link[all_reduce-ws2]",
         "faulty_link[all_gather-ws2]",
+        "faulty_link[all_reduce-bf16-ws2]",
     }
     assert {r["outcome"] for r in results.values()} == {"pass"}
     for collective in collectives.COLLECTIVES:
@@ -831,7 +833,11 @@ def test_nightly_smoke_comm_compute_junit_prometheus_and_a_baseline_diff(tmp_pat
     assert proc.returncode == 1, proc.stderr[-3000:] + proc.stdout[-3000:]
     data = read_report(second)
     bad = {r["case"]: r for r in data["results"] if r["outcome"] != "pass"}
-    assert set(bad) == {"faulty_link[all_reduce-ws2]", "faulty_link[all_gather-ws2]"}
+    assert set(bad) == {
+        "faulty_link[all_reduce-ws2]",
+        "faulty_link[all_gather-ws2]",
+        "faulty_link[all_reduce-bf16-ws2]",
+    }
     for result in bad.values():
         assert result["outcome"] == "fail"
         findings = result["findings"]

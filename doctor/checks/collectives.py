@@ -13,7 +13,10 @@ hardware's peak link bandwidth:
     alltoall        (n - 1) / n   (what MoE and expert-parallel jobs depend on; torch's all_to_all_single)
 
 GB/s are 1e9 bytes per second, as there. The data are small integers in fp32, so every sum is
-exact and a result is compared element for element, with no tolerance.
+exact and a result is compared element for element, with no tolerance. In bf16 (8 bits of mantissa: every integer up
+to 256 is exact), what is summed cycles through small integers that keep the sum over every rank at most 256, and
+what is only moved (gathered, broadcast, exchanged) is a distinct finite bit pattern per sender, compared bit for
+bit.
 """
 
 from __future__ import annotations
@@ -23,6 +26,23 @@ from typing import Any
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "alltoall")
 PATTERN = 13  # values cycle through 1..PATTERN: sums over up to 1024 ranks stay below 2**24, exact in fp32
+DTYPES = ("float32", "bfloat16")
+BF16_EXACT = 256  # every integer up to 2**8 is a bfloat16
+#: bf16 bit patterns of moved data: [0x3C00, 0x6C00), finite and positive (the exponent never all ones)
+_BITS_BASE, _BITS_SPAN = 0x3C00, 0x3000
+_BITS_KEYS = _BITS_SPAN // PATTERN  # 945 senders told apart
+
+
+def _alltoall_key(source: int, destination: int) -> int:
+    """Distinct for every source at one destination (up to 945 ranks), and for one source's chunks to two
+    destinations: a chunk delivered to the wrong rank shows."""
+    return 31 * source + destination
+
+
+def element_size(dtype: str) -> int:
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r} (one of {', '.join(DTYPES)})")
+    return 4 if dtype == "float32" else 2
 
 
 def bus_factor(collective: str, world_size: int) -> float:
@@ -81,11 +101,35 @@ def pattern(numel: int, *, device: Any, scale: float = 1.0, offset: float = 0.0)
     return base.mul_(scale).add_(offset)
 
 
-def inputs(collective: str, numel: int, rank: int, world_size: int, *, device: Any) -> tuple[Any, Any]:
+def small_integers(numel: int, world_size: int, *, device: Any) -> Any:
+    """bf16 data to be summed over `world_size` ranks: `1 + i % L` with L * world_size <= 256, so every partial
+    sum, in any order, is an exact bf16 integer (L is 1 past 256 ranks: the sum is then the world size, exact where
+    that is a bf16 integer)."""
+    import torch
+
+    levels = max(1, BF16_EXACT // world_size)
+    return torch.arange(numel, device=device, dtype=torch.int64).remainder_(levels).add_(1).to(torch.bfloat16)
+
+
+def bit_patterns(numel: int, key: int, *, device: Any) -> Any:
+    """bf16 data that is only moved: finite values whose bits say who sent them (`key`) and where they sit."""
+    import torch
+
+    base = torch.arange(numel, device=device, dtype=torch.int64).remainder_(PATTERN)
+    bits = base.add_((key % _BITS_KEYS) * PATTERN).add_(_BITS_BASE)
+    return bits.to(torch.int16).view(torch.bfloat16)
+
+
+def inputs(
+    collective: str, numel: int, rank: int, world_size: int, *, device: Any, dtype: str = "float32"
+) -> tuple[Any, Any]:
     """(input, output) tensors for one check of `collective`; `numel` is the largest buffer's length."""
     import torch
 
     per_rank = numel // world_size
+    if dtype == "bfloat16":
+        return _bf16_inputs(collective, numel, rank, world_size, device)
+    element_size(dtype)
     if collective == "all_reduce":
         return pattern(numel, device=device, scale=rank + 1), None
     if collective == "all_gather":
@@ -107,16 +151,69 @@ def inputs(collective: str, numel: int, rank: int, world_size: int, *, device: A
     raise ValueError(f"unknown collective {collective!r}")
 
 
+def _bf16_inputs(collective: str, numel: int, rank: int, world_size: int, device: Any) -> tuple[Any, Any]:
+    import torch
+
+    per_rank = numel // world_size
+    if collective in ("all_reduce", "reduce_scatter"):
+        source = small_integers(
+            per_rank * world_size if collective == "reduce_scatter" else numel, world_size, device=device
+        )
+        out = (
+            torch.empty(per_rank, device=device, dtype=torch.bfloat16)
+            if collective == "reduce_scatter"
+            else None
+        )
+        return source, out
+    if collective == "all_gather":
+        out = torch.empty(per_rank * world_size, device=device, dtype=torch.bfloat16)
+        return bit_patterns(per_rank, rank, device=device), out
+    if collective == "broadcast":
+        source = bit_patterns(numel, 7, device=device)
+        return (source if rank == 0 else torch.zeros(numel, device=device, dtype=torch.bfloat16)), None
+    if collective == "alltoall":
+        chunks = [bit_patterns(per_rank, _alltoall_key(rank, to), device=device) for to in range(world_size)]
+        return torch.cat(chunks), torch.empty(per_rank * world_size, device=device, dtype=torch.bfloat16)
+    raise ValueError(f"unknown collective {collective!r}")
+
+
+def _bf16_expected(collective: str, numel: int, rank: int, world_size: int, device: Any) -> Any:
+    import torch
+
+    per_rank = numel // world_size
+    if collective in ("all_reduce", "reduce_scatter"):
+        count = per_rank * world_size if collective == "reduce_scatter" else numel
+        total = small_integers(count, world_size, device=device).float().mul_(world_size).to(torch.bfloat16)
+        return total[rank * per_rank : (rank + 1) * per_rank] if collective == "reduce_scatter" else total
+    if collective == "all_gather":
+        return torch.cat([bit_patterns(per_rank, r, device=device) for r in range(world_size)])
+    if collective == "broadcast":
+        return bit_patterns(numel, 7, device=device)
+    if collective == "alltoall":
+        return torch.cat(
+            [
+                bit_patterns(per_rank, _alltoall_key(source, rank), device=device)
+                for source in range(world_size)
+            ]
+        )
+    raise ValueError(f"unknown collective {collective!r}")
+
+
 def _alltoall_chunk(per_rank: int, source: int, destination: int, device: Any) -> Any:
     """The chunk rank `source` sends to rank `destination`: distinct for every pair (exact in fp32 up to 1024
     ranks: 1024 * 1024 * 16 < 2**24)."""
     return pattern(per_rank, device=device, offset=16.0 * (1024 * source + destination))
 
 
-def expected(collective: str, numel: int, rank: int, world_size: int, *, device: Any) -> Any:
+def expected(
+    collective: str, numel: int, rank: int, world_size: int, *, device: Any, dtype: str = "float32"
+) -> Any:
     """The exact values `collective` must leave on `rank` (in its output, or in place)."""
     import torch
 
+    if dtype == "bfloat16":
+        return _bf16_expected(collective, numel, rank, world_size, device)
+    element_size(dtype)
     per_rank = numel // world_size
     rank_sum = world_size * (world_size + 1) / 2  # sum of (r + 1) over the ranks
     if collective == "all_reduce":
@@ -140,7 +237,12 @@ def compare(result: Any, want: Any) -> Check:
 
     if tuple(result.shape) != tuple(want.shape):
         raise ValueError(f"result shape {tuple(result.shape)} != expected {tuple(want.shape)}")
-    bad = torch.nonzero(result != want).flatten()
+    if (
+        result.dtype == torch.bfloat16
+    ):  # bit for bit: a NaN that is not the NaN expected is wrong, as any other
+        bad = torch.nonzero(result.view(torch.int16) != want.view(torch.int16)).flatten()
+    else:
+        bad = torch.nonzero(result != want).flatten()
     if bad.numel() == 0:
         return Check(0, result.numel())
     first = int(bad[0])

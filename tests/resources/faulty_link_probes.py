@@ -16,7 +16,9 @@ SPEC = dataclasses.replace(comm.SPEC, name="faulty_link", world_sizes=(2,), scal
 
 
 def variants() -> list[Variant]:
-    return [Variant(name, comm.CommCase(name), level=2) for name in ("all_reduce", "all_gather")]
+    return [Variant(name, comm.CommCase(name), level=2) for name in ("all_reduce", "all_gather")] + [
+        Variant("all_reduce-bf16", comm.CommCase("all_reduce", "bfloat16"), level=2)
+    ]
 
 
 def flip_one_element(collective: str, rank: int, result: Any) -> None:

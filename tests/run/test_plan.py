@@ -120,6 +120,10 @@ def test_levels() -> None:
         ("optimizer_state_placement", "prodigy-plus-schedule-free"),
         *(("equivalence", name) for name in ("ddp", "fsdp2", "deepspeed-z2", "deepspeed-z3")),
         *(("comm", name) for name in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "alltoall")),
+        *(
+            ("comm", f"{name}-bf16")
+            for name in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "alltoall")
+        ),
         *(("compute", name) for name in ("matmul-bf16", "matmul-fp16", "matmul-fp32", "memory")),
     }
     assert {c.world_size for c in level2} == {1, 2}
