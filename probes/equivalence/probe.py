@@ -287,5 +287,5 @@ def run(ctx: ProbeContext) -> None:
         subject,
         opened.hyper,
         records,
-        Judging(schedule=follows_schedule(route), outputs=opened.outputs),
+        Judging(schedule=follows_schedule(route), outputs=opened.outputs, grads=opened.grads),
     )

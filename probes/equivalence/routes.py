@@ -63,6 +63,7 @@ class Session:
         self.outputs: dict[
             int, dict[str, Any]
         ] = {}  # step -> each module's output on micro-batch 0 (`where`)
+        self.grads: dict[int, dict[str, Any]] = {}  # step -> the gradient of each of those outputs
         self.device = torch.device(ctx.device)
         self.dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[
             hyper.dtype
@@ -88,7 +89,7 @@ class Session:
     def micro(self, model: Any, s: int, k: int) -> Any:
         """Micro-batch `k` of step `s` through `model`; on the first, each module's output is recorded."""
         recorder: contextlib.AbstractContextManager[dict[str, Any]] = (
-            recording(model) if k == 0 else contextlib.nullcontext({})
+            recording(model, self.grads.setdefault(s, {})) if k == 0 else contextlib.nullcontext({})
         )
         with recorder as outputs:
             loss = self.subject.micro_loss(

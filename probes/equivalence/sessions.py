@@ -249,6 +249,7 @@ class Judging:
     reference_run: list[StepRecord] | None = None
     explain: Callable[[list[StepRecord]], str | None] | None = None
     outputs: dict[int, dict[str, Any]] | None = None  # the route's module outputs per step (where.py)
+    grads: dict[int, dict[str, Any]] | None = None  # the gradients of those outputs per step
 
 
 def judge(
@@ -301,7 +302,13 @@ def judge(
     divergence = first_divergence(compared, tolerance)
     if divergence is not None and how.outputs:
         where_it_starts(
-            ctx, route, hyper, records if schedule else None, divergence.step, tolerance, how.outputs
+            ctx,
+            route,
+            hyper,
+            records if schedule else None,
+            divergence.step,
+            tolerance,
+            (how.outputs, how.grads or {}),
         )
     if divergence is not None:
         findings.append(
@@ -331,10 +338,11 @@ def where_it_starts(
     scheduled: list[StepRecord] | None,
     step: int,
     tolerance: Any,
-    outputs: dict[int, dict[str, Any]],
+    recorded: tuple[dict[int, dict[str, Any]], dict[int, dict[str, Any]]],
 ) -> None:
-    """At the first diverging step, the first module whose output leaves the reference's (rank 0's micro-batch 0),
-    noted for the reader; every rank takes part in the reference's answer, rank 0 compares."""
+    """At the first diverging step, the first module whose output (then whose output's gradient) leaves the
+    reference's (rank 0's micro-batch 0), noted for the reader; every rank takes part in the reference's answer,
+    rank 0 compares. `recorded`: the route's module outputs and their gradients, per step."""
     from ds_doctor.probes.equivalence import where
 
     reference = independent_reference(
@@ -354,16 +362,21 @@ def where_it_starts(
         ctx.world_size,
         ctx.device,
     )
+    outputs, grads = recorded
     if ctx.rank != 0 or step not in outputs:
         return
     bound = max(tolerance.at(step), where.FLOOR)
-    mine = outputs[step]
-    compared = sum(1 for name in mine if name in reference)
-    ctx.note(
-        "divergence_starts",
-        where.describe(step + 1, where.first_module_over(mine, reference, bound), compared, bound),
-        shown=True,
-    )
+    mine, theirs = outputs[step], reference["outputs"]
+    compared = sum(1 for name in mine if name in theirs)
+    found = where.first_module_over(mine, theirs, bound)
+    backward = None
+    if found is None:
+        my_grads, their_grads = grads.get(step, {}), reference["grads"]
+        backward = (
+            where.first_module_over(my_grads, their_grads, bound),
+            sum(1 for name in my_grads if name in their_grads),
+        )
+    ctx.note("divergence_starts", where.describe(step + 1, found, compared, bound, backward), shown=True)
 
 
 def _finite(value: float) -> float | None:

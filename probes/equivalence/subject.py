@@ -196,8 +196,9 @@ def _step(
 def reference_outputs(
     subject: Subject, hyper: Hyper, world_size: int, lrs: Sequence[float] | None, at_step: int, rank: int
 ) -> dict[str, Any]:
-    """Each module's output on `rank`'s micro-batch 0 of step `at_step` (0-based) in the fp32 reference: the steps
-    before it replayed as `reference` runs them (`ds_doctor.probes.equivalence.where`)."""
+    """Each module's output on `rank`'s micro-batch 0 of step `at_step` (0-based) in the fp32 reference, and each
+    output's gradient from that micro-batch's loss over the accumulation steps: the steps before it replayed as
+    `reference` runs them (`ds_doctor.probes.equivalence.where`). {"outputs": ..., "grads": ...}."""
     import torch
 
     from ds_doctor.probes.equivalence.where import recording
@@ -207,9 +208,12 @@ def reference_outputs(
     for step in range(at_step):
         _step(subject, trainee, hyper, world_size, step, lrs[step] if lrs is not None else hyper.lr, dtype)
     model = trainee[0]
-    with torch.no_grad(), recording(model) as outputs:
-        subject.micro_loss(model, at_step, 0, rank, hyper.micro_batch, dtype=dtype, device="cpu")
-    return outputs
+    grads: dict[str, Any] = {}
+    with recording(model, grads) as outputs:
+        loss = subject.micro_loss(model, at_step, 0, rank, hyper.micro_batch, dtype=dtype, device="cpu")
+    if loss.requires_grad:  # as the route's backward of micro-batch 0: the loss over the accumulation steps
+        (loss / hyper.accumulation).backward()
+    return {"outputs": outputs, "grads": grads}
 
 
 def _accumulate(

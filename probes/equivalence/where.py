@@ -1,5 +1,6 @@
 """Where a divergence starts, not only when: at the first diverging step, the first module whose forward output
-leaves the tolerance.
+leaves the tolerance, and where every output is within it, the first module (from the loss backwards) whose output's
+gradient leaves it.
 
 Every route computes its micro-batches through `Session.micro`; for micro-batch 0 of each step it records each
 module's forward output on this rank (forward hooks on the wrapped model; tiny models, a few KB a step). Only when
@@ -7,8 +8,12 @@ the steps diverge is the reference asked (in its own process, ds_doctor.probes.e
 micro-batch's outputs at that step, replaying the steps before it: a healthy run pays for the recording alone.
 Names are compared with the wrappers' parts taken out (`module.` of DDP and DeepSpeed, FSDP1's
 `_fsdp_wrapped_module.`). The answer is a note on the case: the first module over the bound, in the order the
-forward ran them, or that every module's output is within it (then the difference comes after the forward: the
-loss, the gradients' reduction, clipping or the optimizer step).
+forward ran them; where every module's output is within it, the gradient of each module's output (recorded by a
+hook on the output tensor, as the route's own backward of micro-batch 0 computed it, before any reduction across
+ranks) against the reference's (micro-batch 0's loss over the accumulation steps, backward), in the order the
+backward reached them: the first one over names where the backward parts (a loss scaled wrong shows at the module
+next to the loss); where every gradient is within too, the difference comes after the backward (the gradients'
+reduction, clipping or the optimizer step).
 
 Per module, the output's relative error (2-norms) is held to the bound of the quantity at that step: the route's
 tolerance there, at least 1e-6 (the weights going into that step already differ by rounding on every route that is
@@ -33,10 +38,32 @@ def plain_name(name: str) -> str:
     return _WRAPPER_PARTS.sub("", name).lstrip(".")
 
 
+def first_tensor(output: Any) -> Any:
+    """A module's output tensor: the output itself, or the first tensor of a tuple or list; None where there is none."""
+    import torch
+
+    if isinstance(output, torch.Tensor):
+        return output
+    items = output if isinstance(output, (tuple, list)) else ()
+    return next((o for o in items if isinstance(o, torch.Tensor)), None)
+
+
+def _keeper(grads: dict[str, Any], name: str) -> Any:
+    """A tensor hook that keeps the first gradient the backward brings to `name`'s output."""
+    import torch
+
+    def hook(grad: Any) -> None:
+        if name not in grads:
+            grads[name] = grad.detach().to("cpu", torch.float32, copy=True)
+
+    return hook
+
+
 @contextlib.contextmanager
-def recording(model: Any) -> Iterator[dict[str, Any]]:
+def recording(model: Any, grads: dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
     """Each module's forward output (the first tensor of it), detached, fp32, on the CPU, in the order they ran,
-    under its name with the wrappers' parts taken out."""
+    under its name with the wrappers' parts taken out; with `grads`, each output's gradient goes into it when the
+    backward reaches it (later, outside this block), in that order."""
     import torch
 
     outputs: dict[str, Any] = {}
@@ -44,20 +71,11 @@ def recording(model: Any) -> Iterator[dict[str, Any]]:
 
     def hook_for(name: str) -> Any:
         def hook(_module: Any, _inputs: Any, output: Any) -> None:
-            tensor = (
-                output
-                if isinstance(output, torch.Tensor)
-                else next(
-                    (
-                        o
-                        for o in (output if isinstance(output, (tuple, list)) else ())
-                        if isinstance(o, torch.Tensor)
-                    ),
-                    None,
-                )
-            )
+            tensor = first_tensor(output)
             if tensor is not None and tensor.is_floating_point() and name not in outputs:
                 outputs[name] = tensor.detach().to("cpu", torch.float32, copy=True)
+                if grads is not None and tensor.requires_grad:
+                    tensor.register_hook(_keeper(grads, name))
 
         return hook
 
@@ -90,17 +108,40 @@ def first_module_over(
     return None
 
 
-def describe(step: int, found: tuple[str, float] | None, compared: int, bound: float) -> str:
+def describe(
+    step: int,
+    found: tuple[str, float] | None,
+    compared: int,
+    bound: float,
+    backward: tuple[tuple[str, float] | None, int] | None = None,
+) -> str:
+    """The note: the first module whose output leaves the reference's; where none does, the first whose output's
+    gradient does (`backward`: what `first_module_over` found on the gradients, and how many were compared)."""
     if compared == 0:
         return f"step {step}: no module output could be matched with the reference's"
-    if found is None:
+    if found is not None:
+        name, relative = found
         return (
-            f"step {step}: every submodule's forward output ({compared} compared, rank 0's micro-batch 0) is within "
-            f"{bound:.3g} of the reference's: the difference starts at the loss made from them or after it (the "
-            "gradients' reduction, clipping or the optimizer step)"
+            f"step {step}: the first module whose forward output leaves the reference's is {name} "
+            f"({relative:.3g} relative, bound {bound:.3g}; rank 0's micro-batch 0)"
         )
-    name, relative = found
+    within = (
+        f"step {step}: every submodule's forward output ({compared} compared, rank 0's micro-batch 0) is within "
+        f"{bound:.3g} of the reference's"
+    )
+    gradient, counted = backward if backward is not None else (None, 0)
+    if counted == 0:
+        return (
+            f"{within}: the difference starts at the loss made from them or after it (the gradients' reduction, "
+            "clipping or the optimizer step)"
+        )
+    if gradient is None:
+        return (
+            f"{within}, and so is the gradient of each ({counted} compared): the difference starts after the "
+            "backward (the gradients' reduction across ranks, clipping or the optimizer step)"
+        )
+    name, relative = gradient
     return (
-        f"step {step}: the first module whose forward output leaves the reference's is {name} "
-        f"({relative:.3g} relative, bound {bound:.3g}; rank 0's micro-batch 0)"
+        f"{within}; the first whose output's gradient leaves it, from the loss backwards, is {name} "
+        f"({relative:.3g} relative): the backward parts there (next to the loss: the loss's scale)"
     )

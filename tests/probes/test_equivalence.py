@@ -137,7 +137,8 @@ def test_a_model_that_averages_over_the_process_group_itself_is_caught_on_every_
 
 def test_the_first_module_whose_output_leaves_the_reference_is_named(run: dict[str, dict]) -> None:
     """At the first diverging step the route's module outputs (micro-batch 0) are held against the reference's:
-    a layer dividing by the world size is named; a loss divided by hand leaves every submodule's output alone."""
+    a layer dividing by the world size is named; a loss divided by hand leaves every submodule's output alone, and
+    its gradients show it from the module next to the loss; a shard-local clip leaves the gradients alone too."""
     mid = run["equivalence_planted[ddp-mid-layer-by-hand-ws2]"]
     assert mid["outcome"] == "fail"
     assert mid["notes"]["divergence_starts"].startswith(
@@ -145,9 +146,13 @@ def test_the_first_module_whose_output_leaves_the_reference_is_named(run: dict[s
     )
     assert "divergence_starts" in mid["shown_notes"]
     averaged = run["equivalence_planted[ddp-averaged-by-hand-ws2]"]["notes"]["divergence_starts"]
+    assert averaged.startswith("step 1: every submodule's forward output (") and (
+        "the first whose output's gradient leaves it, from the loss backwards, is net.2 (0.5 relative)"
+        in averaged
+    )
+    clipped = run["equivalence_planted[fsdp1-torch-clip-ws2]"]["notes"]["divergence_starts"]
     assert (
-        averaged.startswith("step 1: every submodule's forward output (")
-        and "the loss made from them" in averaged
+        "and so is the gradient of each" in clipped and "the difference starts after the backward" in clipped
     )
     assert "divergence_starts" not in run["equivalence[ddp-ws2]"]["notes"]  # nothing diverged: nothing asked
 
