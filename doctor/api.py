@@ -14,34 +14,111 @@ Metadata only: nothing is copied or synced; a watch gathers findings (never tens
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from collections.abc import Mapping
+import math
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ds_doctor.checks.placement import (
-    ZeroPromise,
-    fp32_partition_placement,
-    grad_accum_dtype,
-    optimizer_state_colocation,
-    param_partition_placement,
-)
-from ds_doctor.collect.devicemap import Recorder, collect
+from ds_doctor.checks.placement import ZeroPromise, grad_accum_dtype
+from ds_doctor.collect.devicemap import Recorder, collect_rows, dtype_name
 from ds_doctor.files import write_atomic
 from ds_doctor.redact import scrub
 from ds_doctor.reports.records import Finding, TensorRecord
+from ds_doctor.watch import fast
 from ds_doctor.watch.hooks import Session, attach_accelerator, attach_engine
 from ds_doctor.watch.target import Target, current_rank, engine_config, is_accelerator, is_deepspeed_engine
-from ds_doctor.watch.watcher import DoctorError, Watch
+from ds_doctor.watch.watcher import DoctorError, Watch, no_gc
 
 __all__ = ["DoctorError", "Inspection", "Watch", "inspect", "watch"]
 
 
-@dataclasses.dataclass(frozen=True)
+#: A row's metadata as `inspect` read it: (role, path, owner, aliases, device, dtype, shape, requires_grad).
+_Frozen = tuple[str, Any, "str | None", tuple[str, ...], str, Any, Any, Any]
+
+
+def _freeze(rec: Recorder) -> list[_Frozen | TensorRecord]:
+    """The rows' metadata, read now: what their records will say, without the tensors (an inspection kept for
+    later pins no gradient or optimizer state the job has let go, and describes the tensors as they were). A row
+    of a Python number is made its record at once."""
+    rows = rec.rows
+    try:
+        return [
+            (role, path, owner, aliases, device, value.dtype, value.shape, value.requires_grad)
+            for value, role, path, owner, aliases, device in rows
+        ]
+    except AttributeError:  # a Python number (device `python`) among them
+        return [
+            rec.record(row)
+            if row[5] == "python"
+            else (*row[1:], row[0].dtype, row[0].shape, row[0].requires_grad)
+            for row in rows
+        ]
+
+
+def _thaw(frozen: _Frozen | TensorRecord, rank: int, stage: str) -> TensorRecord:
+    """The record `Recorder.record` makes of a row, from the row's frozen metadata: numel is the product of the
+    shape and nbytes numel times the dtype's item size, which is what `numel()` and `element_size()` return."""
+    if isinstance(frozen, TensorRecord):
+        return frozen
+    role, path, owner, aliases, device, dtype, size, requires_grad = frozen
+    shape = tuple(size)
+    numel = math.prod(shape)
+    return TensorRecord(
+        rank=rank,
+        stage=stage,
+        role=role,
+        path=path if isinstance(path, str) else "".join(map(str, path)),
+        owner=owner,
+        device=device,
+        dtype=dtype_name(dtype),
+        shape=shape,
+        numel=numel,
+        nbytes=numel * _item_size(dtype),
+        requires_grad=bool(requires_grad),
+        aliases=aliases,
+    )
+
+
+def _item_size(dtype: Any) -> int:
+    size = getattr(dtype, "itemsize", None)  # torch >= 2.1
+    if size is None:
+        import torch
+
+        size = torch.empty(0, dtype=dtype, device="meta").element_size()
+    return int(size)
+
+
 class Inspection:
-    records: tuple[TensorRecord, ...]
-    findings: tuple[Finding, ...]
+    """What `inspect` saw: its findings, and the device map as records. `inspect` reads every tensor's metadata
+    and judges the rows; the records (one object per tensor, which costs more than the whole inspection) are made
+    on the first access to `records` (or `to_dict`, `write`) from that metadata, then kept. Read-only."""
+
+    __slots__ = ("_findings", "_frozen", "_records")
+
+    def __init__(self, records: Iterable[TensorRecord], findings: Iterable[Finding]) -> None:
+        self._records = tuple(records)
+        self._findings = tuple(findings)
+        self._frozen: tuple[int, str, list[_Frozen | TensorRecord]] | None = None  # records still to make
+
+    @classmethod
+    def of_rows(cls, rec: Recorder, findings: Iterable[Finding]) -> Inspection:
+        """An inspection of what `rec` collected: its rows' metadata read now, their records made when asked."""
+        inspection = cls((), findings)
+        inspection._frozen = (rec.rank, rec.stage, _freeze(rec))
+        return inspection
+
+    @property
+    def records(self) -> tuple[TensorRecord, ...]:
+        if self._frozen is not None:
+            rank, stage, frozen = self._frozen
+            self._records = tuple([_thaw(row, rank, stage) for row in frozen])
+            self._frozen = None
+        return self._records
+
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        return self._findings
 
     @property
     def ok(self) -> bool:
@@ -59,6 +136,18 @@ class Inspection:
         path = Path(path)
         write_atomic(path, json.dumps(self.to_dict(), indent=2) + "\n")
         return path
+
+    # as the frozen dataclass it was: equal by records and findings, hashable, shown with both
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Inspection):
+            return NotImplemented
+        return (self.records, self.findings) == (other.records, other.findings)
+
+    def __hash__(self) -> int:
+        return hash((self.records, self.findings))
+
+    def __repr__(self) -> str:
+        return f"Inspection(records={self.records!r}, findings={self.findings!r})"
 
 
 def watch(
@@ -124,14 +213,18 @@ def inspect(
     Optimizer tensors are always checked against their parameters' devices. With a DeepSpeed
     engine (or a ZeRO `config` and the rank's `accelerator` device), fp32 and parameter
     partitions are also checked against what the config promises.
+
+    As in a watch, the invariants judge the collected rows and only the offenders (and their anchors) become
+    records, with the findings a full device map gives; every tensor's metadata is read now and the records of
+    the device map are made on the first access to `records` (bench/bench_collect.py).
     """
-    records = collect(Recorder(current_rank(), stage), module=model, optimizer=optimizer, engine=engine)
-    findings = optimizer_state_colocation(records)
-    config = config if config is not None else (engine_config(engine) if engine is not None else None)
-    if config is not None and "zero_optimization" in config:
-        device = accelerator or (str(engine.device) if engine is not None else "cpu")
-        promise = ZeroPromise.from_config(config, accelerator=device)
-        findings += fp32_partition_placement(records, promise)
-        findings += param_partition_placement(records, promise)
-        findings += grad_accum_dtype(promise)
-    return Inspection(tuple(records), tuple(findings))
+    rec = Recorder(current_rank(), stage)
+    with no_gc():  # many small tuples, none of them garbage: a collection would walk the job's whole heap
+        collect_rows(rec, module=model, optimizer=optimizer, engine=engine)
+        findings = fast.colocation(rec)
+        config = config if config is not None else (engine_config(engine) if engine is not None else None)
+        if config is not None and "zero_optimization" in config:
+            device = accelerator or (str(engine.device) if engine is not None else "cpu")
+            promise = ZeroPromise.from_config(config, accelerator=device)
+            findings += fast.zero_placement(rec, promise) + grad_accum_dtype(promise)
+        return Inspection.of_rows(rec, findings)

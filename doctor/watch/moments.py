@@ -123,15 +123,24 @@ def step(
     keep_map: bool = False,
 ) -> Check:
     """After an optimizer step; `clip` holds what unscale_and_clip_grads saw in it, `initial` the fp32
-    partitions at after_prepare (every one must have reached the clip)."""
-    rec = _snapshot(target, rank, label)
-    findings = fast.colocation(rec)
-    promise = _promise(target)
-    if promise is not None:
-        findings += fast.zero_placement(rec, promise)
+    partitions at after_prepare (every one must have reached the clip).
+
+    The placement checks run while the module and the optimizer are read (`fast.scan`): at a healthy step of a
+    plain optimizer no row, name or record is made. Whatever the scan cannot clear (a tensor away from its
+    parameter, ZeRO, a device map asked for) is collected as rows and judged by the invariants, as before."""
+    rows = None if keep_map else fast.scan(target.module, target.optimizer)
+    findings: list[Finding] = []
+    device_map: list[TensorRecord] = []
+    if rows is None:
+        rec = _snapshot(target, rank, label)
+        findings = fast.colocation(rec)
+        promise = _promise(target)
+        if promise is not None:
+            findings += fast.zero_placement(rec, promise)
+        rows, device_map = len(rec), rec.records if keep_map else []
     if clip:
         findings += clip_norm_device(clip) + boundary_grads([*initial, *clip])
-    return Check(findings, len(rec) + len(clip), rec.records if keep_map else [])
+    return Check(findings, rows + len(clip), device_map)
 
 
 def before_save(target: Target, rank: int, label: str, keep_map: bool = False) -> Check:

@@ -312,7 +312,7 @@ class Watch:
         if self._env is None:
             from ds_doctor.hardware.env import collect_environment
 
-            self._env = collect_environment()
+            self._env = collect_environment(dcgm=False)  # no diagnostic inside a training job
         env, hardware = self._env
         import datetime as dt
 

@@ -3,10 +3,11 @@ puts back, the log lines and the report file."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import torch
@@ -14,9 +15,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ds_doctor.api import DoctorError, watch
 from ds_doctor.checks.identity import no_meta_params
-from ds_doctor.checks.placement import optimizer_state_colocation
+from ds_doctor.checks.placement import ZeroPromise, optimizer_state_colocation, param_partition_placement
 from ds_doctor.checks.structure import buffer_placement
-from ds_doctor.collect.devicemap import Recorder, collect, named_tensors
+from ds_doctor.collect.devicemap import Recorder, collect, collect_rows, named_tensors
 from ds_doctor.probes.zero_offload import ZeroCase
 from ds_doctor.reports.records import Outcome, Report
 from ds_doctor.watch import fast, moments
@@ -38,7 +39,10 @@ class Dispatched(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def trained(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+M = TypeVar("M", bound=torch.nn.Module)
+
+
+def trained(model: M) -> tuple[M, torch.optim.Optimizer]:
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
     model(torch.randint(0, 32, (2, 5))).float().sum().backward()
     optimizer.step()
@@ -90,6 +94,60 @@ def test_the_row_checks_find_what_the_full_invariants_find() -> None:
     clean = Recorder(0, "x")
     collect(clean, module=healthy, optimizer=opt)
     assert fast.colocation(clean) == fast.meta_params(clean) == fast.buffers_off(clean, "cpu") == []
+
+
+def step_as_before(target: Target, label: str = "step 2") -> moments.Check:
+    """The step moment, held to the placement invariants on every record of a collection of the same tensors."""
+    check = moments.step(target, 0, label, [], [])
+    rec = Recorder(0, label)
+    collect_rows(rec, module=target.module, optimizer=target.optimizer)
+    expected = optimizer_state_colocation(rec.records)
+    if target.config:
+        expected += param_partition_placement(
+            rec.records, ZeroPromise.from_config(target.config, target.device)
+        )
+    assert check.findings == expected and check.records == len(rec)
+    return check
+
+
+def test_a_healthy_step_makes_no_row_and_anything_else_is_judged_on_rows() -> None:
+    """The step moment reads the module and the optimizer once and compares devices as it reads (`fast.scan`): on a
+    healthy job no name, row or record is made, and it counts what a collection holds. A tensor away from its
+    parameter, a parameter that moved or was replaced between steps, a ZeRO-3 partition: each is judged on rows,
+    and every step's findings are those of the invariants on every record."""
+    model, optimizer = trained(TiedWithBuffers())  # a tied head, buffers, a 0-dim tensor kept in the group
+    optimizer.state[model.block.bias]["history"] = [torch.zeros(2), {"at": torch.zeros(())}]
+    target = target_of(model, optimizer)
+    with Dispatched() as seen:
+        counted = fast.scan(model, optimizer)
+        healthy = step_as_before(target, "step 1")
+    assert seen.ops == [] and counted is not None and healthy.records == counted and healthy.findings == []
+    rec = Recorder(0, "step 1")
+    collect_rows(rec, module=model, optimizer=optimizer)
+    assert moments.step(target, 0, "step 1", [], [], keep_map=True).device_map == rec.records
+    # between steps: the parameter moves (the same object, on meta), then comes back
+    weight = model.block.weight
+    torch.utils.swap_tensors(weight, torch.nn.Parameter(torch.zeros(8, 8, device="meta")))
+    assert fast.scan(model, optimizer) is None and step_as_before(target).findings != []
+    torch.utils.swap_tensors(weight, torch.nn.Parameter(torch.zeros(8, 8)))  # back, without its grad
+    assert fast.scan(model, optimizer) == counted - 1 and step_as_before(target).findings == []
+    # state or a group tensor on another device than the parameter
+    for holder, key in ((optimizer.state[weight], "exp_avg"), (optimizer.param_groups[0], "running_d")):
+        kept = holder[key]
+        holder[key] = torch.zeros(kept.shape, device="meta")
+        assert fast.scan(model, optimizer) is None and step_as_before(target).findings != []
+        holder[key] = kept
+    # replaced by a new object: the optimizer's is an orphan, named by its place (no anchor, no finding)
+    model.block.weight = torch.nn.Parameter(torch.zeros(8, 8, device="meta"))
+    assert fast.scan(model, optimizer) is None and step_as_before(target).findings == []
+    # ZeRO-3 partitions against a config that offloads them
+    model, optimizer = trained(TiedWithBuffers())
+    for param in model.parameters():
+        param.ds_tensor = torch.zeros(2, device="meta")  # type: ignore[attr-defined]
+    zero3 = {"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}}
+    offload = dataclasses.replace(target_of(model, optimizer), config=zero3)
+    assert fast.scan(model, optimizer) is None
+    assert [f.invariant for f in step_as_before(offload).findings] == ["param_partition_placement"]
 
 
 def test_one_walk_names_what_torch_names() -> None:
