@@ -115,7 +115,11 @@ def known_answer(ctx: ProbeContext, dtype_name: str, n: int, device: Any) -> lis
     replayed = bits_differ(product, a @ b, dtype_name)
     sums = ctx.all_gather_json(checksum(product, dtype_name))
     majority = max(sums, key=sums.count)
-    odd_ranks = [rank for rank, mine in enumerate(sums) if mine != majority]
+    # with no strict majority (two ranks that disagree) the bits alone cannot say which rank is odd: all are named
+    agreed = 2 * sums.count(majority) > len(sums)
+    odd_ranks = [rank for rank, mine in enumerate(sums) if mine != majority or not agreed]
+    kinds = [mine for rank, mine in enumerate(sums) if mine not in sums[:rank]]  # checksums are JSON lists
+    odd_ranks = odd_ranks if len(kinds) > 1 else []
     ctx.note(
         "known_answer",
         {
@@ -147,8 +151,13 @@ def known_answer(ctx: ProbeContext, dtype_name: str, n: int, device: Any) -> lis
         (
             bool(odd_ranks) and ctx.rank == min(odd_ranks),  # said once, by the first odd rank
             "matmul_ranks_differ",
-            f"{case} of the same inputs: rank(s) {', '.join(map(str, odd_ranks))} gave other bits than the other "
-            f"{len(sums) - len(odd_ranks)} rank(s) of this node",
+            (
+                f"{case} of the same inputs: rank(s) {', '.join(map(str, odd_ranks))} gave other bits than the other "
+                f"{len(sums) - len(odd_ranks)} rank(s) of this node"
+                if agreed
+                else f"{case} of the same inputs: the {len(sums)} ranks of this node gave {len(kinds)} different "
+                "results and no majority agrees: the known answer says which is wrong"
+            ),
             "identical bits from identical GPUs",
         ),
     ]

@@ -747,12 +747,12 @@ def test_nightly_smoke_comm_compute_junit_prometheus_and_a_baseline_diff(tmp_pat
 
     from ds_doctor.checks import collectives
 
-    extra = {"DS_DOCTOR_EXTRA_PROBES": "tests.resources.faulty_link_probes"}
+    extra = {"DS_DOCTOR_EXTRA_PROBES": "tests.resources.faulty_link_probes,tests.resources.faulty_gpu_probes"}
     first, second = tmp_path / "first", tmp_path / "second"
     proc = ds_doctor(
         "run",
         "-k",
-        "comm or compute or faulty_link",
+        "comm or compute or faulty_link or faulty_gpu",
         "--out",
         str(first),
         "--junit",
@@ -772,6 +772,7 @@ def test_nightly_smoke_comm_compute_junit_prometheus_and_a_baseline_diff(tmp_pat
         "faulty_link[all_reduce-ws2]",
         "faulty_link[all_gather-ws2]",
         "faulty_link[all_reduce-bf16-ws2]",
+        "faulty_gpu[matmul-bf16-ws2]",
     }
     assert {r["outcome"] for r in results.values()} == {"pass"}
     for collective in collectives.COLLECTIVES:
@@ -805,7 +806,7 @@ def test_nightly_smoke_comm_compute_junit_prometheus_and_a_baseline_diff(tmp_pat
     }
     busbw = {s.labels["case"] for s in metrics["ds_doctor_busbw_gbps"]}
     assert busbw >= {"comm[all_reduce-ws2]", "comm[broadcast-ws2]"} and "comm[broadcast-ws1]" not in busbw
-    matmuls = {f"compute[matmul-{d}-ws1]" for d in ("bf16", "fp16", "fp32")}
+    matmuls = {f"compute[matmul-{d}-ws1]" for d in ("bf16", "fp16", "fp32")} | {"faulty_gpu[matmul-bf16-ws2]"}
     assert {s.labels["case"] for s in metrics["ds_doctor_tflops"]} == matmuls
 
     # the baseline claims all_reduce once ran 1000x faster: a planted bandwidth regression
@@ -820,19 +821,27 @@ def test_nightly_smoke_comm_compute_junit_prometheus_and_a_baseline_diff(tmp_pat
     proc = ds_doctor(
         "run",
         "-k",
-        "comm or compute or faulty_link",
+        "comm or compute or faulty_link or faulty_gpu",
         "--out",
         str(second),
         "--baseline",
         str(baseline),
         "--tolerance",
         "90",
-        extra_env={**extra, "DS_DOCTOR_TEST_BAD_LINK": "1"},
+        extra_env={**extra, "DS_DOCTOR_TEST_BAD_LINK": "1", "DS_DOCTOR_TEST_BAD_GPU": "1"},
         timeout=600,
     )
     assert proc.returncode == 1, proc.stderr[-3000:] + proc.stdout[-3000:]
     data = read_report(second)
     bad = {r["case"]: r for r in data["results"] if r["outcome"] != "pass"}
+    # one GPU of two corrupting one bit of one element: rank 1 named by the known answer, its replay and the ranks
+    gpu = bad.pop("faulty_gpu[matmul-bf16-ws2]")
+    assert gpu["outcome"] == "fail"
+    assert {(f["invariant"], f["rank"]) for f in gpu["findings"]} == {
+        ("matmul_known_answer", 1),
+        ("matmul_replay", 1),
+        ("matmul_ranks_differ", 0),  # two ranks that disagree: said once, naming no majority
+    }
     assert set(bad) == {
         "faulty_link[all_reduce-ws2]",
         "faulty_link[all_gather-ws2]",
