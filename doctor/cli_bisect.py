@@ -20,24 +20,30 @@ def overlay_runner(
 ) -> Runner:
     """A release -> each selected case's outcome on an overlay of it (a run folder per release under `out_dir`)."""
     from ds_doctor.run import pipeline
-    from ds_doctor.stacks.overlay import build
+    from ds_doctor.stacks.overlay import build, installed
     from ds_doctor.stacks.pins import build_ignoring_pins
 
     def outcomes(release: Release) -> dict[str, str]:
-        overlay = (build_ignoring_pins if ignore_pins else build)(
-            (release,), find_links, say=lambda line: click.echo(line, err=True)
+        # the release installed here is the stack as installed: pip has nothing to put into an overlay of it
+        overlay = (
+            None
+            if installed(release.name) == release.version
+            else (build_ignoring_pins if ignore_pins else build)(
+                (release,), find_links, say=lambda line: click.echo(line, err=True)
+            )
         )
         options = pipeline.RunOptions(
             level=level,
             keyword=keyword,
             out_dir=writable_dir(out_dir / f"{release.name}-{release.version}"),
             argv=("ds-doctor", "bisect", release.spec),
-            overlays=(overlay,),
-            overlays_only=True,
+            overlays=(overlay,) if overlay is not None else (),
+            overlays_only=overlay is not None,
             rank=DEFAULTS,
         )
         report, _ = pipeline.run(options)
-        return {r.case: r.outcome.value for r in report.results if r.stack == overlay.name}
+        stack = overlay.name if overlay is not None else None
+        return {r.case: r.outcome.value for r in report.results if r.stack == stack}
 
     return outcomes
 

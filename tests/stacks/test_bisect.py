@@ -3,6 +3,7 @@ index): a package built here in six releases, the regression planted in 1.3, one
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -55,6 +56,42 @@ def test_what_cannot_be_bisected_says_why() -> None:
     assert between([*VERSIONS, "1.4rc1"], "1.0", "1.5") == VERSIONS  # no pre-release unless an end is one
     with pytest.raises(BisectError, match="is not a package name"):
         releases_in(Path("."), "--index-url=http://elsewhere")
+
+
+def test_the_release_installed_here_runs_as_installed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pip has nothing to put into an overlay of the installed release: the bisection runs the stack as installed
+    for it (and an overlay for any other), each taking its own results only."""
+    from ds_doctor import cli_bisect
+    from ds_doctor.reports.records import Outcome
+    from ds_doctor.run import pipeline
+    from ds_doctor.stacks import overlay
+    from tests.reports.samples import a_report, case
+
+    built: list[str] = []
+    monkeypatch.setattr(overlay, "installed", lambda name: "1.15.0")
+    monkeypatch.setattr(
+        overlay, "build", lambda releases, *a, **k: built.append(releases[0].spec) or _Stack("demo==1.1.0")
+    )
+
+    def run(options: pipeline.RunOptions) -> tuple[object, dict]:
+        stacked = [o.name for o in options.overlays]
+        results = [dataclasses.replace(case(Outcome.XPASS, "demo"), stack=name) for name in stacked] + (
+            [] if options.overlays_only else [case(Outcome.XFAIL, "demo")]
+        )
+        return a_report(results), {}
+
+    monkeypatch.setattr(pipeline, "run", run)
+    runner = cli_bisect.overlay_runner(3, "demo", tmp_path, None, False)
+    assert runner(Release("demo", "1.15.0")) == {"frozen_param_names[demo-ws1]": "xfail"} and built == []
+    assert runner(Release("demo", "1.1.0")) == {"frozen_param_names[demo-ws1]": "xpass"}
+    assert built == ["demo==1.1.0"]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Stack:
+    name: str
 
 
 @pytest.mark.multirank
