@@ -53,6 +53,10 @@ PLAN = {
     "ds_offload_accumulation_keeps_first_microbatch": Plan(
         "equivalence and deepspeed-z2-offload-ga4", "cpu", ("0.15.1", "0.15.2")
     ),
+    # found by ds-doctor bisect (2026-11-26): 1.13.0 made MULTI_CPU under torchrun depend on cpu=True
+    "acc_cpu_process_count_mismatch": Plan(
+        "accelerate_deepspeed_lifecycle and no-backend-kwargs", "cpu", ("1.12.0", "1.13.0")
+    ),
     # Accelerate PR #2790: sync_each_batch (new in 0.28.0, PR #2531) forced sync_gradients on every micro-batch
     "acc_sync_each_batch_steps_every_microbatch": Plan(
         "equivalence and accelerate-sync-each-batch", "cpu", ("0.28.0",)
@@ -67,7 +71,8 @@ NOT_HERE = {
     "prodigy_group_tensors_left_on_cpu": "shows only with a GPU: reproduced live at 1.8.51 on the H100, "
     "docs/gpu-runs.md",
     "ds_offload_client_optimizer_rejected": "a refusal by design since 0.8.3: no fixed release to measure",
-    "ds_ckpt_torch26_weights_only": "no reproducing case yet (needs a torch >= 2.6 load of a < 0.16 checkpoint)",
+    "ds_ckpt_torch26_weights_only": "no reproducing case of its own; seen 2026-11-26 on a 0.14.4 overlay (torch 2.13): "
+    "frozen_param_names' healthy cases fail at load_checkpoint with 'Weights only load failed', and not on 0.16.0",
     "ds_import_torch_private_removed": "releases < 0.14.4 do not import on this torch: the failure is the import",
     "ds_import_numpy2_bufsize": "releases < 0.14.4 do not import on this torch: the failure is the import",
     "composer_single_group_rebuild": "shows only with a GPU (Composer's FSDP passes device_id=torch.cuda."
@@ -126,10 +131,10 @@ def ends_of_range(fixed_in: str, available: list[str]) -> list[str]:
     return [*before[-1:], fixed_in]
 
 
-def measure(issue: str, package: str, version: str, plan: Plan, torch_version: str) -> Measured | None:
-    """One run of the case on an overlay of the release; None where it neither ran nor was refused at import."""
+def _run(keyword: str, overlay: str | None) -> subprocess.CompletedProcess[str]:
+    """`ds-doctor run --level 3 -k KEYWORD [--with OVERLAY] --json`, its report in the verify cache."""
     out = Path.home() / ".cache" / "ds-doctor" / "verify"
-    proc = subprocess.run(
+    return subprocess.run(
         [
             sys.executable,
             "-m",
@@ -138,9 +143,8 @@ def measure(issue: str, package: str, version: str, plan: Plan, torch_version: s
             "--level",
             "3",
             "-k",
-            plan.keyword,
-            "--with",
-            f"{package}=={version}",
+            keyword,
+            *(("--with", overlay) if overlay else ()),
             "--json",
             "--out",
             str(out),
@@ -149,6 +153,11 @@ def measure(issue: str, package: str, version: str, plan: Plan, torch_version: s
         text=True,
         timeout=3600,
     )
+
+
+def measure(issue: str, package: str, version: str, plan: Plan, torch_version: str) -> Measured | None:
+    """One run of the case on an overlay of the release; None where it neither ran nor was refused at import."""
+    proc = _run(plan.keyword, f"{package}=={version}")
     today = dt.date.today().isoformat()
     if proc.returncode == 2 and "does not import on this stack" in proc.stderr:
         return Measured(
@@ -178,6 +187,71 @@ def measure(issue: str, package: str, version: str, plan: Plan, torch_version: s
     return Measured(
         issue, package, version, outcome, ran[0]["case"], ran[0]["device_kind"], torch_version, today
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class Ends:
+    """The every-version entries of one package whose reproducing cases one family runs: measured together at the
+    oldest release that installs and imports here and at the newest (the one installed, where it is the newest)."""
+
+    keyword: str  # `-k` selecting the family's cases
+    oldest: str  # the oldest release that imports on this torch and runs the family (why, beside it in ENDS)
+
+
+#: package -> its every-version entries' family and oldest release that runs it here. DeepSpeed < 0.14.4 does not
+#: import on torch 2.13 (ds_import_torch_private_removed), and < 0.16.0 cannot load its own checkpoints on torch >= 2.6
+#: (ds_ckpt_torch26_weights_only: the family's healthy cases fail at load_checkpoint on 0.14.4, measured): 0.16.0.
+#: Accelerate < 1.1.0 is refused by the installed transformers 5.24 ("accelerate>=1.1.0 is required") and 0.28.0
+#: calls torch._C._cuda_setDevice on a CPU build (measured): 1.1.0.
+ENDS = {
+    "deepspeed": Ends("frozen_param_names", "0.16.0"),
+    "accelerate": Ends("accelerate_deepspeed_lifecycle", "1.1.0"),
+}
+
+
+def measure_ends(package: str, ends: Ends, version: str, overlay: bool, torch_version: str) -> list[Measured]:
+    """One run of the family (on an overlay of `version`, or as installed): a record for each every-version entry
+    of `package` that one of its reproducing cases named, xfail or xpass."""
+    from ds_doctor.knowledge import catalog
+
+    proc = _run(ends.keyword, f"{package}=={version}" if overlay else None)
+    today = dt.date.today().isoformat()
+    if proc.returncode == 2 and "does not import on this stack" in proc.stderr:
+        print(f"{package} {version}: does not import here: {proc.stderr.strip()[-300:]}", file=sys.stderr)
+        return []
+    try:
+        report = json.loads(proc.stdout)
+    except ValueError:
+        print(
+            f"{package} {version}: no report (exit {proc.returncode}): {proc.stderr.strip()[-300:]}",
+            file=sys.stderr,
+        )
+        return []
+    every = {i.id for i in catalog.ISSUES if i.package == package and not i.affected}
+    stack = f"{package}=={version}" if overlay else None
+    ran = [
+        r for r in report["results"] if r.get("stack") == stack
+    ]  # a run --with holds the installed stack too
+    return records_of(ran, every, package, version, torch_version, today)
+
+
+def records_of(
+    results: list[dict], entries: set[str], package: str, version: str, torch_version: str, today: str
+) -> list[Measured]:
+    """A record per entry of `entries` that one of the results named, xfail or xpass: `reproduced` where any of its
+    cases showed it (the first such case), else `not_reproduced` (its first case)."""
+    records: dict[str, Measured] = {}
+    for r in results:
+        named = str((r.get("known_issue") or {}).get("id"))
+        if named not in entries or r["outcome"] not in ("xfail", "xpass"):
+            continue
+        if named in records and (records[named].outcome == "reproduced" or r["outcome"] == "xpass"):
+            continue
+        outcome = "reproduced" if r["outcome"] == "xfail" else "not_reproduced"
+        records[named] = Measured(
+            named, package, version, outcome, r["case"], r["device_kind"], torch_version, today
+        )
+    return list(records.values())
 
 
 def table(records: list[Measured], issues: list) -> str:
@@ -235,7 +309,15 @@ def main(argv: list[str] | None = None) -> int:
         help="print `--with PKG==VER` for each package whose newest release is not the installed one "
         "(make canary); measure nothing",
     )
+    parser.add_argument(
+        "--ends",
+        action="store_true",
+        help="measure the every-version entries with a reproducing case at the oldest release that imports here "
+        "and at the installed one (ENDS)",
+    )
     args = parser.parse_args(argv)
+    if args.ends:
+        return main_ends()
     if args.newest:
         print(" ".join(newest_overlay(args.newest)))
         return 0
@@ -263,6 +345,29 @@ def main(argv: list[str] | None = None) -> int:
             write(kept)
     counts = summary(kept)
     print(f"{len(counts)} entr(y/ies) measured, {len(kept)} record(s): {DATA}")
+    return 0
+
+
+def main_ends() -> int:
+    """`--ends`: each ENDS package's family at its oldest release (an overlay) and as installed."""
+    from ds_doctor.stacks.overlay import installed
+
+    torch_version = installed("torch") or "unknown"
+    kept = list(parse(DATA.read_text())) if DATA.exists() else []
+    for package, ends in ENDS.items():
+        newest = installed(package)
+        for version, overlay in ((ends.oldest, True), (newest, False)):
+            if version is None:
+                continue
+            for record in measure_ends(package, ends, version, overlay, torch_version):
+                print(f"{record.issue}: {package} {version}: {record.outcome}")
+                kept = [
+                    r
+                    for r in kept
+                    if (r.issue, r.version, r.device) != (record.issue, version, record.device)
+                ] + [record]
+            write(kept)
+    print(f"{len(summary(kept))} entr(y/ies) measured, {len(kept)} record(s): {DATA}")
     return 0
 
 
