@@ -155,7 +155,7 @@ def collect_environment(*, dcgm: bool = True) -> tuple[dict[str, Any], dict[str,
         "cuda_driver": drivers["cuda_driver"],
         "variables": relevant_variables(),
     }
-    hardware = {
+    hardware: dict[str, Any] = {
         "host": socket.gethostname(),
         "cpus": os.cpu_count(),
         "memory_bytes": memory_bytes(),

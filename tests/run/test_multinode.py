@@ -39,7 +39,7 @@ def test_the_plan_hash_follows_what_must_agree() -> None:
     )
     plan = make_plan(RunOptions(cluster=CLUSTER, keyword="comm and all_reduce"), Hardware("cpu", 0))
     assert [(g.name, [c.id for c in g.cases]) for g in plan.groups if g.nodes > 1] == [
-        ("ws4-n2", ["comm[all_reduce-ws4-n2]"])
+        ("ws4-n2", ["comm[all_reduce-ws4-n2]", "comm[all_reduce-bf16-ws4-n2]"])
     ]
 
 
