@@ -420,16 +420,18 @@ def test_a_level_3_ticket_fits_and_the_log_has_a_line_per_case(level3: Run) -> N
         if r["outcome"] in ("xfail", "xpass")
     }
     assert len(reproduced) >= 10
-    # what concerns this stack needs a look; the library's traps, a table row
-    for issue_id, verdict in reproduced:
-        if verdict == "affected":
+    # what concerns this stack needs a look (once, whatever its other cases said); the library's traps, a table row
+    for issue_id in {issue_id for issue_id, _ in reproduced}:
+        if (issue_id, "affected") in reproduced:
             assert text.count(f"### `{issue_id}` — affected:") == 1, issue_id
         else:
             assert text.count(f"| `{issue_id}` |") == 1 and f"### `{issue_id}`" not in text, issue_id
     affected = {
         i["id"] for i in level3.data["affecting_issues"]
-    }  # only ranges that hold the installed releases
-    assert affected <= {"hf_trainer_num_items_unshifted_overcount"}, affected
+    }  # only ranges that hold the installed releases: accelerate 1.15.0 is inside >=1.13.0 (found by bisect)
+    assert affected <= {"hf_trainer_num_items_unshifted_overcount", "acc_cpu_process_count_mismatch"}, (
+        affected
+    )
     records = sum(len(r["device_map"]) for r in results)
     assert records > 1000 and f"{records} device-map records" in text
     assert f"`{markdown.with_suffix('.json').name}`" in text
