@@ -375,6 +375,7 @@ def where_it_starts(
         backward = (
             where.first_module_over(my_grads, their_grads, bound),
             sum(1 for name in my_grads if name in their_grads),
+            next(iter(my_grads), None),
         )
     ctx.note("divergence_starts", where.describe(step + 1, found, compared, bound, backward), shown=True)
 

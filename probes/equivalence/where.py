@@ -113,10 +113,11 @@ def describe(
     found: tuple[str, float] | None,
     compared: int,
     bound: float,
-    backward: tuple[tuple[str, float] | None, int] | None = None,
+    backward: tuple[tuple[str, float] | None, int, str | None] | None = None,
 ) -> str:
     """The note: the first module whose output leaves the reference's; where none does, the first whose output's
-    gradient does (`backward`: what `first_module_over` found on the gradients, and how many were compared)."""
+    gradient does (`backward`: what `first_module_over` found on the gradients, how many were compared, and the
+    module the backward reached first: the one next to the loss)."""
     if compared == 0:
         return f"step {step}: no module output could be matched with the reference's"
     if found is not None:
@@ -129,7 +130,7 @@ def describe(
         f"step {step}: every submodule's forward output ({compared} compared, rank 0's micro-batch 0) is within "
         f"{bound:.3g} of the reference's"
     )
-    gradient, counted = backward if backward is not None else (None, 0)
+    gradient, counted, nearest = backward if backward is not None else (None, 0, None)
     if counted == 0:
         return (
             f"{within}: the difference starts at the loss made from them or after it (the gradients' reduction, "
@@ -141,7 +142,13 @@ def describe(
             "backward (the gradients' reduction across ranks, clipping or the optimizer step)"
         )
     name, relative = gradient
+    where = (
+        "it is the module next to the loss, so the gradient that reaches the model is already off: the loss's own "
+        "scale or what the loss is made of"
+        if name == nearest
+        else "the gradients agree up to the module after it, so the backward of that module changes them"
+    )
     return (
         f"{within}; the first whose output's gradient leaves it, from the loss backwards, is {name} "
-        f"({relative:.3g} relative): the backward parts there (next to the loss: the loss's scale)"
+        f"({relative:.3g} relative): {where}"
     )
