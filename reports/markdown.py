@@ -384,9 +384,13 @@ def _tail(text: str) -> str:
 
 
 def render_finding(finding: Finding) -> list[str]:
+    where = (
+        md_text(str(finding.stage))
+        if finding.rank is None
+        else f"rank {finding.rank}, {md_text(str(finding.stage))}"
+    )
     lines = [
-        f"- **{finding.severity.value}** {md_code(finding.invariant)} (rank {finding.rank}, "
-        f"{md_text(str(finding.stage))}): {md_text(finding.message)}"
+        f"- **{finding.severity.value}** {md_code(finding.invariant)} ({where}): {md_text(finding.message)}"
     ]
     if finding.expected:
         lines += [f"  expected: {md_text(finding.expected)}"]
