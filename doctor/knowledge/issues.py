@@ -69,8 +69,16 @@ class KnownIssue:
             return Verdict.UNKNOWN
         try:
             version = Version(installed)
-            inside = SpecifierSet(self.affected).contains(version, prereleases=True)
+            specifiers = SpecifierSet(self.affected)
+            inside = specifiers.contains(version, prereleases=True)
         except (InvalidVersion, InvalidSpecifier):
+            return Verdict.UNKNOWN
+        if (
+            len(version.release) == 2
+            and any(  # "ds 0.14": a series, which a bound inside it splits
+                Version(spec.version).release[:2] == version.release for spec in specifiers
+            )
+        ):
             return Verdict.UNKNOWN
         return Verdict.AFFECTED if inside else Verdict.NOT_AFFECTED
 

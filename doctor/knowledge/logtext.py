@@ -100,6 +100,8 @@ _TEMPLATES = (
     + _VERSION
     + r"(?![\w.])",  # "DeepSpeed version: V0.14.3"
     r"\bv(?:ersion)?[ \t]?" + _VERSION + r"[ \t]+of[ \t]+{n}\b",  # "I use V0.14.3 of DeepSpeed"
+    # a Markdown table of an issue template: "| deepspeed | 0.14.3 |", "| DeepSpeed version | v0.14.3 |"
+    r"^[ \t]*\|?[ \t]*`?{n}`?(?:[ \t]+version)?[ \t]*\|[ \t]*`?v?" + _VERSION + r"`?[ \t]*(?:\||$)",
 )
 #: sentences of the libraries themselves that cite a release: history, not the version the user runs
 _QUOTED = re.compile(r"(?i)\bin (?:py)?torch \d+(?:\.\d+)+, we changed")
@@ -108,6 +110,7 @@ ALIASES = {
     "torch": ("pytorch",),
     "prodigy-plus-schedule-free": ("prodigyplus", "prodigy plus", "prodigy-plus"),
     "mosaicml": ("composer",),
+    "deepspeed": ("ds",),  # "ds 0.14": read where a version follows it, as a word of its own
 }
 
 

@@ -39,6 +39,9 @@ def test_a_generic_device_mismatch_without_zero3_frames_is_not_claimed() -> None
         ("0.19.8", NOT_AFFECTED),
         (None, UNKNOWN),
         ("not-a-version", UNKNOWN),
+        ("0.14", UNKNOWN),  # "ds 0.14": a series the range's bounds split
+        ("0.13", NOT_AFFECTED),
+        ("0.19", NOT_AFFECTED),
     ],
 )
 def test_version_verdict_for_the_s2_issue(version, verdict) -> None:

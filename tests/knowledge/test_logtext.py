@@ -182,6 +182,10 @@ def test_bars_are_stripped_as_before_in_linear_time() -> None:
         ("DeepSpeed version: V0.14.3", "deepspeed", "0.14.3"),
         ("deepspeed: v0.14.3", "deepspeed", "0.14.3"),
         ("Deepspeed v 0.14.3", "deepspeed", "0.14.3"),
+        ("same with ds 0.14 and torch 2.3", "deepspeed", "0.14"),  # the short name, a series
+        ("| deepspeed | 0.14.3 |", "deepspeed", "0.14.3"),  # an issue template's table
+        ("| DeepSpeed version | `v0.14.3` |", "deepspeed", "0.14.3"),
+        ("deepspeed | 0.14.3", "deepspeed", "0.14.3"),
     ],
 )
 def test_other_packages_named_in_prose(text: str, package: str, version: str) -> None:
@@ -195,6 +199,9 @@ def test_other_packages_named_in_prose(text: str, package: str, version: str) ->
         "my.deepspeed 0.14.2",
         "deepspeed 0.14.2x",  # not a version that ends there
         "torchvision 0.19.0",
+        "needs 0.14.2",  # "ds" only as a word of its own
+        "ds_report 0.14.2",
+        "| deepspeed-kernels | 0.14.2 |",  # another package's row
     ],
 )
 def test_a_name_inside_another_is_no_version(text: str) -> None:
