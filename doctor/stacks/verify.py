@@ -53,6 +53,10 @@ PLAN = {
     "ds_offload_accumulation_keeps_first_microbatch": Plan(
         "equivalence and deepspeed-z2-offload-ga4", "cpu", ("0.15.1", "0.15.2")
     ),
+    # DeepSpeed #7837 (PR #7839): 0.17.6's PR #7515 sent bf16 without ZeRO to the fp16 wrapper; 0.17.5 did not
+    "ds_z0_bf16_grads_unscaled_and_kept": Plan(
+        "equivalence and deepspeed-z0-bf16", "cpu", ("0.17.5", "0.17.6")
+    ),
     # found by ds-doctor bisect (2026-11-26): 1.13.0 made MULTI_CPU under torchrun depend on cpu=True
     "acc_cpu_process_count_mismatch": Plan(
         "accelerate_deepspeed_lifecycle and no-backend-kwargs", "cpu", ("1.12.0", "1.13.0")
@@ -155,6 +159,15 @@ def _run(keyword: str, overlay: str | None) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _report(proc: subprocess.CompletedProcess[str], label: str) -> dict | None:
+    """The run's JSON report, or None (said on stderr, with the run's exit code and last words) where it wrote none."""
+    try:
+        return dict(json.loads(proc.stdout))
+    except ValueError:
+        print(f"{label}: no report (exit {proc.returncode}): {proc.stderr.strip()[-300:]}", file=sys.stderr)
+        return None
+
+
 def measure(issue: str, package: str, version: str, plan: Plan, torch_version: str) -> Measured | None:
     """One run of the case on an overlay of the release; None where it neither ran nor was refused at import."""
     proc = _run(plan.keyword, f"{package}=={version}")
@@ -163,13 +176,8 @@ def measure(issue: str, package: str, version: str, plan: Plan, torch_version: s
         return Measured(
             issue, package, version, "does_not_import", plan.keyword, plan.device, torch_version, today
         )
-    try:
-        report = json.loads(proc.stdout)
-    except ValueError:
-        print(
-            f"{issue} {version}: no report (exit {proc.returncode}): {proc.stderr.strip()[-300:]}",
-            file=sys.stderr,
-        )
+    report = _report(proc, f"{issue} {version}")
+    if report is None:
         return None
     ran = [
         r
@@ -219,13 +227,8 @@ def measure_ends(package: str, ends: Ends, version: str, overlay: bool, torch_ve
     if proc.returncode == 2 and "does not import on this stack" in proc.stderr:
         print(f"{package} {version}: does not import here: {proc.stderr.strip()[-300:]}", file=sys.stderr)
         return []
-    try:
-        report = json.loads(proc.stdout)
-    except ValueError:
-        print(
-            f"{package} {version}: no report (exit {proc.returncode}): {proc.stderr.strip()[-300:]}",
-            file=sys.stderr,
-        )
+    report = _report(proc, f"{package} {version}")
+    if report is None:
         return []
     every = {i.id for i in catalog.ISSUES if i.package == package and not i.affected}
     stack = f"{package}=={version}" if overlay else None

@@ -36,6 +36,7 @@ GA_ISSUE = "hf_trainer_ga_loss_per_microbatch"
 NO_KWARGS_ISSUE = "hf_trainer_ga_no_loss_kwargs"
 OFFLOAD_ACCUMULATION_ISSUE = "ds_offload_accumulation_keeps_first_microbatch"
 SYNC_EACH_BATCH_ISSUE = "acc_sync_each_batch_steps_every_microbatch"
+Z0_BF16_ISSUE = "ds_z0_bf16_grads_unscaled_and_kept"
 _DS = "deepspeed.initialize with the config's AdamW, engine.backward + engine.step per micro-batch"
 ROUTES = (
     Route(
@@ -90,6 +91,17 @@ ROUTES = (
         "accelerate",
         "Accelerator(gradient_accumulation_steps) with accumulate, backward, "
         "clip_grad_norm_, the prepared torch AdamW",
+    ),
+    Route(
+        "deepspeed-z0-bf16",
+        "deepspeed",
+        "deepspeed.initialize with a torch AdamW passed in, no ZeRO, bf16 enabled, engine.backward + engine.step per "
+        "micro-batch, as a reproducing case of bf16 without ZeRO (xfail on DeepSpeed 0.17.6-0.18.5: the gradients "
+        "divided by an fp16 loss scale never applied, and never zeroed between steps)",
+        stage=0,
+        bf16=True,
+        reproduce=True,
+        issue=Z0_BF16_ISSUE,
     ),
     Route(
         "accelerate-sync-each-batch",

@@ -40,6 +40,9 @@ class Route:
     partial_window: bool = False
     label_smoothing: float = 0.0  # the Trainer's label_smoothing_factor (its LabelSmoother computes the loss)
     accumulation: int = 2  # the DeepSpeed routes' gradient_accumulation_steps
+    bf16: bool = (
+        False  # the DeepSpeed routes' bf16 block, the model trained in bf16 (a torch AdamW passed in)
+    )
     # Accelerate's GradientAccumulationPlugin(sync_each_batch=True): gradients all-reduced at every micro-batch
     sync_each_batch: bool = False
     level: int = 3

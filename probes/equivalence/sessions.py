@@ -57,7 +57,7 @@ def open_session(ctx: ProbeContext, route: Route, subject: Subject) -> Session:
         hyper = (
             hyper_from_config(ctx, config)
             if route.user is not None
-            else Hyper(kernel="torch" if client is not None else "deepspeed", accumulation=route.accumulation)
+            else _route_hyper(route, "torch" if client is not None else "deepspeed")
         )
         ctx.note("deepspeed_config", config)
         return DeepSpeedSession(ctx, route, subject, hyper, config, client)
@@ -87,6 +87,13 @@ def follows_schedule(route: Route) -> bool:
     return bool(route.resume) or (route.user is not None and "scheduler" in route.user.config)
 
 
+def _route_hyper(route: Route, kernel: str) -> Hyper:
+    """The family's settings as this DeepSpeed route changes them (its accumulation, bf16)."""
+    return Hyper(
+        kernel=kernel, accumulation=route.accumulation, dtype="bfloat16" if route.bf16 else Hyper.dtype
+    )
+
+
 def _ds_config(route: Route, hyper: Hyper) -> dict[str, Any]:
     zero: dict[str, Any] = {"stage": route.stage}
     if route.offload:
@@ -108,6 +115,8 @@ def _ds_config(route: Route, hyper: Hyper) -> dict[str, Any]:
             },
         },
     }
+    if route.bf16:
+        config["bf16"] = {"enabled": True}
     if route.resume:
         config["scheduler"] = {
             "type": "WarmupDecayLR",
@@ -124,12 +133,13 @@ def _ds_config(route: Route, hyper: Hyper) -> dict[str, Any]:
 
 def deepspeed_config(ctx: ProbeContext, route: Route) -> tuple[dict[str, Any], Any]:
     """The config and, where it names no optimizer, the client optimizer the HF Trainer would pass."""
-    if route.user is None and route.resume:  # a torch AdamW passed in: the new process loads no JIT-built op
-        hyper = Hyper(accumulation=route.accumulation)
+    # a torch AdamW passed in: a resumed process loads no JIT-built op; bf16 without ZeRO wraps a client optimizer
+    if route.user is None and (route.resume or route.bf16):
+        hyper = _route_hyper(route, "torch")
         config = {k: v for k, v in _ds_config(route, hyper).items() if k != "optimizer"}
         return config, lambda params: _torch_adamw(params, hyper)
     if route.user is None:
-        return _ds_config(route, Hyper(accumulation=route.accumulation)), None
+        return _ds_config(route, _route_hyper(route, "deepspeed")), None
     user: UserConfig = route.user
     filled = fill(user.config, ctx.world_size, ctx.device)
     trainer_optimizer(filled)
