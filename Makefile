@@ -79,6 +79,7 @@ fuzz: $(BIN)/.installed
 # (downloads and builds releases: never part of `make test`, which checks the records it writes against the ranges)
 verify-catalog: $(BIN)/.installed
 	$(BIN)/python -m ds_doctor.stacks.verify
+	$(BIN)/python -m ds_doctor.stacks.verify --ends
 
 # what upstream just broke or fixed: level 3 on the stack as installed and on an overlay of the newest deepspeed,
 # accelerate and transformers (those newer than installed), side by side in one report (downloads: not in make test)
