@@ -235,6 +235,11 @@ setup = build_deepspeed_ops  # DeepSpeed's optimizer ops, built or loaded once p
 
 def run(ctx: ProbeContext) -> None:
     ordering: Ordering = ctx.params
+    if not ordering.backend_kwargs and ctx.world_size == 1:  # an xpass here would read as "not affected"
+        ctx.skip(
+            "one process: Accelerate's process count and the group's cannot disagree; this trap shows at 2 ranks or "
+            "more (its 2-rank case)"
+        )
     config = build_config(ordering, ctx.world_size, ctx.device)
     if ordering.user is not None:
         if trainer_only := trainer_only_auto(ordering.user.config):

@@ -77,6 +77,10 @@ def known_issue_for(
     family's issue judged by version beside an unrelated exception would read as its diagnosis
     (seen on a GPU node: deepspeed 0.14.2's ImportError under torch 2.11 tagged with #5538).
     """
+    if (
+        outcome == Outcome.SKIP and named is None
+    ):  # nothing ran: the family's issue would read as a verdict on it
+        return None
     if outcome in (Outcome.ERROR, Outcome.TIMEOUT):
         hits = catalog.classify(texts[0]) or catalog.classify(texts[1])
         if hits:
