@@ -71,14 +71,13 @@ class KnownIssue:
             version = Version(installed)
             specifiers = SpecifierSet(self.affected)
             inside = specifiers.contains(version, prereleases=True)
+            # "ds 0.14": a series, which a bound inside it splits (a bound may be a wildcard: "==0.14.*")
+            split = len(version.release) == 2 and any(
+                Version(spec.version.removesuffix(".*")).release[:2] == version.release for spec in specifiers
+            )
         except (InvalidVersion, InvalidSpecifier):
             return Verdict.UNKNOWN
-        if (
-            len(version.release) == 2
-            and any(  # "ds 0.14": a series, which a bound inside it splits
-                Version(spec.version).release[:2] == version.release for spec in specifiers
-            )
-        ):
+        if split:
             return Verdict.UNKNOWN
         return Verdict.AFFECTED if inside else Verdict.NOT_AFFECTED
 

@@ -48,6 +48,14 @@ def test_version_verdict_for_the_s2_issue(version, verdict) -> None:
     assert known_issues.get(S2_ID).version_verdict({"deepspeed": version}) == verdict
 
 
+def test_a_series_against_a_wildcard_range_is_judged_without_raising() -> None:
+    import dataclasses
+
+    wildcard = dataclasses.replace(known_issues.get(S2_ID), affected="==0.14.*")
+    assert wildcard.version_verdict({"deepspeed": "0.14"}) == UNKNOWN  # a series: said only where sure
+    assert wildcard.version_verdict({"deepspeed": "0.14.2"}) == AFFECTED
+
+
 def test_issues_without_a_version_range_give_unknown() -> None:
     assert known_issues.get("ds_jit_ninja_missing").version_verdict({"deepspeed": "0.19.8"}) == UNKNOWN
 
