@@ -327,20 +327,38 @@ def _down_hint(port: Mapping[str, Any]) -> str:
     return "no link: check the cable, the transceiver and the switch port"
 
 
+#: what a port that ever carried a packet since boot shows (Linux, drivers/infiniband/core/sysfs.c)
+_TRAFFIC = ("port_rcv_data", "port_xmit_data", "link_downed")
+
+
+def _idle_since_boot(port: Mapping[str, Any]) -> bool:
+    """Every traffic counter read, and 0: the port never carried data nor lost a link since boot (a spare port of a
+    dual-port HCA, or one never cabled since the node came up); a counter not read is no evidence of that."""
+    counters = port.get("counters") or {}
+    return all(isinstance(counters.get(name), int) for name in _TRAFFIC) and not any(
+        counters.get(name) for name in _TRAFFIC
+    )
+
+
 def ib_port_down(record: Mapping[str, Any], node: Node) -> list[Finding]:
-    """A port not ACTIVE and LinkUp: a rail a job's NCCL would use is missing (an error); an Ethernet (RoCE) port
-    is a warning (it may be a management port), and a port NCCL_IB_HCA leaves out information only."""
+    """A port not ACTIVE and LinkUp: a rail a job's NCCL would use is missing (an error, where it carried traffic
+    since boot: a link lost); one idle since boot is a warning (a spare port, or a cable never plugged: the record
+    cannot tell); an Ethernet (RoCE) port is a warning (it may be a management port), and a port NCCL_IB_HCA leaves
+    out information only."""
     out = []
     for port in _entries(record, "ports"):
         if _is_up(port):
             continue
         used = node.nccl_uses(str(port.get("device")), port.get("port"))
-        severity = Severity.ERROR if port.get("link_layer") == "InfiniBand" else Severity.WARNING
+        idle = _idle_since_boot(port)
+        lost = port.get("link_layer") == "InfiniBand" and not idle
+        severity = Severity.ERROR if lost else Severity.WARNING
         out.append(
             _finding(
                 "ib_port_down",
                 severity if used else Severity.INFO,
                 f"{_port_name(port)} is {port.get('state')} / {port.get('phys_state')}: {_down_hint(port)}"
+                + (" (no traffic on it since boot: a spare port, or one never cabled)" if idle else "")
                 + ("" if used else " (NCCL_IB_HCA leaves it out)"),
                 "ACTIVE / LinkUp",
                 "bring the link up, or leave the port out of NCCL_IB_HCA if no job should use it",

@@ -387,6 +387,22 @@ def test_link_errors_and_a_slow_rail_are_warnings() -> None:
     assert slow.message == "mlx5_2 port 1 runs at 200 Gb/sec (4X HDR), the node's other ports at 400 Gb/sec"
 
 
+def test_an_infiniband_port_idle_since_boot_is_a_warning(tmp_path: Path) -> None:
+    """A dual-port HCA's second port, never cabled: no data, no link lost since boot. Not a lost rail."""
+    port = tmp_path / "sys/class/infiniband/mlx5_0/ports/2"
+    (port / "counters").mkdir(parents=True)
+    for name, text in (("state", "1: DOWN"), ("phys_state", "2: Polling"), ("rate", "10 Gb/sec (4X SDR)")):
+        (port / name).write_text(text + "\n")
+    (port / "link_layer").write_text("InfiniBand\n")
+    for counter in ("port_rcv_data", "port_xmit_data", "link_downed", "symbol_error"):
+        (port / "counters" / counter).write_text("0\n")
+    (down,) = ib_port_down(read_ib(tmp_path), Node())
+    assert down.severity == Severity.WARNING and "no traffic on it since boot" in down.message
+    (port / "counters" / "port_xmit_data").write_text("4096\n")  # it carried data: a rail lost
+    (down,) = ib_port_down(read_ib(tmp_path), Node())
+    assert down.severity == Severity.ERROR and "no traffic" not in down.message
+
+
 def test_an_ethernet_port_down_is_a_warning(tmp_path: Path) -> None:
     port = tmp_path / "sys/class/infiniband/mlx5_4/ports/1"
     port.mkdir(parents=True)
