@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ds_doctor.checks.placement import ZeroPromise, grad_accum_dtype
-from ds_doctor.collect.devicemap import Recorder, collect_rows, dtype_name
+from ds_doctor.collect.devicemap import Recorder, collect_rows, dtype_name, tensor_record
 from ds_doctor.files import write_atomic
 from ds_doctor.redact import scrub
 from ds_doctor.reports.records import Finding, TensorRecord
@@ -61,22 +61,16 @@ def _thaw(frozen: _Frozen | TensorRecord, rank: int, stage: str) -> TensorRecord
     shape and nbytes numel times the dtype's item size, which is what `numel()` and `element_size()` return."""
     if isinstance(frozen, TensorRecord):
         return frozen
-    role, path, owner, aliases, device, dtype, size, requires_grad = frozen
+    *placed, dtype, size, requires_grad = frozen
     shape = tuple(size)
     numel = math.prod(shape)
-    return TensorRecord(
-        rank=rank,
-        stage=stage,
-        role=role,
-        path=path if isinstance(path, str) else "".join(map(str, path)),
-        owner=owner,
-        device=device,
-        dtype=dtype_name(dtype),
-        shape=shape,
-        numel=numel,
-        nbytes=numel * _item_size(dtype),
-        requires_grad=bool(requires_grad),
-        aliases=aliases,
+    return tensor_record(
+        (rank, stage),
+        (placed[0], placed[1], placed[2], placed[3], placed[4]),
+        dtype_name(dtype),
+        shape,
+        (numel, numel * _item_size(dtype)),
+        bool(requires_grad),
     )
 
 

@@ -117,20 +117,44 @@ class Recorder:
             numel = int(value.numel())
             dtype, shape, nbytes = dtype_name(value.dtype), tuple(value.shape), numel * value.element_size()
             requires_grad = bool(value.requires_grad)
-        return TensorRecord(
-            rank=self.rank,
-            stage=self.stage,
-            role=role,
-            path=path if isinstance(path, str) else "".join(map(str, path)),
-            owner=owner,
-            device=device,
-            dtype=dtype,
-            shape=shape,
-            numel=numel,
-            nbytes=nbytes,
-            requires_grad=requires_grad,
-            aliases=aliases,
+        return tensor_record(
+            (self.rank, self.stage),
+            (role, path, owner, aliases, device),
+            dtype,
+            shape,
+            (numel, nbytes),
+            requires_grad,
         )
+
+
+def tensor_record(
+    where: tuple[int, str],
+    placed: tuple[str, Any, str | None, tuple[str, ...], str],
+    dtype: str,
+    shape: tuple[int, ...],
+    size: tuple[int, int],
+    requires_grad: bool | None,
+) -> TensorRecord:
+    """A row's record: `where` (rank, stage), `placed` the row's (role, path, owner, aliases, device), `size` its
+    (numel, nbytes); a path kept as parts (a ZeRO-3 partition's) is joined here. `ds_doctor.api` makes the same
+    record from metadata it read earlier."""
+    rank, stage = where
+    role, path, owner, aliases, device = placed
+    numel, nbytes = size
+    return TensorRecord(
+        rank=rank,
+        stage=stage,
+        role=role,
+        path=path if isinstance(path, str) else "".join(map(str, path)),
+        owner=owner,
+        device=device,
+        dtype=dtype,
+        shape=shape,
+        numel=numel,
+        nbytes=nbytes,
+        requires_grad=requires_grad,
+        aliases=aliases,
+    )
 
 
 def iter_nested_tensors(value: Any, path: str) -> Iterator[tuple[str, Any]]:
