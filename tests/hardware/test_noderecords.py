@@ -9,7 +9,6 @@ import datetime as dt
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -49,10 +48,10 @@ from ds_doctor.reports.prometheus import render_prometheus
 from ds_doctor.reports.records import Outcome, Severity
 from ds_doctor.run.build import build_report
 from ds_doctor.run.plan import node_checks
+from tests.reports.test_alert_rules import needs_promtool, promtool
 
 RES = Path(__file__).resolve().parents[1] / "resources" / "noderecords"
 HEALTHY, SICK = RES / "sysfs" / "healthy", RES / "sysfs" / "sick"
-PROMTOOL = shutil.which("promtool")
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the records are Linux's")
 pytestmark = linux_only
 
@@ -548,6 +547,20 @@ def test_node_checks_add_the_records_filtered_by_keyword() -> None:
 NOW = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(days=2)
 
 
+def node_report(hardware: dict[str, Any], started: dt.datetime = NOW, results: Any = None) -> Any:
+    """A level-1 report of a node's records (its own results unless given), finished at `started`."""
+    return build_report(
+        started=started - dt.timedelta(minutes=5),
+        finished=started,
+        level=1,
+        argv=("run",),
+        env={"python": "3.11", "packages": {}},
+        hardware={"cpus": 2, "memory_bytes": 1 << 30, "gpus": [], **hardware},
+        results=node_record_results(hardware) if results is None else results,
+        run_dir=None,
+    )
+
+
 def node_text(host: str, root: Path, kernel_log: bytes, started: dt.datetime = NOW) -> str:
     hardware = {
         "host": host,
@@ -558,17 +571,7 @@ def node_text(host: str, root: Path, kernel_log: bytes, started: dt.datetime = N
             root, kernel_log, "diag_r1_fail.json" if root == SICK else "diag_r1_pass.json"
         ),
     }
-    report = build_report(
-        started=started - dt.timedelta(minutes=5),
-        finished=started,
-        level=1,
-        argv=("run",),
-        env={"python": "3.11", "packages": {}},
-        hardware=hardware,
-        results=node_record_results(hardware),
-        run_dir=None,
-    )
-    return render_prometheus(report)
+    return render_prometheus(node_report(hardware, started))
 
 
 def samples(text: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
@@ -607,13 +610,7 @@ def test_the_records_are_exported_to_prometheus() -> None:
     assert set(samples(healthy, "ds_doctor_ib_port_up").values()) == {1.0}
 
 
-needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed")
 RULES = Path(__file__).resolve().parents[2] / "contrib" / "prometheus" / "ds-doctor-node-records.rules.yml"
-
-
-def promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    assert PROMTOOL is not None
-    return subprocess.run([PROMTOOL, *args], capture_output=True, text=True, cwd=cwd, timeout=120)
 
 
 def series(texts: Sequence[tuple[str, str]], minutes: int) -> list[dict[str, str]]:
@@ -644,17 +641,7 @@ def test_the_proposed_alerts_fire_on_the_sick_node_only(tmp_path: Path) -> None:
     base_aer = {"node_records": {"aer": read_aer(RES / "sysfs/aer_rising/baseline")}, "host": "gpu-rising"}
     texts = []
     for hardware in (base_aer, now_aer):
-        report = build_report(
-            started=NOW,
-            finished=NOW,
-            level=1,
-            argv=("run",),
-            env={"python": "3.11", "packages": {}},
-            hardware={"cpus": 2, "memory_bytes": 1, "gpus": [], **hardware},
-            results=node_record_results(hardware),
-            run_dir=None,
-        )
-        texts.append(("gpu-rising", render_prometheus(report)))
+        texts.append(("gpu-rising", render_prometheus(node_report(hardware))))
     inputs = series(texts, day)
     inputs += series([("gpu-sick", node_text("gpu-sick", SICK, log("sick_dmesg.txt")))] * 2, day)
     inputs += series([("gpu-ok", node_text("gpu-ok", HEALTHY, log("healthy_dmesg.txt")))] * 2, day)
@@ -854,14 +841,5 @@ def test_records_read_back_from_someone_elses_json_do_not_break_the_rules_or_the
     results = node_record_results({"node_records": garbled})
     assert [r.outcome for r in results] == [Outcome.PASS, Outcome.PASS, Outcome.PASS, Outcome.FAIL]
     assert node_record_results({"node_records": ["not", "a", "dict"]}) == []
-    report = build_report(
-        started=NOW,
-        finished=NOW,
-        level=1,
-        argv=("run",),
-        env={"python": "3.11", "packages": {}},
-        hardware={"host": "h", "cpus": 1, "memory_bytes": 1, "gpus": [], "node_records": garbled},
-        results=results,
-        run_dir=None,
-    )
+    report = node_report({"host": "h", "node_records": garbled}, results=results)
     assert "ds_doctor_node_record_finding" in render_prometheus(report)
