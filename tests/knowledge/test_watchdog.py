@@ -170,16 +170,21 @@ def test_a_log_cut_short_says_possibly_where_the_whole_one_says_never() -> None:
     )
 
 
+def stuck_line(rank: int, stamp: str) -> str:
+    """A rank's heartbeat monitor saying its watchdog got stuck, as torch's log writes it."""
+    return (
+        f"[rank{rank}]:[{stamp} ProcessGroupNCCL.cpp:1743] [PG ID 0 PG GUID 0(default_pg) Rank {rank}] "
+        "ProcessGroupNCCL's watchdog got stuck for 480 seconds without making progress in monitoring enqueued "
+        "collectives.\n"
+    )
+
+
 def test_matches_are_named_in_the_order_their_lines_were_written() -> None:
     """Two ranks' logs pasted one after the other: rank 0's heartbeat abort comes first in the text but 8 minutes
     after rank 1's collective timeout, which it echoes. The timeout is named first."""
     from ds_doctor.knowledge.triage import triage
 
-    rank0 = (
-        "[rank0]:[E1121 04:59:10.100000 5121 ProcessGroupNCCL.cpp:1573] [PG ID 0 PG GUID 0(default_pg) Rank 0] "
-        "ProcessGroupNCCL's watchdog got stuck for 480 seconds without making progress in monitoring enqueued "
-        "collectives.\n"
-    )
+    rank0 = stuck_line(0, "E1121 04:59:10.100000 5121")
     rank1 = "[rank1]:[E1121 04:51:10.402917 5122 ProcessGroupNCCL.cpp:616] " + timeout_line("1", "808") + "\n"
     assert [m.issue.id for m in triage(rank0 + rank1, {})] == [
         "nccl_watchdog_timeout",
@@ -196,11 +201,7 @@ def test_glog_months_without_a_leading_zero_are_ordered_too() -> None:
     """glog writes June as `E626` (three digits): the stamps still order the matches (a held-out ticket, 2025)."""
     from ds_doctor.knowledge.triage import triage
 
-    rank7 = (
-        "[rank7]:[E626 05:14:36.393067540 ProcessGroupNCCL.cpp:1743] [PG ID 0 PG GUID 0(default_pg) Rank 7] "
-        "ProcessGroupNCCL's watchdog got stuck for 480 seconds without making progress in monitoring enqueued "
-        "collectives.\n"
-    )
+    rank7 = stuck_line(7, "E626 05:14:36.393067540")
     rank2 = "[rank2]:[E626 05:06:30.929096625 ProcessGroupNCCL.cpp:632] " + timeout_line("2", "120049") + "\n"
     assert [m.issue.id for m in triage(rank7 + rank2, {})] == [
         "nccl_watchdog_timeout",
@@ -221,12 +222,7 @@ def test_a_rank_whose_own_watchdog_got_stuck_is_not_said_to_have_skipped_the_col
         f"[rank{r}]:[E626 05:06:30.929 ProcessGroupNCCL.cpp:632] " + timeout_line(str(r), "120049") + "\n"
         for r in (0, 2, 3)
     )
-    stuck = (
-        "[rank1]:[E626 05:14:36.393 ProcessGroupNCCL.cpp:1743] [PG ID 0 PG GUID 0(default_pg) Rank 1] "
-        "ProcessGroupNCCL's watchdog got stuck for 480 seconds without making progress in monitoring enqueued "
-        "collectives.\n"
-    )
-    report = read_watchdog(timeouts + stuck)
+    report = read_watchdog(timeouts + stuck_line(1, "E626 05:14:36.393"))
     assert report is not None and report.stuck == (1,) and 1 in report.seen_after
     (finding,) = watchdog_findings(report)
     assert finding.severity == Severity.WARNING and finding.rank == 1
