@@ -115,11 +115,12 @@ def known_answer(ctx: ProbeContext, dtype_name: str, n: int, device: Any) -> lis
     replayed = bits_differ(product, a @ b, dtype_name)
     sums = ctx.all_gather_json(checksum(product, dtype_name))
     majority = max(sums, key=sums.count)
-    # with no strict majority (two ranks that disagree) the bits alone cannot say which rank is odd: all are named
-    agreed = 2 * sums.count(majority) > len(sums)
-    odd_ranks = [rank for rank, mine in enumerate(sums) if mine != majority or not agreed]
+    agreed = 2 * sums.count(majority) > len(sums)  # a strict majority
     kinds = [mine for rank, mine in enumerate(sums) if mine not in sums[:rank]]  # checksums are JSON lists
-    odd_ranks = odd_ranks if len(kinds) > 1 else []
+    # with no strict majority (two ranks that disagree) the bits alone cannot say which rank is odd: all are named
+    odd_ranks = (
+        [] if len(kinds) == 1 else [r for r, mine in enumerate(sums) if not agreed or mine != majority]
+    )
     ctx.note(
         "known_answer",
         {
