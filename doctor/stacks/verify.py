@@ -179,22 +179,16 @@ def measure(issue: str, package: str, version: str, plan: Plan, torch_version: s
     report = _report(proc, f"{issue} {version}")
     if report is None:
         return None
-    ran = [
-        r
-        for r in report["results"]
-        if r.get("stack") == f"{package}=={version}" and r["outcome"] in ("xfail", "xpass")
-    ]
-    if not ran:
+    ran = [r for r in report["results"] if r.get("stack") == f"{package}=={version}"]
+    found = records_of(ran, {issue}, package, version, torch_version, today)
+    if not found:
         print(
             f"{issue} {version}: the case neither reproduced nor passed: "
             f"{[(r['case'], r['outcome']) for r in report['results']]}",
             file=sys.stderr,
         )
         return None
-    outcome = "reproduced" if ran[0]["outcome"] == "xfail" else "not_reproduced"
-    return Measured(
-        issue, package, version, outcome, ran[0]["case"], ran[0]["device_kind"], torch_version, today
-    )
+    return found[0]
 
 
 @dataclasses.dataclass(frozen=True)
