@@ -6,23 +6,36 @@ about 12 s of a 33-s `run --level 2` on 2 cores (issue 38). The parent asks once
 subprocess prints (`get_cpu_info_json()`) and writes it into the run directory; each rank's `get_cpu_info_json` then
 answers with that text, and `get_cpu_info()` parses it exactly as it parses its subprocess's output: the same dict,
 not a copy made another way. A node computes its own (each node of a multi-node run has its own run directory).
+
+The parent does not wait for the answer: a process of its own asks while the first launches start (1.1 s that would
+otherwise come before them), and a rank waits for the file only when DeepSpeed first asks, long after its imports.
+Where no answer comes (py-cpuinfo failed there, or took over `WAIT_S`), the rank asks py-cpuinfo itself, as
+DeepSpeed would have.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from ds_doctor.files import write_atomic
 
 CPUINFO_ENV = "DS_DOCTOR_CPUINFO_JSON"
 FILE = "cpuinfo.json"
+FAILED = (
+    "cpuinfo.failed"  # written instead where py-cpuinfo failed: the ranks stop waiting and ask it themselves
+)
+WAIT_S = 30.0  # a rank's wait for the answer, at DeepSpeed's first question
+_ASKING: dict[Path, subprocess.Popen[bytes]] = {}
 
 
 def computed(run_root: Path) -> Path | None:
-    """The run's py-cpuinfo answer, asked once (None where py-cpuinfo is not installed or fails: the ranks then ask
+    """The run's py-cpuinfo answer, asked now (None where py-cpuinfo is not installed or fails: the ranks then ask
     it themselves, as DeepSpeed would)."""
     path = run_root / FILE
     if path.is_file():
@@ -34,27 +47,71 @@ def computed(run_root: Path) -> Path | None:
         text = text.decode("utf-8") if isinstance(text, bytes) else str(text)
         json.loads(text)
     except Exception:  # py-cpuinfo's own failure is DeepSpeed's to meet, in the rank, as without this cache
+        write_atomic(run_root / FAILED, "", fsync=False)
         return None
     write_atomic(path, text, fsync=False)
     return path
 
 
-def reuse(environ: Mapping[str, str] = os.environ) -> bool:
-    """In a rank: py-cpuinfo answers with the run's JSON (where the parent wrote one and py-cpuinfo is installed)."""
+def ask(run_root: Path) -> Path | None:
+    """Start asking py-cpuinfo for the run, once, in a process of its own, and return the path its answer will have
+    (None where py-cpuinfo is not installed: nothing to ask)."""
+    import importlib.util
+
+    from ds_doctor.procs import module_command
+
+    path = run_root / FILE
+    if path.is_file() or run_root in _ASKING:
+        return path
+    if importlib.util.find_spec("cpuinfo") is None:
+        return None
+    _ASKING[run_root] = subprocess.Popen(
+        [*module_command(__name__), str(run_root)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    return path
+
+
+def answer(path: Path, wait_s: float = WAIT_S) -> str | None:
+    """The run's answer once it is written, or None where py-cpuinfo failed there or nothing came in `wait_s`."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            text = path.read_text(encoding="utf-8")
+            json.loads(text)
+            return text
+        except (OSError, ValueError):
+            pass
+        if (path.parent / FAILED).exists() or time.monotonic() > deadline:
+            return None
+        time.sleep(0.05)
+
+
+def reuse(environ: Mapping[str, str] = os.environ, wait_s: float = WAIT_S) -> bool:
+    """In a rank: py-cpuinfo answers with the run's JSON, waiting for it at the first question (where the parent
+    asks for one and py-cpuinfo is installed); without it, py-cpuinfo's own answer."""
     name = environ.get(CPUINFO_ENV)
     if not name:
         return False
     try:
-        text = Path(name).read_text(encoding="utf-8")
-        json.loads(text)
         import cpuinfo
         import cpuinfo.cpuinfo as module
-    except (OSError, ValueError, ImportError):
+    except ImportError:
         return False
+    own: Callable[[], str] = module.get_cpu_info_json
+    known: list[str | None] = []
 
     def get_cpu_info_json() -> str:
-        return text
+        if not known:
+            known.append(answer(Path(name), wait_s))
+        return known[0] if known[0] is not None else own()
 
     module.get_cpu_info_json = get_cpu_info_json  # what get_cpu_info() calls, by its module's name
     cpuinfo.get_cpu_info_json = get_cpu_info_json
     return True
+
+
+if __name__ == "__main__":  # `ask`'s process: the answer into the run directory named
+    computed(Path(sys.argv[1]))

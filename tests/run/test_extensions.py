@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from ds_doctor.probe.rankoptions import RankOptions
@@ -143,3 +144,23 @@ def test_py_cpuinfo_answers_every_rank_with_the_runs_one_answer(tmp_path: Path) 
     env = {**os.environ, CPUINFO_ENV: str(path)}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.stdout.split() == ["True", "True", "True"], out.stderr[-2000:]
+
+
+def test_the_runs_py_cpuinfo_answer_is_asked_beside_the_launches_and_waited_for_when_deepspeed_asks(
+    tmp_path: Path,
+) -> None:
+    """The parent does not wait for py-cpuinfo (1.1 s before the first launch): a process of its own asks, and a
+    rank waits for the answer at DeepSpeed's first question; where py-cpuinfo failed there, the rank asks itself
+    at once instead of waiting out WAIT_S."""
+    from ds_doctor.run.cpufacts import FAILED, answer, ask
+
+    path = ask(tmp_path)
+    assert path == tmp_path / "cpuinfo.json" and ask(tmp_path) == path  # one process per run
+    text = answer(path, wait_s=60)
+    assert text is not None and json.loads(text)  # written by that process, once it had asked
+    failed = tmp_path / "failed-run"
+    failed.mkdir()
+    (failed / FAILED).write_text("")
+    started = time.perf_counter()
+    assert answer(failed / "cpuinfo.json", wait_s=60) is None
+    assert time.perf_counter() - started < 1
