@@ -36,6 +36,9 @@ MANIFEST_VERSION = 1
 
 #: The heartbeat name outside any case: start-up (process group) and shutdown.
 LAUNCH = "<launch>"
+#: the stage of `LAUNCH` a rank beats while it waits for its turn to run the cases that run alone: the parent gives
+#: the turn, so no limit runs out on it
+WAITING_TURN = "waiting for its turn to run alone"
 
 
 def setup_name(probe: str) -> str:
@@ -252,6 +255,8 @@ class LaunchDir:
         # a hung case's evidence: the request, each rank's stacks and dump
         self.forensics = path / "forensics"
         self.forensics_request = self.forensics / "request"
+        # written by the parent when the launch's ranks may run the cases that run alone (`ds_doctor.run.turns`)
+        self.alone_turn = path / "alone-turn"
 
     def stacks_text(self, rank: int) -> Path:
         """faulthandler's dump of every thread, written from the signal handler itself."""

@@ -28,6 +28,7 @@ SPEC = ProbeSpec(
     timeout_s=300.0,
     scale_to_node=True,
     across_nodes=("*",),  # also across every node of a multi-node run
+    alone=True,  # timed: never beside another launch's work
 )
 
 #: Sizes of the largest buffer in bytes: small on CPU (gloo over loopback), up to 1 GiB on GPUs.
@@ -47,7 +48,8 @@ class CommCase:
 
 def variants() -> list[Variant]:
     return [Variant(name=name, params=CommCase(name), level=2) for name in collectives.COLLECTIVES] + [
-        Variant(name=f"{name}-bf16", params=CommCase(name, "bfloat16"), level=2)
+        # untimed (exact bits only), so they need not run alone
+        Variant(name=f"{name}-bf16", params=CommCase(name, "bfloat16"), level=2, alone=False)
         for name in collectives.COLLECTIVES
     ]
 

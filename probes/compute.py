@@ -35,6 +35,7 @@ SPEC = ProbeSpec(
     timeout_s=300.0,
     scale_to_node=True,
     across_nodes=("*",),  # also across every node of a multi-node run
+    alone=True,  # timed (and the memory case fills memory): never beside another launch's work
 )
 
 DTYPES = ("bf16", "fp16", "fp32")

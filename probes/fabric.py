@@ -23,6 +23,7 @@ SPEC = ProbeSpec(
     requires=(Requirement("torch", "torch"),),
     timeout_s=600.0,
     across_nodes=("*",),
+    alone=True,  # timed: never beside another launch's work
 )
 
 SIZE = {"cpu": 1 << 22, "cuda": 1 << 28}  # bytes per pair measurement

@@ -147,6 +147,7 @@ def case_of(spec: ProbeSpec, variant: Variant, world_size: int, nodes: int = 1) 
         params=variant.params,
         reproduce=variant.reproduce,
         nodes=nodes,
+        alone=spec.alone if variant.alone is None else variant.alone,
     )
 
 

@@ -1,7 +1,9 @@
 """What a probe declares: a frozen spec, its variants, and the cases they expand to.
 
 A probe is a module (or any object) with `SPEC` (a `ProbeSpec`), `variants()` returning `Variant`s, `run(ctx)`
-and optionally `setup(ctx)` (one-off work per launch). Probe authors import these through `ds_doctor.plugins`.
+and optionally `setup(ctx)` (one-off work per launch) and `prepare(rank)` (at the launch's start, before the process
+group: work that can run beside the start-up, such as a helper process's imports). Probe authors import these
+through `ds_doctor.plugins`.
 """
 
 from __future__ import annotations
@@ -63,6 +65,10 @@ class ProbeSpec:
     scale_to_node: bool = False
     #: Variants (names, or "*" for all) that a multi-node run also runs across every node, at the whole world size.
     across_nodes: tuple[str, ...] = ()
+    #: Its cases time something or fill memory: where a run's launches overlap (`ds_doctor.run.groups`), they run
+    #: only while every other launch of the run waits, so no other work shares the node's cores, memory or GPUs (a
+    #: variant may say otherwise: `Variant.alone`).
+    alone: bool = False
 
     def runs_across_nodes(self, variant: str) -> bool:
         return "*" in self.across_nodes or variant in self.across_nodes
@@ -99,6 +105,7 @@ class Variant:
     params: Any = None
     level: int = 3  # 2: the family's representative case, 3: every other case
     reproduce: bool = False  # reproduces a known issue on purpose: xfail / xpass
+    alone: bool | None = None  # None: as the probe's `ProbeSpec.alone` says
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,6 +118,7 @@ class Case:
     params: Any = dataclasses.field(default=None, compare=False, hash=False)
     reproduce: bool = False
     nodes: int = 1  # > 1: the ranks span this many nodes
+    alone: bool = dataclasses.field(default=False, compare=False)  # its variant's, else its probe's `alone`
 
     @property
     def id(self) -> str:
@@ -119,7 +127,8 @@ class Case:
 
 
 class Probe(Protocol):
-    """What the registry loads: a module (or object) with these names; `setup(ctx)` is optional."""
+    """What the registry loads: a module (or object) with these names; `setup(ctx)` and `prepare(rank)` are
+    optional."""
 
     SPEC: ProbeSpec
 

@@ -30,15 +30,16 @@ from ds_doctor.probe.spec import Case
 from ds_doctor.procs import die_with_parent, kill_tree, module_command
 from ds_doctor.redact import scrub_text
 from ds_doctor.reports.records import Outcome
-from ds_doctor.run.attribution import Cause, Ending, attribute, remaining, stage_of
-from ds_doctor.run.cpufacts import CPUINFO_ENV, computed
+from ds_doctor.run.attribution import Cause, Ending, attribute, stage_of
+from ds_doctor.run.cpufacts import CPUINFO_ENV, ask
 from ds_doctor.run.extensions import interpreter_first
 from ds_doctor.run.plan import LaunchGroup, timeout_for
-from ds_doctor.rundir import LAUNCH, LaunchDir, RankLine, RunDir
+from ds_doctor.rundir import LAUNCH, WAITING_TURN, LaunchDir, RankLine, RunDir
 from ds_doctor.stacks.overlay import prepended
 
 LAUNCH_TIMEOUT_S = 180.0  # process start, imports and process-group set-up
 POLL_S = 0.2
+EXIT_WAIT_S = 30.0  # a launch whose every line is in: its ranks and torchrun exit within this, or are killed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,10 +50,19 @@ class LaunchEvents:
     case_done: Callable[[Case, list[RankLine]], None] = lambda _case, _lines: None
 
 
+_GIVEN: set[int] = set()  # the ports this process handed out: two launches started at once never share one
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A free port on loopback, never one this process handed out before (the kernel may offer a just-closed port
+    again, and two launches that start together would then meet at one master port)."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port not in _GIVEN:
+            _GIVEN.add(port)
+            return port
 
 
 def loopback_interfaces() -> dict[str, str]:
@@ -90,13 +100,17 @@ def rendezvous_args(group: LaunchGroup, cluster: Cluster | None, attempt: int) -
 
 
 def torchrun_command(
-    group: LaunchGroup, launch_dir: Path, cluster: Cluster | None = None, attempt: int = 0
+    group: LaunchGroup,
+    launch_dir: Path,
+    cluster: Cluster | None = None,
+    attempt: int = 0,
+    takes_turns: bool = False,
 ) -> list[str]:
     return [
         *module_command("torch.distributed.run"),
         *rendezvous_args(group, cluster, attempt),
         "--max-restarts=0",
-        "--monitor-interval=0.5",
+        "--monitor-interval=0.1",  # a launch's end seen within 0.1 s of its ranks'
         "--no-python",
         *module_command("ds_doctor.run.worker"),
         "--launch-dir",
@@ -104,6 +118,7 @@ def torchrun_command(
         "--backend",
         group.rank_backend,
         *(["--shared-gpu", group.share_mode] if group.shared_gpu else []),
+        *(["--takes-turns"] if takes_turns else []),
     ]
 
 
@@ -147,9 +162,9 @@ def rank_environment(
 
 
 def _run_cpu_facts(launch_dir: Path) -> Path | None:
-    """py-cpuinfo's answer for the run the launch belongs to (its root holds the manifest), asked once."""
+    """Where py-cpuinfo's answer for the run the launch belongs to (its root holds the manifest) is, or will be."""
     root = next((p for p in (launch_dir, *launch_dir.parents) if (p / RunDir.MANIFEST).is_file()), None)
-    return computed(root) if root is not None else None
+    return ask(root) if root is not None else None
 
 
 class LineTail:
@@ -224,6 +239,9 @@ class Launch:
         self.returncode: int | None = None
         self.last_stage: dict[int, tuple[str, str]] = {}
         self.evidence: evidence.Evidence | None = None  # a timed-out launch's stacks and collectives
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started = 0.0
+        self.ended = False  # torchrun exited (or was killed) and its lines are gathered
 
     def limit_for(self, name: str) -> float:
         """Seconds a heartbeat name may stay unfinished: the launch's own (across nodes: the join timeout on top),
@@ -239,15 +257,26 @@ class Launch:
         return [self.lines[case.id][rank] for rank in range(self.group.world_size)]
 
     def run(self) -> None:
+        """Start torchrun and supervise it to its end."""
+        self.start()
+        try:
+            while self.poll():
+                time.sleep(POLL_S)
+        finally:
+            self.stop()
+
+    def start(self, takes_turns: bool = False) -> None:
+        """The launch's files, and torchrun started: `poll` supervises it from here. `takes_turns`: it runs beside
+        other launches, and its ranks wait for the turn to run the cases that run alone (`ds_doctor.run.groups`)."""
         self.dir.write_cases([c.id for c in self.cases], [CaseEntry.of(c).to_dict() for c in self.cases])
         self.options.write(self.dir.path)
-        command = torchrun_command(self.group, self.dir.path, self.cluster, self.attempt)
+        command = torchrun_command(self.group, self.dir.path, self.cluster, self.attempt, takes_turns)
         # the run directory goes into tickets
         self.dir.command.write_text(scrub_text(" ".join(command)) + "\n")
         env = rank_environment(self.options, self.run_cluster, self.cluster is not None, self.dir.path)
-        started = time.time()
-        with self.dir.torchrun_log.open("wb") as log:
-            proc = subprocess.Popen(
+        self.started = time.time()
+        with self.dir.torchrun_log.open("wb") as log:  # torchrun holds its own descriptor of it
+            self.proc = subprocess.Popen(
                 command,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -256,19 +285,49 @@ class Launch:
                 start_new_session=True,
                 preexec_fn=die_with_parent,
             )
-            try:
-                while proc.poll() is None:
-                    self._gather()
-                    if self._check_timeouts(started):
-                        self._take_evidence()
-                        kill_tree(proc)
-                        break
-                    time.sleep(POLL_S)
-            finally:
-                if proc.poll() is None:
-                    kill_tree(proc)
-        self.returncode = proc.returncode
+
+    def poll(self) -> bool:
+        """One look at the running launch: new lines, stages and limits (an overrun takes the evidence and kills
+        it). False once torchrun has ended, and everything it left is gathered."""
+        assert self.proc is not None, "poll() before start()"
+        if self.ended:
+            return False
+        if self.proc.poll() is None:
+            self._gather()
+            if not self._check_timeouts(self.started):
+                return True
+            self._take_evidence()
+            kill_tree(self.proc)
+        self.ended = True
+        self.returncode = self.proc.poll()
         self._gather()
+        return False
+
+    def finish(self, wait_s: float = EXIT_WAIT_S) -> None:
+        """A launch whose every line is in, left to exit while the run went on: its exit awaited (at most `wait_s`,
+        then its tree killed) and its logs scrubbed."""
+        assert self.proc is not None, "finish() before start()"
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=wait_s)
+        self.stop()
+        self.ended, self.returncode = True, self.proc.poll()
+        self.dir.scrub_logs()
+
+    def stop(self) -> None:
+        """Its process tree killed if it still runs (the supervisor itself is going: an exception, Ctrl-C)."""
+        if self.proc is not None and self.proc.poll() is None:
+            kill_tree(self.proc)
+
+    def waiting_turn(self) -> bool:
+        """Every rank of the launch is waiting for its turn to run alone."""
+        beats = self.dir.read_beats()
+        return len(beats) == self.group.world_size and all(
+            b.case == LAUNCH and b.stage == WAITING_TURN for b in beats.values()
+        )
+
+    def give_turn(self) -> None:
+        """The ranks may run the cases that run alone (every other launch waits, or has ended)."""
+        self.dir.alone_turn.touch()
 
     def _gather(self) -> None:
         by_id = {c.id: c for c in self.cases}
@@ -290,6 +349,8 @@ class Launch:
                 self.events.stage(beat.case, rank, beat.stage)
             if beat.stage == "finished" or rank in self.lines.get(beat.case, {}):
                 continue
+            if beat.case == LAUNCH and beat.stage == WAITING_TURN:
+                continue  # the parent gives the turn (ds_doctor.run.groups.Turns): no limit of the rank's runs out
             if now - beat.case_started > self.limit_for(beat.case):
                 self.timed_out = Ending(beat.case, beats)
                 return True
@@ -428,43 +489,3 @@ class Launch:
             "not seen on this node",
             node=where["node"] if where else None,
         )
-
-
-def run_group(
-    group: LaunchGroup,
-    run_dir: RunDir,
-    *,
-    timeout_override: float | None,
-    events: LaunchEvents = LaunchEvents(),
-    cluster: Cluster | None = None,
-    options: RankOptions = DEFAULTS,
-) -> dict[str, list[RankLine]]:
-    """Run every case of a group, relaunching after a timeout or crash inside one node; per-rank lines by case id."""
-    pending = list(group.cases)
-    results: dict[str, list[RankLine]] = {}
-    attempt = 0
-    bound = len(pending)  # each attempt settles at least one case (ds_doctor.run.attribution.remaining)
-    while pending:
-        launch = Launch(
-            group,
-            pending,
-            run_dir.launch(group.name, group.device_kind, attempt),
-            timeout_override,
-            events,
-            cluster,
-            attempt,
-            options,
-        )
-        launch.run()
-        launch.dir.scrub_logs()
-        for case in pending:
-            if launch.complete(case.id):
-                results[case.id] = launch.lines_of(case)
-        blamed = launch.blame()
-        for case in pending:
-            if case.id in blamed:
-                results[case.id] = blamed[case.id]
-                events.case_done(case, blamed[case.id])
-        attempt += 1
-        pending = remaining(pending, results, attempt, bound)
-    return results

@@ -19,9 +19,10 @@ from ds_doctor.probe.rankoptions import DEFAULTS, RankOptions
 from ds_doctor.probe.spec import Case
 from ds_doctor.redact import scrub
 from ds_doctor.reports.records import CaseResult, Report, format_time
-from ds_doctor.run.build import build_report, clean_result, utc_now, write_reports_of_run
+from ds_doctor.run.build import build_report, shown_result, utc_now, write_reports_of_run
 from ds_doctor.run.extensions import built_ops, first_build_line, rebuilt_line
-from ds_doctor.run.launch import LaunchEvents, run_group
+from ds_doctor.run.groups import finish_exits, run_groups
+from ds_doctor.run.launch import Launch, LaunchEvents
 from ds_doctor.run.merge import merge_case, skipped_case
 from ds_doctor.run.plan import (
     Hardware,
@@ -63,7 +64,7 @@ class RunReporter(Protocol):
 
     def stage(self, case: str, rank: int, stage: str) -> None: ...
 
-    def case_done(self, result: CaseResult) -> None: ...
+    def case_done(self, result: CaseResult) -> None: ...  # its line's part, scrubbed (`build.shown_result`)
 
 
 class SilentReporter:
@@ -154,6 +155,12 @@ def make_plan(options: RunOptions, hardware: Hardware | None = None) -> RunPlan:
     )
 
 
+def together(groups: tuple[LaunchGroup, ...], options: RunOptions) -> bool:
+    """Whether the groups' launches run at once, taking turns (`ds_doctor.run.groups`): on one node, on its CPU.
+    GPU launches still run one after another: two launches' ranks on one GPU at once are not yet measured there."""
+    return options.cluster is None and all(g.device_kind == "cpu" and g.nodes == 1 for g in groups)
+
+
 def launch(
     run_plan: RunPlan,
     run_dir: RunDir,
@@ -162,27 +169,28 @@ def launch(
     reporter: RunReporter,
     host: str = "",
     stack: str | None = None,
+    exiting: list[Launch] | None = None,
 ) -> list[CaseResult]:
     """Run every launch group; each case is merged and reported (scrubbed, as the report will hold it) the
     moment its last rank line is in. `stack`: the overlay the ranks import first (in `options.rank`), named on
-    each result."""
+    each result. `exiting`: launches whose every line is in are left there to exit (`run_groups`)."""
     by_id = {p.case: p for p in run_plan.planned}
     merged = {s.case: dataclasses.replace(skipped_case(s), stack=stack) for s in run_plan.skips}
 
     def case_done(case: Case, lines: list[RankLine]) -> None:
         merged[case.id] = dataclasses.replace(merge_case(by_id[case.id], lines, versions), stack=stack)
-        reporter.case_done(clean_result(merged[case.id], anonymized=options.anonymized, host=host))
+        reporter.case_done(shown_result(merged[case.id], anonymized=options.anonymized, host=host))
 
-    events = LaunchEvents(stage=reporter.stage, case_done=case_done)
-    for group in run_plan.groups:
-        run_group(
-            group,
-            run_dir,
-            timeout_override=options.timeout_s,
-            events=events,
-            cluster=options.cluster,
-            options=options.rank,
-        )
+    run_groups(
+        run_plan.groups,
+        run_dir,
+        timeout_override=options.timeout_s,
+        events=LaunchEvents(stage=reporter.stage, case_done=case_done),
+        cluster=options.cluster,
+        options=options.rank,
+        together=together(run_plan.groups, options),
+        exiting=exiting,
+    )
     return [merged[case_id] for case_id in run_plan.selected]
 
 
@@ -194,13 +202,15 @@ def on_overlay(
     options: RunOptions,
     reporter: RunReporter,
     host: str,
+    exiting: list[Launch] | None = None,
 ) -> list[CaseResult]:
     """The selected cases again, their ranks importing the overlay first (launches in `stack-<name>/` of the run
     directory); known issues judged on the overlay's versions."""
     stack_dir = run_dir.stack(overlay.name)
     stack_dir.path.mkdir()
     on_it = dataclasses.replace(options, rank=options.rank.with_overlay(overlay.path))
-    return launch(run_plan, stack_dir, {**versions, **overlay.packages}, on_it, reporter, host, overlay.name)
+    packages = {**versions, **overlay.packages}
+    return launch(run_plan, stack_dir, packages, on_it, reporter, host, overlay.name, exiting)
 
 
 def stacks_section(
@@ -254,32 +264,47 @@ def run(options: RunOptions, reporter: RunReporter | None = None) -> tuple[Repor
         run_plan.nproc,
         len(run_plan.skips),
     )
-    run_dir, results = None, []
-    if not run_plan.empty:
-        if (line := first_build_line(options.rank.extensions_dir)) is not None:
+    # launches whose every line is in exit while the run goes on (the next stack's, the node checks, the report)
+    exiting: list[Launch] = []
+    try:
+        run_dir, results = None, []
+        if not run_plan.empty:
+            if (line := first_build_line(options.rank.extensions_dir)) is not None:
+                reporter.note(line)
+            ops_before = built_ops(options.rank.extensions_dir)
+            run_dir = RunDir.create(options.out_dir, hardware["host"], started, os.getpid())
+            write_manifest(run_dir, run_plan, options, started, env, hardware)
+            if not options.overlays_only:
+                results = launch(
+                    run_plan, run_dir, env["packages"], options, reporter, hardware["host"], exiting=exiting
+                )
+            for overlay in options.overlays:
+                results += on_overlay(
+                    overlay, run_plan, run_dir, env["packages"], options, reporter, hardware["host"], exiting
+                )
+        if (
+            run_dir is not None
+            and (line := rebuilt_line(options.rank.extensions_dir, ops_before)) is not None
+        ):
             reporter.note(line)
-        ops_before = built_ops(options.rank.extensions_dir)
-        run_dir = RunDir.create(options.out_dir, hardware["host"], started, os.getpid())
-        write_manifest(run_dir, run_plan, options, started, env, hardware)
-        if not options.overlays_only:
-            results = launch(run_plan, run_dir, env["packages"], options, reporter, hardware["host"])
-        for overlay in options.overlays:
-            results += on_overlay(
-                overlay, run_plan, run_dir, env["packages"], options, reporter, hardware["host"]
-            )
-    if run_dir is not None and (line := rebuilt_line(options.rank.extensions_dir, ops_before)) is not None:
-        reporter.note(line)
-    results = node_checks(env, hardware, options.keyword) + results
-    report = build_report(
-        started=started,
-        finished=utc_now(),
-        level=options.level,
-        argv=options.argv,
-        env=env,
-        hardware=hardware,
-        results=results,
-        run_dir=run_dir.path if run_dir else None,
-        anonymized=options.anonymized,
-        stacks=stacks_section(env["packages"], options.overlays),
-    )
-    return report, write_reports_of_run(report, options.out_dir, run_dir.path if run_dir else None)
+        results = node_checks(env, hardware, options.keyword) + results
+        report = build_report(
+            started=started,
+            finished=utc_now(),
+            level=options.level,
+            argv=options.argv,
+            env=env,
+            hardware=hardware,
+            results=results,
+            run_dir=run_dir.path if run_dir else None,
+            anonymized=options.anonymized,
+            stacks=stacks_section(env["packages"], options.overlays),
+        )
+        paths = write_reports_of_run(report, options.out_dir, run_dir.path if run_dir else None)
+    except BaseException:  # Ctrl-C, or the doctor's own failure: nothing is left running
+        for left in exiting:
+            left.stop()
+        raise
+    finally:
+        finish_exits(exiting)
+    return report, paths

@@ -250,7 +250,9 @@ def plan(
     overlays: tuple[str, ...] = (),
 ) -> tuple[list[LaunchGroup], list[Skip]]:
     """Group runnable cases by world size (and nodes); everything else becomes a skip with its reason. Launches
-    inside the node come first, then those across the nodes, in the registry's order within each."""
+    inside the node come first, then those across the nodes, in the registry's order within each, except that
+    inside a node the cases that run alone come last in their launch (`ds_doctor.run.groups`: the rest overlap the
+    node's other launches; a launch across the nodes never takes turns, and keeps the registry's order)."""
     specs = {spec.name: spec for spec in registry.specs()}
     runnable: dict[tuple[int, int], list[Case]] = {}
     skips: list[Skip] = []
@@ -265,7 +267,7 @@ def plan(
             ws,
             hardware.device_kind,
             hardware.backend,
-            tuple(group),
+            tuple(sorted(group, key=lambda case: case.alone) if nodes == 1 else group),
             nodes,
             shared_gpu(hardware, ws // nodes, share_mode),
             share_mode,

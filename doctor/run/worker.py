@@ -8,6 +8,7 @@ nothing that finished. A case's exception is that case's `error`, never the laun
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import faulthandler
 import json
@@ -29,7 +30,7 @@ from ds_doctor.probe.spec import Case, missing_dependency
 from ds_doctor.procs import die_with_parent
 from ds_doctor.reports.records import ErrorInfo, Outcome
 from ds_doctor.run import cpufacts
-from ds_doctor.rundir import LAUNCH, Beat, LaunchDir, RankLine, setup_name
+from ds_doctor.rundir import LAUNCH, WAITING_TURN, Beat, LaunchDir, RankLine, setup_name
 
 
 class Heartbeat:
@@ -148,6 +149,7 @@ def on_node(line: RankLine, node: int | None) -> RankLine:
     return dataclasses.replace(line, node=node, findings=findings, device_map=stamp(line.device_map))
 
 
+TURN_POLL_S = 0.05
 SHARE_WAIT_S = 540.0  # the store client's timeout: every rank has reached a case's barrier long before
 
 
@@ -248,8 +250,11 @@ class Worker:
         local_rank: int,
         options: RankOptions = DEFAULTS,
         shared_gpu: str | None = None,
+        takes_turns: bool = False,
     ) -> None:
         self.launch, self.backend, self.options, self.shared_gpu = launch, backend, options, shared_gpu
+        # the launch runs beside others: the first case that runs alone waits for the parent's turn
+        self.takes_turns = takes_turns
         self.node = options.node_rank
         self.rank, self.world_size, self.local_rank = rank, world_size, local_rank
         self.heartbeat = Heartbeat(launch.heartbeat(rank), rank)
@@ -297,10 +302,29 @@ class Worker:
             return setup_failure_line(ctx, failure)
         return run_case(module, ctx, case.reproduce, self.launch.rank_log(self.rank))
 
+    def await_turn(self) -> None:
+        """Wait (idle) until the parent gives this launch its turn to run alone: every other launch of the run is
+        waiting for its own, or has ended (`ds_doctor.run.turns`)."""
+        self.heartbeat.start_case(LAUNCH, WAITING_TURN)
+        while not self.launch.alone_turn.exists():
+            time.sleep(TURN_POLL_S)
+        self.takes_turns = False
+
+    def prepare(self, entries: list[Any]) -> None:
+        """Each probe's optional `prepare(rank)`, at the launch's start: work that can run beside the start-up (a
+        helper process's imports). Its failure is left for the probe's cases to meet."""
+        for probe in dict.fromkeys(registry.CaseEntry.from_dict(entry).probe for entry in entries):
+            prepare = getattr(registry.get(probe), "prepare", None)
+            if prepare is not None:
+                with contextlib.suppress(Exception):
+                    prepare(self.rank)
+
     def run(self, across_nodes: bool = False) -> None:
         import torch.distributed as dist
 
         self.heartbeat.start_case(LAUNCH, "init_process_group")
+        entries = self.launch.read_entries()
+        self.prepare(entries)
         share = (
             NodeShare(self.launch, self.rank, self.world_size, self.local_rank, self.node)
             if across_nodes
@@ -308,9 +332,11 @@ class Worker:
         )
         self.device = init_distributed(self.backend, self.local_rank, self.shared_gpu)
         writer = LineWriter(self.launch.rank_lines(self.rank))
-        for entry in self.launch.read_entries():
+        for entry in entries:
             case = registry.resolve(registry.CaseEntry.from_dict(entry), self.options)
             module = registry.get(case.probe)
+            if self.takes_turns and case.alone:
+                self.await_turn()
             line = on_node(self.line_for(case, module, self.context(case)), self.node)
             writer.write(line)
             if share is not None:
@@ -328,6 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--launch-dir", required=True, type=Path)
     parser.add_argument("--backend", required=True, choices=("gloo", "nccl"))
     parser.add_argument("--shared-gpu", choices=("nccl-hostid", "gloo"), help="ranks share GPUs, this way")
+    parser.add_argument("--takes-turns", action="store_true", help="the launch runs beside others of the run")
     args = parser.parse_args(argv)
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     launch = LaunchDir(args.launch_dir.resolve())  # absolute: a --model factory may change directory
@@ -344,6 +371,7 @@ def main(argv: list[str] | None = None) -> int:
         int(os.environ.get("LOCAL_RANK", "0")),
         RankOptions.read(launch.path),
         args.shared_gpu,
+        args.takes_turns,
     )
     worker.run(across_nodes=world_size > int(os.environ.get("LOCAL_WORLD_SIZE", world_size)))
     # every line is written and fsynced and the group is destroyed: leave now. The interpreter's own teardown (atexit

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from ds_doctor.reports.records import Report
-from ds_doctor.run.build import clean_result, report_basename, write_reports
+from ds_doctor.run.build import clean_result, report_basename, shown_result, write_reports
 from tests.reports.samples import TOKEN, a_failed_case, a_report
 
 
@@ -22,6 +22,17 @@ def test_a_result_shown_before_the_report_exists_is_cleaned_the_same_way() -> No
     shown = clean_result(a_failed_case())
     assert shown == a_report([a_failed_case()]).results[0]
     assert TOKEN not in str(clean_result(a_failed_case(), anonymized=True, host="node1").to_dict())
+
+
+def test_a_finished_case_is_shown_by_its_line_and_its_rows_wait_for_the_report() -> None:
+    case = a_failed_case()
+    shown = shown_result(case, anonymized=True, host="node1")
+    assert (shown.case, shown.outcome, shown.reason) == (
+        case.case,
+        case.outcome,
+        "bad placement; token <redacted>",
+    )
+    assert case.device_map and not shown.device_map and not shown.findings and not shown.ranks
 
 
 def test_reports_are_written_beside_each_other_never_over(tmp_path: Path) -> None:

@@ -1,0 +1,183 @@
+"""The launch groups of a run: each relaunched until every case of it is settled, and on one node several at once.
+
+A launch spends most of its time starting: torchrun, then each rank importing torch and DeepSpeed (whose first
+`initialize` imports torch's compiler as well), and the ranks of one launch wait on each other in every collective.
+A level-2 run on one node has a launch per world size; one after another, the second's start-up waits out the
+first's cases although a core is idle (issue 38: 2.3x one bare DeepSpeed launch on 2 cores). So on one node every
+group's first launch starts at once, and the groups share the node in turns where it matters:
+
+- a case whose probe runs alone (`ProbeSpec.alone`: it times something, or fills memory) waits, in a launch that
+  takes turns, until the parent gives its launch the turn: its ranks wait idle until then;
+- the turn goes to a launch whose ranks all wait for it while no other launch works (each waits for its own turn,
+  or has ended), one launch at a time, and the launch keeps it until it ends;
+- while a launch holds the turn no other launch starts (a relaunch waits), so nothing starts beside a measurement.
+
+The plan puts the cases that run alone last in each launch (`ds_doctor.run.plan.plan`), so the rest overlap.
+A launch across the nodes never takes turns: its groups run one after another, as every node expects.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import cast
+
+from ds_doctor.cluster.nodes import Cluster
+from ds_doctor.probe.rankoptions import DEFAULTS, RankOptions
+from ds_doctor.run.attribution import remaining
+from ds_doctor.run.launch import POLL_S, Launch, LaunchEvents
+from ds_doctor.run.plan import LaunchGroup
+from ds_doctor.rundir import RankLine, RunDir
+
+
+class GroupRun:
+    """Every case of a group, relaunching after a timeout or crash inside one node, driven by `poll`."""
+
+    def __init__(
+        self,
+        group: LaunchGroup,
+        run_dir: RunDir,
+        *,
+        timeout_override: float | None,
+        events: LaunchEvents,
+        cluster: Cluster | None,
+        options: RankOptions,
+        takes_turns: bool = False,
+        exiting: list[Launch] | None = None,
+    ) -> None:
+        self.group, self.run_dir, self.timeout_override = group, run_dir, timeout_override
+        self.events, self.cluster, self.options, self.takes_turns = events, cluster, options, takes_turns
+        # where given: a launch whose every line is in goes here to exit, and the group goes on without waiting
+        self.exiting = exiting
+        self.pending = list(group.cases)
+        self.results: dict[str, list[RankLine]] = {}
+        self.attempt = 0
+        self.bound = len(
+            self.pending
+        )  # each attempt settles at least one case (ds_doctor.run.attribution.remaining)
+        self.launch: Launch | None = None  # the attempt running now
+
+    @property
+    def done(self) -> bool:
+        return not self.pending and self.launch is None
+
+    def start(self) -> None:
+        """The next attempt's launch, with the cases not yet settled."""
+        self.launch = Launch(
+            self.group,
+            self.pending,
+            self.run_dir.launch(self.group.name, self.group.device_kind, self.attempt),
+            self.timeout_override,
+            self.events,
+            self.cluster,
+            self.attempt,
+            self.options,
+        )
+        self.launch.start(self.takes_turns)
+
+    def poll(self) -> None:
+        """One look at the running attempt; when it has ended (or, with `exiting`, every line of it is in), its cases
+        settled (its lines, or the blame for its ending) and the rest left for the next attempt."""
+        if self.launch is None:
+            return
+        running = self.launch.poll()
+        if running and (self.exiting is None or self.launch.unfinished()):
+            return
+        launch, self.launch = self.launch, None
+        if running:
+            cast(list[Launch], self.exiting).append(
+                launch
+            )  # its ranks and torchrun exit while the run goes on
+        else:
+            launch.dir.scrub_logs()
+        for case in self.pending:
+            if launch.complete(case.id):
+                self.results[case.id] = launch.lines_of(case)
+        blamed = launch.blame()
+        for case in self.pending:
+            if case.id in blamed:
+                self.results[case.id] = blamed[case.id]
+                self.events.case_done(case, blamed[case.id])
+        self.attempt += 1
+        self.pending = remaining(self.pending, self.results, self.attempt, self.bound)
+
+    def stop(self) -> None:
+        if self.launch is not None:
+            self.launch.stop()
+
+
+class Turns:
+    """Who may run alone, and when a launch may start, among launches running at once (the module's rules)."""
+
+    def __init__(self, runs: Sequence[GroupRun]) -> None:
+        self.runs = runs
+        self.holder: Launch | None = None
+
+    def working(self) -> list[Launch]:
+        """The launches with cases still to finish (one whose every line is in is only its ranks' exit)."""
+        launches = [run.launch for run in self.runs if run.launch is not None]
+        return [launch for launch in launches if not launch.ended and launch.unfinished()]
+
+    def may_start(self) -> bool:
+        return self.holder is None
+
+    def update(self) -> None:
+        """The turn taken back from a launch whose cases are all in (or that ended), and given to the first launch
+        waiting for it where no other launch works."""
+        if self.holder is not None and (self.holder.ended or not self.holder.unfinished()):
+            self.holder = None
+        if self.holder is not None:
+            return
+        working = [(launch, launch.waiting_turn()) for launch in self.working()]
+        if working and all(waiting for _, waiting in working):
+            self.holder = working[0][0]
+            self.holder.give_turn()
+
+
+def run_groups(
+    groups: Sequence[LaunchGroup],
+    run_dir: RunDir,
+    *,
+    timeout_override: float | None,
+    events: LaunchEvents,
+    cluster: Cluster | None = None,
+    options: RankOptions = DEFAULTS,
+    together: bool = False,
+    exiting: list[Launch] | None = None,
+) -> dict[str, list[RankLine]]:
+    """Every case of every group: one group after another, or (`together`, on one node) every group at once taking
+    turns. Per-rank lines by case id. `exiting`: where given, a launch whose every line is in is not waited for, but
+    put there: the caller finishes it (`finish_exits`) once it has done what it could meanwhile (the report)."""
+    runs = [
+        GroupRun(
+            group,
+            run_dir,
+            timeout_override=timeout_override,
+            events=events,
+            cluster=cluster,
+            options=options,
+            takes_turns=together and len(groups) > 1,
+            exiting=exiting,
+        )
+        for group in groups
+    ]
+    turns = Turns(runs)
+    try:
+        for batch in [runs] if together else [[run] for run in runs]:
+            while not all(run.done for run in batch):
+                for run in batch:
+                    if run.launch is None and run.pending and turns.may_start():
+                        run.start()
+                    run.poll()
+                turns.update()
+                time.sleep(POLL_S)
+    finally:
+        for run in runs:
+            run.stop()
+    return {case_id: lines for run in runs for case_id, lines in run.results.items()}
+
+
+def finish_exits(launches: list[Launch]) -> None:
+    """The launches left to exit (`run_groups`' `exiting`): each awaited, or killed, and its logs scrubbed."""
+    while launches:
+        launches.pop(0).finish()

@@ -1,0 +1,106 @@
+"""Launches of one run at once, taking turns for the cases that run alone (ds_doctor.run.groups)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from ds_doctor.run.groups import Turns
+from tests.resources import turn_probes
+from tests.test_e2e import ds_doctor, read_report
+
+
+@dataclasses.dataclass
+class FakeLaunch:
+    """What `Turns` asks of a launch: has it ended, are its cases in, do all its ranks wait for the turn."""
+
+    name: str
+    waiting: bool = False
+    cases_left: int = 1
+    ended: bool = False
+    given: bool = False
+
+    def unfinished(self) -> list[str]:
+        return ["case"] * self.cases_left
+
+    def waiting_turn(self) -> bool:
+        return self.waiting
+
+    def give_turn(self) -> None:
+        self.given = True
+
+
+@dataclasses.dataclass
+class FakeRun:
+    launch: FakeLaunch | None
+
+
+def turns_of(*launches: FakeLaunch | None) -> Turns:
+    return Turns([FakeRun(launch) for launch in launches])  # type: ignore[arg-type, misc]
+
+
+def test_the_turn_waits_until_no_other_launch_works() -> None:
+    first, second = FakeLaunch("ws1", waiting=True), FakeLaunch("ws2")
+    turns = turns_of(first, second)
+    turns.update()
+    assert not first.given and turns.may_start()  # ws2 still runs cases beside it
+    second.waiting = True
+    turns.update()
+    assert (
+        first.given and not second.given and not turns.may_start()
+    )  # one at a time; no launch starts meanwhile
+    first.cases_left = 0  # every line of ws1 is in: only its ranks' exit is left
+    turns.update()
+    assert second.given
+
+
+def test_a_launch_that_ended_or_left_gives_no_work_to_wait_for() -> None:
+    waiting, exiting = FakeLaunch("ws2", waiting=True), FakeLaunch("ws1", cases_left=0)
+    turns = turns_of(None, exiting, waiting)  # a group between attempts, a launch whose lines are all in
+    turns.update()
+    assert waiting.given
+
+
+def test_a_holder_that_ended_hands_the_turn_on() -> None:
+    first, second = FakeLaunch("ws1", waiting=True), FakeLaunch("ws2", waiting=True)
+    turns = turns_of(first, second)
+    turns.update()
+    assert first.given and not second.given
+    first.ended = True  # crashed in its turn: its group relaunches the rest later
+    turns.update()
+    assert second.given
+
+
+@pytest.mark.multirank
+def test_launches_run_at_once_and_a_case_that_runs_alone_overlaps_no_other(tmp_path: Path) -> None:
+    """Two real launches (ws1, ws2) of a run: the busy cases of both overlap in time, and each timed case (one that
+    runs alone) overlaps no case of the other launch."""
+    proc = ds_doctor(
+        "run", "--level", "2", "-k", "turn_", "--out", str(tmp_path),
+        extra_env={"DS_DOCTOR_EXTRA_PROBES": turn_probes.REGISTER},
+        timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = read_report(tmp_path)
+    spans = {
+        (r["case"], r["world_size"]): (r["notes"]["started"], r["notes"]["ended"]) for r in report["results"]
+    }
+    assert len(spans) == 4, spans
+
+    def overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
+        return a[0] < b[1] and b[0] < a[1]
+
+    assert overlap(spans[("turn_busy[once-ws1]", 1)], spans[("turn_busy[once-ws2]", 2)])
+    for ws, other in ((1, 2), (2, 1)):
+        timed = spans[(f"turn_timed[once-ws{ws}]", ws)]
+        for case in ("turn_busy", "turn_timed"):
+            assert not overlap(timed, spans[(f"{case}[once-ws{other}]", other)]), (ws, case, spans)
+    run_dir = next(tmp_path.glob("run-*"))
+    assert sorted(p.parent.name for p in run_dir.glob("ws*/alone-turn")) == ["ws1-cpu-0", "ws2-cpu-0"]
+    assert json.loads((run_dir / "ws2-cpu-0" / "cases.json").read_text())["cases"] == [
+        "turn_busy[once-ws2]",
+        "turn_timed[once-ws2]",
+    ]
