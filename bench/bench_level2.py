@@ -2,7 +2,11 @@
 `torchrun --nproc-per-node 2` launch of a ZeRO-3 + optimizer and parameter offload script, a few steps of a tiny
 model, which is what any DeepSpeed job pays before its first step (torchrun, the imports, the ops loading,
 DeepSpeed's initialize, the teardown). Each side twice, alternating, best of each; the ops are built already (the
-first launch of a fresh machine builds them: not measured here). Prints both times and the ratio."""
+first launch of a fresh machine builds them: not measured here). Prints both times and the ratio.
+
+Level 2 on this CPU is two launches (ws1, ws2) started together, taking turns for the timed cases
+(`ds_doctor.run.groups`); its time is mostly the start-up of three ranks, two torchruns and two reference processes
+on two cores, then the timed cases one launch at a time."""
 
 from __future__ import annotations
 
