@@ -310,9 +310,11 @@ class Worker:
             time.sleep(TURN_POLL_S)
         self.takes_turns = False
 
-    def prepare(self, entries: list[Any]) -> None:
-        """Each probe's optional `prepare(rank)`, at the launch's start: work that can run beside the start-up (a
-        helper process's imports). Its failure is left for the probe's cases to meet."""
+    def prepare(self) -> None:
+        """Each probe's optional `prepare(rank)`, at the launch's start, before the rank starts a thread of its own
+        (a probe may fork a helper process there): work that can run beside the start-up. Its failure is left for
+        the probe's cases to meet."""
+        entries = self.launch.read_entries()
         for probe in dict.fromkeys(registry.CaseEntry.from_dict(entry).probe for entry in entries):
             prepare = getattr(registry.get(probe), "prepare", None)
             if prepare is not None:
@@ -324,7 +326,6 @@ class Worker:
 
         self.heartbeat.start_case(LAUNCH, "init_process_group")
         entries = self.launch.read_entries()
-        self.prepare(entries)
         share = (
             NodeShare(self.launch, self.rank, self.world_size, self.local_rank, self.node)
             if across_nodes
@@ -361,8 +362,6 @@ def main(argv: list[str] | None = None) -> int:
     redirect_output(launch.rank_log(rank))
     faulthandler.enable()  # a segfault or abort leaves the Python stack in this rank's log
     die_with_parent()  # torchrun SIGKILLed: this rank goes too
-    capture.arm(launch, rank, args.backend)  # a hang's stacks and collective record, when the parent asks
-    cpufacts.reuse()  # py-cpuinfo's answer, asked once by the parent for the run (DeepSpeed asks it ~5x per rank)
     worker = Worker(
         launch,
         args.backend,
@@ -373,6 +372,9 @@ def main(argv: list[str] | None = None) -> int:
         args.shared_gpu,
         args.takes_turns,
     )
+    worker.prepare()  # before capture's thread: a probe's helper may be forked from this process
+    capture.arm(launch, rank, args.backend)  # a hang's stacks and collective record, when the parent asks
+    cpufacts.reuse()  # py-cpuinfo's answer, asked once by the parent for the run (DeepSpeed asks it ~5x per rank)
     worker.run(across_nodes=world_size > int(os.environ.get("LOCAL_WORLD_SIZE", world_size)))
     # every line is written and fsynced and the group is destroyed: leave now. The interpreter's own teardown (atexit
     # handlers, the destructors of DeepSpeed's and gloo's threads) only delays the launch's end, by a second or more

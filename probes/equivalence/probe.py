@@ -228,6 +228,8 @@ def variants(options: RankOptions) -> list[Variant]:
 def prepare(rank: int) -> None:
     """At the launch's start, before the process group: rank 0's reference process, whose import of torch then runs
     beside the rank's own start-up instead of inside the first case (1.9 s of it on 2 cores, measured)."""
+    import torch  # noqa: F401  (the rank imports it next; a reference forked from here shares it)
+
     prestart_reference(rank)
 
 

@@ -3,10 +3,11 @@
 The reference is what the user's training computes on one process with the whole global batch. Computed on the
 rank itself (where the route's process group is up), a user model that consults the process group (`loss /
 dist.get_world_size()` when `dist.is_initialized()`, on top of DDP's own average) divides in the reference too, and
-route and reference agree on the wrong answer at every world size. So each rank keeps one reference process for
-its launch (`python -m ds_doctor.probes.equivalence.reference`, started at its first case, so torch is imported
-once, not per case) with no process group and none of torchrun's variables: the user's model sees world size 1
-there, whatever the route's.
+route and reference agree on the wrong answer at every world size. So rank 0 keeps one reference process for its
+launch with no process group and none of torchrun's variables: the user's model sees world size 1 there, whatever
+the route's. It is forked from the rank at the launch's start (`prepare`, before the process group, CUDA or any
+thread: `Forked`), sharing the torch the rank imported; where it cannot be, it is started afresh (`python -m
+ds_doctor.probes.equivalence.reference`). Either way torch is imported once per launch, not per case.
 
 Requests and answers go over the process's stdin and stdout as length-prefixed `torch.save` payloads (tensors
 included, no numpy needed): a request names what to compute (the family's subject, or the Trainer route's
@@ -83,6 +84,16 @@ def compute(request: dict[str, Any]) -> Any:
     return getattr(importlib.import_module(module), name)(*request["args"])
 
 
+def surroundings() -> dict[str, Any]:
+    """What the reference's own process holds that could tell a model it is one of several (none, by design)."""
+    import torch.distributed as dist
+
+    return {
+        "process_group": dist.is_available() and dist.is_initialized(),
+        "variables": sorted(name for name in DISTRIBUTED_VARIABLES if name in os.environ),
+    }
+
+
 def _subject(options: str, model: str | None) -> Any:
     """The route's model (the user's `--model`, a route's own, or the MLP), from the case's run options."""
     from ds_doctor.plugins import RankOptions
@@ -117,25 +128,103 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> None:
         _write(stdout, answers[key])
 
 
+def can_fork() -> bool:
+    """Whether the reference can be forked from this rank: on Linux, torch imported already (the child then imports
+    nothing), no thread but this one (a fork copies only this thread; a lock another one held would never be released
+    in the child), and neither a process group nor CUDA up yet (the child must have neither)."""
+    import threading
+
+    if not sys.platform.startswith("linux") or "torch" not in sys.modules or threading.active_count() != 1:
+        return False
+    import torch
+
+    group = torch.distributed.is_available() and torch.distributed.is_initialized()
+    return not group and not torch.cuda.is_initialized()
+
+
+class Forked:
+    """The reference forked from the rank before its process group (`ds_doctor.run.worker.Worker.prepare`): what
+    the rank has imported (torch) it shares, copy on write, instead of importing it again beside the launch's
+    start-up (~1.3 s of CPU per launch). The child drops torchrun's variables and dies with the rank; the rest is as
+    in a process started afresh: no process group, requests and answers over two pipes, prints into the log."""
+
+    def __init__(self, pid: int, stdin: BinaryIO, stdout: BinaryIO) -> None:
+        self.pid, self.stdin, self.stdout = pid, stdin, stdout
+        self.returncode: int | None = None
+
+    @classmethod
+    def start(cls, log: BinaryIO) -> Forked:
+        requests, to_child = os.pipe()
+        from_child, answers = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns into the rank's code
+            try:
+                os.close(to_child)
+                os.close(from_child)
+                _forked_main(requests, answers, log.fileno())
+            finally:
+                os._exit(0)
+        os.close(requests)
+        os.close(answers)
+        return cls(pid, os.fdopen(to_child, "wb"), os.fdopen(from_child, "rb"))
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float) -> int:
+        import time
+
+        deadline = time.monotonic() + timeout
+        while self.poll() is None:
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"reference {self.pid}", timeout)
+            time.sleep(0.01)
+        return cast(int, self.returncode)
+
+    def kill(self) -> None:
+        import signal
+
+        if self.poll() is None:
+            os.kill(self.pid, signal.SIGKILL)
+
+
+def _forked_main(requests: int, answers: int, log: int) -> None:
+    """In the forked child: what `main` does in a process of its own."""
+    from ds_doctor.plugins.process import die_with_parent
+
+    die_with_parent()
+    for name in DISTRIBUTED_VARIABLES:
+        os.environ.pop(name, None)
+    os.dup2(log, 1)
+    os.dup2(log, 2)  # whatever the user's model prints (Python or C) goes to the log, never into the answers
+    sys.stdout = sys.stderr
+    serve(os.fdopen(requests, "rb"), os.fdopen(answers, "wb"))
+
+
 class ReferenceProcess:
     """A rank's reference process: started at its first request, kept for the launch, stopped at exit."""
 
     def __init__(self) -> None:
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: subprocess.Popen[bytes] | Forked | None = None
         self.log: BinaryIO | None = None  # its stderr (a pipe nobody reads could fill and stop it)
 
-    def _start(self) -> subprocess.Popen[bytes]:
+    def _start(self) -> subprocess.Popen[bytes] | Forked:
         from ds_doctor.plugins.process import module_command
 
-        env = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_VARIABLES}
         self.log = tempfile.TemporaryFile()
-        proc = subprocess.Popen(
+        atexit.register(self.close)
+        if can_fork():
+            return Forked.start(self.log)
+        env = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_VARIABLES}
+        return subprocess.Popen(
             module_command(__name__), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, env=env
         )
-        atexit.register(self.close)
-        return proc
 
-    def start(self) -> subprocess.Popen[bytes]:
+    def start(self) -> subprocess.Popen[bytes] | Forked:
         """Start it now (its imports overlap the route's training), if it is not running."""
         if self.proc is None or self.proc.poll() is not None:
             self.proc = self._start()
