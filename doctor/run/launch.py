@@ -242,6 +242,7 @@ class Launch:
         self.proc: subprocess.Popen[bytes] | None = None
         self.started = 0.0
         self.ended = False  # torchrun exited (or was killed) and its lines are gathered
+        self.all_in_at: float | None = None  # when an exiting launch was first seen with every line in
 
     def limit_for(self, name: str) -> float:
         """Seconds a heartbeat name may stay unfinished: the launch's own (across nodes: the join timeout on top),
@@ -303,12 +304,25 @@ class Launch:
         self._gather()
         return False
 
+    def running(self) -> bool:
+        """Its torchrun has not exited (nor been reaped)."""
+        return not self.ended and self.proc is not None and self.proc.poll() is None
+
+    def bound_exit(self, wait_s: float = EXIT_WAIT_S) -> None:
+        """A launch whose lines are all in, exiting: killed once it has taken `wait_s` since its last line came (a
+        rank stuck in its teardown must not hold the run, nor another launch's turn)."""
+        if self.all_in_at is None:
+            self.all_in_at = time.time()
+        if self.running() and time.time() - self.all_in_at > wait_s:
+            self.stop()
+
     def finish(self, wait_s: float = EXIT_WAIT_S) -> None:
         """A launch whose every line is in, left to exit while the run went on: its exit awaited (at most `wait_s`,
         then its tree killed) and its logs scrubbed."""
         assert self.proc is not None, "finish() before start()"
+        left = wait_s - (time.time() - self.all_in_at) if self.all_in_at is not None else wait_s
         with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=wait_s)
+            self.proc.wait(timeout=max(left, 0.0))
         self.stop()
         self.ended, self.returncode = True, self.proc.poll()
         self.dir.scrub_logs()

@@ -15,7 +15,7 @@ from tests.test_e2e import ds_doctor, read_report
 
 @dataclasses.dataclass
 class FakeLaunch:
-    """What `Turns` asks of a launch: has it ended, are its cases in, do all its ranks wait for the turn."""
+    """What `Turns` asks of a launch: does it still run, are its cases in, do all its ranks wait for the turn."""
 
     name: str
     waiting: bool = False
@@ -28,6 +28,9 @@ class FakeLaunch:
 
     def waiting_turn(self) -> bool:
         return self.waiting
+
+    def running(self) -> bool:
+        return not self.ended
 
     def give_turn(self) -> None:
         self.given = True
@@ -42,7 +45,7 @@ def turns_of(*launches: FakeLaunch | None) -> Turns:
     return Turns([FakeRun(launch) for launch in launches])  # type: ignore[arg-type, misc]
 
 
-def test_the_turn_waits_until_no_other_launch_works() -> None:
+def test_the_turn_waits_until_no_other_launch_works_or_exits() -> None:
     first, second = FakeLaunch("ws1", waiting=True), FakeLaunch("ws2")
     turns = turns_of(first, second)
     turns.update()
@@ -52,14 +55,22 @@ def test_the_turn_waits_until_no_other_launch_works() -> None:
     assert (
         first.given and not second.given and not turns.may_start()
     )  # one at a time; no launch starts meanwhile
-    first.cases_left = 0  # every line of ws1 is in: only its ranks' exit is left
+    first.cases_left = (
+        0  # every line of ws1 is in: its ranks and torchrun still exit, work beside a measurement
+    )
+    turns.update()
+    assert not second.given
+    first.ended = True
     turns.update()
     assert second.given
 
 
-def test_a_launch_that_ended_or_left_gives_no_work_to_wait_for() -> None:
+def test_a_launch_left_to_exit_holds_the_turn_back_until_it_has() -> None:
     waiting, exiting = FakeLaunch("ws2", waiting=True), FakeLaunch("ws1", cases_left=0)
-    turns = turns_of(None, exiting, waiting)  # a group between attempts, a launch whose lines are all in
+    turns = Turns([FakeRun(None), FakeRun(waiting)], [exiting])  # type: ignore[list-item]
+    turns.update()
+    assert not waiting.given
+    exiting.ended = True
     turns.update()
     assert waiting.given
 
