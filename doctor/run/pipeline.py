@@ -250,6 +250,38 @@ def write_manifest(
     )
 
 
+def on_every_stack(
+    run_plan: RunPlan,
+    options: RunOptions,
+    reporter: RunReporter,
+    started: dt.datetime,
+    env: dict[str, Any],
+    hardware: dict[str, Any],
+    exiting: list[Launch],
+) -> tuple[RunDir | None, list[CaseResult]]:
+    """The planned cases on the installed stack, then on each overlay (`--with`), in a new run directory; none where
+    nothing is planned. Says a first build of DeepSpeed's ops before, and any rebuild after."""
+    if run_plan.empty:
+        return None, []
+    if (line := first_build_line(options.rank.extensions_dir)) is not None:
+        reporter.note(line)
+    ops_before = built_ops(options.rank.extensions_dir)
+    run_dir = RunDir.create(options.out_dir, hardware["host"], started, os.getpid())
+    write_manifest(run_dir, run_plan, options, started, env, hardware)
+    results: list[CaseResult] = []
+    if not options.overlays_only:
+        results = launch(
+            run_plan, run_dir, env["packages"], options, reporter, hardware["host"], exiting=exiting
+        )
+    for overlay in options.overlays:
+        results += on_overlay(
+            overlay, run_plan, run_dir, env["packages"], options, reporter, hardware["host"], exiting
+        )
+    if (line := rebuilt_line(options.rank.extensions_dir, ops_before)) is not None:
+        reporter.note(line)
+    return run_dir, results
+
+
 def run(options: RunOptions, reporter: RunReporter | None = None) -> tuple[Report, dict[str, Path]]:
     """The whole run on one node: the report and the paths of the files written (`ds_doctor.run.multinode.run` is the
     run across the nodes)."""
@@ -267,26 +299,7 @@ def run(options: RunOptions, reporter: RunReporter | None = None) -> tuple[Repor
     # launches whose every line is in exit while the run goes on (the next stack's, the node checks, the report)
     exiting: list[Launch] = []
     try:
-        run_dir, results = None, []
-        if not run_plan.empty:
-            if (line := first_build_line(options.rank.extensions_dir)) is not None:
-                reporter.note(line)
-            ops_before = built_ops(options.rank.extensions_dir)
-            run_dir = RunDir.create(options.out_dir, hardware["host"], started, os.getpid())
-            write_manifest(run_dir, run_plan, options, started, env, hardware)
-            if not options.overlays_only:
-                results = launch(
-                    run_plan, run_dir, env["packages"], options, reporter, hardware["host"], exiting=exiting
-                )
-            for overlay in options.overlays:
-                results += on_overlay(
-                    overlay, run_plan, run_dir, env["packages"], options, reporter, hardware["host"], exiting
-                )
-        if (
-            run_dir is not None
-            and (line := rebuilt_line(options.rank.extensions_dir, ops_before)) is not None
-        ):
-            reporter.note(line)
+        run_dir, results = on_every_stack(run_plan, options, reporter, started, env, hardware, exiting)
         results = node_checks(env, hardware, options.keyword) + results
         report = build_report(
             started=started,
