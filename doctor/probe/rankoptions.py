@@ -1,7 +1,7 @@
 """Every option of a run that a rank needs, as one frozen value (nox threads one `Namespace` the same way).
 
 The parent builds it from the command line once, writes it into each launch directory beside `cases.json`, and
-builds the ranks' environment from it in one function (`ds_doctor.run.launch.rank_environment`). A rank reads it back
+builds the ranks' environment from it in one function (`ds_doctor.run.command.rank_environment`). A rank reads it back
 into its probe context (`ctx.options`) and expands the registry's variants with it, so the cases a rank finds and
 what they run on never depend on the rank's ambient environment, and the parent never assigns to `os.environ`.
 """

@@ -14,7 +14,7 @@ from ds_doctor.cluster.nodes import Cluster
 from ds_doctor.cluster.route import facing
 from ds_doctor.collect.fingerprint import fingerprint
 from ds_doctor.probe.rankoptions import DEFAULTS
-from ds_doctor.run.launch import rank_environment
+from ds_doctor.run.command import rank_environment
 
 
 def own_address() -> str | None:

@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 from ds_doctor.probe.rankoptions import RankOptions
+from ds_doctor.run.command import rank_environment
 from ds_doctor.run.extensions import build_key, first_build_line, private_extensions_dir
-from ds_doctor.run.launch import rank_environment
 from tests.test_e2e import ds_doctor
 
 

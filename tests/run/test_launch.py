@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ds_doctor.reports.records import Outcome
-from ds_doctor.run.launch import LineTail, exit_codes, free_port, signal_name
+from ds_doctor.run.command import free_port
+from ds_doctor.run.launch import LineTail, exit_codes, signal_name
 from ds_doctor.rundir import RankLine
 
 RESOURCES = Path(__file__).resolve().parents[1] / "resources"

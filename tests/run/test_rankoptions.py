@@ -12,7 +12,7 @@ import pytest
 from ds_doctor.cli import main
 from ds_doctor.probe import registry
 from ds_doctor.probe.rankoptions import DEFAULTS, FILE_NAME, RankOptions, RankOptionsError
-from ds_doctor.run.launch import rank_environment
+from ds_doctor.run.command import rank_environment
 from ds_doctor.rundir import LaunchDir
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ from ds_doctor.reports.console import case_line
 from ds_doctor.reports.markdown import render_markdown
 from ds_doctor.reports.prometheus import render_prometheus
 from ds_doctor.reports.records import CaseResult, Outcome, validate
-from ds_doctor.run.launch import torchrun_command
+from ds_doctor.run.command import torchrun_command
 from ds_doctor.run.merge import merge_case
 from ds_doctor.run.pipeline import RunOptions, make_plan
 from ds_doctor.run.plan import Hardware, node_world_size, plan, select_cases, shared_gpu_mode
