@@ -8,6 +8,8 @@
 # - the node's own fault records as the GPU node has them (dmesg Xid as this user, AER, IB, dcgmi if installed)
 # - the equivalence routes that need the new code on CUDA: deepspeed-z2-offload-ga4, deepspeed-z0-bf16,
 #   accelerate-sync-each-batch, and a planted divergence with the per-module gradient note
+#   (since the later stop of 2026-11-26 rank 0's reference is forked at the launch's start, before CUDA: the planted
+#   divergence caught here shows that fork on a GPU rank; the GPU's launches still run one after another)
 . docs/gpu/setup.sh
 L=${RUN_LIMIT:-240}
 (mkdir -p /tmp/a; timeout $L python3 -m ds_doctor.cli run --level 3 -k "comm or compute" --timeout 120 --out /tmp/a \
