@@ -307,6 +307,7 @@ def run_options(state: CliState, args: RunArgs) -> tuple[Any, Report | None]:
     process's environment."""
     from ds_doctor.run import pipeline
     from ds_doctor.run.extensions import private_extensions_dir
+    from ds_doctor.run.groups import launches_mode
     from ds_doctor.run.plan import shared_gpu_mode
 
     cluster = cluster_from(args.nnodes, args.node_rank, args.rdzv_endpoint, args.rdzv_id, args.join_timeout_s)
@@ -324,6 +325,10 @@ def run_options(state: CliState, args: RunArgs) -> tuple[Any, Report | None]:
     baseline = load_report(args.baseline_file, "--baseline") if args.baseline_file is not None else None
     check_nproc(args.nproc, args.level)
     overlays = build_overlays(args.with_releases, args.find_links, cluster, args.ignore_pins)
+    try:
+        launches = launches_mode(os.environ)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
     out_dir = writable_dir(args.out_dir)  # last: a refused option leaves no empty folder behind
     options = pipeline.RunOptions(
         level=args.level,
@@ -336,6 +341,7 @@ def run_options(state: CliState, args: RunArgs) -> tuple[Any, Report | None]:
         cluster=cluster,
         overlays=overlays,
         rank=rank,
+        launches=launches,
     )
     return options, baseline
 

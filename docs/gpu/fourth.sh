@@ -9,7 +9,8 @@
 # - the equivalence routes that need the new code on CUDA: deepspeed-z2-offload-ga4, deepspeed-z0-bf16,
 #   accelerate-sync-each-batch, and a planted divergence with the per-module gradient note
 #   (since the later stop of 2026-11-26 rank 0's reference is forked at the launch's start, before CUDA: the planted
-#   divergence caught here shows that fork on a GPU rank; the GPU's launches still run one after another)
+#   divergence caught here shows that fork on a GPU rank)
+# - level 2 with the launches one after another and at once (DS_DOCTOR_LAUNCHES): time, outcomes, measures
 . docs/gpu/setup.sh
 L=${RUN_LIMIT:-240}
 (mkdir -p /tmp/a; timeout $L python3 -m ds_doctor.cli run --level 3 -k "comm or compute" --timeout 120 --out /tmp/a \
@@ -22,6 +23,21 @@ L=${RUN_LIMIT:-240}
 (mkdir -p /tmp/e; DS_DOCTOR_EXTRA_PROBES=tests.resources.equivalence_planted timeout $L python3 -m ds_doctor.cli run --level 3 \
    -k "equivalence and (z2-offload-ga4 or z0-bf16 or sync-each-batch) or equivalence_planted and ddp-averaged-by-hand" \
    --timeout 120 --out /tmp/e > $OUT/equivalence.log 2>&1; echo "equivalence rc=$?" >> $OUT/equivalence.log)
+# level 2 with its launches one after another, then at once taking turns (DS_DOCTOR_LAUNCHES=together, not the
+# default on a GPU until this shows the same outcomes and like measures): wall time, outcomes, timed measures
+for mode in one-by-one together; do (mkdir -p /tmp/l-$mode; start=$(date +%s.%N); DS_DOCTOR_LAUNCHES=$mode timeout $L \
+   python3 -m ds_doctor.cli run --level 2 --out /tmp/l-$mode --json > $OUT/level2-$mode.json 2> $OUT/level2-$mode.log; \
+   echo "level2 $mode rc=$? wall $(python3 -c "print(round($(date +%s.%N) - $start, 1))") s" >> $OUT/level2-$mode.log); done
+python3 - <<'PY' >> $OUT/level2-together.log 2>&1
+import json, os
+one, two = (json.load(open(f"{os.environ['OUT']}/level2-{m}.json")) for m in ("one-by-one", "together"))
+a, b = ({c["case"]: c for c in r["results"]} for r in (one, two))
+print("outcomes differ:", [k for k in a if a[k]["outcome"] != b.get(k, {}).get("outcome")])
+for k in a:
+    m = a[k]["measures"].get("busbw_gbps") or a[k]["measures"].get("tflops")
+    if m:
+        print(k, "one-by-one", m, "together", b[k]["measures"].get("busbw_gbps") or b[k]["measures"].get("tflops"))
+PY
 python3 - <<'PY' >> $OUT/smoke.log 2>&1
 import json, os
 r = json.load(open(os.environ["OUT"] + "/smoke.json"))

@@ -19,7 +19,7 @@ A launch across the nodes never takes turns: its groups run one after another, a
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import cast
 
 from ds_doctor.cluster.nodes import Cluster
@@ -28,6 +28,31 @@ from ds_doctor.run.attribution import remaining
 from ds_doctor.run.launch import POLL_S, Launch, LaunchEvents
 from ds_doctor.run.plan import LaunchGroup
 from ds_doctor.rundir import RankLine, RunDir
+
+#: How a node's launch groups run (`DS_DOCTOR_LAUNCHES`, read once by the parent into the run's options)
+LAUNCH_MODES = {
+    "auto": "at once on a node's CPU, one after another on its GPUs",
+    "together": "at once, GPUs too (not yet measured on a GPU: docs/gpu/fourth.sh)",
+    "one-by-one": "one after another",
+}
+LAUNCHES_ENV = "DS_DOCTOR_LAUNCHES"
+
+
+def launches_mode(environ: Mapping[str, str]) -> str:
+    """The mode `DS_DOCTOR_LAUNCHES` names in `environ` ("auto" where unset); another value is the caller's
+    usage error (ValueError, with the modes)."""
+    mode = environ.get(LAUNCHES_ENV) or "auto"
+    if mode not in LAUNCH_MODES:
+        raise ValueError(f"{LAUNCHES_ENV}={mode[:40]!r} is none of {', '.join(LAUNCH_MODES)}")
+    return mode
+
+
+def together(groups: Sequence[LaunchGroup], mode: str, across_nodes: bool) -> bool:
+    """Whether a node's groups run at once, taking turns: never in a run across nodes (every node expects its
+    launches in the same order); by `mode` otherwise ("auto": where every launch is on the CPU)."""
+    if across_nodes or mode == "one-by-one" or any(group.nodes > 1 for group in groups):
+        return False
+    return mode == "together" or all(group.device_kind == "cpu" for group in groups)
 
 
 class GroupRun:

@@ -21,7 +21,7 @@ from ds_doctor.redact import scrub
 from ds_doctor.reports.records import CaseResult, Report, format_time
 from ds_doctor.run.build import build_report, shown_result, utc_now, write_reports_of_run
 from ds_doctor.run.extensions import built_ops, first_build_line, rebuilt_line
-from ds_doctor.run.groups import finish_exits, run_groups
+from ds_doctor.run.groups import finish_exits, run_groups, together
 from ds_doctor.run.launch import Launch, LaunchEvents
 from ds_doctor.run.merge import merge_case, skipped_case
 from ds_doctor.run.plan import (
@@ -53,6 +53,7 @@ class RunOptions:
     ] = ()  # `--with`: the stacks the selected cases run on again, after the installed one
     rank: RankOptions = DEFAULTS  # what every rank needs (the user's configs and model, thresholds, ...)
     overlays_only: bool = False  # `bisect`: the cases on the overlays alone, not on the installed stack first
+    launches: str = "auto"  # how the node's launch groups run: a key of ds_doctor.run.groups.LAUNCH_MODES
 
 
 class RunReporter(Protocol):
@@ -155,12 +156,6 @@ def make_plan(options: RunOptions, hardware: Hardware | None = None) -> RunPlan:
     )
 
 
-def together(groups: tuple[LaunchGroup, ...], options: RunOptions) -> bool:
-    """Whether the groups' launches run at once, taking turns (`ds_doctor.run.groups`): on one node, on its CPU.
-    GPU launches still run one after another: two launches' ranks on one GPU at once are not yet measured there."""
-    return options.cluster is None and all(g.device_kind == "cpu" and g.nodes == 1 for g in groups)
-
-
 def launch(
     run_plan: RunPlan,
     run_dir: RunDir,
@@ -188,7 +183,7 @@ def launch(
         events=LaunchEvents(stage=reporter.stage, case_done=case_done),
         cluster=options.cluster,
         options=options.rank,
-        together=together(run_plan.groups, options),
+        together=together(run_plan.groups, options.launches, options.cluster is not None),
         exiting=exiting,
     )
     return [merged[case_id] for case_id in run_plan.selected]

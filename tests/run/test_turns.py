@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ds_doctor.run.groups import Turns
+from ds_doctor.probe.spec import Case
+from ds_doctor.run.groups import LAUNCHES_ENV, Turns, launches_mode, together
+from ds_doctor.run.plan import LaunchGroup
 from tests.resources import turn_probes
 from tests.test_e2e import ds_doctor, read_report
 
@@ -83,6 +85,35 @@ def test_a_holder_that_ended_hands_the_turn_on() -> None:
     first.ended = True  # crashed in its turn: its group relaunches the rest later
     turns.update()
     assert second.given
+
+
+def group(world_size: int, device_kind: str = "cpu", nodes: int = 1) -> LaunchGroup:
+    case = Case("comm", "smoke", "all_reduce", world_size, 2, nodes=nodes)
+    return LaunchGroup(world_size, device_kind, "gloo" if device_kind == "cpu" else "nccl", (case,), nodes)
+
+
+def test_a_nodes_launches_run_together_on_its_cpu_and_one_by_one_elsewhere_unless_told() -> None:
+    cpu, gpu = [group(1), group(2)], [group(1, "cuda"), group(2, "cuda")]
+    assert together(cpu, "auto", across_nodes=False)
+    assert not together(gpu, "auto", across_nodes=False)  # not yet measured on a GPU
+    assert together(gpu, "together", across_nodes=False)
+    assert not together(cpu, "one-by-one", across_nodes=False)
+    assert not together(cpu, "together", across_nodes=True)  # every node expects its launches in one order
+    assert not together([group(1), group(4, nodes=2)], "together", across_nodes=False)
+
+
+def test_the_launch_mode_is_read_once_and_a_typo_is_a_usage_error(tmp_path: Path) -> None:
+    assert launches_mode({}) == "auto" and launches_mode({LAUNCHES_ENV: "one-by-one"}) == "one-by-one"
+    with pytest.raises(ValueError, match="is none of auto, together, one-by-one"):
+        launches_mode({LAUNCHES_ENV: "sideways"})
+    proc = ds_doctor(
+        "run", "--level", "2", "--out", str(tmp_path / "out"), extra_env={LAUNCHES_ENV: "sideways"}
+    )
+    assert (proc.returncode, proc.stderr) == (
+        2,
+        "ds-doctor: error: DS_DOCTOR_LAUNCHES='sideways' is none of auto, together, one-by-one\n",
+    )
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.multirank
