@@ -6,14 +6,16 @@ A level-2 run on one node has a launch per world size; one after another, the se
 first's cases although a core is idle (issue 38: 2.3x one bare DeepSpeed launch on 2 cores). So on one node every
 group's first launch starts at once, and the groups share the node in turns where it matters:
 
-- a case whose probe runs alone (`ProbeSpec.alone`: it times something, or fills memory) waits, in a launch that
-  takes turns, until the parent gives its launch the turn: its ranks wait idle until then;
-- the turn goes to a launch whose ranks all wait for it while no other launch works (each waits for its own turn,
-  or has ended), one launch at a time, and the launch keeps it until it ends;
+- a case that runs alone (`ProbeSpec.alone`, `Variant.alone`: it times something, or fills memory) waits, in a
+  launch that takes turns, until the parent gives its launch the turn: its ranks wait idle until then;
+- the turn goes to a launch whose ranks all wait for it while every other running launch waits for its own (one
+  whose lines are all in runs until its ranks and torchrun have exited), one launch at a time, and the launch keeps
+  it until it has exited;
 - while a launch holds the turn no other launch starts (a relaunch waits), so nothing starts beside a measurement.
 
 The plan puts the cases that run alone last in each launch (`ds_doctor.run.plan.plan`), so the rest overlap.
-A launch across the nodes never takes turns: its groups run one after another, as every node expects.
+`DS_DOCTOR_LAUNCHES` chooses (`together`): by default at once on a node's CPU only; a run across the nodes never
+overlaps its launches, as every node expects them in one order.
 """
 
 from __future__ import annotations
@@ -77,9 +79,8 @@ class GroupRun:
         self.pending = list(group.cases)
         self.results: dict[str, list[RankLine]] = {}
         self.attempt = 0
-        self.bound = len(
-            self.pending
-        )  # each attempt settles at least one case (ds_doctor.run.attribution.remaining)
+        # each attempt settles at least one case (ds_doctor.run.attribution.remaining)
+        self.bound = len(self.pending)
         self.launch: Launch | None = None  # the attempt running now
 
     @property
@@ -109,10 +110,8 @@ class GroupRun:
         if running and (self.exiting is None or self.launch.unfinished()):
             return
         launch, self.launch = self.launch, None
-        if running:
-            cast(list[Launch], self.exiting).append(
-                launch
-            )  # its ranks and torchrun exit while the run goes on
+        if running:  # its ranks and torchrun exit while the run goes on
+            cast(list[Launch], self.exiting).append(launch)
         else:
             launch.dir.scrub_logs()
         for case in self.pending:
