@@ -303,8 +303,8 @@ class Worker:
         return run_case(module, ctx, case.reproduce, self.launch.rank_log(self.rank))
 
     def await_turn(self) -> None:
-        """Wait (idle) until the parent gives this launch its turn to run alone: every other launch of the run is
-        waiting for its own, or has ended (`ds_doctor.run.turns`)."""
+        """Wait (idle) until the parent gives this launch its turn to run alone: every other running launch of the
+        run is waiting for its own (`ds_doctor.run.groups`)."""
         self.heartbeat.start_case(LAUNCH, WAITING_TURN)
         while not self.launch.alone_turn.exists():
             time.sleep(TURN_POLL_S)
@@ -313,10 +313,14 @@ class Worker:
     def prepare(self) -> None:
         """Each probe's optional `prepare(rank)`, at the launch's start, before the rank starts a thread of its own
         (a probe may fork a helper process there): work that can run beside the start-up. Its failure is left for
-        the probe's cases to meet."""
-        entries = self.launch.read_entries()
-        for probe in dict.fromkeys(registry.CaseEntry.from_dict(entry).probe for entry in entries):
-            prepare = getattr(registry.get(probe), "prepare", None)
+        the probe's cases to meet (a launch file that does not read is `run`'s to say)."""
+        self.heartbeat.start_case(LAUNCH, "prepare")
+        try:
+            probes = [registry.get(registry.CaseEntry.from_dict(e).probe) for e in self.launch.read_entries()]
+        except Exception:
+            return
+        for module in dict.fromkeys(probes):
+            prepare = getattr(module, "prepare", None)
             if prepare is not None:
                 with contextlib.suppress(Exception):
                     prepare(self.rank)
