@@ -226,9 +226,14 @@ def variants(options: RankOptions) -> list[Variant]:
 
 
 def prepare(rank: int) -> None:
-    """At the launch's start, before the process group: rank 0's reference process, whose import of torch then runs
-    beside the rank's own start-up instead of inside the first case (1.9 s of it on 2 cores, measured)."""
-    import torch  # noqa: F401  (the rank imports it next; a reference forked from here shares it)
+    """At the launch's start, before the process group: rank 0's reference process, forked from the rank where it
+    can be (`reference.can_fork`). What both would import anyway is imported first, so the child shares it: torch,
+    and torch's compiler, which the first `torch.optim` optimizer of a process imports (`Optimizer.__init__` is
+    wrapped by `torch._compile`): 1.2 s of the reference's first answer on 2 cores, measured, and the rank's own
+    first optimizer imports it too."""
+    if rank != 0:
+        return
+    import torch._dynamo  # noqa: F401
 
     prestart_reference(rank)
 
