@@ -8,8 +8,7 @@
 # - the node's own fault records as the GPU node has them (dmesg Xid as this user, AER, IB, dcgmi if installed)
 # - the equivalence routes that need the new code on CUDA: deepspeed-z2-offload-ga4, deepspeed-z0-bf16,
 #   accelerate-sync-each-batch, and a planted divergence with the per-module gradient note
-#   (since the later stop of 2026-11-26 rank 0's reference is forked at the launch's start, before CUDA: the planted
-#   divergence caught here shows that fork on a GPU rank)
+#   (on a CUDA build of torch rank 0's reference is still started afresh, not forked: can_fork)
 # - level 2 with the launches one after another and at once (DS_DOCTOR_LAUNCHES): time, outcomes, measures
 . docs/gpu/setup.sh
 L=${RUN_LIMIT:-240}

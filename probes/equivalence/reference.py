@@ -5,9 +5,9 @@ rank itself (where the route's process group is up), a user model that consults 
 dist.get_world_size()` when `dist.is_initialized()`, on top of DDP's own average) divides in the reference too, and
 route and reference agree on the wrong answer at every world size. So rank 0 keeps one reference process for its
 launch with no process group and none of torchrun's variables: the user's model sees world size 1 there, whatever
-the route's. It is forked from the rank at the launch's start (`prepare`, before the process group, CUDA or any
-thread: `Forked`), sharing the torch the rank imported; where it cannot be, it is started afresh (`python -m
-ds_doctor.probes.equivalence.reference`). Either way torch is imported once per launch, not per case.
+the route's. On a torch built for the CPU it is forked from the rank at the launch's start (`prepare`, before
+the process group or any thread: `Forked`), sharing what the rank imported; elsewhere (`can_fork`) it is started
+afresh (`python -m ds_doctor.probes.equivalence.reference`). Either way torch is imported once per launch, not per case.
 
 Requests and answers go over the process's stdin and stdout as length-prefixed `torch.save` payloads (tensors
 included, no numpy needed): a request names what to compute (the family's subject, or the Trainer route's
@@ -131,15 +131,19 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> None:
 def can_fork() -> bool:
     """Whether the reference can be forked from this rank: on Linux, torch imported already (the child then imports
     nothing), no thread but this one (a fork copies only this thread; a lock another one held would never be released
-    in the child), and neither a process group nor CUDA up yet (the child must have neither)."""
+    in the child), no process group up yet (the child must have none), and a torch built without CUDA or ROCm: a
+    child forked once the rank has touched the GPU driver (torch asks it how many devices there are long before it
+    says CUDA is initialized) cannot use the GPU, and a user's model factory may. Elsewhere the reference is started
+    afresh, beside a start-up that has cores to spare on a GPU node."""
     import threading
 
     if not sys.platform.startswith("linux") or "torch" not in sys.modules or threading.active_count() != 1:
         return False
     import torch
 
-    group = torch.distributed.is_available() and torch.distributed.is_initialized()
-    return not group and not torch.cuda.is_initialized()
+    if torch.version.cuda is not None or getattr(torch.version, "hip", None) is not None:
+        return False
+    return not (torch.distributed.is_available() and torch.distributed.is_initialized())
 
 
 class Forked:

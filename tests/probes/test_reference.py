@@ -33,3 +33,8 @@ def test_a_reference_forked_before_the_process_group_sees_neither_it_nor_torchru
 def test_after_the_process_group_the_reference_is_a_process_started_afresh() -> None:
     """Forked there, the child would hold the rank's process group: it is started with `python -m` instead."""
     assert ask_from_a_rank(GROUP) == ["Popen", "False", "[]", "True"]
+
+
+def test_a_torch_built_for_gpus_starts_the_reference_afresh() -> None:
+    """A child forked after the rank has touched the GPU driver could not use the GPU (a user's model may)."""
+    assert ask_from_a_rank("torch.version.cuda = '12.8'") == ["Popen", "False", "[]", "False"]
