@@ -210,14 +210,13 @@ class Launch:
             kill_tree(self.proc)
 
     def waiting_turn(self) -> bool:
-        """Every rank of the launch is waiting for its turn to run alone."""
-        beats = self.dir.read_beats()
-        return len(beats) == self.group.world_size and all(
-            b.case == LAUNCH and b.stage == WAITING_TURN for b in beats.values()
+        """Every rank of the launch is waiting for its turn to run alone, as their beats said at the last `poll`."""
+        return len(self.last_stage) == self.group.world_size and all(
+            where == (LAUNCH, WAITING_TURN) for where in self.last_stage.values()
         )
 
     def give_turn(self) -> None:
-        """The ranks may run the cases that run alone (every other launch waits, or has ended)."""
+        """The ranks may run the cases that run alone (every other running launch waits for its own turn)."""
         self.dir.alone_turn.touch()
 
     def _gather(self) -> None:
