@@ -26,7 +26,7 @@ $(BIN)/.installed: setup.cfg pyproject.toml
 		-e ".[deepspeed,$(EXTRAS)$(if $(WHEELHOUSE),,$(comma)dev)]"
 	@# DeepSpeed's ops (its Adams, the CPU shared-memory comm) JIT-built once into torch's extensions cache (~2 min
 	@# on 2 cores), here rather than inside the first run or test; a node without a compiler builds nothing here
-	$(BIN)/python -m ds_doctor.probes.shared.common || echo "DeepSpeed's ops did not build here; the probes try again on first use"
+	$(BIN)/python -m ds_doctor.ops || echo "DeepSpeed's ops did not build here: each run tries again in its build phase"
 	touch $@
 
 comma := ,

@@ -306,7 +306,7 @@ def run_options(state: CliState, args: RunArgs) -> tuple[Any, Report | None]:
     pipeline's options, which hold the ranks' (`RankOptions`); and the baseline. Nothing is put into this
     process's environment."""
     from ds_doctor.run import pipeline
-    from ds_doctor.run.extensions import private_extensions_dir
+    from ds_doctor.ops.phase import bound_from
     from ds_doctor.run.groups import launches_mode
     from ds_doctor.run.plan import shared_gpu_mode
 
@@ -316,7 +316,6 @@ def run_options(state: CliState, args: RunArgs) -> tuple[Any, Report | None]:
         user,
         suspect_below=args.suspect_below,
         shared_gpu=shared_gpu_mode(os.environ),
-        extensions_dir=private_extensions_dir(os.environ),
         node_rank=cluster.node_rank if cluster else None,
         nnodes=cluster.nnodes if cluster else None,
     )
@@ -327,6 +326,7 @@ def run_options(state: CliState, args: RunArgs) -> tuple[Any, Report | None]:
     overlays = build_overlays(args.with_releases, args.find_links, cluster, args.ignore_pins)
     try:
         launches = launches_mode(os.environ)
+        bound_from(os.environ)  # the op build's bound: a typo is one line before anything runs
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     out_dir = writable_dir(args.out_dir)  # last: a refused option leaves no empty folder behind

@@ -38,6 +38,8 @@ class RankOptions:
         extensions_dir: where the ranks JIT-build ops (`TORCH_EXTENSIONS_DIR`), or None for torch's default.
         node_rank: this node's rank in a multi-node run, or None on one node.
         nnodes: the nodes of a multi-node run, or None on one node.
+        ops_failed: why DeepSpeed's ops are not all there after the run's build phase (`ds_doctor.ops.phase`), or
+            None: a case that needs them fails at once with this reason instead of building them under its clock.
     """
 
     deepspeed_config: str | None = None
@@ -50,6 +52,7 @@ class RankOptions:
     extensions_dir: str | None = None
     node_rank: int | None = None
     nnodes: int | None = None
+    ops_failed: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)

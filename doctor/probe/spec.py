@@ -69,6 +69,12 @@ class ProbeSpec:
     #: only while every other launch of the run waits, so no other work shares the node's cores, memory or GPUs (a
     #: variant may say otherwise: `Variant.alone`).
     alone: bool = False
+    #: Its cases load DeepSpeed's JIT-built ops: the run builds them before its launches (`ds_doctor.ops`), never
+    #: under a case's clock. A probe that requires `deepspeed` needs them too (`init_distributed` loads the CPU comm).
+    deepspeed_ops: bool = False
+
+    def needs_deepspeed_ops(self) -> bool:
+        return self.deepspeed_ops or any(r.module == "deepspeed" for r in self.requires)
 
     def runs_across_nodes(self, variant: str) -> bool:
         return "*" in self.across_nodes or variant in self.across_nodes

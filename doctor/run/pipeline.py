@@ -14,13 +14,14 @@ from typing import Any, Protocol
 
 from ds_doctor.cluster.nodes import Cluster
 from ds_doctor.hardware.env import collect_environment
+from ds_doctor.ops.phase import bound_from, ensure_ops
 from ds_doctor.probe import registry
 from ds_doctor.probe.rankoptions import DEFAULTS, RankOptions
-from ds_doctor.probe.spec import Case
+from ds_doctor.probe.spec import Case, Requirement, missing_dependency
 from ds_doctor.redact import scrub
 from ds_doctor.reports.records import CaseResult, Report, format_time
 from ds_doctor.run.build import build_report, shown_result, utc_now, write_reports_of_run
-from ds_doctor.run.extensions import built_ops, first_build_line, rebuilt_line
+from ds_doctor.run.command import rank_environment
 from ds_doctor.run.groups import finish_exits, run_groups, together
 from ds_doctor.run.launch import Launch, LaunchEvents
 from ds_doctor.run.merge import merge_case, skipped_case
@@ -156,6 +157,29 @@ def make_plan(options: RunOptions, hardware: Hardware | None = None) -> RunPlan:
     )
 
 
+def needs_deepspeed_ops(run_plan: RunPlan, options: RunOptions) -> bool:
+    """Whether a planned case loads DeepSpeed's ops and DeepSpeed is there to build them (installed, or in the
+    overlay the ranks import first)."""
+    if not any(registry.get(p.probe).SPEC.needs_deepspeed_ops() for p in run_plan.planned):
+        return False
+    overlays = (options.rank.overlay,) if options.rank.overlay else ()
+    return not missing_dependency((Requirement("deepspeed", "deepspeed"),), overlays)
+
+
+def with_ops(run_plan: RunPlan, run_dir: RunDir, options: RunOptions, reporter: RunReporter) -> RunOptions:
+    """DeepSpeed's ops ready before the first launch that needs them, as a phase of its own (`ds_doctor.ops.phase`:
+    no case's clock runs meanwhile); the ranks' options name their folder, and why they are not there if they are
+    not."""
+    if not needs_deepspeed_ops(run_plan, options):
+        return options
+    env = rank_environment(options.rank, options.cluster)
+    ready = ensure_ops(env, run_dir.path, reporter.note, bound_from(os.environ))
+    rank = dataclasses.replace(
+        options.rank, extensions_dir=ready.folder or options.rank.extensions_dir, ops_failed=ready.failure
+    )
+    return dataclasses.replace(options, rank=rank)
+
+
 def launch(
     run_plan: RunPlan,
     run_dir: RunDir,
@@ -169,6 +193,7 @@ def launch(
     """Run every launch group; each case is merged and reported (scrubbed, as the report will hold it) the
     moment its last rank line is in. `stack`: the overlay the ranks import first (in `options.rank`), named on
     each result. `exiting`: launches whose every line is in are left there to exit (`run_groups`)."""
+    options = with_ops(run_plan, run_dir, options, reporter)
     by_id = {p.case: p for p in run_plan.planned}
     merged = {s.case: dataclasses.replace(skipped_case(s), stack=stack) for s in run_plan.skips}
 
@@ -255,12 +280,9 @@ def on_every_stack(
     exiting: list[Launch],
 ) -> tuple[RunDir | None, list[CaseResult]]:
     """The planned cases on the installed stack, then on each overlay (`--with`), in a new run directory; none where
-    nothing is planned. Says a first build of DeepSpeed's ops before, and any rebuild after."""
+    nothing is planned."""
     if run_plan.empty:
         return None, []
-    if (line := first_build_line(options.rank.extensions_dir)) is not None:
-        reporter.note(line)
-    ops_before = built_ops(options.rank.extensions_dir)
     run_dir = RunDir.create(options.out_dir, hardware["host"], started, os.getpid())
     write_manifest(run_dir, run_plan, options, started, env, hardware)
     results: list[CaseResult] = []
@@ -272,8 +294,6 @@ def on_every_stack(
         results += on_overlay(
             overlay, run_plan, run_dir, env["packages"], options, reporter, hardware["host"], exiting
         )
-    if (line := rebuilt_line(options.rank.extensions_dir, ops_before)) is not None:
-        reporter.note(line)
     return run_dir, results
 
 

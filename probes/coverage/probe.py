@@ -37,6 +37,7 @@ SPEC = ProbeSpec(
     world_sizes=(1, 2),
     requires=(Requirement("torch", "torch"),),
     timeout_s=180.0,
+    deepspeed_ops=True,  # its DeepSpeed routes
     known_issues=("fsdp_optimizer_built_before_wrap", "composer_single_group_rebuild"),
     across_nodes=("fsdp2",),  # also across every node of a multi-node run
 )

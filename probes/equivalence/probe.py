@@ -20,7 +20,7 @@ from ds_doctor.probes.equivalence.reference import prestart as prestart_referenc
 from ds_doctor.probes.equivalence.routes import Route
 from ds_doctor.probes.equivalence.sessions import Judging, follows_schedule, judge, open_session
 from ds_doctor.probes.equivalence.subject import current_subject
-from ds_doctor.probes.shared.common import accelerate_session, build_deepspeed_ops
+from ds_doctor.probes.shared.common import accelerate_session
 
 SPEC = ProbeSpec(
     name="equivalence",
@@ -30,6 +30,7 @@ SPEC = ProbeSpec(
     world_sizes=(1, 2),
     requires=(Requirement("torch", "torch"),),
     timeout_s=240.0,
+    deepspeed_ops=True,  # its DeepSpeed routes
 )
 
 GA_ISSUE = "hf_trainer_ga_loss_per_microbatch"
@@ -239,54 +240,10 @@ def prepare(rank: int) -> None:
 
 
 def setup(ctx: ProbeContext) -> None:
-    """DeepSpeed's ops, built once per node before any case (a first JIT build takes minutes; it must not eat a
-    case's timeout). Ops already built are left for the route that needs them to load (3 s each on 2 cores,
-    measured): a launch of FSDP and DDP cases loads none."""
-    import importlib.util
-
+    """The reference's process started beside the first route. DeepSpeed's ops were built before the launch (the
+    run's build phase): a DeepSpeed route loads them when it needs them (3 s each on 2 cores, measured), so a launch of
+    FSDP and DDP cases loads none."""
     prestart_reference(ctx.rank)  # torch imported there while the first route trains
-    if importlib.util.find_spec("deepspeed") is None:
-        return
-    try:
-        import deepspeed  # noqa: F401
-    except ImportError:
-        return
-    if not all_built():
-        build_deepspeed_ops(ctx)
-
-
-def all_built() -> bool:
-    """Whether every op this accelerator has is in torch's extensions cache (or installed prebuilt)."""
-    import os
-
-    from deepspeed.accelerator import get_accelerator
-
-    from ds_doctor.probes.shared.common import OPS
-
-    try:
-        from torch.utils.cpp_extension import _get_build_directory
-    except ImportError:  # a torch without it: build (or load) them all, as the other families do
-        return False
-    for name in OPS:
-        builder = get_accelerator().create_op_builder(name)
-        if builder is None or not builder.is_compatible(verbose=False):
-            continue
-        if importlib_find(builder.absolute_name()):
-            continue
-        if not os.path.exists(
-            os.path.join(_get_build_directory(builder.name, verbose=False), f"{builder.name}.so")
-        ):
-            return False
-    return True
-
-
-def importlib_find(module: str) -> bool:
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
 
 
 def run(ctx: ProbeContext) -> None:

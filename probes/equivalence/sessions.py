@@ -37,6 +37,7 @@ from ds_doctor.probes.equivalence.subject import (
     clipped_steps,
     gaps,
 )
+from ds_doctor.probes.shared.common import require_deepspeed_ops
 
 DEEPSPEED = Requirement("deepspeed", "deepspeed")
 ACCELERATE = Requirement("accelerate", "accelerate")
@@ -53,6 +54,7 @@ def open_session(ctx: ProbeContext, route: Route, subject: Subject) -> Session:
         return SESSIONS[route.wrapper](ctx, route, subject, Hyper())
     if route.wrapper == "deepspeed":
         ctx.require(DEEPSPEED)
+        require_deepspeed_ops(ctx)
         config, client = deepspeed_config(ctx, route)
         hyper = (
             hyper_from_config(ctx, config)
@@ -67,6 +69,7 @@ def open_session(ctx: ProbeContext, route: Route, subject: Subject) -> Session:
     schedule = warmup if route.resume else None
     if route.wrapper == "accelerate-deepspeed":
         ctx.require(DEEPSPEED)
+        require_deepspeed_ops(ctx)
         hyper = Hyper()
         config = {**_ds_config(route, hyper), "zero_allow_untested_optimizer": True}
         del config["optimizer"]  # a prepared torch AdamW: the config holds none

@@ -57,27 +57,35 @@ def full_values(module: Any) -> dict[str, Any]:
     }
 
 
-#: DeepSpeed's ops the probes load: its Adams, and on a CPU node the shared-memory comm `init_distributed` builds
-OPS = ("CPUAdamBuilder", "FusedAdamBuilder", "ShareMemCommBuilder")
-
-
 def build_ops(enter: Callable[[str], object] = lambda _: None) -> list[str]:
-    """Build (JIT, into torch's extensions cache) or load the DeepSpeed ops this accelerator has; their names."""
+    """Load the DeepSpeed ops this accelerator has (the run's build phase, `ds_doctor.ops`, built them before the
+    launch; a JIT build happens here only where a probe runs outside `ds-doctor run`); their names."""
     from deepspeed.accelerator import get_accelerator
 
-    built = []
-    for builder_name in OPS:
+    from ds_doctor.plugins.process import DEEPSPEED_OPS, heal_op
+
+    loaded = []
+    for builder_name in DEEPSPEED_OPS:
         builder = get_accelerator().create_op_builder(builder_name)
         if builder is not None and builder.is_compatible(verbose=False):
-            enter(f"build {builder_name}")
+            enter(f"load {builder_name}")
+            if (line := heal_op(builder.name, os.environ)) is not None:  # a killed launch's rank left it
+                print(f"ds-doctor: {line}", file=sys.stderr)
             builder.load()
-            built.append(builder_name)
-    return built
+            loaded.append(builder_name)
+    return loaded
+
+
+def require_deepspeed_ops(ctx: ProbeContext) -> None:
+    """Fail at once where the run's build phase could not build DeepSpeed's ops: a case must not build them again
+    under its own clock (a first run on a loaded node timed out every DeepSpeed case so)."""
+    if ctx.options.ops_failed:
+        raise RuntimeError(ctx.options.ops_failed)
 
 
 def build_deepspeed_ops(ctx: ProbeContext) -> None:
-    """Build or load DeepSpeed's ops (a JIT build takes minutes the first time) once per launch, as a probe's
-    `setup`, so the build does not eat a case's timeout."""
+    """Load DeepSpeed's ops once per launch, as a probe's `setup` (built before the launch by the run's phase)."""
+    require_deepspeed_ops(ctx)
     build_ops(ctx.enter)
 
 
@@ -132,16 +140,3 @@ def refuse_fsdp2_over_gloo_on_gpu(ctx: ProbeContext) -> None:
             "FSDP2 over gloo with CUDA tensors segfaults in torch (pytorch/pytorch#132471): with ranks sharing a "
             "GPU it runs in the default mode (DS_DOCTOR_SHARED_GPU=nccl-hostid)"
         )
-
-
-# `make` warms the cache once at install: `python -m ds_doctor.probes.shared.common`, into the folder the ranks of
-# `ds-doctor run` build into (ds_doctor.run.extensions; TORCH_EXTENSIONS_DIR where the user set one)
-if __name__ == "__main__":
-    from ds_doctor.plugins.process import interpreter_first, private_extensions_dir
-
-    folder = private_extensions_dir(os.environ)
-    if folder is not None:
-        os.environ["TORCH_EXTENSIONS_DIR"] = folder
-    os.environ["PATH"] = interpreter_first(os.environ.get("PATH"))  # the ninja the ranks will use
-    built = build_ops()
-    print("DeepSpeed ops built:", ", ".join(built) or "none", "in", os.environ.get("TORCH_EXTENSIONS_DIR"))
