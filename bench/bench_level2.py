@@ -41,14 +41,16 @@ BARE = textwrap.dedent("""\
 
 
 def bare(folder: Path) -> float:
-    """One torchrun launch of the bare script, with the ranks' extensions folder ds-doctor uses (built ops)."""
-    from ds_doctor.run.extensions import interpreter_first, private_extensions_dir
+    """One torchrun launch of the bare script, with the ops folder ds-doctor uses (built ops: torch's default, which a
+    user's job shares, unless another environment's builds are there)."""
+    from ds_doctor.ops import interpreter_first
+    from ds_doctor.ops.cache import likely_root
 
     script = folder / "bare_zero3_offload.py"
     script.write_text(BARE)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    if (extensions := private_extensions_dir(os.environ)) is not None:
-        env["TORCH_EXTENSIONS_DIR"] = extensions
+    if (extensions := likely_root(os.environ)) is not None:
+        env["TORCH_EXTENSIONS_DIR"] = str(extensions)
     env["PATH"] = interpreter_first(env.get("PATH"))
     started = time.perf_counter()
     subprocess.run(

@@ -305,8 +305,8 @@ def run_options(state: CliState, args: RunArgs) -> tuple[Any, Report | None]:
     """Every option checked (each refusal one line, exit 2) and turned into the one value the run reads: the
     pipeline's options, which hold the ranks' (`RankOptions`); and the baseline. Nothing is put into this
     process's environment."""
-    from ds_doctor.run import pipeline
     from ds_doctor.ops.phase import bound_from
+    from ds_doctor.run import pipeline
     from ds_doctor.run.groups import launches_mode
     from ds_doctor.run.plan import shared_gpu_mode
 

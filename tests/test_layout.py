@@ -174,6 +174,7 @@ def test_doctor_has_the_layers_it_shows() -> None:
         "forensics",
         "hardware",
         "knowledge",
+        "ops",
         "probe",
         "run",
         "stacks",

@@ -10,9 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ds_doctor.ops import cache
+from ds_doctor.ops import cache, interpreter_first
 from ds_doctor.ops.phase import bound_from, build_ops
-from ds_doctor.run.extensions import interpreter_first
 
 
 def _stopped(signum: int, frame: Any) -> None:
@@ -33,7 +32,7 @@ def main() -> int:
     try:
         ready = build_ops(env, logs, lambda line: print(line, flush=True), bound)
     except KeyboardInterrupt as exc:
-        signum = int(exc.args[0]) if exc.args else signal.SIGINT
+        signum = int(exc.args[0]) if exc.args else int(signal.SIGINT)
         print(f"ds-doctor: the op build was stopped by {signal.Signals(signum).name}", flush=True)
         return 128 + signum
     if ready.failure is not None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -25,11 +26,12 @@ import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from ds_doctor.stacks.overlay import installed
-
 
 def _version(distribution: str) -> str:
-    return installed(distribution) or "none"
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "none"
 
 
 def build_key() -> str:

@@ -23,9 +23,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ds_doctor.ops import cache, locks
+from ds_doctor.ops import cache, interpreter_first, locks
 from ds_doctor.procs import module_command
-from ds_doctor.run.extensions import interpreter_first
 
 #: the longest the phase says nothing while it builds or waits
 PROGRESS_S = 30.0

@@ -10,10 +10,10 @@ from pathlib import Path
 from ds_doctor.cluster.nodes import Cluster
 from ds_doctor.cluster.route import facing
 from ds_doctor.forensics.flight import BUFFER_ENTRIES
+from ds_doctor.ops import interpreter_first
 from ds_doctor.probe.rankoptions import RankOptions
 from ds_doctor.procs import module_command
 from ds_doctor.run.cpufacts import CPUINFO_ENV, ask
-from ds_doctor.run.extensions import interpreter_first
 from ds_doctor.run.plan import LaunchGroup
 from ds_doctor.rundir import RunDir
 from ds_doctor.stacks.overlay import prepended
