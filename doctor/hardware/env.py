@@ -12,6 +12,7 @@ import os
 import platform
 import re
 import socket
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 from ds_doctor.hardware.nvml import read_gpus
 from ds_doctor.hardware.records import read_node_records
 from ds_doctor.hardware.skew import version_skew
+from ds_doctor.hardware.system import wheel_version
 from ds_doctor.redact import MASK, is_secret_name
 
 PACKAGES = (
@@ -89,8 +91,8 @@ def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str | None]
     return versions
 
 
-def torch_cuda_version() -> str | None:
-    """The CUDA torch was built with, read from torch/version.py without importing torch."""
+def torch_build_field(field: str) -> str | None:
+    """A field of torch/version.py (`cuda`, `hip`: what torch was built with), read as text: torch not imported."""
     spec = importlib.util.find_spec("torch")
     if spec is None or not spec.submodule_search_locations:
         return None
@@ -99,17 +101,18 @@ def torch_cuda_version() -> str | None:
         text = version_file.read_text()
     except OSError:
         return None
-    match = re.search(r"^cuda\s*(?::[^=\n]*)?=\s*['\"]([^'\"]+)['\"]", text, re.M)
+    match = re.search(rf"^{field}\s*(?::[^=\n]*)?=\s*['\"]([^'\"]+)['\"]", text, re.M)
     return match.group(1) if match else None
+
+
+def torch_cuda_version() -> str | None:
+    """The CUDA torch was built with, read from torch/version.py without importing torch."""
+    return torch_build_field("cuda")
 
 
 def nccl_version() -> str | None:
     """NCCL as shipped in the nvidia-nccl-cu* wheel that CUDA builds of torch depend on."""
-    for dist in metadata.distributions():
-        name = (dist.metadata["Name"] or "").lower()
-        if name.startswith("nvidia-nccl"):
-            return dist.version
-    return None
+    return wheel_version("nvidia-nccl")
 
 
 #: ds-doctor's own settings (DS_DOCTOR_STACKS, ...): about the tool, not the stack a ticket is about
@@ -165,3 +168,32 @@ def collect_environment(*, dcgm: bool = True) -> tuple[dict[str, Any], dict[str,
     if sys.platform.startswith("linux"):
         hardware["node_records"] = read_node_records(dcgm=dcgm)
     return env, hardware
+
+
+def collect_details(
+    env: dict[str, Any], hardware: dict[str, Any], *, child: subprocess.Popen[str] | None = None
+) -> dict[str, Any]:
+    """What `ds-doctor env` shows beyond a report's env and hardware sections (the facts `ds_report`,
+    `python -m torch.utils.collect_env` and `accelerate env` show; docs/env.md): `system`, `deepspeed` and
+    `accelerate_config`; and where `child` is the process `ds_doctor.hardware.runtime.start` started (`--full`),
+    what an imported torch and DeepSpeed say (`runtime`), waited for once the rest is gathered."""
+    from ds_doctor.hardware import runtime
+    from ds_doctor.hardware.accelerate_default import collect_accelerate_config
+    from ds_doctor.hardware.dsops import collect_deepspeed, merge_runtime
+    from ds_doctor.hardware.system import collect_system
+
+    torch = {
+        "version": env["packages"].get("torch"),
+        "cuda": env.get("cuda"),
+        "hip": torch_build_field("hip"),
+    }
+    details: dict[str, Any] = {
+        "system": collect_system(torch_version=torch["version"], torch_cuda=torch["cuda"]),
+        "deepspeed": collect_deepspeed(torch=torch, gpus=len(hardware.get("gpus") or ())),
+        "accelerate_config": collect_accelerate_config(),
+    }
+    if child is not None:
+        asked = runtime.finish(child)
+        details["runtime"] = asked
+        details["deepspeed"] = merge_runtime(details["deepspeed"], asked.get("deepspeed", asked))
+    return details

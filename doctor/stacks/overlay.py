@@ -19,6 +19,7 @@ import hashlib
 import importlib.metadata
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -152,11 +153,45 @@ def _pip(args: list[str], what: str) -> subprocess.CompletedProcess[str]:
     return proc
 
 
-def pip_reason(stderr: str) -> str:
-    """pip's reason in one line: its first ERROR line (which names the release and the versions it found)."""
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+#: pip's ERROR lines that are notices about versions it passed over (yanked ones, ones for another Python), which
+#: come before the reason it failed
+PIP_NOTICES = ("Ignored the following",)
+#: pip's reasons for a release it cannot find, most telling first (the first lists the versions it did find)
+PIP_NOT_FOUND = (
+    "Could not find a version that satisfies the requirement",
+    "No matching distribution found for",
+)
+_FROM_VERSIONS = re.compile(r"\(from versions: ([^)]*)\)")
+
+
+def shorter_versions(line: str, keep: int = 3) -> str:
+    """pip's `(from versions: ...)` cut to its first and last `keep` (DeepSpeed has well over a hundred)."""
+
+    def cut(match: re.Match[str]) -> str:
+        versions = [v.strip() for v in match.group(1).split(",") if v.strip()]
+        if len(versions) <= 2 * keep + 1:
+            return match.group(0)
+        shown = ", ".join(versions[:keep]) + " … " + ", ".join(versions[-keep:])
+        return f"(from versions: {shown}; {len(versions)} in all)"
+
+    return _FROM_VERSIONS.sub(cut, line)
+
+
+def pip_error(lines: list[str]) -> str | None:
+    """The ERROR line that says why: a release not found first, then any other that is no notice."""
     errors = [line.removeprefix("ERROR: ") for line in lines if line.startswith("ERROR:")]
-    reason = (errors or lines[-1:] or ["(no output)"])[0]
+    for wanted in PIP_NOT_FOUND:
+        found = next((error for error in errors if error.startswith(wanted)), None)
+        if found is not None:
+            return found
+    return next((e for e in errors if not e.startswith(PIP_NOTICES)), errors[0] if errors else None)
+
+
+def pip_reason(stderr: str) -> str:
+    """pip's reason in one line: the ERROR line that names the release and the versions pip found (not a notice
+    such as `Ignored the following yanked versions`, which comes first)."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    reason = shorter_versions(pip_error(lines) or (lines[-1:] or ["(no output)"])[0])
     if "The conflict is caused by:" in lines:  # which requirement conflicts, not only that one does
         start = lines.index("The conflict is caused by:") + 1
         causes = [line for line in lines[start : start + 4] if " depends on " in line or "requested" in line]
