@@ -6,6 +6,7 @@ code 3 (the traceback only with --debug). The arguments and --debug travel in cl
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -256,7 +257,9 @@ def run(state: CliState, **given: Any) -> int:
     # user code (the --model check, factories on the ranks) may leave processes: none outlives the run
     with reaping():
         options, baseline = run_options(state, args)
-        console, (report, paths) = run_with_progress(options, args.json_stdout)
+        console, (report, paths) = run_with_progress(
+            options, args.json_stdout, (args.junit_file, args.prom_file)
+        )
         paths.update(
             write_extra_formats(report, args.junit_file, args.prom_file, baseline, args.tolerance_pct)
         )
@@ -373,11 +376,17 @@ def build_overlays(
 
 
 class Stopped(click.exceptions.Abort):
-    """The run was stopped by a signal: the shell's exit code for it, 128 + the signal's number."""
+    """The run was stopped by a signal and has said so (`report_what_finished`'s one line): the shell's exit code
+    for it, 128 + the signal's number."""
 
     def __init__(self, signum: int) -> None:
         super().__init__()
         self.exit_code = 128 + signum
+
+
+#: The signals that stop a run the way Ctrl-C does: SIGTERM (`timeout`, a CI job's limit, a scheduler) and SIGHUP
+#: (the terminal closed, an ssh session lost); each leaves the report of what finished
+STOPPING = ("SIGTERM", "SIGHUP")
 
 
 def _terminated(signum: int, frame: Any) -> None:
@@ -386,27 +395,34 @@ def _terminated(signum: int, frame: Any) -> None:
     )  # the run's clean-up is SIGINT's: launches stopped, then what finished reported
 
 
-def run_with_progress(options: Any, json_stdout: bool) -> tuple[Any, tuple[Report, dict[str, Path]]]:
-    """The run under its live progress; on SIGINT or SIGTERM, the report of the cases that finished."""
+def run_with_progress(
+    options: Any, json_stdout: bool, extras: tuple[Path | None, Path | None] = (None, None)
+) -> tuple[Any, tuple[Report, dict[str, Path]]]:
+    """The run under its live progress; on SIGINT, SIGTERM or SIGHUP, the report of the cases that finished (with the
+    `--junit` and `--prometheus` files, `extras`)."""
     import signal
 
     from ds_doctor.reports.console import RunProgress, make_console
 
     console = make_console(stderr=json_stdout)
     progress = RunProgress(console, ds_doctor.__version__, options.level)
-    previous = signal.signal(signal.SIGTERM, _terminated)
+    stopping = [signal.Signals[name] for name in STOPPING]
+    previous = {signum: signal.signal(signum, _terminated) for signum in stopping}
     try:
         return console, run_pipeline(options, progress)
     except KeyboardInterrupt as exc:
-        signal.signal(
-            signal.SIGTERM, signal.SIG_IGN
-        )  # a second SIGTERM (a supervisor's) lets the report finish
-        progress.close()
-        report_what_finished(options.out_dir, options.anonymized)
-        raise Stopped(int(exc.args[0]) if exc.args else signal.SIGINT) from None
+        for signum in stopping:  # a second one (a supervisor's, the terminal's) lets the report finish
+            signal.signal(signum, signal.SIG_IGN)
+        signum = signal.Signals(int(exc.args[0]) if exc.args else signal.SIGINT)
+        with contextlib.suppress(OSError):  # a terminal that hung up takes no more output
+            progress.close()
+        report_what_finished(options.out_dir, options.anonymized, signum.name, extras)
+        raise Stopped(signum) from None
     finally:
-        signal.signal(signal.SIGTERM, previous)
-        progress.close()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        with contextlib.suppress(OSError):
+            progress.close()
 
 
 def show_run(
@@ -452,10 +468,9 @@ def main(argv: list[str] | None = None) -> int:
     except click.UsageError as exc:  # one line, scrubbed: a bad option may carry a token the user pasted
         click.echo(f"ds-doctor: error: {one_line(exc.format_message())}", err=True)
         return int(ExitCode.USAGE_ERROR)
-    # Ctrl-C (click turns SIGINT into Abort) or SIGTERM: the shell's convention, 128 + the signal
+    # Ctrl-C (click turns SIGINT into Abort), or a run stopped by a signal
     except click.exceptions.Abort as exc:
-        click.echo("ds-doctor: aborted", err=True)
-        return exc.exit_code if isinstance(exc, Stopped) else INTERRUPTED
+        return _aborted(exc)
     except CannotWrite as exc:
         click.echo(f"ds-doctor: error: {one_line(str(exc))}", err=True)
         return int(ExitCode.USAGE_ERROR)
@@ -471,6 +486,15 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         return _internal_error(exc, state.debug)
     return int(result or 0)
+
+
+def _aborted(exc: click.exceptions.Abort) -> int:
+    """The shell's convention, 128 + the signal. A run stopped by one has said so in one line (`Stopped`); anything
+    else Ctrl-C stopped says it here."""
+    if isinstance(exc, Stopped):
+        return exc.exit_code
+    click.echo("ds-doctor: aborted", err=True)
+    return INTERRUPTED
 
 
 def _names_an_argument(exc: OSError, argv: list[str]) -> bool:
@@ -561,18 +585,30 @@ def list_cases(level: int, keyword: str | None) -> int:
 
 
 @cli.command()
-@click.option("--json", "as_json", is_flag=True, help="Print the environment section as JSON.")
-def env(as_json: bool) -> int:
-    """The environment and hardware sections alone (fast: imports neither torch nor deepspeed)."""
-    from ds_doctor.hardware.env import collect_environment
+@click.option("--json", "as_json", is_flag=True, help="Print it as JSON.")
+@click.option(
+    "--full",
+    is_flag=True,
+    help="Also ask an imported torch and DeepSpeed (in a child process, seconds): each op's compatibility, "
+    "DeepSpeed's accelerator, torch's CUDA, cuDNN and NCCL as loaded.",
+)
+def env(as_json: bool, full: bool) -> int:
+    """The environment and hardware, the system, DeepSpeed's ops and Accelerate's default config (docs/env.md).
+    Fast: this process imports neither torch nor deepspeed; `--full` asks them in a child process."""
+    from ds_doctor.hardware import runtime
+    from ds_doctor.hardware.env import collect_details, collect_environment
     from ds_doctor.redact import scrub
     from ds_doctor.reports.console import environment_lines
+    from ds_doctor.reports.envreport import details_lines
 
-    environment, hardware = scrub(collect_environment(dcgm=False))  # fast: no diagnostic
+    child = runtime.start() if full else None  # first: it imports torch while the rest is gathered
+    environment, hardware = collect_environment(dcgm=False)  # fast: no diagnostic
+    details = collect_details(environment, hardware, child=child)
+    environment, hardware, details = scrub((environment, hardware, details))
     if as_json:
-        click.echo(json.dumps({"env": environment, "hardware": hardware}, indent=2))
+        click.echo(json.dumps({"env": environment, "hardware": hardware, **details}, indent=2))
     else:
-        click.echo("\n".join(environment_lines(environment, hardware)))
+        click.echo("\n".join(environment_lines(environment, hardware) + details_lines(details)))
     return 0
 
 
@@ -596,8 +632,9 @@ def report(
 ) -> int:
     """Render a report from a run directory (also one whose run was killed) or from a report JSON.
 
-    Cases that never finished are marked; truncated result lines are skipped with a warning.
-    Exit code as for `run`: 0 nothing failed, 1 a case failed, errored, timed out or never finished.
+    Cases that never finished are `not run`, and the report says the run did not finish (after how many of its
+    cases); truncated result lines are skipped with a warning.
+    Exit code as for `run`: 0 nothing failed, 1 a case failed, errored or timed out (a case not run fails nothing).
     """
     from ds_doctor.redact import scrub_text
     from ds_doctor.reports.console import make_console, print_summary

@@ -3,6 +3,7 @@ where files went: every output a user names goes through `ds_doctor.files.write_
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Any
@@ -52,28 +53,55 @@ def show_paths(console: Any, paths: dict[str, Path]) -> None:
     print_paths(console, {key: scrub_text(str(path)) for key, path in paths.items()})
 
 
-def report_what_finished(out_dir: Path, anonymized: bool) -> dict[str, Path]:
-    """On SIGINT or SIGTERM (a CI job's time limit, `timeout`): the run directory of this process (its name ends in
-    our pid) holds every case that finished; its report is written as `ds-doctor report DIR` would write it, cases
-    that never finished marked so, and where the files went is said. Where it cannot be written, how to write it."""
+def report_what_finished(
+    out_dir: Path,
+    anonymized: bool,
+    signal: str = "SIGINT",
+    extras: tuple[Path | None, Path | None] = (None, None),
+) -> dict[str, Path]:
+    """On SIGINT, SIGTERM or SIGHUP (Ctrl-C, a CI job's time limit, `timeout`, a closed terminal): the run directory of
+    this process (its name ends in our pid) holds every case that finished; its logs are scrubbed (a launch stopped
+    mid-way never got to), the signal is recorded there, and its report is written as `ds-doctor report DIR` would
+    write it, the unfinished cases `not run` and the report saying the run stopped, with the `--junit` and
+    `--prometheus` files (`extras`) asked for. Then one line: how far the run got and where its report is (or, where
+    it cannot be written, how to write it)."""
     from ds_doctor.redact import scrub_text
+    from ds_doctor.reports.safe import one_line
+    from ds_doctor.rundir import RunDir
+
+    paths: dict[str, Path] = {}
+    said = []
+    for run_dir in sorted(out_dir.glob(f"run-*-{os.getpid()}")):
+        line, written = _report_stopped_run(RunDir(run_dir), out_dir, anonymized, signal, extras)
+        said.append(line)
+        paths.update(written)
+    line = " · ".join(said) or f"stopped by {signal} before any case ran; no report written"
+    with contextlib.suppress(OSError):  # a terminal that hung up (SIGHUP) takes no more output
+        click.echo(f"ds-doctor: {one_line(scrub_text(line))}", err=True)
+    return paths
+
+
+def _report_stopped_run(
+    run_dir: Any, out_dir: Path, anonymized: bool, signal: str, extras: tuple[Path | None, Path | None]
+) -> tuple[str, dict[str, Path]]:
+    """The report of one stopped run's directory, and what to say of it."""
     from ds_doctor.run.build import write_reports
     from ds_doctor.run.recover import InputError, report_from_run_dir
 
-    paths: dict[str, Path] = {}
-    for run_dir in sorted(out_dir.glob(f"run-*-{os.getpid()}")):
-        try:
-            built, _ = report_from_run_dir(run_dir, anonymized=anonymized)
-            paths.update(write_reports(built, out_dir, suffix="-interrupted"))
-        except (InputError, OSError, ValueError) as exc:
-            click.echo(
-                f"ds-doctor: the cases that finished are in {scrub_text(str(run_dir))} ({scrub_text(str(exc))}); "
-                f"render them with: ds-doctor report {scrub_text(str(run_dir))}",
-                err=True,
-            )
-    for key, path in paths.items():
-        click.echo(
-            f"ds-doctor: stopped; the {key} report of the cases that finished: {scrub_text(str(path))}",
-            err=True,
-        )
-    return paths
+    try:
+        run_dir.scrub_logs()
+        run_dir.write_stop(signal)
+        built, _ = report_from_run_dir(run_dir.path, anonymized=anonymized, stopped_by=signal)
+        paths = write_reports(built, out_dir, suffix="-interrupted")
+    except (InputError, OSError, ValueError) as exc:
+        return (
+            f"stopped by {signal}; the cases that finished are in {run_dir.path} ({exc}); "
+            f"render them with: ds-doctor report {run_dir.path}"
+        ), {}
+    head = built.stopped.headline if built.stopped else f"Stopped by {signal}"
+    line = f"{head[0].lower()}{head[1:]}; its report: {paths['markdown']} (JSON and HTML beside it)"
+    try:
+        paths.update(write_extra_formats(built, *extras))
+    except click.BadParameter as exc:  # a FIFO whose reader left: said on the same line
+        line += f"; {exc.format_message()}"
+    return line, paths

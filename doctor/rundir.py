@@ -4,9 +4,11 @@ heartbeat, and the manifest (`run.json`) from which `ds-doctor report RUN_DIR` r
 
     run-<host>-<time>-<pid>/
       run.json                          the manifest: plan, environment, options
+      stopped.json                      the signal that stopped the run, where one did
       ws<N>-<device>-<attempt>/         one torchrun launch
         cases.json command.txt torchrun.log
         rank<R>.log rank<R>.jsonl heartbeat-rank<R>.json
+        blamed.jsonl                    the parent's lines for the cases a timeout or crash took down
         scratch/<case>/                 files a case writes (checkpoints)
 """
 
@@ -279,10 +281,22 @@ class LaunchDir:
         """The launch's logs (torchrun's, each rank's: libraries print configs and errors there) scrubbed in place
         once the launch has ended, as the report is: people tar the run directory up for a ticket."""
         for log in sorted(self.path.glob("*.log")):
-            scrub_file(log)
+            if log.is_file() and not log.is_symlink():  # a FIFO would block, a link is no log of ours
+                scrub_file(log)
 
     def rank_lines(self, rank: int) -> Path:
         return self.path / f"rank{rank}.jsonl"
+
+    @property
+    def blamed(self) -> Path:
+        """The lines the parent gave the cases a timeout or crash of this launch took down (no rank wrote them): on
+        disk, so a report rebuilt from the run directory (a stopped run's, a killed one's) shows them as they were."""
+        return self.path / "blamed.jsonl"
+
+    def write_blamed(self, lines: list[RankLine]) -> None:
+        if lines:
+            with self.blamed.open("a", encoding="utf-8") as handle:
+                handle.write("".join(line.to_json() + "\n" for line in lines))
 
     def heartbeat(self, rank: int) -> Path:
         return self.path / f"heartbeat-rank{rank}.json"
@@ -322,6 +336,7 @@ class RunDir:
     """One run's directory: its manifest and its launches."""
 
     MANIFEST = "run.json"
+    STOPPED = "stopped.json"
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -338,7 +353,36 @@ class RunDir:
         return LaunchDir(self.path / f"{name}-{device_kind}-{attempt}")
 
     def rank_line_files(self) -> list[Path]:
-        return sorted(self.path.glob("ws*/rank*.jsonl"))
+        """The ranks' result files, then the parent's lines for the cases a launch's ending took down."""
+        return sorted(self.path.glob("ws*/rank*.jsonl")) + sorted(self.path.glob("ws*/blamed.jsonl"))
+
+    def launches(self) -> list[LaunchDir]:
+        """Every launch of the run, those of each `--with` overlay's too."""
+        return [LaunchDir(p) for p in sorted(self.path.glob("ws*")) + sorted(self.path.glob("stack-*/ws*"))]
+
+    def scrub_logs(self) -> None:
+        """Every launch's logs scrubbed in place (`LaunchDir.scrub_logs`): a run that stopped before its launches
+        ended (a signal, a killed doctor) leaves them as the ranks wrote them."""
+        for launch in self.launches():
+            if launch.path.is_dir():
+                launch.scrub_logs()
+
+    def write_stop(self, signal: str) -> None:
+        """The signal that stopped the run, for a report rebuilt from this directory later (`read_stop`)."""
+        write_atomic(self.path / self.STOPPED, json.dumps({"signal": signal}))
+
+    def read_stop(self) -> str | None:
+        """The signal `write_stop` recorded (a name like `SIGTERM`), or None: none was, or the file is not one."""
+        path = self.path / self.STOPPED
+        if not path.is_file() or path.is_symlink():  # a run directory is data: a FIFO there would block
+            return None
+        try:
+            with path.open("rb") as handle:
+                data = json.loads(handle.read(200))
+        except (OSError, ValueError):
+            return None
+        signal = data.get("signal") if isinstance(data, dict) else None
+        return signal if isinstance(signal, str) and re.fullmatch(r"SIG[A-Z0-9]{1,10}", signal) else None
 
     def stack(self, name: str) -> RunDir:
         """`run --with`: the launches of the cases on the overlay `name`, in `stack-<name>/` (a name read from a

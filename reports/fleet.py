@@ -159,7 +159,7 @@ def _cell(items: list[str]) -> str:
 
 
 def _outcomes(counts: dict[str, int]) -> str:
-    return ", ".join(f"{n} {outcome}" for outcome, n in counts.items() if n) or "no case"
+    return ", ".join(f"{n} {outcome.replace('_', ' ')}" for outcome, n in counts.items() if n) or "no case"
 
 
 def _health(node: NodeView) -> list[str]:

@@ -1,6 +1,7 @@
 """JUnit XML from a report (`ds-doctor run --junit FILE`): one testsuite per probe family, one testcase per case.
 
-`fail` is a <failure>; `error` and `timeout` are <error>; `skip` is <skipped> with its reason; `pass`,
+`fail` is a <failure>; `error` and `timeout` are <error>; `skip` is <skipped> with its reason, and so is `not_run` (a
+stopped run's unfinished case: its message says it was not run, and why); `pass`,
 `xfail` and `xpass` pass (xfail/xpass never fail a run), the last two with a <system-out> saying what
 they found. Built from the report, so every string is already scrubbed; every string goes through
 `ds_doctor.reports.safe.xml_text` (the control characters XML 1.0 forbids shown escaped: the file stays well-formed),
@@ -36,6 +37,12 @@ def _problem(result: CaseResult) -> tuple[str, str, str] | None:
     return None
 
 
+def _not_run_message(report: Report, result: CaseResult) -> str:
+    """`not run: the run stopped ... (Stopped by SIGTERM after 12 of 47 cases: 35 not run)`."""
+    said = f" ({report.stopped.headline})" if report.stopped else ""
+    return f"{result.reason or 'not run'}{said}"[:MESSAGE_CHARS]
+
+
 def _element(parent: ET.Element, tag: str, text: str | None = None, **attributes: str) -> ET.Element:
     """A child element, its attribute values and text made safe for XML."""
     element = ET.SubElement(parent, tag, {key: xml_text(value) for key, value in attributes.items()})
@@ -65,7 +72,7 @@ def render_junit(report: Report) -> str:
             "tests": len(results),
             "failures": sum(r.outcome == Outcome.FAIL for r in results),
             "errors": sum(r.outcome in (Outcome.ERROR, Outcome.TIMEOUT) for r in results),
-            "skipped": sum(r.outcome == Outcome.SKIP for r in results),
+            "skipped": sum(r.outcome in (Outcome.SKIP, Outcome.NOT_RUN) for r in results),
             "time": sum(r.duration_s for r in results),
         }
         suite = _element(
@@ -90,6 +97,8 @@ def render_junit(report: Report) -> str:
                 _element(case, element, body, message=(result.reason or kind)[:MESSAGE_CHARS], type=kind)
             elif result.outcome == Outcome.SKIP:
                 _element(case, "skipped", message=(result.reason or "skipped")[:MESSAGE_CHARS])
+            elif result.outcome == Outcome.NOT_RUN:
+                _element(case, "skipped", message=_not_run_message(report, result))
             elif result.outcome in (Outcome.XFAIL, Outcome.XPASS):
                 issue = result.known_issue
                 said = (

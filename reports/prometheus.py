@@ -1,9 +1,10 @@
 """node_exporter textfile-collector metrics from a report (`--prometheus FILE`), built and written with
 prometheus_client (a registry of gauges, `write_to_textfile`: a temp file renamed over the target).
 
-One series per case (1, labelled with the outcome it had, so alerts can match `outcome="fail"`), counts
-per outcome, findings per severity, each GPU health finding by rule, the node's fault records (findings by record and
-rule, Xid counts, AER counters, InfiniBand ports up), the run's start time and duration,
+One series per case (1, labelled with the outcome it had, so alerts can match `outcome="fail"`; a stopped run's
+unfinished cases `outcome="not_run"`, which no alert counts as a failure), counts per outcome, a stopped run's
+`run_stopped` (the signal that stopped it), findings per severity, each GPU health finding by rule, the node's fault
+records (findings by record and rule, Xid counts, AER counters, InfiniBand ports up), the run's start time and duration,
 and every measure `ds_doctor.reports.measures.MEASURES` compares with a baseline (bandwidths, TFLOP/s), where it
 means something at the case's world size. Labels carry host, probe and case. With the node's baseline report
 (`run --baseline`), each such measure relative to the baseline's (`measure_baseline_ratio`: below 1 is worse,
@@ -65,6 +66,13 @@ def _run_gauges(registry: CollectorRegistry, report: Report, host: str) -> None:
     cases = _gauge(registry, "cases", "Cases by outcome in the last run.", ("host", "outcome"))
     for outcome, count in report.summary.items():
         cases.labels(host, outcome).set(count)
+    if report.stopped is not None:  # its unfinished cases: `cases{outcome="not_run"}`
+        _gauge(
+            registry,
+            "run_stopped",
+            "1: the last run stopped before its last case, by this signal (`none`: its doctor was killed unawares).",
+            ("host", "signal"),
+        ).labels(host, report.stopped.signal or "none").set(1)
 
 
 def _case_gauges(registry: CollectorRegistry, report: Report, host: str) -> None:

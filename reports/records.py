@@ -34,7 +34,8 @@ SCHEMA_VERSION = 2
 
 
 class Outcome(str, enum.Enum):
-    """How one case ended. `xfail`/`xpass` only for cases that reproduce a known issue on purpose."""
+    """How one case ended. `xfail`/`xpass` only for cases that reproduce a known issue on purpose; `not_run` only
+    for a case the run never finished (it was stopped, or its doctor killed): it says nothing of the stack."""
 
     PASS = "pass"
     FAIL = "fail"
@@ -43,6 +44,12 @@ class Outcome(str, enum.Enum):
     TIMEOUT = "timeout"
     XFAIL = "xfail"
     XPASS = "xpass"
+    NOT_RUN = "not_run"
+
+    @property
+    def label(self) -> str:
+        """The outcome as a person reads it (`not run`); `value` is how the JSON, labels and classes spell it."""
+        return self.value.replace("_", " ")
 
 
 #: Outcomes that make a run unhealthy (exit code 1).
@@ -57,6 +64,7 @@ OUTCOME_ORDER = (
     Outcome.XPASS,
     Outcome.PASS,
     Outcome.SKIP,
+    Outcome.NOT_RUN,
 )
 
 
@@ -395,6 +403,39 @@ class CaseResult:
 
 
 @dataclasses.dataclass(frozen=True)
+class RunStop:
+    """A run that ended before its last case: the signal that stopped it (`SIGTERM`; None where the doctor ended
+    without a chance to say, killed), and how many of the cases it planned to run had finished. The cases it never
+    finished are `not_run` in the report."""
+
+    signal: str | None
+    finished: int
+    planned: int
+
+    @property
+    def not_run(self) -> int:
+        return max(self.planned - self.finished, 0)
+
+    @property
+    def headline(self) -> str:
+        """What every format says first: `Stopped by SIGTERM after 12 of 47 cases: 35 not run`."""
+        how = (
+            f"Stopped by {self.signal}"
+            if self.signal
+            else "Did not finish (the run ended without writing its report)"
+        )
+        return f"{how} after {self.finished} of {self.planned} cases: {self.not_run} not run"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunStop:
+        signal = data.get("signal")
+        return cls(None if signal is None else str(signal), int(data["finished"]), int(data["planned"]))
+
+
+@dataclasses.dataclass(frozen=True)
 class Report:
     tool: dict[str, str]
     started_at: str
@@ -408,6 +449,7 @@ class Report:
     schema_version: int = SCHEMA_VERSION
     nodes: tuple[NodeSection, ...] = ()  # multi-node runs: each node's rank, host, env and hardware sections
     stacks: tuple[StackSection, ...] = ()  # `run --with`: each overlay stack's name, releases and packages
+    stopped: RunStop | None = None  # a run stopped by a signal (or killed) before its last case
 
     def __post_init__(self) -> None:
         """Sections handed over as their dicts (a report's JSON, the engine's collection, a test) become typed."""
@@ -474,6 +516,7 @@ class Report:
             "affecting_issues": self.affecting_issues,
             "nodes": [n.to_dict() for n in self.nodes],
             **({"stacks": [s.to_dict() for s in self.stacks]} if self.stacks else {}),
+            **({"stopped": self.stopped.to_dict()} if self.stopped else {}),
         }
 
     def to_json(self) -> str:
@@ -495,6 +538,7 @@ class Report:
             results=tuple(CaseResult.from_dict(r) for r in data["results"]),
             nodes=tuple(NodeSection.from_dict(n) for n in data.get("nodes") or ()),
             stacks=tuple(StackSection.from_dict(s) for s in data.get("stacks") or ()),
+            stopped=RunStop.from_dict(data["stopped"]) if data.get("stopped") else None,
         )
 
     def where(self, result: CaseResult) -> str:

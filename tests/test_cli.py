@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import pickle
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -50,6 +52,50 @@ def test_env_json_has_no_torch_import() -> None:
         "assert 'torch' not in sys.modules and 'deepspeed' not in sys.modules, 'heavy import'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_env_says_what_is_absent_in_words_and_shows_what_ds_report_and_collect_env_show(
+    capsys, monkeypatch, tmp_path: Path
+) -> None:
+    """No `None` anywhere; the OS, compilers, /dev/shm, DeepSpeed's op table (installed / compatible / JIT-built) and
+    Accelerate's default config, each line in words (docs/env.md lists every row)."""
+
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    code, out, _ = run_cli(capsys, "env")
+    assert code == 0 and not re.search(r"\bNone\b", out), out
+    lines = out.splitlines()
+    for start in (
+        "os: ",
+        "cpu: ",
+        "/dev/shm: ",
+        "compilers: gcc",
+        "ninja: ",
+        "libaio (DeepSpeed's async_io): ",
+    ):
+        assert any(line.startswith(start) for line in lines), (start, out)
+    assert f"accelerate default config: {tmp_path}/accelerate/default_config.yaml: none: " in out
+    if importlib.util.find_spec("deepspeed") is not None:
+        assert "| op | installed (pre-compiled) | compatible | JIT-built in |" in lines
+        assert any(line.startswith("| cpu_adam | ") for line in lines), out
+        assert any(line.startswith("deepspeed accelerator: ") for line in lines)
+
+
+def test_env_json_carries_the_new_sections_scrubbed(capsys, monkeypatch, tmp_path: Path) -> None:
+    (tmp_path / "accelerate").mkdir()
+    (tmp_path / "accelerate" / "default_config.yaml").write_text(
+        "distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\n"
+        "hub_token: hf_abcdefghijklmnopqrstuvwxyz0123456789\n"
+    )
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    code, out, _ = run_cli(capsys, "env", "--json")
+    data = json.loads(out)
+    assert code == 0 and {"env", "hardware", "system", "deepspeed", "accelerate_config"} <= set(data)
+    config = data["accelerate_config"]
+    assert config["found"] and config["config"]["deepspeed_config"] == {"zero_stage": 3}
+    assert config["config"]["hub_token"] == "<redacted>" and "hf_abcdefghij" not in out
+    assert data["system"]["os"] and "unavailable" in data["system"]
+    code, text, _ = run_cli(capsys, "env")
+    assert "  deepspeed_config.zero_stage: 3" in text and "  hub_token: <redacted>" in text
 
 
 def good_report_json() -> str:
@@ -362,11 +408,19 @@ def test_a_stopped_run_exits_as_shells_say_and_reports_what_finished(tmp_path: P
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 128 + signum, err[-2000:]
-    assert "ds-doctor: aborted" in err and "report of the cases that finished" in err
+    # one closing line: how far the run got and where its report is ("aborted" no more after it)
+    assert (
+        err.strip()
+        .splitlines()[-1]
+        .startswith(f"ds-doctor: stopped by {signame} after 1 of 2 cases: 1 not run")
+    )
+    assert "aborted" not in err
     (report_file,) = tmp_path.glob("*-interrupted.json")
-    outcomes = {r["case"]: r["outcome"] for r in json.loads(report_file.read_text())["results"]}
+    data = json.loads(report_file.read_text())
+    outcomes = {r["case"]: r["outcome"] for r in data["results"]}
     assert outcomes["zero_offload[z1-none-fp32-ws1]"] == "pass", outcomes
-    assert outcomes["zero_offload[z3-opt-fp32-ws1]"] == "error", outcomes  # never finished, and said so
+    assert outcomes["zero_offload[z3-opt-fp32-ws1]"] == "not_run", outcomes  # never finished, and said so
+    assert data["stopped"] == {"signal": signame, "finished": 1, "planned": 2}
     time.sleep(1.0)  # PR_SET_PDEATHSIG's SIGTERM is delivered as the doctor exits; allow the ranks to go
     left = [
         p.pid for p in psutil.process_iter(["cmdline"]) if str(tmp_path) in " ".join(p.info["cmdline"] or ())

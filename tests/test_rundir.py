@@ -151,3 +151,45 @@ def test_the_manifest_round_trips(tmp_path: Path) -> None:
     del older["skip_reason"]
     # the manifest's first writers said "reason"
     assert PlannedCase.from_dict(older).skip_reason == "needs 4 ranks"
+
+
+def test_a_run_directory_scrubs_every_launch_log_of_a_stopped_run(tmp_path: Path) -> None:
+    """A run stopped mid-launch (a signal) never reached the launch's own scrub: the run directory scrubs every
+    launch's logs, each `--with` overlay's too, and leaves a FIFO (it would block) and a link (not ours) alone."""
+    import os
+
+    from tests.resources.secret_probes import SECRETS
+
+    token, secret = SECRETS["hf_1"]
+    run = RunDir(tmp_path / "run-h-1")
+    logs = [
+        run.launch("ws1", "cpu", 0).rank_log(0),
+        run.launch("ws2", "cpu", 1).torchrun_log,
+        run.stack("deepspeed==0.14.2").launch("ws2", "cpu", 0).rank_log(1),
+    ]
+    for log in logs:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(f"loading with HF_TOKEN={token}\nordinary line\n")
+    outside = tmp_path / "outside.log"
+    outside.write_text(f"not ours {token}\n")
+    (logs[0].parent / "link.log").symlink_to(outside)
+    os.mkfifo(logs[0].parent / "fifo.log")
+    run.scrub_logs()
+    for log in logs:
+        assert secret not in log.read_text() and "ordinary line" in log.read_text(), log
+    assert token in outside.read_text() and (logs[0].parent / "link.log").is_symlink()
+
+
+def test_the_signal_that_stopped_a_run_is_kept_in_its_directory(tmp_path: Path) -> None:
+    import os
+
+    run = RunDir(tmp_path)
+    assert run.read_stop() is None
+    run.write_stop("SIGTERM")
+    assert run.read_stop() == "SIGTERM"
+    for text in ("{", "[]", '{"signal": 15}', '{"signal": "SIGTERM; rm"}'):
+        (tmp_path / RunDir.STOPPED).write_text(text)
+        assert run.read_stop() is None, text
+    (tmp_path / RunDir.STOPPED).unlink()
+    os.mkfifo(tmp_path / RunDir.STOPPED)  # a run directory is data: a FIFO there never blocks a rebuild
+    assert run.read_stop() is None

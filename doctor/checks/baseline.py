@@ -5,7 +5,8 @@ Regressions (exit code 1): a case that was not failing and now fails, errors or 
 new case that does); a new error finding; fewer GPUs, or a GPU with less memory; a measure that
 `ds_doctor.reports.measures.MEASURES` says is better higher or lower (bandwidths, TFLOP/s) worse than the baseline
 by more than the tolerance. Everything else that changed is reported and does not fail: outcomes
-that got better, new warnings, versions, drivers, hosts, measures that got faster.
+that got better, a case the new run never got to (`not_run`: it stopped first), new warnings, versions, drivers,
+hosts, measures that got faster.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Mapping
 from ds_doctor.checks.noderecords import aer_rising
 from ds_doctor.reports.diff import Change, Diff
 from ds_doctor.reports.measures import MEASURES
-from ds_doctor.reports.records import FAILING, CaseResult, Finding, Report, Severity
+from ds_doctor.reports.records import FAILING, CaseResult, Finding, Outcome, Report, Severity
 
 DEFAULT_TOLERANCE_PCT = 10.0
 
@@ -43,16 +44,24 @@ def outcome_changes(base: Mapping[str, CaseResult], new: Mapping[str, CaseResult
             else:
                 changes.append(Change("case", case, None, result.outcome.value, False, "new case"))
         elif before.outcome != result.outcome:
-            regression = result.outcome in FAILING and before.outcome not in FAILING
-            recovered = before.outcome in FAILING and result.outcome not in FAILING
-            detail = "recovered" if recovered else result.reason or ""
-            changes.append(
-                Change("outcome", case, before.outcome.value, result.outcome.value, regression, detail)
-            )
+            changes.append(_outcome_change(case, before, result))
     for case, result in base.items():
         if case not in new:
             changes.append(Change("case", case, result.outcome.value, None, False, "not in the new run"))
     return changes
+
+
+def _outcome_change(case: str, before: CaseResult, after: CaseResult) -> Change:
+    """A case whose outcome changed: a regression where it now fails and did not (one the baseline never ran, as a
+    new case); a case the new run never got to (`not_run`: it stopped first) is neither a regression nor a recovery,
+    only said."""
+    if after.outcome == Outcome.NOT_RUN:
+        detail = "not run: the new run stopped before this case"
+        return Change("outcome", case, before.outcome.value, after.outcome.value, False, detail)
+    regression = after.outcome in FAILING and before.outcome not in FAILING
+    recovered = before.outcome in FAILING and after.outcome not in FAILING
+    detail = "recovered" if recovered else after.reason or ""
+    return Change("outcome", case, before.outcome.value, after.outcome.value, regression, detail)
 
 
 def _finding_keys(result: CaseResult) -> dict[tuple[str, Severity], Finding]:

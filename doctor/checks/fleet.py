@@ -227,6 +227,8 @@ def _notes(source: Source) -> tuple[str, ...]:
             f"a {len(source.report.nodes)}-node run ({hosts}): every node's cases in this one row (its "
             "node sections do not each name a host of their own)"
         )
+    if source.report.stopped is not None:  # its `not_run` cases are no failures of the node
+        notes.append(f"{source.source}: {source.report.stopped.headline}")
     if source.across:
         notes.append(
             f"one node of a {source.across}-node run: its cases across the nodes are in each node's row, "

@@ -14,7 +14,7 @@ from ds_doctor.files import CannotWrite, disk_failure, safe_component, write_ato
 from ds_doctor.redact import Anonymizer, scrub
 from ds_doctor.reports.html import render_html
 from ds_doctor.reports.markdown import render_markdown
-from ds_doctor.reports.records import SCHEMA_VERSION, CaseResult, Report, format_time, parse_time
+from ds_doctor.reports.records import SCHEMA_VERSION, CaseResult, Report, RunStop, format_time, parse_time
 
 
 def utc_now() -> dt.datetime:
@@ -55,6 +55,7 @@ def build_report(  # noqa: PLR0913
     anonymized: bool = False,
     nodes: tuple[Mapping[str, Any], ...] = (),
     stacks: tuple[Mapping[str, Any], ...] = (),
+    stopped: RunStop | None = None,
 ) -> Report:
     """The one place a report is built: every string is scrubbed here (and with `anonymized`, host and user
     names, IPs and GPU UUIDs replaced), before any renderer sees it."""
@@ -71,6 +72,7 @@ def build_report(  # noqa: PLR0913
         "results": [r.to_dict() for r in results],
         "nodes": [dict(node) for node in nodes],
         **({"stacks": [dict(stack) for stack in stacks]} if stacks else {}),
+        **({"stopped": stopped.to_dict()} if stopped else {}),
     }
     clean = scrub(raw)
     if anonymized:

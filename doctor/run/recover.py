@@ -4,10 +4,12 @@ A report file, a manifest and a run directory are user input too (attached to ti
 bounds of `ds_doctor.userinput`, and anything of the wrong shape is an `InputError`, one line.
 
 `ds-doctor run` writes the manifest (the plan, the environment) into its run directory before the
-first launch; the ranks append one fsynced rank line per finished case. From those alone a report
-is rebuilt: cases whose every rank finished are merged as in a live run; a case some rank never
-finished is an `error` marked as unfinished. A truncated line (a rank killed mid-write) is skipped
-with a warning; the rest is rendered.
+first launch; the ranks append one fsynced rank line per finished case, and the parent the lines of the cases a
+launch's timeout or crash took down. From those alone a report is rebuilt: cases whose every rank finished are
+merged as in a live run; a case some rank never finished is `not_run` (the run stopped before it: it says nothing
+of the stack), and the report says the run stopped (`Report.stopped`: the signal, where the run recorded one, and
+how many of its planned cases finished). A truncated line (a rank killed mid-write) is skipped with a warning; the
+rest is rendered.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ds_doctor.redact import scrub
-from ds_doctor.reports.records import CaseResult, Outcome, RankSummary, Report, parse_time
+from ds_doctor.reports.records import CaseResult, Outcome, RankSummary, Report, RunStop, parse_time
 from ds_doctor.run.build import anonymize, build_report
 from ds_doctor.run.merge import merge_case, skipped_case
 from ds_doctor.run.plan import node_checks
@@ -33,7 +35,7 @@ from ds_doctor.userinput import (
     short,
 )
 
-UNFINISHED = "did not finish: the run stopped before every rank reported this case (was ds-doctor killed?)"
+UNFINISHED = "not run: the run stopped before every rank of this case reported it"
 
 
 class InputError(UserInputError):
@@ -129,7 +131,7 @@ def unfinished_case(planned: PlannedCase, lines: Mapping[int, RankLine]) -> Case
         line = lines.get(rank)
         if line is None:
             ranks.append(
-                RankSummary(rank=rank, outcome=Outcome.ERROR.value, stage="unknown", reason=UNFINISHED)
+                RankSummary(rank=rank, outcome=Outcome.NOT_RUN.value, stage="unknown", reason=UNFINISHED)
             )
         else:
             ranks.append(
@@ -142,7 +144,7 @@ def unfinished_case(planned: PlannedCase, lines: Mapping[int, RankLine]) -> Case
         level=planned.level,
         world_size=planned.world_size,
         device_kind=planned.device_kind,
-        outcome=Outcome.ERROR,
+        outcome=Outcome.NOT_RUN,
         duration_s=0.0,
         reason=UNFINISHED,
         ranks=tuple(ranks),
@@ -176,9 +178,20 @@ def stack_results(
     return [dataclasses.replace(result, stack=stack) for result in results] if stack is not None else results
 
 
-def report_from_run_dir(path: Path, *, anonymized: bool = False) -> tuple[Report, list[str]]:
+def run_stop(results: list[CaseResult], planned: int, signal: str | None) -> RunStop | None:
+    """How far a run got: of the `planned` cases it was to run (every stack's), those that finished; None for a run
+    that finished every one and was stopped by no signal (`signal`: the one that stopped it, where it said)."""
+    not_run = sum(result.outcome == Outcome.NOT_RUN for result in results)
+    if signal is None and not not_run:
+        return None
+    return RunStop(signal, planned - not_run, planned)
+
+
+def report_from_run_dir(
+    path: Path, *, anonymized: bool = False, stopped_by: str | None = None
+) -> tuple[Report, list[str]]:
     """Rebuild the report of a run from its directory, the cases on each `--with` overlay included; returns the
-    report and the warnings."""
+    report and the warnings. `stopped_by`: the signal that stopped the run (else the one it recorded, if any)."""
     run_dir = RunDir(path)
     manifest = load_manifest(run_dir)
     warnings: list[str] = []
@@ -195,6 +208,11 @@ def report_from_run_dir(path: Path, *, anonymized: bool = False) -> tuple[Report
                 warnings,
                 stack["name"],
             )
+    stopped = run_stop(
+        results,
+        len(manifest.planned) * (1 + sum(s["name"] != "installed" for s in stacks)),
+        stopped_by or run_dir.read_stop(),
+    )
     results = node_checks(manifest.env, manifest.hardware, manifest.keyword) + results  # as `run` puts them
     report = build_report(
         started=parse_time(manifest.started_at),
@@ -207,6 +225,7 @@ def report_from_run_dir(path: Path, *, anonymized: bool = False) -> tuple[Report
         run_dir=path,
         anonymized=anonymized,
         stacks=stacks,
+        stopped=stopped,
     )
     return report, warnings
 

@@ -1,5 +1,6 @@
 """Reports rebuilt from disk: a run directory (a finished case, one some rank never finished, a skip, a truncated
-line) and report files of this schema and the one before; everything unreadable is an input error."""
+line, a case a timeout took down, the signal that stopped the run) and report files of this schema and the one
+before; everything unreadable is an input error."""
 
 from __future__ import annotations
 
@@ -8,9 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from ds_doctor.probe.rankoptions import DEFAULTS
 from ds_doctor.probe.registry import find_case
-from ds_doctor.reports.records import Outcome, validate
+from ds_doctor.reports.records import ExitCode, Outcome, Report, RunStop, validate
+from ds_doctor.run.groups import GroupRun
+from ds_doctor.run.launch import LaunchEvents
 from ds_doctor.run.pipeline import planned_case
+from ds_doctor.run.plan import LaunchGroup
 from ds_doctor.run.recover import UNFINISHED, InputError, load_report_file, report_from_run_dir
 from ds_doctor.rundir import Manifest, RankLine, RunDir
 from tests.reports.samples import a_report, case
@@ -44,7 +49,9 @@ def a_run_dir(tmp_path: Path) -> RunDir:
     return run
 
 
-def test_a_killed_run_is_rebuilt_with_its_unfinished_case_marked(tmp_path: Path) -> None:
+def test_a_killed_run_is_rebuilt_with_its_unfinished_case_not_run(tmp_path: Path) -> None:
+    """A doctor killed unawares (SIGKILL): the case some rank never finished is `not_run`, never an error, and the
+    report says the run did not finish, after how many of its cases; nothing failed, so nothing fails the exit code."""
     report, warnings = report_from_run_dir(a_run_dir(tmp_path).path)
     validate(report.to_dict())
     assert warnings == [
@@ -55,10 +62,94 @@ def test_a_killed_run_is_rebuilt_with_its_unfinished_case_marked(tmp_path: Path)
     assert list(results) == [DONE, HUNG, "zero_offload[z1-none-fp32-ws2]"]
     assert results[DONE].outcome == Outcome.PASS and results[DONE].measures == {"busbw_gbps": 1.5}
     hung = results[HUNG]
-    assert (hung.outcome, hung.reason, hung.notes) == (Outcome.ERROR, UNFINISHED, {"unfinished": True})
-    assert [(r.rank, r.outcome) for r in hung.ranks] == [(0, "pass"), (1, "error")]
+    assert (hung.outcome, hung.reason, hung.notes) == (Outcome.NOT_RUN, UNFINISHED, {"unfinished": True})
+    assert [(r.rank, r.outcome) for r in hung.ranks] == [(0, "pass"), (1, "not_run")]
     assert results["zero_offload[z1-none-fp32-ws2]"].reason == "needs 2 ranks"
     assert report.started_at == "2026-11-22T20:00:00Z" and report.run_dir == str(tmp_path / "run-node1")
+    assert report.stopped == RunStop(None, finished=1, planned=2)
+    assert report.stopped.headline == (
+        "Did not finish (the run ended without writing its report) after 1 of 2 cases: 1 not run"
+    )
+    assert report.to_dict()["stopped"] == {"signal": None, "finished": 1, "planned": 2}
+    assert report.summary["not_run"] == 1 and report.summary["error"] == 0
+    assert report.exit_code == ExitCode.OK
+    assert load_report_json(report.to_json(), tmp_path).stopped == report.stopped  # round trip
+
+
+def load_report_json(text: str, tmp_path: Path) -> Report:
+    path = tmp_path / "again.json"
+    path.write_text(text)
+    return load_report_file(path)
+
+
+def test_a_run_stopped_by_a_signal_names_it_and_a_later_rebuild_reads_it_back(tmp_path: Path) -> None:
+    run = a_run_dir(tmp_path)
+    report, _ = report_from_run_dir(run.path, stopped_by="SIGTERM")
+    assert report.stopped == RunStop("SIGTERM", 1, 2)
+    assert report.stopped.headline == "Stopped by SIGTERM after 1 of 2 cases: 1 not run"
+    run.write_stop("SIGHUP")  # what the stopped run records in its directory
+    assert report_from_run_dir(run.path)[0].stopped == RunStop("SIGHUP", 1, 2)
+    (run.path / RunDir.STOPPED).write_text('{"signal": "rm -rf /"}')  # a run directory is data
+    assert report_from_run_dir(run.path)[0].stopped == RunStop(None, 1, 2)
+
+
+def test_a_run_that_finished_every_case_is_rebuilt_without_a_stop(tmp_path: Path) -> None:
+    run = a_run_dir(tmp_path)
+    launch = run.launch("ws2", "cpu", 0)
+    with launch.rank_lines(1).open("a") as handle:
+        handle.write("\n" + RankLine(HUNG, 1, 2, Outcome.PASS).to_json() + "\n")
+    report, _ = report_from_run_dir(run.path)
+    assert report.stopped is None and "stopped" not in report.to_dict()
+    assert {r.outcome for r in report.results if r.case in (DONE, HUNG)} == {Outcome.PASS}
+    # stopped by a signal after its last case finished (writing its report): said, with nothing not run
+    assert report_from_run_dir(run.path, stopped_by="SIGINT")[0].stopped == RunStop("SIGINT", 2, 2)
+
+
+def test_a_case_a_timeout_took_down_is_rebuilt_as_it_was_never_as_not_run(tmp_path: Path) -> None:
+    """The parent's lines for the cases a launch's ending took down go into the run directory with the ranks' own: a
+    run stopped later (or killed) still reports its timeout as a timeout."""
+    run = a_run_dir(tmp_path)
+    hung = find_case(HUNG)
+    group = LaunchGroup(2, "cpu", "gloo", (find_case(DONE), hung))
+    blamed = [
+        RankLine(HUNG, 0, 2, Outcome.PASS),
+        RankLine(HUNG, 1, 2, Outcome.TIMEOUT, "timed out after 6 s"),
+    ]
+
+    class Ended:
+        """A launch that has ended, its second case taken down by a timeout."""
+
+        dir = run.launch("ws2", "cpu", 0)
+
+        def poll(self) -> bool:
+            return False
+
+        def complete(self, case_id: str) -> bool:
+            return case_id == DONE
+
+        def lines_of(self, case: object) -> list[RankLine]:
+            return [RankLine(DONE, r, 2, Outcome.PASS) for r in (0, 1)]
+
+        def blame(self) -> dict[str, list[RankLine]]:
+            return {HUNG: blamed}
+
+    heard: list[str] = []
+    group_run = GroupRun(
+        group,
+        run,
+        timeout_override=None,
+        events=LaunchEvents(stage=lambda *_: None, case_done=lambda case, _: heard.append(case.id)),
+        cluster=None,
+        options=DEFAULTS,
+    )
+    group_run.launch = Ended()  # type: ignore[assignment]
+    group_run.poll()
+    assert group_run.done and heard == [HUNG]
+    assert (run.launch("ws2", "cpu", 0).path / "blamed.jsonl").is_file()
+    report, _ = report_from_run_dir(run.path, stopped_by="SIGTERM")
+    results = {r.case: r for r in report.results}
+    assert results[HUNG].outcome == Outcome.TIMEOUT and results[HUNG].reason == "timed out after 6 s"
+    assert report.stopped == RunStop("SIGTERM", 2, 2)
 
 
 def test_the_cases_on_an_overlay_are_rebuilt_on_its_versions_and_named_by_it(tmp_path: Path) -> None:
@@ -89,9 +180,11 @@ def test_the_cases_on_an_overlay_are_rebuilt_on_its_versions_and_named_by_it(tmp
     ]
     assert (results[(DONE, None)].outcome, results[(DONE, hostile)].outcome) == (Outcome.PASS, Outcome.FAIL)
     assert (
-        results[(HUNG, hostile)].reason == UNFINISHED and results[(HUNG, hostile)].ranks[0].outcome == "error"
+        results[(HUNG, hostile)].reason == UNFINISHED
+        and results[(HUNG, hostile)].ranks[0].outcome == "not_run"
     )
     assert results[("zero_offload[z1-none-fp32-ws2]", hostile)].outcome == Outcome.SKIP
+    assert report.stopped == RunStop(None, finished=2, planned=4)  # each stack's cases
 
 
 @pytest.mark.parametrize(
