@@ -27,8 +27,7 @@ import contextlib
 import functools
 import os
 import re
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 MASK = "<redacted>"
@@ -542,27 +541,87 @@ _GPU_UUID = re.compile(
 )
 
 
+#: Path parts that name no one: never masked as a user name, whatever HOME or the login is called (HOME=/home made
+#: every `/home/` of a report a user's name; a login `root` or `home` identifies no one)
+GENERIC_PATH_PARTS = frozenset(
+    {
+        "home",
+        "homes",
+        "root",
+        "Users",
+        "users",
+        "user",
+        "usr",
+        "var",
+        "srv",
+        "opt",
+        "mnt",
+        "media",
+        "tmp",
+        "data",
+        "scratch",
+        "work",
+        "workspace",
+        "export",
+        "nfs",
+        "net",
+        "local",
+        "shared",
+    }
+)
+
+
+def _passwd_name(uid: int) -> str | None:
+    """The login the password database gives `uid`, None where it has none (a container's uid without an entry)."""
+    try:
+        import pwd
+
+        return pwd.getpwuid(uid).pw_name
+    except (ImportError, KeyError):
+        return None
+
+
+def login_names(environ: Mapping[str, str], home: str) -> list[str]:
+    """Who runs ds-doctor, from what names a login: the environment's USER and LOGNAME, `getpass.getuser()`, the
+    password database's entry for this uid, and the owner of HOME. Never HOME's last part: that is a path's
+    (HOME=/home, /srv/home)."""
+    import getpass
+
+    names = [environ.get("USER", ""), environ.get("LOGNAME", "")]
+    with contextlib.suppress(Exception):  # no variable and no entry: OSError (3.13), KeyError before
+        names.append(getpass.getuser())
+    owners = [os.getuid()]
+    with contextlib.suppress(OSError):
+        owners.append(os.stat(home).st_uid)
+    return [*names, *(name for uid in owners if (name := _passwd_name(uid)))]
+
+
 class Anonymizer:
     """`--anonymize`: host names, user names, IP addresses and GPU UUIDs become stable placeholders
     (`host-1`, `user-1`, `ip-1`, `gpu-uuid-1`), the same value the same placeholder throughout a report.
     Loopback addresses stay: they identify nothing. User names are replaced as path segments and as
-    whole values; host names wherever they stand as a word."""
+    whole values; host names wherever they stand as a word. A home folder (`homes`, HOME) is replaced where a path
+    starts with it, its last part as a user name (`/home/alice/t` -> `/home/user-1/t`). A generic path part
+    (`GENERIC_PATH_PARTS`: home, root, Users, ...) is never a name."""
 
-    def __init__(self, hosts: list[str], users: list[str]) -> None:
+    def __init__(self, hosts: list[str], users: list[str], homes: Iterable[str] = ()) -> None:
         self.hosts = sorted({h for h in hosts if h}, key=len, reverse=True)
-        self.users = sorted({u for u in users if u}, key=len, reverse=True)
+        self.users = sorted({u for u in users if u and u not in GENERIC_PATH_PARTS}, key=len, reverse=True)
+        folders = {h.rstrip("/") for h in homes}
+        self.homes = sorted(
+            (f for f in folders if f.startswith("/") and f.rsplit("/", 1)[1] not in GENERIC_PATH_PARTS),
+            key=len,
+            reverse=True,
+        )
         self.seen: dict[tuple[str, str], str] = {}
 
     @classmethod
     def for_this_machine(cls, extra_hosts: list[str] = ()) -> Anonymizer:  # type: ignore[assignment]
-        import getpass
         import socket
 
         hosts = [socket.gethostname(), socket.getfqdn(), socket.gethostname().split(".")[0], *extra_hosts]
-        users = [os.environ.get("USER", ""), os.environ.get("LOGNAME", ""), Path.home().name]
-        with contextlib.suppress(Exception):
-            users.append(getpass.getuser())
-        return cls(hosts, users)
+        home = os.path.expanduser("~")
+        return cls(hosts, login_names(os.environ, home), homes=[home])
 
     def _token(self, kind: str, value: str) -> str:
         key = (kind, value)
@@ -573,6 +632,10 @@ class Anonymizer:
     def _replace(self, kind: str, value: str, _match: re.Match[str]) -> str:
         """`re.sub`'s replacement for a value known beforehand (a host or user name)."""
         return self._token(kind, value)
+
+    def _replace_home(self, parent: str, name: str, _match: re.Match[str]) -> str:
+        """`re.sub`'s replacement for a home folder: its parent kept, its last part a user's placeholder."""
+        return f"{parent}/{self._token('user', name)}"
 
     def text(self, text: str) -> str:
         text = _GPU_UUID.sub(lambda m: self._token("gpu-uuid", m.group(0)), text)
@@ -586,6 +649,13 @@ class Anonymizer:
             text = re.sub(
                 rf"(?<![A-Za-z0-9_.]){re.escape(host)}(?![A-Za-z0-9_])",
                 functools.partial(self._replace, "host", host),
+                text,
+            )
+        for home in self.homes:
+            parent, name = home.rsplit("/", 1)
+            text = re.sub(
+                rf"(?<![\w.\-]){re.escape(home)}(?=/|$|\s|[\"'])",
+                functools.partial(self._replace_home, parent, name),
                 text,
             )
         for user in self.users:

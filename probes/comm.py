@@ -7,6 +7,7 @@ GPUs, gloo on CPU.
 Per size: one checked run on fresh data, a few warm-up runs, then timed runs whose mean time is
 averaged over the ranks (as nccl-tests does), then a second checked run on fresh data. A wrong
 element on any rank is an error finding: the case fails with the size, rank and first bad index.
+At one rank nothing moves between ranks: each size is checked twice, untimed, and the case shows no bandwidth.
 """
 
 from __future__ import annotations
@@ -60,15 +61,15 @@ def run(ctx: ProbeContext, after_run: AfterRun | None = None) -> None:
     case: CommCase = ctx.params
     collective, dtype, width = case.collective, case.dtype, collectives.element_size(case.dtype)
     device = torch.device(ctx.device)
+    # the bandwidth is the link's, measured in fp32 (bf16 is the reduction kernels'); one rank has no link
+    timed = dtype == "float32" and ctx.world_size > 1
     algbw = busbw = 0.0
     for size in SIZES[ctx.device_kind]:
         numel = max(ctx.world_size, size // width // ctx.world_size * ctx.world_size)
         nbytes = numel * width
         ctx.enter(f"{collective} {nbytes} B: check")
-        _check(ctx, case, numel, device, after_run, when="before timing" if dtype == "float32" else "first")
-        if (
-            dtype != "float32"
-        ):  # the bandwidth is the link's, measured in fp32; bf16 is the reduction kernels'
+        _check(ctx, case, numel, device, after_run, when="before timing" if timed else "first")
+        if not timed:
             ctx.enter(f"{collective} {nbytes} B: check again")
             _check(ctx, case, numel, device, after_run, when="again")
             continue
@@ -76,6 +77,10 @@ def run(ctx: ProbeContext, after_run: AfterRun | None = None) -> None:
     ctx.note("backend", ctx.backend)
     ctx.note("dtype", dtype)
     if dtype != "float32":
+        return
+    if not timed:  # shown as a dash with the reason (`MEASURES`), never as 0 or a copy within one process
+        ctx.measure("algbw_gbps", None)
+        ctx.measure("busbw_gbps", None)
         return
     ctx.note("bus_factor", collectives.bus_factor(collective, ctx.world_size))
     # The headline numbers are the largest size's, where the link, not the latency, sets the time.

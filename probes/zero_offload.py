@@ -14,7 +14,13 @@ from collections.abc import Callable
 from typing import Any
 
 from ds_doctor.plugins import ProbeContext, ProbeSpec, RankOptions, Requirement, Variant
-from ds_doctor.plugins.checks import ZeroPromise, buffer_placement, ties_kept, zero_invariants
+from ds_doctor.plugins.checks import (
+    ZeroPromise,
+    buffer_placement,
+    grad_accum_dtype,
+    ties_kept,
+    zero_invariants,
+)
 from ds_doctor.plugins.collect import observe_unscale_and_clip
 from ds_doctor.plugins.usersetup import UserConfig, change_findings, fill, route_optimizer, trainer_optimizer
 from ds_doctor.probes.shared.common import build_deepspeed_ops
@@ -123,6 +129,8 @@ def run(ctx: ProbeContext) -> None:
             ctx, engine, calls[0], float(config.get("gradient_clipping") or 0), require_clip=not user
         )
         ctx.check(zero_invariants(ctx.records, promise))
+        if user:  # advice on the user's config; the family's own leave grad_accum_dtype unset on purpose, as most do
+            ctx.check(grad_accum_dtype(promise))
         ctx.check(buffer_placement(ctx.records, ctx.device, "after_init"))
         ctx.check(ties_kept(ctx.records, "before_init", "after_step"))
     finally:

@@ -3,12 +3,13 @@
 `ThreadStack` is one thread's Python stack, innermost frame first, with torch's internals folded into one
 marker frame; `CollectivePosition` is where the rank stood in one process group's collectives (from torch's
 Flight Recorder, or ds-doctor's thin record where the recorder is not there); `StageTime` is one stage of a case
-on one rank, for the straggler check.
+on one rank, for the straggler check, with its `StageKind`: whose time it was.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -72,15 +73,33 @@ class CollectivePosition:
         return f"in {self.op} #{self.seq} of {self.group} ({self.sizes}; {self.state})"
 
 
+class StageKind(str, enum.Enum):
+    """Whose time a stage of a rank was. Only a case's own stages can hold a straggler (`ds_doctor.checks.hang`):
+    the others are ds-doctor's scaffolding, where ranks wait on one another by design (one builds or loads
+    DeepSpeed's ops under a file lock while the others wait for it)."""
+
+    CASE = "case"  # the case's own work, from its start ("start", then each stage its probe enters)
+    SETUP = "setup"  # its probe's one-off setup before the rank's first case of it: "setup", "load <Builder>", ...
+
+
 @dataclasses.dataclass(frozen=True)
 class StageTime:
     stage: str
-    start_s: float  # since the case started on this rank
+    start_s: float  # since the case started on this rank (a setup's stages, before it, are negative)
     duration_s: float
+    kind: StageKind = StageKind.CASE
+    # when it started, in seconds since the epoch on the rank's clock: ranks start a case at different times (one
+    # loaded DeepSpeed's ops longer), so when each left a stage is compared on it; None in a report from before
+    at: float | None = None
 
     @property
     def end_s(self) -> float:
         return self.start_s + self.duration_s
+
+    @property
+    def left_at(self) -> float | None:
+        """When the rank left the stage, on its clock (None where the report has no `at`)."""
+        return None if self.at is None else self.at + self.duration_s
 
 
 def _items(data: Iterable[Any] | None) -> list[Any]:
@@ -99,7 +118,13 @@ def positions_from(data: Iterable[Any] | None) -> tuple[CollectivePosition, ...]
 
 
 def stages_from(data: Iterable[Any] | None) -> tuple[StageTime, ...]:
-    return tuple(i if isinstance(i, StageTime) else StageTime(**i) for i in _items(data))
+    """A report from before the kinds holds the case's stages only: each is the case's."""
+    return tuple(
+        i
+        if isinstance(i, StageTime)
+        else StageTime(**{**i, "kind": StageKind(i.get("kind", StageKind.CASE))})
+        for i in _items(data)
+    )
 
 
 def format_stacks(stacks: Iterable[ThreadStack]) -> str:

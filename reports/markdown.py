@@ -210,20 +210,35 @@ def _issue_cell(result: CaseResult) -> str:
     return f"{issue.id}: {issue.verdict.value}"
 
 
+def render_stopped(report: Report) -> list[str]:
+    """A run that stopped before its last case says so before anything else (`RunStop.headline`)."""
+    if report.stopped is None:
+        return []
+    return [
+        f"**{md_text(report.stopped.headline)}.** The cases that finished are reported as usual; a case `not run` "
+        "says nothing of this stack.",
+        "",
+    ]
+
+
 def render_verdict(report: Report) -> list[str]:
-    """The first thing a maintainer reads: does anything need a look, and does a known issue concern this stack."""
+    """The first thing a maintainer reads: does anything need a look, and does a known issue concern this stack (of a
+    stopped run: of the cases that finished)."""
     failing = [r for r in report.results if r.outcome in FAILING]
     affected = [md_code(i["id"]) for i in report.affecting_issues]
     traps = report.library_trap_counts[0]
+    of = f" of the {report.stopped.finished} case(s) that finished" if report.stopped is not None else ""
     if failing:
         kinds = ", ".join(
             f"{sum(r.outcome == o for r in failing)} {o.value}"
             for o in sorted(FAILING, key=str)
             if any(r.outcome == o for r in failing)
         )
-        verdict = f"**Verdict: {len(failing)} case(s) need a look** ({kinds}), under Cases that need a look"
+        verdict = (
+            f"**Verdict{of}: {len(failing)} case(s) need a look** ({kinds}), under Cases that need a look"
+        )
     else:
-        verdict = "**Verdict: nothing failed**"
+        verdict = f"**Verdict{of}: nothing failed**"
     verdict += (
         f"; this stack is affected by {len(affected)} known issue(s): {', '.join(affected)}"
         if affected
@@ -241,7 +256,7 @@ def render_summary(report: Report) -> list[str]:
     lines = [
         "## Summary",
         "",
-        " · ".join(f"**{md_text(k)}** {v}" for k, v in counts.items()) or "no cases ran",
+        " · ".join(f"**{md_text(Outcome(k).label)}** {v}" for k, v in counts.items()) or "no cases ran",
         "",
     ]
     if report.results:
@@ -252,7 +267,7 @@ def render_summary(report: Report) -> list[str]:
                 [
                     md_code(r.label),
                     *([report.where(r)] if report.nodes else []),
-                    r.outcome.value,
+                    r.outcome.label,
                     r.world_size,
                     r.device_kind + (" (shared GPU)" if r.shared_gpu else ""),
                     f"{r.duration_s:.1f} s",
@@ -333,7 +348,7 @@ def render_stacks(report: Report) -> list[str]:
     rows = [
         [
             md_code(case + (f"@node{node}" if node is not None else "")),
-            *[results[stack].outcome.value if stack in results else "-" for stack in columns.values()],
+            *[results[stack].outcome.label if stack in results else "-" for stack in columns.values()],
         ]
         for (case, node), results in by_case(report).items()
         if len(results) > 1 or None not in results
@@ -703,6 +718,12 @@ def _measure_cell(result: CaseResult, name: str) -> str:
     return "" if value is None else f"{value:.4g}"
 
 
+def _row_cell(result: CaseResult, row: dict[str, float], name: str) -> object:
+    """A cell of a case's rows: a dash where the measure means nothing at its world size (a report from before
+    one-rank collectives were untimed holds such rows)."""
+    return row.get(name, "") if MEASURES[name].applies(result.world_size) else "—"
+
+
 def render_measurements(report: Report) -> list[str]:
     """The cases' measures, one table per set of measures (collectives, matmuls, ...), then the rows a case
     measured (per message size, as nccl-tests prints them)."""
@@ -725,9 +746,13 @@ def render_measurements(report: Report) -> list[str]:
     series = [r for r in report.results if r.series]
     if series:
         columns = [name for name in MEASURES if any(name in row for r in series for row in r.series)]
-        rows = [[md_code(r.label), *[row.get(n, "") for n in columns]] for r in series for row in r.series]
+        rows = [
+            [md_code(r.label), *[_row_cell(r, row, n) for n in columns]] for r in series for row in r.series
+        ]
+        # pairs of nodes: the fabric's rows, only across nodes
+        per = "Per size, and per pair of nodes" if "node_a" in columns else "Per size"
         lines += [
-            "Per size, and per pair of nodes (busbw = algbw × nccl-tests' factor; time averaged over the ranks):",
+            f"{per} (busbw = algbw × nccl-tests' factor; time averaged over the ranks):",
             "",
             *_table(["case", *[_measure_header(n) for n in columns]], rows),
             "",
@@ -752,6 +777,7 @@ def render_markdown(report: Report, *, full_report: str | None = None, limit: in
     head = [
         f"# ds-doctor report — {md_text(report.hardware.host)}",
         "",
+        *render_stopped(report),
         f"ds-doctor {md_text(report.tool['version'])} · level {report.level} · {md_text(report.started_at)} → "
         f"{md_text(report.finished_at)}",
         "",

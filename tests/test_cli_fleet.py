@@ -14,6 +14,7 @@ import pytest
 
 from ds_doctor.cli import main
 from ds_doctor.cli_fleet import MAX_DEPTH
+from tests.bounds import GENEROUS_S
 from tests.reports.fleet_samples import COMM, SICK, node, write_nightly
 from tests.reports.samples import NOW
 
@@ -143,7 +144,7 @@ def test_hostile_files_are_one_line_each_and_the_fleet_goes_on(capsys, state: Pa
     expected = make_hostile(state / "junk")
     started = time.monotonic()
     code, out, err = run_cli(capsys, "fleet", state, "--json")
-    assert time.monotonic() - started < 60
+    assert time.monotonic() - started < GENEROUS_S  # a FIFO opened, /dev/zero or a 65 MiB file read: forever
     data = json.loads(out)
     assert code == 0 and len(data["nodes"]) == 3
     reasons = {Path(u["source"]).name: u["reason"] for u in data["unreadable"]}

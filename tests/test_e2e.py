@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from ds_doctor.reports.records import validate
+from tests.bounds import GENEROUS_RUN_S, GENEROUS_S
 from tests.conftest import requires_accelerate, requires_deepspeed
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,8 +100,8 @@ def test_zero_offload_level3_every_cpu_case_passes(level3: Run) -> None:
         "at_clip",
         "after_step",
     }
-    # a warning per rank
-    assert [f["invariant"] for f in s2["findings"]] == ["grad_accum_dtype", "grad_accum_dtype"]
+    # no advice on ds-doctor's own config, which leaves grad_accum_dtype unset as most users do (issue 45)
+    assert s2["findings"] == []
 
 
 def leftover_processes(marker: str) -> list[str]:
@@ -116,7 +117,6 @@ def leftover_processes(marker: str) -> list[str]:
 
 
 def test_hang_and_crash_are_attributed_and_the_rest_still_runs(tmp_path: Path) -> None:
-    started = time.monotonic()
     proc = ds_doctor(
         "run",
         "--level",
@@ -126,9 +126,8 @@ def test_hang_and_crash_are_attributed_and_the_rest_still_runs(tmp_path: Path) -
         "--out",
         str(tmp_path),
         extra_env={"DS_DOCTOR_EXTRA_PROBES": "tests.resources.fault_probes"},
-        timeout=300,
+        timeout=GENEROUS_RUN_S,  # a hang never cut short: for ever
     )
-    elapsed = time.monotonic() - started
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert leftover_processes(str(tmp_path)) == []  # the whole tree, ranks in their own sessions included
     results = {r["case"]: r for r in read_report(tmp_path)["results"]}
@@ -153,10 +152,12 @@ def test_hang_and_crash_are_attributed_and_the_rest_still_runs(tmp_path: Path) -
     )
     case_started = json.loads((attempts[hung_at] / "heartbeat-rank1.json").read_text())["case_started"]
     relaunched = (attempts[hung_at + 1] / "command.txt").stat().st_mtime
-    took = hang["notes"]["forensics"]["took_s"]  # the evidence taken before the kill, bounded at 10 s
-    assert took <= 10
+    # the evidence taken before the kill is bounded at 10 s, and the hang cut short 5 s after its timeout, on an idle
+    # machine (a loaded one took 20.8 s more): a bound never applied waits for ever (the probe sleeps an hour)
+    took = hang["notes"]["forensics"]["took_s"]
+    assert took <= GENEROUS_S
     overran = relaunched - case_started - 6
-    assert overran <= 5 + took, f"overran its timeout by {overran:.1f} s, {took:.1f} s of it the evidence"
+    assert overran <= GENEROUS_S, f"overran its timeout by {overran:.1f} s, {took:.1f} s of it the evidence"
 
     killed = results["faults[sigkill-ws2]"]
     assert killed["outcome"] == "error"
@@ -185,7 +186,6 @@ def test_hang_and_crash_are_attributed_and_the_rest_still_runs(tmp_path: Path) -
     oom = results["faults[oom-ws2]"]
     assert oom["outcome"] == "error" and "DefaultCPUAllocator: can't allocate memory" in oom["reason"]
     assert "rank 1 asks for 4 EiB" in {r["rank"]: r for r in oom["ranks"]}[1]["stderr_tail"]
-    assert elapsed < 180, f"the run took {elapsed:.0f} s"
 
 
 @requires_deepspeed
@@ -534,8 +534,8 @@ def test_a_killed_doctor_leaves_a_run_dir_that_report_renders(tmp_path: Path) ->
         raise AssertionError(f"the hang case never started: {list(beat)}")
     doctor_proc.send_signal(signal.SIGKILL)
     doctor_proc.wait(timeout=30)
-    # torchrun gets SIGTERM from the kernel (PDEATHSIG) and takes its ranks along
-    deadline = time.monotonic() + 15
+    # torchrun gets SIGTERM from the kernel (PDEATHSIG) and takes its ranks along; left behind, they stay for ever
+    deadline = time.monotonic() + GENEROUS_S
     while leftover_processes(str(out)) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert leftover_processes(str(out)) == []
@@ -545,7 +545,7 @@ def test_a_killed_doctor_leaves_a_run_dir_that_report_renders(tmp_path: Path) ->
     with (run_dir / "ws2-cpu-0" / "rank0.jsonl").open("a") as handle:  # a rank killed in the middle of a line
         handle.write('{"case": "faults[hang-ws2]", "rank": 0, "outc')
     proc = ds_doctor("report", str(run_dir), "--json")
-    assert proc.returncode == 1, proc.stderr
+    assert proc.returncode == 0, proc.stderr  # a case never run fails nothing
     # after ok and hang
     assert "rank0.jsonl: line 3 is truncated or not a result line; skipped" in proc.stderr
     data = json.loads(proc.stdout)
@@ -554,13 +554,112 @@ def test_a_killed_doctor_leaves_a_run_dir_that_report_renders(tmp_path: Path) ->
     assert list(results) == ["faults[ok-ws2]", "faults[hang-ws2]", "faults[ok-after-ws2]"]
     assert results["faults[ok-ws2]"]["outcome"] == "pass"
     for case in ("faults[hang-ws2]", "faults[ok-after-ws2]"):
-        assert results[case]["outcome"] == "error" and results[case]["reason"].startswith("did not finish")
+        assert results[case]["outcome"] == "not_run" and results[case]["reason"].startswith("not run")
         assert results[case]["notes"] == {"unfinished": True}
+    # killed unawares: no signal to name, and said so
+    assert data["stopped"] == {"signal": None, "finished": 1, "planned": 3}
     written = sorted(p.name for p in out.glob("ds-doctor-*"))
     # JSON, Markdown and HTML, beside the run
     assert len(written) == 3 and all("-report." in name for name in written)
     markdown = next(out.glob("ds-doctor-*.md")).read_text()
-    assert "did not finish" in markdown and "faults[hang-ws2]" in markdown
+    assert markdown.splitlines()[2].startswith(
+        "**Did not finish (the run ended without writing its report) after 1 of 3 cases: 2 not run.**"
+    )
+    assert "| `faults[hang-ws2]` | not run |" in markdown and "need a look" not in markdown
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP"])
+def test_a_run_stopped_by_a_signal_says_so_everywhere_and_its_logs_keep_no_secret(
+    tmp_path: Path, signame: str
+) -> None:
+    """SIGTERM (`timeout`, a CI job's limit) or SIGHUP (the terminal closed) while the second of three cases runs:
+    the shell's exit code, one closing line on stderr, and the report of what finished, which says first that the run
+    was stopped, by what, after how many of its cases; the cases it never finished are `not run`, none an error. The
+    token a case printed to its rank's log is masked there, as at the end of a run that finished (issue 45)."""
+    import signal
+
+    from tests.resources import secret_probes as leaky
+    from tests.resources.stop_probes import WAITING
+
+    token, secret = leaky.SECRETS["hf_1"]
+    out = tmp_path / "out"
+    doctor_proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "ds_doctor.cli", "run", "--level", "3", "-k", "stops", "--out", str(out)),
+            *("--junit", str(tmp_path / "junit.xml"), "--prometheus", str(tmp_path / "ds.prom")),
+        ],
+        env={
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "DS_DOCTOR_EXTRA_PROBES": "tests.resources.stop_probes",
+            "HF_TOKEN": token,
+        },
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and doctor_proc.poll() is None:
+            beats = list(out.glob("run-*/ws1-cpu-0/heartbeat-rank0.json"))
+            if beats and WAITING in beats[0].read_text(errors="ignore"):
+                break  # the first case has finished, the second is under way
+            time.sleep(0.2)
+        else:
+            raise AssertionError(f"the second case never started: {doctor_proc.poll()}")
+        doctor_proc.send_signal(getattr(signal, signame))
+        stdout, stderr = doctor_proc.communicate(timeout=120)
+    finally:
+        if doctor_proc.poll() is None:
+            doctor_proc.kill()
+    assert doctor_proc.returncode == 128 + getattr(signal, signame), stderr[-3000:]
+
+    (report_file,) = out.glob("ds-doctor-*-interrupted.json")
+    data = json.loads(report_file.read_text())
+    validate(data)
+    assert data["stopped"] == {"signal": signame, "finished": 1, "planned": 3}
+    outcomes = {r["case"]: r["outcome"] for r in data["results"] if r["probe"] == "stops"}
+    assert outcomes == {
+        "stops[first-ws1]": "pass",
+        "stops[second-ws1]": "not_run",
+        "stops[third-ws1]": "not_run",
+    }
+    assert "error" not in {r["outcome"] for r in data["results"]} and data["summary"]["not_run"] == 2
+
+    markdown = report_file.with_suffix(".md").read_text()
+    headline = f"Stopped by {signame} after 1 of 3 cases: 2 not run"
+    assert headline in "\n".join(markdown.splitlines()[:3]), markdown[:500]
+    assert "need a look" not in markdown
+    assert f'<div class="verdict stopped"><strong>{headline}.' in report_file.with_suffix(".html").read_text()
+
+    # JUnit skips the cases not run, with a message; Prometheus labels them and says the run stopped
+    junit = (tmp_path / "junit.xml").read_text()
+    skipped = (
+        f'<skipped message="not run: the run stopped before every rank of this case reported it ({headline})"'
+    )
+    assert skipped in junit
+    assert 'failures="0" errors="0" skipped="2"' in junit
+    metrics = (tmp_path / "ds.prom").read_text()
+    assert 'outcome="not_run"' in metrics and 'ds_doctor_run_stopped{host="' in metrics
+
+    # the console closes with one line on stderr (no "aborted" after it)
+    assert "aborted" not in stdout
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith(f"ds-doctor: stopped by {signame} after 1 of 3 cases: 2 not run; its report: "), (
+        stderr
+    )
+    assert last.endswith("-interrupted.md (JSON and HTML beside it)") and "aborted" not in stderr
+
+    run_dir = next(out.glob("run-*"))
+    logs = {p: p.read_text(errors="ignore") for p in run_dir.rglob("*.log")}
+    assert any("logging in to the hub with token" in text for text in logs.values()), logs
+    assert [p for p, text in logs.items() if secret in text] == []  # scrubbed although the launch never ended
+    assert json.loads((run_dir / "stopped.json").read_text()) == {"signal": signame}
+    deadline = time.monotonic() + GENEROUS_S  # the kernel's PDEATHSIG takes the ranks along (else: for ever)
+    while leftover_processes(str(out)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert leftover_processes(str(out)) == []
 
 
 def test_thirty_planted_secrets_never_reach_any_output(tmp_path: Path) -> None:
@@ -615,8 +714,7 @@ def test_thirty_planted_secrets_never_reach_any_output(tmp_path: Path) -> None:
 
 
 def test_anonymize_replaces_host_user_ip(tmp_path: Path) -> None:
-    import getpass
-
+    # a login of its own: as root (CI) the login names no one and stays (issue 45)
     proc = ds_doctor(
         "run",
         "--level",
@@ -627,7 +725,9 @@ def test_anonymize_replaces_host_user_ip(tmp_path: Path) -> None:
         "--json",
         extra_env={
             "NCCL_COMM_ID": "10.20.30.40:29500",
-            "TORCH_HOME": f"/home/{getpass.getuser()}/t",
+            "USER": "dsdr-alice",
+            "LOGNAME": "dsdr-alice",
+            "TORCH_HOME": "/home/dsdr-alice/t",
             "MASTER_ADDR": "127.0.0.1",
         },
     )

@@ -38,6 +38,7 @@ from ds_doctor.userinput import (
     short,
     size_text,
 )
+from tests.bounds import GENEROUS_S
 
 ROOT = Path(__file__).resolve().parents[1]
 HOSTILE = ROOT / "tests" / "resources" / "hostile"
@@ -87,7 +88,7 @@ def test_a_fifo_nobody_writes_is_one_line_within_its_bound(
     assert main(["triage", str(fifo)]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "nothing wrote to within 0.5 s" in err, err
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < GENEROUS_S  # a FIFO nobody writes: forever
 
 
 def test_a_fifo_whose_writer_comes_late_is_waited_for(
@@ -132,7 +133,10 @@ def test_dev_zero_stops_at_the_cap() -> None:
     start = time.monotonic()
     with pytest.raises(UserInputError) as caught:
         read_log("/dev/zero")
-    assert "more than 128 MiB (an endless stream?)" in one_line(caught) and time.monotonic() - start < 20
+    # an endless stream read to its end: forever
+    assert (
+        "more than 128 MiB (an endless stream?)" in one_line(caught) and time.monotonic() - start < GENEROUS_S
+    )
 
 
 def test_what_is_not_a_file_is_one_line_each(tmp_path: Path) -> None:
@@ -220,7 +224,10 @@ def test_a_decompression_bomb_stops_at_the_cap_in_bounded_memory(tmp_path: Path,
     finally:
         tracemalloc.stop()
     assert f"more than 128 MiB of {kind} data decompressed" in one_line(caught)
-    assert peak < 120 * 2**20 and time.monotonic() - start < 30  # the last 32 MiB kept, twice at most
+    assert peak < 120 * 2**20  # the last 32 MiB kept, twice at most
+    assert (
+        time.monotonic() - start < GENEROUS_S
+    )  # the cap never applied: a GiB decompressed, or all of a bomb
 
 
 def test_a_truncated_gzip_is_one_line(tmp_path: Path) -> None:
@@ -279,7 +286,8 @@ def test_a_yaml_alias_bomb_is_refused() -> None:
     with pytest.raises(UserInputError) as caught:
         parse_yaml(text, "bomb.yaml")
     assert (
-        "its aliases expand to more than 100,000 nodes" in one_line(caught) and time.monotonic() - start < 5
+        "its aliases expand to more than 100,000 nodes" in one_line(caught)
+        and time.monotonic() - start < GENEROUS_S  # expanded: 2**30 nodes and more
     )
     # a few aliases are fine
     assert parse_yaml("a: &x [1, 2]\nb: *x\n", "ok.yaml") == {"a": [1, 2], "b": [1, 2]}
@@ -324,7 +332,7 @@ def test_a_value_in_a_message_is_short_whatever_it_is() -> None:
         and len(short("x" * 10**6)) <= 60
         and short(10**5000).startswith("an integer")
     )
-    assert time.monotonic() - start < 1
+    assert time.monotonic() - start < GENEROUS_S  # 2**40 leaves walked: forever
 
 
 # ---- reports and run directories (doctor/run/recover.py) -------------------------------------------------------

@@ -4,7 +4,11 @@ analysis, `ds_doctor.forensics.flight`).
 
 A straggler is judged on when a rank *left* a stage as well as how long it spent there: a rank that waits in a
 collective for a slow peer spends as long in that stage as the peer spent before it, but it leaves with everyone;
-the straggler is the one the others waited for.
+the straggler is the one the others waited for. When each rank left is compared on the ranks' clocks (`StageTime.at`):
+ranks start a case at different times (one took longer over its probe's setup), and a rank that started early leaves
+every stage later after its own start without anyone waiting for it. Only a case's own stages are judged (`JUDGED`):
+in ds-doctor's scaffolding around a case (a probe's setup loading DeepSpeed's ops) ranks wait for one another by
+design.
 """
 
 from __future__ import annotations
@@ -12,32 +16,48 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 
-from ds_doctor.reports.hang import StageTime, ThreadStack
+from ds_doctor.reports.hang import StageKind, StageTime, ThreadStack
 from ds_doctor.reports.records import Finding, Severity
 
 STRAGGLER_FACTOR = 3.0  # a rank this many times slower at a stage than the median of the others...
-STRAGGLER_FLOOR_S = 0.5  # ...and at least this much later out of it (short stages jitter by multiples)
+#: ...this much longer there, and this much later out of it (short stages jitter by multiples)
+STRAGGLER_FLOOR_S = 0.5
+#: the kinds of stage a straggler is judged in: the case's own, never ds-doctor's scaffolding around it
+JUDGED = frozenset({StageKind.CASE})
 
 
 def _stage_table(stages: Mapping[int, Sequence[StageTime]]) -> dict[str, dict[int, StageTime]]:
     table: dict[str, dict[int, StageTime]] = {}
     for rank, times in stages.items():
         for time in times:
-            table.setdefault(time.stage, {})[rank] = time  # a stage entered twice: its last stretch
+            if time.kind in JUDGED:
+                table.setdefault(time.stage, {})[rank] = time  # a stage entered twice: its last stretch
     return table
 
 
+def _left(times: Mapping[int, StageTime]) -> dict[int, float]:
+    """When each rank left the stage: on the ranks' clocks, or (a report from before `at`) since its case started."""
+    if all(t.left_at is not None for t in times.values()):
+        return {rank: t.left_at for rank, t in times.items() if t.left_at is not None}
+    return {rank: t.end_s for rank, t in times.items()}
+
+
 def stragglers(stages: Mapping[int, Sequence[StageTime]]) -> list[Finding]:
-    """A warning per (stage, rank) where the rank took over 3x the others' median there and left it last by 0.5 s."""
+    """A warning per (stage, rank) where the rank took over 3x the others' median there, 0.5 s more, and left it
+    last by 0.5 s; a case's own stages only (`JUDGED`)."""
     findings = []
     for stage, by_rank in _stage_table(stages).items():
         if len(by_rank) < 2:
             continue
+        left = _left(by_rank)
         for rank, time in sorted(by_rank.items()):
             others = [t for r, t in by_rank.items() if r != rank]
             typical = statistics.median(t.duration_s for t in others)
-            left_late = time.end_s - max(t.end_s for t in others)
-            if time.duration_s > STRAGGLER_FACTOR * typical and left_late > STRAGGLER_FLOOR_S:
+            left_late = left[rank] - max(at for r, at in left.items() if r != rank)
+            slower = (
+                time.duration_s > STRAGGLER_FACTOR * typical and time.duration_s - typical > STRAGGLER_FLOOR_S
+            )
+            if slower and left_late > STRAGGLER_FLOOR_S:
                 findings.append(
                     Finding(
                         "straggler",

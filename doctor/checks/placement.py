@@ -252,7 +252,9 @@ def clip_norm_device(records: Iterable[TensorRecord]) -> list[Finding]:
 
 
 def grad_accum_dtype(promise: ZeroPromise) -> list[Finding]:
-    """Warn where bf16 training accumulates gradients in bf16 (`data_types.grad_accum_dtype` unset)."""
+    """Warn where bf16 training accumulates gradients in bf16 (`data_types.grad_accum_dtype` unset): advice on a
+    user's config (`--deepspeed-config`, a watched job's engine), never on a probe's own, which leaves it unset on
+    purpose as most users do."""
     if promise.bf16 and promise.grad_accum_dtype is None:
         return [
             Finding(
@@ -267,7 +269,8 @@ def grad_accum_dtype(promise: ZeroPromise) -> list[Finding]:
 
 
 def zero_invariants(records: Iterable[TensorRecord], promise: ZeroPromise) -> list[Finding]:
-    """The S2 set: I1-I5 and the accumulation-dtype warning."""
+    """The S2 set: I1-I5, where the config put each tensor. Advice on the config itself (`grad_accum_dtype`) is the
+    caller's to ask for, of a user's config."""
     records = list(records)
     return [
         *fp32_partition_placement(records, promise),
@@ -275,5 +278,4 @@ def zero_invariants(records: Iterable[TensorRecord], promise: ZeroPromise) -> li
         *optimizer_state_colocation(records),
         *clip_norm_device(records),
         *param_partition_placement(records, promise),
-        *grad_accum_dtype(promise),
     ]

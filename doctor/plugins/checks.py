@@ -19,7 +19,12 @@ from ds_doctor.checks.equivalence import (
 from ds_doctor.checks.fabric import fabric_findings, rounds
 from ds_doctor.checks.identity import identity_invariants
 from ds_doctor.checks.lifecycle import PreparedFacts, lifecycle_invariants, process_count_agreement
-from ds_doctor.checks.placement import ZeroPromise, optimizer_state_colocation, zero_invariants
+from ds_doctor.checks.placement import (
+    ZeroPromise,
+    grad_accum_dtype,
+    optimizer_state_colocation,
+    zero_invariants,
+)
 from ds_doctor.checks.structure import buffer_placement, ties_kept, zero3_hooks_own_state
 
 __all__ = [
@@ -35,6 +40,7 @@ __all__ = [
     "divergence_finding",
     "fabric_findings",
     "first_divergence",
+    "grad_accum_dtype",
     "identity_invariants",
     "largest",
     "lifecycle_invariants",

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
 from ds_doctor.collect.devicemap import Recorder, collect
 from ds_doctor.probe.rankoptions import RankOptions
 from ds_doctor.probe.spec import Requirement, missing_dependency
-from ds_doctor.reports.hang import StageTime
+from ds_doctor.reports.hang import StageKind, StageTime
 from ds_doctor.reports.measures import MEASURES
 from ds_doctor.reports.records import Finding, TensorRecord
 
@@ -58,20 +59,37 @@ class ProbeContext:
         self.instead = False  # a reproduce case caught something other than its own issue (`showed_instead`)
         self._heartbeat = heartbeat
         self._scratch = scratch
-        # (stage, when) for the stage times
-        self._entered: list[tuple[str, float]] = [(self.stage, time.time())]
+        # (stage, when, whose) for the stage times: the case's own, after its probe's setup where it ran here
+        self._kind = StageKind.CASE
+        self._entered: list[tuple[str, float, StageKind]] = [(self.stage, time.time(), self._kind)]
 
     def enter(self, stage: str) -> None:
         """Mark the stage the probe is in, so a hang is reported with it (and the time per stage is known)."""
         self.stage = stage
         if stage != self._entered[-1][0]:
-            self._entered.append((stage, time.time()))
+            self._entered.append((stage, time.time(), self._kind))
         if self._heartbeat is not None:
             self._heartbeat(stage)
 
+    @contextlib.contextmanager
+    def setting_up(self) -> Iterator[None]:
+        """The probe's one-off setup runs inside: the stages it enters ("load <Builder>") are setup stages, never
+        judged for a straggler (`StageKind`)."""
+        self._kind = StageKind.SETUP
+        self.stage = "setup"
+        self._entered = [(self.stage, time.time(), self._kind)]
+        try:
+            yield
+        finally:
+            self._kind = StageKind.CASE
+
     def restart_clock(self) -> None:
-        """The case starts now (its setup ran before): stage times count from here."""
-        self._entered = [(self.stage, time.time())]
+        """The case starts now, at its own stage "start" (never the last stage of a setup that ran before it, which
+        keeps its stages, as `StageKind.SETUP`): stage times count from here."""
+        now = time.time()
+        setup = [entry for entry in self._entered if entry[2] == StageKind.SETUP]
+        self.stage = "start"
+        self._entered = [*setup, (self.stage, now, StageKind.CASE)]
 
     @property
     def has_user_model(self) -> bool:
@@ -88,11 +106,11 @@ class ProbeContext:
 
     def stage_times(self) -> tuple[StageTime, ...]:
         """Each stage entered, with when it started (since the case did) and how long it lasted, up to now."""
-        start = self._entered[0][1]
-        ends = [when for _, when in self._entered[1:]] + [time.time()]
+        start = next((when for _, when, kind in self._entered if kind == StageKind.CASE), self._entered[0][1])
+        ends = [when for _, when, _ in self._entered[1:]] + [time.time()]
         return tuple(
-            StageTime(stage, round(when - start, 4), round(end - when, 4))
-            for (stage, when), end in zip(self._entered, ends, strict=True)
+            StageTime(stage, round(when - start, 4), round(end - when, 4), kind, round(when, 4))
+            for (stage, when, kind), end in zip(self._entered, ends, strict=True)
         )
 
     def snapshot(

@@ -281,7 +281,8 @@ class Worker:
             self.heartbeat.start_case(setup_name(case.probe), "setup")
             try:
                 if hasattr(module, "setup"):
-                    module.setup(ctx)
+                    with ctx.setting_up():  # its stages are the setup's, never the case's (`StageKind`)
+                        module.setup(ctx)
                 self.setups[case.probe] = None
             except Exception as exc:
                 self.setups[case.probe] = ErrorInfo.of(exc)

@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from ds_doctor.reports.records import validate
+from tests.bounds import GENEROUS_S
 from tests.cluster import slurm
 from tests.cluster.lab import Lab, lab
 
@@ -197,7 +198,8 @@ def test_a_node_killed_mid_run_under_srun_is_named_by_node_0_within_the_document
     srun.wait(timeout=case_timeout + join_timeout + 60)
     took = time.monotonic() - killed
     log = (root / "srun.log").read_text(errors="replace")
-    assert took <= case_timeout + min(30, join_timeout), (
+    # the case's timeout + the closing exchange's wait on an idle machine; a node waiting for the dead one: for ever
+    assert took <= case_timeout + min(30, join_timeout) + GENEROUS_S, (
         f"node 0 took {took:.0f} s after node 1 died\n{log[-3000:]}"
     )
     data = the_report(out)
@@ -208,7 +210,8 @@ def test_a_node_killed_mid_run_under_srun_is_named_by_node_0_within_the_document
     assert [r for r in waiting["ranks"] if r["node"] == 1 and "on node 1" in r["reason"]], waiting["ranks"]
     assert "node 1 (dsdr-n2) did not answer the closing exchange" in results["cluster[node1]"]["reason"]
     assert re.search(r"dsdr-n2: task 1: Killed", log), log[-2000:]  # srun saw it too
-    deadline = time.monotonic() + 15  # and nothing of ds-doctor's is left on either node (torchrun, ranks)
+    # and nothing of ds-doctor's is left on either node (torchrun, ranks): left behind, they stay for ever
+    deadline = time.monotonic() + GENEROUS_S
     while (left := ds_doctor_processes(made)) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert left == []

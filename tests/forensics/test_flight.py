@@ -17,6 +17,7 @@ from ds_doctor.cli import main
 from ds_doctor.forensics import flight
 from ds_doctor.forensics.dumpcheck import Refused, canonical_ranks, checked_dump, unpickle
 from ds_doctor.forensics.flight import disagreements, load_dir, positions
+from tests.bounds import GENEROUS_S
 
 
 def entry(seq: int, op: str = "all_reduce", state: str = "completed", group: str = "0") -> dict[str, Any]:
@@ -171,7 +172,8 @@ def test_plain_data_only_and_no_memo_bomb(tmp_path: Path) -> None:
     try:
         start = time.monotonic()
         assert unpickle(b"\x80\x04]r\xff\xff\xff\x7f.") == []
-        assert tracemalloc.get_traced_memory()[1] < 10 * 2**20 and time.monotonic() - start < 1
+        # its memo sized by the index: 16 GiB, minutes
+        assert tracemalloc.get_traced_memory()[1] < 10 * 2**20 and time.monotonic() - start < GENEROUS_S
     finally:
         tracemalloc.stop()
 
@@ -193,7 +195,8 @@ def test_a_pickle_bomb_of_shared_references_is_refused_quickly(tmp_path: Path, w
     write(tmp_path / "dumps", "rank_0", raw)
     start = time.monotonic()
     dumps, problems = load_dir(tmp_path / "dumps")
-    assert dumps == {} and "rank_0: refused:" in problems[0] and time.monotonic() - start < 5
+    # walked: 2**40 values, forever
+    assert dumps == {} and "rank_0: refused:" in problems[0] and time.monotonic() - start < GENEROUS_S
 
 
 def deep_list(depth: int) -> bytes:
@@ -250,7 +253,7 @@ def test_what_is_not_a_dump_is_skipped_with_a_line_unread(tmp_path: Path) -> Non
     (folder / "rank_99999999").write_bytes(pickle.dumps(dump()))
     start = time.monotonic()
     dumps, problems = load_dir(folder)
-    assert sorted(dumps) == [0] and time.monotonic() - start < 5
+    assert sorted(dumps) == [0] and time.monotonic() - start < GENEROUS_S  # the FIFO opened: forever
     assert sorted(problems) == [
         "core.12345: skipped: 2.0 GiB, more than the 64 MiB a dump may have",
         "rank_1: skipped: a symlink (not followed)",
@@ -295,7 +298,7 @@ def test_the_analyzer_runs_under_a_time_limit(monkeypatch: pytest.MonkeyPatch) -
     start = time.monotonic()
     _, trouble = disagreements(dumps)
     assert trouble == "torch's Flight Recorder analyzer did not finish in 1 s (12,000 entries of 4 ranks)"
-    assert time.monotonic() - start < 10
+    assert time.monotonic() - start < GENEROUS_S  # the limit not applied: minutes
 
 
 def test_a_dump_folder_nested_deeper_than_the_recursion_limit_is_walked(

@@ -16,6 +16,7 @@ from ds_doctor.knowledge.catalog import classify
 from ds_doctor.knowledge.logtext import log_versions, normalise
 from ds_doctor.knowledge.triage import read_log, triage
 from ds_doctor.reports.records import Verdict
+from tests.bounds import GENEROUS_S
 from tests.knowledge.test_triage import EXPECTED, TRACES, VERSIONS
 
 S2 = (Path(__file__).resolve().parents[1] / "resources" / "ds_5538_unscale_and_clip.txt").read_text()
@@ -162,7 +163,7 @@ def test_bars_are_stripped_as_before_in_linear_time() -> None:
     for unit in ("#", " ", "[rank0]: ", "1%||1/1[", "\r 45%|####   | 450/1000 [00:01<00:02]"):
         start = time.monotonic()
         normalise(unit * (2**20 // len(unit)))
-        assert time.monotonic() - start < 5, unit
+        assert time.monotonic() - start < GENEROUS_S, unit  # the old bar regex: 57 s on 80 KB, hours on 1 MB
 
 
 # an informal name
@@ -225,4 +226,4 @@ def test_versions_are_found_in_linear_time() -> None:
     assert log_versions("\n" * 1000 + "deepspeed info ................... 0.14.2\n", ["deepspeed"]) == {
         "deepspeed": "0.14.2"
     }
-    assert time.monotonic() - start < 5
+    assert time.monotonic() - start < GENEROUS_S  # 20,000 newlines took 26 s before: 200,000, about an hour

@@ -7,6 +7,7 @@ import time
 from ds_doctor.knowledge.peers import first_failure, peer_findings
 from ds_doctor.knowledge.triage import read_log
 from ds_doctor.reports.records import Severity
+from tests.bounds import GENEROUS_S
 
 #: ranks 5 and 6 lose their peer; rank 3 ran out of memory first (the shapes of LlamaFactory #6849's log and
 #: torch's own ProcessGroupNCCL lines, with the rank that died put back in)
@@ -93,4 +94,4 @@ def test_a_secret_in_the_first_error_is_scrubbed() -> None:
 def test_a_huge_prefixed_log_is_read_in_bounded_time() -> None:
     start = time.monotonic()
     assert first_failure(ECHO * 20_000 + "[rank1]: " + "x" * 2_000_000) is None
-    assert time.monotonic() - start < 5
+    assert time.monotonic() - start < GENEROUS_S  # a regex backtracking over 2 MB: hours

@@ -19,6 +19,7 @@ from ds_doctor.knowledge.issues import REGEX_FLAGS
 from ds_doctor.knowledge.triage import read_log, read_report, read_source, search, triage
 from ds_doctor.reports.records import Verdict
 from ds_doctor.userinput import UserInputError
+from tests.bounds import GENEROUS_S
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACES = ROOT / "tests" / "resources" / "triage"
@@ -131,14 +132,14 @@ def test_a_1_mb_line_of_any_shape_is_triaged_in_bounded_time() -> None:
         start = time.monotonic()
         read_log(unit * (2**20 // len(unit)), VERSIONS)
         took[shape] = time.monotonic() - start
-    assert sum(took.values()) < 10, took
+    assert sum(took.values()) < GENEROUS_S, took  # a backtracking regex: hours at 1 MB
 
 
 def test_many_lines_cut_at_one_width_are_joined_in_linear_time() -> None:
     start = time.monotonic()
     # 8 MB to unwrap, then 200,000 empty lines
     read_log(("x" * 80 + "\n") * 100_000 + "\n" * 200_000, VERSIONS)
-    assert time.monotonic() - start < 10
+    assert time.monotonic() - start < GENEROUS_S  # quadratic in 300,000 lines: hours
 
 
 def test_the_bounded_search_finds_what_re_search_finds() -> None:
@@ -228,7 +229,7 @@ def test_a_report_with_a_3_mb_reason_is_triaged_quickly() -> None:
     )
     start = time.monotonic()
     assert read_report(report_text(results=[case.to_dict()])) is not None
-    assert time.monotonic() - start < 10
+    assert time.monotonic() - start < GENEROUS_S  # a regex backtracking over 3 MB: hours
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ from ds_doctor.cli import main
 from ds_doctor.knowledge.watchdog import read_watchdog, watchdog_findings
 from ds_doctor.reports.records import Severity
 from ds_doctor.userinput import UserInputError
+from tests.bounds import GENEROUS_S
 
 LOGS = Path(__file__).resolve().parents[1] / "resources" / "watchdog"
 
@@ -120,7 +121,9 @@ def test_a_million_ranks_that_never_timed_out_are_one_finding() -> None:
     findings = watchdog_findings(report)  # type: ignore[arg-type]
     assert [f.invariant for f in findings] == ["missing_rank"] and findings[0].rank is None
     assert findings[0].message.startswith("999,998 ranks (1-999998) never reported")
-    assert time.monotonic() - start < 10
+    assert (
+        time.monotonic() - start < GENEROUS_S
+    )  # a finding per rank, or a rank against every rank: far longer
 
 
 def test_cli_world_size_past_the_bound_is_exit_2(capsys: pytest.CaptureFixture[str]) -> None:

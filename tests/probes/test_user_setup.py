@@ -111,6 +111,8 @@ def test_a_user_config_with_auto_values_and_a_factory_model(tmp_path: Path) -> N
     assert any(
         "offload_param.device: nvme -> cpu: nvme_path '/local_nvme' does not exist" in m for m in changed
     )
+    # bf16 ("auto": on) with grad_accum_dtype unset: advice on the user's config (never on ds-doctor's own)
+    assert [f["rank"] for f in result["findings"] if f["invariant"] == "grad_accum_dtype"] == [0, 1]
     assert result["notes"]["model"].startswith(
         "tests.resources.user_models:tied_with_buffers (TiedWithBuffers"
     )

@@ -127,6 +127,22 @@ def test_measures_show_their_units_and_a_dash_with_the_reason_at_one_rank() -> N
     )
     assert "| `comm[ar-ws2]` | 1 | 1.5 |" in text
     assert "| `comm[ar-ws2]` | 4096 | 2.0 | 1.0 | 1.5 |" in text
+    # a one-node report's rows are per size; a report from before one-rank collectives were untimed shows no
+    # bandwidth in a one-rank row (issue 45)
+    assert "\nPer size (busbw = algbw × nccl-tests' factor; time averaged over the ranks):\n" in text
+    assert "| `comm[ar-ws1]` | 4096 | 2.0 | — | — |" in text
+
+
+def test_rows_per_pair_of_nodes_say_so() -> None:
+    fabric = dataclasses.replace(
+        case(Outcome.PASS, "pairs", probe="fabric"),
+        world_size=4,
+        measures={"busbw_gbps": 1.5},
+        series=({"node_a": 0, "node_b": 1, "bytes": 4096, "time_us": 2.0, "busbw_gbps": 1.5},),
+    )
+    text = render_markdown(a_report([fabric]))
+    assert "\nPer size, and per pair of nodes (busbw = algbw × nccl-tests' factor;" in text
+    assert "| `fabric[pairs-ws1]` | 0 | 1 | 4096 | 2.0 | 1.5 |" in text
 
 
 def test_a_huge_run_still_fits_a_ticket() -> None:

@@ -1,5 +1,5 @@
-"""The ranks' own extensions folder (another environment's DeepSpeed cannot rebuild an op under them) and the line
-a first run says while it builds."""
+"""The ninja the ranks and the build phase run (this interpreter's), and py-cpuinfo asked once per run (where the ops
+are built is tests/ops/)."""
 
 from __future__ import annotations
 
@@ -12,74 +12,8 @@ from pathlib import Path
 
 from ds_doctor.probe.rankoptions import RankOptions
 from ds_doctor.run.command import rank_environment
-from ds_doctor.run.extensions import build_key, first_build_line, private_extensions_dir
+from tests.bounds import GENEROUS_S, PLANTED_HANG_S
 from tests.test_e2e import ds_doctor
-
-
-def test_the_folder_is_the_doctors_own_keyed_by_interpreter_torch_and_deepspeed(tmp_path: Path) -> None:
-    folder = private_extensions_dir({"XDG_CACHE_HOME": str(tmp_path)})
-    assert folder == str(tmp_path / "ds-doctor" / "torch_extensions" / build_key())
-    key = build_key()
-    assert key.startswith(f"py{sys.version_info.major}{sys.version_info.minor}-torch") and "-ds0." in key
-    # the user's own choice is theirs
-    assert private_extensions_dir({"TORCH_EXTENSIONS_DIR": "/scratch/ext"}) is None
-    # and the ranks build where the options say
-    env = rank_environment(RankOptions(extensions_dir=folder), None, False, None)
-    assert env["TORCH_EXTENSIONS_DIR"] == folder
-
-
-def test_another_interpreter_gets_another_folder(tmp_path: Path) -> None:
-    """A second environment (here: the same files under another interpreter path, as a second venv is) never shares
-    the folder, so its DeepSpeed cannot rebuild an op this one loads."""
-    other = tmp_path / "venv" / "bin"
-    other.mkdir(parents=True)
-    (other / "python").write_bytes(b"")  # a distinct interpreter path
-    code = "from ds_doctor.run.extensions import build_key; print(build_key())"
-    here = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert here.strip() == build_key()
-    patched = f"import sys; sys.executable = {str(other / 'python')!r}; " + code
-    elsewhere = subprocess.run(
-        [sys.executable, "-c", patched], capture_output=True, text=True, check=True
-    ).stdout
-    assert elsewhere.strip() != build_key() and elsewhere.split("-")[:3] == build_key().split("-")[:3]
-
-
-def test_a_first_run_says_it_builds_and_a_later_one_does_not(tmp_path: Path) -> None:
-    line = first_build_line(str(tmp_path))
-    assert line is not None and str(tmp_path) in line and "once" in line and "cpu_adam" in line
-    (tmp_path / "cpu_adam").mkdir()
-    (tmp_path / "cpu_adam" / "cpu_adam.so").write_bytes(b"\x7fELF")
-    assert first_build_line(str(tmp_path)) is None
-    assert first_build_line(None) is None
-
-
-def test_a_cold_run_off_a_terminal_says_where_it_builds(tmp_path: Path) -> None:
-    """A real run with an empty cache folder: the plain line is printed before the first case (the build itself
-    is the launch's; a case that needs no op builds none, so this one stays fast)."""
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    env.pop("TORCH_EXTENSIONS_DIR", None)
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "ds_doctor.cli",
-            "run",
-            "-k",
-            "comm and all_reduce-ws1",
-            "--out",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    lines = proc.stderr.splitlines() + proc.stdout.splitlines()
-    (said,) = [line for line in lines if "are not built in" in line]
-    assert str(tmp_path / "cache" / "ds-doctor" / "torch_extensions") in said
-    options = json.loads(next(tmp_path.glob("run-*/ws1-*/options.json")).read_text())
-    assert options["extensions_dir"].startswith(str(tmp_path / "cache" / "ds-doctor" / "torch_extensions"))
 
 
 def test_the_ranks_find_this_interpreters_ninja_first(tmp_path: Path) -> None:
@@ -105,27 +39,11 @@ def test_a_run_with_another_ninja_first_on_path_rebuilds_nothing(tmp_path: Path)
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert [r["outcome"] for r in json.loads(proc.stdout)["results"]] == ["pass"]
-    assert not ran.exists() and "rebuilt" not in proc.stderr + proc.stdout
+    assert not ran.exists() and ": built in" not in proc.stderr + proc.stdout
 
 
-def test_a_rebuild_is_one_line_that_says_which_and_why(tmp_path: Path) -> None:
-    from ds_doctor.run.extensions import built_ops, rebuilt_line
-
-    folder = tmp_path / "ext"
-    for op in ("cpu_adam", "fused_adam"):
-        (folder / op).mkdir(parents=True)
-        (folder / op / f"{op}.so").write_bytes(b"v1")
-    before = built_ops(str(folder))
-    assert rebuilt_line(str(folder), before) is None
-    os.utime(folder / "cpu_adam" / "cpu_adam.so", ns=(1, 1))
-    (folder / "shm").mkdir()
-    (folder / "shm" / "shm.so").write_bytes(b"new")
-    line = rebuilt_line(str(folder), before)
-    assert line == (
-        f"ds-doctor: DeepSpeed's ops in {folder}: built shm (not built there before); rebuilt cpu_adam: their build "
-        "record did not match this run's (another ninja first on PATH, other compiler flags or headers); later runs "
-        "load them"
-    )
+#: py-cpuinfo asks a Python subprocess (~1.1 s on 2 idle cores); its answer reused is parsed JSON (under 10 ms)
+REUSE_RATIO = 10
 
 
 def test_py_cpuinfo_answers_every_rank_with_the_runs_one_answer(tmp_path: Path) -> None:
@@ -136,10 +54,12 @@ def test_py_cpuinfo_answers_every_rank_with_the_runs_one_answer(tmp_path: Path) 
 
     path = computed(tmp_path)
     assert path is not None and computed(tmp_path) == path  # asked once per run
+    # the same question, asked both ways in one process: the answer reused takes a fraction of py-cpuinfo's own
     code = (
-        "import time, cpuinfo; from ds_doctor.run import cpufacts; own = cpuinfo.get_cpu_info(); "
+        "import time, cpuinfo; from ds_doctor.run import cpufacts; start = time.perf_counter(); "
+        "own = cpuinfo.get_cpu_info(); asked = time.perf_counter() - start; "
         "print(cpufacts.reuse()); start = time.perf_counter(); again = cpuinfo.get_cpu_info(); "
-        "print(again == own, time.perf_counter() - start < 0.1)"
+        f"print(again == own, time.perf_counter() - start < asked / {REUSE_RATIO})"
     )
     env = {**os.environ, CPUINFO_ENV: str(path)}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
@@ -162,5 +82,5 @@ def test_the_runs_py_cpuinfo_answer_is_asked_beside_the_launches_and_waited_for_
     failed.mkdir()
     (failed / FAILED).write_text("")
     started = time.perf_counter()
-    assert answer(failed / "cpuinfo.json", wait_s=60) is None
-    assert time.perf_counter() - started < 1
+    assert answer(failed / "cpuinfo.json", wait_s=PLANTED_HANG_S) is None
+    assert time.perf_counter() - started < GENEROUS_S  # WAIT_S waited out although py-cpuinfo had failed

@@ -3,13 +3,18 @@ writes for each way a case can end (returned, skipped, raised, setup failed)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from ds_doctor.checks.hang import stragglers
 from ds_doctor.plugins import ProbeContext
+from ds_doctor.probe import context as context_module
 from ds_doctor.probe.registry import find_case
+from ds_doctor.reports.hang import StageKind
 from ds_doctor.reports.records import ErrorInfo, Finding, Outcome, Severity
-from ds_doctor.run.worker import rank_outcome, run_case, setup_failure_line
-from ds_doctor.rundir import RankLine
+from ds_doctor.run.worker import Worker, rank_outcome, run_case, setup_failure_line
+from ds_doctor.rundir import LaunchDir, RankLine
 
 CASE = "frozen_param_names[z2-set-tensor-ws1]"
 
@@ -140,3 +145,71 @@ def test_a_failed_setup_fails_the_case_with_the_setup_error() -> None:
 def test_an_unknown_measure_is_refused() -> None:
     with pytest.raises(KeyError, match="unknown measure 'speed'"):
         context().measure("speed", 1.0)
+
+
+class Clock:
+    """`time` as the context reads it, moved on by hand: stage times without sleeping."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def time(self) -> float:
+        return self.now
+
+
+class BuildsOps:
+    """A probe stand-in whose setup loads DeepSpeed's ops as `probes.shared.common.build_ops` enters them, then whose
+    case takes `start_s` before its first stage of its own."""
+
+    def __init__(self, clock: Clock, build_s: float, start_s: float) -> None:
+        self.clock, self.build_s, self.start_s = clock, build_s, start_s
+
+    def setup(self, ctx: ProbeContext) -> None:
+        ctx.enter("load ShareMemCommBuilder")
+        self.clock.now += self.build_s
+
+    def run(self, ctx: ProbeContext) -> None:
+        self.clock.now += self.start_s
+        ctx.enter("all_reduce 4096 B: check")
+        self.clock.now += 0.01
+
+
+def first_case_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rank: int, build_s: float, start_s: float
+) -> RankLine:
+    """A rank's line for its probe's first case, its setup run by the worker as in a launch."""
+    clock = Clock()
+    monkeypatch.setattr(context_module, "time", clock)
+    tmp_path.mkdir(exist_ok=True)
+    worker = Worker(LaunchDir(tmp_path), "gloo", rank, 2, rank)
+    probe, ctx = BuildsOps(clock, build_s, start_s), context(rank)
+    assert worker.setup(find_case(CASE), probe, ctx) is None
+    line = run_case(probe, ctx, reproduce=False)
+    assert RankLine.from_json(line.to_json()) == line  # the kinds go through the rank line's JSON
+    return line
+
+
+def test_a_setup_keeps_its_stages_as_its_own_and_the_case_starts_at_its_own_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 45: the case's first stretch was named after the setup's last stage ("build ShareMemCommBuilder")."""
+    line = first_case_line(tmp_path, monkeypatch, 0, build_s=2.0, start_s=0.5)
+    assert [(t.stage, t.kind, t.start_s, t.duration_s) for t in line.stages] == [
+        ("setup", StageKind.SETUP, -2.0, 0.0),
+        ("load ShareMemCommBuilder", StageKind.SETUP, -2.0, 2.0),
+        ("start", StageKind.CASE, 0.0, 0.5),
+        ("all_reduce 4096 B: check", StageKind.CASE, 0.5, 0.01),
+    ]
+
+
+def test_a_rank_slow_in_its_setup_is_no_straggler_and_one_slow_in_its_case_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rank 1 takes 30 s loading DeepSpeed's ops (waiting on their file lock while something else builds them):
+    ds-doctor's scaffolding, never a straggler; a case's own first stretch still is judged, under its own name."""
+    fast = first_case_line(tmp_path / "r0", monkeypatch, 0, build_s=0.1, start_s=0.01)
+    slow_setup = first_case_line(tmp_path / "r1", monkeypatch, 1, build_s=30.0, start_s=0.01)
+    assert stragglers({0: fast.stages, 1: slow_setup.stages}) == []
+    slow_start = first_case_line(tmp_path / "r1b", monkeypatch, 1, build_s=0.1, start_s=3.0)
+    [found] = stragglers({0: fast.stages, 1: slow_start.stages})
+    assert (found.invariant, found.rank, found.stage) == ("straggler", 1, "start")

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.bounds import GENEROUS_S
+
 CONSOLE_SCRIPT = Path(sys.executable).parent / "ds-doctor"
 
 TINY = """
@@ -63,7 +65,7 @@ def test_a_misbehaving_factory_is_one_line_exit_2(tmp_path: Path, kind: str) -> 
         -2000:
     ]
     assert proc.stdout == "" and not (tmp_path / "out").exists()
-    assert time.monotonic() - started < 90
+    assert time.monotonic() - started < GENEROUS_S  # --timeout 8 not applied: the factory's 3600 s
 
 
 @pytest.mark.skipif(

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from ds_doctor.reports.records import Outcome, Report
+from tests.bounds import GENEROUS_RUN_S
 from tests.conftest import requires_accelerate, requires_deepspeed
 
 pytestmark = pytest.mark.multirank
@@ -133,7 +134,7 @@ def test_a_save_and_load_on_the_main_process_alone_never_hang_the_job(tmp_path: 
     started = time.monotonic()
     ranks, out = run_job(tmp_path, "accelerate", "main-only", extra_env={"DS_DOCTOR_WATCH_WAIT_S": "2"})
     assert all(r["error"] is None for r in ranks) and ranks[0]["saved"], ranks
-    assert time.monotonic() - started < 120
+    assert time.monotonic() - started < GENEROUS_RUN_S  # the moments' gather never bounded: 30 min
     report = report_of(out / "ds-doctor-watch.json")
     watched = cases(report)
     save, load = watched["watch[before_save step 4]"], watched["watch[after_load]"]
