@@ -12,6 +12,7 @@ highlighting), through `ds_doctor.reports.safe.one_line` (control characters and
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -30,7 +31,7 @@ from rich.text import Text
 from ds_doctor.reports.measures import MEASURES, format_measure
 from ds_doctor.reports.records import FAILING, CaseResult, Outcome, Report, Verdict
 from ds_doctor.reports.safe import clip, one_line
-from ds_doctor.reports.sections import EnvSection, HardwareSection, section
+from ds_doctor.reports.sections import EnvSection, GpuReading, HardwareSection, section
 
 STYLES = {
     Outcome.PASS: "green",
@@ -40,8 +41,10 @@ STYLES = {
     Outcome.SKIP: "yellow",
     Outcome.XFAIL: "magenta",
     Outcome.XPASS: "cyan",
+    Outcome.NOT_RUN: "dim",
 }
 WIDE = 100_000  # a console that is not a terminal: never wrap or cut a line
+QUIET_S = 30.0  # off a terminal, a run never says nothing for longer than this (`RunProgress.tick`)
 SUMMARY_WIDTH = 160  # a line of the compact summary, at most (a case id is never cut)
 CELL_CHARS = 300  # a table cell, at most
 
@@ -76,7 +79,7 @@ def case_line(result: CaseResult) -> str:
     detail = " · ".join(key_measures(result)) if result.outcome == Outcome.PASS else (result.reason or "")
     detail = f"[shared GPU: {result.shared_gpu}] {detail}".strip() if result.shared_gpu else detail
     return one_line(
-        f"{result.key} {result.outcome.value.upper()} {result.duration_s:.1f}s"
+        f"{result.key} {result.outcome.label.upper()} {result.duration_s:.1f}s"
         + (f" {detail}" if detail else "")
     )
 
@@ -89,19 +92,31 @@ class RunProgress:
         self.progress: Progress | None = None
         self.task: Any = None
         self.done: set[str] = set()
+        self.last_said = time.monotonic()
+        self.running = ""  # the latest stage a rank entered, for `tick`
+
+    def say(self, line: str | Text) -> None:
+        say(self.console, line)
+        self.last_said = time.monotonic()
 
     def note(self, line: str) -> None:
-        say(self.console, one_line(line))
+        self.say(one_line(line))
+
+    def tick(self) -> None:
+        """Off a terminal (a log, a CI job), a line whenever `QUIET_S` passed without one: what still runs. A terminal
+        has the live bar."""
+        quiet = time.monotonic() - self.last_said
+        if self.progress is None and self.running and quiet >= QUIET_S:
+            self.say(one_line(f"... still running: {self.running} ({quiet:.0f} s since the last line)"))
 
     def planned(self, total: int, device_kind: str, nproc: int, skipped: int) -> None:
-        say(
-            self.console,
+        self.say(
             one_line(
                 f"ds-doctor {self.version}: level {self.level}, {total} case(s) to run on "
                 f"{device_kind}"
                 + (f" with up to {nproc} ranks" if total else "")
                 + (f", {skipped} skipped" if skipped else "")
-            ),
+            )
         )
         if total and self.console.is_terminal:
             columns = (
@@ -116,6 +131,7 @@ class RunProgress:
             self.task = self.progress.add_task("starting", total=total)
 
     def stage(self, case: str, rank: int, stage: str) -> None:
+        self.running = clip(f"{case} · rank {rank} · {stage}", CELL_CHARS)
         if self.progress is not None:
             self.progress.update(self.task, description=clip(f"{case} · rank {rank} · {stage}", CELL_CHARS))
 
@@ -126,7 +142,7 @@ class RunProgress:
         if self.progress is not None:
             self.progress.update(self.task, completed=len(self.done))
         else:
-            say(self.console, case_line(result))
+            self.say(case_line(result))
 
     def close(self) -> None:
         if self.progress is not None:
@@ -160,7 +176,7 @@ def summary_table(report: Report) -> Table:
         table.add_row(
             cell_text(result.label),
             *where,
-            Text(result.outcome.value, style=STYLES[result.outcome]),
+            Text(result.outcome.label, style=STYLES[result.outcome]),
             f"{result.duration_s:.1f}s",
             cell_text(_details(result)),
         )
@@ -169,7 +185,7 @@ def summary_table(report: Report) -> Table:
 
 def closing_line(report: Report) -> str:
     """Where the run ran (each node's host, GPUs and CPUs) and the count of each outcome."""
-    counts = ", ".join(f"{v} {k}" for k, v in report.summary.items() if v) or "no cases ran"
+    counts = ", ".join(f"{v} {Outcome(k).label}" for k, v in report.summary.items() if v) or "no cases ran"
     if report.nodes:
         said = [
             f"node {n.node} {n.host}: {len(n.hardware.gpus)} GPU(s), {n.hardware.cpus} CPUs"
@@ -197,8 +213,10 @@ def compact_summary(report: Report) -> list[str]:
 
 
 def print_summary(report: Report, console: Console) -> None:
-    """The run's closing summary: on a terminal the table and the counts, anywhere else `compact_summary`;
-    then the known issues that affect this stack."""
+    """The run's closing summary: a stopped run's headline first (`RunStop.headline`), then on a terminal the table
+    and the counts, anywhere else `compact_summary`; then the known issues that affect this stack."""
+    if report.stopped is not None:
+        say(console, Text(one_line(report.stopped.headline), style="bold"))
     if console.is_terminal:
         if report.results:
             console.print(summary_table(report))
@@ -294,24 +312,41 @@ def _say_families(families: Iterable[FamilyRow], console: Console) -> None:
         )
 
 
+def _known(value: object, absent: str = "unknown") -> str:
+    return absent if value is None else str(value)
+
+
+def _gpu_line(gpu: GpuReading) -> str:
+    name = gpu.name or f"name unknown ({gpu.unavailable.get('name') or 'NVML did not say'})"
+    memory = f" {gpu.memory_total_bytes / 2**30:.0f} GiB" if gpu.memory_total_bytes is not None else ""
+    return f"gpu {gpu.index}: {name}{memory}{f' {gpu.uuid}' if gpu.uuid else ''}"
+
+
+def _build_line(env: EnvSection) -> str:
+    """torch's CUDA, the NCCL wheel and the driver, each absent one said in words."""
+    if env.cuda or "torch" not in env.packages:
+        cuda = _known(env.cuda)
+    else:
+        cuda = "none (a build without CUDA)" if env.packages["torch"] else "torch not installed"
+    driver = f"{env.driver} (CUDA {env.cuda_driver})" if env.cuda_driver else env.driver
+    return (
+        f"cuda (torch build): {cuda}  nccl: {env.nccl or 'no NCCL wheel'}  driver: {driver or 'none found'}"
+    )
+
+
 def environment_lines(
     env: EnvSection | Mapping[str, Any], hardware: HardwareSection | Mapping[str, Any]
 ) -> list[str]:
-    """`ds-doctor env` as plain lines (each line `one_line`: a value never starts a line or sends a control)."""
+    """`ds-doctor env` as plain lines (each line `one_line`: a value never starts a line or sends a control); an
+    absent value is said in words, never as `None`."""
     env, hardware = section(EnvSection, env), section(HardwareSection, hardware)
-    lines = [
-        f"host: {hardware.host}  cpus: {hardware.cpus}  memory: {(hardware.memory_bytes or 0) / 2**30:.1f} GiB"
-    ]
-    lines += [
-        f"gpu {gpu.index}: {gpu.name} {(gpu.memory_total_bytes or 0) / 2**30:.0f} GiB {gpu.uuid}"
-        for gpu in hardware.gpus
-    ]
+    memory = f"{hardware.memory_bytes / 2**30:.1f} GiB" if hardware.memory_bytes is not None else "unknown"
+    lines = [f"host: {_known(hardware.host)}  cpus: {_known(hardware.cpus)}  memory: {memory}"]
+    lines += [_gpu_line(gpu) for gpu in hardware.gpus]
     if not hardware.gpus:
-        lines.append(f"gpus: none ({hardware.gpus_reason})")
-    lines.append(f"python: {env.python}  platform: {env.platform}")
-    lines.append(
-        f"cuda (torch build): {env.cuda}  nccl: {env.nccl}  driver: {env.driver} (CUDA {env.cuda_driver})"
-    )
+        lines.append(f"gpus: none ({hardware.gpus_reason})" if hardware.gpus_reason else "gpus: none")
+    lines.append(f"python: {_known(env.python)}  platform: {_known(env.platform)}")
+    lines.append(_build_line(env))
     lines += [f"{name}: {version or 'not installed'}" for name, version in env.packages.items()]
     lines += [
         f"out of declared range: {p['package']} {p['version']} declares {p['requires']}{p['declared']}; "

@@ -10,6 +10,13 @@ from typing import Any
 
 import pytest
 
+from ds_doctor.ops import interpreter_first
+
+# DeepSpeed engines built in this process (the unit tests' own) run torch's JIT with the ninja the run's build phase
+# and ranks use, as a job in an activated environment does: another ninja first on PATH records builds otherwise, and
+# the shared ops folder would be rebuilt each time one or the other loads it (README: "DeepSpeed's ops")
+os.environ["PATH"] = interpreter_first(os.environ.get("PATH"))
+
 HAS_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
 requires_deepspeed = pytest.mark.skipif(
     not HAS_DEEPSPEED, reason="deepspeed not installed: pip install deepspeed"

@@ -19,8 +19,8 @@ def _stopped(signum: int, frame: Any) -> None:
 
 
 def main() -> int:
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, _stopped)
+    for stopping in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(stopping, _stopped)
     try:
         bound = bound_from(os.environ)
     except ValueError as exc:
@@ -39,7 +39,9 @@ def main() -> int:
         print(f"ds-doctor: {ready.failure}", flush=True)
         return 1
     if ready.folder is not None:  # a run's quick look finds them without starting a build process
-        cache.write_stamp(Path(ready.folder), [o.op for o in ready.ops if o.state in ("built", "loaded")])
+        cache.write_stamp(
+            Path(ready.folder), [o.op for o in ready.ops if o.state in ("built", "rebuilt", "loaded")]
+        )
     states = ", ".join(f"{o.op} {o.state}" for o in ready.ops) or "none (DeepSpeed builds none here)"
     print(f"ds-doctor: DeepSpeed's ops: {states}, in {ready.folder}", flush=True)
     return 0

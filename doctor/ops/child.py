@@ -78,7 +78,7 @@ def build_one(builder: Any, root: Path, say: Events) -> None:
     finally:
         record.unlink(missing_ok=True)
     after = _library(folder, op)
-    state = "loaded" if before is not None and after == before else "built"
+    state = "built" if before is None else ("loaded" if after == before else "rebuilt")
     say("done", op=op, state=state, seconds=round(time.monotonic() - started, 1))
 
 

@@ -6,7 +6,7 @@ launches with it too, and a build cut short left torch's lock behind for every l
 (`ds_doctor.ops.child`) builds or loads the ops the run's cases need, before the first launch of each stack; no
 case's clock runs meanwhile. The parent says when each op starts, a line at least every `PROGRESS_S` while one
 builds (how long so far, what the compiler is on, the log's path) or waits on another builder's lock (who holds
-it), and how each ended: built, loaded, installed or failed. The phase has its own generous bound
+it), and how each ended: built, rebuilt, loaded, installed or failed. The phase has its own generous bound
 (`DS_DOCTOR_BUILD_TIMEOUT`, seconds); past it the build is stopped, its lock cleared, and the line says what to do.
 The ranks then load the ops (`RankOptions.ops_failed` tells them at once when an op could not be built)."""
 
@@ -34,6 +34,11 @@ BOUND_ENV = "DS_DOCTOR_BUILD_TIMEOUT"
 STOP_GRACE_S = 10.0
 POLL_S = 0.25
 LOG_NAME = "ops-build.log"
+#: why ninja builds again an op that was there (torch's JIT rewrote nothing it did not have to)
+REBUILT = (
+    ": the build there was not this environment's as it is now (a job that built it with another ninja first on PATH, "
+    "other compiler flags or headers); a job that loads it with another ninja rebuilds it again"
+)
 EVENTS_NAME = "ops-events.jsonl"
 
 
@@ -54,7 +59,7 @@ def bound_from(environ: Mapping[str, str]) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class OpResult:
-    """One op: `state` built, loaded, installed (pre-compiled into DeepSpeed), failed, or stopped."""
+    """One op: `state` built, rebuilt, loaded, installed (pre-compiled into DeepSpeed), failed, or stopped."""
 
     op: str
     state: str
@@ -166,11 +171,8 @@ class Watch:
         elif kind == "done":
             state, seconds = str(event.get("state")), float(event.get("seconds") or 0.0)
             self.results[op] = OpResult(op, state, seconds)
-            self.tell(
-                f"{op}: {state} in {seconds:.1f} s"
-                if state != "installed"
-                else f"{op}: installed with DeepSpeed"
-            )
+            said = f"{op}: {state} in {seconds:.1f} s{REBUILT if state == 'rebuilt' else ''}"
+            self.tell(f"{op}: installed with DeepSpeed" if state == "installed" else said)
             self.op = None
         elif kind == "failed":
             reason = str(event.get("reason"))
@@ -291,5 +293,7 @@ def ensure_ops(
         return OpsReady(str(likely))
     ready = build_ops(env, folder, say, bound_s, progress_s)
     if ready.failure is None and ready.folder is not None:
-        cache.write_stamp(Path(ready.folder), [o.op for o in ready.ops if o.state in ("built", "loaded")])
+        cache.write_stamp(
+            Path(ready.folder), [o.op for o in ready.ops if o.state in ("built", "rebuilt", "loaded")]
+        )
     return ready

@@ -118,6 +118,8 @@ class GroupRun:
             if launch.complete(case.id):
                 self.results[case.id] = launch.lines_of(case)
         blamed = launch.blame()
+        # on disk too: a report rebuilt from the run directory (a stopped run's) shows them as they were, not unrun
+        launch.dir.write_blamed([line for case in self.pending for line in blamed.get(case.id, ())])
         for case in self.pending:
             if case.id in blamed:
                 self.results[case.id] = blamed[case.id]
@@ -202,6 +204,7 @@ def run_groups(
                 for launch in exiting or ():
                     launch.bound_exit()
                 turns.update()
+                events.tick()
                 time.sleep(POLL_S)
     finally:
         for run in runs:

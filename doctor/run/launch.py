@@ -42,6 +42,8 @@ class LaunchEvents:
 
     stage: Callable[[str, int, str], None] = lambda _case, _rank, _stage: None
     case_done: Callable[[Case, list[RankLine]], None] = lambda _case, _lines: None
+    #: at every poll of the run's launches: a reporter that says nothing for a while says what still runs
+    tick: Callable[[], None] = lambda: None
 
 
 class LineTail:

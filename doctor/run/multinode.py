@@ -35,6 +35,7 @@ from ds_doctor.run.pipeline import (
     SilentReporter,
     launch,
     make_plan,
+    with_ops,
     write_manifest,
 )
 from ds_doctor.run.plan import node_checks
@@ -202,6 +203,9 @@ def run(options: RunOptions, reporter: RunReporter | None = None) -> tuple[Repor
     run_plan = make_plan(options)
     run_dir = RunDir.create(options.out_dir, hardware["host"], started, os.getpid())
     write_manifest(run_dir, run_plan, options, started, env, hardware)
+    # each node's ops built before it joins: a node still building when another starts a launch across the nodes
+    # would leave that launch's rendezvous waiting (a build longer than --join-timeout names the node as not joined)
+    options = with_ops(run_plan, run_dir, options, reporter)
     nodes = handshake(cluster, run_dir, options, run_plan, env, hardware)
     missing = [n for n in range(cluster.nnodes) if n not in nodes]
     if missing:  # no launch across the nodes can happen: say who never came

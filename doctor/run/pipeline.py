@@ -55,6 +55,7 @@ class RunOptions:
     rank: RankOptions = DEFAULTS  # what every rank needs (the user's configs and model, thresholds, ...)
     overlays_only: bool = False  # `bisect`: the cases on the overlays alone, not on the installed stack first
     launches: str = "auto"  # how the node's launch groups run: a key of ds_doctor.run.groups.LAUNCH_MODES
+    ops_ready: bool = False  # the op build phase ran for this stack (`with_ops`): its result is in `rank`
 
 
 class RunReporter(Protocol):
@@ -68,6 +69,10 @@ class RunReporter(Protocol):
 
     def case_done(self, result: CaseResult) -> None: ...  # its line's part, scrubbed (`build.shown_result`)
 
+    def tick(
+        self,
+    ) -> None: ...  # at each poll of the launches: nothing said for long, it says what still runs
+
 
 class SilentReporter:
     def planned(self, total: int, device_kind: str, nproc: int, skipped: int) -> None:
@@ -80,6 +85,9 @@ class SilentReporter:
         pass
 
     def case_done(self, result: CaseResult) -> None:
+        pass
+
+    def tick(self) -> None:
         pass
 
 
@@ -170,14 +178,14 @@ def with_ops(run_plan: RunPlan, run_dir: RunDir, options: RunOptions, reporter: 
     """DeepSpeed's ops ready before the first launch that needs them, as a phase of its own (`ds_doctor.ops.phase`:
     no case's clock runs meanwhile); the ranks' options name their folder, and why they are not there if they are
     not."""
-    if not needs_deepspeed_ops(run_plan, options):
+    if options.ops_ready or not needs_deepspeed_ops(run_plan, options):
         return options
     env = rank_environment(options.rank, options.cluster)
     ready = ensure_ops(env, run_dir.path, reporter.note, bound_from(os.environ))
     rank = dataclasses.replace(
         options.rank, extensions_dir=ready.folder or options.rank.extensions_dir, ops_failed=ready.failure
     )
-    return dataclasses.replace(options, rank=rank)
+    return dataclasses.replace(options, rank=rank, ops_ready=True)
 
 
 def launch(
@@ -205,7 +213,7 @@ def launch(
         run_plan.groups,
         run_dir,
         timeout_override=options.timeout_s,
-        events=LaunchEvents(stage=reporter.stage, case_done=case_done),
+        events=LaunchEvents(stage=reporter.stage, case_done=case_done, tick=reporter.tick),
         cluster=options.cluster,
         options=options.rank,
         together=together(run_plan.groups, options.launches, options.cluster is not None),
@@ -228,7 +236,7 @@ def on_overlay(
     directory); known issues judged on the overlay's versions."""
     stack_dir = run_dir.stack(overlay.name)
     stack_dir.path.mkdir()
-    on_it = dataclasses.replace(options, rank=options.rank.with_overlay(overlay.path))
+    on_it = dataclasses.replace(options, rank=options.rank.with_overlay(overlay.path), ops_ready=False)
     packages = {**versions, **overlay.packages}
     return launch(run_plan, stack_dir, packages, on_it, reporter, host, overlay.name, exiting)
 

@@ -11,6 +11,7 @@ import pytest
 from rich.console import Console
 
 from ds_doctor.reports.console import (
+    QUIET_S,
     SUMMARY_WIDTH,
     RunProgress,
     case_line,
@@ -41,6 +42,24 @@ def test_each_finished_case_is_one_plain_line(capsys: pytest.CaptureFixture[str]
         "comm[all_reduce-ws2] PASS 0.2s busbw 1.25 GB/s",
         "comm[all_reduce-ws1] PASS 0.2s busbw — (one rank: no data moves between ranks)",
         "zero_offload[z3-opt-bf16-ws2] FAIL 1.5s bad placement; token <redacted>",
+    ]
+
+
+def test_off_a_terminal_a_run_never_stays_quiet_longer_than_quiet_s(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A case that takes minutes on a loaded node (no line until it ends): a line says what still runs."""
+    progress = RunProgress(make_console(), "0.1.0", 2)
+    progress.planned(1, "cpu", 2, 0)
+    progress.tick()  # nothing runs yet, and a line was just said
+    progress.stage("equivalence[deepspeed-z3-ws2]", 1, "step 2")
+    progress.tick()
+    progress.last_said -= QUIET_S  # as if QUIET_S passed
+    progress.tick()
+    progress.tick()  # it just said so
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1:] == [
+        f"... still running: equivalence[deepspeed-z3-ws2] · rank 1 · step 2 ({QUIET_S:.0f} s since the last line)"
     ]
 
 

@@ -34,6 +34,9 @@ class Recorder:
     def case_done(self, result: CaseResult) -> None:
         self.done.append(result)
 
+    def tick(self) -> None:
+        pass
+
 
 def test_select_takes_level_and_keyword() -> None:
     cases = pipeline.select(

@@ -17,7 +17,8 @@ from ds_doctor.rundir import LaunchDir
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Modules that run on a rank, where the environment is the rank's own (torch reads its settings from there).
-RANK_SIDE = {"doctor/run/worker.py", "doctor/forensics/capture.py"}
+#: code that runs in a process of its own that the parent started (a rank, the op build process)
+RANK_SIDE = {"doctor/run/worker.py", "doctor/forensics/capture.py", "doctor/ops/child.py"}
 #: What the libraries the parent imports set on import (deepspeed/__init__.py, to check the user's config).
 LIBRARIES_SET = {"PYTORCH_NVML_BASED_CUDA_CHECK"}
 
