@@ -49,14 +49,19 @@ run: $(BIN)/.installed
 	$(BIN)/ds-doctor run $(ARGS)
 
 # Two pytest sessions at once, each about half the suite's time: the multi-rank tests leave a core idle while ranks
-# wait on each other, on hung ranks and on killed nodes. The second's output follows the first's; either failing fails.
+# wait on each other, on hung ranks and on killed nodes. The second's output follows the first's. Then the tests
+# marked `loaded` (a real hang cut short with its evidence, launches taking turns) beside a CPU hog of twice the cores,
+# as a busy node runs them. Any of the three failing fails.
 TESTS_A := tests/test_e2e.py tests/probes tests/stacks
 PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
 test: $(BIN)/.installed lint $(BIN)/.sysdeps
-	@log=$$(mktemp); $(PYTEST) $(addprefix --ignore=,$(TESTS_A)) > $$log 2>&1 & other=$$!; \
-	$(PYTEST) $(TESTS_A); a=$$?; wait $$other; b=$$?; \
+	@log=$$(mktemp); $(PYTEST) -m "not loaded" $(addprefix --ignore=,$(TESTS_A)) > $$log 2>&1 & other=$$!; \
+	$(PYTEST) -m "not loaded" $(TESTS_A); a=$$?; wait $$other; b=$$?; \
 	echo "--- the rest of the suite (run beside it):"; cat $$log; rm -f $$log; \
-	[ $$a -eq 0 ] && [ $$b -eq 0 ]
+	hogs=$$(( 2 * $$(nproc) )); echo "--- the tests marked loaded, beside $$hogs processes that spin a core each:"; \
+	pids=""; for i in $$(seq $$hogs); do timeout 1800 sh -c 'while :; do :; done' & pids="$$pids $$!"; done; \
+	$(PYTEST) -m loaded tests; c=$$?; kill $$pids 2>/dev/null; wait $$pids 2>/dev/null; \
+	[ $$a -eq 0 ] && [ $$b -eq 0 ] && [ $$c -eq 0 ]
 
 # What the infrastructure tests start for real: Debian's slurm-wlm and munge (a two-node Slurm cluster in network
 # namespaces, tests/cluster/) and prometheus' promtool (the alert rules in contrib/). Installed where this is root on

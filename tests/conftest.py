@@ -10,12 +10,18 @@ from typing import Any
 
 import pytest
 
-from ds_doctor.ops import interpreter_first
+from ds_doctor.ops import cache, interpreter_first
 
-# DeepSpeed engines built in this process (the unit tests' own) run torch's JIT with the ninja the run's build phase
-# and ranks use, as a job in an activated environment does: another ninja first on PATH records builds otherwise, and
-# the shared ops folder would be rebuilt each time one or the other loads it (README: "DeepSpeed's ops")
+# DeepSpeed engines built in this process (the unit tests' own) load the ops as the README tells a job to: with the
+# ninja the run's build phase and ranks use (another ninja first on PATH records builds otherwise, and the shared
+# folder would be rebuilt each time one or the other loads it), from the folder that phase left them in (make's set-up
+# built them: torch's default, or ds-doctor's own where another environment's builds are in the default)
 os.environ["PATH"] = interpreter_first(os.environ.get("PATH"))
+if "TORCH_EXTENSIONS_DIR" not in os.environ:
+    for _root in (cache.likely_root(os.environ), cache.private_root(os.environ)):
+        if cache.stamped(_root):
+            os.environ["TORCH_EXTENSIONS_DIR"] = str(_root)
+            break
 
 HAS_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
 requires_deepspeed = pytest.mark.skipif(

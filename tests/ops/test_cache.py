@@ -118,12 +118,12 @@ def test_a_stamp_holds_only_while_every_op_is_as_the_phase_left_it(tmp_path: Pat
 def test_the_users_own_job_loads_the_ops_the_doctor_built(tmp_path: Path) -> None:
     """A user's DeepSpeed job in this environment, started as they would (no TORCH_EXTENSIONS_DIR unless the doctor's
     line told them to set one), loads the ops make's set-up built through `python -m ds_doctor.ops`: no rebuild."""
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_EXTENSIONS_DIR"}  # as a user's shell has it
     built = subprocess.run(
-        [sys.executable, "-m", "ds_doctor.ops"], capture_output=True, text=True, timeout=3600
+        [sys.executable, "-m", "ds_doctor.ops"], capture_output=True, text=True, timeout=3600, env=env
     )
     assert built.returncode == 0, built.stdout[-2000:]
     root = Path(built.stdout.strip().splitlines()[-1].rsplit(" in ", 1)[1])
-    env = {k: v for k, v in os.environ.items() if k != "TORCH_EXTENSIONS_DIR"}
     if "TORCH_EXTENSIONS_DIR=" in built.stdout:  # torch's default folder holds another environment's builds
         env["TORCH_EXTENSIONS_DIR"] = str(root)
     library = root / "cpu_adam" / "cpu_adam.so"
