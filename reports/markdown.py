@@ -143,14 +143,19 @@ def environment_rows(report: Report) -> list[list[object]]:
         ["host", hw.host],
         ["cpus", hw.cpus],
         ["memory", f"{(hw.memory_bytes or 0) / 2**30:.1f} GiB"],
-        ["gpus", gpu_text or f"none ({hw.gpus_reason})"],
+        ["gpus", gpu_text or (f"none ({hw.gpus_reason})" if hw.gpus_reason else "none")],
         ["python", env.python],
         ["platform", env.platform],
-        ["cuda (torch build)", env.cuda],
-        ["nccl", env.nccl],
-        ["driver", env.driver],
-        ["CUDA (driver)", env.cuda_driver],
+        [
+            "cuda (torch build)",
+            env.cuda or ("none (a build without CUDA)" if env.packages.get("torch") else "none"),
+        ],
+        ["nccl", env.nccl or "no NCCL wheel"],
+        ["driver", env.driver or "none found"],
+        ["CUDA (driver)", env.cuda_driver or "none found"],
     ]
+    # an absent value is said in words, never `None` (a ticket's reader takes "None" for a value)
+    rows = [[name, "unknown" if value is None else value] for name, value in rows]
     return rows + [[name, version] for name, version in env.packages.items() if version]
 
 

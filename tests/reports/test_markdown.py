@@ -276,3 +276,15 @@ def test_an_equivalence_case_shows_its_steps_as_a_table() -> None:
 
 def test_a_report_without_models_or_configs_says_nothing_of_what_ran() -> None:
     assert "## What ran" not in render_markdown(a_report(every_outcome()))
+
+
+def test_an_absent_environment_value_is_said_in_words_in_the_markdown_and_the_html() -> None:
+    """A CPU node has no CUDA, NCCL or driver: the ticket says so, never `None` (read as a value)."""
+    from ds_doctor.reports.html import render_html
+
+    report = a_report([case(Outcome.PASS, "ok")])
+    env = {**report.to_dict()["env"], "cuda": None, "nccl": None, "driver": None, "cuda_driver": None}
+    report = dataclasses.replace(report, env=env)
+    markdown, html = render_markdown(report), render_html(report)
+    assert "None" not in markdown and ">None<" not in html
+    assert "| nccl | no NCCL wheel |" in markdown and "<th>driver</th><td>none found</td>" in html
