@@ -206,7 +206,17 @@ def _alive_here(record: dict[str, object]) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    """A process that ended and was never reaped (its parent a subreaper that does not wait, as a run's doctor is
+    for orphans): gone, though `kill(pid, 0)` still finds it."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(errors="replace")
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[:1] == ["Z"]
 
 
 def _latest_change(folder: Path) -> float:

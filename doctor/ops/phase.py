@@ -135,6 +135,7 @@ class Watch:
         self.folder: str | None = None
         self.results: dict[str, OpResult] = {}
         self.unavailable: str | None = None
+        self.finished = False  # the build process said it went through every op
         self.offset = 0
 
     def tell(self, line: str) -> None:
@@ -181,9 +182,11 @@ class Watch:
                 f"{op}: FAILED to build: {reason.splitlines()[0][:300] if reason else ''} (the log: {self.log})"
             )
             self.op = None
-        elif kind == "finished" and event.get("error"):
-            self.unavailable = str(event["error"])
-            self.tell(f"{self.unavailable}: no op built")
+        elif kind == "finished":
+            self.finished = True
+            if event.get("error"):
+                self.unavailable = str(event["error"])
+                self.tell(f"{self.unavailable}: no op built")
 
     def tick(self) -> None:
         now = time.monotonic()
@@ -263,9 +266,9 @@ def build_ops(
         _heal_after(watch)
         raise
     watch.read(events)
-    if proc.returncode != 0 and watch.op is not None:
+    if proc.returncode != 0 or not watch.finished:  # a crash, the OOM killer: never a stamp of nothing built
         _heal_after(watch)
-        return watch.ready(f"the build process ended with exit code {proc.returncode}")
+        return watch.ready(f"the build process ended with exit code {proc.returncode} before it finished")
     return watch.ready()
 
 
@@ -289,8 +292,10 @@ def ensure_ops(
     """The ops this environment (`env`, the ranks') needs, ready: a quick look first (a stamp the last phase left,
     every op as it left it, no lock: no process started), the build phase where anything is missing or changed."""
     likely = cache.likely_root(env)
-    if cache.stamped(likely):
-        return OpsReady(str(likely))
+    # torch's default folder, or ds-doctor's own where the last phase found another environment's builds there
+    for root in (likely,) if env.get("TORCH_EXTENSIONS_DIR") else (likely, cache.private_root(env)):
+        if cache.stamped(root):
+            return OpsReady(str(root))
     ready = build_ops(env, folder, say, bound_s, progress_s)
     if ready.failure is None and ready.folder is not None:
         cache.write_stamp(

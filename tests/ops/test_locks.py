@@ -142,3 +142,26 @@ def test_a_lock_taken_again_after_it_was_judged_is_put_back(tmp_path: Path) -> N
 def test_the_filesystem_of_a_folder_is_read_from_the_mount_table(tmp_path: Path) -> None:
     assert locks.filesystem_type(tmp_path) not in ("", *locks.NETWORK_FILESYSTEMS)
     assert locks.filesystem_type(Path("/proc/self")) == "proc"
+
+
+def test_a_builder_that_ended_unreaped_is_gone(tmp_path: Path) -> None:
+    """A killed builder whose parent is a subreaper that does not wait (a run's doctor is one for orphans) stays a
+    zombie: `kill(pid, 0)` still finds it, yet it holds nothing and never will."""
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 60
+    while not locks._zombie(ended.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        assert locks._zombie(ended.pid)
+        record = {
+            "pid": ended.pid,
+            "host": socket.gethostname(),
+            "boot": locks._boot_id(),
+            "started": time.time(),
+        }
+        (tmp_path / locks.BUILDER_RECORD).write_text(json.dumps(record))
+        (tmp_path / locks.LOCK).write_bytes(b"")
+        state = locks.judge(tmp_path)
+        assert state.state == "stale" and f"pid {ended.pid}" in state.why
+    finally:
+        ended.wait()

@@ -20,8 +20,6 @@ from ds_doctor.ops import cache, locks, phase
 from tests.conftest import requires_deepspeed
 from tests.test_e2e import ROOT, ds_doctor
 
-pytestmark = [pytest.mark.multirank, requires_deepspeed]
-
 SHM = "deepspeed_shm_comm"
 #: how long the test waits for a step it watches for (a compiler to start, a process to end): a hang, not speed
 GENEROUS_S = 300.0  # longer than tests.bounds.GENEROUS_S: a compile under load
@@ -79,6 +77,8 @@ def ops_command(env: dict[str, str]) -> subprocess.Popen[str]:
     )
 
 
+@pytest.mark.multirank
+@requires_deepspeed
 def test_a_build_killed_at_any_moment_is_healed_and_the_next_run_passes(ext: Path, tmp_path: Path) -> None:
     env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(ext), "XDG_CACHE_HOME": str(tmp_path / "cache")}
     lock = ext / SHM / locks.LOCK
@@ -101,7 +101,8 @@ def test_a_build_killed_at_any_moment_is_healed_and_the_next_run_passes(ext: Pat
     stopped = ops_command(env)
     events = tmp_path / "cache" / "ds-doctor" / "ops-build" / phase.EVENTS_NAME
     until(
-        "the stale lock cleared and taken again", lambda: '"cleared"' in events.read_text() and lock.exists()
+        "the stale lock cleared and taken again",
+        lambda: events.exists() and '"cleared"' in events.read_text() and lock.exists(),
     )
     stopped.send_signal(signal.SIGTERM)
     out, _ = stopped.communicate(timeout=GENEROUS_S)
@@ -147,3 +148,22 @@ def test_a_build_killed_at_any_moment_is_healed_and_the_next_run_passes(ext: Pat
     assert [r["outcome"] for r in json.loads(run.stdout)["results"]] == ["pass"]
     assert f"cpu_adam: removed a build lock left behind ({planted}" in run.stderr, run.stderr[-3000:]
     assert not planted.exists()
+
+
+def test_a_build_process_that_dies_without_a_word_is_a_failure_and_leaves_no_stamp(tmp_path: Path) -> None:
+    """The OOM killer or a crash ends the build process before it said anything: every case that needs the ops is
+    told so, and no stamp says they are there (a later run would otherwise skip its build phase)."""
+    planted = tmp_path / "planted" / "deepspeed"
+    planted.mkdir(parents=True)
+    (planted / "__init__.py").write_text("import os\nos._exit(9)\n")  # dies as the OOM killer's victim would
+    (planted / "accelerator.py").write_text("")
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(tmp_path / "planted"),
+        "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext"),
+    }
+    said: list[str] = []
+    ready = phase.ensure_ops(env, tmp_path / "logs", said.append)
+    assert ready.failure is not None and "exit code 9 before it finished" in ready.failure
+    assert str(tmp_path / "logs") in ready.failure
+    assert not list((tmp_path / "ext").glob("ds-doctor-ops-*.json"))
