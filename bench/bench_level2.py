@@ -44,16 +44,13 @@ def bare(folder: Path) -> float:
     """One torchrun launch of the bare script, with the ops folder ds-doctor uses (built ops: torch's default, which a
     user's job shares, unless another environment's builds are there)."""
     from ds_doctor.ops import interpreter_first
-    from ds_doctor.ops.cache import likely_root, private_root, stamped
+    from ds_doctor.ops.cache import stamped_root
 
     script = folder / "bare_zero3_offload.py"
     script.write_text(BARE)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    built = [root for root in (likely_root(os.environ), private_root(os.environ)) if stamped(root)]
-    if (
-        built
-    ):  # where the run's build phase left them (ds-doctor's own where another environment's are in torch's)
-        env["TORCH_EXTENSIONS_DIR"] = str(built[0])
+    if (built := stamped_root(os.environ)) is not None:  # where the run's build phase left them
+        env["TORCH_EXTENSIONS_DIR"] = str(built)
     env["PATH"] = interpreter_first(env.get("PATH"))
     started = time.perf_counter()
     subprocess.run(

@@ -17,11 +17,8 @@ from ds_doctor.ops import cache, interpreter_first
 # folder would be rebuilt each time one or the other loads it), from the folder that phase left them in (make's set-up
 # built them: torch's default, or ds-doctor's own where another environment's builds are in the default)
 os.environ["PATH"] = interpreter_first(os.environ.get("PATH"))
-if "TORCH_EXTENSIONS_DIR" not in os.environ:
-    for _root in (cache.likely_root(os.environ), cache.private_root(os.environ)):
-        if cache.stamped(_root):
-            os.environ["TORCH_EXTENSIONS_DIR"] = str(_root)
-            break
+if "TORCH_EXTENSIONS_DIR" not in os.environ and (_built := cache.stamped_root(os.environ)) is not None:
+    os.environ["TORCH_EXTENSIONS_DIR"] = str(_built)
 
 HAS_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
 requires_deepspeed = pytest.mark.skipif(

@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ds_doctor.ops import cache, interpreter_first
 from ds_doctor.ops.phase import bound_from, build_ops
 
 
@@ -28,9 +27,8 @@ def main() -> int:
         return 2
     home_cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     logs = Path(home_cache) / "ds-doctor" / "ops-build"
-    env = {**os.environ, "PATH": interpreter_first(os.environ.get("PATH"))}  # the ninja the ranks will use
     try:
-        ready = build_ops(env, logs, lambda line: print(line, flush=True), bound)
+        ready = build_ops(os.environ, logs, lambda line: print(line, flush=True), bound)
     except KeyboardInterrupt as exc:
         signum = int(exc.args[0]) if exc.args else int(signal.SIGINT)
         print(f"ds-doctor: the op build was stopped by {signal.Signals(signum).name}", flush=True)
@@ -38,10 +36,6 @@ def main() -> int:
     if ready.failure is not None:
         print(f"ds-doctor: {ready.failure}", flush=True)
         return 1
-    if ready.folder is not None:  # a run's quick look finds them without starting a build process
-        cache.write_stamp(
-            Path(ready.folder), [o.op for o in ready.ops if o.state in ("built", "rebuilt", "loaded")]
-        )
     states = ", ".join(f"{o.op} {o.state}" for o in ready.ops) or "none (DeepSpeed builds none here)"
     print(f"ds-doctor: DeepSpeed's ops: {states}, in {ready.folder}", flush=True)
     return 0

@@ -151,7 +151,8 @@ def likely_root(environ: Mapping[str, str]) -> Path | None:
     return Path(os.path.realpath(os.path.join(base, "torch_extensions"))) / f"{python}_{accelerator}"
 
 
-def _library(root: Path, op: str) -> int | None:
+def library_mtime(root: Path, op: str) -> int | None:
+    """When `op`'s library under `root` was last written (ns), None where there is none."""
     try:
         return (root / op / f"{op}.so").stat().st_mtime_ns
     except OSError:
@@ -160,7 +161,7 @@ def _library(root: Path, op: str) -> int | None:
 
 def write_stamp(root: Path, ops: Iterable[str]) -> None:
     """The ops the phase left in `root`, as they are now."""
-    found = {op: _library(root, op) for op in ops}
+    found = {op: library_mtime(root, op) for op in ops}
     with contextlib.suppress(OSError):
         (root / STAMP.format(key=build_key())).write_text(json.dumps({"ops": found}) + "\n", encoding="utf-8")
 
@@ -178,6 +179,15 @@ def stamped(root: Path | None) -> bool:
     if not isinstance(ops, dict):
         return False
     return all(
-        isinstance(mtime, int) and _library(root, op) == mtime and not (root / op / "lock").exists()
+        isinstance(mtime, int) and library_mtime(root, op) == mtime and not (root / op / "lock").exists()
         for op, mtime in ops.items()
     )
+
+
+def stamped_root(environ: Mapping[str, str]) -> Path | None:
+    """The folder a build phase of this environment left every op in, unchanged: `TORCH_EXTENSIONS_DIR` where it is
+    set, else torch's default folder, or ds-doctor's own where that phase found another environment's builds in the
+    default; None where none is (the phase must run)."""
+    likely = likely_root(environ)
+    candidates = (likely,) if environ.get("TORCH_EXTENSIONS_DIR") else (likely, private_root(environ))
+    return next((root for root in candidates if root is not None and stamped(root)), None)

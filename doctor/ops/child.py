@@ -35,13 +35,6 @@ def _stopped(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(signum)  # torch's `finally` releases its lock; subprocess.run kills ninja
 
 
-def _library(folder: Path, op: str) -> int | None:
-    try:
-        return (folder / f"{op}.so").stat().st_mtime_ns
-    except OSError:
-        return None
-
-
 def wait_for_lock(folder: Path, op: str, say: Events) -> None:
     """Until `folder`'s lock is free: a stale one cleared (said), a held one waited on (said when its holder
     changes)."""
@@ -67,7 +60,7 @@ def build_one(builder: Any, root: Path, say: Events) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     say("start", op=op, folder=str(folder))
     wait_for_lock(folder, op, say)
-    before = _library(folder, op)
+    before = cache.library_mtime(root, op)
     started = time.monotonic()
     record = locks.write_record(folder)
     try:
@@ -77,7 +70,7 @@ def build_one(builder: Any, root: Path, say: Events) -> None:
         return
     finally:
         record.unlink(missing_ok=True)
-    after = _library(folder, op)
+    after = cache.library_mtime(root, op)
     state = "built" if before is None else ("loaded" if after == before else "rebuilt")
     say("done", op=op, state=state, seconds=round(time.monotonic() - started, 1))
 

@@ -34,6 +34,8 @@ BOUND_ENV = "DS_DOCTOR_BUILD_TIMEOUT"
 STOP_GRACE_S = 10.0
 POLL_S = 0.25
 LOG_NAME = "ops-build.log"
+#: the states of an op the phase left in its folder (not `installed`: DeepSpeed's own install holds those)
+PRESENT = ("built", "rebuilt", "loaded")
 #: why ninja builds again an op that was there (torch's JIT rewrote nothing it did not have to)
 REBUILT = (
     ": the build there was not this environment's as it is now (a job that built it with another ninja first on PATH, "
@@ -269,7 +271,12 @@ def build_ops(
     if proc.returncode != 0 or not watch.finished:  # a crash, the OOM killer: never a stamp of nothing built
         _heal_after(watch)
         return watch.ready(f"the build process ended with exit code {proc.returncode} before it finished")
-    return watch.ready()
+    ready = watch.ready()
+    if (
+        ready.failure is None and ready.folder is not None
+    ):  # the next run's quick look starts no build process
+        cache.write_stamp(Path(ready.folder), [o.op for o in ready.ops if o.state in PRESENT])
+    return ready
 
 
 def _over_bound(watch: Watch, bound_s: float, step: str) -> OpsReady:
@@ -290,15 +297,7 @@ def ensure_ops(
     progress_s: float = PROGRESS_S,
 ) -> OpsReady:
     """The ops this environment (`env`, the ranks') needs, ready: a quick look first (a stamp the last phase left,
-    every op as it left it, no lock: no process started), the build phase where anything is missing or changed."""
-    likely = cache.likely_root(env)
-    # torch's default folder, or ds-doctor's own where the last phase found another environment's builds there
-    for root in (likely,) if env.get("TORCH_EXTENSIONS_DIR") else (likely, cache.private_root(env)):
-        if cache.stamped(root):
-            return OpsReady(str(root))
-    ready = build_ops(env, folder, say, bound_s, progress_s)
-    if ready.failure is None and ready.folder is not None:
-        cache.write_stamp(
-            Path(ready.folder), [o.op for o in ready.ops if o.state in ("built", "rebuilt", "loaded")]
-        )
-    return ready
+    every op as it left it, no lock: no process started), the build phase where anything is missing or changed (which
+    stamps the folder once every op is there)."""
+    root = cache.stamped_root(env)
+    return OpsReady(str(root)) if root is not None else build_ops(env, folder, say, bound_s, progress_s)
