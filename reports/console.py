@@ -324,14 +324,9 @@ def _gpu_line(gpu: GpuReading) -> str:
 
 def _build_line(env: EnvSection) -> str:
     """torch's CUDA, the NCCL wheel and the driver, each absent one said in words."""
-    if env.cuda or "torch" not in env.packages:
-        cuda = _known(env.cuda)
-    else:
-        cuda = "none (a build without CUDA)" if env.packages["torch"] else "torch not installed"
-    driver = f"{env.driver} (CUDA {env.cuda_driver})" if env.cuda_driver else env.driver
-    return (
-        f"cuda (torch build): {cuda}  nccl: {env.nccl or 'no NCCL wheel'}  driver: {driver or 'none found'}"
-    )
+    said = env.build_words()
+    driver = f"{env.driver} (CUDA {env.cuda_driver})" if env.cuda_driver else said["driver"]
+    return f"cuda (torch build): {said['cuda']}  nccl: {said['nccl']}  driver: {driver}"
 
 
 def environment_lines(

@@ -138,6 +138,7 @@ def gpu_row(g: GpuReading) -> list[Any]:
 def environment_rows(report: Report) -> list[list[object]]:
     """The host and the software in two columns (the Markdown's and the HTML page's environment table)."""
     env, hw = report.env, report.hardware
+    said = env.build_words()
     gpu_text = ", ".join(f"{g.name} ({(g.memory_total_bytes or 0) / 2**30:.0f} GiB)" for g in hw.gpus)
     rows: list[list[object]] = [
         ["host", hw.host],
@@ -146,13 +147,10 @@ def environment_rows(report: Report) -> list[list[object]]:
         ["gpus", gpu_text or (f"none ({hw.gpus_reason})" if hw.gpus_reason else "none")],
         ["python", env.python],
         ["platform", env.platform],
-        [
-            "cuda (torch build)",
-            env.cuda or ("none (a build without CUDA)" if env.packages.get("torch") else "none"),
-        ],
-        ["nccl", env.nccl or "no NCCL wheel"],
-        ["driver", env.driver or "none found"],
-        ["CUDA (driver)", env.cuda_driver or "none found"],
+        ["cuda (torch build)", said["cuda"]],
+        ["nccl", said["nccl"]],
+        ["driver", said["driver"]],
+        ["CUDA (driver)", said["cuda_driver"]],
     ]
     # an absent value is said in words, never `None` (a ticket's reader takes "None" for a value)
     rows = [[name, "unknown" if value is None else value] for name, value in rows]

@@ -124,6 +124,20 @@ class EnvSection:
     present: tuple[str, ...] = ()  # read from JSON: the keys it had, written back and no more
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
+    def build_words(self) -> dict[str, str]:
+        """torch's CUDA, the NCCL wheel, the driver and its CUDA, each absent one said in words (never `None`, which a
+        reader takes for a value): what `ds-doctor env` and the ticket's environment table show."""
+        if self.cuda or "torch" not in self.packages:
+            cuda = self.cuda or "unknown"
+        else:
+            cuda = "none (a build without CUDA)" if self.packages["torch"] else "torch not installed"
+        return {
+            "cuda": cuda,
+            "nccl": self.nccl or "no NCCL wheel",
+            "driver": self.driver or "none found",
+            "cuda_driver": self.cuda_driver or "none found",
+        }
+
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> EnvSection:
         known, extra = _split(cls, data)
