@@ -127,23 +127,23 @@ def _is_char_device(path: Path) -> bool:
 FILE_SUFFIXES = (".json", ".md", ".html", ".xml", ".prom", ".txt")
 
 
-def writable_dir(path: Path) -> Path:
+def writable_dir(path: Path, hint: str = "--out") -> Path:
     """`--out` of `run` and `report`: the folder the reports go into (they are named by host and time). Created
     where missing; a path that names a file (`report.md`) is refused rather than made a folder of that name."""
     if path.exists() and not path.is_dir():
-        raise click.BadParameter(f"{path} exists and is not a directory", param_hint="--out")
+        raise click.BadParameter(f"{path} exists and is not a directory", param_hint=hint)
     if not path.exists() and path.suffix.lower() in FILE_SUFFIXES:
         raise click.BadParameter(
-            f"{path} looks like a file name; --out is the folder the reports are written into "
+            f"{path} looks like a file name; {hint} is the folder the reports are written into "
             f"(named by host and time): give {path.parent}",
-            param_hint="--out",
+            param_hint=hint,
         )
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise click.BadParameter(f"cannot create {path}: {exc.strerror}", param_hint="--out") from None
+        raise click.BadParameter(f"cannot create {path}: {exc.strerror}", param_hint=hint) from None
     if not os.access(path, os.W_OK | os.X_OK):
-        raise click.BadParameter(f"{path} is not writable", param_hint="--out")
+        raise click.BadParameter(f"{path} is not writable", param_hint=hint)
     return path
 
 
@@ -158,7 +158,9 @@ def load_report(path: Path, hint: str) -> Report:
     if not path.exists():
         raise click.BadParameter(f"{path}: no such file", param_hint=hint)
     try:
-        return load_report_file(path)
+        return load_report_file(
+            path, summary=True
+        )  # what a diff reads: outcomes, findings, measures, versions
     except InputError as exc:
         raise click.BadParameter(str(exc), param_hint=hint) from None
 

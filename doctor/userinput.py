@@ -400,9 +400,11 @@ def parse_json(
     *,
     label: str = "not JSON",
     max_depth: int = MAX_DEPTH,
+    check: bool = True,
 ) -> Any:
     """JSON, its syntax errors with line and column; nesting beyond `max_depth` (or beyond what Python's parser
-    can recurse into) is one line, not a RecursionError."""
+    can recurse into) is one line, not a RecursionError. `check=False`: the caller checks the tree (`check_tree`)
+    once it has dropped what it does not read."""
     try:
         data = json.loads(text)
     except RecursionError:
@@ -411,7 +413,8 @@ def parse_json(
         raise error(f"{name}: {label}: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except ValueError as exc:  # an integer of more than 4300 digits
         raise error(f"{name}: {label}: {str(exc).splitlines()[0][:200]}") from None
-    check_tree(data, name, error, max_depth=max_depth)
+    if check:
+        check_tree(data, name, error, max_depth=max_depth)
     return data
 
 

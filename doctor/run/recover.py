@@ -29,6 +29,7 @@ from ds_doctor.userinput import (
     MAX_REPORT_BYTES,
     UserInputError,
     check_report,
+    check_tree,
     check_world_size,
     parse_json,
     read_file,
@@ -47,13 +48,18 @@ class InputError(UserInputError):
 _CONVERSION = (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError)
 
 
-def _read_json(path: Path) -> Any:
-    """A report or manifest, read with the bounds of `ds_doctor.userinput`: its size, its nesting."""
+def _read_json(path: Path, *, summary: bool = False) -> Any:
+    """A report or manifest, read with the bounds of `ds_doctor.userinput`: its size, its nesting (of what is kept,
+    for a `summary`: the parser itself stops at Python's recursion limit)."""
     read = read_file(path, limit=MAX_REPORT_BYTES, error=InputError, kind="report")
     text = read.text(InputError)
     if not text.strip():
         raise InputError(f"{path}: empty file")
-    return parse_json(text, str(path), InputError, label="not valid JSON")
+    if not summary:
+        return parse_json(text, str(path), InputError, label="not valid JSON")
+    data = summary_of(parse_json(text, str(path), InputError, label="not valid JSON", check=False))
+    check_tree(data, str(path), InputError)
+    return data
 
 
 def _check_manifest(data: dict[str, Any], path: Path) -> None:
@@ -230,9 +236,44 @@ def report_from_run_dir(
     return report, warnings
 
 
-def load_report_file(path: Path, *, anonymized: bool = False) -> Report:
-    """A report JSON, checked: empty, malformed, another schema and a newer schema are input errors."""
-    data = _read_json(path)
+#: A result's parts that no summary reader (fleet, diff, a run's --baseline) reads or shows: the bulk of a report
+#: (device maps, each rank's stages and stacks, series, notes, the known issue's remedy text, findings' evidence).
+#: A summary read drops them before it checks or scrubs anything: a 430 KB level-2 report is then 30 KB of work.
+_BULK: dict[str, Any] = {
+    "device_map": [],
+    "ranks": [],
+    "series": [],
+    "notes": {},
+    "shown_notes": [],
+    "known_issue": None,
+}
+_FINDING_BULK: dict[str, Any] = {"evidence": [], "data": {}, "remedy": None, "expected": None}
+
+
+def summary_of(data: Any) -> Any:
+    """`data` (parsed, unchecked) without the parts `_BULK` names, in place; a value of a wrong shape is left for the
+    schema to name."""
+    results = data.get("results") if isinstance(data, dict) else None
+    for result in results if isinstance(results, list) else ():
+        if not isinstance(result, dict):
+            continue
+        for key, empty in _BULK.items():
+            if key in result:
+                result[key] = type(empty)() if empty is not None else None
+        findings = result.get("findings")
+        for finding in findings if isinstance(findings, list) else ():
+            if isinstance(finding, dict):
+                for key, empty in _FINDING_BULK.items():
+                    if key in finding:
+                        finding[key] = type(empty)() if empty is not None else None
+    return data
+
+
+def load_report_file(path: Path, *, anonymized: bool = False, summary: bool = False) -> Report:
+    """A report JSON, checked: empty, malformed, another schema and a newer schema are input errors. `summary`:
+    without what `summary_of` drops (for readers of outcomes, measures and versions), which is never checked,
+    scrubbed or held."""
+    data = _read_json(path, summary=summary)
     tool = data.get("tool") if isinstance(data, dict) else None
     if not isinstance(tool, dict) or tool.get("name") != "ds-doctor":
         raise InputError(f"{path}: not a ds-doctor report")
