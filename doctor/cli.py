@@ -20,7 +20,13 @@ import click
 import ds_doctor
 from ds_doctor.cli_bisect import bisect
 from ds_doctor.cli_fleet import fleet
-from ds_doctor.cli_outputs import report_what_finished, show_paths, write_extra_formats, write_user_output
+from ds_doctor.cli_outputs import (
+    check_table_dir,
+    report_what_finished,
+    show_paths,
+    write_extra_formats,
+    write_user_output,
+)
 from ds_doctor.cli_triage import triage
 from ds_doctor.files import CannotWrite, disk_failure
 from ds_doctor.options import (
@@ -115,6 +121,13 @@ def report_outputs(command: Any) -> Any:
             "prom_file",
             type=click.Path(path_type=Path),
             help="Also write node_exporter textfile-collector metrics.",
+        ),
+        click.option(
+            "--table",
+            "table_dir",
+            type=click.Path(path_type=Path),
+            help="Also write the results as rows of a Parquet table in this folder, under night=…/node=… "
+            "(`fleet` reads it; so do DuckDB, pyarrow, Spark). Needs the `table` extra.",
         ),
     ]
     for option in reversed(options):
@@ -246,6 +259,7 @@ def run(state: CliState, **given: Any) -> int:
     # every output is checked before anything runs or is created
     check_writable_file(args.junit_file, "--junit")
     check_writable_file(args.prom_file, "--prometheus")
+    check_table_dir(args.table_dir)
     check_distinct(
         {"--junit": args.junit_file, "--prometheus": args.prom_file},
         {
@@ -261,7 +275,9 @@ def run(state: CliState, **given: Any) -> int:
             options, args.json_stdout, (args.junit_file, args.prom_file)
         )
         paths.update(
-            write_extra_formats(report, args.junit_file, args.prom_file, baseline, args.tolerance_pct)
+            write_extra_formats(
+                report, args.junit_file, args.prom_file, baseline, args.tolerance_pct, args.table_dir
+            )
         )
         regressed, diff_text = False, None
         if baseline is not None:
@@ -287,6 +303,7 @@ class RunArgs:
     anonymize: bool
     junit_file: Path | None
     prom_file: Path | None
+    table_dir: Path | None
     baseline_file: Path | None
     tolerance_pct: float
     nnodes: int | None
@@ -629,6 +646,7 @@ def report(
     anonymize: bool,
     junit_file: Path | None,
     prom_file: Path | None,
+    table_dir: Path | None,
 ) -> int:
     """Render a report from a run directory (also one whose run was killed) or from a report JSON.
 
@@ -645,6 +663,7 @@ def report(
         raise click.BadParameter(f"{path}: no such file or directory", param_hint="PATH")
     check_writable_file(junit_file, "--junit")
     check_writable_file(prom_file, "--prometheus")
+    check_table_dir(table_dir)
     check_distinct({"--junit": junit_file, "--prometheus": prom_file}, {"PATH": path})
     for option, output in (("--junit", junit_file), ("--prometheus", prom_file)):
         if (
@@ -666,7 +685,7 @@ def report(
     for warning in warnings:
         click.echo(f"ds-doctor: warning: {scrub_text(warning)}", err=True)
     paths = write_reports(built, target, suffix="-report")
-    paths.update(write_extra_formats(built, junit_file, prom_file))
+    paths.update(write_extra_formats(built, junit_file, prom_file, table_dir=table_dir))
     console = make_console(stderr=json_stdout)
     print_summary(built, console)
     show_paths(console, paths)

@@ -10,19 +10,26 @@ keeps a month of reports per node, and reading one costs about as long as checki
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
 import fnmatch
+import itertools
 import json
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import click
 
 from ds_doctor.checks.baseline import DEFAULT_TOLERANCE_PCT
-from ds_doctor.checks.fleet import Source, build_fleet
+from ds_doctor.fleet.drift import NightValue
+from ds_doctor.fleet.facts import NodeFacts, Source, build_fleet, facts_of
 from ds_doctor.options import TOLERANCE, check_distinct, check_writable_file, one_line, output_in
 from ds_doctor.reports.fleet import Unreadable, render_fleet
 from ds_doctor.reports.records import finite_json
+from ds_doctor.table.rows import night_of
 
 PATTERN = "ds-doctor-*.json"
 FLEET_FILE = "ds-doctor-fleet.md"  # `--out FOLDER` writes the Markdown as this
@@ -44,6 +51,12 @@ MAX_DEPTH = 16
     show_default=True,
     help="Percent a bandwidth or TFLOP/s may fall below the fleet's median before the node is flagged.",
 )
+@click.option(
+    "--since",
+    metavar="SPAN|DATE",
+    help="Also read every night from this one on (30d, 2w, 36h back, or a date) and name the nodes whose "
+    "measures get worse night after night against the fleet.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the fleet as JSON.")
 @click.option(
     "--out",
@@ -60,6 +73,7 @@ MAX_DEPTH = 16
 def fleet(
     sources: tuple[Path, ...],
     tolerance_pct: float,
+    since: str | None,
     as_json: bool,
     out_file: Path | None,
     html_file: Path | None,
@@ -77,18 +91,28 @@ def fleet(
     check_distinct(
         {"--out": out_file, "--html": html_file}, {str(path): path for path in sources if not path.is_dir()}
     )
+    first_night = _since(since)
     unreadable: list[Unreadable] = []
-    groups = find_reports(sources, unreadable)
-    if not groups and not unreadable:
-        raise click.UsageError(f"no ds-doctor report ({PATTERN}) in {', '.join(map(str, sources))}")
-    read, not_read = read_reports(groups, unreadable)
+    read, nights, not_read = _read(sources, first_night, unreadable)
     if not read:  # one line, as every usage error: the first file's reason, and how many more there are
         more = f" (and {len(unreadable) - 1} more unreadable file(s))" if len(unreadable) > 1 else ""
         first = unreadable[0]
         raise click.UsageError(f"no readable ds-doctor report: {first.source}: {first.reason}{more}")
     for entry in unreadable:
         click.echo(f"ds-doctor: warning: {one_line(f'{entry.source}: unreadable: {entry.reason}')}", err=True)
-    built = build_fleet(read, unreadable, tolerance_pct, not_read)
+    window = None
+    drifting: list[Any] = []
+    if first_night is not None:
+        from ds_doctor.fleet.drift import drifts
+
+        drifting = drifts(nights, tolerance_pct)
+        held = sorted({value.night for value in nights})
+        window = (
+            f"{held[0]} to {held[-1]}, {len(held)} night(s) with measures"
+            if held
+            else f"from {first_night}: none"
+        )
+    built = build_fleet(read, unreadable, tolerance_pct, not_read, drifting, window)
     text = render_fleet(built)
     from ds_doctor.cli_outputs import write_user_output
 
@@ -102,6 +126,69 @@ def fleet(
         json.dumps(finite_json(built.to_dict()), indent=2, allow_nan=False) if as_json else text, nl=as_json
     )
     return 1 if built.failed else 0
+
+
+def _read(
+    sources: tuple[Path, ...], first_night: dt.date | None, unreadable: list[Unreadable]
+) -> tuple[list[NodeFacts], list[NightValue], int]:
+    """The facts of each node (and with --since each night's measures) from results tables or from reports."""
+    tables = [source for source in sources if is_table(source)]
+    if not tables:
+        groups = find_reports(sources, unreadable)
+        if not groups and not unreadable:
+            raise click.UsageError(f"no ds-doctor report ({PATTERN}) in {', '.join(map(str, sources))}")
+        return read_reports(groups, unreadable, first_night)
+    if len(tables) < len(sources):
+        raise click.UsageError(
+            "give either results tables (folders of night=…/ partitions, or s3://…) or reports"
+        )
+    from ds_doctor.table.parquet import TableError
+    from ds_doctor.table.query import read_tables
+
+    try:
+        read, nights = read_tables([table_url(t) for t in tables], first_night)
+    except TableError as exc:
+        raise click.UsageError(one_line(str(exc))) from None
+    if not read:
+        raise click.UsageError(f"no node's run in {', '.join(map(str, tables))}" + _window(first_night))
+    return read, nights, 0
+
+
+def _since(text: str | None) -> dt.date | None:
+    if text is None:
+        return None
+    from ds_doctor.fleet.drift import parse_since
+
+    try:
+        return parse_since(text, dt.datetime.now(dt.timezone.utc))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--since") from None
+
+
+def _window(first: dt.date | None) -> str:
+    return f" from {first} on" if first else ""
+
+
+#: An object-store prefix DuckDB reads (through its httpfs extension)
+REMOTE = re.compile(r"(s3|s3a|gs|gcs|az|abfss|https?)://", re.IGNORECASE)
+
+
+def table_url(source: Path) -> str:
+    """A remote prefix as given (a path made `s3:/bucket` of `s3://bucket`), else the folder."""
+    text = str(source)
+    return text.replace(":/", "://", 1) if REMOTE.match(text.replace(":/", "://", 1)) else text
+
+
+def is_table(source: Path) -> bool:
+    """A results table (`ds_doctor.reports.table`): a folder with night=… partitions, or a remote prefix."""
+    if REMOTE.match(table_url(source)):
+        return True
+    try:
+        return source.is_dir() and any(
+            p.name.startswith("night=") for p in itertools.islice(source.iterdir(), 1000)
+        )
+    except OSError:
+        return False
 
 
 def find_reports(sources: tuple[Path, ...], unreadable: list[Unreadable]) -> list[list[Path]]:
@@ -173,30 +260,102 @@ def _take(
             unreadable.append(Unreadable(entry.path, "not a regular file"))
 
 
-def read_reports(groups: list[list[Path]], unreadable: list[Unreadable]) -> tuple[list[Source], int]:
-    """Each group read newest first until one reads well and is the host its name says; the rest of that group
-    is not read (counted). Every file that cannot be used is one entry of `unreadable`."""
+@dataclasses.dataclass
+class GroupRead:
+    """What a reader process sends back of one group of files: facts, never reports."""
+
+    facts: list[NodeFacts] = dataclasses.field(
+        default_factory=list
+    )  # the newest that read well (and any read first)
+    nights: list[NightValue] = dataclasses.field(default_factory=list)  # with --since: every run's measures
+    unreadable: list[Unreadable] = dataclasses.field(default_factory=list)
+    not_read: int = 0
+
+
+def read_group(group: list[Path], since: dt.date | None = None) -> GroupRead:
+    """One host's files in one folder, newest first: without `since`, read until one reads well and is the host its
+    name says (the rest not read, counted); with it, every file of a night from `since` on (its measures for the
+    drift), the newest that reads well giving tonight's facts. Each report is read as a summary (`summary_of`),
+    checked and scrubbed as such, turned into facts and dropped."""
     from ds_doctor.files import safe_component
     from ds_doctor.run.recover import InputError, load_report_file
 
-    read, not_read = [], 0
-    for group in groups:
-        for index, path in enumerate(group):
-            try:
-                source = Source(str(path), load_report_file(path))
-            except InputError as exc:
-                unreadable.append(Unreadable(str(path), str(exc).removeprefix(f"{path}: ")))
+    done = GroupRead()
+    for index, path in enumerate(group):
+        match = NAME.fullmatch(path.name)
+        if since is not None and match and _night_of(match["time"]) < since:
+            done.not_read += len(group) - index  # newest first: every one after it is older still
+            break
+        try:
+            source = Source(str(path), load_report_file(path, summary=True))
+        except InputError as exc:
+            done.unreadable.append(Unreadable(str(path), str(exc).removeprefix(f"{path}: ")))
+            continue
+        problem = _times_problem(source)
+        if problem:
+            done.unreadable.append(Unreadable(str(path), problem))
+            continue
+        facts = facts_of(source)
+        if since is not None:
+            night = night_of(source.report.started_at)
+            if night < since:
                 continue
-            problem = _times_problem(source)
-            if problem:
-                unreadable.append(Unreadable(str(path), problem))
-                continue
-            read.append(source)
-            match = NAME.fullmatch(path.name)
-            if match and not source.anonymized and safe_component(source.host) == match["host"]:
-                not_read += len(group) - index - 1
-                break
-    return read, not_read
+            done.nights += [
+                NightValue(f.identity(), f.gpus, case, name, night, value, f.started_at)
+                for f in facts
+                for case, name, value in f.measures
+            ]
+        newest = match is not None and not source.anonymized and safe_component(source.host) == match["host"]
+        if not done.facts or not newest or since is None:
+            done.facts += facts
+        if newest and since is None:
+            done.not_read += len(group) - index - 1
+            break
+    return done
+
+
+def _night_of(stamp: str) -> dt.date:
+    return dt.datetime.strptime(stamp, "%Y%m%dT%H%M%SZ").date()
+
+
+#: Fewer groups than this are read in this process: starting readers costs more than it saves.
+PARALLEL_FROM = 64
+
+
+def read_reports(
+    groups: list[list[Path]], unreadable: list[Unreadable], since: dt.date | None = None
+) -> tuple[list[NodeFacts], list[NightValue], int]:
+    """Every group read (`read_group`), in reader processes over the cores for many; the facts in the groups'
+    order. Each file that cannot be used is one entry of `unreadable`."""
+    workers = min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1, 16)
+    facts: list[NodeFacts] = []
+    nights: list[NightValue] = []
+    not_read = 0
+    if len(groups) < PARALLEL_FROM or workers < 2:
+        done: Iterable[GroupRead] = (read_group(group, since) for group in groups)
+        return _collect(done, facts, nights, unreadable)
+    import concurrent.futures
+    import multiprocessing
+
+    context = multiprocessing.get_context(
+        "fork" if "fork" in multiprocessing.get_all_start_methods() else None
+    )
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
+        done = pool.map(read_group, groups, itertools.repeat(since), chunksize=32)
+        facts, nights, not_read = _collect(done, facts, nights, unreadable)
+    return facts, nights, not_read
+
+
+def _collect(
+    done: Iterable[GroupRead], facts: list[NodeFacts], nights: list[NightValue], unreadable: list[Unreadable]
+) -> tuple[list[NodeFacts], list[NightValue], int]:
+    not_read = 0
+    for group in done:
+        facts += group.facts
+        nights += group.nights
+        unreadable += group.unreadable
+        not_read += group.not_read
+    return facts, nights, not_read
 
 
 def _times_problem(source: Source) -> str | None:

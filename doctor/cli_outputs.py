@@ -19,6 +19,7 @@ def write_extra_formats(
     prom_file: Path | None,
     baseline: Report | None = None,
     tolerance_pct: float = 10.0,
+    table_dir: Path | None = None,
 ) -> dict[str, Path]:
     """JUnit XML and Prometheus metrics (with `run --baseline`, each measure's ratio to the baseline's), from the
     already scrubbed report: a file replaced atomically, a stream (`/dev/null`, a FIFO's reader) written in place."""
@@ -32,7 +33,30 @@ def write_extra_formats(
     if prom_file is not None:
         write_user_output(prom_file, render_prometheus(report, baseline, tolerance_pct), "--prometheus")
         written["prometheus"] = prom_file
+    if table_dir is not None:
+        from ds_doctor.run.build import report_basename
+        from ds_doctor.table.parquet import TableError, write_table
+
+        try:
+            files = write_table(report, table_dir, report_basename(report))
+        except TableError as exc:
+            raise click.BadParameter(str(exc), param_hint="--table") from None
+        written.update({"table" if i == 0 else f"table ({i + 1})": path for i, path in enumerate(files)})
     return written
+
+
+def check_table_dir(path: Path | None) -> Path | None:
+    """`--table`: pyarrow importable and the folder writable, before anything runs (each a line, exit 2)."""
+    if path is None:
+        return None
+    from ds_doctor.options import writable_dir
+    from ds_doctor.table.parquet import TableError, require_pyarrow
+
+    try:
+        require_pyarrow()
+    except TableError as exc:
+        raise click.BadParameter(str(exc), param_hint="--table") from None
+    return writable_dir(path, "--table")
 
 
 def write_user_output(path: Path, text: str, option: str) -> None:

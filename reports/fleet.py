@@ -1,6 +1,6 @@
 """`ds-doctor fleet` output: many nodes' reports as one table, as plain data and Markdown.
 
-The engine (`ds_doctor.checks.fleet`) fills these records from report files; this module only shows them. Every
+The engine (`ds_doctor.fleet.facts`) fills these records from report files; this module only shows them. Every
 string that came from a report (a host, a case id, a version, a reason) goes through `ds_doctor.reports.safe`, as in the
 report's own Markdown: the files are other machines' output.
 """
@@ -71,6 +71,33 @@ class MeasureCell:
 
 
 @dataclasses.dataclass(frozen=True)
+class Drift:
+    """A measure of one node that gets worse against the fleet night after night (`ds_doctor.fleet.drift`): the
+    fitted change of its ratio to each night's fleet median, with its standard error."""
+
+    host: str
+    case: str
+    measure: str
+    gpus: str
+    nights: int
+    first_night: str
+    last_night: str
+    first_value: float
+    last_value: float
+    pct_per_night: float  # fitted, against the fleet: negative is lower
+    error_pct: float  # one standard error of the slope, in percent a night
+    change_pct: float  # fitted over the nights read
+
+    def short(self) -> str:
+        measure = MEASURES[self.measure]
+        unit = f" {measure.unit}" if measure.unit else ""
+        return (
+            f"{self.case} {measure.label} {self.pct_per_night:+.2f}% ± {self.error_pct:.2f} a night against the "
+            f"fleet over {self.nights} nights ({self.first_value:g} → {self.last_value:g}{unit})"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
 class FailedCase:
     case: str
     outcome: str
@@ -93,6 +120,7 @@ class NodeView:
     shared_gpu: tuple[str, ...] = ()  # cases whose ranks shared a GPU: their measures are not compared
     superseded: tuple[str, ...] = ()  # older reports of this host that the newest replaced
     notes: tuple[str, ...] = ()
+    drifting: tuple[Drift, ...] = ()  # with --since: its measures that get worse night after night
 
     @property
     def failed(self) -> bool:
@@ -130,6 +158,13 @@ class Fleet:
     spreads: tuple[Spread, ...] = ()
     unreadable: tuple[Unreadable, ...] = ()
     not_read: int = 0  # older reports of a host skipped by their file names (the newest was read)
+    drifts: tuple[Drift, ...] = ()
+    window: str | None = None  # with --since: the nights read ("2026-10-29 to 2026-11-28, 30 nights")
+
+    @property
+    def quiet(self) -> list[NodeView]:
+        """Nodes with nothing to say: no failure, no difference from the fleet, nothing below it or drifting."""
+        return [n for n in self.nodes if not (n.failed or n.deviations or n.below or n.drifting)]
 
     @property
     def failed(self) -> bool:
@@ -143,6 +178,8 @@ class Fleet:
             "spreads": [dataclasses.asdict(s) for s in self.spreads],
             "unreadable": [dataclasses.asdict(u) for u in self.unreadable],
             "not_read": self.not_read,
+            "drifts": [dataclasses.asdict(d) for d in self.drifts],
+            "window": self.window,
         }
 
 
@@ -166,18 +203,59 @@ def _health(node: NodeView) -> list[str]:
     return [f"{c.case}: {', '.join(c.rules) or c.reason}" for c in node.gpu_health]
 
 
+#: Up to this many nodes every node has a row; above it (a cluster) only the nodes with something to say do, and the
+#: others are counted under the table (`--json` lists them all).
+ALL_ROWS = 100
+
+
 def _node_rows(fleet: Fleet) -> list[str]:
+    drift = " drifting across nights |" if fleet.window else ""
     lines = [
-        "| node | run | outcomes | GPU health fails | differs from the fleet | below the fleet median | |",
-        "|---|---|---|---|---|---|---|",
+        f"| node | run | outcomes | GPU health fails | differs from the fleet | below the fleet median |{drift} |",
+        "|---|---|---|---|---|---|---|" + ("---|" if drift else ""),
     ]
+    quiet = {id(node) for node in fleet.quiet} if len(fleet.nodes) > ALL_ROWS else set()
     for node in fleet.nodes:
+        if id(node) in quiet:
+            continue
+        drifting = f" {_cell([d.short() for d in node.drifting])} |" if drift else ""
         lines.append(
             f"| {_c(node.host)} | {_c(node.started_at)} | {_c(_outcomes(node.outcomes))} | "
             f"{_cell(_health(node))} | {_cell([d.short() for d in node.deviations])} | "
-            f"{_cell([m.short() for m in node.below])} | {'**FAIL**' if node.failed else 'ok'} |"
+            f"{_cell([m.short() for m in node.below])} |{drifting} {'**FAIL**' if node.failed else 'ok'} |"
         )
+    if quiet:
+        lines += [
+            "",
+            f"{len(quiet):,} more node(s) with nothing to say (all pass, as the fleet): see --json.",
+        ]
     return lines
+
+
+def _drift_rows(fleet: Fleet) -> list[str]:
+    if fleet.window is None:
+        return []
+    lines = [
+        "## Drifting across nights",
+        "",
+        f"Nights read: {fleet.window}. Each node's measure as a ratio to that night's fleet median (nodes with the "
+        f"same GPUs), a line fitted to it: named where it gets worse by more than {fleet.tolerance_pct:g}% over the "
+        "nights read and the slope is at least 5 standard errors from flat.",
+        "",
+    ]
+    if not fleet.drifts:
+        return [*lines, "No node's measure drifts.", ""]
+    lines += [
+        "| node | case | measure | GPUs | a night (± one std. error) | over the nights | first → last | nights |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for d in fleet.drifts:
+        lines.append(
+            f"| {_c(d.host)} | {_c(d.case)} | {MEASURES[d.measure].label} | {_c(d.gpus)} | "
+            f"{d.pct_per_night:+.2f}% ± {d.error_pct:.2f} | {d.change_pct:+.1f}% | {d.first_value:g} "
+            f"({d.first_night}) → {d.last_value:g} ({d.last_night}) | {d.nights} |"
+        )
+    return [*lines, ""]
 
 
 def _failing_rows(fleet: Fleet) -> list[str]:
@@ -294,6 +372,9 @@ def render_fleet(fleet: Fleet) -> str:
         f"- nodes: {len(fleet.nodes)} (the newest report of each host)",
         f"- measures: flagged below the fleet median by more than {fleet.tolerance_pct:g}%",
     ]
+    if fleet.window is not None:
+        drifting = len({d.host for d in fleet.drifts})
+        lines.append(f"- drifting across nights ({fleet.window}): {drifting} node(s)")
     if fleet.unreadable:
         lines.append(f"- unreadable: {len(fleet.unreadable)} file(s), listed below")
     lines += [
@@ -301,6 +382,7 @@ def render_fleet(fleet: Fleet) -> str:
         *_node_rows(fleet),
         "",
         *_failing_rows(fleet),
+        *_drift_rows(fleet),
         *_spread_rows(fleet),
         *_median_rows(fleet),
         *_other_rows(fleet),

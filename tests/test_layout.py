@@ -171,6 +171,7 @@ def test_doctor_has_the_layers_it_shows() -> None:
         "checks",
         "cluster",
         "collect",
+        "fleet",
         "forensics",
         "hardware",
         "knowledge",
@@ -178,6 +179,7 @@ def test_doctor_has_the_layers_it_shows() -> None:
         "probe",
         "run",
         "stacks",
+        "table",
         "usersetup",
         "watch",
     ]

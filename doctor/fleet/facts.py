@@ -18,7 +18,16 @@ from typing import Any
 
 from ds_doctor.checks.consistency import disagreements
 from ds_doctor.checks.health import PROBE as HEALTH_PROBE
-from ds_doctor.reports.fleet import Deviation, FailedCase, Fleet, MeasureCell, NodeView, Spread, Unreadable
+from ds_doctor.reports.fleet import (
+    Deviation,
+    Drift,
+    FailedCase,
+    Fleet,
+    MeasureCell,
+    NodeView,
+    Spread,
+    Unreadable,
+)
 from ds_doctor.reports.measures import MEASURES, finite, on_shared_gpu
 from ds_doctor.reports.records import FAILING, Report, parse_time
 from ds_doctor.reports.sections import GpuReading
@@ -56,6 +65,35 @@ class Source:
 
     def when(self) -> tuple[Any, ...]:
         return parse_time(self.report.started_at), parse_time(self.report.finished_at), self.source
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeFacts:
+    """What the fleet compares of one node's run, and nothing more: read from a report (by a reader process, which
+    then drops the report) or from the results table's rows (`ds_doctor.reports.table`). Ten thousand of these fit
+    in a few hundred MB; ten thousand reports did not."""
+
+    source: str
+    host: str
+    anonymized: bool
+    started_at: str
+    finished_at: str
+    outcomes: dict[str, int]
+    fingerprint: dict[str, str]
+    gpus: str  # the group its measures are compared within (`gpu_models`)
+    measures: tuple[
+        tuple[str, str, float], ...
+    ] = ()  # (case, measure, value): compared, of its one-node cases
+    shared_gpu: tuple[str, ...] = ()  # cases with compared measures whose ranks shared a GPU
+    failing: tuple[FailedCase, ...] = ()
+    health: tuple[FailedCase, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def identity(self) -> str:
+        return f"{self.host} ({self.source})" if self.anonymized else self.host
+
+    def when(self) -> tuple[Any, ...]:
+        return parse_time(self.started_at), parse_time(self.finished_at), self.source
 
 
 def _gpu_values(gpus: Sequence[GpuReading], field: str, convert: Any = str) -> str | None:
@@ -103,14 +141,14 @@ def gpu_models(report: Report) -> str:
     return _gpu_values(report.hardware.gpus, "name") or "no GPU"
 
 
-def newest_per_host(sources: list[Source]) -> list[tuple[Source, list[str]]]:
-    """Each host's newest report (by start, then finish time), with the sources of the older ones it replaced."""
-    by_host: dict[str, list[Source]] = {}
-    for source in sources:
-        by_host.setdefault(source.identity(), []).append(source)
+def newest_per_host(facts: Sequence[NodeFacts]) -> list[tuple[NodeFacts, list[str]]]:
+    """Each host's newest run (by start, then finish time), with the sources of the older ones it replaced."""
+    by_host: dict[str, list[NodeFacts]] = {}
+    for fact in facts:
+        by_host.setdefault(fact.identity(), []).append(fact)
     picked = []
     for _, group in sorted(by_host.items()):
-        group.sort(key=Source.when)
+        group.sort(key=NodeFacts.when)
         picked.append((group[-1], [older.source for older in reversed(group[:-1])]))
     return picked
 
@@ -144,21 +182,26 @@ def _compared(result: Any) -> dict[str, float]:
     return {name: number for name, number in numbers.items() if number is not None}
 
 
-def measure_cells(
-    nodes: list[tuple[str, Report]], tolerance_pct: float
-) -> tuple[dict[str, list[MeasureCell]], dict[str, list[str]]]:
-    """Each node's measures against the median of its group; the cases left out because their ranks shared a GPU."""
+def compared_measures(report: Report) -> tuple[tuple[tuple[str, str, float], ...], tuple[str, ...]]:
+    """(case, measure, value) of each compared measure of the report's one-node cases (across the nodes: the
+    fabric's figure), and the cases left out because their ranks shared a GPU."""
+    kept: list[tuple[str, str, float]] = []
+    shared: list[str] = []
+    for result in report.results:
+        measures = _compared(result) if result.nodes == 1 else {}
+        if measures and on_shared_gpu(result):
+            shared.append(result.key)
+            continue
+        kept += [(result.key, name, value) for name, value in measures.items()]
+    return tuple(kept), tuple(shared)
+
+
+def measure_cells(nodes: list[tuple[str, NodeFacts]], tolerance_pct: float) -> dict[str, list[MeasureCell]]:
+    """Each node's measures against the median of the nodes with the same GPUs."""
     groups: dict[tuple[str, str, str], list[tuple[str, float]]] = {}
-    shared: dict[str, list[str]] = {host: [] for host, _ in nodes}
-    for host, report in nodes:
-        gpus = gpu_models(report)
-        for result in report.results:
-            measures = _compared(result) if result.nodes == 1 else {}  # across the nodes: the fabric's figure
-            if measures and on_shared_gpu(result):
-                shared[host].append(result.key)
-                continue
-            for name, value in measures.items():
-                groups.setdefault((result.key, name, gpus), []).append((host, value))
+    for host, fact in nodes:
+        for case, name, value in fact.measures:
+            groups.setdefault((case, name, fact.gpus), []).append((host, value))
     cells: dict[str, list[MeasureCell]] = {host: [] for host, _ in nodes}
     for (case, name, gpus), values in sorted(groups.items()):
         median = statistics.median(value for _, value in values)
@@ -170,7 +213,7 @@ def measure_cells(
                 and (delta < -tolerance_pct if MEASURES[name].better == "higher" else delta > tolerance_pct)
             )
             cells[host].append(MeasureCell(case, name, gpus, value, median, len(values), delta, worse))
-    return cells, shared
+    return cells
 
 
 def failed_cases(report: Report) -> tuple[list[FailedCase], list[FailedCase]]:
@@ -237,33 +280,69 @@ def _notes(source: Source) -> tuple[str, ...]:
     return tuple(notes)
 
 
+def facts_of(source: Source) -> list[NodeFacts]:
+    """The facts of each node of a report (one, or each node of a multi-node report: `per_node`)."""
+    facts = []
+    for part in per_node(source):
+        report = part.report
+        failing, health = failed_cases(report)
+        measures, shared = compared_measures(report)
+        facts.append(
+            NodeFacts(
+                source=part.source,
+                host=part.host,
+                anonymized=part.anonymized,
+                started_at=report.started_at,
+                finished_at=report.finished_at,
+                outcomes=report.summary,
+                fingerprint=report_fingerprint(report),
+                gpus=gpu_models(report),
+                measures=measures,
+                shared_gpu=shared,
+                failing=tuple(failing),
+                health=tuple(health),
+                notes=_notes(part),
+            )
+        )
+    return facts
+
+
 def build_fleet(
-    sources: list[Source], unreadable: list[Unreadable], tolerance_pct: float, not_read: int = 0
+    sources: Sequence[Source | NodeFacts],
+    unreadable: list[Unreadable],
+    tolerance_pct: float,
+    not_read: int = 0,
+    drifts: Sequence[Drift] = (),
+    window: str | None = None,
 ) -> Fleet:
-    """The fleet's view of the newest report of each host (each node of a multi-node report is a host)."""
-    picked = newest_per_host([part for source in sources for part in per_node(source)])
-    hosts = [source.identity() for source, _ in picked]
-    found, deviations = spreads(hosts, [report_fingerprint(source.report) for source, _ in picked])
-    cells, shared = measure_cells(
-        [(host, source.report) for host, (source, _) in zip(hosts, picked, strict=True)], tolerance_pct
+    """The fleet's view of the newest run of each host (each node of a multi-node report is a host); with the
+    measures that drift across nights (`ds_doctor.fleet.drift`) over `window` when asked."""
+    facts = [f for source in sources for f in (facts_of(source) if isinstance(source, Source) else [source])]
+    picked = newest_per_host(facts)
+    hosts = [fact.identity() for fact, _ in picked]
+    found, deviations = spreads(hosts, [fact.fingerprint for fact, _ in picked])
+    cells = measure_cells(
+        [(host, fact) for host, (fact, _) in zip(hosts, picked, strict=True)], tolerance_pct
     )
     views = []
-    for host, (source, older) in zip(hosts, picked, strict=True):
-        failing, health = failed_cases(source.report)
+    for host, (fact, older) in zip(hosts, picked, strict=True):
         views.append(
             NodeView(
                 host=host,
-                source=source.source,
-                started_at=source.report.started_at,
-                outcomes=source.report.summary,
-                failing=tuple(failing),
-                gpu_health=tuple(health),
+                source=fact.source,
+                started_at=fact.started_at,
+                outcomes=fact.outcomes,
+                failing=fact.failing,
+                gpu_health=fact.health,
                 deviations=tuple(deviations[host]),
                 measures=tuple(cells[host]),
-                shared_gpu=tuple(shared[host]),
+                shared_gpu=fact.shared_gpu,
                 superseded=tuple(older),
-                notes=_notes(source),
+                notes=fact.notes,
+                drifting=tuple(d for d in drifts if d.host == host),
             )
         )
     views.sort(key=lambda view: (not view.failed, view.host))
-    return Fleet(tolerance_pct, tuple(views), tuple(found), tuple(unreadable), not_read)
+    return Fleet(
+        tolerance_pct, tuple(views), tuple(found), tuple(unreadable), not_read, tuple(drifts), window
+    )

@@ -1,4 +1,4 @@
-"""The fleet's view (`ds_doctor.checks.fleet`, `ds_doctor.reports.fleet`) over nodes' reports built from
+"""The fleet's view (`ds_doctor.fleet.facts`, `ds_doctor.reports.fleet`) over nodes' reports built from
 recorded NVML readings:
 which node fails, where versions differ from the majority (by the live consistency rules), which measure falls
 below the fleet's median, what ranks sharing a GPU measured kept out, hostile strings kept in their cells."""
@@ -13,7 +13,7 @@ import re
 import pytest
 
 from ds_doctor.checks.consistency import compare
-from ds_doctor.checks.fleet import Source, build_fleet, report_fingerprint
+from ds_doctor.fleet.facts import Source, build_fleet, report_fingerprint
 from ds_doctor.reports.fleet import Fleet, NodeView, render_fleet
 from ds_doctor.reports.measures import on_shared_gpu
 from ds_doctor.reports.prometheus import baseline_ratios

@@ -15,7 +15,7 @@ import pytest
 from rich.console import Console
 
 from ds_doctor.checks.baseline import diff_reports
-from ds_doctor.checks.fleet import Source, build_fleet
+from ds_doctor.fleet.facts import Source, build_fleet
 from ds_doctor.reports.console import print_summary
 from ds_doctor.reports.diff import render_diff
 from ds_doctor.reports.fleet import render_fleet
