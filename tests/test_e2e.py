@@ -862,6 +862,8 @@ def test_nightly_smoke_comm_compute_junit_prometheus_and_a_baseline_diff(tmp_pat
         str(tmp_path / "first.xml"),
         "--prometheus",
         str(tmp_path / "first.prom"),
+        "--table",
+        str(tmp_path / "table"),
         extra_env=extra,
         timeout=600,
     )
@@ -931,6 +933,8 @@ def test_nightly_smoke_comm_compute_junit_prometheus_and_a_baseline_diff(tmp_pat
         str(baseline),
         "--tolerance",
         "90",
+        "--table",
+        str(tmp_path / "table"),
         extra_env={**extra, "DS_DOCTOR_TEST_BAD_LINK": "1", "DS_DOCTOR_TEST_BAD_GPU": "1"},
         timeout=600,
     )
@@ -978,6 +982,35 @@ def test_nightly_smoke_comm_compute_junit_prometheus_and_a_baseline_diff(tmp_pat
     assert {kind for kind, _ in regressions} <= {"outcome", "finding", "measure"}
     proc = ds_doctor("diff", str(report_file), str(report_file))
     assert proc.returncode == 0 and "Nothing changed." in proc.stdout
+    check_the_results_table(tmp_path / "table", json.loads(report_file.read_text()), data)
+
+
+def check_the_results_table(table: Path, first: dict, second: dict) -> None:
+    """Both runs' rows in the table `--table` wrote (one node, one night: two files), as DuckDB reads them; `fleet`
+    over it sees the newest run, its failing cases and its measures."""
+    duckdb = pytest.importorskip("duckdb")
+    files = sorted(table.rglob("*.parquet"))
+    nights = {f"night={report['started_at'][:10]}" for report in (first, second)}  # UTC dates
+    assert len(files) == 2 and {f.parent.parent.name for f in files} == nights
+    rows = duckdb.sql(
+        f"SELECT run, value FROM read_parquet('{table}/night=*/node=*/*.parquet', hive_partitioning = true) "
+        "WHERE kind = 'measure' AND \"case\" = 'comm[all_reduce-ws2]' AND measure = 'busbw_gbps' ORDER BY run"
+    ).fetchall()
+    assert [value for _, value in rows] == [
+        first_value(first, "comm[all_reduce-ws2]"),
+        first_value(second, "comm[all_reduce-ws2]"),
+    ]
+    proc = ds_doctor("fleet", str(table), "--json")
+    assert proc.returncode == 1, proc.stderr  # the second run's failing cases
+    (node,) = json.loads(proc.stdout)["nodes"]
+    assert {c["case"] for c in node["failing"]} == {
+        r["case"] for r in second["results"] if r["outcome"] == "fail"
+    }
+    assert node["started_at"] == second["started_at"]
+
+
+def first_value(report: dict, case: str) -> float:
+    return next(r["measures"]["busbw_gbps"] for r in report["results"] if r["case"] == case)
 
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -6,7 +6,9 @@
 # Settings (environment): DS_DOCTOR (the command, default `ds-doctor`), STATE_DIR (per-node reports
 # and baselines, default /var/lib/ds-doctor), LEVEL (default 2), TOLERANCE (percent, default 10),
 # TEXTFILE_DIR (node_exporter's textfile directory), KEEP_DAYS (report retention, default 30),
-# EXTRA_ARGS (more `ds-doctor run` arguments, e.g. "--anonymize --timeout 600").
+# EXTRA_ARGS (more `ds-doctor run` arguments, e.g. "--anonymize --timeout 600"), TABLE_DIR (where set: the
+# results table, Parquet rows by night and node, for `ds-doctor fleet TABLE_DIR --since 30d`; needs the
+# `table` extra).
 set -uo pipefail
 
 DS_DOCTOR=${DS_DOCTOR:-ds-doctor}
@@ -23,6 +25,9 @@ reports="$node_dir/reports"
 mkdir -p "$reports" "$TEXTFILE_DIR" || exit 2
 
 args=(run --level "$LEVEL" --out "$reports" --junit "$node_dir/junit.xml" --prometheus "$TEXTFILE_DIR/ds_doctor.prom")
+if [ -n "${TABLE_DIR:-}" ]; then
+    args+=(--table "$TABLE_DIR")
+fi
 if [ -n "${EXTRA_ARGS:-}" ]; then
     read -ra extra <<< "$EXTRA_ARGS"
     args+=("${extra[@]}")

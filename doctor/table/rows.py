@@ -119,7 +119,10 @@ def facts_from_rows(rows: Iterable[Mapping[str, Any]]) -> list[NodeFacts]:
 
     runs: dict[tuple[str, str], dict[str, Any]] = {}
     for raw in rows:
-        row = {name: scrub(value) if isinstance(value, str) else value for name, value in raw.items()}
+        row = {
+            name: scrub(value[:MESSAGE_CHARS]) if isinstance(value, str) else value
+            for name, value in raw.items()
+        }
         if row["kind"] == "fingerprint" and isinstance(
             raw["key"], str
         ):  # a value under a secret's name is masked
