@@ -120,7 +120,7 @@ def facts_from_rows(rows: Iterable[Mapping[str, Any]]) -> list[NodeFacts]:
     runs: dict[tuple[str, str], dict[str, Any]] = {}
     for raw in rows:
         row = {
-            name: scrub(value[:MESSAGE_CHARS]) if isinstance(value, str) else value
+            name: scrub(value)[:MESSAGE_CHARS] if isinstance(value, str) else value
             for name, value in raw.items()
         }
         if row["kind"] == "fingerprint" and isinstance(
