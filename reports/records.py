@@ -592,7 +592,8 @@ def validate(data: Mapping[str, Any]) -> None:
     import jsonschema
 
     version = data.get("schema_version")
-    version = version if version in (1, SCHEMA_VERSION) else SCHEMA_VERSION
+    # `True in (1, 2)` holds: a bool is no version (its schema then says so)
+    version = version if type(version) is int and version in (1, SCHEMA_VERSION) else SCHEMA_VERSION
     try:
         _compiled(version)(data)
         return
