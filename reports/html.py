@@ -152,6 +152,9 @@ def render_html(report: Report) -> str:
     )
 
 
+CHART_BARS = 40  # bars a fleet chart draws at most
+
+
 def fleet_charts(fleet: Any) -> list[Markup]:
     """One bar chart per (case, measure, GPU group): each node's value over the group's median."""
     from ds_doctor.reports.pictures import ratio_bars
@@ -170,20 +173,29 @@ def fleet_charts(fleet: Any) -> list[Markup]:
                 groups.setdefault((cell.case, cell.measure, cell.gpus), []).append(
                     (node.host, ratio, cell.below)
                 )
-    return [
-        ratio_bars(
-            f"{case} {MEASURES[measure].label if measure in MEASURES else measure} ({gpus})",
-            bars,
-            fleet.tolerance_pct,
-        )
-        for (case, measure, gpus), bars in sorted(groups.items())
-    ]
+    charts = []
+    for (case, measure, gpus), bars in sorted(groups.items()):
+        title = f"{case} {MEASURES[measure].label if measure in MEASURES else measure} ({gpus})"
+        if len(bars) > CHART_BARS:  # a cluster: the lowest nodes, which the chart is there for
+            bars = sorted(bars, key=lambda bar: bar[1])[:CHART_BARS]
+            title += f": the {CHART_BARS} lowest of {len(groups[(case, measure, gpus)]):,} nodes"
+        charts.append(ratio_bars(title, bars, fleet.tolerance_pct))
+    return charts
 
 
 def render_fleet_html(fleet: Any) -> str:
     """The fleet as one self-contained page: the nodes' table and each node against its group's median."""
+    from ds_doctor.reports.fleet import ALL_ROWS
+
+    quiet = {id(node) for node in fleet.quiet} if len(fleet.nodes) > ALL_ROWS else set()
     return (
         _environment()
         .get_template("fleet.html.j2")
-        .render(fleet=fleet, failing=sum(node.failed for node in fleet.nodes), charts=fleet_charts(fleet))
+        .render(
+            fleet=fleet,
+            failing=sum(node.failed for node in fleet.nodes),
+            charts=fleet_charts(fleet),
+            shown=[n for n in fleet.nodes if id(n) not in quiet],
+            labels={name: m.label for name, m in MEASURES.items()},
+        )
     )

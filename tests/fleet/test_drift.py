@@ -118,3 +118,13 @@ def test_a_bad_since_is_one_line(capsys, tmp_path: Path, since: str) -> None:
     assert main(["fleet", str(tmp_path), "--since", since]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and "--since" in err
+
+
+def test_the_html_page_has_the_drift(capsys, tmp_path: Path) -> None:
+    Month(nodes=4, nights=8, decline=0.05).write(tmp_path / "state")
+    page = tmp_path / "fleet.html"
+    assert main(["fleet", str(tmp_path / "state"), "--since", "8d", "--html", str(page)]) == 0
+    capsys.readouterr()
+    html = page.read_text()
+    assert "<h2>Drifting across nights</h2>" in html and '<td class="bad">node-3</td>' in html
+    assert "8 night(s)" in html

@@ -65,3 +65,15 @@ def test_above_all_rows_the_markdown_lists_the_nodes_with_something_to_say(
     rows = [line for line in out.splitlines() if line.startswith("| gpu-")]
     assert [row.split(" | ")[0] for row in rows] == ["| gpu-017", "| gpu-042"]
     assert f"{NODES - 2:,} more node(s) with nothing to say" in out
+
+
+def test_above_all_rows_the_html_page_too(
+    capsys: pytest.CaptureFixture[str], cluster: Path, tmp_path: Path
+) -> None:
+    page = tmp_path / "fleet.html"
+    assert main(["fleet", str(cluster), "--html", str(page)]) == 0
+    capsys.readouterr()
+    html = page.read_text()
+    assert html.count('<tr><td class="">gpu-') == 2 and 'class="">gpu-042<' in html and ">gpu-017<" in html
+    assert f"{NODES - 2:,} more node(s)" in html
+    assert f"the 40 lowest of {NODES} nodes" in html and html.count("<rect ") <= 40 * 4
