@@ -4,7 +4,7 @@
 `--since`, every compared measure of every night from then on (for the drift). DuckDB reads only the columns and
 the night partitions a question needs; the rows come back as the fleet's facts, scrubbed
 (`ds_doctor.table.rows.facts_from_rows`). A remote prefix (s3://, gs://, https://) goes through DuckDB's httpfs
-extension, which DuckDB fetches once where it has network; where it cannot, that is one line.
+extension, installed once by the user (fleet downloads nothing); where it is not, that is one line.
 """
 
 from __future__ import annotations
@@ -32,7 +32,9 @@ def connect() -> Any:
             f"reading the results table needs DuckDB ({exc}): pip install 'ds-doctor[{EXTRA}]'"
         ) from None
     threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
-    con = duckdb.connect(config={"memory_limit": MEMORY, "threads": threads})
+    con = duckdb.connect(
+        config={"memory_limit": MEMORY, "threads": threads, "autoinstall_known_extensions": False}
+    )
     con.execute("SET enable_progress_bar = false")  # its bar drawn on the user's terminal
     return con
 
@@ -45,13 +47,13 @@ def files(root: str) -> str:
 def _source(con: Any, roots: list[str]) -> str:
     """A `read_parquet` over every root, its partitions as typed columns (a node named 0042 stays text)."""
     if any(REMOTE.match(root) for root in roots):
-        try:
-            con.execute("INSTALL httpfs")
+        try:  # never a download from here: a cluster node reaches nothing it was not told to
             con.execute("LOAD httpfs")
         except Exception as exc:
             raise TableError(
-                f"{roots[0]}: DuckDB cannot load its httpfs extension ({str(exc).splitlines()[0][:160]}): install it "
-                "where there is network (INSTALL httpfs) or copy the prefix to a folder"
+                f"{roots[0]}: DuckDB's httpfs extension is not installed ({str(exc).splitlines()[0][:120]}): "
+                """install it once (python -c "import duckdb; duckdb.sql('INSTALL httpfs')") or copy the prefix """
+                "to a folder"
             ) from None
     globs = ", ".join(_quote(files(root)) for root in roots)
     return (

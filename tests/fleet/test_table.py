@@ -126,6 +126,7 @@ def test_refusals_are_one_line(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     state, table = month
+    monkeypatch.setenv("HOME", str(tmp_path))  # DuckDB's extensions folder: no httpfs there, no network tried
     broken = tmp_path / "broken" / "night=2026-11-28" / "node=a"
     broken.mkdir(parents=True)
     (broken / "x.parquet").write_bytes(b"not parquet at all")
@@ -136,6 +137,7 @@ def test_refusals_are_one_line(
         (["fleet", str(tmp_path / "broken")], "cannot read the results table"),
         (["fleet", str(tmp_path / "empty")], "no node's run in"),
         (["fleet", str(table), str(state)], "either results tables"),
+        (["fleet", "s3://bucket/ds-doctor/table"], "httpfs extension is not installed"),
         (["report", str(one), "--out", str(tmp_path), "--table", str(one)], "--table"),
     ):
         assert main(args) == 2, args
