@@ -4,7 +4,7 @@
     w = watch(engine)                        # a DeepSpeed engine, right after deepspeed.initialize
     w = watch(accelerator)                   # an Accelerator, right after prepare
     trainer.add_callback(DoctorCallback())   # an HF Trainer
-    # options: out="ds-doctor-watch.json", every=None | N (steps), raise_on=None | "error"
+    # options: out="ds-doctor-watch.json", every=None | N (steps) | "auto", raise_on=None | "error", budget=0.02
 
     from ds_doctor.api import inspect           # one snapshot, placement only
     result = inspect(model, optimizer, engine=engine, stage="after_step")
@@ -28,7 +28,7 @@ from ds_doctor.reports.records import Finding, TensorRecord
 from ds_doctor.watch import fast
 from ds_doctor.watch.hooks import Session, attach_accelerator, attach_engine
 from ds_doctor.watch.target import Target, current_rank, engine_config, is_accelerator, is_deepspeed_engine
-from ds_doctor.watch.watcher import DoctorError, Watch, no_gc
+from ds_doctor.watch.watcher import DEFAULT_BUDGET, DoctorError, Watch, no_gc
 
 __all__ = ["DoctorError", "Inspection", "Watch", "inspect", "watch"]
 
@@ -148,19 +148,26 @@ def watch(
     obj: Any,
     *,
     out: str | Path | None = "ds-doctor-watch.json",
-    every: int | None = None,
+    every: int | str | None = None,
     raise_on: str | None = None,
     device_maps: bool = False,
+    budget: float = DEFAULT_BUDGET,
+    table: str | Path | None = None,
 ) -> Watch:
     """Watch a DeepSpeed engine or an Accelerator (after initialize / prepare) at the moments S0-S4 bite.
 
     Runs the after_prepare checks now, then before each save, after each load, at the first optimizer step and
-    every `every` steps. Every rank must call it (each moment gathers once across ranks). `raise_on="error"`
-    raises `DoctorError` on every rank at an error finding, before the save it guards. `out` is the report
-    rank 0 rewrites at each moment (None: log only); `device_maps` adds rank 0's device map to each moment.
-    `close()` (or leaving a `with` block) puts back every method and hook it changed.
+    every `every` steps: `every=N` exactly, `every="auto"` as far apart as keeps the watch's own time under
+    `budget` (a share, 2 %) of the job's, None the first step only. Every rank must call it (each moment gathers
+    once across ranks). `raise_on="error"` raises `DoctorError` on every rank at an error finding, before the save
+    it guards. Rank 0 appends each moment to `<out's stem>.moments.jsonl` and writes the report `out` at once for a
+    new kind of finding, else at most once a minute, and at close (None: log only); `device_maps` adds rank 0's
+    device map to each moment; `table` (a folder) adds the last report's rows to the results table at close
+    (`ds-doctor fleet` reads it; needs pyarrow). `close()` (or leaving a `with` block) puts back every method and hook it changed.
     """
-    Watch.validate(out=out, every=every, raise_on=raise_on, device_maps=device_maps)
+    Watch.validate(
+        out=out, every=every, raise_on=raise_on, device_maps=device_maps, budget=budget, table=table
+    )
     if is_deepspeed_engine(obj):
         target = Target.of_engine(obj)
     elif is_accelerator(obj):
@@ -170,7 +177,9 @@ def watch(
             f"watch() takes a DeepSpeed engine or an accelerate.Accelerator, not {type(obj).__name__}; "
             "for the HF Trainer add DoctorCallback() to it"
         )
-    handle = Watch(target, out=out, every=every, raise_on=raise_on, device_maps=device_maps)
+    handle = Watch(
+        target, out=out, every=every, raise_on=raise_on, device_maps=device_maps, budget=budget, table=table
+    )
     session = Session(handle)
     if target.kind == "deepspeed":
         attach_engine(session, obj)

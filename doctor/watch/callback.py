@@ -2,7 +2,8 @@
 
 - `on_train_begin`: after the Trainer prepared the model and optimizer (and loaded a checkpoint it resumes
   from): the after_prepare checks, and the after_load ones when it resumed (global_step > 0).
-- `on_step_begin` / `on_step_end`: around the first optimizer step and every `every` steps.
+- `on_step_begin` / `on_step_end`: around the first optimizer step and every `every` steps (or as `every="auto"`
+  spaces them).
 - `on_step_end` with `control.should_save` set: the Trainer saves right after this event returns, so this is the
   moment before the save (S1); with `raise_on="error"` the DoctorError stops `train()` before anything is written.
 - `on_train_end`: the watch is closed.
@@ -22,22 +23,26 @@ from transformers import TrainerCallback
 
 from ds_doctor.watch.hooks import Session
 from ds_doctor.watch.target import Target
-from ds_doctor.watch.watcher import Watch
+from ds_doctor.watch.watcher import DEFAULT_BUDGET, Watch
 
 
 class DoctorCallback(TrainerCallback):
     def __init__(
         self,
         out: str | Path | None = "ds-doctor-watch.json",
-        every: int | None = None,
+        every: int | str | None = None,
         raise_on: str | None = None,
         device_maps: bool = False,
+        budget: float = DEFAULT_BUDGET,
+        table: str | Path | None = None,
     ) -> None:
         self.options: dict[str, Any] = {
             "out": out,
             "every": every,
             "raise_on": raise_on,
             "device_maps": device_maps,
+            "budget": budget,
+            "table": table,
         }
         Watch.validate(**self.options)
         self.watch: Watch | None = None

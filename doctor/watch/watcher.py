@@ -1,10 +1,14 @@
 """A watch over one job: runs a moment's checks on every rank, gathers the findings to every rank with one
-collective, and on rank 0 logs them (logger `ds_doctor`) and rewrites the report file (the schema of
-`ds-doctor run`, each moment a case). With `raise_on="error"` an error finding raises `DoctorError` on every
-rank, before whatever the moment guards (a checkpoint save) runs."""
+collective, and on rank 0 logs them (logger `ds_doctor`), appends the moment to its log (one JSON line each) and
+writes the report file (the schema of `ds-doctor run`, each moment a case): at the first moment, at once for a new
+kind of finding, else at most every REPORT_INTERVAL_S, and at close, so that a moment costs the same at step 10
+and at step 1,000,000 (`ds_doctor.watch.log.Record`). With `raise_on="error"` an error finding raises
+`DoctorError` on every rank, before whatever the moment guards (a checkpoint save) runs. `every="auto"` spaces the
+step moments to keep the watch's own time under `budget` of the job's (`ds_doctor.watch.log.Pace`)."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import gc
 import logging
@@ -12,13 +16,14 @@ import math
 import os
 import sys
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from ds_doctor.files import OutputError, write_output
 from ds_doctor.knowledge import catalog
 from ds_doctor.reports.records import CaseResult, Finding, Outcome, Severity, Verdict
+from ds_doctor.watch.log import AUTO_MIN_EVERY, DEFAULT_BUDGET, Pace, Record
 from ds_doctor.watch.moments import PRIMARY, Check, describe
 from ds_doctor.watch.target import Target, current_rank
 
@@ -118,6 +123,11 @@ def no_gc() -> Iterator[None]:
             gc.enable()
 
 
+#: Findings a watch holds in `findings` (all of them are counted, and written): a finding that comes back at every
+#: step would otherwise grow it with the job.
+FINDINGS_KEPT = 1000
+
+
 class Watch:
     """Created by `ds_doctor.api.watch` (or `DoctorCallback`); hooks add `undo` callbacks that `close` runs."""
 
@@ -126,56 +136,173 @@ class Watch:
         target: Target,
         *,
         out: str | Path | None = "ds-doctor-watch.json",
-        every: int | None = None,
+        every: int | str | None = None,
         raise_on: str | None = None,
         device_maps: bool = False,
+        budget: float = DEFAULT_BUDGET,
+        table: str | Path | None = None,
     ) -> None:
-        self.validate(out=out, every=every, raise_on=raise_on, device_maps=device_maps)
+        self.validate(
+            out=out, every=every, raise_on=raise_on, device_maps=device_maps, budget=budget, table=table
+        )
         self.target = target
         self.out = Path(out) if out else None
+        self.table = Path(table) if table else None
         self.every = every
         self.raise_on = raise_on
         self.device_maps = device_maps
+        self.budget = budget
         self.rank = current_rank()
-        self.results: list[CaseResult] = []
-        self.findings: list[Finding] = []  # every rank's, gathered (every rank holds them all)
+        self.findings: list[Finding] = []  # every rank's, gathered (every rank holds the first FINDINGS_KEPT)
+        self.finding_count = 0
+        self.error_count = 0
         self.steps = 0  # optimizer steps seen
+        self.record = Record(self.out, ("watch", target.kind), time.time())  # rank 0's: the log, the report
         self._undo: list[Callable[[], None]] = []
         self._counts: dict[str, int] = {}
         self._arrivals: dict[str, int] = {}
-        self._write_failed = False
-        self._written: Path | None = None  # where the report went, once it has been written
-        self._started = time.time()
-        self._env: tuple[dict[str, Any], dict[str, Any]] | None = None
+        # the kinds of finding seen (moment, invariant, severity, rank): a new one has the report written at once
+        self._kinds: set[tuple[str, str, str, int | None]] = set()
+        self._pace = Pace(budget)
+        self._spacing = AUTO_MIN_EVERY  # every="auto": the spacing chosen last
+        self._due: int | None = None  # every="auto": the next step with a moment (None: the next step seen)
+        self._said_share = False
         self.closed = False
+        ref = weakref.ref(self)
+
+        def at_exit() -> None:
+            """A watch never closed (`w = watch(engine)`, and the job ends): its last moments are written."""
+            watch = ref()
+            if watch is not None and not watch.closed:
+                watch.flush()
+
+        self._at_exit = at_exit
+        atexit.register(at_exit)
 
     @staticmethod
-    def validate(*, out: Any, every: Any, raise_on: Any, device_maps: Any) -> None:
+    def validate(
+        *,
+        out: Any,
+        every: Any,
+        raise_on: Any,
+        device_maps: Any,
+        budget: Any = DEFAULT_BUDGET,
+        table: Any = None,
+    ) -> None:
         """The options, checked where the user passes them (a bad one fails at once, not at the first save)."""
+        if table is not None:
+            from ds_doctor.table.parquet import TableError, require_pyarrow
+
+            if not isinstance(table, (str, Path)) or not str(table):
+                raise ValueError(f"table must be a folder (a str or Path) or None, not {table!r}")
+            try:
+                require_pyarrow()
+            except TableError as exc:
+                raise ValueError(str(exc)) from None
         if raise_on not in (None, "error"):
             raise ValueError(f"raise_on must be None or 'error', not {raise_on!r}")
-        if every is not None and (not isinstance(every, int) or isinstance(every, bool) or every < 1):
-            raise ValueError(f"every must be a positive number of steps or None, not {every!r}")
+        steps = isinstance(every, int) and not isinstance(every, bool) and every >= 1
+        if not (every is None or steps or (isinstance(every, str) and every == "auto")):
+            raise ValueError(f"every must be a positive number of steps, 'auto' or None, not {every!r}")
+        if (
+            not isinstance(budget, (int, float))
+            or isinstance(budget, bool)
+            or not 0 < budget < 1  # nan fails every comparison
+        ):
+            raise ValueError(
+                f"budget must be a share of the job's time in (0, 1), such as 0.02, not {budget!r}"
+            )
+
+    @property
+    def spacing(self) -> int | None:
+        """Steps between step moments: `every`, or what `every="auto"` chose last (None: the first step only)."""
+        return self.every if isinstance(self.every, int) or self.every is None else self._spacing
+
+    @property
+    def share(self) -> float | None:
+        """The step moments' measured cost over the job's time (None until enough of them were measured)."""
+        return self._pace.share
+
+    @property
+    def moments(self) -> int:
+        """Moments rank 0 recorded (every one is in the log; the report holds a bounded set of them)."""
+        return self.record.kept.moments
+
+    @property
+    def results(self) -> list[CaseResult]:
+        """The moments the report holds (bounded: see `ds_doctor.watch.log.Kept`)."""
+        return self.record.kept.results()
+
+    @property
+    def writes(self) -> int:
+        """Reports written so far."""
+        return self.record.writes
 
     # -- hooks register what close() must put back
     def on_close(self, undo: Callable[[], None]) -> None:
         self._undo.append(undo)
 
     def close(self) -> None:
-        """Put back every method and hook the watch changed (last first); safe to call twice. Rank 0 says, in one
-        line on stderr, that the watch was on and what it saw: a clean watch is otherwise silent."""
+        """Put back every method and hook the watch changed (last first); safe to call twice. Rank 0 writes the
+        report with the moments since its last write, and says, in one line on stderr, that the watch was on and
+        what it saw: a clean watch is otherwise silent."""
         while self._undo:
             self._undo.pop()()
-        if not self.closed and self.rank == 0:
-            sys.stderr.write(self.closing_line() + "\n")
+        if not self.closed:
+            atexit.unregister(self._at_exit)
+            self.flush()
+            self.record.close()
+            self._write_table()
+            if self.rank == 0:
+                sys.stderr.write(self.closing_line() + "\n")
         self.closed = True
 
+    def _write_table(self) -> None:
+        """`table=`: rank 0 adds the report's rows to the results table at close (`ds_doctor.table`); a table that
+        cannot be written is a warning: the job goes on."""
+        report = self.record.last
+        if self.table is None or self.rank != 0 or report is None:
+            return
+        from ds_doctor.run.build import report_basename
+        from ds_doctor.table.parquet import TableError, write_table
+
+        try:
+            write_table(report, self.table, f"{report_basename(report)}-watch")
+        except TableError as exc:
+            logger.warning("ds-doctor: %s", exc)
+
+    def flush(self) -> None:
+        """The report written if a moment came since it last was."""
+        if self.record.unwritten:
+            self.write()
+
     def closing_line(self) -> str:
-        """`ds-doctor watch: 3 moment(s) checked, no finding; report: ds-doctor-watch.json`."""
-        errors = sum(f.is_error for f in self.findings)
-        said = f"{len(self.findings)} finding(s), {errors} error(s)" if self.findings else "no finding"
-        where = self._written or "no report file"
-        return f"ds-doctor watch: {len(self.results)} moment(s) checked, {said}; report: {where}"
+        """`ds-doctor watch: 3 moment(s) checked, no finding; report: ds-doctor-watch.json`, and where it applies
+        the spacing `every="auto"` chose and how many clean moments only the log holds."""
+        said = (
+            f"{self.finding_count} finding(s), {self.error_count} error(s)"
+            if self.finding_count
+            else "no finding"
+        )
+        where = self.record.written or "no report file"
+        line = f"ds-doctor watch: {self.moments} moment(s) checked, {said}; report: {where}"
+        return "; ".join([line, *self._sayings()])
+
+    def _sayings(self) -> list[str]:
+        """What the closing line and the report add: the spacing chosen, the moments only in the log."""
+        said = []
+        if self.every == "auto":
+            said.append(
+                f"step moments every {self._spacing} steps to stay under {self.budget:.0%} of step time "
+                "(every='auto')"
+            )
+        share = self.share
+        if share is not None:
+            said.append(f"the step moments took {share:.1%} of the job's time")
+        left_out = self.record.left_out()
+        if left_out:
+            said.append(left_out)
+        return said
 
     def __enter__(self) -> Watch:
         return self
@@ -184,8 +311,14 @@ class Watch:
         self.close()
 
     def wants_step(self, step: int) -> bool:
-        """The first optimizer step, and every `every` steps if asked."""
-        return step == 1 or (self.every is not None and step % self.every == 0)
+        """The first optimizer step, and every `every` steps if asked; with `every="auto"`, the steps its pace
+        chose. The hooks ask once per optimizer step, before it runs: that is the step's timestamp for the pace."""
+        self._pace.stamp(step, time.perf_counter())
+        if step == 1:
+            return True
+        if self.every == "auto":
+            return self._due is None or step >= self._due
+        return isinstance(self.every, int) and step % self.every == 0
 
     # -- a moment
     def moment(
@@ -196,13 +329,15 @@ class Watch:
         `collective=False` (the job is already failing on this rank, and the others may not come): no gather,
         this rank logs its own findings, rank 0 reports its own, and nothing is raised over the job's error."""
         started = time.perf_counter()
+        paced = moment == "step" and collective
+        measured = self._pace.measure(self.steps, started) if paced else None
         with no_gc():
             result = check()
         took = time.perf_counter() - started
-        if collective and (alone := self._absent(label)) is not None:
+        if collective and (alone := self._absent(moment, label)) is not None:
             collective = False
             result.findings.append(alone)
-        gathered = self._gather(result, took) if collective else [self._mine(result, took)]
+        gathered = self._gather(result, took, measured) if collective else [self._mine(result, took, None)]
         if not collective:
             for finding in result.findings:
                 logger.log(
@@ -213,12 +348,14 @@ class Watch:
                     finding.invariant,
                     finding.message,
                 )
-            if self.rank == 0:
-                self.results.append(self._case(moment, label, result.findings, gathered, result))
-                self.write()
+            self._done(moment, label, result.findings, gathered, result, started=started, urgent=True)
             return result.findings
+        if paced and self.every == "auto":
+            self._spacing = self._pace.decide(self._spacing, [part.get("pace") for part in gathered])
+            self._due = self.steps + self._spacing
         findings = [f for part in gathered for f in part["findings"]]
-        self.findings.extend(findings)
+        self._count(findings)
+        raising = self.raise_on == "error" and any(f.is_error for f in findings)
         if self.rank == 0:
             for finding in findings:
                 logger.log(
@@ -228,18 +365,67 @@ class Watch:
                     finding.invariant,
                     finding.message,
                 )
-            self.results.append(self._case(moment, label, findings, gathered, result))
-            self.write()
-        if self.raise_on == "error" and any(f.is_error for f in findings):
+        self._done(moment, label, findings, gathered, result, started=started, urgent=raising)
+        if raising:
             raise DoctorError(label, findings)
         return findings
 
-    def _absent(self, label: str) -> Finding | None:
+    def _count(self, findings: list[Finding]) -> None:
+        self.finding_count += len(findings)
+        self.error_count += sum(f.is_error for f in findings)
+        room = FINDINGS_KEPT - len(self.findings)
+        if room > 0:
+            self.findings.extend(findings[:room])
+
+    def _done(
+        self,
+        moment: str,
+        label: str,
+        findings: list[Finding],
+        gathered: list[dict[str, Any]],
+        result: Check,
+        *,
+        started: float,
+        urgent: bool,
+    ) -> None:
+        """Rank 0 logs the moment and keeps it for the report; the report is written if it is due. The moment's own
+        time (to here, the report's write apart) goes to the pace."""
+        if self.rank == 0:
+            case = self._case(moment, label, findings, gathered, result)
+            kinds = {(moment, f.invariant, f.severity.value, f.rank) for f in findings}
+            urgent = urgent or not kinds <= self._kinds
+            self._kinds |= kinds
+            self.record.add(moment, case, has_finding=bool(findings))
+        took = time.perf_counter() - started
+        self._pace.spent += took
+        if moment == "step":
+            self._pace.moment_done(self.steps, took)
+        if self.rank == 0 and self.record.due(urgent):
+            self.write()
+        if self.every not in (None, "auto") and not self._said_share:
+            self._say_share()
+
+    def _say_share(self) -> None:
+        share = self._pace.share
+        if share is None or share <= self.budget:
+            return
+        self._said_share = True
+        if self.rank == 0:
+            logger.warning(
+                "ds-doctor: the watch's step moments take %.1f%% of the job's time at every=%s, over its budget of "
+                "%g%%: every='auto' would space them to stay under it (the watch goes on at every=%s)",
+                share * 100,
+                self.every,
+                self.budget * 100,
+                self.every,
+            )
+
+    def _absent(self, moment: str, label: str) -> Finding | None:
         """A warning when not every rank came to this moment in time (the moment then checks this rank alone)."""
         dist, size = world()
         if dist is None or size == 1:
             return None
-        count = self._arrivals[label] = self._arrivals.get(label, 0) + 1
+        count = _nth(self._arrivals, moment, label)
         arrived = present(dist, size, f"ds_doctor/watch/{label}/{count}")
         if arrived is None:
             return None
@@ -254,9 +440,10 @@ class Watch:
             ),
         )
 
-    def _gather(self, result: Check, took: float) -> list[dict[str, Any]]:
-        """One all_gather_object per moment: findings (with their evidence rows) and counts, never tensors."""
-        mine = self._mine(result, took)
+    def _gather(self, result: Check, took: float, pace: Any) -> list[dict[str, Any]]:
+        """One all_gather_object per moment: findings (with their evidence rows), counts and the pace's measures,
+        never tensors."""
+        mine = self._mine(result, took, pace)
         dist, size = world()
         if dist is None or size == 1:
             return [mine]
@@ -264,19 +451,20 @@ class Watch:
         dist.all_gather_object(parts, mine)
         return parts
 
-    def _mine(self, result: Check, took: float) -> dict[str, Any]:
+    def _mine(self, result: Check, took: float, pace: Any) -> dict[str, Any]:
         return {
             "rank": self.rank,
             "findings": result.findings,
             "records": result.records,
             "check_s": took,
             "device_map": result.device_map if self.rank == 0 else [],
+            "pace": pace,
         }
 
     def _case(
         self, moment: str, label: str, findings: list[Finding], gathered: list[dict[str, Any]], result: Check
     ) -> CaseResult:
-        count = self._counts[label] = self._counts.get(label, 0) + 1
+        count = _nth(self._counts, moment, label)
         errors = [f for f in findings if f.is_error]
         issue = _issue_shown(errors, PRIMARY[moment], deepspeed="deepspeed" in self.target.kind)
         about = describe(moment)
@@ -304,40 +492,44 @@ class Watch:
         )
 
     def write(self) -> Path | None:
-        """Rank 0 rewrites the report after every moment, so a job that dies later still leaves it."""
+        """Rank 0 writes the report now (`Record.write`: bounded whatever the job's length), the watch's note on its
+        first moment; its time counts as the watch's."""
         if self.out is None or self.rank != 0:
             return None
-        from ds_doctor.run.build import build_report, utc_now
-
-        if self._env is None:
-            from ds_doctor.hardware.env import collect_environment
-
-            self._env = collect_environment(dcgm=False)  # no diagnostic inside a training job
-        env, hardware = self._env
-        import datetime as dt
-
-        report = build_report(
-            started=dt.datetime.fromtimestamp(self._started, dt.timezone.utc),
-            finished=utc_now(),
-            level=2,
-            argv=("watch", self.target.kind),
-            env=env,
-            hardware=hardware,
-            results=self.results,
-            run_dir=None,
-        )
-        # out=<a folder>: inside it
-        target = self.out / "ds-doctor-watch.json" if self.out.is_dir() else self.out
+        started = time.perf_counter()
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            write_output(target, report.to_json() + "\n")
-        except (OSError, OutputError) as exc:  # the report is a by-product: the job goes on without it
-            if not self._write_failed:
-                logger.warning("ds-doctor: cannot write the watch report %s: %s", target, exc)
-            self._write_failed = True
-            return None
-        self._written = target
-        return target
+            return self.record.write(self._note)
+        finally:
+            self._pace.spent += time.perf_counter() - started
+
+    def _note(self, shown: int) -> tuple[str, dict[str, Any]]:
+        """The watch's note for a reader: how many moments, how many in this report and where the others are, the
+        spacing and the watch's share of the job's time; and its figures."""
+        kept = self.record.kept
+        text = "; ".join(
+            [
+                f"{kept.moments} moment(s), {shown} in this report, {kept.found} with a finding",
+                *self._sayings(),
+            ]
+        )
+        share = self.share
+        figures = {
+            **self.record.counts(shown),
+            "every": self.every,
+            "spacing": self.spacing,
+            "budget": self.budget,
+            "share": None if share is None else round(share, 5),
+        }
+        return text, figures
+
+
+def _nth(table: dict[str, int], moment: str, label: str) -> int:
+    """How many times `label` has come, this time included. A step's label names its step, new each time in a watch
+    (its steps only go forward): never kept, or the table would grow with the job."""
+    if moment == "step" and label not in table:
+        return 1
+    count = table[label] = table.get(label, 0) + 1
+    return count
 
 
 def _issue_shown(errors: list[Finding], primary: tuple[str, ...], *, deepspeed: bool) -> Any:
