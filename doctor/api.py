@@ -163,7 +163,8 @@ def watch(
     it guards. Rank 0 appends each moment to `<out's stem>.moments.jsonl` and writes the report `out` at once for a
     new kind of finding, else at most once a minute, and at close (None: log only); `device_maps` adds rank 0's
     device map to each moment; `table` (a folder) adds the last report's rows to the results table at close
-    (`ds-doctor fleet` reads it; needs pyarrow). `close()` (or leaving a `with` block) puts back every method and hook it changed.
+    (`ds-doctor fleet` reads it; needs pyarrow). `close()` (or leaving a `with` block) puts back every method
+    and hook it changed.
     """
     Watch.validate(
         out=out, every=every, raise_on=raise_on, device_maps=device_maps, budget=budget, table=table

@@ -24,7 +24,7 @@ from typing import Any
 import click
 
 from ds_doctor.checks.baseline import DEFAULT_TOLERANCE_PCT
-from ds_doctor.fleet.drift import NightValue
+from ds_doctor.fleet.drift import MIN_NIGHTS, NightValue, Series, fitted
 from ds_doctor.fleet.facts import NodeFacts, Source, build_fleet, facts_of
 from ds_doctor.options import TOLERANCE, check_distinct, check_writable_file, one_line, output_in
 from ds_doctor.reports.fleet import Unreadable, render_fleet
@@ -93,7 +93,7 @@ def fleet(
     )
     first_night = _since(since)
     unreadable: list[Unreadable] = []
-    read, nights, not_read = _read(sources, first_night, unreadable)
+    read, series, not_read = _read(sources, first_night, unreadable)
     if not read:  # one line, as every usage error: the first file's reason, and how many more there are
         more = f" (and {len(unreadable) - 1} more unreadable file(s))" if len(unreadable) > 1 else ""
         first = unreadable[0]
@@ -103,14 +103,14 @@ def fleet(
     window = None
     drifting: list[Any] = []
     if first_night is not None:
-        from ds_doctor.fleet.drift import drifts
+        from ds_doctor.fleet.drift import drifting as drifting_of
 
-        drifting = drifts(nights, tolerance_pct)
-        held = sorted({value.night for value in nights})
+        drifting = drifting_of(series, tolerance_pct)
         window = (
-            f"{held[0]} to {held[-1]}, {len(held)} night(s) with measures"
-            if held
-            else f"from {first_night}: none"
+            f"{min(s.first_night for s in series)} to {max(s.last_night for s in series)}, up to "
+            f"{max(s.nights for s in series)} night(s) of a node's measure"
+            if series
+            else f"from {first_night}: no node with {MIN_NIGHTS} nights of a measure"
         )
     built = build_fleet(read, unreadable, tolerance_pct, not_read, drifting, window)
     text = render_fleet(built)
@@ -130,14 +130,16 @@ def fleet(
 
 def _read(
     sources: tuple[Path, ...], first_night: dt.date | None, unreadable: list[Unreadable]
-) -> tuple[list[NodeFacts], list[NightValue], int]:
-    """The facts of each node (and with --since each night's measures) from results tables or from reports."""
+) -> tuple[list[NodeFacts], list[Series], int]:
+    """The facts of each node (and with --since each measure's series across the nights, fitted) from results
+    tables or from reports."""
     tables = [source for source in sources if is_table(source)]
     if not tables:
         groups = find_reports(sources, unreadable)
         if not groups and not unreadable:
             raise click.UsageError(f"no ds-doctor report ({PATTERN}) in {', '.join(map(str, sources))}")
-        return read_reports(groups, unreadable, first_night)
+        facts, nights, not_read = read_reports(groups, unreadable, first_night)
+        return facts, fitted(nights), not_read
     if len(tables) < len(sources):
         raise click.UsageError(
             "give either results tables (folders of night=…/ partitions, or s3://…) or reports"
@@ -146,12 +148,12 @@ def _read(
     from ds_doctor.table.query import read_tables
 
     try:
-        read, nights = read_tables([table_url(t) for t in tables], first_night)
+        read, series = read_tables([table_url(t) for t in tables], first_night)
     except TableError as exc:
         raise click.UsageError(one_line(str(exc))) from None
     if not read:
         raise click.UsageError(f"no node's run in {', '.join(map(str, tables))}" + _window(first_night))
-    return read, nights, 0
+    return read, series, 0
 
 
 def _since(text: str | None) -> dt.date | None:

@@ -70,7 +70,8 @@ def _medians(
 
 
 def fit(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
-    """Least squares slope of y over x, and its standard error (0 for points on a line)."""
+    """Least squares slope of y over x, and its standard error (0 for points on a line; at least 3 points, two
+    nights apart at least)."""
     n = len(points)
     mean_x = sum(x for x, _ in points) / n
     mean_y = sum(y for _, y in points) / n
@@ -80,8 +81,57 @@ def fit(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
     return slope, math.sqrt(residual / (n - 2) / sxx)
 
 
-def drifts(values: Iterable[NightValue], tolerance_pct: float) -> list[Drift]:
-    """The (node, case, measure) series that get worse steadily across nights, worst first."""
+@dataclasses.dataclass(frozen=True)
+class Series:
+    """One (node, case, measure) series fitted: the line through the logarithm of its ratio to the fleet, night
+    by night. Fitted here from NightValues, or by DuckDB over a results table (`ds_doctor.table.query`)."""
+
+    host: str
+    gpus: str
+    case: str
+    measure: str
+    nights: int
+    first_night: dt.date
+    last_night: dt.date
+    first_value: float
+    last_value: float
+    slope: float  # of the log ratio, a night
+    error: float  # its standard error (0 for points on a line)
+
+
+def drifting(series: Iterable[Series], tolerance_pct: float) -> list[Drift]:
+    """The fitted series that get worse steadily (the rule of the module's docstring), worst first."""
+    found = []
+    for one in series:
+        span = (one.last_night - one.first_night).days
+        if one.nights < MIN_NIGHTS or span == 0 or one.measure not in MEASURES:
+            continue
+        sign = 1 if MEASURES[one.measure].better == "higher" else -1
+        change = math.expm1(one.slope * span) * 100
+        sure = abs(one.slope) >= MIN_T * one.error if one.error > 0 else one.slope != 0
+        if sign * one.slope < 0 and abs(change) >= tolerance_pct and sure:
+            found.append(
+                Drift(
+                    host=one.host,
+                    case=one.case,
+                    measure=one.measure,
+                    gpus=one.gpus,
+                    nights=one.nights,
+                    first_night=one.first_night.isoformat(),
+                    last_night=one.last_night.isoformat(),
+                    first_value=one.first_value,
+                    last_value=one.last_value,
+                    pct_per_night=round(math.expm1(one.slope) * 100, 3),
+                    error_pct=round(one.error * 100, 3),
+                    change_pct=round(change, 2),
+                )
+            )
+    found.sort(key=lambda d: (-abs(d.change_pct), d.host, d.case, d.measure))
+    return found
+
+
+def fitted(values: Iterable[NightValue]) -> list[Series]:
+    """Each (node, case, measure) series of MIN_NIGHTS nights or more, fitted."""
     series = _newest(values)
     medians = _medians(series)
     found = []
@@ -89,38 +139,34 @@ def drifts(values: Iterable[NightValue], tolerance_pct: float) -> list[Drift]:
         if len(nights) < MIN_NIGHTS:
             continue
         own = statistics.median(nights.values())
-        first = min(nights)
+        ordered = sorted(nights)
+        first = ordered[0]
         points = [
-            ((night - first).days, math.log(value / medians.get((gpus, case, measure, night), own)))
-            for night, value in sorted(nights.items())
+            ((night - first).days, math.log(nights[night] / medians.get((gpus, case, measure, night), own)))
+            for night in ordered
         ]
-        if points[-1][0] == 0:
-            continue
         slope, error = fit(points)
-        span = points[-1][0]
-        sign = 1 if MEASURES[measure].better == "higher" else -1
-        change = math.expm1(slope * span) * 100
-        sure = abs(slope) >= MIN_T * error if error > 0 else slope != 0
-        if sign * slope < 0 and abs(change) >= tolerance_pct and sure:
-            ordered = sorted(nights)
-            found.append(
-                Drift(
-                    host=host,
-                    case=case,
-                    measure=measure,
-                    gpus=gpus,
-                    nights=len(nights),
-                    first_night=ordered[0].isoformat(),
-                    last_night=ordered[-1].isoformat(),
-                    first_value=nights[ordered[0]],
-                    last_value=nights[ordered[-1]],
-                    pct_per_night=round(math.expm1(slope) * 100, 3),
-                    error_pct=round(error * 100, 3),
-                    change_pct=round(change, 2),
-                )
+        found.append(
+            Series(
+                host,
+                gpus,
+                case,
+                measure,
+                len(nights),
+                first,
+                ordered[-1],
+                nights[first],
+                nights[ordered[-1]],
+                slope,
+                error,
             )
-    found.sort(key=lambda d: (-abs(d.change_pct), d.host, d.case, d.measure))
+        )
     return found
+
+
+def drifts(values: Iterable[NightValue], tolerance_pct: float) -> list[Drift]:
+    """The (node, case, measure) series that get worse steadily across nights, worst first."""
+    return drifting(fitted(values), tolerance_pct)
 
 
 def parse_since(text: str, now: dt.datetime) -> dt.date:

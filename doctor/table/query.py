@@ -14,7 +14,7 @@ import os
 import re
 from typing import Any
 
-from ds_doctor.fleet.drift import NightValue
+from ds_doctor.fleet.drift import MIN_FLEET, MIN_NIGHTS, Series
 from ds_doctor.fleet.facts import NodeFacts
 from ds_doctor.reports.records import FAILING
 from ds_doctor.table.parquet import EXTRA, TableError
@@ -58,7 +58,7 @@ def _source(con: Any, roots: list[str]) -> str:
     globs = ", ".join(_quote(files(root)) for root in roots)
     return (
         f"read_parquet([{globs}], hive_partitioning = true, union_by_name = true, "
-        "hive_types = {'night': DATE, 'node': VARCHAR})"
+        "hive_types = {'night': DATE, 'node': VARCHAR}, filename = true)"
     )
 
 
@@ -66,34 +66,33 @@ def _quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def read_tables(roots: list[str], since: dt.date | None) -> tuple[list[NodeFacts], list[NightValue]]:
-    """(the facts of each node's newest run, and with `since` every compared measure of each night from it on)."""
+def read_tables(roots: list[str], since: dt.date | None) -> tuple[list[NodeFacts], list[Series]]:
+    """(the facts of each node's newest run, and with `since` each node's measures fitted across the nights from
+    it on). Two questions whose answers are small whatever the table's size: the newest file of each node (then
+    only those files are read), and the series fitted inside DuckDB (one row per node, case and measure)."""
     con = connect()
     try:
         source = _source(con, roots)
         night = "night >= ?" if since is not None else "true"
         params = [since] if since is not None else []
+        newest = con.execute(
+            f"SELECT arg_max(filename, started_at) FROM {source} WHERE kind = 'node' AND {night} GROUP BY node",
+            params,
+        ).fetchall()
+        if not newest:
+            return [], []
         columns = ", ".join(f'"{name}"' for name in NAMES)
         failing = ", ".join(_quote(outcome.value) for outcome in FAILING)
-        newest = f"""
-            WITH t AS (SELECT * FROM {source} WHERE {night}),
-            latest AS (SELECT node, arg_max(run, started_at) AS run FROM t WHERE kind = 'node' GROUP BY node)
-            SELECT {columns} FROM t JOIN latest USING (node, run)
+        files = ", ".join(_quote(path) for (path,) in newest)
+        cursor = con.execute(
+            f"""
+            SELECT {columns} FROM read_parquet([{files}], union_by_name = true)
             WHERE kind IN ('node', 'fingerprint') OR (kind = 'measure' AND compared)
                OR (kind = 'case' AND outcome IN ({failing})) OR (kind = 'finding' AND severity = 'error')
-        """
-        cursor = con.execute(newest, params)
-        facts = facts_from_rows(_dicts(cursor))
-        nights: list[NightValue] = []
-        if since is not None:
-            query = f"""
-                SELECT host, gpus, "case", measure, night, value, CAST(started_at AS VARCHAR)
-                FROM {source} WHERE kind = 'measure' AND compared AND night >= ?
             """
-            nights = [
-                NightValue(str(h), str(g), str(c), str(m), n, float(v), a)
-                for h, g, c, m, n, v, a in con.execute(query, params).fetchall()
-            ]
+        )
+        facts = facts_from_rows(_dicts(cursor))
+        series = _series(con, source, since) if since is not None else []
     except TableError:
         raise
     except (
@@ -106,7 +105,64 @@ def read_tables(roots: list[str], since: dt.date | None) -> tuple[list[NodeFacts
         ) from None
     finally:
         con.close()
-    return facts, nights
+    return facts, series
+
+
+#: `ds_doctor.fleet.drift.fitted` in SQL: each night's latest value of a node's compared measure, as a ratio to
+#: that night's median over the nodes with the same GPUs (where MIN_FLEET ran it; else the series' own median),
+#: its logarithm fitted against the days since the series' first night.
+SERIES = """
+WITH v AS (
+    SELECT host, gpus, "case", measure, night, arg_max(value, started_at) AS value
+    FROM {source}
+    WHERE kind = 'measure' AND compared AND night >= ? AND value > 0 AND isfinite(value)
+    GROUP BY host, gpus, "case", measure, night
+),
+m AS (
+    SELECT gpus, "case", measure, night, CASE WHEN count(*) >= {fleet} THEN median(value) END AS med
+    FROM v GROUP BY gpus, "case", measure, night
+),
+p AS (
+    SELECT v.host, v.gpus, v."case", v.measure, v.night, v.value, m.med,
+        median(v.value) OVER s AS own, count(*) OVER s AS n, min(v.night) OVER s AS first
+    FROM v JOIN m USING (gpus, "case", measure, night)
+    WINDOW s AS (PARTITION BY v.host, v.gpus, v."case", v.measure)
+),
+q AS (
+    SELECT *, ln(value / coalesce(med, own)) AS y, CAST(date_diff('day', first, night) AS DOUBLE) AS x
+    FROM p WHERE n >= {nights}
+)
+SELECT host, gpus, "case", measure, count(*), min(night), max(night), arg_min(value, night),
+    arg_max(value, night), regr_slope(y, x), regr_sxx(y, x), regr_syy(y, x), regr_sxy(y, x)
+FROM q GROUP BY host, gpus, "case", measure
+"""
+
+
+def _series(con: Any, source: str, since: dt.date) -> list[Series]:
+    found = []
+    query = SERIES.format(source=source, fleet=MIN_FLEET, nights=MIN_NIGHTS)
+    for host, gpus, case, measure, n, first, last, v0, v1, slope, sxx, syy, sxy in con.execute(
+        query, [since]
+    ).fetchall():
+        if slope is None or not sxx or n < 3:
+            continue
+        residual = max(syy - slope * sxy, 0.0)
+        found.append(
+            Series(
+                str(host),
+                str(gpus),
+                str(case),
+                str(measure),
+                n,
+                first,
+                last,
+                v0,
+                v1,
+                slope,
+                (residual / (n - 2) / sxx) ** 0.5,
+            )
+        )
+    return found
 
 
 def _dicts(cursor: Any, batch: int = 10_000) -> Any:
