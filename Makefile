@@ -119,6 +119,8 @@ bench: $(BIN)/.installed
 	$(BIN)/python bench/bench_digest.py
 	$(BIN)/python bench/bench_level2.py
 	$(BIN)/python bench/bench_triage_heldout.py
+	$(BIN)/python bench/bench_fleet.py
+	$(BIN)/python bench/bench_watch.py
 
 clean:
 	rm -rf $(VENV) ds-doctor-reports wheelhouse

@@ -36,7 +36,9 @@ FLEET_FILE = "ds-doctor-fleet.md"  # `--out FOLDER` writes the Markdown as this
 #: `report_basename`'s names: the host (one safe path component), the start time, `report`'s suffix, a retry's pid.
 NAME = re.compile(r"ds-doctor-(?P<host>.+)-(?P<time>\d{8}T\d{6}Z)(?:-report)?(?:-\d+-\d+)?\.json")
 PLACEHOLDER = re.compile(r"host-\d+")  # `--anonymize` names every node so: such files name no node
-MAX_FILES = 10_000  # reports found
+#: Reports to read: the newest of each host, however many older ones a nightly STATE_DIR keeps (a month of 10,000
+#: nodes is 300,000 files; the walk itself stops at MAX_ENTRIES)
+MAX_FILES = 100_000
 MAX_ENTRIES = 1_000_000  # directory entries looked at (a DIR of / stops here, not after the whole disk)
 MAX_DEPTH = 16
 
@@ -202,10 +204,6 @@ def find_reports(sources: tuple[Path, ...], unreadable: list[Unreadable]) -> lis
             files += _walk(source, unreadable)
         else:
             files.append(source)
-    if len(files) > MAX_FILES:
-        raise click.UsageError(
-            f"{len(files):,} reports: ds-doctor fleet reads at most {MAX_FILES:,} (name fewer)"
-        )
     groups: dict[tuple[str, str], list[tuple[str, Path]]] = {}
     alone, seen = [], set()
     for path in files:
@@ -217,6 +215,11 @@ def find_reports(sources: tuple[Path, ...], unreadable: list[Unreadable]) -> lis
             alone.append([path])
         else:
             groups.setdefault((str(path.parent), match["host"]), []).append((match["time"], path))
+    if len(groups) + len(alone) > MAX_FILES:
+        raise click.UsageError(
+            f"{len(groups) + len(alone):,} reports: ds-doctor fleet reads at most {MAX_FILES:,} (the newest of "
+            "each host; name fewer)"
+        )
     ordered = [
         [path for _, path in sorted(group, key=lambda item: (item[0], item[1].name), reverse=True)]
         for _, group in sorted(groups.items())

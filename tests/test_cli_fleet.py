@@ -216,6 +216,12 @@ def test_a_folder_too_big_to_walk_is_a_usage_error(capsys, monkeypatch, state: P
     monkeypatch.setattr(cli_fleet, "MAX_FILES", 2)
     code, _, err = run_cli(capsys, "fleet", state)
     assert code == 2 and "3 reports: ds-doctor fleet reads at most 2" in err
+    # a month of older reports of each host is not counted: only the newest of each is read
+    for day in range(1, 4):
+        write_nightly(state, node("node-a", started=NOW - dt.timedelta(days=day)))
+    monkeypatch.setattr(cli_fleet, "MAX_FILES", 3)
+    code, _, err = run_cli(capsys, "fleet", state)
+    assert code == 0, err
 
 
 def test_the_html_page_draws_each_node_against_its_groups_median(capsys, state: Path, tmp_path: Path) -> None:

@@ -57,9 +57,27 @@ def _read_json(path: Path, *, summary: bool = False) -> Any:
         raise InputError(f"{path}: empty file")
     if not summary:
         return parse_json(text, str(path), InputError, label="not valid JSON")
-    data = summary_of(parse_json(text, str(path), InputError, label="not valid JSON", check=False))
+    data = summary_of(
+        _fast_json(text) or parse_json(text, str(path), InputError, label="not valid JSON", check=False)
+    )
     check_tree(data, str(path), InputError)
     return data
+
+
+def _fast_json(text: str) -> Any:
+    """`text` parsed by orjson where it is installed (the `table` extra: three times faster than `json` on a report,
+    what `fleet` over a cluster's reports spends most of its time on); None where it is not, or where orjson
+    refuses what `json` may read (NaN, an integer past 64 bits, nesting past 1,024): `json` then reads it, and
+    words its errors."""
+    try:
+        import orjson
+    except ImportError:
+        return None
+    try:
+        data = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def _check_manifest(data: dict[str, Any], path: Path) -> None:

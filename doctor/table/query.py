@@ -12,6 +12,9 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
+import shutil
+import tempfile
+import weakref
 from typing import Any
 
 from ds_doctor.fleet.drift import MIN_FLEET, MIN_NIGHTS, Series
@@ -36,6 +39,10 @@ def connect() -> Any:
         config={"memory_limit": MEMORY, "threads": threads, "autoinstall_known_extensions": False}
     )
     con.execute("SET enable_progress_bar = false")  # its bar drawn on the user's terminal
+    # where it spills past MEMORY: a private folder, never `.tmp` in the user's working directory
+    spill = tempfile.mkdtemp(prefix="ds-doctor-duckdb-")
+    con.execute(f"SET temp_directory = {_quote(spill)}")
+    weakref.finalize(con, shutil.rmtree, spill, ignore_errors=True)
     return con
 
 
@@ -57,7 +64,7 @@ def _source(con: Any, roots: list[str]) -> str:
             ) from None
     globs = ", ".join(_quote(files(root)) for root in roots)
     return (
-        f"read_parquet([{globs}], hive_partitioning = true, union_by_name = true, "
+        f"read_parquet([{globs}], hive_partitioning = true, "
         "hive_types = {'night': DATE, 'node': VARCHAR}, filename = true)"
     )
 
@@ -86,7 +93,7 @@ def read_tables(roots: list[str], since: dt.date | None) -> tuple[list[NodeFacts
         files = ", ".join(_quote(path) for (path,) in newest)
         cursor = con.execute(
             f"""
-            SELECT {columns} FROM read_parquet([{files}], union_by_name = true)
+            SELECT {columns} FROM read_parquet([{files}])
             WHERE kind IN ('node', 'fingerprint') OR (kind = 'measure' AND compared)
                OR (kind = 'case' AND outcome IN ({failing})) OR (kind = 'finding' AND severity = 'error')
             """
