@@ -306,6 +306,9 @@ for step in range(30):
 """
 
 
+DIST_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
 def test_a_watch_never_closed_writes_its_last_moments_at_exit(tmp_path: Path) -> None:
     """`w = watch(engine)` and the job ends without `close()`: the report, written at the first moment, is written
     again at exit with every moment since."""
@@ -314,7 +317,12 @@ def test_a_watch_never_closed_writes_its_last_moments_at_exit(tmp_path: Path) ->
         capture_output=True,
         text=True,
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
+        # a job of its own: not the process group this test process may hold (its MASTER_PORT is taken)
+        env={
+            **{k: v for k, v in os.environ.items() if k not in DIST_ENV},
+            "PYTHONPATH": str(ROOT),
+            "OMP_NUM_THREADS": "1",
+        },
         timeout=GENEROUS_RUN_S,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
