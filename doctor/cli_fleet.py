@@ -173,18 +173,18 @@ def _window(first: dt.date | None) -> str:
     return f" from {first} on" if first else ""
 
 
-#: An object-store prefix DuckDB reads (through its httpfs extension)
-REMOTE = re.compile(r"(s3|s3a|gs|gcs|az|abfss|https?)://", re.IGNORECASE)
-
-
 def table_url(source: Path) -> str:
     """A remote prefix as given (a path made `s3:/bucket` of `s3://bucket`), else the folder."""
+    from ds_doctor.table.query import REMOTE
+
     text = str(source)
     return text.replace(":/", "://", 1) if REMOTE.match(text.replace(":/", "://", 1)) else text
 
 
 def is_table(source: Path) -> bool:
     """A results table (`ds_doctor.reports.table`): a folder with night=… partitions, or a remote prefix."""
+    from ds_doctor.table.query import REMOTE
+
     if REMOTE.match(table_url(source)):
         return True
     try:

@@ -24,6 +24,7 @@ from ds_doctor.table.parquet import EXTRA, TableError
 from ds_doctor.table.rows import NAMES, facts_from_rows
 
 MEMORY = "1GB"  # DuckDB spills past this rather than take the box
+#: An object-store prefix DuckDB reads through its httpfs extension (`fleet` tells one from a folder by it too)
 REMOTE = re.compile(r"(s3|s3a|gs|gcs|az|abfss|https?)://", re.IGNORECASE)
 
 

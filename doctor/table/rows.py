@@ -43,6 +43,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
 )
 NAMES = tuple(name for name, _ in COLUMNS)
 MESSAGE_CHARS = 2000  # a finding's message in the table (the report has it whole)
+FAILING_VALUES = frozenset(outcome.value for outcome in FAILING)
 
 
 def night_of(started_at: str) -> dt.date:
@@ -159,7 +160,7 @@ def _facts(host: str, name: str, run: dict[str, Any]) -> NodeFacts:
     failing: list[FailedCase] = []
     health: list[FailedCase] = []
     for case, row in sorted(run["cases"].items(), key=lambda item: str(item[0])):
-        if row["outcome"] not in {o.value for o in FAILING}:
+        if row["outcome"] not in FAILING_VALUES:
             continue
         failed = FailedCase(
             str(case), str(row["outcome"]), str(row["reason"] or ""), tuple(run["rules"].get(case, ()))
