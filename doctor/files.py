@@ -73,6 +73,20 @@ def replacing(path: Path, *, fsync: bool = True, exclusive: bool = False) -> Ite
         tmp.unlink(missing_ok=True)
 
 
+def fresh_file(path: Path) -> IO[str]:
+    """A new, empty text file put at `path` at once (created beside it exclusively, then renamed over whatever was
+    there), open for writing: a log that grows while a job runs. A link planted at `path` is replaced, never
+    followed or truncated."""
+    fd, tmp = exclusive_temp(path)
+    try:
+        os.replace(tmp, path)
+    except OSError:
+        os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise
+    return os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace")
+
+
 def write_atomic(path: Path, text: str, *, fsync: bool = True, exclusive: bool = False) -> None:
     """Write `text` to a temp file beside `path`, then rename over it (fsync off for frequent heartbeats); see
     `replacing` for `exclusive` and what is never followed."""
@@ -101,6 +115,8 @@ class OutputError(Exception):
 def output_kind(path: Path) -> str:
     """What writing to `path` would do: "file" (absent, or a regular file, through symlinks: replaced atomically),
     "stream" (a character device or a FIFO, written in place), or the reason it is refused."""
+    if foreign_link(path) is not None:
+        return "file"  # another user's link: replaced, never followed (`write_output`)
     try:
         mode = os.stat(path).st_mode  # follows symlinks: /proc/self/fd/1 is the stream it points at
     except FileNotFoundError:
@@ -120,10 +136,33 @@ def output_kind(path: Path) -> str:
     return "is not a file"
 
 
+def foreign_link(path: Path) -> int | None:
+    """The owner of `path` where it is a symbolic link some other user owns (not this process's user); else None.
+    The kernel's protected-symlinks rule, applied by ds-doctor itself: a link planted in a shared folder (sticky or
+    not) is never followed, since following it would let its owner choose what root writes."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    return info.st_uid if stat.S_ISLNK(info.st_mode) and info.st_uid != os.geteuid() else None
+
+
 def write_output(path: Path, text: str) -> None:
-    """A user-named output: a regular file (or a link to one) is replaced atomically, the link kept; a character
-    device or a FIFO is written in place, never replaced (as root, replacing `/dev/null` would destroy it); a FIFO
-    with no reader is refused rather than waited on. Anything else raises OutputError."""
+    """A user-named output: a regular file (or a link of this user's to one) is replaced atomically, the link kept;
+    a link someone else owns is never followed (`foreign_link`): it is itself replaced by the file, or the write is
+    refused where its folder does not allow that; a character device or a FIFO is written in place, never replaced
+    (as root, replacing `/dev/null` would destroy it); a FIFO with no reader is refused rather than waited on.
+    Anything else raises OutputError."""
+    owner = foreign_link(path)
+    if owner is not None:
+        try:
+            write_atomic(path, text)  # renamed over the link: nothing it points at is touched
+        except PermissionError:
+            raise OutputError(
+                f"{path} is a link owned by another user (uid {owner}): ds-doctor does not write through it, "
+                "and this folder does not let it be replaced; name another output"
+            ) from None
+        return
     kind = output_kind(path)
     if kind == "file":
         target = Path(os.path.realpath(path))

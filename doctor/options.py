@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from ds_doctor.cluster.nodes import MAX_NODES
-from ds_doctor.files import output_kind
+from ds_doctor.files import foreign_link, output_kind
 from ds_doctor.probe.rankoptions import RankOptions
 from ds_doctor.reports.records import Report
 from ds_doctor.userinput import MAX_RANKS
@@ -77,7 +77,8 @@ def check_writable_file(path: Path | None, option: str) -> None:
         return
     if kind != "file":
         raise click.BadParameter(f"{path} {kind}", param_hint=option)
-    real = Path(os.path.realpath(path))
+    # another user's link is replaced where it is (`ds_doctor.files.write_output`), never followed
+    real = path if foreign_link(path) is not None else Path(os.path.realpath(path))
     parent = real.parent
     if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
         raise click.BadParameter(

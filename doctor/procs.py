@@ -97,6 +97,18 @@ def terminate_then_kill(tree: list[Any]) -> None:
     psutil.wait_procs(alive, timeout=KILL_GRACE_S)
 
 
+def tree_of(pid: int) -> set[int]:
+    """`pid` and every process below it now (empty when it is gone): what a launch started, against which a pid
+    read from a file is checked before anything is signalled or attached to."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        return {pid, *(child.pid for child in root.children(recursive=True))}
+    except psutil.Error:
+        return set()
+
+
 def descendants() -> set[int]:
     import psutil
 

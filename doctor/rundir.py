@@ -10,6 +10,11 @@ heartbeat, and the manifest (`run.json`) from which `ds-doctor report RUN_DIR` r
         rank<R>.log rank<R>.jsonl heartbeat-rank<R>.json
         blamed.jsonl                    the parent's lines for the cases a timeout or crash took down
         scratch/<case>/                 files a case writes (checkpoints)
+
+Nothing in it is writable by anyone but its owner, whatever the umask (`RunDir.create`): ds-doctor, often root,
+acts on what its ranks write there (it signals the process a heartbeat names), so a group member of a shared
+project folder must not be able to write it. Heartbeats are read back only from files its own user wrote that
+nobody else can write (`read_own`), and the pid in one is checked against the processes the launch started.
 """
 
 from __future__ import annotations
@@ -17,7 +22,9 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import os
 import re
+import stat
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -150,7 +157,18 @@ class Beat:
 
     @classmethod
     def from_json(cls, text: str) -> Beat:
-        return cls(**json.loads(text))
+        """A beat from its line; TypeError for a line of another shape (a field of another type included)."""
+        beat = cls(**json.loads(text))
+        numbers = (beat.case_started, beat.time)
+        if (
+            type(beat.rank) is not int
+            or not isinstance(beat.case, str)
+            or not isinstance(beat.stage, str)
+            or not all(isinstance(n, (int, float)) and not isinstance(n, bool) for n in numbers)
+            or not (beat.pid is None or (type(beat.pid) is int and beat.pid > 0))
+        ):
+            raise TypeError(f"not a heartbeat: {text[:80]!r}")
+        return beat
 
 
 @dataclasses.dataclass(frozen=True)
@@ -314,12 +332,16 @@ class LaunchDir:
         return list(json.loads(self.cases.read_text()).get("entries", []))
 
     def read_beats(self) -> dict[int, Beat]:
-        """The heartbeats of this node's ranks (across nodes, the other nodes' ranks beat on their own disks)."""
+        """The heartbeats of this node's ranks (across nodes, the other nodes' ranks beat on their own disks): only
+        those this user wrote and nobody else can write (`read_own`); a beat of another shape is left out."""
         beats = {}
         for path in self.path.glob("heartbeat-rank*.json"):
+            text = read_own(path)
+            if text is None:
+                continue
             try:
-                beat = Beat.from_json(path.read_text())
-            except (FileNotFoundError, ValueError, TypeError):
+                beat = Beat.from_json(text)
+            except (ValueError, TypeError):
                 continue
             beats[beat.rank] = beat
         return beats
@@ -344,8 +366,14 @@ class RunDir:
 
     @classmethod
     def create(cls, out_dir: Path, host: str, started: dt.datetime, pid: int) -> RunDir:
+        """The run's new directory, and from now on this process and what it starts (torchrun, the ranks) write
+        nothing group- or other-writable (`owner_writes_only`): a run in a group-shared folder (umask 002) is
+        still written by its owner alone."""
+        owner_writes_only()
         path = out_dir / f"run-{safe_component(host)}-{started.strftime('%Y%m%dT%H%M%SZ')}-{pid}"
         path.mkdir(parents=True)
+        # mkdir's mode passed through the umask set above; a folder made by another hand at that name fails here
+        os.chmod(path, stat.S_IMODE(os.lstat(path).st_mode) & ~WRITABLE_BY_OTHERS)
         return cls(path)
 
     def launch(self, name: str, device_kind: str, attempt: int) -> LaunchDir:
@@ -396,6 +424,38 @@ class RunDir:
         """When anything in the run directory was last written: a killed run's end."""
         mtimes = [p.stat().st_mtime for p in self.path.rglob("*") if p.is_file()]
         return dt.datetime.fromtimestamp(max(mtimes), dt.timezone.utc)
+
+
+#: group and other write: never set on what a run writes
+WRITABLE_BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH
+#: a heartbeat is a line of JSON: more is not one
+BEAT_BYTES = 64 << 10
+
+
+def owner_writes_only() -> None:
+    """Add group and other write to this process's umask (inherited by every process it starts): whatever the
+    user's umask, nobody but the owner can change what the run writes."""
+    os.umask(os.umask(0) | WRITABLE_BY_OTHERS)
+
+
+def read_own(path: Path, limit: int = BEAT_BYTES) -> str | None:
+    """The text of `path` if it is a regular file (not followed through a link) owned by this process's user that
+    nobody else can write; None otherwise (absent, another's, group-writable, too long, unreadable). What ds-doctor
+    acts on comes only from files only it could have written."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & WRITABLE_BY_OTHERS:
+            return None
+        data = os.read(fd, limit + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return data.decode("utf-8", errors="replace") if len(data) <= limit else None
 
 
 def read_rank_lines(path: Path, warnings: list[str]) -> Iterator[RankLine]:

@@ -119,7 +119,8 @@ def _py_spy(pid: int) -> subprocess.Popen[str] | None:
 
 
 def take(launch: LaunchDir, pids: dict[int, int], bound_s: float = TAKE_BOUND_S) -> float:
-    """Ask every local rank for its evidence and wait for it (at most `bound_s`); seconds it took."""
+    """Ask every local rank for its evidence and wait for it (at most `bound_s`); seconds it took. `pids` are the
+    ranks' processes, each checked by the caller to be one its launch started (`ds_doctor.procs.tree_of`)."""
     started = time.monotonic()
     launch.forensics.mkdir(parents=True, exist_ok=True)
     write_atomic(launch.forensics_request, json.dumps({"time": time.time()}))

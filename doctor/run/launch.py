@@ -23,7 +23,7 @@ from ds_doctor.forensics import capture, evidence
 from ds_doctor.probe.rankoptions import DEFAULTS, RankOptions
 from ds_doctor.probe.registry import CaseEntry
 from ds_doctor.probe.spec import Case
-from ds_doctor.procs import die_with_parent, kill_tree
+from ds_doctor.procs import die_with_parent, kill_tree, tree_of
 from ds_doctor.redact import scrub_text
 from ds_doctor.reports.records import Outcome
 from ds_doctor.run.attribution import Cause, Ending, attribute, stage_of
@@ -250,7 +250,10 @@ class Launch:
 
     def _take_evidence(self) -> None:
         """Before the kill: every local rank's stacks and collective record, then what they say."""
-        pids = {rank: beat.pid for rank, beat in self.dir.read_beats().items() if beat.pid}
+        assert self.proc is not None, "evidence before start()"
+        # a beat names a pid; only one of the processes this launch started is signalled or attached to
+        started = tree_of(self.proc.pid)
+        pids = {rank: beat.pid for rank, beat in self.dir.read_beats().items() if beat.pid in started}
         took = capture.take(self.dir, pids) if pids else None
         self.evidence = evidence.read(self.dir, sorted(pids), took)
 

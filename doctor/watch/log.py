@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from ds_doctor.files import OutputError, output_kind, write_output
+from ds_doctor.files import OutputError, fresh_file, output_kind, write_output
 from ds_doctor.redact import scrub
 from ds_doctor.reports.records import CaseResult, finite_json, format_time
 
@@ -82,7 +82,7 @@ class MomentLog:
         try:
             if self._handle is None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._handle = open(self.path, "w", encoding="utf-8", errors="backslashreplace")
+                self._handle = fresh_file(self.path)  # a link planted at its name is replaced, not followed
             self._handle.write(line + "\n")
             self._handle.flush()
         except OSError as exc:
