@@ -56,7 +56,9 @@ def overlay_runner(
 @click.option("--level", type=click.IntRange(1, 3), default=3, show_default=True, help="As `run --level`.")
 @click.option(
     "--find-links",
-    type=click.Path(path_type=Path, file_okay=False),
+    # checked as the command line is read, before --out is created: a folder that is missing, a file or unreadable
+    # is the user's input (one line, exit 2), not an OSError from listing it that names the path as Path spells it
+    type=click.Path(path_type=Path, exists=True, file_okay=False, readable=True),
     help="Take the releases only from this folder of wheels/sdists (no index).",
 )
 @click.option(

@@ -181,34 +181,71 @@ def _where(node: Node, pci: str | None) -> str:
     return f"GPU {gpu.index} ({pci})" if gpu is not None else f"GPU at PCI {pci or '?'}"
 
 
-def _xid_finding(event: Mapping[str, Any], node: Node) -> Finding | None:
+def gpus_seen(record: Mapping[str, Any], node: Node) -> frozenset[str] | None:
+    """The PCI addresses of this node's GPUs: those NVML read and those NVIDIA's driver lists (the record's
+    `driver_gpus`, which keeps a GPU that fell off the bus: NVML no longer reads its address). None where there is
+    neither list (NVML read no GPU's address, and the record carries no driver list, as one written before
+    ds-doctor kept it): nothing to check an Xid's address against."""
+    seen = {key for key in (pci_key(g.pci_bus_id) for g in node.gpus) if key is not None}
+    listed = record.get("driver_gpus")
+    if not isinstance(listed, list):
+        return frozenset(seen) if seen else None
+    return frozenset(
+        seen | {key for key in (pci_key(v) for v in listed if isinstance(v, str)) if key is not None}
+    )
+
+
+def _unseen(pci: str | None, seen: frozenset[str] | None) -> str | None:
+    """Why an Xid is not judged a fault of this node, or None where its address is one of the node's GPUs. Any user
+    can get text into the kernel log, and a line naming a GPU the node does not have drains nothing."""
+    if seen is None:
+        return "no list of this node's GPUs (from NVML or NVIDIA's driver) to check its address against"
+    if pci not in seen:
+        return (
+            "its address matches no GPU NVML or NVIDIA's driver lists: the line may be forged (any user can get "
+            "text into the kernel log) or come from a GPU no longer visible"
+        )
+    return None
+
+
+def _xid_finding(event: Mapping[str, Any], node: Node, seen: frozenset[str] | None) -> Finding | None:
     xid, pci = event.get("xid"), event.get("pci")
     if not isinstance(xid, int):
         return None
     kind = XIDS.get(xid, UNKNOWN_XID)
     gpu = node.gpu_at(pci)
     cleared = kind.cleared is not None and gpu is not None and kind.cleared(gpu)
-    severity = Severity.WARNING if cleared and kind.severity == Severity.ERROR else kind.severity
+    unseen = _unseen(pci if isinstance(pci, str) else None, seen)
+    severity = Severity.WARNING if (cleared or unseen) and kind.severity == Severity.ERROR else kind.severity
     count = _count(event.get("count")) or 1
     said = f": {event.get('message')}" if event.get("message") else ""
+    remedy = kind.remedy + (
+        "; the kernel log keeps the Xid until the next boot" if severity == Severity.ERROR else ""
+    )
     return _finding(
         f"xid_{xid}",
         severity,
         f"{_where(node, pci)}: Xid {xid} ({kind.meaning}), {count} time(s) since boot{said}"
-        + ("; NVML shows no retirement or remap pending now: the GPU was reset since" if cleared else ""),
+        + ("; NVML shows no retirement or remap pending now: the GPU was reset since" if cleared else "")
+        + (f"; not judged a fault of this node: {unseen}" if unseen else ""),
         "no Xid in the kernel log since boot",
-        kind.remedy
-        + ("; the kernel log keeps the Xid until the next boot" if severity == Severity.ERROR else ""),
+        f"check that the line is the driver's own and that a GPU is at {pci or '?'} (lspci -s {pci or '?'}); "
+        f"if so: {remedy}"
+        if unseen
+        else remedy,
         pci=pci,
         xid=xid,
         count=count,
+        **({"gpu_seen": False if seen is not None else None} if unseen else {}),
     )
 
 
 def xid_events(record: Mapping[str, Any], node: Node) -> list[Finding]:
     """One finding per (GPU, Xid) the driver logged since boot: hardware and driver faults are errors, the ones a
-    job's own bug causes (13, 31, 43) warnings, the cleanup after another (45) information."""
-    findings = (_xid_finding(e, node) for e in _entries(record, "events"))
+    job's own bug causes (13, 31, 43) warnings, the cleanup after another (45) information. An Xid whose address
+    is no GPU of this node (`gpus_seen`) is at most a warning: shown, never failing the run."""
+    seen = gpus_seen(record, node)
+    findings = (_xid_finding(e, node, seen) for e in _entries(record, "events"))
     return [f for f in findings if f is not None]
 
 

@@ -12,7 +12,8 @@ over these dicts are in `ds_doctor.checks.noderecords`.
 Formats, as their sources write them (tests/resources/noderecords/README.md cites each):
 - Xid: `NVRM: Xid (PCI:%04x:%02x:%02x): %d, pid=%s, name=%s, %s` (NVIDIA open-gpu-kernel-modules,
   src/nvidia/src/kernel/gpu/rc/kernel_rc.c, krcReportXid; MIG GPUs add ` GPU-I:%02u[ GPU-CI:%02u]` inside the
-  parenthesis; drivers before the open modules wrote `NVRM: Xid (0000:01:00): 13, ...`).
+  parenthesis; drivers before the open modules wrote `NVRM: Xid (0000:01:00): 13, ...`), always at the start of
+  the kernel's text: an Xid is read there only, after the stamp dmesg or the journal put before it.
 - AER: `aer_dev_correctable`, `aer_dev_nonfatal`, `aer_dev_fatal`: lines `<name> <count>`, an unnamed bit as
   `dev_cor_errs_bit[N] <count>`, then `TOTAL_ERR_COR|TOTAL_ERR_NONFATAL|TOTAL_ERR_FATAL <count>` (Linux,
   drivers/pci/pcie/aer.c; Documentation/ABI/testing/sysfs-bus-pci-devices-aer_stats shows older, longer names).
@@ -24,6 +25,7 @@ Formats, as their sources write them (tests/resources/noderecords/README.md cite
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 import re
@@ -256,15 +258,26 @@ def run_bounded(argv: Sequence[str], timeout_s: float, max_bytes: int) -> Comman
 
 # ---- Xid errors in the kernel log --------------------------------------------------------------------------------
 
-#: The driver's line (see the module docstring): the PCI address, MIG attribution, the Xid and the rest.
+#: What the log tools put before the kernel's own text, and nothing else: dmesg's stamp (`[  812.442113]`, or
+#: `[Tue Mar  3 10:00:01 2026]` with --ctime), or the journal's `Mar 03 10:00:01 host kernel: ` (a syslog file adds
+#: dmesg's stamp after it); then printk's caller id (`[  T1896]`) where the kernel is built with CONFIG_PRINTK_CALLER.
+#: A line with none of them (a log kept without stamps) starts with the text itself. An indented line is another
+#: message's continuation: it has no prefix and never matches.
+PREFIX = re.compile(
+    r"^(?:\[(?P<bracket>[^\]]{1,40})\] ?"
+    r"|(?P<syslog>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d) [^ ]{1,255} kernel: (?:\[[^\]]{1,40}\] ?)?)?"
+    r"(?:\[ {0,8}[TC]\d{1,10}\] ?)?"
+)
+#: The driver's line (see the module docstring), matched where the prefix ends and nowhere else: its PCI address,
+#: the MIG attribution it prints (`GPU-I:05`, `GPU-I:05 GPU-CI:00`), the Xid and the rest. Any user can get text
+#: into the kernel log (messages that quote a process name or a file name), so the same words inside another
+#: message are not the driver's.
 XID_LINE = re.compile(
     r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.[0-7])?"
-    r"(?P<mig>[^)]{0,40})\): (?P<xid>\d{1,5}),\s?(?P<rest>.*)"
+    r"(?P<mig>(?: GPU-I:\d{1,5})?(?: GPU-CI?:\d{1,5})?)\): (?P<xid>\d{1,5}),\s?(?P<rest>.*)"
 )
 #: `pid=..., name=..., <message>`; some drivers print no name (`pid=1896, Row Remapper: ...`).
 XID_PROCESS = re.compile(r"^pid=(?P<pid>[^,]{0,40}),(?: name=(?P<name>[^,]{0,80}),)? (?P<message>.*)$")
-#: `[  812.442113]` (dmesg), `[Tue Mar  3 10:00:01 2026]` (dmesg --ctime), `Mar 03 10:00:01` (journalctl).
-STAMP = re.compile(r"^\s*\[\s*(?P<bracket>[^\]]{1,40})\]|^(?P<syslog>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d)")
 #: Longer lines are cut before matching: the driver's own lines are well under this.
 LINE_CHARS = 4096
 
@@ -286,15 +299,12 @@ def pci_key(address: str | None) -> str | None:
     return f"{int(match.group(1), 16):04x}:{match.group(2).lower()}:{match.group(3).lower()}"
 
 
-def _stamp(line: str) -> str | None:
-    match = STAMP.match(line)
-    if not match:
-        return None
-    return (match.group("bracket") or match.group("syslog") or "").strip() or None
-
-
 def _xid_event(line: str) -> dict[str, Any] | None:
-    match = XID_LINE.search(line[:LINE_CHARS])
+    """The Xid of a line that is the driver's own (its text right after the log's prefix), or None."""
+    line = line[:LINE_CHARS]
+    prefix = PREFIX.match(line)
+    assert prefix is not None  # every part of the prefix is optional: it matches, maybe empty
+    match = XID_LINE.match(line, prefix.end())
     if not match:
         return None
     rest = match.group("rest").strip()
@@ -305,7 +315,7 @@ def _xid_event(line: str) -> dict[str, Any] | None:
         "mig": match.group("mig").strip() or None,
         "process": ((process.group("name") or "").strip() or None) if process else None,
         "message": (process.group("message") if process else rest)[:MESSAGE_CHARS],
-        "at": _stamp(line),
+        "at": (prefix.group("bracket") or prefix.group("syslog") or "").strip() or None,
     }
 
 
@@ -353,6 +363,18 @@ def _log_problem(argv: Sequence[str], out: CommandOutput, timeout_s: float) -> s
     return None
 
 
+def driver_gpus(root: str | os.PathLike[str] = "/") -> list[str] | None:
+    """The PCI addresses (`0000:3b:00`) of the GPUs NVIDIA's driver probed: a folder each in /proc/driver/nvidia/gpus,
+    which no user can write. A GPU that fell off the bus stays listed there (NVML no longer reads its address), and
+    a container sees only the GPUs it was given. None where the folder cannot be listed."""
+    try:
+        with os.scandir(Path(root) / "proc" / "driver" / "nvidia" / "gpus") as entries:
+            names = [entry.name for entry in itertools.islice(entries, MAX_PCI_DEVICES)]
+    except OSError:
+        return None
+    return sorted({key for name in names if BDF.match(name) and (key := pci_key(name)) is not None})
+
+
 def read_xids(
     root: str | os.PathLike[str] = "/",
     runner: Runner = run_bounded,
@@ -361,7 +383,9 @@ def read_xids(
     max_bytes: int = KERNEL_LOG_BYTES,
 ) -> dict[str, Any]:
     """The Xid errors the NVIDIA driver logged since boot, from `dmesg` (or the journal where the kernel ring
-    buffer is restricted, kernel.dmesg_restrict=1). Absent where NVIDIA's driver is not loaded."""
+    buffer is restricted, kernel.dmesg_restrict=1), with the GPUs the driver lists (`driver_gpus`, where its
+    folder could be listed: the rules judge an Xid a fault of this node only where its address is one of them or
+    one NVML reads). Absent where NVIDIA's driver is not loaded."""
     if not _on_linux():
         return _record(UNAVAILABLE, NOT_LINUX)
     if not (Path(root) / "proc" / "driver" / "nvidia").exists():
@@ -379,7 +403,11 @@ def read_xids(
         said += [f"stopped after {timeout_s:g} s"] if out.timed_out else []
         partial = "; ".join(said) or None
         events, left_out = parse_xid_log(out.stdout.decode("utf-8", "replace"))
-        return _record(READ, None, source=" ".join(argv), partial=partial, events=events, left_out=left_out)
+        listed = driver_gpus(root)
+        gpus = {"driver_gpus": listed} if listed is not None else {}  # a list the rules can check against
+        return _record(
+            READ, None, source=" ".join(argv), partial=partial, events=events, left_out=left_out, **gpus
+        )
     return _record(UNAVAILABLE, "; ".join(tried))
 
 
