@@ -7,13 +7,20 @@ Two mechanisms, both keeping the context (key or flag name, URL scheme and host,
   any value; a key or a token (`api_key`, `experiment_key`, `wandb_key`, `hf_token`, `access_key_id`) a value that
   could be a credential (not `"<|patch|>"`). Not secret: `max_tokens`, `pad_token`, `missing_keys`, `sort_key`,
   `cache_key` (a `key` is secret only after a word that says which: api, access, private, a service's name...),
-  `tokenizer`, `key_padding_mask`, `password_file`, `author`. `scrub` masks the value under such a key at any
-  depth (every leaf under `"credentials": {...}`; bools and None stay) and the value after such a flag in an
-  argv list; `scrub_text` judges `name=value`, `name: value`, `"name": "value"`, `--flag value`, `?name=value&`,
-  where a value that reads as code (a traceback's source line: `key: Tensor`, `token=self.token`) stays, and a
-  bare `key` (torch's store keys) or a `SHAPE_KEY` constant is no secret's name.
-* by shape (`scrub_text`): private key blocks (also cut ones), credentials in URLs, webhooks, auth headers,
-  prefixed tokens of the common services (the shapes of gitleaks' default rules and detect-secrets' plugins).
+  `tokenizer`, `key_padding_mask`, `password_file`, `author`. A password's short forms: `passwd`, `pwd` (`MYSQL_PWD`,
+  ODBC's `Pwd=`), one word that ends in `password` (`PGPASSWORD`), and `pass` or `pw` after a word that is not a
+  pass over data (`DB_PASS`, `smtp_pass`, `ADMIN_PW`; not `forward_pass`), or alone in capitals (`PASS`, an
+  environment variable; `pass: 3` is a count). The shell's `PWD` is the working directory, no secret: the name
+  `PWD` alone with an absolute path is kept (`PWD=/home/x`), with anything else masked (ODBC's `PWD=...;`).
+  `scrub` masks the value under such a key at any depth (every leaf under `"credentials": {...}`; bools and None
+  stay) and the value after such a flag in an argv list; `scrub_text` judges `name=value`, `name: value`,
+  `"name": "value"`, `--flag value`, `?name=value&`, where a value that reads as code (a traceback's source line:
+  `key: Tensor`, `token=self.token`) stays, and a bare `key` (torch's store keys) or a `SHAPE_KEY` constant is no
+  secret's name.
+* by shape (`scrub_text`): private key blocks (also cut ones), credentials in URLs (also without a scheme:
+  `alice:pw@proxy:3128`; `curl -u alice:pw`), a URL query's `sig`, `signature`, `key` and `code`, webhooks, auth
+  headers, prefixed tokens of the common services (the shapes of gitleaks' default rules and detect-secrets'
+  plugins).
 
 Every pattern runs in linear time over hundreds of KB of log: a run of characters is entered at its start only
 (a look-behind on the run's own class, after the first character so that the engine skips to candidates), and
@@ -131,6 +138,47 @@ _VOCABULARY = frozenset(
         "position",
     }
 )
+#: `pass` or `pw` as the last word is a password's short form (`db_pass`, `ADMIN_PW`) unless the word before
+#: names a pass over data or a pointwise layer (`forward_pass`, `first_pass`, `conv_pw`).
+_PASSES = _VOCABULARY | frozenset(
+    {
+        "forward",
+        "backward",
+        "fwd",
+        "bwd",
+        "second",
+        "third",
+        "single",
+        "multi",
+        "one",
+        "two",
+        "each",
+        "train",
+        "training",
+        "eval",
+        "warmup",
+        "compile",
+        "custom",
+        "fusion",
+        "graph",
+        "render",
+        "full",
+        "half",
+        "by",
+        "sub",
+        "high",
+        "low",
+        "band",
+        "test",
+        "check",
+        "conv",
+        "dw",
+        "linear",
+        "proj",
+    }
+)
+#: The end of one word that is a password's name (`PGPASSWORD`, `rootpassword`, `appsecret`).
+_PASSWORD_ENDS = ("password", "passwd", "passphrase", "secret")
 #: `key` as the last word is a secret after a word that says which kind (`api_key`, `experiment_key`,
 #: `wandb_key`, `access_key_id`, `api_keys`) and not after any other (`sort_key`, `cache_key`, `missing_keys`,
 #: torch's `store_based_barrier_key`); plural `tokens` likewise (`access_tokens`; not `num_tokens`).
@@ -204,15 +252,25 @@ _KEY_KINDS = frozenset(
 )
 
 
-def _secrecy(words: list[str], shouted: bool = False) -> int:
+def _secrecy(words: list[str], shouted: bool = False, capitals: bool = False) -> int:
     """0: not a secret's name. 2: a secret word (`db_password`, `credentials`): any value is masked. 1: a key or a
     token (`api_key`, `hf_token`): a value is masked where it looks like a credential (`_is_credential`), as a
-    vocabulary token (`"<|patch|>"`) or a count does not. `shouted`: an environment variable, where `*_KEY` is one."""
+    vocabulary token (`"<|patch|>"`) or a count does not. `shouted`: an environment variable, where `*_KEY` is one.
+    `capitals`: the name is in capitals, an environment variable's style, where `PASS` and `DB_PW` are passwords
+    (text passes it without `shouted`: its `SHAPE_KEY` is a constant)."""
     if not words or (len(words) > 1 and words[-1] in _DESCRIBES):
         return 0
-    if _SECRET_WORDS.intersection(words) or "connectionstring" in "".join(words):
+    if (
+        _SECRET_WORDS.intersection(words)
+        or "connectionstring" in "".join(words)
+        or any(word.endswith(_PASSWORD_ENDS) for word in words)
+    ):
         return 2
     last, before = words[-1], (words[-2] if len(words) > 1 else "")
+    if last in ("pass", "pw"):  # `DB_PASS` masks any value, `db_pass` one like a credential, `PASS` likewise
+        if before in _PASSES:
+            return 0
+        return 2 if capitals and before else int(capitals or bool(before))
     if last == "token":
         return int(before not in _VOCABULARY)
     if last in ("key", "keys", "tokens"):
@@ -220,9 +278,22 @@ def _secrecy(words: list[str], shouted: bool = False) -> int:
     return int(last == "id" and before == "key" and len(words) > 2 and words[-3] in _KEY_KINDS)
 
 
-def is_secret_name(name: str) -> bool:
-    """Whether a key, flag or variable name says its value is a secret (see the module's docstring)."""
-    return _secrecy(_words(name), name.isupper()) > 0
+#: The start of an absolute path: the shell's `PWD` holds one (`/home/x`, `~/x`, `C:\\x`), a password does not.
+_ABSOLUTE = re.compile(r"[/~]|[A-Za-z]:[\\/]")
+
+
+def _working_dir(name: str, value: object) -> bool:
+    """The shell's `PWD` (the name exactly, in capitals) holding a path: the working directory, not ODBC's
+    `PWD=<password>`."""
+    return name == "PWD" and isinstance(value, str) and _ABSOLUTE.match(value) is not None
+
+
+def is_secret_name(name: str, value: str | None = None) -> bool:
+    """Whether a key, flag or variable name says its value is a secret (see the module's docstring). The name `PWD`
+    alone is the shell's working directory: secret only with a `value` that is not an absolute path."""
+    if name == "PWD":
+        return value is not None and not _working_dir(name, value)
+    return _secrecy(_words(name), name.isupper(), name.isupper()) > 0
 
 
 def _words(name: str) -> list[str]:
@@ -350,7 +421,7 @@ def _at_run_start(*shapes: str) -> str:
 
 
 #: After a name's first character: the tail of a secret word (`oken` of `token`) in its first 64 characters.
-_HINT = r"[\w.-]{0,64}?(?i:ass|wd|ecret|red|uth|ookie|ook|sn|ey|oken|onn)"
+_HINT = r"[\w.-]{0,64}?(?i:ass|wd|ecret|red|uth|ookie|ook|sn|ey|oken|onn|(?<=p)w)"
 #: (pattern, replacement), applied in order after private keys; `name=value` comes last.
 # not prose
 _PATTERNS: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], ...] = (
@@ -365,8 +436,27 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], .
     # scheme://user:password@host, scheme://:password@host, scheme://<token>@host (a scan stops at the next "/")
     (re.compile(r"://([^/\s:@]*):[^/\s]+@"), rf"://\1:{MASK}@"),
     (re.compile(r"://[\w.~%-]{20,}@"), f"://{MASK}@"),
-    # SAS and presigned URLs: ?sig=, &X-Amz-Signature= (other secret names are judged with `name=value`)
+    # user:password@host with no scheme (a proxy, a DSN's tail), entered at the start of a word; not `mailto:a@b`,
+    # nor an image's `python:3.11@sha256:...` (a digest after the @)
+    (
+        re.compile(
+            r"(?!(?i:mailto|xmpp|sips?|tel):)([A-Za-z_](?<![\w.~%+:/@-].)[\w.~%+-]*:)"
+            r"[^\s:@/\\'\"<>`]{3,}@(?=[A-Za-z0-9\[])(?!sha\d+:)"
+        ),
+        rf"\1{MASK}@",
+    ),
+    # curl -u user:password, --user, --proxy-user (not docker's `-u 1000:1000`, a uid and a gid)
+    (
+        re.compile(
+            r"((?<![\w-])(?:-u|--user|--proxy-user)(?:[ \t]+|=)[\"']?[^\s:\"'<>]+:)"
+            r"(?!\d+(?![^\s\"']))(?!<redacted>)[^\s\"']+"
+        ),
+        rf"\1{MASK}",
+    ),
+    # SAS and presigned URLs: ?sig=, &X-Amz-Signature=; an API key or an OAuth code in a query: ?key=, &code=
+    # (other secret names are judged with `name=value`)
     (re.compile(r"([?&;](?i:sig|signature|x-amz-signature|x-goog-signature)=)[^&#\s\"'<>;]+"), rf"\1{MASK}"),
+    (re.compile(r"([?&](?:key|code)=)(?!<redacted>)[^&#\s\"'<>;]+"), rf"\1{MASK}"),
     (re.compile(r"([Bb](?<![\w-].)(?i:earer)[ \t]+)(?=[\w~+/=-]*[\d.~+/=-])[\w.~+/=-]{8,}"), rf"\1{MASK}"),
     (re.compile(r"(Basic(?<![\w-]Basic)[ \t]+)([A-Za-z0-9+/]{6,}={0,2})(?![\w+/=])"), _basic),
     (re.compile(r"(machine(?<![\w-]machine)\s+\S+\s+login\s+\S+\s+password\s+)\S+"), rf"\1{MASK}"),  # .netrc
@@ -444,9 +534,12 @@ def _is_code(value: str, after: str, level: int) -> bool:
 
 @functools.lru_cache(maxsize=4096)
 def _text_secrecy(name: str) -> int:
-    """As `_secrecy`, but a bare `key` and a `SHAPE_KEY` are torch's store keys and constants in text."""
+    """As `_secrecy`, but a bare `key` and a `SHAPE_KEY` are torch's store keys and constants in text, and a bare
+    `pass` or `pw` holds a password where its value looks like a credential."""
     words = _words(name)
-    return 0 if words == ["key"] else _secrecy(words)
+    if words in (["pass"], ["pw"]):  # `pass=<credential>`, `--pass x` (redis-cli); not `pass: 3`, a count
+        return 1
+    return 0 if words == ["key"] else _secrecy(words, capitals=name.isupper())
 
 
 def _assignments(text: str, names: re.Pattern[str]) -> str:
@@ -463,6 +556,8 @@ def _assignments(text: str, names: re.Pattern[str]) -> str:
             inner, content = scheme.group(), content[scheme.end() :]
         if not content or content.startswith(MASK):
             continue
+        if _working_dir(m.group(1), content):
+            continue  # the shell's PWD=/home/x
         code = not quote and _is_code(value, text[pos : pos + 1], level)
         if (
             m.group(0).startswith("-")
@@ -486,6 +581,15 @@ def scrub_text(text: str) -> str:
     return text
 
 
+def printable(value: object) -> str:
+    """A value the CLI echoes on one line of a terminal (a path of the run folder, a URL or argument it was given,
+    a warning): secrets masked (`scrub_text`), then control characters and escape sequences shown, never sent, and
+    line breaks made spaces (`ds_doctor.reports.safe.one_line`)."""
+    from ds_doctor.reports.safe import one_line
+
+    return one_line(scrub_text("" if value is None else str(value)))
+
+
 _FLAG = re.compile(r"--?([A-Za-z][\w.-]*)")
 
 
@@ -497,7 +601,7 @@ _memo_text = functools.lru_cache(maxsize=1 << 16)(scrub_text)
 
 @functools.lru_cache(maxsize=1 << 14)
 def _key_secrecy(key: str) -> int:
-    return _secrecy(_words(key), key.isupper())
+    return _secrecy(_words(key), key.isupper(), key.isupper())
 
 
 def _text(value: str) -> str:
@@ -518,7 +622,7 @@ def _scrub(value: Any, level: int) -> Any:
     if isinstance(value, dict):
         return {
             (_text(k) if isinstance(k, str) else k): _scrub(
-                v, max(level, _key_secrecy(k) if isinstance(k, str) else 0)
+                v, max(level, _key_secrecy(k) if isinstance(k, str) and not _working_dir(k, v) else 0)
             )
             for k, v in value.items()
         }

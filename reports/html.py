@@ -5,7 +5,8 @@ It says what the ticket says, in the same order (the verdict, what needs a look,
 environment), and adds the pictures (`ds_doctor.reports.pictures`): each case's device map as a grid coloured by
 device, the equivalence family's loss and gradient norm per step, `comm`'s bandwidth against message size. The page
 is a Jinja2 template (`report.html.j2`) with autoescaping on: every string from the report is escaped, and the
-only markup that is not comes from `pictures`, which escapes what it puts in.
+only markup that is not comes from `pictures`, which escapes what it puts in. Every `{{ }}` also shows control and
+invisible characters escaped (`_shown`, the environment's `finalize`): no raw ESC, BEL or right-to-left override.
 """
 
 from __future__ import annotations
@@ -21,10 +22,22 @@ from ds_doctor.reports.markdown import FAILING, environment_rows, fold_own_frame
 from ds_doctor.reports.measures import MEASURES
 from ds_doctor.reports.pictures import Series, device_map_grid, line_chart
 from ds_doctor.reports.records import CaseResult, Outcome, Report, Verdict
+from ds_doctor.reports.safe import visible
 from ds_doctor.reports.steps import steps_of
 from ds_doctor.reports.whatran import what_ran
 
 TEMPLATE = "report.html.j2"
+
+
+def _shown(value: Any) -> Any:
+    """Every `{{ }}` of the templates (Jinja's `finalize`), before autoescaping: control and invisible characters
+    shown escaped (`visible`), in text and in the markup of `pictures` and the macros alike (markup itself holds
+    none). Numbers, booleans and None are left for Jinja to write."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    if hasattr(value, "__html__"):
+        return Markup(visible(value.__html__()))
+    return visible(value)
 
 
 @functools.cache
@@ -32,6 +45,7 @@ def _environment() -> jinja2.Environment:
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(Path(__file__).resolve().parent),
         autoescape=True,
+        finalize=_shown,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,

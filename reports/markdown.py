@@ -6,7 +6,8 @@ every level. Device maps and every note stay in the JSON report (the file to att
 that do not fit whole are listed with a pointer to the JSON, and a cut never leaves a code block or `<details>` open.
 
 Every string from the report goes through `ds_doctor.reports.safe` (`md_text`, `md_code`, `md_fence`, `md_html`; table
-cells through `md_cell`): data never starts a block, closes a fence, breaks a table row or becomes HTML.
+cells through `md_cell`): data never starts a block, closes a fence, breaks a table row or becomes HTML, and a URL,
+mention or issue reference in it stays inert (a code span). The catalog's references stay links (`md_url`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 from ds_doctor.reports.hang import format_stacks
 from ds_doctor.reports.measures import MEASURES
 from ds_doctor.reports.records import FAILING, CaseResult, Finding, Outcome, Report, TensorRecord, Verdict
-from ds_doctor.reports.safe import clip, md_cell, md_code, md_fence, md_html, md_text
+from ds_doctor.reports.safe import clip, md_cell, md_code, md_fence, md_html, md_text, md_url
 from ds_doctor.reports.sections import GpuReading
 from ds_doctor.reports.steps import QUANTITIES, steps_of
 from ds_doctor.reports.whatran import what_ran
@@ -440,7 +441,7 @@ def render_case(result: CaseResult, same: Sequence[str] = ()) -> list[str]:
             "",
         ]
         if issue.refs:
-            lines += [f"References: {md_text(', '.join(issue.refs))}", ""]
+            lines += [f"References: {', '.join(md_url(ref) for ref in issue.refs)}", ""]
     lines += [line for finding in result.findings for line in render_finding(finding)]
     if result.device_map:
         lines += device_map_summary(result.device_map)
@@ -648,7 +649,7 @@ def render_reproduced(results: list[CaseResult]) -> list[str]:
         "",
     ]
     if issue.refs:
-        lines += [f"References: {md_text(', '.join(issue.refs))}", ""]
+        lines += [f"References: {', '.join(md_url(ref) for ref in issue.refs)}", ""]
     rows = [
         [
             md_code(r.label),

@@ -99,10 +99,10 @@ def device_map_grid(result: CaseResult) -> Markup:
                 f'title="{escape(title)}">{len(held)}{" !" if flagged else ""}</td>'
             )
         rows.append(f"<tr><th class='stage'>{escape(stage)}</th>{''.join(tds)}</tr>")
-    kinds = _ordered(device_colour(r.device) + "\x00" + r.device.split(":")[0] for r in records)
+    # (colour, kind) pairs: a device name from data may hold any character, a NUL too
+    kinds = list(dict.fromkeys((device_colour(r.device), r.device.split(":")[0]) for r in records))
     legend = "".join(
-        f'<span class="swatch" style="background: {colour}"></span>{escape(kind)} '
-        for colour, kind in (k.split("\x00") for k in kinds)
+        f'<span class="swatch" style="background: {colour}"></span>{escape(kind)} ' for colour, kind in kinds
     )
     return Markup(
         f'<table class="grid" aria-label="device map of {escape(result.label)}"><tr><th></th>{head}</tr>'

@@ -2,12 +2,17 @@
 The outputs go to public tickets, CI logs and terminals, so each output kind puts data through one function
 here, wherever it puts data, and that function keeps the data from doing anything but being read:
 
-- `visible` / `one_line`: control characters (C0 but newline and tab, DEL, C1), the bidi overrides and isolates,
-  line separators, XML's non-characters and lone surrogates (`surrogateescape`) are shown escaped (`\\x1b`,
-  `\\r`, `\\u202e`, `\\udc80`), never sent raw; `one_line` also turns line breaks into spaces. Plain text
-  (the console, `triage`) and every other kind below start here.
+- `visible` / `one_line`: control characters (C0 but newline and tab, DEL, C1), the bidi marks, overrides and
+  isolates, the invisible format characters that hide or join text (`INVISIBLE`), line separators, XML's
+  non-characters and lone surrogates (`surrogateescape`) are shown escaped (`\\x1b`, `\\r`, `\\u202e`,
+  `\\udc80`, `\\U000e0041`), never sent raw; `one_line` also turns line breaks into spaces. Plain text (the
+  console, `triage`), the HTML page (its Jinja `finalize`) and every other kind below start here.
 - Markdown: `md_text` for inline text, `md_code` for a code span, `md_fence` for a code block, `md_cell` for a
-  table cell, `md_html` inside the report's own HTML (`<summary>`). `Md` marks text already made Markdown.
+  table cell, `md_html` inside the report's own HTML (`<summary>`), `md_url` for ds-doctor's own links (the
+  catalog's references). `Md` marks text already made Markdown. In data, what a tracker turns into a link or a
+  notification (a URL, `www.`, an e-mail address, an `@user` or `@org/team` mention, an issue reference such
+  as `#12`, `!12`, `GH-12` or `org/repo#12`) is put in a code span, where neither GitHub nor GitLab links it
+  (not in `md_html`: a `<summary>` holds HTML, where only a `<code>` element would do).
 - `xml_text` for JUnit XML, `prom_label` and `prom_name` for Prometheus.
 
 Only the standard library: every renderer imports this.
@@ -18,10 +23,24 @@ from __future__ import annotations
 import html
 import re
 
+#: Invisible format characters that make text read other than it is: the soft hyphen, the Arabic letter mark
+#: and the left-to-right and right-to-left marks (bidi, like the overrides), the Mongolian vowel separator, the
+#: zero-width space, the word joiner and invisible operators (U+2060-U+2064, and the deprecated U+206A-U+206F),
+#: the byte order mark inside text, the interlinear annotation marks, the Hangul fillers that show as a blank
+#: name, and the tag characters (U+E0000-U+E007F, invisible ASCII). The zero-width non-joiner and joiner
+#: (U+200C, U+200D) and the variation selectors stay: Persian and Indic words and emoji sequences need them,
+#: and they reorder nothing.
+INVISIBLE = (
+    "\u00ad\u061c\u180e\u200b\u200e\u200f\u2060-\u2064\u206a-\u206f\u3164\ufeff\uffa0"
+    "\ufff9-\ufffb\U000e0000-\U000e007f"
+)
 #: Shown escaped wherever data goes: C0 (but \n and \t), DEL, C1, the bidi overrides (U+202A-U+202E) and
-#: isolates (U+2066-U+2069), the line and paragraph separators, U+FFFE/U+FFFF (not XML) and lone surrogates.
+#: isolates (U+2066-U+2069), `INVISIBLE`, the line and paragraph separators, U+FFFE/U+FFFF (not XML) and lone
+#: surrogates.
 CONTROL = re.compile(
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u2028\u2029\ufffe\uffff\ud800-\udfff]"
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u2028\u2029\ufffe\uffff\ud800-\udfff"
+    + INVISIBLE
+    + "]"
 )
 _NAMED = {"\r": "\\r", "\x00": "\\0"}
 
@@ -31,7 +50,9 @@ def _shown(match: re.Match[str]) -> str:
     if char in _NAMED:
         return _NAMED[char]
     code = ord(char)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def visible(value: object) -> str:
@@ -88,17 +109,48 @@ def _plain(text: str) -> str:
     return text.replace("`", "\\`").replace("|", "\\|").replace("![", "!\\[").replace("](", "]\\(")
 
 
+#: What GitHub or GitLab makes live in text, and neither does in a code span (GitHub's mention and reference
+#: filters skip `code` and `pre`; GitLab's reference extractor strips code first; neither honours `\\@` or
+#: `\\#`): a URL of any scheme and a `www.` address (autolinked to their first space), an e-mail address, an
+#: `@user` or `@org/team` mention (a decorator `@torch.no_grad` too), and a reference to an issue or merge
+#: request (`#12`, `!12`, `GH-12`, `org/repo#12`; one glued to a URL leaves it to the URL's span). Each
+#: alternative is entered at the start of its run only (the look-behind after the first character): linear time
+#: on a long line.
+_LIVE = re.compile(
+    r"""[\w+.-](?<![\w+.-].)[\w+.-]*://\S*
+    | w(?<![\w.-]w)ww\.\S+
+    | [\w+-](?<![\w.+-].)[\w.+-]*@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+
+    | @(?<![\w`]@)[\w.-]*\w(?:/[\w.-]*\w)?
+    | [\w.-](?<![\w.-].)[\w.-]*/[\w.-]+[#!]\d+(?!\d)(?![\w+.-]*://)
+    | [#!](?<![\w&#!][#!])\d+(?!\d)(?![\w+.-]*://)
+    | G(?<![\w-]G)H-\d+""",
+    re.X,
+)
+
+
+def _defused(text: str, cell: bool) -> str:
+    """Inline text that is not code (`_plain`), with each live piece (`_LIVE`) shown as a code span instead. The
+    text holds no backtick (`_inline` took them out), so one backtick delimits each span."""
+    out, pos = [], 0
+    for live in _LIVE.finditer(text):
+        span = live.group().replace("|", "\\|") if cell else live.group()
+        out += [_plain(text[pos : live.start()]), f"`{span}`"]
+        pos = live.end()
+    return "".join([*out, _plain(text[pos:])])
+
+
 def _inline(value: object, *, cell: bool = False) -> str:
     """Data as Markdown inline content on one line: no HTML, no code span left open, no table cell ended (in a
-    `cell`); its own balanced code spans stay code spans (a remedy's `pip install ninja`)."""
+    `cell`), no link, mention or reference a tracker would make live (`_LIVE`); its own balanced code spans stay
+    code spans (a remedy's `pip install ninja`)."""
     text = one_line(value)
     out, pos = [], 0
     while pos < len(text):
         run = _TICKS.search(text, pos)
         if run is None:
-            out.append(_plain(text[pos:]))
+            out.append(_defused(text[pos:], cell))
             break
-        out.append(_plain(text[pos : run.start()]))
+        out.append(_defused(text[pos : run.start()], cell))
         close = re.compile(rf"(?<!`){run.group()}(?!`)").search(text, run.end())
         if close is None:
             out.append("\\`" * len(run.group()))
@@ -143,8 +195,28 @@ def md_cell(value: object) -> str:
 
 
 def md_html(value: object) -> Md:
-    """Data inside the report's own HTML (`<summary>`), where Markdown is not read: text, on one line."""
-    return Md(html.escape(one_line(value), quote=False))
+    """Data inside the report's own HTML (`<summary>`), where Markdown is not read: text, on one line, each live
+    piece (`_LIVE`: a URL, a mention, an issue reference) inside `<code>`, where trackers make nothing live."""
+    text, out, pos = one_line(value), [], 0
+    for live in _LIVE.finditer(text):
+        out += [
+            html.escape(text[pos : live.start()], quote=False),
+            f"<code>{html.escape(live.group(), quote=False)}</code>",
+        ]
+        pos = live.end()
+    return Md("".join([*out, html.escape(text[pos:], quote=False)]))
+
+
+#: A link of ds-doctor's own (a known issue's reference from the catalog): https, and no character that would
+#: end an autolink or start HTML.
+_OWN_URL = re.compile(r"https://[A-Za-z0-9.-]+(?:[/?#][^\s<>`\\\x00-\x1f\x7f-\x9f]*)?")
+
+
+def md_url(value: object) -> Md:
+    """A link ds-doctor writes itself (the catalog's upstream issue), kept a link as `<https://...>`; anything else
+    is data (`md_text`)."""
+    text = "" if value is None else str(value)
+    return Md(f"<{text}>") if _OWN_URL.fullmatch(text) and not CONTROL.search(text) else md_text(text)
 
 
 # -- JUnit XML, Prometheus -------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from typing import Any
 
 from ds_doctor.reports.hang import CollectivePosition
 from ds_doctor.reports.records import Finding, IssueRef
-from ds_doctor.reports.safe import md_code, md_text, one_line
+from ds_doctor.reports.safe import md_code, md_text, md_url, one_line
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,7 +110,7 @@ def render_triage_markdown(matches: list[TriageMatch], findings: Iterable[Findin
             f"{md_text(match.version.source)}){fixed}",
             f"- **cause:** {md_text(match.cause)}",
             f"- **remedy:** {md_text(issue.remedy)}",
-            *[f"- {md_text(ref)}" for ref in issue.refs],
+            *[f"- {md_url(ref)}" for ref in issue.refs],
             "",
         ]
     found = [f"- **{f.severity.value}** {md_code(f.invariant)}: {md_text(f.message)}" for f in findings]

@@ -258,7 +258,7 @@ OWN_HEADING = re.compile(
     r"Library traps reproduced on purpose|"
     rf"Device maps|{'|'.join(re.escape(title) for _, title in KIND_TITLES)})$)"
 )
-OWN_TAGS = re.compile(r"</?details>|</?summary>")
+OWN_TAGS = re.compile(r"</?details>|</?summary>|</?code>")
 FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
 #: A line (outside code blocks) that begins with the sentinel, or with a block marker and then the sentinel.
 STARTS_A_BLOCK = re.compile(rf"^\s*(?:[#>+*-]+|\d+[.)]|=+|\|)?\s*{SENTINEL}")

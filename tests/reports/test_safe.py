@@ -29,12 +29,12 @@ def test_control_characters_are_shown_escaped() -> None:
 
 
 def test_markdown_text_cannot_start_a_block_or_be_html() -> None:
-    assert md_text("# heading") == "\\# heading" and md_text("#2 of 3") == "#2 of 3"
+    assert md_text("# heading") == "\\# heading" and md_text("#2 of 3") == "`#2` of 3"
     assert md_text("1. item") == "1\\. item" and md_text("1.5") == "1.5" and md_text("- item") == "\\- item"
     assert md_text("-11.1% (tolerance 10%)") == "-11.1% (tolerance 10%)"
     assert md_text("token <redacted> & <script>") == "token &lt;redacted&gt; &amp; &lt;script&gt;"
     assert md_text("a\n# b") == "a # b" and md_text("a|b") == "a\\|b" and md_text("`a|b`") == "`a|b`"
-    assert md_text("[x](javascript:y) ![i](http://t)") == "[x]\\(javascript:y) !\\[i]\\(http://t)"
+    assert md_text("[x](javascript:y) ![i](http://t)") == "[x]\\(javascript:y) !\\[i]\\(`http://t)`"
     assert md_text("run `pip install ninja` first") == "run `pip install ninja` first"  # its own code span
     assert md_text("a ` b") == "a \\` b"  # a stray backtick opens nothing
     assert md_text("C:\\path\\") == "C:\\\\path\\\\"
