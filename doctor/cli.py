@@ -43,10 +43,10 @@ from ds_doctor.options import (
     check_writable_file,
     cluster_from,
     load_report,
-    one_line,
     output_in,
     writable_dir,
 )
+from ds_doctor.redact import printable
 from ds_doctor.reports.records import ExitCode, Report, finite_json
 
 
@@ -387,7 +387,7 @@ def build_overlays(
     releases = parse_releases(with_releases)
     return (
         (build_ignoring_pins if ignore_pins else build)(
-            releases, find_links, say=lambda line: click.echo(line, err=True)
+            releases, find_links, say=lambda line: click.echo(printable(line), err=True)
         ),
     )
 
@@ -453,7 +453,7 @@ def show_run(
         from ds_doctor.reports.stacks import changes
 
         for change in changes(report) or ():
-            console.print(change.line(), markup=False, highlight=False, soft_wrap=True)
+            console.print(printable(change.line()), markup=False, highlight=False, soft_wrap=True)
     if diff_text is not None:
         console.print(diff_text, markup=False, highlight=False, soft_wrap=True)
     show_paths(console, paths)
@@ -462,7 +462,7 @@ def show_run(
 
         writer = report_writer(report)
         console.print(
-            f"node {cluster.node_rank}: the report is written on node {writer} ({report.host_of(writer)})",
+            f"node {cluster.node_rank}: the report is written on node {writer} ({printable(report.host_of(writer))})",
             markup=False,
         )
 
@@ -483,22 +483,22 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Exit as exc:  # --help, --version
         return int(exc.exit_code)
     except click.UsageError as exc:  # one line, scrubbed: a bad option may carry a token the user pasted
-        click.echo(f"ds-doctor: error: {one_line(exc.format_message())}", err=True)
+        click.echo(f"ds-doctor: error: {printable(exc.format_message())}", err=True)
         return int(ExitCode.USAGE_ERROR)
     # Ctrl-C (click turns SIGINT into Abort), or a run stopped by a signal
     except click.exceptions.Abort as exc:
         return _aborted(exc)
     except CannotWrite as exc:
-        click.echo(f"ds-doctor: error: {one_line(str(exc))}", err=True)
+        click.echo(f"ds-doctor: error: {printable(exc)}", err=True)
         return int(ExitCode.USAGE_ERROR)
     except OSError as exc:
         # a full or failing disk is the machine's, not ds-doctor's
         if (line := disk_failure(exc)) is not None:
-            click.echo(f"ds-doctor: error: {one_line(line)}", err=True)
+            click.echo(f"ds-doctor: error: {printable(line)}", err=True)
             return int(ExitCode.USAGE_ERROR)
         if not _names_an_argument(exc, state.argv):
             return _internal_error(exc, state.debug)
-        click.echo(f"ds-doctor: error: {one_line(f'{exc.filename}: {exc.strerror or exc}')}", err=True)
+        click.echo(f"ds-doctor: error: {printable(f'{exc.filename}: {exc.strerror or exc}')}", err=True)
         return int(ExitCode.USAGE_ERROR)
     except Exception as exc:
         return _internal_error(exc, state.debug)
@@ -527,7 +527,8 @@ def _internal_error(exc: Exception, debug: bool) -> int:
         traceback.print_exc()
     message = str(exc).splitlines()[0] if str(exc) else ""
     click.echo(
-        f"ds-doctor: internal error: {type(exc).__name__}: {one_line(message)} (rerun with --debug)", err=True
+        f"ds-doctor: internal error: {type(exc).__name__}: {printable(message)} (rerun with --debug)",
+        err=True,
     )
     return int(ExitCode.INTERNAL_ERROR)
 
@@ -654,7 +655,6 @@ def report(
     cases); truncated result lines are skipped with a warning.
     Exit code as for `run`: 0 nothing failed, 1 a case failed, errored or timed out (a case not run fails nothing).
     """
-    from ds_doctor.redact import scrub_text
     from ds_doctor.reports.console import make_console, print_summary
     from ds_doctor.run.build import write_reports
     from ds_doctor.run.recover import InputError, load_report_file, report_from_run_dir
@@ -683,7 +683,7 @@ def report(
     except InputError as exc:
         raise click.BadParameter(str(exc), param_hint="PATH") from None
     for warning in warnings:
-        click.echo(f"ds-doctor: warning: {scrub_text(warning)}", err=True)
+        click.echo(f"ds-doctor: warning: {printable(warning)}", err=True)
     paths = write_reports(built, target, suffix="-report")
     paths.update(write_extra_formats(built, junit_file, prom_file, table_dir=table_dir))
     console = make_console(stderr=json_stdout)

@@ -11,6 +11,7 @@ import click
 from ds_doctor.files import write_atomic
 from ds_doctor.options import check_selection, writable_dir
 from ds_doctor.probe.rankoptions import DEFAULTS
+from ds_doctor.redact import printable
 from ds_doctor.stacks.bisect import Runner
 from ds_doctor.stacks.overlay import Release
 
@@ -29,7 +30,7 @@ def overlay_runner(
             None
             if installed(release.name) == release.version
             else (build_ignoring_pins if ignore_pins else build)(
-                (release,), find_links, say=lambda line: click.echo(line, err=True)
+                (release,), find_links, say=lambda line: click.echo(printable(line), err=True)
             )
         )
         options = pipeline.RunOptions(
@@ -96,7 +97,9 @@ def bisect(
     versions = releases_in(find_links, package) if find_links is not None else releases_on_index(package)
     candidates = between(versions, good, bad)
     click.echo(
-        f"bisect {package}: {len(candidates)} release(s) from {good} to {bad}: {', '.join(candidates)}",
+        printable(
+            f"bisect {package}: {len(candidates)} release(s) from {good} to {bad}: {', '.join(candidates)}"
+        ),
         err=True,
     )
     found = search(
@@ -104,10 +107,10 @@ def bisect(
         keyword,
         candidates,
         overlay_runner(level, keyword, out, find_links, ignore_pins),
-        say=lambda line: click.echo(line, err=True),
+        say=lambda line: click.echo(printable(line), err=True),
     )
     write_atomic(out / "bisect.md", render_bisection(found))
     write_atomic(out / "bisect.json", json.dumps(found.to_dict(), indent=2) + "\n")
-    click.echo(found.summary())
-    click.echo(f"Markdown: {out / 'bisect.md'}")
+    click.echo(printable(found.summary()))
+    click.echo(f"Markdown: {printable(out / 'bisect.md')}")
     return 0

@@ -27,6 +27,7 @@ from ds_doctor.checks.baseline import DEFAULT_TOLERANCE_PCT
 from ds_doctor.fleet.drift import MIN_NIGHTS, NightValue, Series, fitted
 from ds_doctor.fleet.facts import NodeFacts, Source, build_fleet, facts_of
 from ds_doctor.options import TOLERANCE, check_distinct, check_writable_file, one_line, output_in
+from ds_doctor.redact import printable
 from ds_doctor.reports.fleet import Unreadable, render_fleet
 from ds_doctor.reports.records import finite_json
 from ds_doctor.table.rows import night_of
@@ -101,7 +102,9 @@ def fleet(
         first = unreadable[0]
         raise click.UsageError(f"no readable ds-doctor report: {first.source}: {first.reason}{more}")
     for entry in unreadable:
-        click.echo(f"ds-doctor: warning: {one_line(f'{entry.source}: unreadable: {entry.reason}')}", err=True)
+        click.echo(
+            f"ds-doctor: warning: {printable(f'{entry.source}: unreadable: {entry.reason}')}", err=True
+        )
     window = None
     drifting: list[Any] = []
     if first_night is not None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from ds_doctor.options import WORLD_SIZE
+from ds_doctor.redact import printable
 
 
 @click.command()
@@ -45,7 +46,7 @@ def triage(source: str, as_json: bool, as_markdown: bool, world_size: int | None
 
     log = read_source(source)  # bounded: the tail of a big or endless input, a compressed log decompressed
     for note in log.notes:
-        click.echo(f"ds-doctor: note: {note}", err=True)
+        click.echo(f"ds-doctor: note: {printable(note)}", err=True)
     name = "stdin" if source == "-" else source
     installed = {**package_versions(), "nccl": nccl_version()}  # NCCL: the wheel's, where the log names none
     reading = read_report(log.text, name) or read_log(log.text, installed, world_size, log.notes)

@@ -433,9 +433,10 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], .
         ),
         rf"\1{MASK}",
     ),
-    # scheme://user:password@host, scheme://:password@host, scheme://<token>@host (a scan stops at the next "/")
-    (re.compile(r"://([^/\s:@]*):[^/\s]+@"), rf"://\1:{MASK}@"),
-    (re.compile(r"://[\w.~%-]{20,}@"), f"://{MASK}@"),
+    # scheme://user:password@host, scheme://:password@host, scheme://<token>@host (a scan stops at the next "/");
+    # `scheme:/user...` too: a URL given where a path is expected comes back with its "//" made one "/"
+    (re.compile(r"(:/{1,3})([^/\s:@]*):[^/\s]+@"), rf"\1\2:{MASK}@"),
+    (re.compile(r"(:/{1,3})[\w.~%-]{20,}@"), rf"\1{MASK}@"),
     # user:password@host with no scheme (a proxy, a DSN's tail), entered at the start of a word; not `mailto:a@b`,
     # nor an image's `python:3.11@sha256:...` (a digest after the @)
     (
