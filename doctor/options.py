@@ -19,21 +19,20 @@ import click
 from ds_doctor.cluster.nodes import MAX_NODES
 from ds_doctor.files import foreign_link, output_kind
 from ds_doctor.probe.rankoptions import RankOptions
+from ds_doctor.redact import PRINTABLE_CHARS
 from ds_doctor.reports.records import Report
 from ds_doctor.userinput import MAX_RANKS
 
 #: One line on stderr: a usage error quoting a 100 KB option, or one holding escape sequences, stays one short line.
-ONE_LINE_CHARS = 500
+ONE_LINE_CHARS = PRINTABLE_CHARS
 
 
 def one_line(text: str, limit: int = ONE_LINE_CHARS) -> str:
     """A message for stderr: secrets scrubbed, control characters shown escaped, on one line, at most `limit`
-    characters."""
-    from ds_doctor.redact import scrub_text
+    characters (`ds_doctor.redact.printable`)."""
+    from ds_doctor.redact import printable
 
-    text = scrub_text(text[: limit * 4])
-    shown = "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
-    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
+    return printable(text, limit)
 
 
 class FiniteFloatRange(click.FloatRange):

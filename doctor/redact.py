@@ -582,13 +582,18 @@ def scrub_text(text: str) -> str:
     return text
 
 
-def printable(value: object) -> str:
-    """A value the CLI echoes on one line of a terminal (a path of the run folder, a URL or argument it was given,
-    a warning): secrets masked (`scrub_text`), then control characters and escape sequences shown, never sent, and
-    line breaks made spaces (`ds_doctor.reports.safe.one_line`)."""
-    from ds_doctor.reports.safe import one_line
+#: The longest value the CLI echoes on a line (an error, a warning; `ds_doctor.options.ONE_LINE_CHARS` too): a
+#: 5,000-digit argument is shown cut
+PRINTABLE_CHARS = 500
 
-    return one_line(scrub_text("" if value is None else str(value)))
+
+def printable(value: object, limit: int = PRINTABLE_CHARS) -> str:
+    """A value the CLI echoes on one line of a terminal (a path of the run folder, a URL or argument it was given,
+    a warning): secrets masked (`scrub_text`), then control characters and escape sequences shown, never sent, line
+    breaks made spaces, at most `limit` characters (`ds_doctor.reports.safe.clip`)."""
+    from ds_doctor.reports.safe import clip
+
+    return clip(scrub_text(("" if value is None else str(value))[: limit * 4]), limit)
 
 
 _FLAG = re.compile(r"--?([A-Za-z][\w.-]*)")

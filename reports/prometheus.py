@@ -1,5 +1,7 @@
 """node_exporter textfile-collector metrics from a report (`--prometheus FILE`), built and written with
-prometheus_client (a registry of gauges, `write_to_textfile`: a temp file renamed over the target).
+prometheus_client (a registry of gauges, rendered by `generate_latest`), written as every user-named output is
+(`ds_doctor.files.write_output`: a temp file of an unpredictable name renamed over the target; the client's own
+`write_to_textfile` opens a temp name anyone can predict, and follows a link planted there).
 
 One series per case (1, labelled with the outcome it had, so alerts can match `outcome="fail"`; a stopped run's
 unfinished cases `outcome="not_run"`, which no alert counts as a failure), counts per outcome, a stopped run's
@@ -22,10 +24,9 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Gauge, generate_latest, write_to_textfile
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from ds_doctor.reports.measures import MEASURES, finite, on_shared_gpu
 from ds_doctor.reports.records import Report, Severity, parse_time
@@ -135,21 +136,31 @@ def _read(records: Mapping[str, Any], name: str, key: str) -> list[Mapping[str, 
     return [entry for entry in entries if isinstance(entry, Mapping)] if isinstance(entries, list) else []
 
 
+def _count(value: object) -> float | None:
+    """A record's count as a gauge takes it: an integer within a float's range, else None (a record of a report read
+    back is data: a string, a bool or 1e400 written as an integer is no count)."""
+    return finite(value) if isinstance(value, int) else None
+
+
 def _record_series(registry: CollectorRegistry, records: Mapping[str, Any], host: str) -> None:
-    events = [e for e in _read(records, "xid", "events") if isinstance(e.get("count"), int)]
+    events = [
+        (event, count)
+        for event in _read(records, "xid", "events")
+        if (count := _count(event.get("count"))) is not None
+    ]
     if events:
         xids = _gauge(
             registry, "xid_total", "Xid errors in the kernel log since boot.", ("host", "pci", "xid")
         )
-        for event in events:
-            xids.labels(host, event.get("pci"), event.get("xid")).set(event["count"])
+        for event, count in events:
+            xids.labels(host, event.get("pci"), event.get("xid")).set(count)
     devices = _read(records, "aer", "devices")
     if devices:
         aer = _gauge(registry, "aer_errors", "PCIe AER errors since boot.", ("host", "pci", "kind"))
         for device in devices:
             for kind in ("correctable", "nonfatal", "fatal"):
-                if isinstance(device.get(kind), int):
-                    aer.labels(host, device.get("bdf"), kind).set(device[kind])
+                if (count := _count(device.get(kind))) is not None:
+                    aer.labels(host, device.get("bdf"), kind).set(count)
     ports = _read(records, "ib", "ports")
     if ports:
         up = _gauge(registry, "ib_port_up", "1 if the port is ACTIVE and LinkUp.", ("host", "device", "port"))
@@ -251,10 +262,3 @@ def build_registry(
 def render_prometheus(report: Report, baseline: Report | None = None, tolerance_pct: float = 10.0) -> str:
     """The textfile's contents (Prometheus text format 0.0.4); with the node's baseline, the ratios to it."""
     return generate_latest(build_registry(report, baseline, tolerance_pct)).decode()
-
-
-def write_prometheus(
-    report: Report, path: Path, baseline: Report | None = None, tolerance_pct: float = 10.0
-) -> None:
-    """Write the textfile atomically, as node_exporter's textfile collector needs."""
-    write_to_textfile(str(path), build_registry(report, baseline, tolerance_pct))

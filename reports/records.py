@@ -14,9 +14,11 @@ import enum
 import functools
 import json
 import math
+import reprlib
+import sys
 from collections.abc import Callable, Mapping
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ds_doctor.reports.compat import legacy_shown_notes, measures_from_v1_notes
 from ds_doctor.reports.hang import (
@@ -29,6 +31,9 @@ from ds_doctor.reports.hang import (
 )
 from ds_doctor.reports.measures import MEASURES
 from ds_doctor.reports.sections import EnvSection, HardwareSection, NodeSection, StackSection, section
+
+if TYPE_CHECKING:
+    import jsonschema
 
 #: Version 2 added each result's `measures` and `series` (version 1 kept them in `notes`; still read).
 SCHEMA_VERSION = 2
@@ -103,13 +108,21 @@ class Verdict(str, enum.Enum):
     REPRODUCED = "reproduced"
 
 
+#: A time as `format_time` writes it: the form an error about a report's time shows
+TIME_EXAMPLE = "2026-11-21T12:00:00Z"
+
+
 def format_time(moment: dt.datetime) -> str:
     """A report's times: ISO 8601 in UTC, to the second (`2026-11-22T20:43:52Z`)."""
     return moment.astimezone(dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def parse_time(text: str) -> dt.datetime:
-    return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    """A report's time, always with a zone: `Z` read as UTC (Python 3.10's `fromisoformat` does not take it), and a
+    time written without a zone taken as UTC too, as `format_time` would have written it, so that any two times of
+    any reports subtract and compare (a naive and an aware datetime do neither)."""
+    moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=dt.timezone.utc)
 
 
 def _known(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
@@ -374,8 +387,10 @@ class CaseResult:
     def from_dict(cls, data: Mapping[str, Any]) -> CaseResult:
         notes = dict(data.get("notes") or {})
         measures, series = data.get("measures"), data.get("series")
-        if measures is None:  # schema version 1 kept them in the notes
+        if measures is None:  # schema version 1 kept them in the notes, which no schema types
             measures, series, notes = measures_from_v1_notes(notes)
+            measures = {k: v for k, v in measures.items() if _is_number(v)}
+            series = [{k: v for k, v in row.items() if _is_number(v)} for row in series]
         issue = data.get("known_issue")
         return cls(
             probe=data["probe"],
@@ -601,7 +616,43 @@ def validate(data: Mapping[str, Any]) -> None:
         pass
     error = jsonschema.exceptions.best_match(_validator(version).iter_errors(data))
     if error is not None:
+        error.message = _worded(error)
         raise error
+
+
+QUOTED_CHARS = 60  # of a value an error message quotes
+
+
+def _worded(error: jsonschema.ValidationError) -> str:
+    """`error`'s message with the value it quotes cut short: `jsonschema` quotes the whole value, and an integer of
+    hundreds of digits or a long string would fill the one line a reader gets before it says what is wrong. A time's
+    pattern is said in words, not quoted."""
+    schema = error.schema if isinstance(error.schema, Mapping) else {}
+    if error.validator == "pattern" and schema.get("format") == "date-time":
+        return f"{_brief(error.instance)} is not a time (ISO 8601, as {TIME_EXAMPLE})"
+    said = repr(error.instance)
+    if len(said) <= QUOTED_CHARS or not error.message.startswith(said):
+        return str(error.message)
+    return _brief(error.instance) + error.message[len(said) :]
+
+
+def _brief(value: Any) -> str:
+    """A value as an error message quotes it: an integer beyond a float's range by its size, anything else by a
+    short repr."""
+    if type(value) is int and value.bit_length() > 64:
+        return f"an integer of {value.bit_length():,} bits"
+    brief = reprlib.Repr()
+    brief.maxlevel, brief.maxstring, brief.maxother = 2, QUOTED_CHARS, QUOTED_CHARS
+    brief.maxlist = brief.maxdict = 4
+    return brief.repr(value)
+
+
+def _is_number(value: Any) -> bool:
+    """A JSON number a reader can compute with: no bool, and no integer beyond a float's range (JSON writes 1e400 as
+    an integer, which `float()` refuses)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return not isinstance(value, int) or abs(value) <= sys.float_info.max
 
 
 def _is_finite(value: Any) -> bool:

@@ -38,6 +38,11 @@ def _mapping(value: Any) -> dict[str, Any]:
     return dict(value) if isinstance(value, dict) else {}
 
 
+def _sequence(value: Any) -> list[Any]:
+    """A note's list, or none: a report's notes are free-form JSON, a number where a list belongs among them."""
+    return value if isinstance(value, list) else []
+
+
 def _user_config(notes: list[dict[str, Any]]) -> UserConfig | None:
     if not notes:
         return None
@@ -48,7 +53,7 @@ def _user_config(notes: list[dict[str, Any]]) -> UserConfig | None:
         cases=len(notes),
         filled=_mapping(first.get("filled")),
         changed={str(k): str(v) for k, v in _mapping(first.get("changed")).items()},
-        left_to_deepspeed=tuple(str(v) for v in first.get("left_to_deepspeed") or ()),
+        left_to_deepspeed=tuple(str(v) for v in _sequence(first.get("left_to_deepspeed"))),
     )
 
 

@@ -20,7 +20,16 @@ from pathlib import Path
 from typing import Any
 
 from ds_doctor.redact import scrub
-from ds_doctor.reports.records import CaseResult, Outcome, RankSummary, Report, RunStop, parse_time
+from ds_doctor.reports.records import (
+    TIME_EXAMPLE,
+    CaseResult,
+    Outcome,
+    RankSummary,
+    Report,
+    RunStop,
+    finite_json,
+    parse_time,
+)
 from ds_doctor.run.build import anonymize, build_report
 from ds_doctor.run.merge import merge_case, skipped_case
 from ds_doctor.run.plan import node_checks
@@ -97,6 +106,8 @@ def _check_manifest(data: dict[str, Any], path: Path) -> None:
             )
     if not all(isinstance(p, dict) for p in (*data.get("planned", ()), *data.get("skips", ()))):
         raise InputError(f"{path}: a planned case is not a JSON object")
+    if not all(isinstance(arg, str) for arg in data.get("argv", ())):
+        raise InputError(f"{path}: argv is {short(data['argv'])}, not a command line of strings")
     for stack in data.get("stacks", ()):
         if not (
             isinstance(stack, dict)
@@ -251,6 +262,9 @@ def report_from_run_dir(
         stacks=stacks,
         stopped=stopped,
     )
+    # a run directory is data as a report file is (the manifest's sections, the rank lines): its report is held to
+    # the same schema, as the JSON the report is written as, before any reader computes with a value of it
+    check_report(finite_json(report.to_dict()), str(path), InputError)
     return report, warnings
 
 
@@ -287,6 +301,19 @@ def summary_of(data: Any) -> Any:
     return data
 
 
+def _check_times(data: Mapping[str, Any], path: Path) -> None:
+    """The report's times, which its schema holds to a time's shape only: one that still does not parse (month 13,
+    hour 25) is one line naming it, before any reader subtracts or sorts them."""
+    for key in ("started_at", "finished_at"):
+        try:
+            parse_time(data[key])
+        except _CONVERSION:
+            raise InputError(
+                f"{path}: not a valid ds-doctor report at {key}: {short(data[key])} is not a time "
+                f"(ISO 8601, as {TIME_EXAMPLE})"
+            ) from None
+
+
 def load_report_file(path: Path, *, anonymized: bool = False, summary: bool = False) -> Report:
     """A report JSON, checked: empty, malformed, another schema and a newer schema are input errors. `summary`:
     without what `summary_of` drops (for readers of outcomes, measures and versions), which is never checked,
@@ -296,6 +323,7 @@ def load_report_file(path: Path, *, anonymized: bool = False, summary: bool = Fa
     if not isinstance(tool, dict) or tool.get("name") != "ds-doctor":
         raise InputError(f"{path}: not a ds-doctor report")
     check_report(data, str(path), InputError)
+    _check_times(data, path)
     try:
         data = scrub(data)  # a report written by an older ds-doctor may predate a pattern
         if anonymized:
