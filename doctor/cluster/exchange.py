@@ -5,17 +5,22 @@ warnings included, in the launch directory; the parent reads what it wrote).
     parent: exchange(cluster, run_dir, "handshake", payload, wait_s) -> {node rank: payload}
     child:  python -m ds_doctor.cluster.exchange --exchange-dir DIR --host H --port P --node R --nnodes N ...
 
-Node 0 waits `wait_s` for the others' payloads, then writes the roster of the nodes that came: a node that never
-comes is named rather than waited for. Every node reads the roster's payloads, says it has read them, and node 0
-closes the store once all have (the others wait for that close before they go on, so no later launch meets this
-store at the endpoint's port).
+Node 0 opens the store, puts a fresh random nonce in it (this run's), and waits `wait_s` for the others' answers,
+then writes the roster of the nodes that came: a node that never comes is named rather than waited for. Each other
+node waits `wait_s` for node 0's store and its nonce (a node that gets no answer in that time says so and stops),
+answers, and reads the roster's payloads. Every node says it has read them, and node 0 closes the store once all
+have (the others wait for that close before they go on, so no later launch meets this store at the endpoint's port).
 
 What a node trusts (docs/cluster.md): nothing read from the store is unpickled (torchrun's dynamic c10d rendezvous
-unpickles its state from this same kind of store: ds-doctor does not use it); each answer is JSON whose fields the
-caller checks by name and type before it uses any; and with a job secret (`DS_DOCTOR_JOB_SECRET_FILE`, a file only
-its owner can read, the same on every node) each answer carries an HMAC-SHA256 over the exchange, the node and the
-payload, checked before anything in it is read. torch's store listens on every interface and has no authentication:
-without a secret, a process that reaches the port during an exchange can answer for a node (not run code).
+unpickles its state from this same kind of store: ds-doctor does not use it); each answer is at most
+MAX_ANSWER_BYTES of JSON whose fields the caller checks by name and type before it uses any, parsed with a depth
+bound; and with a job secret (`DS_DOCTOR_JOB_SECRET_FILE`, a file only its owner can read, the same on every node)
+each answer carries an HMAC-SHA256 over the exchange, the node, node 0's nonce and the payload's raw text, checked
+before the payload is parsed. The nonce binds an answer to its run: one sealed in an earlier run of the same job id
+(the same exchange id) is refused. The roster is sealed the same way and names the nonce each node drew for itself,
+so a node knows the roster (and so node 0's nonce) is of this run, not an earlier one replayed. torch's store
+listens on every interface and has no authentication: without a secret, a process that reaches the port during an
+exchange can answer for a node (not run code).
 """
 
 from __future__ import annotations
@@ -26,25 +31,38 @@ import hashlib
 import hmac
 import json
 import os
+import re
+import secrets
 import stat
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from ds_doctor.cluster.nodes import Cluster, ClusterError
-from ds_doctor.files import write_atomic
+from ds_doctor.files import replacing, write_atomic
 from ds_doctor.procs import die_with_parent, kill_tree, module_command
-from ds_doctor.rundir import RunDir
+from ds_doctor.reports.safe import clip
+from ds_doctor.rundir import LaunchDir, RunDir, read_own
+from ds_doctor.userinput import MAX_DEPTH, MiB, parse_json
 
 PAYLOAD = "payload.json"
 EXCHANGED = "exchanged.json"
+#: the child's one line where it ended without a record: no answer from node 0 within the wait, a roster not its own
+UNANSWERED = "unanswered.txt"
 #: on top of the wait: the child's start (it imports torch), a node 0 that comes late, the close
 START_S = 120.0
 SECRET_ENV = "DS_DOCTOR_JOB_SECRET_FILE"
 SECRET_BYTES = (16, 4096)  # a job secret's size, at least and at most
+#: One node's answer, envelope included, is read up to this size; a larger one is refused unparsed. A handshake
+#: answer is a few KiB; a closing answer is the node's own results, its share of a report (read up to 64 MiB).
+MAX_ANSWER_BYTES = 16 * MiB
+#: An answer's envelope is one flat object of strings and numbers: two levels, counting the object itself.
+ENVELOPE_DEPTH = 2
+NONCE = re.compile(r"[0-9a-f]{32}")  # secrets.token_hex(16): node 0's per run, and each node's own
 
 
 class ExchangeError(RuntimeError):
@@ -80,30 +98,85 @@ def job_secret(environ: Mapping[str, str] = os.environ) -> bytes | None:
     return secret
 
 
-def seal(secret: bytes | None, exchange_id: str, node: int, body: str) -> str | None:
-    """The HMAC-SHA256 of one node's answer in one exchange; None without a secret."""
+def seal(secret: bytes | None, exchange_id: str, node: int, body: str, *, nonce: str) -> str | None:
+    """The HMAC-SHA256 of one node's answer in one exchange of one run (node 0's `nonce`); None without a secret.
+    The exchange, the node and the nonce are one JSON line ahead of the body's raw text, so no two run together;
+    a lone surrogate in the body (JSON's "\\ud800") is sealed as its bytes, never an error."""
     if secret is None:
         return None
-    return hmac.new(secret, f"{exchange_id}\n{node}\n{body}".encode(), hashlib.sha256).hexdigest()
+    head = json.dumps([exchange_id, node, nonce]).encode()
+    return hmac.new(secret, head + b"\n" + body.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
 
 
-def opened(raw: bytes, node: int, exchange_id: str, secret: bytes | None) -> tuple[Any, str | None]:
-    """(the payload, None) of one node's raw answer, or (None, why it is not one): JSON of {"node", "body", "mac"}
-    whose node is the one asked, whose mac is the secret's over the body, and whose body is JSON."""
+def sealed(
+    secret: bytes | None, exchange_id: str, node: int, body: str, *, nonce: str, mine: str | None = None
+) -> str:
+    """One node's answer as it goes into the store: the payload's raw text, sealed for this run's `nonce` (named
+    too, so that a reader tells a replay from a forgery), with the nonce this node drew for itself (`mine`, which
+    node 0's roster names back to it)."""
+    mac = seal(secret, exchange_id, node, body, nonce=nonce)
+    return json.dumps({"node": node, "nonce": nonce, "mine": mine, "body": body, "mac": mac})
+
+
+class _Unreadable(ValueError):
+    """What `parse_json` raises here; its message is the reason an answer is refused."""
+
+
+def _parsed(text: str, what: str, max_depth: int) -> tuple[Any, str | None]:
+    """(JSON, None) or (None, why not): parsed with `max_depth`, so a deep nesting is a reason, not a
+    RecursionError."""
     try:
-        answer = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        return None, "not JSON"
-    if not isinstance(answer, dict) or not isinstance(answer.get("body"), str) or answer.get("node") != node:
+        return parse_json(text, what, _Unreadable, max_depth=max_depth), None
+    except _Unreadable as exc:
+        return None, str(exc)
+
+
+def envelope(raw: bytes) -> tuple[dict[str, Any] | None, str | None]:
+    """(the fields, None) of one raw answer, or (None, why not), read within bounds before any of it is trusted: at
+    most MAX_ANSWER_BYTES (larger is refused unparsed), and an object ENVELOPE_DEPTH levels deep at most. The body
+    in it stays text until its seal checks."""
+    if len(raw) > MAX_ANSWER_BYTES:
+        return None, f"larger than {MAX_ANSWER_BYTES // MiB} MiB"
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None, "its answer: not JSON: not UTF-8 text"
+    answer, why = _parsed(text, "its answer", ENVELOPE_DEPTH)
+    if why is not None:
+        return None, why
+    if not isinstance(answer, dict):
+        return None, "not a ds-doctor answer (fields node and body)"
+    return answer, None
+
+
+def opened(
+    raw: bytes, node: int, exchange_id: str, secret: bytes | None, *, nonce: str
+) -> tuple[Any, str | None]:
+    """(the payload, None) of one node's raw answer, or (None, why it is not one): a bounded envelope (`envelope`)
+    whose node is the one asked; with a secret, a mac over the body's raw text for this exchange, this node and
+    this run's `nonce`, checked before the body is parsed; then a body of JSON at most MAX_DEPTH levels deep."""
+    answer, why = envelope(raw)
+    if answer is None:
+        return None, why
+    body = answer.get("body")
+    if type(answer.get("node")) is not int or answer["node"] != node or not isinstance(body, str):
         return None, "not a ds-doctor answer (fields node and body)"
     if secret is not None:
-        mac, want = answer.get("mac"), seal(secret, exchange_id, node, answer["body"])
-        if not isinstance(mac, str) or want is None or not hmac.compare_digest(mac, want):
+        mac, for_run = answer.get("mac"), answer.get("nonce")
+        want = seal(secret, exchange_id, node, body, nonce=for_run) if isinstance(for_run, str) else None
+        # compared as bytes: compare_digest refuses a str that is not ASCII, and the mac is the sender's to choose
+        if (
+            not isinstance(mac, str)
+            or want is None
+            or not hmac.compare_digest(mac.encode(errors="replace"), want.encode())
+        ):
             return None, f"it fails the job secret check ({SECRET_ENV})"
-    try:
-        return json.loads(answer["body"]), None
-    except ValueError:
-        return None, "its body is not JSON"
+        if for_run != nonce:
+            return (
+                None,
+                "it is sealed for another run of this job id, not this one (an earlier run's answer, replayed)",
+            )
+    return _parsed(body, "its body", MAX_DEPTH)
 
 
 def exchange_command(cluster: Cluster, launch_dir: Path, name: str, wait_s: float) -> list[str]:
@@ -126,15 +199,26 @@ def exchange_command(cluster: Cluster, launch_dir: Path, name: str, wait_s: floa
     ]
 
 
+def write_private(path: Path, text: str) -> None:
+    """`text` written atomically to `path`, readable by its owner only whatever the umask (the mode is set before
+    the first byte): the exchange's files hold every node's environment and sealed answers."""
+    with replacing(path) as handle:
+        os.fchmod(handle.fileno(), 0o600)
+        handle.write(text)
+
+
 def exchange(cluster: Cluster, run_dir: RunDir, name: str, payload: Any, wait_s: float) -> dict[int, Any]:
     """Every node's payload by node rank; the nodes that did not join within `wait_s` are absent. An answer that is not
-    one (bad JSON, a failed secret check) is a `Refused` in place of its payload: the caller names the node."""
+    one (bad JSON, a failed secret check, one sealed for an earlier run) is a `Refused` in place of its payload: the
+    caller names the node."""
     secret = job_secret()
     launch = run_dir.launch(f"exchange-{name}", "cpu", 0)
     launch.path.mkdir(parents=True, exist_ok=True)
-    write_atomic(launch.path / PAYLOAD, json.dumps(payload, default=str))
+    write_private(launch.path / PAYLOAD, json.dumps(payload, default=str))
     command = exchange_command(cluster, launch.path, name, wait_s)
     write_atomic(launch.command, " ".join(command) + "\n")
+    started = time.monotonic()
+    stopped = False
     with launch.torchrun_log.open("wb") as log:
         proc = subprocess.Popen(
             command,
@@ -148,19 +232,51 @@ def exchange(cluster: Cluster, run_dir: RunDir, name: str, payload: Any, wait_s:
             proc.wait(timeout=wait_s + START_S)
         except subprocess.TimeoutExpired:
             kill_tree(proc)
-    try:
-        said = json.loads((launch.path / EXCHANGED).read_text())
-    except (FileNotFoundError, ValueError) as exc:
+            stopped = True
+    record = _read_record(launch.path / EXCHANGED)
+    if record is None:
         raise ExchangeError(
-            f"the {name} exchange at {cluster.endpoint} did not happen within {wait_s:.0f} s (nothing answered "
-            f"there, or node 0 closed it before this node came: exit code {proc.returncode}; see "
-            f"{launch.torchrun_log})"
-        ) from exc
+            _no_record(cluster, name, launch, proc.returncode, time.monotonic() - started, stopped)
+        )
+    nonce, said = record
     nodes: dict[int, Any] = {}
     for node, raw in said.items():
-        body, why = opened(raw.encode(), int(node), cluster.launch_id(name), secret)
-        nodes[int(node)] = Refused(why) if why is not None else body
+        body, why = opened(
+            raw.encode("utf-8", "surrogatepass"), node, cluster.launch_id(name), secret, nonce=nonce
+        )
+        nodes[node] = Refused(why) if why is not None else body
     return nodes
+
+
+def _read_record(path: Path) -> tuple[str, dict[int, str]] | None:
+    """(node 0's nonce, each node's raw answer) as the child recorded them; None where it recorded nothing."""
+    try:
+        record = json.loads(path.read_text())
+        nonce, said = record["nonce"], {int(n): text for n, text in record["said"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    if not isinstance(nonce, str) or not all(isinstance(text, str) for text in said.values()):
+        return None
+    return nonce, said
+
+
+def _no_record(
+    cluster: Cluster, name: str, launch: LaunchDir, code: int | None, elapsed: float, stopped: bool
+) -> str:
+    """Why an exchange left no record, in one line: the child's own reason where it gave one, else the time the
+    exchange really took."""
+    reason = read_own(launch.path / UNANSWERED)
+    if reason and reason.strip():
+        return f"the {name} exchange: {clip(reason.strip(), 500)}; see {launch.torchrun_log}"
+    if stopped:
+        return (
+            f"the {name} exchange at {cluster.endpoint} was stopped after {elapsed:.0f} s without an answer "
+            f"(see {launch.torchrun_log})"
+        )
+    return (
+        f"the {name} exchange at {cluster.endpoint} ended after {elapsed:.0f} s without an answer (exit code "
+        f"{code}; see {launch.torchrun_log})"
+    )
 
 
 class Refused:
@@ -187,31 +303,161 @@ def rendezvous_store(wait_s: float) -> Any:
     return dist.PrefixStore(f"ds-doctor/{os.environ.get('TORCHELASTIC_RUN_ID', 'run')}/", base)
 
 
-def _roster(store: Any, args: argparse.Namespace, secret: bytes | None) -> list[int]:
-    """Node 0: the nodes whose answers came within the wait, written (sealed like an answer) for the others; the
-    others: what node 0 wrote, checked like an answer."""
-    roster_id = f"{args.exchange_id}/roster"
-    if args.node == 0:
-        deadline = time.monotonic() + args.wait
-        keys = [f"said/{n}" for n in range(args.nnodes)]
-        while not store.check(keys) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        came = [n for n in range(args.nnodes) if store.check([f"said/{n}"])]
-        body = json.dumps(came)
-        store.set("roster", json.dumps({"node": 0, "body": body, "mac": seal(secret, roster_id, 0, body)}))
-        return came
-    store.wait(["roster"])
-    came, why = opened(store.get("roster"), 0, roster_id, secret)
-    if why is not None or not isinstance(came, list):
-        raise ExchangeError(f"the roster at the endpoint is not node 0's: {why or 'not a list'}")
-    if not all(isinstance(n, int) and 0 <= n < args.nnodes for n in came):
-        raise ExchangeError("the roster at the endpoint is not node 0's: not a list of node ranks")
-    return came
+# ---- the child: one per node, for the length of one exchange --------------------------------------------------
+
+
+class Watchdog:
+    """Ends this process, writing why for the parent, when a wait on node 0's store outlasts its bound. torch's own
+    timeout is no bound there: against an endpoint that accepts and never answers, TCPStore's constructor waits for
+    the reply to its handshake past its timeout (torch 2.13: still waiting after 300 s with a 5 s timeout). It waits
+    in C++ with the GIL released, so a timer thread still runs."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.timer: threading.Timer | None = None
+
+    def arm(self, seconds: float, why: str) -> None:
+        """From now, `seconds` until this process ends saying `why` (replacing any bound armed before)."""
+        self.disarm()
+        self.timer = threading.Timer(seconds, self._expire, args=(why,))
+        self.timer.daemon = True
+        self.timer.start()
+
+    def disarm(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def _expire(self, why: str) -> NoReturn:
+        write_atomic(self.folder / UNANSWERED, why + "\n")
+        os._exit(1)
+
+
+def _write_record(folder: Path, nonce: str, said: Mapping[int, bytes]) -> None:
+    """What this node read, for the parent to check: node 0's nonce and each answer as it came, cut after
+    MAX_ANSWER_BYTES + 1 bytes (still too large, so refused, and never held in full again)."""
+    texts = {str(n): raw[: MAX_ANSWER_BYTES + 1].decode("utf-8", "replace") for n, raw in said.items()}
+    write_private(folder / EXCHANGED, json.dumps({"nonce": nonce, "said": texts}))
+
+
+def _own_nonce(raw: bytes) -> str | None:
+    """The nonce a node drew for itself, from its answer; None where the answer carries none. Node 0's roster names
+    it back to that node."""
+    answer, _ = envelope(raw)
+    mine = answer.get("mine") if answer is not None else None
+    return mine if isinstance(mine, str) and NONCE.fullmatch(mine) else None
+
+
+def _roster(raw: bytes, args: argparse.Namespace, secret: bytes | None, nonce: str, mine: str) -> list[int]:
+    """The nodes node 0's roster names, checked like an answer (sealed for this run's nonce); where it names this
+    node, with the nonce this node drew. A roster sealed in an earlier run and replayed with that run's nonce names
+    an earlier nonce, so a node never takes an earlier run's roster (and its answers) for this one's."""
+    where = f"{args.host}:{args.port}"
+    roster, why = opened(raw, 0, f"{args.exchange_id}/roster", secret, nonce=nonce)
+    if why is not None or not isinstance(roster, dict):
+        raise ExchangeError(f"the roster at {where} is not node 0's: {why or 'not an object'}")
+    if not all(
+        re.fullmatch(r"\d{1,9}", key) and int(key) < args.nnodes and (value is None or isinstance(value, str))
+        for key, value in roster.items()
+    ):
+        raise ExchangeError(f"the roster at {where} is not node 0's: not a roster of node ranks")
+    if str(args.node) in roster and roster[str(args.node)] != mine:
+        raise ExchangeError(
+            f"the roster at {where} is not this run's: it names node {args.node} with a nonce other than the one "
+            "it drew (an earlier run's roster, replayed)"
+        )
+    return sorted(int(key) for key in roster)
+
+
+def _host(args: argparse.Namespace, secret: bytes | None) -> None:
+    """Node 0: open the store and put this run's nonce in it before anyone answers, answer, wait for the others,
+    write the roster, record what came, and keep the store open until every node that came has read it (or the
+    wait is over): the store lives in this process."""
+    import torch.distributed as dist
+
+    where = f"{args.host}:{args.port}"
+    timeout = dt.timedelta(seconds=args.wait + START_S / 2)
+    try:
+        base = dist.TCPStore(args.host, args.port, is_master=True, wait_for_workers=False, timeout=timeout)
+    except RuntimeError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ExchangeError(f"node 0 cannot host the exchange at {where}: {clip(first, 300)}") from None
+    store = dist.PrefixStore(f"ds-doctor/{args.exchange_id}", base)  # keys: ds-doctor/ID/said/N
+    nonce = secrets.token_hex(16)
+    store.set("nonce", nonce)
+    store.set("said/0", sealed(secret, args.exchange_id, 0, (args.dir / PAYLOAD).read_text(), nonce=nonce))
+    deadline = time.monotonic() + args.wait
+    keys = [f"said/{n}" for n in range(args.nnodes)]
+    while not store.check(keys) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    said = {n: store.get(f"said/{n}") for n in range(args.nnodes) if store.check([f"said/{n}"])}
+    roster = json.dumps({str(n): _own_nonce(raw) for n, raw in said.items()})
+    store.set("roster", sealed(secret, f"{args.exchange_id}/roster", 0, roster, nonce=nonce))
+    _write_record(args.dir, nonce, said)
+    store.set("read/0", "1")
+    deadline = time.monotonic() + args.wait
+    while not store.check([f"read/{n}" for n in said]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def _join(args: argparse.Namespace, secret: bytes | None, watchdog: Watchdog) -> None:
+    """Node R > 0: node 0's store and this run's nonce within the wait (else one line: no answer), this node's
+    answer sealed for that nonce, then the roster and the answers it names; then the wait for node 0 to close the
+    store, so that no later launch meets it at the endpoint's port."""
+    import torch.distributed as dist
+
+    where = f"{args.host}:{args.port}"
+    silent = f"no answer from {where} within {args.wait:g} s (node 0's ds-doctor hosts it there)"
+    started = time.monotonic()
+    watchdog.arm(args.wait, silent)
+    try:
+        base = dist.TCPStore(
+            args.host,
+            args.port,
+            is_master=False,
+            wait_for_workers=False,
+            timeout=dt.timedelta(seconds=max(args.wait, 1.0)),
+        )
+    except RuntimeError:  # nothing listened within the wait: torch retries a refused connection until then
+        raise ExchangeError(silent) from None
+    base.set_timeout(dt.timedelta(seconds=args.wait + START_S / 2))
+    store = dist.PrefixStore(f"ds-doctor/{args.exchange_id}", base)
+    left = max(args.wait - (time.monotonic() - started), 1.0)
+    no_nonce = f"{where} answered, but no ds-doctor exchange began there within {args.wait:g} s"
+    watchdog.arm(left, no_nonce)
+    try:
+        store.wait(["nonce"], dt.timedelta(seconds=left))
+        raw_nonce = store.get("nonce")
+    except RuntimeError:
+        raise ExchangeError(no_nonce) from None
+    nonce = raw_nonce.decode("ascii", "replace") if len(raw_nonce) == 32 else ""
+    if not NONCE.fullmatch(nonce):
+        raise ExchangeError(f"the run nonce at {where} is not ds-doctor's")
+    mine = secrets.token_hex(16)
+    body = (args.dir / PAYLOAD).read_text()
+    store.set(f"said/{args.node}", sealed(secret, args.exchange_id, args.node, body, nonce=nonce, mine=mine))
+    # node 0 writes the roster within the wait of opening its store, which was before this node came
+    roster_s = args.wait + START_S / 2
+    no_roster = f"no roster from node 0 at {where} within {roster_s:g} s"
+    watchdog.arm(roster_s + 5.0, no_roster)
+    try:
+        store.wait(["roster"], dt.timedelta(seconds=roster_s))
+        came = _roster(store.get("roster"), args, secret, nonce, mine)
+        said = {n: store.get(f"said/{n}") for n in came}
+    except ExchangeError:
+        raise
+    except RuntimeError:
+        raise ExchangeError(no_roster) from None
+    watchdog.disarm()
+    _write_record(args.dir, nonce, said)
+    store.set(f"read/{args.node}", "1")
+    try:  # until node 0 closes its store: a launch after this one must not meet it at the endpoint's port
+        store.wait(["closed"])
+    except Exception:
+        pass
 
 
 def main(argv: list[str] | None = None) -> int:
-    import torch.distributed as dist
-
     parser = argparse.ArgumentParser(description="ds-doctor node exchange (one process per node)")
     parser.add_argument("--exchange-dir", dest="dir", required=True, type=Path)
     parser.add_argument("--host", required=True)
@@ -223,26 +469,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     die_with_parent()
     secret = job_secret()
-    timeout = dt.timedelta(seconds=args.wait + START_S / 2)
-    host = args.node == 0
-    base = dist.TCPStore(args.host, args.port, is_master=host, wait_for_workers=False, timeout=timeout)
-    store = dist.PrefixStore(f"ds-doctor/{args.exchange_id}", base)  # keys: ds-doctor/ID/said/N
-    body = (args.dir / PAYLOAD).read_text()
-    mine = {"node": args.node, "body": body, "mac": seal(secret, args.exchange_id, args.node, body)}
-    store.set(f"said/{args.node}", json.dumps(mine))
-    came = _roster(store, args, secret)
-    said = {str(n): store.get(f"said/{n}").decode("utf-8", "replace") for n in came}
-    write_atomic(args.dir / EXCHANGED, json.dumps(said))
-    store.set(f"read/{args.node}", "1")
-    if host:  # the store lives in this process: it closes when every node has read (or the wait is over)
-        deadline = time.monotonic() + args.wait
-        while not store.check([f"read/{n}" for n in came]) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        return 0
-    try:  # until node 0 closes its store: a launch after this one must not meet it at the endpoint's port
-        store.wait(["closed"])
-    except Exception:
-        pass
+    watchdog = Watchdog(args.dir)
+    try:
+        if args.node == 0:
+            _host(args, secret)
+        else:
+            _join(args, secret, watchdog)
+    except ExchangeError as exc:  # one line for the parent, which raises it
+        watchdog.disarm()
+        write_atomic(args.dir / UNANSWERED, f"{exc}\n")
+        return 1
     return 0
 
 
