@@ -19,8 +19,10 @@ nobody else can write (`read_own`), and the pid in one is checked against the pr
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
+import errno
 import json
 import os
 import re
@@ -360,9 +362,12 @@ class RunDir:
     MANIFEST = "run.json"
     STOPPED = "stopped.json"
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, nested: bool = False) -> None:
         self.path = path
         self.manifest = path / self.MANIFEST
+        self.nested = (
+            nested  # an overlay's folder inside a run directory (`stack`): a link there is not followed
+        )
 
     @classmethod
     def create(cls, out_dir: Path, host: str, started: dt.datetime, pid: int) -> RunDir:
@@ -381,8 +386,13 @@ class RunDir:
         return LaunchDir(self.path / f"{name}-{device_kind}-{attempt}")
 
     def rank_line_files(self) -> list[Path]:
-        """The ranks' result files, then the parent's lines for the cases a launch's ending took down."""
-        return sorted(self.path.glob("ws*/rank*.jsonl")) + sorted(self.path.glob("ws*/blamed.jsonl"))
+        """The ranks' result files, then the parent's lines for the cases a launch's ending took down; none reached
+        through a link inside the run directory (a launch folder linked to another user's folder is not this run's:
+        root would read what its owner cannot)."""
+        if self.nested and self.path.is_symlink():
+            return []
+        found = sorted(self.path.glob("ws*/rank*.jsonl")) + sorted(self.path.glob("ws*/blamed.jsonl"))
+        return [path for path in found if not path.parent.is_symlink()]
 
     def launches(self) -> list[LaunchDir]:
         """Every launch of the run, those of each `--with` overlay's too."""
@@ -415,15 +425,19 @@ class RunDir:
     def stack(self, name: str) -> RunDir:
         """`run --with`: the launches of the cases on the overlay `name`, in `stack-<name>/` (a name read from a
         manifest is data: it stays inside the run directory)."""
-        return RunDir(self.path / f"stack-{safe_component(name)}")
+        return RunDir(self.path / f"stack-{safe_component(name)}", nested=True)
 
     def write_manifest(self, manifest: Manifest) -> None:
         write_atomic(self.manifest, manifest.to_json())
 
-    def last_write(self) -> dt.datetime:
-        """When anything in the run directory was last written: a killed run's end."""
-        mtimes = [p.stat().st_mtime for p in self.path.rglob("*") if p.is_file()]
-        return dt.datetime.fromtimestamp(max(mtimes), dt.timezone.utc)
+    def last_write(self, started: dt.datetime) -> dt.datetime:
+        """When anything in the run directory was last written: a killed run's end; `started` where no file says
+        (`files_in`: a folder handed over is data, its times too: one beyond any calendar is not a time)."""
+        stamps = (info.st_mtime for _, info in files_in(self.path))
+        return max(
+            (dt.datetime.fromtimestamp(t, dt.timezone.utc) for t in stamps if 0 <= t < LAST_TIMESTAMP),
+            default=started,
+        )
 
 
 #: group and other write: never set on what a run writes
@@ -458,9 +472,76 @@ def read_own(path: Path, limit: int = BEAT_BYTES) -> str | None:
     return data.decode("utf-8", errors="replace") if len(data) <= limit else None
 
 
+#: A file inside a run directory read back as data (a rank's lines): at most this much
+MAX_INSIDE_BYTES = 64 << 20
+#: A run directory walked for its files (`files_in`): at most this many entries, this many folders deep (a run
+#: writes four levels, a checkpoint in a case's scratch a few more)
+MAX_WALKED = 100_000
+MAX_WALK_DEPTH = 32
+#: 9999-12-31T23:59:59Z: a file time past it (tmpfs keeps any) is no time a datetime holds
+LAST_TIMESTAMP = 253402300800
+
+
+def read_inside(path: Path, limit: int = MAX_INSIDE_BYTES) -> bytes:
+    """A file inside a run directory, which may be another user's (`report RUN_DIR` of a folder handed over): a
+    regular file, opened without following a link or waiting on a FIFO, at most `limit` bytes; else ValueError
+    saying why (a link to /dev/zero or to a file only root can read, a FIFO, a folder at that name)."""
+    flags = (
+        os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+    )
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        why = (
+            "a link: files in a run directory are read, never followed" if exc.errno == errno.ELOOP else None
+        )
+        raise ValueError(why or exc.strerror or str(exc)) from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError("not a regular file")
+        with open(fd, "rb", closefd=False) as handle:
+            data = handle.read(limit + 1)
+    except OSError as exc:
+        raise ValueError(exc.strerror or str(exc)) from None
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise ValueError(f"more than the {limit >> 20} MiB a run directory's file may have")
+    return data
+
+
+def files_in(root: Path) -> Iterator[tuple[Path, os.stat_result]]:
+    """The regular files below `root` with their own stat (links neither followed nor counted), walked without
+    recursion, at most MAX_WALKED entries and MAX_WALK_DEPTH folders deep: a folder of a million files or a
+    thousand levels (handed over as a run directory) costs a bounded walk, never a RecursionError."""
+    stack, seen = [(root, 0)], 0
+    while stack:
+        folder, depth = stack.pop()
+        try:
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    seen += 1
+                    if seen > MAX_WALKED:
+                        return
+                    if entry.is_dir(follow_symlinks=False):
+                        if depth < MAX_WALK_DEPTH:
+                            stack.append((Path(entry.path), depth + 1))
+                    elif entry.is_file(follow_symlinks=False):
+                        with contextlib.suppress(OSError):
+                            yield Path(entry.path), entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+
+
 def read_rank_lines(path: Path, warnings: list[str]) -> Iterator[RankLine]:
-    """Every complete line of a rank's result file; a truncated or broken one is skipped with a warning."""
-    for number, raw in enumerate(path.read_bytes().splitlines(), start=1):
+    """Every complete line of a rank's result file; a truncated or broken one is skipped with a warning, and so is
+    a file that is not one to read (`read_inside`)."""
+    try:
+        data = read_inside(path)
+    except ValueError as exc:
+        warnings.append(f"{path}: {exc}; skipped")
+        return
+    for number, raw in enumerate(data.splitlines(), start=1):
         if not raw.strip():
             continue
         try:

@@ -251,7 +251,7 @@ def report_from_run_dir(
     results = node_checks(manifest.env, manifest.hardware, manifest.keyword) + results  # as `run` puts them
     report = build_report(
         started=parse_time(manifest.started_at),
-        finished=run_dir.last_write(),
+        finished=run_dir.last_write(parse_time(manifest.started_at)),
         level=manifest.level,
         argv=manifest.argv,
         env=manifest.env,
