@@ -254,8 +254,11 @@ def run(state: CliState, **given: Any) -> int:
     """Run the probes that fit this node (or, with --nnodes, the nodes of a job) and write the report (and, with
     --baseline, the diff)."""
     from ds_doctor.procs import reaping
+    from ds_doctor.rundir import owner_writes_only
 
     args = RunArgs(**given)
+    # nothing the run makes (--out and the folders above it included) is writable by others, whatever the umask
+    owner_writes_only()
     # every output is checked before anything runs or is created
     check_writable_file(args.junit_file, "--junit")
     check_writable_file(args.prom_file, "--prometheus")

@@ -115,6 +115,8 @@ class OutputError(Exception):
 def output_kind(path: Path) -> str:
     """What writing to `path` would do: "file" (absent, or a regular file, through symlinks: replaced atomically),
     "stream" (a character device or a FIFO, written in place), or the reason it is refused."""
+    if (way := foreign_on_the_way(path)) is not None:
+        return way
     if foreign_link(path) is not None:
         return "file"  # another user's link: replaced, never followed (`write_output`)
     try:
@@ -136,15 +138,68 @@ def output_kind(path: Path) -> str:
     return "is not a file"
 
 
+#: A chain of links longer than this is left to the kernel, which refuses it (ELOOP) when the file is opened
+MAX_LINK_HOPS = 40
+
+
+def _trusted(uid: int) -> bool:
+    """A link's owner whose links are followed: this process's user, or root (whose links are the system's:
+    `/dev/stdout`, `/var/run`)."""
+    return uid in (os.geteuid(), 0)
+
+
+def foreign_in_path(path: Path) -> tuple[str, int] | None:
+    """The first symbolic link on the way to `path` (a folder on the way, the last component, or any link a link
+    leads to) that a user other than this one or root owns, with its owner; None where there is none. ds-doctor,
+    often root, never follows such a link to write: its owner would choose where root writes (the kernel's
+    protected-symlinks rule covers only sticky world-writable folders, and only where it is switched on)."""
+    parts = list(Path(os.path.abspath(path)).parts)
+    current, pending, hops = parts[0], parts[1:], 0
+    while pending:
+        candidate = os.path.join(current, pending.pop(0))
+        try:
+            info = os.lstat(candidate)
+        except OSError:
+            return None  # absent from here on: what ds-doctor creates there is its own
+        if not stat.S_ISLNK(info.st_mode):
+            current = candidate
+            continue
+        if not _trusted(info.st_uid):
+            return candidate, info.st_uid
+        hops += 1
+        try:
+            target = os.readlink(candidate)
+        except OSError:
+            return None
+        if hops > MAX_LINK_HOPS:
+            return None
+        target_parts = list(Path(target).parts)
+        if os.path.isabs(target):
+            current, target_parts = target_parts[0], target_parts[1:]
+        pending = target_parts + pending
+    return None
+
+
 def foreign_link(path: Path) -> int | None:
-    """The owner of `path` where it is a symbolic link some other user owns (not this process's user); else None.
-    The kernel's protected-symlinks rule, applied by ds-doctor itself: a link planted in a shared folder (sticky or
-    not) is never followed, since following it would let its owner choose what root writes."""
+    """The owner of `path` where it is itself a symbolic link some other user owns (not this process's user, not
+    root); else None. Such a link at an output's name is replaced, never followed (`write_output`)."""
     try:
         info = os.lstat(path)
     except OSError:
         return None
-    return info.st_uid if stat.S_ISLNK(info.st_mode) and info.st_uid != os.geteuid() else None
+    return info.st_uid if stat.S_ISLNK(info.st_mode) and not _trusted(info.st_uid) else None
+
+
+def foreign_on_the_way(path: Path) -> str | None:
+    """Why writing at `path` would follow another user's link before its last component (`foreign_in_path`), or
+    None: a folder on the way, or a link that a link at `path` leads through."""
+    found = foreign_in_path(path)
+    if found is None or found[0] == os.path.abspath(path):
+        return None
+    where, owner = found
+    return (
+        f"leads through {where}, a link owned by another user (uid {owner}), which ds-doctor does not follow"
+    )
 
 
 def write_output(path: Path, text: str) -> None:
@@ -153,6 +208,9 @@ def write_output(path: Path, text: str) -> None:
     refused where its folder does not allow that; a character device or a FIFO is written in place, never replaced
     (as root, replacing `/dev/null` would destroy it); a FIFO with no reader is refused rather than waited on.
     Anything else raises OutputError."""
+    way = foreign_on_the_way(path)
+    if way is not None:
+        raise OutputError(f"{path} {way}; name another output")
     owner = foreign_link(path)
     if owner is not None:
         try:

@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from ds_doctor.cluster.nodes import MAX_NODES
-from ds_doctor.files import foreign_link, output_kind
+from ds_doctor.files import foreign_in_path, foreign_link, output_kind
 from ds_doctor.probe.rankoptions import RankOptions
 from ds_doctor.redact import PRINTABLE_CHARS
 from ds_doctor.reports.records import Report
@@ -130,6 +130,13 @@ FILE_SUFFIXES = (".json", ".md", ".html", ".xml", ".prom", ".txt")
 def writable_dir(path: Path, hint: str = "--out") -> Path:
     """`--out` of `run` and `report`: the folder the reports go into (they are named by host and time). Created
     where missing; a path that names a file (`report.md`) is refused rather than made a folder of that name."""
+    found = foreign_in_path(path)
+    if found is not None:
+        raise click.BadParameter(
+            f"{path}: {found[0]} is a link owned by another user (uid {found[1]}), which ds-doctor does not "
+            "follow: name a folder that is yours",
+            param_hint=hint,
+        )
     if path.exists() and not path.is_dir():
         raise click.BadParameter(f"{path} exists and is not a directory", param_hint=hint)
     if not path.exists() and path.suffix.lower() in FILE_SUFFIXES:

@@ -31,7 +31,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from ds_doctor.files import replacing, safe_component, write_atomic
+from ds_doctor.files import CannotWrite, replacing, safe_component, write_atomic
 from ds_doctor.redact import scrub, scrub_text
 from ds_doctor.reports.hang import (
     CollectivePosition,
@@ -114,8 +114,9 @@ class RankLine:
             raise ValueError("not a result line")
         try:
             return cls._from_dict(data)
-        except (KeyError, TypeError) as exc:
-            raise ValueError(f"not a result line: {exc}") from exc
+        # a field of another shape (a finding that is a string: AttributeError; a number past a float's range)
+        except (KeyError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
+            raise ValueError(f"not a result line: {type(exc).__name__}") from None
 
     @classmethod
     def _from_dict(cls, data: Mapping[str, Any]) -> RankLine:
@@ -376,9 +377,20 @@ class RunDir:
         still written by its owner alone."""
         owner_writes_only()
         path = out_dir / f"run-{safe_component(host)}-{started.strftime('%Y%m%dT%H%M%SZ')}-{pid}"
-        path.mkdir(parents=True)
-        # mkdir's mode passed through the umask set above; a folder made by another hand at that name fails here
-        os.chmod(path, stat.S_IMODE(os.lstat(path).st_mode) & ~WRITABLE_BY_OTHERS)
+        if os.geteuid() == 0 and (shared := swappable_ancestor(out_dir)) is not None:
+            raise CannotWrite(
+                f"--out {out_dir}: {shared} is writable by others (mode {stat.filemode(os.stat(shared).st_mode)}) "
+                "without the sticky bit: another user could swap the run's folder for their own while root writes "
+                "in it; as root, name an --out only root can write (or inside a sticky folder such as /tmp)"
+            )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # only its owner reads it: the ranks' logs hold what the libraries print (tokens too) until the run
+        # scrubs them at its end. Made with that mode, never chmod-ed after (a chmod by name follows a link that
+        # replaced the folder meanwhile)
+        os.mkdir(path, 0o700)
+        info = os.lstat(path)
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+            raise CannotWrite(f"{path}: replaced by another user's file or link as it was made; run again")
         return cls(path)
 
     def launch(self, name: str, device_kind: str, attempt: int) -> LaunchDir:
@@ -444,6 +456,24 @@ class RunDir:
 WRITABLE_BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH
 #: a heartbeat is a line of JSON: more is not one
 BEAT_BYTES = 64 << 10
+
+
+def swappable_ancestor(folder: Path) -> str | None:
+    """The first folder from `folder` up to `/` in which a user other than its owner can rename entries (writable by
+    the group or by all, without the sticky bit), or None: there, one could replace the run's folder (or one above
+    it) with their own between two writes of ds-doctor's."""
+    current = os.path.realpath(folder)
+    while True:
+        try:
+            mode = os.stat(current).st_mode
+        except OSError:
+            mode = 0  # not made yet: ds-doctor makes it, with the narrowed umask
+        if mode & WRITABLE_BY_OTHERS and not mode & stat.S_ISVTX:
+            return current
+        parent = os.path.dirname(current)
+        if parent == current:
+            return None
+        current = parent
 
 
 def owner_writes_only() -> None:

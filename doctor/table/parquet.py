@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ds_doctor.files import safe_component
+from ds_doctor.files import foreign_in_path, safe_component
 from ds_doctor.reports.records import Report
 from ds_doctor.table.rows import COLUMNS, night_of, node_parts, rows_of
 
@@ -56,6 +56,12 @@ def write_table(report: Report, root: Path, run: str) -> list[Path]:
     night = night_of(report.started_at).isoformat()
     for facts, part in node_parts(report, run):
         folder = root / f"night={night}" / f"node={safe_component(facts.host)}"
+        # a table folder may be shared: a `night=`/`node=` link another user planted there is never followed
+        if (found := foreign_in_path(folder)) is not None:
+            raise TableError(
+                f"cannot write the results table under {root}: {found[0]} is a link owned by another user "
+                f"(uid {found[1]}), which ds-doctor does not follow"
+            )
         try:
             folder.mkdir(parents=True, exist_ok=True)
             table = pa.Table.from_pylist(rows_of(facts, part, run), schema=schema())

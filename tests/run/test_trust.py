@@ -221,3 +221,95 @@ def test_a_user_not_allowed_to_replace_another_users_link_gets_one_line(tmp_path
         for child in shared.iterdir():
             child.unlink()
         shared.rmdir()
+
+
+@root_only
+def test_as_root_a_run_is_not_made_where_another_user_could_swap_its_folder(tmp_path: Path) -> None:
+    """A group-writable folder without the sticky bit lets a group member rename the new run folder away and put
+    a link to their own in its place between two of root's writes (was: root chmod-ed, then wrote, through it)."""
+    shared = tmp_path / "project"
+    shared.mkdir()
+    os.chmod(shared, 0o2775)
+    with pytest.raises(files.CannotWrite, match=r"writable by others .* without the sticky bit"):
+        RunDir.create(shared / "out", "node", dt.datetime(2026, 11, 29), 1)
+    os.chmod(shared, 0o1777)  # sticky: nobody renames an entry of another's
+    run = RunDir.create(shared / "out", "node", dt.datetime(2026, 11, 29), 2)
+    assert stat.S_IMODE(os.lstat(run.path).st_mode) == 0o700  # its logs hold tokens until they are scrubbed
+
+
+def test_folders_made_for_a_run_are_writable_by_their_owner_alone_under_umask_0(
+    tmp_path: Path, shared_umask: None
+) -> None:
+    from ds_doctor.options import writable_dir
+    from ds_doctor.rundir import owner_writes_only
+
+    os.umask(0)
+    owner_writes_only()
+    made = writable_dir(tmp_path / "a" / "b", "--out")
+    assert not writable_by_others(made) and not writable_by_others(made.parent)
+
+
+@root_only
+def test_an_output_reached_through_another_users_link_on_the_way_is_refused(
+    planted: tuple[Path, Path],
+) -> None:
+    """The user's own link leading to another user's link to root's file (was: written through), and a folder on
+    the way that is another user's link."""
+    import click
+
+    from ds_doctor.files import OutputError
+    from ds_doctor.options import writable_dir
+
+    victim, link = planted
+    mine = link.parent.parent / "mine.xml"
+    mine.symlink_to(link)
+    with pytest.raises(OutputError, match="a link owned by another user"):
+        write_output(mine, "x")
+    assert victim.read_text() == "precious\n" and link.is_symlink()
+    folder_link = link.parent / "reports"
+    folder_link.symlink_to(link.parent.parent)
+    os.lchown(folder_link, NOBODY, NOBODY)
+    with pytest.raises(OutputError, match="a link owned by another user"):
+        write_output(folder_link / "out.json", "x")
+    with pytest.raises(click.BadParameter, match="a link owned by another user"):
+        writable_dir(folder_link, "--out")
+
+
+@root_only
+def test_a_table_partition_planted_as_another_users_link_is_not_written_through(tmp_path: Path) -> None:
+    pytest.importorskip("pyarrow")
+    from ds_doctor.reports.records import Outcome
+    from ds_doctor.table.parquet import TableError, write_table
+    from ds_doctor.table.rows import night_of
+    from tests.reports.samples import a_report, case
+
+    report = a_report([case(Outcome.PASS, "ok")])
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    night = tmp_path / "table" / f"night={night_of(report.started_at).isoformat()}"
+    night.mkdir(parents=True)
+    for name in ("node=" + report.hardware.host,):
+        (night / name).symlink_to(elsewhere)
+        os.lchown(night / name, NOBODY, NOBODY)
+    with pytest.raises(TableError, match="a link owned by another user"):
+        write_table(report, tmp_path / "table", "run-1")
+    assert list(elsewhere.iterdir()) == []
+
+
+ROOTS_LINKS = """
+import os, sys
+from pathlib import Path
+from ds_doctor.files import foreign_in_path, output_kind
+os.setgid(65534); os.setuid(65534)
+print(foreign_in_path(Path("/dev/stdout")), output_kind(Path("/dev/stdout")))
+"""
+
+
+@root_only
+def test_roots_links_stay_followed_for_any_user() -> None:
+    """`/dev/stdout` is root's link: a user's `--junit /dev/stdout` is the stream it names, as before."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.run(
+        [sys.executable, "-c", ROOTS_LINKS], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert proc.stdout.split() == ["None", "stream"], proc.stderr[-2000:]
