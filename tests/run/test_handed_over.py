@@ -139,3 +139,17 @@ def test_a_file_time_beyond_any_calendar_is_not_the_runs_end(
         import shutil
 
         shutil.rmtree(where)
+
+
+@pytest.mark.parametrize("findings", [["a string"], [{"severity": 1}], {"a": 1}, [[]]])
+def test_a_rank_line_with_findings_of_another_shape_is_skipped_with_a_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, findings: object
+) -> None:
+    """Was: AttributeError, exit 3."""
+    import json
+
+    run = planted(tmp_path)
+    line = json.loads(RankLine("comm[broadcast-ws2]", 1, 2, Outcome.PASS).to_json())
+    (run.path / RANK1).write_text(json.dumps({**line, "findings": findings}) + "\n")
+    code, err = report(capsys, run, tmp_path / "out")
+    assert code == 0 and "line 1 is truncated or not a result line; skipped" in err, err
