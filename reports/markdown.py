@@ -446,15 +446,26 @@ def render_case(result: CaseResult, same: Sequence[str] = ()) -> list[str]:
     if result.device_map:
         lines += device_map_summary(result.device_map)
     lines += equivalence_steps(result)
-    showed = result.notes.get("showed")
+    showed = _showed(result)
     if showed:
-        lines += ["**What went wrong for real:**", "", *[f"- {md_text(str(item))}" for item in showed], ""]
+        lines += ["**What went wrong for real:**", "", *[f"- {md_text(item)}" for item in showed], ""]
     for key in result.shown_notes:  # what the probe marked for a reader: the renderer knows no probe's keys
         if key in result.notes:
             lines += [f"**{key.replace('_', ' ').capitalize()}:** {md_text(str(result.notes[key]))}", ""]
     lines += render_hang(result)
     lines += _rank_outputs(result)
     return _capped([*lines, ""], f"the rest of {md_code(result.label)}")
+
+
+def _showed(result: CaseResult) -> list[str]:
+    """What a reproduced case saw go wrong for real (`ctx.showed`: a list in its notes). Notes are free-form JSON in a
+    report read back: a lone string or number stands for a list of one, any other shape for none."""
+    showed = result.notes.get("showed")
+    if isinstance(showed, list):
+        return [str(item) for item in showed]
+    if isinstance(showed, (str, int, float)) and not isinstance(showed, bool) and showed != "":
+        return [str(showed)]
+    return []
 
 
 def _number(value: float) -> str:
@@ -524,7 +535,11 @@ def render_hang(result: CaseResult) -> list[str]:
         for rank in result.ranks
         for p in rank.collectives
     ]
-    source = (result.notes.get("forensics") or {}).get("collectives_from") or "the collective record"
+    forensics = result.notes.get(
+        "forensics"
+    )  # free-form JSON in a report read back: no object names no source
+    found = forensics.get("collectives_from") if isinstance(forensics, dict) else None
+    source = found or "the collective record"
     lines = (
         [
             "",
@@ -655,7 +670,7 @@ def render_reproduced(results: list[CaseResult]) -> list[str]:
             md_code(r.label),
             r.outcome.value,
             ", ".join(sorted({f.invariant for f in r.findings if f.is_error})) or "-",
-            clip(str((r.notes.get("showed") or [""])[0]), 200),
+            clip(next(iter(_showed(r)), ""), 200),
         ]
         for r in results
     ]

@@ -33,13 +33,25 @@ class Step:
     values: dict[str, Pair]  # quantity -> the route's and the reference's value
 
 
+def _number(value: Any) -> float | None:
+    """`value` as a float, or None where it is none: a bool is a flag, not a loss, and an integer past a float's
+    range (a report's notes are free-form JSON, which reads 1e400 written out in digits as an int) makes `float()`
+    raise. NaN and infinity stay: a NaN loss is what the table has to show (the chart leaves it out)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return None
+
+
 def _pair(value: Any) -> Pair | None:
     if not isinstance(value, dict):
         return None
-    route, reference = value.get("route"), value.get("reference")
-    if isinstance(route, (int, float)) and isinstance(reference, (int, float)):
-        return Pair(float(route), float(reference))
-    return None
+    route, reference = _number(value.get("route")), _number(value.get("reference"))
+    if route is None or reference is None:
+        return None
+    return Pair(route, reference)
 
 
 def steps_of(result: CaseResult) -> tuple[str, list[Step]]:

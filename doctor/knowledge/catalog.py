@@ -34,6 +34,11 @@ def get(issue_id: str) -> KnownIssue:
     return _catalog()[1][issue_id]
 
 
+def known(issue_id: object) -> bool:
+    """Whether `issue_id` is an issue of this catalog (an id read from data may be any value)."""
+    return isinstance(issue_id, str) and issue_id in _catalog()[1]
+
+
 def classify(text: str, issues: Iterable[KnownIssue] | None = None) -> list[KnownIssue]:
     """Known issues (default: all of them) whose signature matches an error text, most specific (most patterns
     required) first."""

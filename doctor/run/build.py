@@ -5,12 +5,13 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import os
-from collections.abc import Mapping
+import secrets
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import ds_doctor
-from ds_doctor.files import CannotWrite, disk_failure, safe_component, write_atomic
+from ds_doctor.files import CannotWrite, disk_failure, foreign_in_path, safe_component, write_atomic
 from ds_doctor.redact import Anonymizer, scrub
 from ds_doctor.reports.html import render_html
 from ds_doctor.reports.markdown import render_markdown
@@ -104,26 +105,52 @@ def write_reports_of_run(report: Report, out_dir: Path, run_dir: Path | None) ->
         ) from None
 
 
+#: Names tried past the report's own and its process's: random ones, which no writer of the folder can take beforehand
+RANDOM_NAMES = 8
+
+
+def _report_names(base: str) -> Iterator[str]:
+    """The names a report may take, in order: its own; its process's (a second run in the same folder and second);
+    then random ones. The first 100 are predictable from the report and a pid: a writer of the output folder may have
+    taken them all."""
+    yield base
+    yield from (f"{base}-{os.getpid()}-{attempt}" for attempt in range(1, 100))
+    yield from (f"{base}-{secrets.token_hex(8)}" for _ in range(RANDOM_NAMES))
+
+
 def write_reports(report: Report, out_dir: Path, suffix: str = "") -> dict[str, Path]:
     """Write the JSON and the ticket Markdown atomically, never over an existing report (a second run
-    writing into the same directory in the same second gets its own names)."""
+    writing into the same directory in the same second gets its own names). A name whose Markdown or HTML cannot be
+    put in place (a folder planted there) is given up for the next; no free name is one line naming the folder."""
     base = report_basename(report) + suffix
     text = report.to_json() + "\n"
-    for attempt in range(100):
-        name = base if attempt == 0 else f"{base}-{os.getpid()}-{attempt}"
+    # checked again as the reports are written (the folder was checked when the command line was read): a folder on
+    # the way swapped meanwhile for another user's link is not followed
+    if (found := foreign_in_path(out_dir)) is not None:
+        raise CannotWrite(
+            f"{out_dir}: {found[0]} is now a link owned by another user (uid {found[1]}); not followed"
+        )
+    for name in _report_names(base):
         paths = {"json": out_dir / f"{name}.json", "markdown": out_dir / f"{name}.md"}
         try:
             write_atomic(paths["json"], text, exclusive=True)
         except FileExistsError:
             continue
         paths["html"] = out_dir / f"{name}.html"
+        written = [paths["json"]]
         try:
             write_atomic(paths["markdown"], render_markdown(report, full_report=paths["json"].name))
+            written.append(paths["markdown"])
             write_atomic(paths["html"], render_html(report))
-        except OSError:
-            # a full or failing disk: no JSON left without its Markdown (a ticket gets both or none)
-            for written in paths.values():
-                written.unlink(missing_ok=True)
-            raise
+        except OSError as exc:
+            # no JSON left without its Markdown (a ticket gets both or none); what was there before is left be
+            for path in written:
+                path.unlink(missing_ok=True)
+            if disk_failure(exc) is not None:
+                raise  # a full or failing disk: no other name helps
+            continue
         return paths
-    raise RuntimeError(f"could not find a free report name for {base} in {out_dir}")
+    raise CannotWrite(
+        f"{out_dir}: no free name for the report {base}.json: every name tried is taken (another writer of that "
+        "folder?); name another --out"
+    )

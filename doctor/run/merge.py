@@ -49,8 +49,9 @@ def error_texts(lines: list[RankLine]) -> tuple[str, str]:
 
 
 def named_issue(lines: list[RankLine]) -> tuple[str, bool] | None:
-    """The known issue a probe named for its case (`ctx.known_issue`), shown if any rank saw it."""
-    named = [line for line in lines if line.known_issue]
+    """The known issue a probe named for its case (`ctx.known_issue`), shown if any rank saw it; an id this catalog
+    lacks (a line of a newer ds-doctor's run, or a forged one) names none."""
+    named = [line for line in lines if catalog.known(line.known_issue)]
     if not named:
         return None
     shown = [line for line in named if line.issue_shown]

@@ -15,10 +15,12 @@ rest is rendered.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ds_doctor.knowledge import catalog
 from ds_doctor.redact import scrub
 from ds_doctor.reports.records import (
     TIME_EXAMPLE,
@@ -28,11 +30,12 @@ from ds_doctor.reports.records import (
     Report,
     RunStop,
     finite_json,
+    load_schema,
     parse_time,
 )
 from ds_doctor.run.build import anonymize, build_report
 from ds_doctor.run.merge import merge_case, skipped_case
-from ds_doctor.run.plan import node_checks
+from ds_doctor.run.plan import KeywordError, keyword_matcher, node_checks
 from ds_doctor.rundir import MANIFEST_VERSION, Manifest, PlannedCase, RankLine, RunDir, read_rank_lines
 from ds_doctor.userinput import (
     MAX_REPORT_BYTES,
@@ -89,7 +92,113 @@ def _fast_json(text: str) -> Any:
     return data if isinstance(data, dict) else None
 
 
+#: A planned case's (and a skip's) fields as `PlannedCase.from_dict` takes them, each with the JSON types it may hold
+#: (a bool is a number only where bool is named); a field missing is `from_dict`'s to refuse
+_PLANNED_FIELDS: dict[str, tuple[type, ...]] = {
+    "case": (str,),
+    "probe": (str,),
+    "scenario": (str,),
+    "variant": (str,),
+    "world_size": (int,),
+    "level": (int,),
+    "reproduce": (bool,),
+    "device_kind": (str,),
+    "known_issues": (list,),
+    "skip_reason": (str, type(None)),
+    "reason": (str, type(None)),  # a skip's reason, as manifests before `skip_reason` named it
+    "nodes": (int,),
+    "node": (int, type(None)),
+    "shared_gpu": (str, type(None)),
+}
+
+
+#: The JSON kinds `_PLANNED_FIELDS` names, as a message says them
+_JSON_KINDS = {str: "a string", int: "an integer", bool: "true or false", list: "a list", type(None): "null"}
+
+
+def _of_type(value: Any, kinds: tuple[type, ...]) -> bool:
+    """`value` is one of `kinds`; a bool counts as an int only where `kinds` names bool (JSON's `true` is no count)."""
+    return bool in kinds if isinstance(value, bool) else isinstance(value, kinds)
+
+
+def _check_planned(planned: dict[str, Any], path: Path) -> None:
+    """One planned case or skip, each field of the type `PlannedCase` holds, and every known issue it names one this
+    ds-doctor knows: the rebuild hashes the case's name and looks its issues up before any schema sees them."""
+    name = short(planned.get("case"))
+    for key, kinds in _PLANNED_FIELDS.items():
+        if key in planned and not _of_type(planned[key], kinds):
+            said = " or ".join(_JSON_KINDS[kind] for kind in kinds)
+            raise InputError(f"{path}: planned case {name} has {key} {short(planned[key])}, not {said}")
+    for issue_id in planned.get("known_issues", ()):
+        if not isinstance(issue_id, str):
+            raise InputError(f"{path}: planned case {name} names known issue {short(issue_id)}, not a string")
+        try:
+            catalog.get(issue_id)
+        except KeyError:
+            raise InputError(
+                f"{path}: planned case {name} names known issue {short(issue_id)}, which this ds-doctor does not "
+                "know (a newer ds-doctor's run?)"
+            ) from None
+
+
+@functools.cache
+def _section_validator(name: str) -> Any:
+    """A validator of one section of a report (`env`, `hardware`) by the report schema's own definition of it."""
+    import jsonschema
+
+    schema = load_schema()
+    section = {"$schema": schema["$schema"], "$defs": schema["$defs"], "$ref": f"#/$defs/{name}"}
+    return jsonschema.validators.validator_for(schema)(section)
+
+
+def _check_section(data: dict[str, Any], name: str, path: Path) -> None:
+    """The manifest's `env` or `hardware` held to the report schema, as the rebuilt report is: they become its
+    sections, and the node's own checks read them before that report is checked (a forged one would break them).
+    Non-finite numbers are judged as the report holds them, as null."""
+    import jsonschema
+
+    if name not in data:
+        return
+    error = jsonschema.exceptions.best_match(_section_validator(name).iter_errors(finite_json(data[name])))
+    if error is None:
+        return
+    where = "/".join([name, *(str(step) for step in error.absolute_path)])
+    # jsonschema quotes the whole value: an integer of 400 digits would fill the one line
+    said, message = repr(error.instance), error.message
+    if message.startswith(said):
+        message = short(error.instance) + message[len(said) :]
+    raise InputError(f"{path}: not a valid ds-doctor run manifest at {where}: {message[:200]}")
+
+
+def _check_keyword(keyword: Any, path: Path) -> None:
+    """The run's `-k`, which the rebuild compiles again to filter the node's own checks: a string that compiles, or
+    none."""
+    if keyword is None:
+        return
+    if not isinstance(keyword, str):
+        raise InputError(f"{path}: keyword is {short(keyword)}, not a -k expression")
+    try:
+        keyword_matcher(keyword)
+    except KeywordError as exc:
+        raise InputError(f"{path}: keyword: {exc}"[:300]) from None
+
+
+def _check_stacks(stacks: list[Any], path: Path) -> None:
+    """Each `--with` stack a name and its package versions (the rebuild looks each name up as a folder)."""
+    for stack in stacks:
+        if not (
+            isinstance(stack, dict)
+            and isinstance(stack.get("name"), str)
+            and isinstance(stack.get("packages", {}), dict)
+            and all(isinstance(v, (str, type(None))) for v in stack.get("packages", {}).values())
+        ):
+            raise InputError(f"{path}: a stack is {short(stack)}, not a name and its package versions")
+
+
 def _check_manifest(data: dict[str, Any], path: Path) -> None:
+    """Every part of a manifest the rebuild computes with before the rebuilt report is checked, of the type it
+    needs: the manifest is data (a run directory handed over), and a wrong type there is one line, never a crash.
+    Its `env` and `hardware` are held to the report schema once the planned cases are read (`_check_section`)."""
     shapes = {
         "env": dict,
         "hardware": dict,
@@ -104,23 +213,21 @@ def _check_manifest(data: dict[str, Any], path: Path) -> None:
             raise InputError(
                 f"{path}: {key} is {short(data[key])}, not a {'JSON object' if kind is dict else kind.__name__}"
             )
+    if "level" in data and not _of_type(data["level"], (int,)):
+        raise InputError(f"{path}: level is {short(data['level'])}, not an integer")
     if not all(isinstance(p, dict) for p in (*data.get("planned", ()), *data.get("skips", ()))):
         raise InputError(f"{path}: a planned case is not a JSON object")
+    for planned in (*data.get("planned", ()), *data.get("skips", ())):
+        _check_planned(planned, path)
     if not all(isinstance(arg, str) for arg in data.get("argv", ())):
         raise InputError(f"{path}: argv is {short(data['argv'])}, not a command line of strings")
-    for stack in data.get("stacks", ()):
-        if not (
-            isinstance(stack, dict)
-            and isinstance(stack.get("name"), str)
-            and isinstance(stack.get("packages", {}), dict)
-            and all(isinstance(v, (str, type(None))) for v in stack.get("packages", {}).values())
-        ):
-            raise InputError(f"{path}: a stack is {short(stack)}, not a name and its package versions")
+    _check_stacks(data.get("stacks", ()), path)
     try:
         if "started_at" in data:
             parse_time(data["started_at"])
     except _CONVERSION:
         raise InputError(f"{path}: started_at is {short(data['started_at'])}, not a time") from None
+    _check_keyword(data.get("keyword"), path)
 
 
 def load_manifest(run_dir: RunDir) -> Manifest:
@@ -149,6 +256,9 @@ def load_manifest(run_dir: RunDir) -> Manifest:
         check_world_size(
             planned.world_size, f"{run_dir.manifest}: {short(planned.case)} has world size", InputError
         )
+    # after the cases: a case's own wrong field is the more telling line
+    for section in ("env", "hardware"):
+        _check_section(data, section, run_dir.manifest)
     return manifest
 
 

@@ -153,3 +153,20 @@ def test_a_rank_line_with_findings_of_another_shape_is_skipped_with_a_line(
     (run.path / RANK1).write_text(json.dumps({**line, "findings": findings}) + "\n")
     code, err = report(capsys, run, tmp_path / "out")
     assert code == 0 and "line 1 is truncated or not a result line; skipped" in err, err
+
+
+def test_a_rank_line_naming_an_issue_this_catalog_lacks_is_merged_without_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Was: KeyError, exit 3 (a newer ds-doctor's run, or a forged line)."""
+    import json
+
+    run = planted(tmp_path)
+    for rank in (0, 1):
+        line = RankLine("comm[broadcast-ws2]", rank, 2, Outcome.PASS, known_issue="no_such_issue").to_json()
+        with (run.path / "ws2-cpu-0" / f"rank{rank}.jsonl").open("a") as handle:
+            handle.write(line + "\n")
+    code, err = report(capsys, run, tmp_path / "out")
+    assert code == 0, err
+    written = json.loads(next((tmp_path / "out").glob("*.json")).read_text())
+    assert "no_such_issue" not in json.dumps(written["results"])

@@ -313,3 +313,21 @@ def test_roots_links_stay_followed_for_any_user() -> None:
         [sys.executable, "-c", ROOTS_LINKS], capture_output=True, text=True, env=env, timeout=120
     )
     assert proc.stdout.split() == ["None", "stream"], proc.stderr[-2000:]
+
+
+@root_only
+def test_reports_are_not_written_into_a_folder_swapped_for_another_users_link(tmp_path: Path) -> None:
+    """The folder checked when the command line was read, then swapped (A9 of docs/threat-model.md): checked again
+    as the reports are written."""
+    from ds_doctor.run.build import write_reports
+    from tests.reports.samples import a_report
+
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    out = tmp_path / "shared" / "out"
+    out.parent.mkdir()
+    out.symlink_to(private)
+    os.lchown(out, NOBODY, NOBODY)
+    with pytest.raises(files.CannotWrite, match="link owned by another user"):
+        write_reports(a_report([]), out)
+    assert list(private.iterdir()) == []
