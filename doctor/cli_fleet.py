@@ -1,11 +1,17 @@
 """`ds-doctor fleet`: many nodes' reports (what `run` and the nightly job write) as one table.
 
 Every file is read as `diff` reads one (`ds_doctor.run.recover.load_report_file`: size-bounded, checked against its
-schema, scrubbed); a file it cannot use is one line, listed under "Unreadable reports", and the rest go on. With
+schema, scrubbed); a file it cannot use is one line, listed under "Reports left out", and the rest go on. With
 nothing readable left it is a usage error (exit 2). In a directory the files `run` writes
 (`ds-doctor-<host>-<UTC time>….json`) are found at any depth up to MAX_DEPTH (links to directories not followed),
 and of one host's files in one directory only the newest by name is read once it reads well: a nightly STATE_DIR
 keeps a month of reports per node, and reading one costs about as long as checking it against the schema.
+
+Two kinds of file are left out, each named in one warning line, as anyone who can write into a shared reports
+folder could plant them: a run dated in the future (`ds_doctor.fleet.facts.future_dated`: it would stand as its
+host's latest for good, hiding the host's real reports), and, found in a directory, a link another user owns
+(`ds_doctor.files.foreign_link`: following it would show a file that user cannot read). A user's own links are
+followed.
 """
 
 from __future__ import annotations
@@ -24,8 +30,9 @@ from typing import Any
 import click
 
 from ds_doctor.checks.baseline import DEFAULT_TOLERANCE_PCT
+from ds_doctor.files import foreign_link
 from ds_doctor.fleet.drift import MIN_NIGHTS, NightValue, Series, fitted
-from ds_doctor.fleet.facts import NodeFacts, Source, build_fleet, facts_of
+from ds_doctor.fleet.facts import FUTURE, NodeFacts, Source, build_fleet, facts_of, future_dated
 from ds_doctor.options import TOLERANCE, check_distinct, check_writable_file, one_line, output_in
 from ds_doctor.redact import printable
 from ds_doctor.reports.fleet import Unreadable, render_fleet
@@ -42,6 +49,8 @@ PLACEHOLDER = re.compile(r"host-\d+")  # `--anonymize` names every node so: such
 MAX_FILES = 100_000
 MAX_ENTRIES = 1_000_000  # directory entries looked at (a DIR of / stops here, not after the whole disk)
 MAX_DEPTH = 16
+#: The reasons a file is left out on purpose rather than unreadable: its warning line says so, not "unreadable"
+LEFT_OUT = (FUTURE, "a link owned by another user")
 
 
 @click.command()
@@ -97,14 +106,14 @@ def fleet(
     first_night = _since(since)
     unreadable: list[Unreadable] = []
     read, series, not_read = _read(sources, first_night, unreadable)
+    read = _not_future(read, unreadable)
     if not read:  # one line, as every usage error: the first file's reason, and how many more there are
         more = f" (and {len(unreadable) - 1} more unreadable file(s))" if len(unreadable) > 1 else ""
         first = unreadable[0]
         raise click.UsageError(f"no readable ds-doctor report: {first.source}: {first.reason}{more}")
     for entry in unreadable:
-        click.echo(
-            f"ds-doctor: warning: {printable(f'{entry.source}: unreadable: {entry.reason}')}", err=True
-        )
+        what = entry.reason if entry.reason.startswith(LEFT_OUT) else f"unreadable: {entry.reason}"
+        click.echo(f"ds-doctor: warning: {printable(f'{entry.source}: {what}')}", err=True)
     window = None
     drifting: list[Any] = []
     if first_night is not None:
@@ -143,7 +152,8 @@ def _read(
         groups = find_reports(sources, unreadable)
         if not groups and not unreadable:
             raise click.UsageError(f"no ds-doctor report ({PATTERN}) in {', '.join(map(str, sources))}")
-        facts, nights, not_read = read_reports(groups, unreadable, first_night)
+        named = frozenset(str(source) for source in sources if not source.is_dir())
+        facts, nights, not_read = read_reports(groups, unreadable, first_night, named)
         return facts, fitted(nights), not_read
     if len(tables) < len(sources):
         raise click.UsageError(
@@ -153,12 +163,25 @@ def _read(
     from ds_doctor.table.query import read_tables
 
     try:
-        read, series = read_tables([table_url(t) for t in tables], first_night)
+        read, series = read_tables([table_url(t) for t in tables], first_night, unreadable)
     except TableError as exc:
         raise click.UsageError(one_line(str(exc))) from None
-    if not read:
+    if not read and not unreadable:  # with files left out, `fleet` names the first of them
         raise click.UsageError(f"no node's run in {', '.join(map(str, tables))}" + _window(first_night))
     return read, series, 0
+
+
+def _not_future(facts: list[NodeFacts], unreadable: list[Unreadable]) -> list[NodeFacts]:
+    """`facts` less the runs dated in the future (`future_dated`), each named in `unreadable`. The reports' readers
+    leave such runs out already, reading on to the host's older files; a results table's rows come here."""
+    kept = []
+    for fact in facts:
+        why = future_dated(fact.started_at, fact.finished_at)
+        if why is None:
+            kept.append(fact)
+        else:
+            unreadable.append(Unreadable(fact.source, why))
+    return kept
 
 
 def _since(text: str | None) -> dt.date | None:
@@ -257,15 +280,23 @@ def _take(
     found: list[Path],
     unreadable: list[Unreadable],
 ) -> None:
-    """One directory entry of the walk: a folder to look into (not through a link), a report file, or neither."""
+    """One directory entry of the walk: a folder to look into (not through a link), a report file, or neither. A link
+    another user owns is left out: whoever can write into the folder chose where it leads."""
     if entry.is_dir(follow_symlinks=False):
         if depth < MAX_DEPTH:
             stack.append((Path(entry.path), depth + 1))
     elif fnmatch.fnmatchcase(entry.name, PATTERN):
-        if entry.is_file():
+        owner = foreign_link(Path(entry.path)) if entry.is_symlink() else None
+        if owner is not None:
+            unreadable.append(Unreadable(entry.path, _foreign(owner)))
+        elif entry.is_file():
             found.append(Path(entry.path))
         else:  # a FIFO would block the read, a device never end it
             unreadable.append(Unreadable(entry.path, "not a regular file"))
+
+
+def _foreign(owner: int) -> str:
+    return f"a link owned by another user (uid {owner}): not followed"
 
 
 @dataclasses.dataclass
@@ -280,11 +311,15 @@ class GroupRead:
     not_read: int = 0
 
 
-def read_group(group: list[Path], since: dt.date | None = None) -> GroupRead:
+def read_group(
+    group: list[Path], since: dt.date | None = None, named: frozenset[str] = frozenset()
+) -> GroupRead:
     """One host's files in one folder, newest first: without `since`, read until one reads well and is the host its
     name says (the rest not read, counted); with it, every file of a night from `since` on (its measures for the
     drift), the newest that reads well giving tonight's facts. Each report is read as a summary (`summary_of`),
-    checked and scrubbed as such, turned into facts and dropped."""
+    checked and scrubbed as such, turned into facts and dropped. A run dated in the future is left out (and the
+    older files read on); so is a file found in a folder (not one of the `named` on the command line) that has
+    become a link another user owns since the walk found it."""
     from ds_doctor.files import safe_component
     from ds_doctor.run.recover import InputError, load_report_file
 
@@ -294,12 +329,16 @@ def read_group(group: list[Path], since: dt.date | None = None) -> GroupRead:
         if since is not None and match and _night_of(match["time"]) < since:
             done.not_read += len(group) - index  # newest first: every one after it is older still
             break
+        owner = foreign_link(path) if str(path) not in named else None
+        if owner is not None:
+            done.unreadable.append(Unreadable(str(path), _foreign(owner)))
+            continue
         try:
             source = Source(str(path), load_report_file(path, summary=True))
         except InputError as exc:
             done.unreadable.append(Unreadable(str(path), str(exc).removeprefix(f"{path}: ")))
             continue
-        problem = _times_problem(source)
+        problem = _times_problem(source) or future_dated(source.report.started_at, source.report.finished_at)
         if problem:
             done.unreadable.append(Unreadable(str(path), problem))
             continue
@@ -331,16 +370,20 @@ PARALLEL_FROM = 64
 
 
 def read_reports(
-    groups: list[list[Path]], unreadable: list[Unreadable], since: dt.date | None = None
+    groups: list[list[Path]],
+    unreadable: list[Unreadable],
+    since: dt.date | None = None,
+    named: frozenset[str] = frozenset(),
 ) -> tuple[list[NodeFacts], list[NightValue], int]:
     """Every group read (`read_group`), in reader processes over the cores for many; the facts in the groups'
-    order. Each file that cannot be used is one entry of `unreadable`."""
+    order. Each file that cannot be used is one entry of `unreadable`; `named`, the files given on the command
+    line, are read wherever they lead."""
     workers = min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1, 16)
     facts: list[NodeFacts] = []
     nights: list[NightValue] = []
     not_read = 0
     if len(groups) < PARALLEL_FROM or workers < 2:
-        done: Iterable[GroupRead] = (read_group(group, since) for group in groups)
+        done: Iterable[GroupRead] = (read_group(group, since, named) for group in groups)
         return _collect(done, facts, nights, unreadable)
     import concurrent.futures
     import multiprocessing
@@ -349,7 +392,7 @@ def read_reports(
         "fork" if "fork" in multiprocessing.get_all_start_methods() else None
     )
     with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
-        done = pool.map(read_group, groups, itertools.repeat(since), chunksize=32)
+        done = pool.map(read_group, groups, itertools.repeat(since), itertools.repeat(named), chunksize=32)
         facts, nights, not_read = _collect(done, facts, nights, unreadable)
     return facts, nights, not_read
 

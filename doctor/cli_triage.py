@@ -1,5 +1,10 @@
 """`ds-doctor triage`: a log, a traceback, stdin or a ds-doctor report against the known issues and the NCCL
-watchdog's lines; a directory of Flight Recorder dumps through torch's analyzer."""
+watchdog's lines; a directory of Flight Recorder dumps through torch's analyzer.
+
+The notes and problems said about the input name what the input's author chose (a zip member's name, a dump file's
+name): every output shows them as the CLI echoes a value (`printable`: secrets masked, escapes shown, one line),
+the JSON included, which a script may print.
+"""
 
 from __future__ import annotations
 
@@ -55,7 +60,7 @@ def triage(source: str, as_json: bool, as_markdown: bool, world_size: int | None
             json.dumps(
                 {
                     "matches": [m.to_dict() for m in reading.matches],
-                    "notes": list(reading.notes),
+                    "notes": [printable(note) for note in reading.notes],
                     "versions": {p: dataclasses.asdict(v) for p, v in reading.versions.items()},
                     "watchdog": dataclasses.asdict(reading.watchdog) if reading.watchdog else None,
                     "findings": [f.to_dict() for f in reading.findings],
@@ -95,7 +100,7 @@ def triage_dumps(directory: Path, as_json: bool) -> int:
         )
     where = {rank: positions(dump) for rank, dump in sorted(dumps.items())}
     findings, trouble = judge(dumps, {})
-    problems += [trouble] if trouble else []
+    problems = [printable(problem) for problem in [*problems, *([trouble] if trouble else [])]]
     if as_json:
         click.echo(
             json.dumps(

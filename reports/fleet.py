@@ -332,7 +332,7 @@ def _other_rows(fleet: Fleet) -> list[str]:
         lines.append("")
     if fleet.unreadable:
         lines += (
-            ["## Unreadable reports", ""]
+            ["## Reports left out", ""]
             + [f"- {md_text(clip(u.source, 500))}: {md_text(clip(u.reason, 500))}" for u in fleet.unreadable]
             + [""]
         )
@@ -376,7 +376,7 @@ def render_fleet(fleet: Fleet) -> str:
         drifting = len({d.host for d in fleet.drifts})
         lines.append(f"- drifting across nights ({fleet.window}): {drifting} node(s)")
     if fleet.unreadable:
-        lines.append(f"- unreadable: {len(fleet.unreadable)} file(s), listed below")
+        lines.append(f"- left out: {len(fleet.unreadable)} file(s) (unreadable, or not to be taken), listed below")
     lines += [
         "",
         *_node_rows(fleet),

@@ -6,9 +6,12 @@ warnings included, in the launch directory; the parent reads what it wrote).
     child:  python -m ds_doctor.cluster.exchange --exchange-dir DIR --host H --port P --node R --nnodes N ...
 
 Node 0 opens the store, puts a fresh random nonce in it (this run's), and waits `wait_s` for the others' answers,
-then writes the roster of the nodes that came: a node that never comes is named rather than waited for. Each other
-node waits `wait_s` for node 0's store and its nonce (a node that gets no answer in that time says so and stops),
-answers, and reads the roster's payloads. Every node says it has read them, and node 0 closes the store once all
+then writes the roster of the nodes that came: a node that never comes is named rather than waited for. An answer at
+a node's key that is not the node's own for this run (with a job secret: not sealed for this nonce) is passed over,
+noted and deleted, and the wait for the node's own goes on: a process that answers first cannot shut a node out.
+Each other node waits `wait_s` for node 0's store and its nonce (a node that gets no answer in that time says so
+and stops), answers (again wherever its key is found empty), and waits `wait_s` + ROSTER_SLACK_S for the roster,
+then reads the roster's payloads. Every node says it has read them, and node 0 closes the store once all
 have (the others wait for that close before they go on, so no later launch meets this store at the endpoint's port).
 
 What a node trusts (docs/cluster.md): nothing read from the store is unpickled (torchrun's dynamic c10d rendezvous
@@ -63,6 +66,13 @@ MAX_ANSWER_BYTES = 16 * MiB
 #: An answer's envelope is one flat object of strings and numbers: two levels, counting the object itself.
 ENVELOPE_DEPTH = 2
 NONCE = re.compile(r"[0-9a-f]{32}")  # secrets.token_hex(16): node 0's per run, and each node's own
+#: How often node 0 looks at the answers' keys, and a node at its own key and the roster's, while they wait
+POLL_S = 0.2
+#: On top of the wait, for a node's roster: node 0 writes it within its wait of drawing the nonce, which was before
+#: the node read the nonce; this covers node 0's last look at the keys and the roster's write.
+ROSTER_SLACK_S = 5.0
+#: Why `opened` refuses an answer whose seal does not check
+FAILED_SEAL = f"it fails the job secret check ({SECRET_ENV})"
 
 
 class ExchangeError(RuntimeError):
@@ -152,9 +162,20 @@ def envelope(raw: bytes) -> tuple[dict[str, Any] | None, str | None]:
 def opened(
     raw: bytes, node: int, exchange_id: str, secret: bytes | None, *, nonce: str
 ) -> tuple[Any, str | None]:
-    """(the payload, None) of one node's raw answer, or (None, why it is not one): a bounded envelope (`envelope`)
-    whose node is the one asked; with a secret, a mac over the body's raw text for this exchange, this node and
-    this run's `nonce`, checked before the body is parsed; then a body of JSON at most MAX_DEPTH levels deep."""
+    """(the payload, None) of one node's raw answer, or (None, why it is not one): the node's own answer for this
+    run (`unsealed`), then a body of JSON at most MAX_DEPTH levels deep."""
+    body, why = unsealed(raw, node, exchange_id, secret, nonce=nonce)
+    if body is None:
+        return None, why
+    return _parsed(body, "its body", MAX_DEPTH)
+
+
+def unsealed(
+    raw: bytes, node: int, exchange_id: str, secret: bytes | None, *, nonce: str
+) -> tuple[str | None, str | None]:
+    """(the body's raw text, None) where `raw` is the node's own answer for this run, else (None, why not): a bounded
+    envelope (`envelope`) whose node is the one asked; with a secret, a mac over the body's raw text for this
+    exchange, this node and this run's `nonce`. The body is not parsed here: that waits for its seal to check."""
     answer, why = envelope(raw)
     if answer is None:
         return None, why
@@ -170,13 +191,13 @@ def opened(
             or want is None
             or not hmac.compare_digest(mac.encode(errors="replace"), want.encode())
         ):
-            return None, f"it fails the job secret check ({SECRET_ENV})"
+            return None, FAILED_SEAL
         if for_run != nonce:
             return (
                 None,
                 "it is sealed for another run of this job id, not this one (an earlier run's answer, replayed)",
             )
-    return _parsed(body, "its body", MAX_DEPTH)
+    return body, None
 
 
 def exchange_command(cluster: Cluster, launch_dir: Path, name: str, wait_s: float) -> list[str]:
@@ -238,8 +259,8 @@ def exchange(cluster: Cluster, run_dir: RunDir, name: str, payload: Any, wait_s:
         raise ExchangeError(
             _no_record(cluster, name, launch, proc.returncode, time.monotonic() - started, stopped)
         )
-    nonce, said = record
-    nodes: dict[int, Any] = {}
+    nonce, said, passed_over = record
+    nodes: dict[int, Any] = {node: Refused(why) for node, why in passed_over.items()}
     for node, raw in said.items():
         body, why = opened(
             raw.encode("utf-8", "surrogatepass"), node, cluster.launch_id(name), secret, nonce=nonce
@@ -248,16 +269,19 @@ def exchange(cluster: Cluster, run_dir: RunDir, name: str, payload: Any, wait_s:
     return nodes
 
 
-def _read_record(path: Path) -> tuple[str, dict[int, str]] | None:
-    """(node 0's nonce, each node's raw answer) as the child recorded them; None where it recorded nothing."""
+def _read_record(path: Path) -> tuple[str, dict[int, str], dict[int, str]] | None:
+    """(node 0's nonce, each node's raw answer, why node 0 took none for a node whose key held only answers that
+    were not the node's) as the child recorded them; None where it recorded nothing."""
     try:
         record = json.loads(path.read_text())
         nonce, said = record["nonce"], {int(n): text for n, text in record["said"].items()}
+        passed_over = {int(n): why for n, why in record.get("refused", {}).items()}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
-    if not isinstance(nonce, str) or not all(isinstance(text, str) for text in said.values()):
+    texts = [*said.values(), *passed_over.values()]
+    if not isinstance(nonce, str) or not all(isinstance(text, str) for text in texts):
         return None
-    return nonce, said
+    return nonce, said, passed_over
 
 
 def _no_record(
@@ -333,11 +357,15 @@ class Watchdog:
         os._exit(1)
 
 
-def _write_record(folder: Path, nonce: str, said: Mapping[int, bytes]) -> None:
+def _write_record(
+    folder: Path, nonce: str, said: Mapping[int, bytes], refused: Mapping[int, str] | None = None
+) -> None:
     """What this node read, for the parent to check: node 0's nonce and each answer as it came, cut after
-    MAX_ANSWER_BYTES + 1 bytes (still too large, so refused, and never held in full again)."""
+    MAX_ANSWER_BYTES + 1 bytes (still too large, so refused, and never held in full again); on node 0, why it took
+    no answer for a node whose key held only answers that were not the node's."""
     texts = {str(n): raw[: MAX_ANSWER_BYTES + 1].decode("utf-8", "replace") for n, raw in said.items()}
-    write_private(folder / EXCHANGED, json.dumps({"nonce": nonce, "said": texts}))
+    why = {str(n): reason for n, reason in (refused or {}).items()}
+    write_private(folder / EXCHANGED, json.dumps({"nonce": nonce, "said": texts, "refused": why}))
 
 
 def _own_nonce(raw: bytes) -> str | None:
@@ -362,11 +390,86 @@ def _roster(raw: bytes, args: argparse.Namespace, secret: bytes | None, nonce: s
     ):
         raise ExchangeError(f"the roster at {where} is not node 0's: not a roster of node ranks")
     if str(args.node) in roster and roster[str(args.node)] != mine:
-        raise ExchangeError(
-            f"the roster at {where} is not this run's: it names node {args.node} with a nonce other than the one "
-            "it drew (an earlier run's roster, replayed)"
-        )
+        raise ExchangeError(_misnamed(where, args.node, roster[str(args.node)], secret))
     return sorted(int(key) for key in roster)
+
+
+def _misnamed(where: str, node: int, named: str | None, secret: bytes | None) -> str:
+    """Why a roster that names this node with a nonce other than the one it drew is refused, by what it names. With
+    a secret, node 0 takes only answers sealed for its nonce, so a roster sealed over another nonce this node might
+    have drawn is an earlier run's, replayed; no nonce at all is an answer node 0 took that no node of this version
+    sent; without a secret, any process at the port can have answered in this node's place."""
+    if named is None:
+        return (
+            f"the roster at {where} does not hold node {node}'s answer: node 0 took an answer at node {node}'s key "
+            f"that names no nonce of node {node}'s (another process answered in its place)"
+        )
+    if secret is None:
+        return (
+            f"the roster at {where} does not hold node {node}'s answer: it names node {node} with a nonce other "
+            f"than the one it drew (another process answered in its place, or an earlier run's roster is replayed; "
+            f"{SECRET_ENV} tells them apart)"
+        )
+    return (
+        f"the roster at {where} is not this run's: it names node {node} with a nonce other than the one it drew "
+        "(an earlier run's roster, replayed)"
+    )
+
+
+def _gather(
+    store: Any, args: argparse.Namespace, secret: bytes | None, nonce: str, own: bytes
+) -> tuple[dict[int, bytes], dict[int, str]]:
+    """Node 0's wait for the answers: (each node's answer, why none was taken) within the wait. A node's answer is
+    the first at its key that is its own for this run (`unsealed`: with a secret, sealed for this nonce); one that is
+    not (a process without the secret, an earlier run's answer) is noted in the log, deleted so that the node sees
+    its key empty and answers again, and the wait goes on. A node whose key held only such answers is refused for
+    the last of them; its own answer may still come after them, up to the end of the wait."""
+    deadline = time.monotonic() + args.wait
+    taken: dict[int, bytes] = {0: own}  # node 0's own answer as it wrote it, whatever is at its key now
+    passed: dict[int, bytes] = {}
+    refused: dict[int, str] = {}
+    while len(taken) < args.nnodes and time.monotonic() < deadline:
+        for node in range(args.nnodes):
+            key = f"said/{node}"
+            if node in taken or not store.check([key]):
+                continue
+            raw = store.get(key)
+            why = refused[node] if passed.get(node) == raw else _not_its_own(raw, node, args, secret, nonce)
+            if why is None:
+                taken[node] = raw
+                refused.pop(node, None)
+                continue
+            if passed.get(node) != raw:
+                print(f"node 0: passed over an answer at node {node}'s key: {clip(why, 300)}", flush=True)
+            passed[node], refused[node] = raw, why
+            store.delete_key(key)
+        time.sleep(POLL_S)
+    return taken, refused
+
+
+def _not_its_own(
+    raw: bytes, node: int, args: argparse.Namespace, secret: bytes | None, nonce: str
+) -> str | None:
+    """Why the answer at `node`'s key is not that node's own for this run; None where it is. A failed seal is worded
+    as what it is: an answer written at the node's key by another, not the node's."""
+    _, why = unsealed(raw, node, args.exchange_id, secret, nonce=nonce)
+    if why == FAILED_SEAL:
+        return f"an answer at node {node}'s key failed the job secret check (not node {node}'s)"
+    return why
+
+
+def _await_roster(store: Any, key: str, answer: str, seconds: float) -> bool:
+    """Whether node 0's roster came within `seconds`. Until it does, this node answers again wherever its key is
+    empty: node 0 deletes an answer there that is not this node's (one written over this node's answer included),
+    so the answer node 0 reads next is this node's."""
+    deadline = time.monotonic() + seconds
+    while not store.check(["roster"]):
+        if time.monotonic() >= deadline:
+            return False
+        if not store.check([key]):
+            store.set(key, answer)
+        time.sleep(POLL_S)
+    return True
 
 
 def _host(args: argparse.Namespace, secret: bytes | None) -> None:
@@ -385,15 +488,13 @@ def _host(args: argparse.Namespace, secret: bytes | None) -> None:
     store = dist.PrefixStore(f"ds-doctor/{args.exchange_id}", base)  # keys: ds-doctor/ID/said/N
     nonce = secrets.token_hex(16)
     store.set("nonce", nonce)
-    store.set("said/0", sealed(secret, args.exchange_id, 0, (args.dir / PAYLOAD).read_text(), nonce=nonce))
-    deadline = time.monotonic() + args.wait
-    keys = [f"said/{n}" for n in range(args.nnodes)]
-    while not store.check(keys) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    said = {n: store.get(f"said/{n}") for n in range(args.nnodes) if store.check([f"said/{n}"])}
-    roster = json.dumps({str(n): _own_nonce(raw) for n, raw in said.items()})
+    own = sealed(secret, args.exchange_id, 0, (args.dir / PAYLOAD).read_text(), nonce=nonce)
+    store.set("said/0", own)
+    said, refused = _gather(store, args, secret, nonce, own.encode())
+    roster = json.dumps({str(n): _own_nonce(raw) for n, raw in sorted(said.items())})
+    store.set("said/0", own)  # what the nodes read for node 0 is its own answer, whatever was written over it
     store.set("roster", sealed(secret, f"{args.exchange_id}/roster", 0, roster, nonce=nonce))
-    _write_record(args.dir, nonce, said)
+    _write_record(args.dir, nonce, said, refused)
     store.set("read/0", "1")
     deadline = time.monotonic() + args.wait
     while not store.check([f"read/{n}" for n in said]) and time.monotonic() < deadline:
@@ -435,13 +536,14 @@ def _join(args: argparse.Namespace, secret: bytes | None, watchdog: Watchdog) ->
         raise ExchangeError(f"the run nonce at {where} is not ds-doctor's")
     mine = secrets.token_hex(16)
     body = (args.dir / PAYLOAD).read_text()
-    store.set(f"said/{args.node}", sealed(secret, args.exchange_id, args.node, body, nonce=nonce, mine=mine))
-    # node 0 writes the roster within the wait of opening its store, which was before this node came
-    roster_s = args.wait + START_S / 2
+    answer = sealed(secret, args.exchange_id, args.node, body, nonce=nonce, mine=mine)
+    store.set(f"said/{args.node}", answer)
+    roster_s = args.wait + ROSTER_SLACK_S
     no_roster = f"no roster from node 0 at {where} within {roster_s:g} s"
     watchdog.arm(roster_s + 5.0, no_roster)
     try:
-        store.wait(["roster"], dt.timedelta(seconds=roster_s))
+        if not _await_roster(store, f"said/{args.node}", answer, roster_s):
+            raise ExchangeError(no_roster)
         came = _roster(store.get("roster"), args, secret, nonce, mine)
         said = {n: store.get(f"said/{n}") for n in came}
     except ExchangeError:

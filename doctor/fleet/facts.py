@@ -12,6 +12,7 @@ out. Exit 1 belongs to failing cases (GPU health included), as for `run`.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import statistics
 from collections.abc import Sequence
 from typing import Any
@@ -41,6 +42,32 @@ PER_RUN = (
     "env:WORLD_SIZE",
     "env:LOCAL_WORLD_SIZE",
 )
+
+
+#: How far a node's clock may run ahead of the reader's. A run dated later than that is not taken as its host's
+#: latest: the newest report of a host is the one the fleet shows, so a forged date far ahead (2099) would hide
+#: every real report of the host, failing ones included, for good.
+CLOCK_SKEW = dt.timedelta(days=1)
+FUTURE = "dated in the future"
+
+
+def future_dated(started_at: str, finished_at: str, now: dt.datetime | None = None) -> str | None:
+    """Why a run is left out of its host's view where either of its times is later than `now` (the reader's clock)
+    by more than CLOCK_SKEW; else None. A time that does not parse is not this check's to refuse."""
+    limit = (now or dt.datetime.now(dt.timezone.utc)) + CLOCK_SKEW
+    for name, text in (("started_at", started_at), ("finished_at", finished_at)):
+        try:
+            late = parse_time(text) > limit
+        except (TypeError, ValueError, AttributeError, OverflowError):
+            continue
+        if late:
+            return future_reason(name, text)
+    return None
+
+
+def future_reason(name: str, text: str) -> str:
+    """The one line that names a run dated in the future by its time `name` (as written: `text`)."""
+    return f"{FUTURE} ({name} {text:.40}): not taken as the host's latest"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -204,7 +204,7 @@ def test_a_sealed_answer_replayed_from_an_earlier_run_of_the_job_id_is_refused(
         stderr=subprocess.DEVNULL,
     )
     try:
-        second = exchange(zero, RunDir(tmp_path / "second-node0"), "handshake", {"node": 0}, 15)
+        second = exchange(zero, RunDir(tmp_path / "second-node0"), "handshake", {"node": 0}, 8)
     finally:
         replayer.kill()
         replayer.wait()

@@ -102,7 +102,7 @@ def test_with_a_job_secret_a_complete_rogue_answer_is_refused(tmp_path: Path) ->
     finally:
         intruder.kill()
     assert code == 2 and len(err.strip().splitlines()) == 1, err
-    assert "node 1: it fails the job secret check (DS_DOCTOR_JOB_SECRET_FILE)" in err
+    assert "node 1: an answer at node 1's key failed the job secret check (not node 1's)" in err
 
 
 def test_pickles_planted_at_the_rendezvous_are_never_loaded_and_the_run_passes(tmp_path: Path) -> None:

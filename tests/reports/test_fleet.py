@@ -24,7 +24,7 @@ from tests.reports.samples import NOW
 
 FLEET_HEADINGS = re.compile(
     r"(ds-doctor fleet: .*|Failing cases|Differences across the fleet|Measures against the fleet "
-    r"median|Not compared: ranks that shared a GPU|Unreadable reports|Notes)"
+    r"median|Not compared: ranks that shared a GPU|Reports left out|Notes)"
 )
 
 
