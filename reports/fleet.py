@@ -376,7 +376,9 @@ def render_fleet(fleet: Fleet) -> str:
         drifting = len({d.host for d in fleet.drifts})
         lines.append(f"- drifting across nights ({fleet.window}): {drifting} node(s)")
     if fleet.unreadable:
-        lines.append(f"- left out: {len(fleet.unreadable)} file(s) (unreadable, or not to be taken), listed below")
+        lines.append(
+            f"- left out: {len(fleet.unreadable)} file(s) (unreadable, or not to be taken), listed below"
+        )
     lines += [
         "",
         *_node_rows(fleet),
