@@ -52,7 +52,7 @@ run: $(BIN)/.installed
 # wait on each other, on hung ranks and on killed nodes. The second's output follows the first's. Then the tests
 # marked `loaded` (a real hang cut short with its evidence, launches taking turns) beside a CPU hog of twice the cores,
 # as a busy node runs them. Any of the three failing fails.
-TESTS_A := tests/test_e2e.py tests/probes tests/stacks tests/ops
+TESTS_A := tests/test_e2e.py tests/probes tests/stacks tests/ops tests/cluster/test_slurm.py
 PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
 test: $(BIN)/.installed lint $(BIN)/.sysdeps
 	@log=$$(mktemp); $(PYTEST) -m "not loaded" $(addprefix --ignore=,$(TESTS_A)) > $$log 2>&1 & other=$$!; \

@@ -20,7 +20,7 @@ from tests.test_multinode import finish, free_port, node
 
 pytestmark = pytest.mark.multirank
 
-JOIN_S = 5
+JOIN_S = 2
 
 
 @pytest.fixture
