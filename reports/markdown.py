@@ -440,6 +440,11 @@ def render_case(result: CaseResult, same: Sequence[str] = ()) -> list[str]:
             f"({md_text(issue.affected_versions)}). Remedy: {md_text(issue.remedy)}",
             "",
         ]
+        if issue.confirm:
+            lines += [
+                f"Possibly only: nothing in the error confirms it. To confirm: {md_text(issue.confirm)}",
+                "",
+            ]
         if issue.refs:
             lines += [f"References: {', '.join(md_url(ref) for ref in issue.refs)}", ""]
     lines += [line for finding in result.findings for line in render_finding(finding)]

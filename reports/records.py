@@ -106,6 +106,9 @@ class Verdict(str, enum.Enum):
     NOT_AFFECTED = "not_affected"
     UNKNOWN = "unknown"
     REPRODUCED = "reproduced"
+    #: an error matched only an entry's generic words (a signal, "unhandled system error") and none of the evidence
+    #: that tells its cause apart: a guess to confirm (`IssueRef.confirm` says how), as `ds-doctor triage` says it
+    POSSIBLY = "possibly"
 
 
 #: A time as `format_time` writes it: the form an error about a report's time shows
@@ -256,6 +259,7 @@ class IssueRef:
     remedy: str
     refs: tuple[str, ...] = ()
     fixed_in: str | None = None
+    confirm: str | None = None  # a `possibly` verdict: what would confirm it
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "verdict", Verdict(self.verdict))
@@ -269,6 +273,7 @@ class IssueRef:
             "fixed_in": self.fixed_in,
             "remedy": self.remedy,
             "refs": list(self.refs),
+            **({"confirm": self.confirm} if self.confirm else {}),
         }
 
     @classmethod

@@ -41,9 +41,10 @@ def known(issue_id: object) -> bool:
 
 def classify(text: str, issues: Iterable[KnownIssue] | None = None) -> list[KnownIssue]:
     """Known issues (default: all of them) whose signature matches an error text, most specific (most patterns
-    required) first."""
-    hits = [issue for issue in (_catalog()[0] if issues is None else issues) if text and issue.matches(text)]
-    return sorted(hits, key=lambda issue: -len(issue.requires))
+    required) first: the one matcher's (`ds_doctor.knowledge.matching.classify`), as triage matches."""
+    from ds_doctor.knowledge.matching import classify as matched
+
+    return matched(text, issues)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -82,7 +82,8 @@ class KnownIssue:
         return Verdict.AFFECTED if inside else Verdict.NOT_AFFECTED
 
     def to_ref(self, verdict: Verdict) -> IssueRef:
-        """The `known_issue` of a case result: this issue with this stack's verdict."""
+        """The `known_issue` of a case result: this issue with this stack's verdict (a `possibly` one says how to
+        confirm it)."""
         affected = f"{self.package} {self.affected}" if self.affected else f"{self.package} (any)"
         if self.affected:  # where the range comes from: releases measured here, or the upstream threads
             from ds_doctor.knowledge.measured import for_issue
@@ -99,4 +100,5 @@ class KnownIssue:
             remedy=self.remedy,
             refs=self.refs,
             fixed_in=self.fixed_in,
+            confirm=self.confirm if verdict == Verdict.POSSIBLY else None,
         )

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 
 from ds_doctor.checks.hang import stragglers
 from ds_doctor.knowledge import catalog
+from ds_doctor.knowledge.matching import POSSIBLY, judged
 from ds_doctor.reports.records import CaseResult, Finding, IssueRef, Outcome, RankSummary, Verdict, worst
 from ds_doctor.rundir import PlannedCase, RankLine
 
@@ -83,9 +84,10 @@ def known_issue_for(
     ):  # nothing ran: the family's issue would read as a verdict on it
         return None
     if outcome in (Outcome.ERROR, Outcome.TIMEOUT):
-        hits = catalog.classify(texts[0]) or catalog.classify(texts[1])
-        if hits:
-            return hits[0].to_ref(Verdict.AFFECTED)
+        # the one matcher triage uses: a generic message with none of its entry's evidence is `possibly`
+        found = judged(texts)
+        if found is not None:
+            return found[0].to_ref(Verdict.POSSIBLY if found[1] == POSSIBLY else Verdict.AFFECTED)
         if named is None:
             return None
     if named is not None:

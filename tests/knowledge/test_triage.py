@@ -16,7 +16,8 @@ import pytest
 from ds_doctor.cli import main
 from ds_doctor.knowledge.catalog import ISSUES
 from ds_doctor.knowledge.issues import REGEX_FLAGS
-from ds_doctor.knowledge.triage import read_log, read_report, read_source, search, triage
+from ds_doctor.knowledge.matching import search
+from ds_doctor.knowledge.triage import read_log, read_report, read_source, triage
 from ds_doctor.reports.records import Verdict
 from ds_doctor.userinput import UserInputError
 from tests.bounds import GENEROUS_S

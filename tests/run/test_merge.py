@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from ds_doctor.knowledge.triage import triage
 from ds_doctor.probe.registry import find_case
 from ds_doctor.reports.records import ErrorInfo, Finding, Outcome, Severity, TensorRecord, Verdict
 from ds_doctor.run.merge import merge_case
@@ -124,7 +125,19 @@ def test_the_worst_rank_decides_and_measures_come_from_the_first_rank_that_has_t
     )
 
 
-def test_an_error_is_classified_against_every_known_issue() -> None:
+@pytest.mark.parametrize(
+    ("printed", "verdict"),
+    [
+        (
+            "",
+            Verdict.POSSIBLY,
+        ),  # a SIGKILL alone names no OOM: torchrun's agent kills ranks left after a failure
+        ("\n[ 812.4] Out of memory: Killed process 12 (python) total-vm:81920000kB", Verdict.AFFECTED),
+    ],
+)
+def test_an_error_is_classified_by_the_matcher_triage_uses(printed: str, verdict: Verdict) -> None:
+    """A run and `ds-doctor triage` say the same of one text (ds_doctor.knowledge.matching): was `affected` for a
+    SIGKILL alone, where triage said "possibly" without the OOM killer's line."""
     crash = line(
         S2,
         1,
@@ -132,12 +145,18 @@ def test_an_error_is_classified_against_every_known_issue() -> None:
         reason="rank 1 killed by SIGKILL in stage 'train'",
         signal="SIGKILL",
         exit_code=-9,
-        stderr_tail="exitcode  : -9 (pid: 12)",
+        stderr_tail="exitcode  : -9 (pid: 12)" + printed,
     )
     result = merge_case(planned(S2), [line(S2, 0, Outcome.PASS), crash], VERSIONS)
     assert result.outcome == Outcome.ERROR
-    assert (result.known_issue.id, result.known_issue.verdict) == ("torchrun_child_sigkill", Verdict.AFFECTED)
+    assert (result.known_issue.id, result.known_issue.verdict) == ("torchrun_child_sigkill", verdict)
+    assert (result.known_issue.confirm is not None) == (verdict == Verdict.POSSIBLY)
+    assert "dmesg" in (result.known_issue.confirm or "dmesg")
     assert result.ranks[1].signal == "SIGKILL" and result.ranks[1].exit_code == -9
+    triaged = triage(crash.stderr_tail or "", VERSIONS)
+    assert triaged[0].issue.id == "torchrun_child_sigkill" and triaged[0].possibly == (
+        verdict == Verdict.POSSIBLY
+    )
 
 
 def test_an_unrecognised_error_is_not_given_the_familys_issue() -> None:
@@ -192,3 +211,17 @@ def test_what_raised_is_classified_before_what_a_rank_printed() -> None:
         planned(S2), [line(S2, 0, Outcome.ERROR, reason="exit code 1", stderr_tail=warned)], VERSIONS
     )
     assert died.known_issue is not None and died.known_issue.id == "torch_numpy_missing"
+
+
+def test_a_possibly_verdict_says_how_to_confirm_it_in_the_markdown_and_the_html() -> None:
+    from ds_doctor.reports.html import render_html
+    from ds_doctor.reports.markdown import render_markdown
+    from ds_doctor.reports.records import validate
+    from tests.reports.samples import a_report
+
+    crash = line(S2, 1, Outcome.ERROR, reason="rank 1 killed by SIGKILL", signal="SIGKILL", exit_code=-9)
+    result = merge_case(planned(S2), [line(S2, 0, Outcome.PASS), crash], VERSIONS)
+    report = a_report([result])
+    validate(report.to_dict())
+    for text in (render_markdown(report), render_html(report)):
+        assert "possibly" in text and "To confirm: dmesg" in text

@@ -1,0 +1,225 @@
+"""The one matcher: whether, and how strongly, a text matches a known issue. A run's error (`ds_doctor.run.merge`),
+`ds-doctor triage` and the watch all classify through it, so one text gets one answer everywhere: the issues whose
+signature matches, most specific first, each with the strength of its match (`strength`: "possibly" where a generic
+message has none of the entry's evidence).
+
+Text matched here may be a stranger's (a pasted log), so the search is linear in the text: a catalog pattern of the
+form `head.*tail` (DOTALL) is searched as re.search would, but tried at the first place its head matches only:
+re.search retries it at every later place the head matches, each try running to the end of the text, which a log
+repeating the head makes quadratic (a 200 KB log of "server socket has failed to bind to " took 7 s in one pattern).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+from collections.abc import Iterable
+
+from ds_doctor.knowledge.catalog import ISSUES
+from ds_doctor.knowledge.issues import REGEX_FLAGS, KnownIssue
+from ds_doctor.redact import scrub_text
+
+SPAN_CHARS = 200
+_FLAGS = REGEX_FLAGS
+_LEADING_FLAGS = re.compile(r"\(\?[aiLmsux]+\)")
+
+
+def _top_level(pattern: str) -> tuple[list[int], int | None] | None:
+    """Where a pattern has `|` outside groups and classes, and its first `.*` there; None for one this reading does
+    not follow (a back reference, a scoped flag)."""
+    if re.search(r"\\[1-9]|\(\?P=|\(\?[aiLmsux]*-", pattern):
+        return None
+    bars: list[int] = []
+    dots: int | None = None
+    depth, i, in_class = 0, 0, False
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+            i += 2 if pattern[i + 1 : i + 2] == "^" else 1
+            i += 1 if pattern[i : i + 1] == "]" else 0  # a "]" first in a class is literal
+            continue
+        elif char in "()":
+            depth += 1 if char == "(" else -1
+        elif depth == 0 and char == "|":
+            bars.append(i)
+        elif depth == 0 and char == "." and pattern[i + 1 : i + 2] == "*" and pattern[i + 2 : i + 3] != "+":
+            dots = i if dots is None else dots
+        i += 1
+    return bars, dots
+
+
+@dataclasses.dataclass(frozen=True)
+class _Branch:
+    whole: re.Pattern[str]
+    head: re.Pattern[str] | None = None  # `head.*tail`: tried where the head first matches only
+    head_width: int = 0  # the most characters the head spans (an overlapping later head is tried too)
+    windowed: bool = False  # a `.*` elsewhere (in a lookahead, say): searched in windows of the text
+
+
+# a branch with a `.*` the head/tail reading does not cover is searched in windows this long...
+WINDOW = 16 * 1024
+REACH = 4 * 1024  # ...overlapping by this much: its matches up to REACH long are found
+_UNBOUNDED_DOT = re.compile(r"(?<!\\)\.(?:[*+]|\{\d*,\})")
+
+
+def _max_width(pattern: str) -> int | None:
+    try:
+        from re import _parser as sre_parse  # type: ignore[attr-defined]
+    except ImportError:  # pragma: no cover - python 3.10
+        import sre_parse
+    width = sre_parse.parse(pattern, _FLAGS).getwidth()[1]
+    return None if width >= sre_parse.MAXREPEAT else int(width)
+
+
+def _branch(prefix: str, branch: str) -> _Branch:
+    whole = re.compile(prefix + branch, _FLAGS)
+    dots = (_top_level(branch) or ([], None))[1]
+    head, tail = (branch[:dots], branch[dots + 2 :]) if dots is not None else ("", branch)
+    width = _max_width(prefix + head) if dots is not None else None
+    if width is None or _UNBOUNDED_DOT.search(head) or _UNBOUNDED_DOT.search(tail.removeprefix("?")):
+        return _Branch(whole, windowed=bool(_UNBOUNDED_DOT.search(branch)))
+    return _Branch(whole, re.compile(prefix + head, _FLAGS), width)
+
+
+@functools.lru_cache(maxsize=512)
+def _branches(pattern: str) -> tuple[_Branch, ...]:
+    flags = _LEADING_FLAGS.match(pattern)
+    prefix, body = (flags.group(0), pattern[flags.end() :]) if flags else ("", pattern)
+    shape = _top_level(body)
+    if shape is None:
+        return (_Branch(re.compile(pattern, _FLAGS), windowed=bool(_UNBOUNDED_DOT.search(body))),)
+    bars = [0, *(b + 1 for b in shape[0])]
+    return tuple(
+        _branch(prefix, body[start:end]) for start, end in zip(bars, [*shape[0], len(body)], strict=True)
+    )
+
+
+def _search_branch(branch: _Branch, text: str) -> re.Match[str] | None:
+    if branch.windowed and len(text) > WINDOW:
+        for start in range(0, len(text), WINDOW - REACH):
+            if found := branch.whole.search(text, start, start + WINDOW):
+                return found
+        return None
+    if branch.head is None:
+        return branch.whole.search(text)
+    head = branch.head.search(text)
+    first = head.start() if head else None
+    # the tail may match anywhere after a head (DOTALL): where it fails after the first head it fails after every
+    # later one, but for a head overlapping the first one (it may end sooner); those few are tried too
+    while head is not None and first is not None and head.start() <= first + branch.head_width:
+        if found := branch.whole.match(text, head.start()):
+            return found
+        head = branch.head.search(text, head.start() + 1)
+    return None
+
+
+def search(pattern: str, text: str) -> re.Match[str] | None:
+    """`re.search(pattern, text, REGEX_FLAGS)` in time linear in the text. A branch `head.*tail` gives re.search's
+    match exactly; a branch with a `.*` elsewhere is searched in windows (a match longer than REACH, or a lookahead
+    reaching past its window, is not seen); any other branch is re.search itself."""
+    best = None
+    for branch in _branches(pattern):
+        found = _search_branch(branch, text)
+        if found is not None and (best is None or found.start() < best.start()):
+            best = found
+    return best
+
+
+def issue_matches(issue: KnownIssue, text: str) -> bool:
+    """`KnownIssue.matches`, through `search`."""
+    return (
+        bool(text)
+        and any(search(p, text) for p in issue.patterns)
+        and all(search(p, text) for p in issue.requires)
+    )
+
+
+def classify(text: str, issues: Iterable[KnownIssue] | None = None) -> list[KnownIssue]:
+    """`catalog.classify`, through `search`: the issues whose signature matches, most specific first."""
+    hits = [issue for issue in (ISSUES if issues is None else issues) if issue_matches(issue, text)]
+    return sorted(hits, key=lambda issue: -len(issue.requires))
+
+
+def _shown(span: str) -> str:
+    span = (
+        " ".join(span[: 4 * SPAN_CHARS].split()) + " " + " ".join(span[-4 * SPAN_CHARS :].split())
+        if len(span) > 8 * SPAN_CHARS
+        else " ".join(span.split())
+    )
+    return span if len(span) <= SPAN_CHARS else f"{span[:130]} … {span[-60:]}"
+
+
+def first_match(issue: KnownIssue, text: str) -> tuple[int, str] | None:
+    """Position and text of the earliest pattern hit (the span itself, whitespace collapsed), or None."""
+    hits = [m for p in issue.patterns if (m := search(p, text))]
+    if not hits:
+        return None
+    first = min(hits, key=lambda m: m.start())
+    return first.start(), _shown(first.group(0))
+
+
+#: import names whose traceback frames back up a message-only match (not torch's: every traceback passes through it)
+FRAME_NAMES = {
+    "deepspeed": "deepspeed",
+    "accelerate": "accelerate",
+    "transformers": "transformers",
+    "prodigy-plus-schedule-free": "prodigyplus",
+    "mosaicml": "composer",
+}
+CONTEXT_CHARS = 80
+
+
+#: The strength of a generic message's match that nothing in the log corroborates: named as "possibly" the entry
+POSSIBLY = "possibly"
+
+
+def strength(issue: KnownIssue, text: str) -> tuple[str, tuple[str, ...]]:
+    """How strong a match is, and what backs it: "message and context" (the entry's `requires` matched: the
+    frames or settings that tell it from a look-alike; for a generic message, its `evidence`), "message and
+    frames" (a traceback frame of the entry's package), "message only" (a message another cause could print too),
+    or "possibly" (a generic message, a signal or "unhandled system error", with none of its evidence: the entry
+    is a guess to confirm, said so in every format)."""
+    if issue.confirm:
+        spans = [found.group(0) for pattern in issue.evidence if (found := search(pattern, text))]
+        return ("message and context", tuple(_context(span) for span in spans)) if spans else (POSSIBLY, ())
+    if issue.requires:
+        spans = [found.group(0) for pattern in issue.requires if (found := search(pattern, text))]
+        return "message and context", tuple(_context(span) for span in spans)
+    name = FRAME_NAMES.get(issue.package)
+    frame = re.search(rf'File "[^"\n]{{0,300}}[/\\]{name}[/\\][^"\n]{{0,300}}"', text) if name else None
+    return ("message and frames", (_context(frame.group(0)),)) if frame else ("message only", ())
+
+
+def _context(span: str) -> str:
+    span = _shown(span)
+    return scrub_text(span if len(span) <= CONTEXT_CHARS else f"{span[:50]} … {span[-25:]}")
+
+
+#: A message broken inside a sentence (a terminal's wrap, an indented continuation) or with doubled spaces reads as
+#: one line with single spaces: what the matcher also searches, so no pattern has to allow for either.
+_BREAKS = re.compile(r"[ \t]*\n[ \t]*|[ \t]{2,}")
+
+
+def flattened(text: str) -> str:
+    return _BREAKS.sub(" ", text)
+
+
+def judged(texts: Iterable[str]) -> tuple[KnownIssue, str] | None:
+    """The known issue an error's texts match first (the raised error's, then what the ranks printed), most specific
+    first, with the strength of its match (`strength`, over every text: the evidence that confirms a generic message
+    may be in what a rank printed, not in the error itself): what a run's case and `ds-doctor triage` both say."""
+    texts = [text for text in texts if text]
+    for text in texts:
+        for shown in (text, flattened(text)):
+            hits = classify(shown)
+            if hits:
+                everything = "\n".join(texts)
+                return hits[0], strength(hits[0], everything)[0]
+    return None
