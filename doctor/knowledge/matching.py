@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from ds_doctor.knowledge.catalog import ISSUES
 from ds_doctor.knowledge.issues import REGEX_FLAGS, KnownIssue
 from ds_doctor.redact import scrub_text
+from ds_doctor.reports.records import ErrorInfo
 
 SPAN_CHARS = 200
 _FLAGS = REGEX_FLAGS
@@ -142,7 +143,8 @@ def issue_matches(issue: KnownIssue, text: str) -> bool:
 
 
 def classify(text: str, issues: Iterable[KnownIssue] | None = None) -> list[KnownIssue]:
-    """`catalog.classify`, through `search`: the issues whose signature matches, most specific first."""
+    """The known issues (default: the whole catalog) whose signature matches `text`, through `search`, most specific
+    (most patterns required) first."""
     hits = [issue for issue in (ISSUES if issues is None else issues) if issue_matches(issue, text)]
     return sorted(hits, key=lambda issue: -len(issue.requires))
 
@@ -223,3 +225,26 @@ def judged(texts: Iterable[str]) -> tuple[KnownIssue, str] | None:
                 everything = "\n".join(texts)
                 return hits[0], strength(hits[0], everything)[0]
     return None
+
+
+@dataclasses.dataclass(frozen=True)
+class RaisedError:
+    """An exception a probe caught on purpose, and what the classifier made of it (on its whole traceback)."""
+
+    error: ErrorInfo
+    hits: tuple[KnownIssue, ...]
+
+    @classmethod
+    def of(cls, exc: BaseException) -> RaisedError:
+        import traceback
+
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        return cls(ErrorInfo.of(exc), tuple(classify(text)))
+
+    @property
+    def summary(self) -> str:
+        return self.error.headline
+
+    @property
+    def traceback(self) -> str:
+        return self.error.traceback

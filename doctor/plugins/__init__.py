@@ -27,7 +27,7 @@ nothing else of ds-doctor: its submodules hold what they need beyond the core, `
 goes on in a process of its own).
 """
 
-from ds_doctor.knowledge.catalog import RaisedError
+from ds_doctor.knowledge.matching import RaisedError
 from ds_doctor.probe.context import ProbeContext, SkipCase
 from ds_doctor.probe.rankoptions import RankOptions
 from ds_doctor.probe.registry import ENTRY_POINT_GROUP, EXTRA_ENV

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from ds_doctor.knowledge import catalog as known_issues
+from ds_doctor.knowledge.matching import classify
 from ds_doctor.reports.records import Verdict
 
 AFFECTED, NOT_AFFECTED, UNKNOWN = Verdict.AFFECTED, Verdict.NOT_AFFECTED, Verdict.UNKNOWN
@@ -18,7 +19,7 @@ S2_ID = "ds_z3_offload_gradnorm_device_mismatch"
 def test_the_s2_traceback_is_recognised() -> None:
     # The frames of DeepSpeed issue #5538 (LLaMA-Factory, ZeRO-3 + offload, deepspeed 0.14.2).
     text = (RESOURCES / "ds_5538_unscale_and_clip.txt").read_text()
-    assert [issue.id for issue in known_issues.classify(text)] == [S2_ID]
+    assert [issue.id for issue in classify(text)] == [S2_ID]
 
 
 def test_a_generic_device_mismatch_without_zero3_frames_is_not_claimed() -> None:
@@ -26,7 +27,7 @@ def test_a_generic_device_mismatch_without_zero3_frames_is_not_claimed() -> None
         "RuntimeError: Expected all tensors to be on the same device, but found at least two devices, "
         "cuda:0 and cpu!"
     )
-    assert known_issues.classify(text) == []
+    assert classify(text) == []
 
 
 @pytest.mark.parametrize(
@@ -266,7 +267,7 @@ SAMPLES = [
 
 @pytest.mark.parametrize(("text", "issue_id"), SAMPLES)
 def test_other_entries_match_their_upstream_texts(text, issue_id) -> None:
-    assert issue_id in [issue.id for issue in known_issues.classify(text)]
+    assert issue_id in [issue.id for issue in classify(text)]
 
 
 def test_every_entry_has_a_remedy_and_references() -> None:
@@ -332,7 +333,7 @@ def test_tracebacks_captured_on_a_gpu_node_are_classified(
     """Real tracebacks captured on GPU nodes (docs/gpu-runs.md): zero_offload with deepspeed 0.14.2 on an H100 (#5538
     live, and the two import failures an old DeepSpeed meets on torch 2.11 / numpy 2 before it gets that far), and
     Composer 0.23.5's two-group route on an H200, as the report rendered them."""
-    hits = known_issues.classify((RESOURCES / "gpu" / name).read_text())
+    hits = classify((RESOURCES / "gpu" / name).read_text())
     assert [hit.id for hit in hits] == [issue_id]
     verdict = hits[0].version_verdict
     assert (verdict({package: affected}), verdict({package: fixed})) == (AFFECTED, NOT_AFFECTED)
@@ -358,7 +359,7 @@ LOOK_ALIKES = [
 
 @pytest.mark.parametrize("text", LOOK_ALIKES)
 def test_a_look_alike_is_not_named(text: str) -> None:
-    assert known_issues.classify(text) == []
+    assert classify(text) == []
 
 
 @pytest.mark.parametrize(
@@ -368,7 +369,7 @@ def test_a_look_alike_is_not_named(text: str) -> None:
 def test_the_duplicate_gpu_variant_is_judged_on_the_nccl_version(nccl: str | None, verdict: Verdict) -> None:
     """One text, two entries: the classic two-ranks-one-GPU (every NCCL) and the sub-group one NCCL 2.26 brought,
     the latter judged on the NCCL version (from the log's "NCCL version 2.26.5" in triage)."""
-    hits = {issue.id: issue for issue in known_issues.classify(DUPLICATE_GPU_NCCL_2_26)}
+    hits = {issue.id: issue for issue in classify(DUPLICATE_GPU_NCCL_2_26)}
     assert set(hits) == {"nccl_duplicate_gpu", "nccl_duplicate_gpu_subgroups_before_set_device"}
     assert hits["nccl_duplicate_gpu_subgroups_before_set_device"].version_verdict({"nccl": nccl}) == verdict
     assert hits["nccl_duplicate_gpu"].version_verdict({"nccl": nccl}) == UNKNOWN

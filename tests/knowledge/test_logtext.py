@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ds_doctor.knowledge.catalog import classify
 from ds_doctor.knowledge.logtext import log_versions, normalise
+from ds_doctor.knowledge.matching import classify
 from ds_doctor.knowledge.triage import read_log, triage
 from ds_doctor.reports.records import Verdict
 from tests.bounds import GENEROUS_S

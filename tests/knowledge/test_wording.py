@@ -16,6 +16,7 @@ import pytest
 
 from ds_doctor.knowledge import catalog
 from ds_doctor.knowledge.issues import REGEX_FLAGS, KnownIssue, Wording
+from ds_doctor.knowledge.matching import classify
 from ds_doctor.knowledge.triage import read_log
 
 CASES = [
@@ -55,7 +56,7 @@ def test_every_wording_is_matched_by_its_entry(issue: KnownIssue, wording: Wordi
 @pytest.mark.parametrize(("issue", "wording"), CASES)
 def test_no_other_entry_claims_a_wording(issue: KnownIssue, wording: Wording) -> None:
     for text in as_tickets_show_it(wording).values():
-        others = {hit.id for hit in catalog.classify(text)} - {issue.id} - SHARED.get(issue.id, set())
+        others = {hit.id for hit in classify(text)} - {issue.id} - SHARED.get(issue.id, set())
         assert others == set(), text[:200]
 
 
