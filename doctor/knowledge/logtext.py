@@ -100,9 +100,14 @@ _TEMPLATES = (
     + _VERSION
     + r"(?![\w.])",  # "DeepSpeed version: V0.14.3"
     r"\bv(?:ersion)?[ \t]?" + _VERSION + r"[ \t]+of[ \t]+{n}\b",  # "I use V0.14.3 of DeepSpeed"
+    r"(?<![\w.-]){n}(?:'s)?[ \t]+version[ \t]+(?:is|was)[ \t]+v?"
+    + _VERSION
+    + r"(?!\.?\d)",  # "My DeepSpeed version is 0.16.4."
     # a Markdown table of an issue template: "| deepspeed | 0.14.3 |", "| DeepSpeed version | v0.14.3 |"
     r"^[ \t]*\|?[ \t]*`?{n}`?(?:[ \t]+version)?[ \t]*\|[ \t]*`?v?" + _VERSION + r"`?[ \t]*(?:\||$)",
 )
+#: Markdown's strong emphasis, which issue templates put around a package's name or its label
+_EMPHASIS = re.compile(r"\*\*|(?<![\w])__|__(?![\w])")
 #: sentences of the libraries themselves that cite a release: history, not the version the user runs
 _QUOTED = re.compile(r"(?i)\bin (?:py)?torch \d+(?:\.\d+)+, we changed")
 #: names a log may use for a distribution besides its own (an import name, an informal one)
@@ -125,6 +130,9 @@ def log_versions(text: str, packages: Iterable[str]) -> dict[str, str]:
     text = _QUOTED.sub(
         lambda m: " " * len(m.group(0)), text
     )  # same length: positions still order the matches
+    # Markdown emphasis around a name or its label ("**DeepSpeed version**: 0.16.4", "- __torch__: 2.5.1") read as
+    # spaces, of the same length
+    text = _EMPHASIS.sub(lambda m: " " * len(m.group(0)), text)
     lowered = text.lower()
     for package in packages:
         names = _spellings(package)

@@ -187,6 +187,13 @@ def test_bars_are_stripped_as_before_in_linear_time() -> None:
         ("| deepspeed | 0.14.3 |", "deepspeed", "0.14.3"),  # an issue template's table
         ("| DeepSpeed version | `v0.14.3` |", "deepspeed", "0.14.3"),
         ("deepspeed | 0.14.3", "deepspeed", "0.14.3"),
+        # as a sentence, and in Markdown bold (issue 48's fresh sample missed both)
+        ("My DeepSpeed version is 0.16.4.", "deepspeed", "0.16.4"),
+        ("the torch version was v2.3.0 when it broke", "torch", "2.3.0"),
+        ("**DeepSpeed version**: 0.16.4", "deepspeed", "0.16.4"),
+        ("- **torch**: 2.5.1", "torch", "2.5.1"),
+        ("**transformers version:** 4.46.0", "transformers", "4.46.0"),
+        ("- __accelerate__: 1.2.0", "accelerate", "1.2.0"),
     ],
 )
 def test_other_packages_named_in_prose(text: str, package: str, version: str) -> None:
@@ -203,6 +210,8 @@ def test_other_packages_named_in_prose(text: str, package: str, version: str) ->
         "needs 0.14.2",  # "ds" only as a word of its own
         "ds_report 0.14.2",
         "| deepspeed-kernels | 0.14.2 |",  # another package's row
+        "the deepspeed version is not 0.14.2",  # a sentence about a version that is not the one run
+        "see deepspeed.__init__ 0.14.2x",
     ],
 )
 def test_a_name_inside_another_is_no_version(text: str) -> None:
