@@ -30,7 +30,7 @@ from typing import Any
 import click
 
 from ds_doctor.checks.baseline import DEFAULT_TOLERANCE_PCT
-from ds_doctor.files import foreign_link
+from ds_doctor.files import entries_below, foreign_link
 from ds_doctor.fleet.drift import MIN_NIGHTS, NightValue, Series, fitted
 from ds_doctor.fleet.facts import FUTURE, NodeFacts, Source, build_fleet, facts_of, future_dated
 from ds_doctor.options import TOLERANCE, check_distinct, check_writable_file, one_line, output_in
@@ -256,43 +256,34 @@ def find_reports(sources: tuple[Path, ...], unreadable: list[Unreadable]) -> lis
 def _walk(root: Path, unreadable: list[Unreadable]) -> list[Path]:
     """The files named as `run` names its reports under `root`, without following links to directories."""
     found: list[Path] = []
-    entries, stack = 0, [(root, 0)]
-    while stack:
-        folder, depth = stack.pop()
+
+    def unlisted(folder: Path, exc: OSError) -> None:
+        unreadable.append(Unreadable(str(folder), f"cannot list it: {exc.strerror or exc}"))
+
+    for entries, entry in enumerate(entries_below(root, MAX_DEPTH, unlisted), start=1):
+        if entries > MAX_ENTRIES:
+            raise click.UsageError(
+                f"{root}: more than {MAX_ENTRIES:,} entries below it: name the reports' folder"
+            )
         try:
-            with os.scandir(folder) as listing:
-                for entry in listing:
-                    entries += 1
-                    if entries > MAX_ENTRIES:
-                        raise click.UsageError(
-                            f"{root}: more than {MAX_ENTRIES:,} entries below it: name the reports' folder"
-                        )
-                    _take(entry, depth, stack, found, unreadable)
-        except OSError as exc:
-            unreadable.append(Unreadable(str(folder), f"cannot list it: {exc.strerror or exc}"))
+            _take(entry, found, unreadable)
+        except OSError as exc:  # the entry vanished or cannot be examined
+            unreadable.append(Unreadable(entry.path, exc.strerror or str(exc)))
     return sorted(found)
 
 
-def _take(
-    entry: os.DirEntry[str],
-    depth: int,
-    stack: list[tuple[Path, int]],
-    found: list[Path],
-    unreadable: list[Unreadable],
-) -> None:
-    """One directory entry of the walk: a folder to look into (not through a link), a report file, or neither. A link
+def _take(entry: os.DirEntry[str], found: list[Path], unreadable: list[Unreadable]) -> None:
+    """One directory entry of the walk: a report file, or neither (a folder is walked by `entries_below`). A link
     another user owns is left out: whoever can write into the folder chose where it leads."""
-    if entry.is_dir(follow_symlinks=False):
-        if depth < MAX_DEPTH:
-            stack.append((Path(entry.path), depth + 1))
-    elif fnmatch.fnmatchcase(entry.name, PATTERN):
-        owner = foreign_link(Path(entry.path)) if entry.is_symlink() else None
-        if owner is not None:
-            unreadable.append(Unreadable(entry.path, _foreign(owner)))
-        elif entry.is_file():
-            found.append(Path(entry.path))
-        else:  # a FIFO would block the read, a device never end it
-            unreadable.append(Unreadable(entry.path, "not a regular file"))
+    if entry.is_dir(follow_symlinks=False) or not fnmatch.fnmatchcase(entry.name, PATTERN):
+        return
+    owner = foreign_link(Path(entry.path)) if entry.is_symlink() else None
+    if owner is not None:
+        unreadable.append(Unreadable(entry.path, _foreign(owner)))
+    elif entry.is_file():
+        found.append(Path(entry.path))
+    else:  # a FIFO would block the read, a device never end it
+        unreadable.append(Unreadable(entry.path, "not a regular file"))
 
 
 def _foreign(owner: int) -> str:

@@ -9,7 +9,7 @@ import os
 import re
 import secrets
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -180,6 +180,27 @@ def foreign_in_path(path: Path) -> tuple[str, int] | None:
     return None
 
 
+def entries_below(
+    root: Path, max_depth: int, unlisted: Callable[[Path, OSError], None] | None = None
+) -> Iterator[os.DirEntry[str]]:
+    """Every entry below `root`, folders too (each yielded before what it holds), walked without recursion and never
+    into a link; a folder `max_depth` levels down is yielded but not entered; a folder that cannot be listed goes to
+    `unlisted` with its error. A folder handed over as data (a run folder, a fleet's reports) may be a thousand
+    levels deep or hold a million files: the caller counts what it takes and stops."""
+    stack = [(root, 0)]
+    while stack:
+        folder, depth = stack.pop()
+        try:
+            with os.scandir(folder) as listing:
+                for entry in listing:
+                    yield entry
+                    if depth < max_depth and entry.is_dir(follow_symlinks=False):
+                        stack.append((Path(entry.path), depth + 1))
+        except OSError as exc:
+            if unlisted is not None:
+                unlisted(folder, exc)
+
+
 def foreign_link(path: Path) -> int | None:
     """The owner of `path` where it is itself a symbolic link some other user owns (not this process's user, not
     root); else None. Such a link at an output's name is replaced, never followed (`write_output`)."""
@@ -208,11 +229,14 @@ def write_output(path: Path, text: str) -> None:
     refused where its folder does not allow that; a character device or a FIFO is written in place, never replaced
     (as root, replacing `/dev/null` would destroy it); a FIFO with no reader is refused rather than waited on.
     Anything else raises OutputError."""
-    way = foreign_on_the_way(path)
-    if way is not None:
-        raise OutputError(f"{path} {way}; name another output")
-    owner = foreign_link(path)
-    if owner is not None:
+    kind = output_kind(
+        path
+    )  # another user's link on the way is refused there, at the last component a "file"
+    if kind == "file":
+        owner = foreign_link(path)
+        if owner is None:
+            write_atomic(Path(os.path.realpath(path)), text)
+            return
         try:
             write_atomic(path, text)  # renamed over the link: nothing it points at is touched
         except PermissionError:
@@ -220,11 +244,6 @@ def write_output(path: Path, text: str) -> None:
                 f"{path} is a link owned by another user (uid {owner}): ds-doctor does not write through it, "
                 "and this folder does not let it be replaced; name another output"
             ) from None
-        return
-    kind = output_kind(path)
-    if kind == "file":
-        target = Path(os.path.realpath(path))
-        write_atomic(target, text)
         return
     if kind != "stream":
         raise OutputError(f"{path} {kind}")

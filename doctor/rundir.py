@@ -31,7 +31,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from ds_doctor.files import CannotWrite, replacing, safe_component, write_atomic
+from ds_doctor.files import CannotWrite, entries_below, replacing, safe_component, write_atomic
 from ds_doctor.redact import scrub, scrub_text
 from ds_doctor.reports.hang import (
     CollectivePosition,
@@ -423,13 +423,9 @@ class RunDir:
 
     def read_stop(self) -> str | None:
         """The signal `write_stop` recorded (a name like `SIGTERM`), or None: none was, or the file is not one."""
-        path = self.path / self.STOPPED
-        if not path.is_file() or path.is_symlink():  # a run directory is data: a FIFO there would block
-            return None
-        try:
-            with path.open("rb") as handle:
-                data = json.loads(handle.read(200))
-        except (OSError, ValueError):
+        try:  # a run directory is data: a FIFO or a link there is no record of ds-doctor's
+            data = json.loads(read_inside(self.path / self.STOPPED, 200))
+        except ValueError:
             return None
         signal = data.get("signal") if isinstance(data, dict) else None
         return signal if isinstance(signal, str) and re.fullmatch(r"SIG[A-Z0-9]{1,10}", signal) else None
@@ -487,19 +483,10 @@ def read_own(path: Path, limit: int = BEAT_BYTES) -> str | None:
     nobody else can write; None otherwise (absent, another's, group-writable, too long, unreadable). What ds-doctor
     acts on comes only from files only it could have written."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
+        data = read_inside(path, limit, own=True)
+    except ValueError:
         return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & WRITABLE_BY_OTHERS:
-            return None
-        data = os.read(fd, limit + 1)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    return data.decode("utf-8", errors="replace") if len(data) <= limit else None
+    return data.decode("utf-8", errors="replace")
 
 
 #: A file inside a run directory read back as data (a rank's lines): at most this much
@@ -512,10 +499,11 @@ MAX_WALK_DEPTH = 32
 LAST_TIMESTAMP = 253402300800
 
 
-def read_inside(path: Path, limit: int = MAX_INSIDE_BYTES) -> bytes:
+def read_inside(path: Path, limit: int = MAX_INSIDE_BYTES, *, own: bool = False) -> bytes:
     """A file inside a run directory, which may be another user's (`report RUN_DIR` of a folder handed over): a
-    regular file, opened without following a link or waiting on a FIFO, at most `limit` bytes; else ValueError
-    saying why (a link to /dev/zero or to a file only root can read, a FIFO, a folder at that name)."""
+    regular file, opened without following a link or waiting on a FIFO, at most `limit` bytes; with `own`, also one
+    this process's user owns and nobody else can write; else ValueError saying why (a link to /dev/zero or to a
+    file only root can read, a FIFO, a folder at that name)."""
     flags = (
         os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
     )
@@ -527,8 +515,11 @@ def read_inside(path: Path, limit: int = MAX_INSIDE_BYTES) -> bytes:
         )
         raise ValueError(why or exc.strerror or str(exc)) from None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
             raise ValueError("not a regular file")
+        if own and (info.st_uid != os.geteuid() or info.st_mode & WRITABLE_BY_OTHERS):
+            raise ValueError("not this user's alone")
         with open(fd, "rb", closefd=False) as handle:
             data = handle.read(limit + 1)
     except OSError as exc:
@@ -541,26 +532,15 @@ def read_inside(path: Path, limit: int = MAX_INSIDE_BYTES) -> bytes:
 
 
 def files_in(root: Path) -> Iterator[tuple[Path, os.stat_result]]:
-    """The regular files below `root` with their own stat (links neither followed nor counted), walked without
-    recursion, at most MAX_WALKED entries and MAX_WALK_DEPTH folders deep: a folder of a million files or a
-    thousand levels (handed over as a run directory) costs a bounded walk, never a RecursionError."""
-    stack, seen = [(root, 0)], 0
-    while stack:
-        folder, depth = stack.pop()
-        try:
-            with os.scandir(folder) as entries:
-                for entry in entries:
-                    seen += 1
-                    if seen > MAX_WALKED:
-                        return
-                    if entry.is_dir(follow_symlinks=False):
-                        if depth < MAX_WALK_DEPTH:
-                            stack.append((Path(entry.path), depth + 1))
-                    elif entry.is_file(follow_symlinks=False):
-                        with contextlib.suppress(OSError):
-                            yield Path(entry.path), entry.stat(follow_symlinks=False)
-        except OSError:
-            continue
+    """The regular files below `root` with their own stat (links neither followed nor counted), at most MAX_WALKED
+    entries and MAX_WALK_DEPTH folders deep (`entries_below`): a folder of a million files or a thousand levels
+    (handed over as a run directory) costs a bounded walk, never a RecursionError."""
+    for seen, entry in enumerate(entries_below(root, MAX_WALK_DEPTH), start=1):
+        if seen > MAX_WALKED:
+            return
+        if entry.is_file(follow_symlinks=False):
+            with contextlib.suppress(OSError):
+                yield Path(entry.path), entry.stat(follow_symlinks=False)
 
 
 def read_rank_lines(path: Path, warnings: list[str]) -> Iterator[RankLine]:

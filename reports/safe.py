@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Callable
 
 #: Invisible format characters that make text read other than it is: the soft hyphen, the Arabic letter mark
 #: and the left-to-right and right-to-left marks (bidi, like the overrides), the Mongolian vowel separator, the
@@ -128,15 +129,24 @@ _LIVE = re.compile(
 )
 
 
+def _live_apart(text: str, plain: Callable[[str], str], live: Callable[[str], str]) -> str:
+    """`text` with each live piece (`_LIVE`: a URL, a mention, an issue reference) written by `live`, and the text
+    between them by `plain`."""
+    out, pos = [], 0
+    for found in _LIVE.finditer(text):
+        out += [plain(text[pos : found.start()]), live(found.group())]
+        pos = found.end()
+    return "".join([*out, plain(text[pos:])])
+
+
 def _defused(text: str, cell: bool) -> str:
     """Inline text that is not code (`_plain`), with each live piece (`_LIVE`) shown as a code span instead. The
     text holds no backtick (`_inline` took them out), so one backtick delimits each span."""
-    out, pos = [], 0
-    for live in _LIVE.finditer(text):
-        span = live.group().replace("|", "\\|") if cell else live.group()
-        out += [_plain(text[pos : live.start()]), f"`{span}`"]
-        pos = live.end()
-    return "".join([*out, _plain(text[pos:])])
+
+    def code(span: str) -> str:
+        return "`" + (span.replace("|", "\\|") if cell else span) + "`"  # in a table, a pipe ends a cell
+
+    return _live_apart(text, _plain, code)
 
 
 def _inline(value: object, *, cell: bool = False) -> str:
@@ -197,14 +207,11 @@ def md_cell(value: object) -> str:
 def md_html(value: object) -> Md:
     """Data inside the report's own HTML (`<summary>`), where Markdown is not read: text, on one line, each live
     piece (`_LIVE`: a URL, a mention, an issue reference) inside `<code>`, where trackers make nothing live."""
-    text, out, pos = one_line(value), [], 0
-    for live in _LIVE.finditer(text):
-        out += [
-            html.escape(text[pos : live.start()], quote=False),
-            f"<code>{html.escape(live.group(), quote=False)}</code>",
-        ]
-        pos = live.end()
-    return Md("".join([*out, html.escape(text[pos:], quote=False)]))
+
+    def escaped(text: str) -> str:
+        return html.escape(text, quote=False)
+
+    return Md(_live_apart(one_line(value), escaped, lambda span: f"<code>{escaped(span)}</code>"))
 
 
 #: A link of ds-doctor's own (a known issue's reference from the catalog): https, and no character that would
