@@ -37,6 +37,14 @@ class Wording:
 
 
 @dataclasses.dataclass(frozen=True)
+class Lookalike:
+    """A text of another cause that shares an entry's words, on which the entry must not be named."""
+
+    text: str
+    why: str
+
+
+@dataclasses.dataclass(frozen=True)
 class KnownIssue:
     id: str
     title: str
@@ -56,6 +64,9 @@ class KnownIssue:
     # only where one of these matches as well; else triage says "possibly", and how to `confirm` it
     evidence: tuple[str, ...] = ()
     confirm: str = ""
+    # warnings the library prints before this error: a log holding one without the error names it as "possibly"
+    banners: tuple[str, ...] = ()
+    lookalikes: tuple[Lookalike, ...] = ()
 
     def matches(self, text: str) -> bool:
         if not any(re.search(p, text, REGEX_FLAGS) for p in self.patterns):

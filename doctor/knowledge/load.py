@@ -11,6 +11,7 @@ Schema of a data file, format 1 (the comment at the top of each file says how it
     requires = ['regex', ...]           # ...provided all of these match too (frames that disambiguate)
     evidence = ['regex', ...]           # a generic message: named as the cause only where one of these matches too
     confirm = '...'                     # ...else triage says "possibly", and this is how to confirm it
+    banners = ['regex', ...]            # a warning the library prints before this error: alone, "possibly" it
     silent = '...'                      # instead of patterns: why no log shows it (then invariants find it)
     cause = '...'                       # required
     remedy = '...'                      # required
@@ -24,6 +25,9 @@ Schema of a data file, format 1 (the comment at the top of each file says how it
     source = 'torch torch/x/y.py'       # the distribution and its file that raise it
     versions = '>=2.1'                  # PEP 440 specifier on that distribution: the releases printing it
     read = ['2.1.2', '2.13.0']          # the releases whose source was read; each inside versions
+    [[issue.lookalike]]                 # one table per look-alike: a text of another cause sharing its words...
+    text = '...'                        # ...that this entry must not be named on (a test holds it to that)
+    why = '...'                         # what the text's cause is, and why it is not this entry
 
 Strings are strings and lists are lists of non-empty strings; an entry has patterns or silent, never both, and a
 silent one names invariants (and has no requires) and no wording. Any other key is refused, so a typo cannot drop
@@ -45,7 +49,7 @@ from urllib.parse import urlsplit
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from ds_doctor.knowledge.issues import REGEX_FLAGS, KnownIssue, Wording
+from ds_doctor.knowledge.issues import REGEX_FLAGS, KnownIssue, Lookalike, Wording
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -57,13 +61,26 @@ if TYPE_CHECKING:
 
 FORMAT = 1
 #: data/<name>.toml, in catalog order
-LIBRARIES = ("deepspeed", "accelerate", "fsdp", "launch", "equivalence", "reported")
+LIBRARIES = (
+    "deepspeed",
+    "accelerate",
+    "fsdp",
+    "launch",
+    "equivalence",
+    "reported",
+    "field_deepspeed",
+    "field_hf",
+    "field_trainers",
+    "field_distributed",
+    "everyday",
+)
 
 _REQUIRED = ("id", "title", "package", "cause", "remedy", "refs")
 _TEXTS = ("id", "title", "package", "cause", "remedy", "affected", "fixed_in", "silent", "confirm")
-_LISTS = ("patterns", "requires", "refs", "families", "invariants", "evidence")
-_KEYS = frozenset((*_TEXTS, *_LISTS, "wording"))
+_LISTS = ("patterns", "requires", "refs", "families", "invariants", "evidence", "banners")
+_KEYS = frozenset((*_TEXTS, *_LISTS, "wording", "lookalike"))
 _WORDING_KEYS = ("text", "source", "versions", "read")
+_LOOKALIKE_KEYS = ("text", "why")
 _ID = re.compile(r"[a-z][a-z0-9_]*")
 
 
@@ -167,7 +184,21 @@ def _entry(raw: Mapping[str, Any], label: str) -> KnownIssue:
         wordings=_wordings(raw.get("wording", []), label),
         evidence=tuple(raw.get("evidence", ())),
         confirm=raw.get("confirm", ""),
+        banners=tuple(raw.get("banners", ())),
+        lookalikes=_lookalikes(raw.get("lookalike", []), label),
     )
+
+
+def _lookalikes(raw: Any, label: str) -> tuple[Lookalike, ...]:
+    """The [[issue.lookalike]] tables of an entry: each exactly a text and why it is another cause."""
+    if not isinstance(raw, list) or not all(isinstance(item, dict) for item in raw):
+        raise CatalogError(f"{label}: lookalike must be an array of tables ([[issue.lookalike]])")
+    for number, table in enumerate(raw, 1):
+        if sorted(table) != sorted(_LOOKALIKE_KEYS) or not all(
+            isinstance(table[key], str) and table[key].strip() for key in _LOOKALIKE_KEYS
+        ):
+            raise CatalogError(f"{label}: lookalike #{number} must have exactly a non-empty text and why")
+    return tuple(Lookalike(table["text"], table["why"]) for table in raw)
 
 
 def _wordings(raw: Any, label: str) -> tuple[Wording, ...]:
@@ -215,7 +246,7 @@ def _check(raw: Mapping[str, Any], label: str) -> None:
 
 
 def _check_regexes(raw: Mapping[str, Any], label: str) -> None:
-    for key in ("patterns", "requires", "evidence"):
+    for key in ("patterns", "requires", "evidence", "banners"):
         for pattern in raw.get(key, ()):
             try:
                 re.compile(pattern, REGEX_FLAGS)
@@ -260,8 +291,10 @@ def _check_kind(raw: Mapping[str, Any], label: str) -> None:
         raise CatalogError(f"{label}: a silent issue must name the invariants that find it")
     if raw.get("wording") and not raw.get("patterns"):
         raise CatalogError(f"{label}: a silent issue prints no message, so it has no wording")
-    if raw.get("requires") and not raw.get("patterns"):
-        raise CatalogError(f"{label}: requires narrows patterns down; it means nothing without them")
+    if (raw.get("requires") or raw.get("banners")) and not raw.get("patterns"):
+        raise CatalogError(
+            f"{label}: requires and banners go with patterns (the error they narrow or precede), not without"
+        )
     if bool(raw.get("evidence")) != bool(raw.get("confirm")) or (
         raw.get("evidence") and not raw.get("patterns")
     ):

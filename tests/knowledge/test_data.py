@@ -200,7 +200,7 @@ BAD = [
     ),
     pytest.param(
         {"patterns": None, "silent": "quiet"},
-        "requires narrows patterns down",
+        "requires and banners go with patterns",
         id="requires-without-patterns",
     ),
 ]
