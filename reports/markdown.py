@@ -19,7 +19,16 @@ from typing import Any
 
 from ds_doctor.reports.hang import format_stacks
 from ds_doctor.reports.measures import MEASURES
-from ds_doctor.reports.records import FAILING, CaseResult, Finding, Outcome, Report, TensorRecord, Verdict
+from ds_doctor.reports.records import (
+    FAILING,
+    CaseResult,
+    Finding,
+    IssueRef,
+    Outcome,
+    Report,
+    TensorRecord,
+    Verdict,
+)
 from ds_doctor.reports.safe import clip, md_cell, md_code, md_fence, md_html, md_text, md_url
 from ds_doctor.reports.sections import GpuReading
 from ds_doctor.reports.steps import QUANTITIES, steps_of
@@ -420,6 +429,27 @@ def render_finding(finding: Finding) -> list[str]:
     return lines
 
 
+def known_issue_lines(issue: IssueRef | None) -> list[str]:
+    """A case's known issue: the verdict and remedy, how its error matched it, how to confirm a "possibly"."""
+    if issue is None:
+        return []
+    lines = [
+        f"**Known issue:** {md_code(issue.id)} — verdict **{issue.verdict.value}** "
+        f"({md_text(issue.affected_versions)}). Remedy: {md_text(issue.remedy)}",
+        "",
+    ]
+    if issue.matched_by:
+        lines += [f"Matched by {md_text(issue.matched_by)}.", ""]
+    if issue.confirm:
+        lines += [
+            f"Possibly only: nothing in the error confirms it. To confirm: {md_text(issue.confirm)}",
+            "",
+        ]
+    if issue.refs:
+        lines += [f"References: {', '.join(md_url(ref) for ref in issue.refs)}", ""]
+    return lines
+
+
 def render_case(result: CaseResult, same: Sequence[str] = ()) -> list[str]:
     """One case that needs a look; `same`: the other cases that ended the same way (shown once, here)."""
     lines = [f"### {md_code(result.label)} — {result.outcome.value}", ""]
@@ -433,20 +463,7 @@ def render_case(result: CaseResult, same: Sequence[str] = ()) -> list[str]:
         ]
     if result.reason:
         lines += [f"**Reason:** {md_text(result.reason)}", ""]
-    issue = result.known_issue
-    if issue:
-        lines += [
-            f"**Known issue:** {md_code(issue.id)} — verdict **{issue.verdict.value}** "
-            f"({md_text(issue.affected_versions)}). Remedy: {md_text(issue.remedy)}",
-            "",
-        ]
-        if issue.confirm:
-            lines += [
-                f"Possibly only: nothing in the error confirms it. To confirm: {md_text(issue.confirm)}",
-                "",
-            ]
-        if issue.refs:
-            lines += [f"References: {', '.join(md_url(ref) for ref in issue.refs)}", ""]
+    lines += known_issue_lines(result.known_issue)
     lines += [line for finding in result.findings for line in render_finding(finding)]
     if result.device_map:
         lines += device_map_summary(result.device_map)

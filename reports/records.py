@@ -248,6 +248,16 @@ class ErrorInfo:
         return f"{self.type}: {(self.message.splitlines() or [''])[0][:300]}"
 
 
+#: how a text matched a known issue (`ds_doctor.knowledge.structure.Kind`), as every format says it
+MATCH_SAID = {
+    "wording": "its message",
+    "loose": "its message, letter case and quotes aside",
+    "cut": "the leading part of its message, where the text stops",
+    "frame": "the function that raises it, with the same exception type, in other words",
+    "banner": "the warning printed before it, without the error itself",
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class IssueRef:
     """A known issue as a case result (or a triage match) names it, with this stack's verdict."""
@@ -260,6 +270,7 @@ class IssueRef:
     refs: tuple[str, ...] = ()
     fixed_in: str | None = None
     confirm: str | None = None  # a `possibly` verdict: what would confirm it
+    match: str | None = None  # how an error text matched it (`MATCH_SAID`); None where no text was matched
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "verdict", Verdict(self.verdict))
@@ -274,7 +285,13 @@ class IssueRef:
             "remedy": self.remedy,
             "refs": list(self.refs),
             **({"confirm": self.confirm} if self.confirm else {}),
+            **({"match": self.match} if self.match else {}),
         }
+
+    @property
+    def matched_by(self) -> str | None:
+        """How its error text matched it, in words."""
+        return MATCH_SAID.get(self.match) if self.match else None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> IssueRef:

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ds_doctor.reports.hang import CollectivePosition
-from ds_doctor.reports.records import Finding, IssueRef
+from ds_doctor.reports.records import MATCH_SAID, Finding, IssueRef
 from ds_doctor.reports.safe import md_code, md_text, md_url, one_line
 
 
@@ -40,6 +40,9 @@ class TriageMatch:
         str, ...
     ] = ()  # what backs it beyond the message: the spans its requires or frames matched
     confirm: str | None = None  # a "possibly" match: how to confirm it (nothing in the log did)
+    kind: str = (
+        "wording"  # how it matched (`ds_doctor.knowledge.structure.Kind`): wording, loose, cut, frame, banner
+    )
 
     @property
     def possibly(self) -> bool:
@@ -57,6 +60,7 @@ class TriageMatch:
             "context": list(self.context),
             "possibly": self.possibly,
             "confirm": self.confirm,
+            "kind": self.kind,
         }
 
     @property
@@ -75,6 +79,7 @@ def render_triage(matches: list[TriageMatch]) -> str:
             f"[{issue.id}] {'possibly: ' if match.possibly else ''}{issue.title}",
             f"  matched:  {match.line}",
             f"  strength: {match.strength_line}",
+            f"  by:       {MATCH_SAID.get(match.kind, match.kind)}",
             *([f"  confirm:  {match.confirm} (nothing in this input does)"] if match.possibly else []),
             f"  affected: {issue.affected_versions}; {match.package} {version} (from {match.version.source}): "
             f"{issue.verdict.value}" + (f"; fixed in {issue.fixed_in}" if issue.fixed_in else ""),
@@ -100,6 +105,7 @@ def render_triage_markdown(matches: list[TriageMatch], findings: Iterable[Findin
             "",
             f"- **matched:** {md_code(match.line)}",
             f"- **strength:** {md_text(match.strength_line)}",
+            f"- **matched by:** {md_text(MATCH_SAID.get(match.kind, match.kind))}",
             *(
                 [f"- **confirm by:** {md_text(match.confirm or '')} (nothing in this input does)"]
                 if match.possibly

@@ -92,7 +92,7 @@ class KnownIssue:
             return Verdict.UNKNOWN
         return Verdict.AFFECTED if inside else Verdict.NOT_AFFECTED
 
-    def to_ref(self, verdict: Verdict) -> IssueRef:
+    def to_ref(self, verdict: Verdict, confirm: str | None = None, match: str | None = None) -> IssueRef:
         """The `known_issue` of a case result: this issue with this stack's verdict (a `possibly` one says how to
         confirm it)."""
         affected = f"{self.package} {self.affected}" if self.affected else f"{self.package} (any)"
@@ -111,5 +111,6 @@ class KnownIssue:
             remedy=self.remedy,
             refs=self.refs,
             fixed_in=self.fixed_in,
-            confirm=self.confirm if verdict == Verdict.POSSIBLY else None,
+            confirm=(confirm or self.confirm or None) if verdict == Verdict.POSSIBLY else None,
+            match=match,
         )

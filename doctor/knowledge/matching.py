@@ -17,7 +17,19 @@ import re
 from collections.abc import Iterable
 
 from ds_doctor.knowledge.catalog import ISSUES
+from ds_doctor.knowledge.catalog import get as catalog_issue
 from ds_doctor.knowledge.issues import REGEX_FLAGS, KnownIssue
+from ds_doctor.knowledge.structure import (
+    Frame,
+    Kind,
+    Lead,
+    cut_form,
+    cut_hits,
+    leads,
+    loose_issue,
+    raised,
+    unquoted,
+)
 from ds_doctor.redact import scrub_text
 from ds_doctor.reports.records import ErrorInfo
 
@@ -182,7 +194,7 @@ CONTEXT_CHARS = 80
 POSSIBLY = "possibly"
 
 
-def strength(issue: KnownIssue, text: str) -> tuple[str, tuple[str, ...]]:
+def strength(issue: KnownIssue, text: str, frames_in: str | None = None) -> tuple[str, tuple[str, ...]]:
     """How strong a match is, and what backs it: "message and context" (the entry's `requires` matched: the
     frames or settings that tell it from a look-alike; for a generic message, its `evidence`), "message and
     frames" (a traceback frame of the entry's package), "message only" (a message another cause could print too),
@@ -195,7 +207,8 @@ def strength(issue: KnownIssue, text: str) -> tuple[str, tuple[str, ...]]:
         spans = [found.group(0) for pattern in issue.requires if (found := search(pattern, text))]
         return "message and context", tuple(_context(span) for span in spans)
     name = FRAME_NAMES.get(issue.package)
-    frame = re.search(rf'File "[^"\n]{{0,300}}[/\\]{name}[/\\][^"\n]{{0,300}}"', text) if name else None
+    where = text if frames_in is None else frames_in
+    frame = re.search(rf'File "[^"\n]{{0,300}}[/\\]{name}[/\\][^"\n]{{0,300}}"', where) if name else None
     return ("message and frames", (_context(frame.group(0)),)) if frame else ("message only", ())
 
 
@@ -213,18 +226,149 @@ def flattened(text: str) -> str:
     return _BREAKS.sub(" ", text)
 
 
-def judged(texts: Iterable[str]) -> tuple[KnownIssue, str] | None:
-    """The known issue an error's texts match first (the raised error's, then what the ranks printed), most specific
-    first, with the strength of its match (`strength`, over every text: the evidence that confirms a generic message
-    may be in what a rank printed, not in the error itself): what a run's case and `ds-doctor triage` both say."""
+#: What a cut match that is long enough says of itself (a shorter one is "possibly")
+CUT_SHORT = "message cut short"
+
+
+@dataclasses.dataclass(frozen=True)
+class Match:
+    """A known issue a text matches: how (`Kind`), where (a position in the text, approximate for a match made on
+    a reshaped copy of it), the span that matched, the strength and what backs it, and how to confirm a
+    "possibly"."""
+
+    issue: KnownIssue
+    kind: Kind
+    position: int
+    span: str
+    strength: str
+    context: tuple[str, ...] = ()
+    confirm: str | None = None
+
+    @property
+    def possibly(self) -> bool:
+        return self.strength == POSSIBLY
+
+
+def _scaled(position: int, shape: str, text: str) -> int:
+    """A position in a reshaped copy of `text` (flattened, quotes gone), as a position in `text`."""
+    return position * len(text) // max(len(shape), 1)
+
+
+def _worded(issue: KnownIssue, text: str, shown: str, kind: Kind, frames_in: str) -> Match | None:
+    found = first_match(issue, shown)
+    if found is None:
+        return None
+    how, context = strength(issue, shown, frames_in)
+    confirm = issue.confirm or None if how == POSSIBLY else None
+    return Match(issue, kind, _scaled(found[0], shown, text), found[1], how, context, confirm)
+
+
+def _by_wording(text: str, seen: set[str]) -> list[Match]:
+    """Matches of the entries' patterns as written, then on the text flattened, then loosened (case and quotes
+    aside)."""
+    out: list[Match] = []
+    flat = flattened(text)
+    loose = unquoted(flat)
+    passes = ((text, Kind.WORDING, None), (flat, Kind.WORDING, None), (loose, Kind.LOOSE, loose_issue))
+    for shown, kind, shape in passes:
+        candidates = (
+            ISSUES if shape is None else tuple(shape(issue) for issue in ISSUES if issue.id not in seen)
+        )
+        for issue in classify(shown, candidates):
+            if issue.id not in seen and (match := _worded(issue, text, shown, kind, text)) is not None:
+                original = catalog_issue(issue.id)
+                out.append(
+                    dataclasses.replace(match, issue=original, confirm=match.confirm and original.confirm)
+                )
+                seen.add(issue.id)
+    return out
+
+
+def _by_structure(text: str, seen: set[str]) -> list[Match]:
+    """Matches of a wording cut short, of the raising frame of an entry's check, of a banner before an error."""
+    out: list[Match] = []
+    for hit in cut_hits(text, _leads()).values():
+        if hit.issue in seen:
+            continue
+        issue, span = catalog_issue(hit.issue), _shown(hit.matched)
+        sure = hit.certain and not issue.confirm
+        confirm = (
+            None
+            if sure
+            else issue.confirm
+            or (
+                f"the text stops after \u201c{_context(hit.matched)}\u201d: the error's whole line (from the log, "
+                "not a title or an excerpt) confirms it"
+            )
+        )
+        position = _scaled(hit.position, cut_form(text), text)
+        out.append(Match(issue, Kind.CUT, position, span, CUT_SHORT if sure else POSSIBLY, (), confirm))
+        seen.add(hit.issue)
+    for shown in raised(text):
+        for frame in _frames():
+            if frame.issue not in seen and shown.is_of(frame):
+                issue = catalog_issue(frame.issue)
+                confirm = (
+                    f"{frame.exception} raised by {frame.function} ({frame.file}), the check that raises this "
+                    "entry's message, in other words: read the message against the entry's cause"
+                )
+                where = f"{shown.exception} in {frame.function} ({frame.file})"
+                out.append(Match(issue, Kind.FRAME, shown.position, where, POSSIBLY, (), confirm))
+                seen.add(frame.issue)
+    for issue in ISSUES:
+        if issue.id in seen or not issue.banners:
+            continue
+        found = min(
+            (m for p in issue.banners if (m := search(p, text))), key=lambda m: m.start(), default=None
+        )
+        if found is not None:
+            confirm = "the warning printed before this error is here, the error is not: the log's next lines confirm it"
+            out.append(
+                Match(issue, Kind.BANNER, found.start(), _shown(found.group(0)), POSSIBLY, (), confirm)
+            )
+            seen.add(issue.id)
+    return out
+
+
+def matches(text: str) -> list[Match]:
+    """Every known issue `text` matches, each once, by the strongest kind that matched it: its patterns as written
+    (on the text, then flattened), loosened, a wording cut short, the raising frame, a banner."""
+    if not text:
+        return []
+    seen: set[str] = set()
+    found = _by_wording(text, seen)
+    return found + _by_structure(text, seen)
+
+
+def judged(texts: Iterable[str]) -> Match | None:
+    """The known issue an error's texts match first (the raised error's, then what the ranks printed), by the
+    strongest kind of match, its strength judged over every text (the evidence that confirms a generic message may
+    be in what a rank printed, not in the error itself): what a run's case and `ds-doctor triage` both say."""
     texts = [text for text in texts if text]
+    everything = "\n".join(texts)
     for text in texts:
-        for shown in (text, flattened(text)):
-            hits = classify(shown)
-            if hits:
-                everything = "\n".join(texts)
-                return hits[0], strength(hits[0], everything)[0]
+        found = matches(text)
+        if found:
+            best = min(found, key=lambda m: list(Kind).index(m.kind))
+            if best.kind in (Kind.WORDING, Kind.LOOSE) and best.strength == POSSIBLY:
+                how, context = strength(best.issue, flattened(everything))
+                if how != POSSIBLY:
+                    return dataclasses.replace(best, strength=how, context=context, confirm=None)
+            return best
     return None
+
+
+@functools.lru_cache(maxsize=1)
+def _leads() -> tuple[Lead, ...]:
+    return leads(ISSUES)
+
+
+@functools.lru_cache(maxsize=1)
+def _frames() -> tuple[Frame, ...]:
+    from ds_doctor.knowledge.frames import shipped
+
+    known = {issue.id for issue in ISSUES}
+    return tuple(frame for frame in shipped() if frame.issue in known)
 
 
 @dataclasses.dataclass(frozen=True)

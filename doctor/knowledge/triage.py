@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 
 from ds_doctor.knowledge.catalog import ISSUES
 from ds_doctor.knowledge.logtext import log_versions, normalise
-from ds_doctor.knowledge.matching import POSSIBLY, classify, first_match, flattened, strength
+from ds_doctor.knowledge.matching import matches
 from ds_doctor.knowledge.peers import peer_findings
 from ds_doctor.knowledge.watchdog import WatchdogReport, read_watchdog, watchdog_findings
 from ds_doctor.redact import scrub_text
@@ -49,30 +49,25 @@ def _matches(
     text: str, used: Mapping[str, VersionUsed], installed: Mapping[str, str | None]
 ) -> list[TriageMatch]:
     versions = {p: v.version for p, v in used.items()}
-    flat = flattened(text)
-    direct = classify(text)
-    seen = {issue.id for issue in direct}
-    matches = []
-    for issue in [*direct, *(i for i in classify(flat) if i.id not in seen)]:
-        found = first_match(issue, text) or first_match(issue, flat)
-        if found is None:  # pragma: no cover - classify only returns issues whose patterns matched
-            continue
+    found = []
+    for match in matches(text):
+        issue = match.issue
         version = used.get(issue.package, VersionUsed(installed.get(issue.package), "this machine"))
-        how, context = strength(issue, text if issue.id in seen else flat)
-        matches.append(
+        found.append(
             TriageMatch(
-                issue.to_ref(issue.version_verdict(versions)),
+                issue.to_ref(issue.version_verdict(versions), confirm=match.confirm, match=match.kind.value),
                 issue.package,
                 issue.cause,
                 version,
-                found[0],
-                scrub_text(found[1]),
-                how,
-                context,
-                issue.confirm if how == POSSIBLY else None,
+                match.position,
+                scrub_text(match.span),
+                match.strength,
+                match.context,
+                match.confirm if match.possibly else None,
+                match.kind.value,
             )
         )
-    return in_order(matches, text)
+    return in_order(found, text)
 
 
 #: timestamps a log line starts with, as glog (`E1121 04:51:10.402917`, torch's C++) and Python's logging

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 from ds_doctor.checks.hang import stragglers
 from ds_doctor.knowledge import catalog
-from ds_doctor.knowledge.matching import POSSIBLY, judged
+from ds_doctor.knowledge.matching import judged
 from ds_doctor.reports.records import CaseResult, Finding, IssueRef, Outcome, RankSummary, Verdict, worst
 from ds_doctor.rundir import PlannedCase, RankLine
 
@@ -87,7 +87,8 @@ def known_issue_for(
         # the one matcher triage uses: a generic message with none of its entry's evidence is `possibly`
         found = judged(texts)
         if found is not None:
-            return found[0].to_ref(Verdict.POSSIBLY if found[1] == POSSIBLY else Verdict.AFFECTED)
+            verdict = Verdict.POSSIBLY if found.possibly else Verdict.AFFECTED
+            return found.issue.to_ref(verdict, found.confirm, found.kind.value)
         if named is None:
             return None
     if named is not None:

@@ -292,9 +292,14 @@ def test_the_catalog_holds_every_library_file_once() -> None:
         "launch.toml",
         "equivalence.toml",
         "reported.toml",
+        "field_deepspeed.toml",
+        "field_hf.toml",
+        "field_trainers.toml",
+        "field_distributed.toml",
+        "everyday.toml",
     ]
     everything = sum(parts.values(), ())
-    assert known_issues.ISSUES == everything and len({i.id for i in everything}) == len(everything) == 105
+    assert known_issues.ISSUES == everything and len({i.id for i in everything}) == len(everything) >= 200
     assert all(issue.id.startswith("ds_") for issue in parts["deepspeed.toml"])
     assert known_issues.get("torchrun_child_sigkill").package == "torch"
 

@@ -23,10 +23,10 @@ ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = load_catalog()
 
 
-def test_the_data_folder_holds_one_file_per_library_and_the_measurements() -> None:
+def test_the_data_folder_holds_one_file_per_library_the_measurements_and_the_frames() -> None:
     folder = resources.files("ds_doctor.knowledge") / "data"
     assert sorted(p.name for p in folder.iterdir() if p.name.endswith(".toml")) == sorted(
-        [*(f"{n}.toml" for n in LIBRARIES), "measured.toml"]
+        [*(f"{n}.toml" for n in LIBRARIES), "measured.toml", "frames.toml"]
     )
     assert [p.name for p in data_files()] == [f"{n}.toml" for n in LIBRARIES]
 

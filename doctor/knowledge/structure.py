@@ -1,0 +1,298 @@
+"""Matching by structure, not only by sentence: what a ticket shows of a known error when its exact line is not there.
+
+On a fresh sample of real tickets, triage named 10 of 19 texts whose cause the catalog has; the misses were the right
+message in another shape. Each shape is a kind of match here, and each says which it was (`Kind`), in every format:
+
+- **loose**: the entry's patterns with letter case and quotes aside (`'`, `"`, backticks, curly quotes), over the
+  text flattened where a terminal wrapped it: "Cannot Copy Out Of Meta Tensor" in a title, `'model'` pasted as
+  `model`.
+- **cut**: a title or an excerpt that stops inside the message ("Expected all tensors to be on the same device,
+  but...", "... found at least two devices, cu"). Each wording of an entry has a distinctive leading part: the
+  shortest run of its first words, at least `LEAD_MIN` characters, that no other entry's wording contains (measured
+  over the catalog when it is loaded). A text whose line runs along a wording past that part, and stops there (the
+  line ends, or an ellipsis) matches it. Shorter than `CERTAIN_CUT` characters and three quarters of the wording, the
+  match is "possibly".
+- **frame**: a Python traceback whose raising frame is the function that raises the entry's message (file and
+  function, from the sources of the releases read: `data/frames.toml`, `python -m ds_doctor.knowledge.frames`) with
+  the same exception type, in other words: a sibling sentence of the same check, or the same check reworded by a
+  release nobody read. Only functions raising that type in a few places count, and it is always "possibly".
+- **banner**: a warning the library prints before the error (an entry's `banners`), pasted without the error's own
+  line: "possibly" the entry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import re
+import sys
+from collections.abc import Iterable, Sequence
+
+from ds_doctor.knowledge.issues import KnownIssue
+from ds_doctor.reports.records import MATCH_SAID
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - python 3.10
+    import tomli as tomllib
+
+
+class Kind(str, enum.Enum):
+    """How a text matched an entry."""
+
+    WORDING = "wording"  # a pattern as written
+    LOOSE = "loose"  # a pattern, case and quotes aside
+    CUT = "cut"  # the distinctive leading part of a wording, the text cut after it
+    FRAME = "frame"  # the raising frame and exception type of the entry's check, in other words
+    BANNER = "banner"  # a warning printed before the error, without the error
+
+    @property
+    def said(self) -> str:
+        """How a report says it."""
+        return MATCH_SAID[self.value]
+
+
+QUOTES = "'\"`\u2018\u2019\u201c\u201d"
+_QUOTE_RUN = re.compile(f"[{QUOTES}]")
+_QUANTIFIER = re.compile(r"(?:[?*+]|\{\d*(?:,\d*)?\})[?+]?")
+
+
+def unquoted(text: str) -> str:
+    return _QUOTE_RUN.sub("", text)
+
+
+def _skip_quantifier(pattern: str, at: int) -> int:
+    found = _QUANTIFIER.match(pattern, at)
+    return found.end() if found else at
+
+
+def _class_end(pattern: str, start: int) -> int | None:
+    """Where the character class opened at `start` closes."""
+    i = start + 1
+    i += 1 if pattern[i : i + 1] == "^" else 0
+    i += 1 if pattern[i : i + 1] == "]" else 0
+    while i < len(pattern):
+        if pattern[i] == "\\":
+            i += 2
+            continue
+        if pattern[i] == "]":
+            return i
+        i += 1
+    return None
+
+
+def _loose_class(pattern: str, start: int, end: int) -> str:
+    body = pattern[start + 1 : end]
+    if body.startswith("^"):
+        return pattern[start : end + 1]  # a negated class: the text has no quotes for it to refuse
+    kept = re.sub(rf"\\?[{QUOTES}]", "", body)
+    return f"[{kept}]" if kept else ""
+
+
+def loosened_pattern(pattern: str) -> str:
+    """A pattern for text whose quotes are gone, matching any letter case: its quote characters go (with a
+    quantifier of theirs), and `(?i)` is added. A pattern this reading cannot follow stays as it is, case aside."""
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "\\" and pattern[i + 1 : i + 2] in tuple(QUOTES):
+            i = _skip_quantifier(pattern, i + 2)
+        elif char == "\\":
+            out.append(pattern[i : i + 2])
+            i += 2
+        elif char == "[":
+            end = _class_end(pattern, i)
+            if end is None:
+                return _case_blind(pattern)
+            kept = _loose_class(pattern, i, end)
+            out.append(kept)
+            i = end + 1 if kept else _skip_quantifier(pattern, end + 1)
+        elif char in QUOTES:
+            i = _skip_quantifier(pattern, i + 1)
+        else:
+            out.append(char)
+            i += 1
+    loose = _case_blind("".join(out))
+    try:
+        re.compile(loose)
+    except re.error:
+        return _case_blind(pattern)
+    return loose
+
+
+def _case_blind(pattern: str) -> str:
+    flags = re.match(r"\(\?([aiLmsux]+)\)", pattern)
+    return f"(?i{flags.group(1)}){pattern[flags.end() :]}" if flags else f"(?i){pattern}"
+
+
+@functools.lru_cache(maxsize=1024)
+def loose_issue(issue: KnownIssue) -> KnownIssue:
+    """The entry with every regex loosened (`loosened_pattern`): what the loose pass matches."""
+    return dataclasses.replace(
+        issue,
+        patterns=tuple(loosened_pattern(p) for p in issue.patterns),
+        requires=tuple(loosened_pattern(p) for p in issue.requires),
+        evidence=tuple(loosened_pattern(p) for p in issue.evidence),
+    )
+
+
+# --- cut: a wording's distinctive leading part, the text stopping after it ---
+
+LEAD_MIN = 24  # characters a leading part has at least (fewer are words many messages begin with)
+CERTAIN_CUT = 60  # a cut match this long (or three quarters of its wording) is certain; shorter, "possibly"
+_SPACES = re.compile(r"[ \t]+")
+_ELLIPSIS = ("...", "\u2026", "[...]", "(...)")
+
+
+def cut_form(text: str) -> str:
+    """Text as the cut pass compares it: lower case, quotes gone, runs of blanks one space, lines kept (a line's
+    end is where a title or an excerpt stops), each line's own indentation gone."""
+    lines = (_SPACES.sub(" ", line).strip() for line in unquoted(text).lower().split("\n"))
+    return "\n".join(lines)
+
+
+@dataclasses.dataclass(frozen=True)
+class Lead:
+    """A wording of an entry, in `cut_form` on one line, and how many of its first characters no other entry's
+    wording contains."""
+
+    issue: str
+    wording: str
+    distinct: int
+
+
+def leads(issues: Sequence[KnownIssue]) -> tuple[Lead, ...]:
+    """Each wording's distinctive leading part: its shortest run of whole first words, `LEAD_MIN` characters or
+    more, found in no other entry's wording (none where the whole wording is in another's)."""
+    forms = [(issue.id, " ".join(cut_form(w.text).split())) for issue in issues for w in issue.wordings]
+    found = []
+    for owner, wording in forms:
+        others = [form for other, form in forms if other != owner]
+        ends = [m.start() for m in re.finditer(" ", wording) if m.start() >= LEAD_MIN] + [len(wording)]
+        for end in ends:
+            if len(wording) >= LEAD_MIN and not any(wording[:end] in other for other in others):
+                found.append(Lead(owner, wording, end))
+                break
+    return tuple(found)
+
+
+def _next_line(text: str, at: int) -> int:
+    while at < len(text) and text[at] in " \n":
+        at += 1
+    return at
+
+
+def _run_along(text: str, at: int, wording: str) -> tuple[int, bool]:
+    """How far `text` from `at` runs along `wording` (across line breaks that fall between or inside its words), and
+    whether it stops there as a cut (the text's end, its line's end, an ellipsis) rather than by saying something
+    else."""
+    ti, wi = at, 0
+    while wi < len(wording):
+        if ti >= len(text):
+            return wi, True
+        char, want = text[ti], wording[wi]
+        if char == want:
+            ti, wi = ti + 1, wi + 1
+            continue
+        if text.startswith(_ELLIPSIS, ti) or (char == " " and text.startswith(_ELLIPSIS, ti + 1)):
+            return wi, True
+        if char != "\n":
+            return wi, False
+        after = _next_line(text, ti)
+        if want == " " and text[after : after + 1] == wording[wi + 1 : wi + 2]:
+            ti, wi = after, wi + 1  # a line broken between two words
+        elif text[after : after + 1] == want:
+            ti = after  # broken inside a word
+        else:
+            return wi, True
+    return wi, True
+
+
+#: past this many characters, the cut pass reads the text's head and tail only (a ticket's title and its excerpt's end)
+CUT_READ = 1 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class CutHit:
+    issue: str
+    matched: str  # the wording's part the text runs along
+    wording: str
+    position: int  # in the cut form
+
+    @property
+    def certain(self) -> bool:
+        return len(self.matched) >= CERTAIN_CUT or len(self.matched) >= 0.75 * len(self.wording)
+
+
+def cut_hits(text: str, found: Iterable[Lead]) -> dict[str, CutHit]:
+    """For each entry, its longest cut match in `text`."""
+    if len(text) > CUT_READ:
+        text = text[: CUT_READ // 4] + "\n" + text[-CUT_READ:]
+    form = cut_form(text)
+    best: dict[str, CutHit] = {}
+    for lead in found:
+        head = lead.wording[: lead.distinct]
+        start, tries = form.find(head), 0
+        while start >= 0 and tries < 8:
+            length, cut = _run_along(form, start, lead.wording)
+            hit = CutHit(lead.issue, lead.wording[:length], lead.wording, start)
+            if cut and (lead.issue not in best or len(hit.matched) > len(best[lead.issue].matched)):
+                best[lead.issue] = hit
+            start, tries = form.find(head, start + 1), tries + 1
+    return best
+
+
+# --- frame: the raising frame of the entry's check, in other words ---
+
+_RAISING = re.compile(
+    r'File "(?P<path>[^"\n]{1,500})", line \d{1,7}, in (?P<function>[\w<>.]{1,200})[ \t]*\n'
+    r'(?:(?![ \t]*File ")[^\n]{0,500}\n){0,6}?'
+    r"(?P<type>(?:[A-Za-z_]\w{0,100}\.){0,8}[A-Za-z_]\w{0,100}(?:Error|Exception|Exit|Interrupt)):?[ \t]"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Frame:
+    """Where a release raises an entry's message: the file in its distribution, the function, the exception type,
+    and how many times that function raises that type (one check among few, or one of many)."""
+
+    issue: str
+    file: str
+    function: str
+    exception: str
+    raises: int
+    read: str  # the release whose source said so
+
+
+#: a function raising the type in more places than this raises it for too many reasons to say which
+MOST_RAISES = 3
+
+
+def load_frames(text: str) -> tuple[Frame, ...]:
+    data = tomllib.loads(text)
+    return tuple(Frame(**{k: v for k, v in row.items()}) for row in data.get("frame", []))
+
+
+@dataclasses.dataclass(frozen=True)
+class Raised:
+    """A raising frame a traceback shows: its file, function and exception type, and where it stands."""
+
+    path: str
+    function: str
+    exception: str
+    position: int
+
+    def is_of(self, frame: Frame) -> bool:
+        path = self.path.replace("\\", "/")
+        return (
+            self.function == frame.function
+            and self.exception.rsplit(".", 1)[-1] == frame.exception
+            and path.endswith("/" + frame.file)
+            and frame.raises <= MOST_RAISES
+        )
+
+
+def raised(text: str) -> list[Raised]:
+    return [Raised(m["path"], m["function"], m["type"], m.start("type")) for m in _RAISING.finditer(text)]
