@@ -254,7 +254,7 @@ MATCH_SAID = {
     "loose": "its message, letter case and quotes aside",
     "cut": "the leading part of its message, where the text stops",
     "frame": "the function that raises it, with the same exception type, in other words",
-    "banner": "the warning printed before it, without the error itself",
+    "banner": "what is printed before it (a warning, a failed build's lines), without the error itself",
 }
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import dataclasses
 import sys
 from collections.abc import Iterable, Iterator
 from importlib import metadata, resources
@@ -85,10 +86,9 @@ def _functions(tree: ast.AST) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef
             yield node
 
 
-def _holder(tree: ast.AST, wording: str) -> tuple[ast.FunctionDef | ast.AsyncFunctionDef, int] | None:
-    """The innermost function whose own literals hold most of the wording (a generic template, "object has no
-    attribute" filled with names, ties no check to it), and the first such literal's line."""
-    best: tuple[ast.FunctionDef | ast.AsyncFunctionDef, int] | None = None
+def _holders(tree: ast.AST, wording: str) -> Iterator[tuple[ast.FunctionDef | ast.AsyncFunctionDef, int]]:
+    """Each function whose own literals hold most of the wording (a generic template, "object has no attribute"
+    filled with names, ties no check to it), with the first such literal's line."""
     for function in _functions(tree):
         pieces = [
             (piece, line)
@@ -98,34 +98,28 @@ def _holder(tree: ast.AST, wording: str) -> tuple[ast.FunctionDef | ast.AsyncFun
             if len(piece := _words(value)) >= FRAGMENT_MIN and piece in wording
         ]
         covered = sum(len(piece) for piece in {piece for piece, _ in pieces})
-        if (
-            pieces
-            and covered >= COVERED * len(wording)
-            and (best is None or function.lineno > best[0].lineno)
-        ):
-            best = (function, min(line for _, line in pieces))
-    return best
+        if pieces and covered >= COVERED * len(wording):
+            yield function, min(line for _, line in pieces)
 
 
-def frame_of(source: str, wording: str, issue: str, read: str) -> Frame | None:
-    """Where `source` (a module's text) raises `wording`, or None (a message it logs, warns or builds elsewhere)."""
+def frames_of(source: str, wording: str, issue: str, read: str) -> list[Frame]:
+    """Where `source` (a module's text) raises `wording`: each function and the exception type it raises it with
+    (none for a message it logs, warns or builds elsewhere). `file` is left to the caller."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
-        return None
-    found = _holder(tree, _words(wording))
-    if found is None:
-        return None
-    function, line = found
-    raises = [n for n in _own_nodes(function) if isinstance(n, ast.Raise) and n.exc is not None]
-    holding = [n for n in raises if n.lineno <= line <= (n.end_lineno or n.lineno)] or [
-        n for n in raises if _names(n) & _assigned_at(function, line)
-    ]
-    kind = _raised_type(holding[0]) if holding else None
-    if kind is None or not kind[:1].isupper():
-        return None
-    count = sum(1 for n in raises if _raised_type(n) == kind)
-    return Frame(issue, "", function.name, kind, count, read)
+        return []
+    found = []
+    for function, line in _holders(tree, _words(wording)):
+        raises = [n for n in _own_nodes(function) if isinstance(n, ast.Raise) and n.exc is not None]
+        holding = [n for n in raises if n.lineno <= line <= (n.end_lineno or n.lineno)] or [
+            n for n in raises if _names(n) & _assigned_at(function, line)
+        ]
+        kind = _raised_type(holding[0]) if holding else None
+        if kind is not None and kind[:1].isupper():
+            count = sum(1 for n in raises if _raised_type(n) == kind)
+            found.append(Frame(issue, "", function.name, kind, count, read))
+    return found
 
 
 def frames(issues: Iterable[KnownIssue]) -> list[Frame]:
@@ -144,9 +138,8 @@ def frames(issues: Iterable[KnownIssue]) -> list[Frame]:
                 text = path.read_text(encoding="utf-8")
             except (metadata.PackageNotFoundError, OSError, UnicodeDecodeError):
                 continue
-            frame = frame_of(text, wording.text, issue.id, f"{dist} {version}")
-            if frame is not None:
-                frame = Frame(issue.id, file, frame.function, frame.exception, frame.raises, frame.read)
+            for frame in frames_of(text, wording.text, issue.id, f"{dist} {version}"):
+                frame = dataclasses.replace(frame, file=file)
                 rows.setdefault((issue.id, file, frame.function, frame.exception), frame)
     return list(rows.values())
 

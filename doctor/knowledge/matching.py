@@ -26,6 +26,7 @@ from ds_doctor.knowledge.structure import (
     cut_form,
     cut_hits,
     leads,
+    located,
     loose_issue,
     raised,
     unquoted,
@@ -284,47 +285,61 @@ def _by_wording(text: str, seen: set[str]) -> list[Match]:
     return out
 
 
-def _by_structure(text: str, seen: set[str]) -> list[Match]:
-    """Matches of a wording cut short, of the raising frame of an entry's check, of a banner before an error."""
-    out: list[Match] = []
+def _cut(text: str, seen: set[str]) -> list[Match]:
+    """Wordings whose distinctive leading part the text runs along, stopping there."""
+    out = []
     for hit in cut_hits(text, _leads()).values():
         if hit.issue in seen:
             continue
-        issue, span = catalog_issue(hit.issue), _shown(hit.matched)
+        issue = catalog_issue(hit.issue)
+        where = located(text, hit.matched)
         sure = hit.certain and not issue.confirm
-        confirm = (
-            None
-            if sure
-            else issue.confirm
-            or (
-                f"the text stops after \u201c{_context(hit.matched)}\u201d: the error's whole line (from the log, "
-                "not a title or an excerpt) confirms it"
-            )
+        said = (
+            f"the text stops after \u201c{_context(hit.matched)}\u201d: the error's whole line (from the log, not a "
+            "title or an excerpt) confirms it"
         )
-        position = _scaled(hit.position, cut_form(text), text)
-        out.append(Match(issue, Kind.CUT, position, span, CUT_SHORT if sure else POSSIBLY, (), confirm))
+        position = where[0] if where else _scaled(hit.position, cut_form(text), text)
+        span = _shown(where[1] if where else hit.matched)
+        strength_ = CUT_SHORT if sure else POSSIBLY
+        out.append(
+            Match(issue, Kind.CUT, position, span, strength_, (), None if sure else issue.confirm or said)
+        )
         seen.add(hit.issue)
+    return out
+
+
+def _framed(text: str, seen: set[str]) -> list[Match]:
+    """Tracebacks raising an entry's exception type from the one place its check raises it, in other words."""
+    out = []
     for shown in raised(text):
         for frame in _frames():
             if frame.issue not in seen and shown.is_of(frame):
-                issue = catalog_issue(frame.issue)
                 confirm = (
                     f"{frame.exception} raised by {frame.function} ({frame.file}), the check that raises this "
                     "entry's message, in other words: read the message against the entry's cause"
                 )
                 where = f"{shown.exception} in {frame.function} ({frame.file})"
-                out.append(Match(issue, Kind.FRAME, shown.position, where, POSSIBLY, (), confirm))
+                out.append(
+                    Match(
+                        catalog_issue(frame.issue), Kind.FRAME, shown.position, where, POSSIBLY, (), confirm
+                    )
+                )
                 seen.add(frame.issue)
+    return out
+
+
+def _bannered(text: str, seen: set[str]) -> list[Match]:
+    """What a library prints before an entry's error, without the error."""
+    out = []
+    confirm = "what is printed before this error is here, the error itself is not: the next lines confirm it"
     for issue in ISSUES:
         if issue.id in seen or not issue.banners:
             continue
-        found = min(
-            (m for p in issue.banners if (m := search(p, text))), key=lambda m: m.start(), default=None
-        )
-        if found is not None:
-            confirm = "the warning printed before this error is here, the error is not: the log's next lines confirm it"
+        hits = [found for pattern in issue.banners if (found := search(pattern, text))]
+        if hits:
+            first = min(hits, key=lambda found: found.start())
             out.append(
-                Match(issue, Kind.BANNER, found.start(), _shown(found.group(0)), POSSIBLY, (), confirm)
+                Match(issue, Kind.BANNER, first.start(), _shown(first.group(0)), POSSIBLY, (), confirm)
             )
             seen.add(issue.id)
     return out
@@ -336,8 +351,7 @@ def matches(text: str) -> list[Match]:
     if not text:
         return []
     seen: set[str] = set()
-    found = _by_wording(text, seen)
-    return found + _by_structure(text, seen)
+    return _by_wording(text, seen) + _cut(text, seen) + _framed(text, seen) + _bannered(text, seen)
 
 
 def judged(texts: Iterable[str]) -> Match | None:

@@ -244,12 +244,27 @@ def cut_hits(text: str, found: Iterable[Lead]) -> dict[str, CutHit]:
     return best
 
 
+def located(text: str, matched: str) -> tuple[int, str] | None:
+    """Where a cut match's words stand in the text as written (any case, quotes, blanks and line breaks between
+    them), and the text there."""
+    words = matched.split()
+    if not words:
+        return None
+    gap = f"[\\s{QUOTES}]*"
+    pattern = gap.join(gap.join(re.escape(char) for char in word) for word in words[:40])
+    found = re.compile(pattern, re.IGNORECASE).search(
+        text[: CUT_READ // 4] + "\n" + text[-CUT_READ:] if len(text) > CUT_READ else text
+    )
+    return (found.start(), found.group(0)) if found else None
+
+
 # --- frame: the raising frame of the entry's check, in other words ---
 
 _RAISING = re.compile(
     r'File "(?P<path>[^"\n]{1,500})", line \d{1,7}, in (?P<function>[\w<>.]{1,200})[ \t]*\n'
     r'(?:(?![ \t]*File ")[^\n]{0,500}\n){0,6}?'
-    r"(?P<type>(?:[A-Za-z_]\w{0,100}\.){0,8}[A-Za-z_]\w{0,100}(?:Error|Exception|Exit|Interrupt)):?[ \t]"
+    r"[ \t]*(?P<type>(?:[A-Za-z_]\w{0,100}\.){0,8}[A-Za-z_]\w{0,100}(?:Error|Exception|Exit|Interrupt))(?::|[ \t]*$)",
+    re.MULTILINE,
 )
 
 
@@ -266,8 +281,8 @@ class Frame:
     read: str  # the release whose source said so
 
 
-#: a function raising the type in more places than this raises it for too many reasons to say which
-MOST_RAISES = 3
+#: a function raising the type in more places than this raises it for more than one reason: which is not said
+MOST_RAISES = 1
 
 
 def load_frames(text: str) -> tuple[Frame, ...]:

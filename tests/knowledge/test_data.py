@@ -32,7 +32,7 @@ def test_the_data_folder_holds_one_file_per_library_the_measurements_and_the_fra
 
 
 def test_every_shipped_entry_loads_into_the_catalog() -> None:
-    assert len(SHIPPED) == 105 and SHIPPED == catalog.ISSUES
+    assert len(SHIPPED) >= 200 and SHIPPED == catalog.ISSUES
     assert all(isinstance(issue, KnownIssue) and isinstance(issue.patterns, tuple) for issue in SHIPPED)
 
 
@@ -72,7 +72,7 @@ def test_importing_the_catalog_reads_nothing_yet() -> None:
         "len(c.ISSUES))"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert proc.returncode == 0 and proc.stdout.split() == ["False", "105"], proc.stderr[-2000:]
+    assert proc.returncode == 0 and proc.stdout.split()[0] == "False" and int(proc.stdout.split()[1]) >= 200, proc.stderr[-2000:]
 
 
 # -- planted entries ------------------------------------------------------------------------------------------------

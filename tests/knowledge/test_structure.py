@@ -1,0 +1,196 @@
+"""Matching by structure (issue 48): a known error in another shape than its pasted line is still named, by the kind
+of match that found it, said in every format; and a text that only shares a shape is not.
+
+The texts are real: tickets' titles and excerpts as the public trackers show them (each with its thread), and what
+the libraries print here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from ds_doctor.knowledge import catalog
+from ds_doctor.knowledge.matching import judged, matches
+from ds_doctor.knowledge.structure import LEAD_MIN, Kind, cut_form, leads, loosened_pattern, raised
+from ds_doctor.knowledge.triage import triage
+from ds_doctor.reports.triage import render_triage, render_triage_markdown
+
+STRUCTURE = Path(__file__).resolve().parents[1] / "resources" / "structure"
+
+
+def named(text: str) -> dict[str, tuple[str, str]]:
+    """What triage names on `text`: id -> (kind, strength)."""
+    return {m.issue.id: (m.kind, m.strength) for m in triage(text, {})}
+
+
+# --- loose: case and quotes aside ---
+
+
+@pytest.mark.parametrize(
+    ("pattern", "text", "hit"),
+    [
+        (
+            "'DistributedDataParallel' object has no attribute",
+            "distributeddataparallel object has no attribute",
+            True,
+        ),
+        (r"Using the `?Trainer`? with `?PyTorch`? requires", "using the trainer with pytorch requires", True),
+        (r"""no attribute ['"]ds_grads""", "No attribute ds_grads", True),
+        (r"""value [^'"]+ here""", "value x here", True),
+        (r"Error building extension '\w+'", "error building extension cpu_adam", True),
+        ("Cannot free a ZeRO-3 parameter", "cannot free a zero-3 parameter", True),
+        ("Cannot free a ZeRO-3 parameter", "cannot free a zero-2 parameter", False),
+    ],
+)
+def test_a_loosened_pattern_takes_any_case_and_no_quotes(pattern: str, text: str, hit: bool) -> None:
+    assert bool(re.search(loosened_pattern(pattern), text)) is hit
+
+
+def test_a_message_in_other_capitals_and_without_its_quotes_is_named_loosely() -> None:
+    # kohya-ss/sd-scripts#1272's error with its quotes gone and a title's capitals, as tickets retype it
+    text = "Distributed Training Is Broken: AttributeError: DistributedDataParallel Object Has No Attribute text_model"
+    assert named(text)["ddp_attribute_on_wrapper"][0] == Kind.LOOSE
+
+
+# --- cut: the leading part of a wording, the text stopping after it ---
+
+UNSLOTH_1629 = """ValueError: Some modules are dispatched on the CPU or the disk
+
+When I am trying to fine tune large models in Kaggle, which are most models over 8B parameters in 4-bit precision, \
+I get the following error:
+"""  # https://github.com/unslothai/unsloth/issues/1629 (title and the excerpt's first line)
+
+LAWYERGPT_6 = """Some modules are dispatched on the CPU or the disk. Make sure you have enough GPU RAM to fit
+
+Running this section of your code during inference I am getting the below error.
+"""  # https://github.com/NisaarAgharia/Indian-LawyerGPT/issues/6
+
+
+def test_a_title_cut_inside_a_message_names_it_and_how_sure() -> None:
+    short = named(UNSLOTH_1629)["hf_bnb_quantized_modules_offloaded"]
+    long = named(LAWYERGPT_6)["hf_bnb_quantized_modules_offloaded"]
+    assert short == (Kind.CUT, "possibly")  # 51 characters of a 400-character message
+    assert long == (Kind.CUT, "message cut short")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # the same words going on to say something else, inside the line: not a cut
+        "Some modules are dispatched on the CPU or the disk because I asked for device_map='auto' on purpose",
+        # shorter than the wording's distinctive part: words many messages begin with
+        "Some modules are",
+    ],
+)
+def test_a_text_that_only_begins_like_a_message_is_not_a_cut(text: str) -> None:
+    assert "hf_bnb_quantized_modules_offloaded" not in named(text)
+
+
+def test_each_leading_part_is_distinctive_in_the_catalog() -> None:
+    """Measured when the catalog loads: every wording's leading part is found in no other entry's wording."""
+    found = leads(catalog.ISSUES)
+    forms = {
+        (issue.id, " ".join(cut_form(w.text).split())) for issue in catalog.ISSUES for w in issue.wordings
+    }
+    assert len(found) > len(forms) // 2
+    for lead in found:
+        head = lead.wording[: lead.distinct]
+        assert len(head) >= LEAD_MIN
+        assert not [owner for owner, form in forms if owner != lead.issue and head in form], lead.issue
+
+
+# --- banner: what is printed before the error, without it ---
+
+RTL_CODER_13 = (
+    STRUCTURE / "rtl-coder-13.txt"
+).read_text()  # https://github.com/hkust-zhiyao/RTL-Coder/issues/13 (compile flags shortened)
+
+DEEPSPEED_6912 = (
+    "[BUG] FAILED: multi_tensor_adam.cuda.o with"  # https://github.com/deepspeedai/DeepSpeed/issues/6912
+)
+
+AUTOPOISON_6 = (
+    STRUCTURE / "autopoison-6.txt"
+).read_text()  # https://github.com/azshue/AutoPoison/issues/6 (the excerpt stops there)
+
+
+@pytest.mark.parametrize("text", [RTL_CODER_13, DEEPSPEED_6912, AUTOPOISON_6])
+def test_a_failed_op_build_without_its_error_line_is_possibly_the_build_failure(text: str) -> None:
+    assert named(text)["ds_jit_op_compile_failed"] == (Kind.BANNER, "possibly")
+
+
+def test_a_build_that_worked_and_another_extensions_failure_are_not_a_deepspeed_build_failure() -> None:
+    worked = (
+        "Building extension module cpu_adam...\nAllowing ninja to set a default number of workers...\n"
+        "ninja: no work to do.\nLoading extension module cpu_adam...\nTime to load cpu_adam op: 2.4 seconds"
+    )
+    # https://github.com/pytorch/pytorch/issues/108209: a project's own extension (setup.py), not DeepSpeed's
+    other = (
+        "ninja: build stopped: subcommand failed.\nTraceback (most recent call last):\n  File "
+        '"/home/hhw/.conda/envs/geo/lib/python3.8/site-packages/torch/utils/cpp_extension.py", line 1533, in '
+        "_run_ninja_build\n    subprocess.run(\nsubprocess.CalledProcessError: Command '['ninja', '-v']' returned "
+        "non-zero exit status 1."
+    )
+    assert "ds_jit_op_compile_failed" not in named(worked) | named(other)
+
+
+def test_with_its_error_line_the_build_failure_is_named_by_its_message() -> None:
+    text = AUTOPOISON_6 + "RuntimeError: Error building extension 'cpu_adam'\n"
+    assert named(text)["ds_jit_op_compile_failed"][0] == Kind.WORDING
+
+
+# --- frame: the raising frame and type of an entry's check ---
+
+
+def test_a_raising_frame_is_read_with_its_exception_type() -> None:
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "/opt/venv/lib/python3.10/site-packages/torch/distributed/elastic/rendezvous/'
+        'c10d_rendezvous_backend.py", line 119, in _call_store\n'
+        "    raise RendezvousConnectionError(\n"
+        "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The store went away.\n"
+    )
+    (shown,) = raised(text)
+    assert (shown.function, shown.exception) == (
+        "_call_store",
+        "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError",
+    )
+    assert named(text)["torchrun_rendezvous_unreachable"] == (Kind.FRAME, "possibly")
+
+
+def test_a_code_line_naming_an_exception_is_not_a_raised_one() -> None:
+    text = (
+        '  File "/x/site-packages/torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py", line 119, in '
+        "_call_store\n    except RendezvousConnectionError as exc:\n"
+    )
+    assert raised(text) == []
+
+
+# --- every format says which kind it was ---
+
+
+def test_every_triage_format_says_how_it_matched() -> None:
+    found = triage(UNSLOTH_1629, {})
+    assert "by:       the leading part of its message, where the text stops" in render_triage(found)
+    assert "**matched by:** the leading part of its message, where the text stops" in render_triage_markdown(
+        found
+    )
+    (match,) = [m for m in found if m.issue.id == "hf_bnb_quantized_modules_offloaded"]
+    assert json.loads(json.dumps(match.to_dict()))["kind"] == "cut"
+
+
+def test_a_runs_error_matched_by_structure_says_so_in_its_verdict() -> None:
+    found = judged([DEEPSPEED_6912])
+    assert found is not None and found.kind == Kind.BANNER and found.possibly
+    ref = found.issue.to_ref(found.issue.version_verdict({}), found.confirm, found.kind.value)
+    assert ref.to_dict()["match"] == "banner" and ref.matched_by and "printed before it" in ref.matched_by
+
+
+def test_matches_name_each_entry_once_by_its_strongest_kind() -> None:
+    text = AUTOPOISON_6 + "RuntimeError: Error building extension 'cpu_adam'\n" + DEEPSPEED_6912
+    ids = [m.issue.id for m in matches(text)]
+    assert len(ids) == len(set(ids))
