@@ -55,6 +55,7 @@ class Label:
     also_ok: tuple[str, ...]
     cause: str  # the class, where expected is "none"
     hard_negative: bool
+    recurring: bool = False  # an everyday class (out of memory, NaN loss, an install mismatch, ...)
 
     @property
     def accepted(self) -> frozenset[str]:
@@ -66,6 +67,7 @@ class Named:
     id: str
     possibly: bool
     strength: str
+    kind: str = "wording"  # how it matched: wording, loose, cut, frame, banner
 
     def shown(self) -> str:
         return f"{self.id}?" if self.possibly else self.id
@@ -92,6 +94,7 @@ def read_labels(index: Path) -> list[Label]:
             also_ok=tuple(t.get("also_ok", ())),
             cause=t.get("class", ""),
             hard_negative=bool(t.get("hard_negative", False)),
+            recurring=bool(t.get("recurring", False)),
         )
         for t in data["text"]
     ]
@@ -130,12 +133,13 @@ def judge(label: Label, named: tuple[Named, ...]) -> tuple[str, tuple[str, ...]]
     return (MISSED if label.accepted else SILENT), ()
 
 
-def measure(label: Label, ds_doctor: str, timeout: float) -> Outcome:
-    seconds, data, error = run_triage(ds_doctor, COLLECTION / label.file, timeout)
+def measure(label: Label, ds_doctor: str, timeout: float, collection: Path = COLLECTION) -> Outcome:
+    seconds, data, error = run_triage(ds_doctor, collection / label.file, timeout)
     if data is None:
         return Outcome(label, (), 0, seconds, FAILED, error=error)
     named = tuple(
-        Named(m["id"], bool(m.get("possibly")), str(m.get("strength", ""))) for m in data.get("matches", [])
+        Named(m["id"], bool(m.get("possibly")), str(m.get("strength", "")), str(m.get("kind", "wording")))
+        for m in data.get("matches", [])
     )
     verdict, extra = judge(label, named)
     return Outcome(label, named, len(data.get("findings", [])), seconds, verdict, extra)
@@ -165,6 +169,13 @@ def summary(outcomes: list[Outcome]) -> list[str]:
     wrong_unknown = sum(o.verdict in (WRONG, WRONG_POSSIBLY) for o in unknown)
     hard = [o for o in outcomes if o.label.hard_negative]
     times = sorted(o.seconds for o in outcomes)
+    recurring = [o for o in outcomes if o.label.recurring]
+    recurring_right = sum(o.verdict in (RIGHT, RIGHT_POSSIBLY) for o in recurring)
+    kinds = Counter(
+        next(n.kind for n in o.named if n.id in o.label.accepted)
+        for o in outcomes
+        if o.verdict in (RIGHT, RIGHT_POSSIBLY)
+    )
     out = [
         f"texts: {len(outcomes)} ({len(known)} whose cause the catalog has, {len(unknown)} whose cause it lacks; "
         f"{len(hard)} hard negatives)",
@@ -176,6 +187,9 @@ def summary(outcomes: list[Outcome]) -> list[str]:
         f" {wrong_unknown} on causes the catalog lacks, of them"
         f" {sum(o.verdict in (WRONG, WRONG_POSSIBLY) for o in hard)} hard negatives);"
         f" correct silence {counts[SILENT]}/{len(unknown)}",
+        f"recurring-class texts (out of memory, NaN, install, ...): {recurring_right}/{len(recurring)} named right",
+        "right, by how the right entry matched: "
+        + (", ".join(f"{kind} {n}" for kind, n in kinds.most_common()) or "-"),
         f"extra entries named beside a right one: {sum(len(o.extra) for o in outcomes)}",
         f"time per text: median {times[len(times) // 2] * 1000:.0f} ms, max {times[-1] * 1000:.0f} ms,"
         f" total {sum(times):.1f} s",
@@ -195,9 +209,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ds-doctor", default=default_ds_doctor(), help="the ds-doctor executable")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds allowed per text")
     parser.add_argument("--json", type=Path, default=None, help="also write every outcome to this JSON file")
+    parser.add_argument(
+        "--collection", type=Path, default=COLLECTION, help="a folder of texts and their index.toml"
+    )
     args = parser.parse_args(argv)
     outcomes = [
-        measure(label, args.ds_doctor, args.timeout) for label in read_labels(COLLECTION / "index.toml")
+        measure(label, args.ds_doctor, args.timeout, args.collection)
+        for label in read_labels(args.collection / "index.toml")
     ]
     for outcome in outcomes:
         print(line(outcome))
