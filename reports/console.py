@@ -152,8 +152,12 @@ class RunProgress:
 
 def _details(result: CaseResult) -> str:
     details = result.reason or ""
-    if result.known_issue and result.known_issue.verdict == Verdict.AFFECTED:
-        details = f"[{result.known_issue.id}] {details}"
+    issue = result.known_issue
+    if issue and issue.verdict in (Verdict.AFFECTED, Verdict.POSSIBLY):
+        # a "possibly" says so, and a match made other than by the message says how (a cut, a frame, a banner)
+        said = "possibly " if issue.verdict == Verdict.POSSIBLY else ""
+        how = f", by {issue.match}" if issue.match and issue.match != "wording" else ""
+        details = f"[{said}{issue.id}{how}] {details}"
     warnings = [f for f in result.findings if not f.is_error]
     if warnings and not details:
         details = f"{len(warnings)} warning(s): " + "; ".join(sorted({f.invariant for f in warnings}))

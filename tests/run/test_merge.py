@@ -225,3 +225,31 @@ def test_a_possibly_verdict_says_how_to_confirm_it_in_the_markdown_and_the_html(
     validate(report.to_dict())
     for text in (render_markdown(report), render_html(report)):
         assert "possibly" in text and "To confirm: dmesg" in text
+    assert "Matched by its message." in render_markdown(report)
+
+
+def test_a_case_matched_by_structure_says_how_in_every_format() -> None:
+    """A rank that died printing a DeepSpeed op's failed compile, without torch's error line: the case is possibly
+    the op build failure, and the JSON, the Markdown, the HTML and the console each say it was matched by the lines
+    printed before the error."""
+    from ds_doctor.reports.console import compact_summary
+    from ds_doctor.reports.html import render_html
+    from ds_doctor.reports.markdown import render_markdown
+    from ds_doctor.reports.records import validate
+    from tests.reports.samples import a_report
+
+    printed = "[2/3] c++ -c /x/site-packages/deepspeed/ops/csrc/adam/cpu_adam.cpp -o cpu_adam.o\nFAILED: cpu_adam.o\n"
+    died = line(S2, 0, Outcome.ERROR, reason="exit code 1", stderr_tail=printed)
+    result = merge_case(planned(S2), [died], VERSIONS)
+    issue = result.known_issue
+    assert issue is not None and (issue.id, issue.verdict, issue.match) == (
+        "ds_jit_op_compile_failed",
+        Verdict.POSSIBLY,
+        "banner",
+    )
+    report = a_report([result])
+    validate(report.to_dict())
+    assert report.to_dict()["results"][0]["known_issue"]["match"] == "banner"
+    for text in (render_markdown(report), render_html(report)):
+        assert "Matched by what is printed before it" in text and "To confirm:" in text
+    assert "[possibly ds_jit_op_compile_failed, by banner]" in "\n".join(compact_summary(report))
