@@ -16,7 +16,7 @@ FROM := $(if $(WHEELHOUSE),--no-index --find-links $(abspath $(WHEELHOUSE)),)
 TARGET := $(if $(PLATFORM),--platform $(PLATFORM) --only-binary=:all:,)$(if $(PYVER), --python-version $(PYVER) --only-binary=:all:,)
 EXTRAS := accelerate,optimizers,hang
 
-.PHONY: run test lint bench clean wheelhouse fuzz verify-catalog canary first-run
+.PHONY: run test lint bench clean wheelhouse fuzz verify-catalog verify-repro canary first-run
 
 $(BIN)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -91,6 +91,10 @@ fuzz: $(BIN)/.installed
 verify-catalog: $(BIN)/.installed
 	$(BIN)/python -m ds_doctor.stacks.verify
 	$(BIN)/python -m ds_doctor.stacks.verify --ends
+
+# every catalog entry's reproduction (tests/resources/repro/) run again, its output triaged (minutes)
+verify-repro: $(BIN)/.installed
+	$(BIN)/python tests/resources/repro/run_all.py
 
 # what upstream just broke or fixed: level 3 on the stack as installed and on an overlay of the newest deepspeed,
 # accelerate and transformers (those newer than installed), side by side in one report (downloads: not in make test)
