@@ -119,10 +119,12 @@ class Session:
         try:
             with observer:
                 yield
-        except BaseException:
+        except BaseException as exc:
             self.watch.steps = number
-            # what the clip saw, beside the job's error
+            # what the clip saw, beside the job's error; then the error, classified as a run's and triage's are
             self.watch.moment("step", label, check, collective=False)
+            if isinstance(exc, Exception):
+                self.watch.job_failed(exc, label)
             raise
         self.watch.steps = number
         drift = replicas.check(

@@ -168,6 +168,9 @@ class Watch:
         self._due: int | None = None  # every="auto": the next step with a moment (None: the next step seen)
         self._said_share = False
         self.closed = False
+        self.job_error: tuple[str, Any] | None = (
+            None  # the job's error through a watched step, its known issue
+        )
         ref = weakref.ref(self)
 
         def at_exit() -> None:
@@ -286,7 +289,17 @@ class Watch:
         )
         where = self.record.written or "no report file"
         line = f"ds-doctor watch: {self.moments} moment(s) checked, {said}; report: {where}"
-        return "; ".join([line, *self._sayings()])
+        return "; ".join([line, *self._job_said(), *self._sayings()])
+
+    def _job_said(self) -> list[str]:
+        """The job's error and the known issue it matches, where the job raised through a watched step."""
+        if self.job_error is None:
+            return []
+        headline, issue = self.job_error
+        if issue is None:
+            return [f"the job raised {headline[:200]}"]
+        said = "possibly " if issue.verdict == Verdict.POSSIBLY else ""
+        return [f"the job raised {headline[:200]}: {said}known issue {issue.id} ({issue.title})"]
 
     def _sayings(self) -> list[str]:
         """What the closing line and the report add: the spacing chosen, the moments only in the log."""
@@ -490,6 +503,46 @@ class Watch:
                 "check_ms_per_rank": [round(part["check_s"] * 1e3, 3) for part in gathered],
             },
         )
+
+    def job_failed(self, exc: BaseException, label: str) -> None:
+        """The job's own error, raised through a watched step: classified by the matcher runs and `triage` use
+        (`ds_doctor.knowledge.matching.judged`), kept as an `error` case with its known issue (or "possibly" one,
+        saying how to confirm), and the report written now. This rank's error only: the others may never come."""
+        if self.rank != 0 or self.closed:
+            return
+        import traceback
+
+        from ds_doctor.knowledge.matching import judged
+        from ds_doctor.reports.records import ErrorInfo, RankSummary
+
+        error = ErrorInfo.of(exc)
+        found = judged(["".join(traceback.format_exception(type(exc), exc, exc.__traceback__))])
+        issue = (
+            found.issue.to_ref(
+                Verdict.POSSIBLY if found.possibly else Verdict.AFFECTED, found.confirm, found.kind.value
+            )
+            if found
+            else None
+        )
+        self.job_error = (error.headline, issue)
+        case = CaseResult(
+            probe="watch",
+            case=f"watch[{label}: the job's error]",
+            scenario=describe("step")["scenario"],
+            level=2,
+            world_size=1,
+            device_kind="cuda" if self.target.device.startswith("cuda") else "cpu",
+            outcome=Outcome.ERROR,
+            duration_s=0.0,
+            reason=error.headline,
+            known_issue=issue,
+            ranks=(
+                RankSummary(self.rank, Outcome.ERROR.value, reason=error.headline, traceback=error.traceback),
+            ),
+            notes={"moment": "step", "target": self.target.kind, "step": self.steps},
+        )
+        self.record.add("step", case, has_finding=True)
+        self.write()
 
     def write(self) -> Path | None:
         """Rank 0 writes the report now (`Record.write`: bounded whatever the job's length), the watch's note on its

@@ -334,3 +334,23 @@ def test_a_bad_wait_setting_is_a_warning_and_the_default_never_an_error_in_the_j
     )
     assert proc.returncode == 0 and proc.stdout.strip() == "10.0", proc.stderr[-2000:]
     assert "DS_DOCTOR_WATCH_WAIT_S='10s' is not a number of seconds" in proc.stderr
+
+
+def test_the_jobs_own_error_is_classified_by_the_matcher_runs_and_triage_use(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An error the job raises through a watched step is kept as an `error` case with the known issue the one matcher
+    names (ds_doctor.knowledge.matching), the report written at once, and the closing line says it."""
+    model, optimizer = trained(TiedWithBuffers())
+    watcher = Watch(target_of(model, optimizer), out=tmp_path / "w.json")
+    try:
+        torch.distributed.barrier()  # what a job does before init_process_group: torch's own error
+    except ValueError as exc:
+        watcher.job_failed(exc, "step 3")
+    report = Report.from_dict(json.loads((tmp_path / "w.json").read_text()))
+    (case,) = report.results
+    assert case.outcome == Outcome.ERROR and case.case == "watch[step 3: the job's error]"
+    assert case.known_issue is not None and case.known_issue.id == "default_process_group_not_initialized"
+    assert case.known_issue.match == "wording" and "Default process group" in (case.reason or "")
+    watcher.close()
+    assert "known issue default_process_group_not_initialized" in capsys.readouterr().err
