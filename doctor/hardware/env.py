@@ -40,6 +40,8 @@ PACKAGES = (
     "bitsandbytes",
     "flash-attn",
     "safetensors",
+    "llamafactory",
+    "verl",
     "pydantic",
     "psutil",
     "ds-doctor",

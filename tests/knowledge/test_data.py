@@ -72,7 +72,9 @@ def test_importing_the_catalog_reads_nothing_yet() -> None:
         "len(c.ISSUES))"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert proc.returncode == 0 and proc.stdout.split()[0] == "False" and int(proc.stdout.split()[1]) >= 200, proc.stderr[-2000:]
+    assert (
+        proc.returncode == 0 and proc.stdout.split()[0] == "False" and int(proc.stdout.split()[1]) >= 200
+    ), proc.stderr[-2000:]
 
 
 # -- planted entries ------------------------------------------------------------------------------------------------

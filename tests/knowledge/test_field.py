@@ -33,7 +33,9 @@ def reproduced() -> list[tuple[str, str]]:
 
 
 LOOKALIKES = [
-    pytest.param(issue, n, id=f"{issue.id}-{n}") for issue in catalog.ISSUES for n in range(len(issue.lookalikes))
+    pytest.param(issue, n, id=f"{issue.id}-{n}")
+    for issue in catalog.ISSUES
+    for n in range(len(issue.lookalikes))
 ]
 
 

@@ -92,5 +92,7 @@ def test_each_wording_names_where_it_was_read() -> None:
                 "trl",
                 "flash-attn",
                 "safetensors",
+                "llamafactory",
+                "verl",
             }, wording.source
             assert wording.read and wording.versions, issue.id
