@@ -306,7 +306,7 @@ def test_the_catalog_holds_every_library_file_once() -> None:
 
 def test_every_entry_with_a_signature_is_exercised_by_a_sample() -> None:
     """Each entry classify() can return matches a sample above, the #5538 traceback, a captured probe trace or a
-    reproduction's output, or else the wordings its releases print (tests/knowledge/test_wording.py holds it to each)."""
+    reproduction's output, or else the wordings its releases print (test_wording.py holds it to each)."""
     texts = [text for text, _ in SAMPLES] + [p.read_text() for p in RESOURCES.glob("**/*.txt")]
     unsampled = [
         i.id

@@ -47,7 +47,10 @@ def check(script: Path, timeout: float) -> tuple[bool, str]:
     seconds = time.monotonic() - started
     if script.stem in named:
         return True, f"named ({named[script.stem]}), {seconds:.1f} s"
-    return False, f"not named (named: {', '.join(named) or 'nothing'}; exit {done.returncode}), {seconds:.1f} s"
+    return (
+        False,
+        f"not named (named: {', '.join(named) or 'nothing'}; exit {done.returncode}), {seconds:.1f} s",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
