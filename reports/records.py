@@ -253,7 +253,7 @@ MATCH_SAID = {
     "wording": "its message",
     "loose": "its message, letter case and quotes aside",
     "cut": "the leading part of its message, where the text stops",
-    "frame": "the function that raises it, with the same exception type, in other words",
+    "frame": "the function that raises it and the exception type, not its message's words",
     "banner": "what is printed before it (a warning, a failed build's lines), without the error itself",
 }
 

@@ -29,6 +29,7 @@ _PREFIX = re.compile(
 )
 WRAP_MIN = 60  # narrowest width taken for a wrap...
 WRAP_LINES = 3  # ...when at least this many lines are cut at exactly it
+_PADDED = ("  ", "\t", " \t")
 
 
 def _strip_bars(text: str) -> str:
@@ -57,8 +58,11 @@ def _deinterleave(lines: list[str]) -> list[str]:
 
 
 def _unwrap(lines: list[str]) -> list[str]:
-    """Join lines cut at a fixed width: the longest line length, when several lines have exactly it."""
-    lengths = collections.Counter(len(line) for line in lines if len(line) >= WRAP_MIN)
+    """Join lines cut at a fixed width: the longest line length, when several lines have exactly it. A line ending
+    in two blanks or more was padded out to the width (a copied terminal screen), not cut there."""
+    lengths = collections.Counter(
+        len(line) for line in lines if len(line) >= WRAP_MIN and not line.endswith(_PADDED)
+    )
     if not lengths:
         return lines
     width = max(lengths)
@@ -71,7 +75,7 @@ def _unwrap(lines: list[str]) -> list[str]:
             out[-1].append(line)  # joined at the end: adding to a string in the loop took quadratic time
         else:
             out.append([line])
-        joining = len(line) == width
+        joining = len(line) == width and not line.endswith(_PADDED)
     return ["".join(parts) for parts in out]
 
 

@@ -315,8 +315,8 @@ def _framed(text: str, seen: set[str]) -> list[Match]:
         for frame in _frames():
             if frame.issue not in seen and shown.is_of(frame):
                 confirm = (
-                    f"{frame.exception} raised by {frame.function} ({frame.file}), the check that raises this "
-                    "entry's message, in other words: read the message against the entry's cause"
+                    f"{frame.exception} raised by {frame.function} ({frame.file}), where this entry's message is "
+                    "raised, but not in its words: the exception's own line confirms it"
                 )
                 where = f"{shown.exception} in {frame.function} ({frame.file})"
                 out.append(

@@ -260,12 +260,34 @@ def located(text: str, matched: str) -> tuple[int, str] | None:
 
 # --- frame: the raising frame of the entry's check, in other words ---
 
+_TYPE = r"(?:[A-Za-z_]\w{0,100}\.){0,8}[A-Za-z_]\w{0,100}(?:Error|Exception|Exit|Interrupt)"
 _RAISING = re.compile(
     r'File "(?P<path>[^"\n]{1,500})", line \d{1,7}, in (?P<function>[\w<>.]{1,200})[ \t]*\n'
     r'(?:(?![ \t]*File ")[^\n]{0,500}\n){0,6}?'
-    r"[ \t]*(?P<type>(?:[A-Za-z_]\w{0,100}\.){0,8}[A-Za-z_]\w{0,100}(?:Error|Exception|Exit|Interrupt))(?::|[ \t]*$)",
+    # the exception's own line, or (an excerpt that stops there) the frame's `raise Type(` line
+    rf"(?:[ \t]*(?P<type>{_TYPE})(?::|[ \t]*$)|[ \t]*raise[ \t]+(?P<raise>{_TYPE})\()",
     re.MULTILINE,
 )
+#: a frame's line a terminal broke (`..., line 11` / `9, in _call_store`) is put back together before reading
+_FRAME_START = re.compile(r'[ \t]*File "')
+_FRAME_WHOLE = re.compile(r", line \d{1,7}, in [\w<>.]{1,200}[ \t]*$")
+
+
+def _rejoined(text: str) -> str:
+    lines = text.split("\n")
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if _FRAME_START.match(line) and not _FRAME_WHOLE.search(line) and i + 1 < len(lines):
+            joined = line.rstrip() + lines[i + 1].rstrip()
+            if _FRAME_WHOLE.search(joined):
+                out.append(joined)
+                i += 2
+                continue
+        out.append(line)
+        i += 1
+    return "\n".join(out)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -310,4 +332,11 @@ class Raised:
 
 
 def raised(text: str) -> list[Raised]:
-    return [Raised(m["path"], m["function"], m["type"], m.start("type")) for m in _RAISING.finditer(text)]
+    """Each raising frame a traceback shows, with the type it raised (from the exception's line, or from the
+    frame's own `raise` where an excerpt stops before the exception's line)."""
+    joined = _rejoined(text) if 'File "' in text else text
+    found = []
+    for m in _RAISING.finditer(joined):
+        kind = m["type"] or m["raise"]
+        found.append(Raised(m["path"], m["function"], kind, m.start("type" if m["type"] else "raise")))
+    return found

@@ -236,3 +236,15 @@ def test_versions_are_found_in_linear_time() -> None:
         "deepspeed": "0.14.2"
     }
     assert time.monotonic() - start < GENEROUS_S  # 20,000 newlines took 26 s before: 200,000, about an hour
+
+
+def test_lines_padded_to_a_terminals_width_are_not_taken_for_its_wrap() -> None:
+    """A copied terminal screen pads short lines with blanks to its width and breaks long ones a little before it
+    (torchtune#2676): the padded lines are not where lines were cut, the broken ones are."""
+    padded = "    get_response = self._backend.get_state()" + " " * 60
+    cut = '  File "/v/site-packages/torch/distributed/elastic/rendezvous/dynamic_rendezvous.py", line 1255, i'
+    text = "\n".join(
+        [padded, cut, "n num_nodes_waiting   ", padded, cut, "n sync", padded, cut, "n get_state"]
+    )
+    lines = normalise(text).splitlines()
+    assert lines[1].endswith("line 1255, in num_nodes_waiting   ") and lines[0] == padded

@@ -155,11 +155,22 @@ def test_a_raising_frame_is_read_with_its_exception_type() -> None:
         "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The store went away.\n"
     )
     (shown,) = raised(text)
-    assert (shown.function, shown.exception) == (
+    assert (shown.function, shown.exception.rsplit(".", 1)[-1]) == (
         "_call_store",
-        "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError",
+        "RendezvousConnectionError",
     )
     assert named(text)["torchrun_rendezvous_unreachable"] == (Kind.FRAME, "possibly")
+
+
+TORCHTUNE_2676 = (STRUCTURE / "torchtune-2676.txt").read_text()
+# https://github.com/meta-pytorch/torchtune/issues/2676: the excerpt, a terminal's copy (lines padded, frames broken
+# at its width), stops at the raising frame's `raise`, before the exception's line (its title has the message)
+
+
+def test_an_excerpt_stopping_at_the_raise_of_an_entrys_check_is_possibly_the_entry() -> None:
+    (shown,) = [r for r in raised(TORCHTUNE_2676)]
+    assert (shown.function, shown.exception) == ("_call_store", "RendezvousConnectionError")
+    assert named(TORCHTUNE_2676)["torchrun_rendezvous_unreachable"] == (Kind.FRAME, "possibly")
 
 
 def test_a_code_line_naming_an_exception_is_not_a_raised_one() -> None:
