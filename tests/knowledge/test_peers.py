@@ -75,8 +75,9 @@ def test_a_log_of_echoes_only_says_the_first_rank_is_not_in_it() -> None:
 
 def test_triage_names_the_first_rank_beside_the_remote_error_entry() -> None:
     reading = read_log(ECHO + OWN + SUMMARY, {})
-    assert [m.issue.id for m in reading.matches] == [
+    assert [m.issue.id for m in reading.matches] == [  # the rank that failed first ran out of GPU memory
         "nccl_remote_error_peer_exited",
+        "cuda_oom",
         "torchrun_child_sigkill",
     ]
     assert [(f.invariant, f.rank) for f in reading.findings] == [("first_failed_rank", 7)]

@@ -36,6 +36,13 @@ UNREAD = {
 SHARED = {
     "nccl_duplicate_gpu": {"nccl_duplicate_gpu_subgroups_before_set_device"},
     "nccl_duplicate_gpu_subgroups_before_set_device": {"nccl_duplicate_gpu"},
+    # the allocator's one message, told apart by the phase its traceback's frames show (each names cuda_oom beside it)
+    "cuda_oom_loading_model": {"cuda_oom"},
+    "cuda_oom_forward": {"cuda_oom"},
+    "cuda_oom_backward": {"cuda_oom"},
+    "cuda_oom_optimizer_first_step": {"cuda_oom"},
+    "cuda_oom_eval_accumulating_logits": {"cuda_oom"},
+    "oom_gathering_full_state_dict_on_save": {"cuda_oom"},
 }
 
 
