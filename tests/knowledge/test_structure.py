@@ -205,3 +205,9 @@ def test_matches_name_each_entry_once_by_its_strongest_kind() -> None:
     text = AUTOPOISON_6 + "RuntimeError: Error building extension 'cpu_adam'\n" + DEEPSPEED_6912
     ids = [m.issue.id for m in matches(text)]
     assert len(ids) == len(set(ids))
+
+
+def test_the_frames_file_is_what_the_installed_sources_give() -> None:
+    from ds_doctor.knowledge.frames import main
+
+    assert main(["--check"]) == 0, "python -m ds_doctor.knowledge.frames --write"
