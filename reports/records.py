@@ -255,6 +255,7 @@ MATCH_SAID = {
     "cut": "the leading part of its message, where the text stops",
     "frame": "the function that raises it and the exception type, not its message's words",
     "banner": "what is printed before it (a warning, a failed build's lines), without the error itself",
+    "paraphrase": "the words people name it with, not its message",
 }
 
 

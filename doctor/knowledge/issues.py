@@ -66,6 +66,8 @@ class KnownIssue:
     confirm: str = ""
     # warnings the library prints before this error: a log holding one without the error names it as "possibly"
     banners: tuple[str, ...] = ()
+    # how people name this failure in prose, a title's "CUDA OOM" or "loss is nan": alone, "possibly" the entry
+    paraphrases: tuple[str, ...] = ()
     lookalikes: tuple[Lookalike, ...] = ()
 
     def matches(self, text: str) -> bool:

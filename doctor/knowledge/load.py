@@ -12,6 +12,7 @@ Schema of a data file, format 1 (the comment at the top of each file says how it
     evidence = ['regex', ...]           # a generic message: named as the cause only where one of these matches too
     confirm = '...'                     # ...else triage says "possibly", and this is how to confirm it
     banners = ['regex', ...]            # a warning the library prints before this error: alone, "possibly" it
+    paraphrases = ['regex', ...]        # how people name this failure in prose ("CUDA OOM"): alone, "possibly" it
     silent = '...'                      # instead of patterns: why no log shows it (then invariants find it)
     cause = '...'                       # required
     remedy = '...'                      # required
@@ -77,7 +78,7 @@ LIBRARIES = (
 
 _REQUIRED = ("id", "title", "package", "cause", "remedy", "refs")
 _TEXTS = ("id", "title", "package", "cause", "remedy", "affected", "fixed_in", "silent", "confirm")
-_LISTS = ("patterns", "requires", "refs", "families", "invariants", "evidence", "banners")
+_LISTS = ("patterns", "requires", "refs", "families", "invariants", "evidence", "banners", "paraphrases")
 _KEYS = frozenset((*_TEXTS, *_LISTS, "wording", "lookalike"))
 _WORDING_KEYS = ("text", "source", "versions", "read")
 _LOOKALIKE_KEYS = ("text", "why")
@@ -185,6 +186,7 @@ def _entry(raw: Mapping[str, Any], label: str) -> KnownIssue:
         evidence=tuple(raw.get("evidence", ())),
         confirm=raw.get("confirm", ""),
         banners=tuple(raw.get("banners", ())),
+        paraphrases=tuple(raw.get("paraphrases", ())),
         lookalikes=_lookalikes(raw.get("lookalike", []), label),
     )
 
@@ -246,7 +248,7 @@ def _check(raw: Mapping[str, Any], label: str) -> None:
 
 
 def _check_regexes(raw: Mapping[str, Any], label: str) -> None:
-    for key in ("patterns", "requires", "evidence", "banners"):
+    for key in ("patterns", "requires", "evidence", "banners", "paraphrases"):
         for pattern in raw.get(key, ()):
             try:
                 re.compile(pattern, REGEX_FLAGS)
@@ -291,9 +293,10 @@ def _check_kind(raw: Mapping[str, Any], label: str) -> None:
         raise CatalogError(f"{label}: a silent issue must name the invariants that find it")
     if raw.get("wording") and not raw.get("patterns"):
         raise CatalogError(f"{label}: a silent issue prints no message, so it has no wording")
-    if (raw.get("requires") or raw.get("banners")) and not raw.get("patterns"):
+    if (raw.get("requires") or raw.get("banners") or raw.get("paraphrases")) and not raw.get("patterns"):
         raise CatalogError(
-            f"{label}: requires and banners go with patterns (the error they narrow or precede), not without"
+            f"{label}: requires, banners and paraphrases go with patterns (the error they narrow, precede or name), "
+            "not without"
         )
     if bool(raw.get("evidence")) != bool(raw.get("confirm")) or (
         raw.get("evidence") and not raw.get("patterns")

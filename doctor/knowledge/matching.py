@@ -28,6 +28,7 @@ from ds_doctor.knowledge.structure import (
     leads,
     located,
     loose_issue,
+    loosened_pattern,
     raised,
     unquoted,
 )
@@ -345,13 +346,31 @@ def _bannered(text: str, seen: set[str]) -> list[Match]:
     return out
 
 
+def _paraphrased(text: str, seen: set[str]) -> list[Match]:
+    """The failure named in prose (a title's "CUDA OOM", "loss is nan"), case and quotes aside: possibly the entry."""
+    out = []
+    loose = unquoted(flattened(text))
+    confirm = "the text names this failure in words, not by its message: the error's own lines from the log confirm it"
+    for issue in ISSUES:
+        if issue.id in seen or not issue.paraphrases:
+            continue
+        hits = [found for pattern in issue.paraphrases if (found := search(loosened_pattern(pattern), loose))]
+        if hits:
+            first = min(hits, key=lambda found: found.start())
+            position = _scaled(first.start(), loose, text)
+            out.append(Match(issue, Kind.PARAPHRASE, position, _shown(first.group(0)), POSSIBLY, (), confirm))
+            seen.add(issue.id)
+    return out
+
+
 def matches(text: str) -> list[Match]:
     """Every known issue `text` matches, each once, by the strongest kind that matched it: its patterns as written
-    (on the text, then flattened), loosened, a wording cut short, the raising frame, a banner."""
+    (on the text, then flattened), loosened, a wording cut short, the raising frame, a banner, a paraphrase."""
     if not text:
         return []
     seen: set[str] = set()
-    return _by_wording(text, seen) + _cut(text, seen) + _framed(text, seen) + _bannered(text, seen)
+    found = _by_wording(text, seen) + _cut(text, seen) + _framed(text, seen) + _bannered(text, seen)
+    return found + _paraphrased(text, seen)
 
 
 def judged(texts: Iterable[str]) -> Match | None:

@@ -46,6 +46,7 @@ class Kind(str, enum.Enum):
     CUT = "cut"  # the distinctive leading part of a wording, the text cut after it
     FRAME = "frame"  # the raising frame and exception type of the entry's check, in other words
     BANNER = "banner"  # a warning printed before the error, without the error
+    PARAPHRASE = "paraphrase"  # the failure named in prose ("CUDA OOM", "loss is nan"), not its message
 
     @property
     def said(self) -> str:
@@ -165,11 +166,16 @@ class Lead:
 
 def leads(issues: Sequence[KnownIssue]) -> tuple[Lead, ...]:
     """Each wording's distinctive leading part: its shortest run of whole first words, `LEAD_MIN` characters or
-    more, found in no other entry's wording (none where the whole wording is in another's)."""
+    more, found in no other entry's wording (none where the whole wording is in another's; an entry narrowed by
+    `requires` that shares the very wording leaves it to the entry that is not)."""
     forms = [(issue.id, " ".join(cut_form(w.text).split())) for issue in issues for w in issue.wordings]
+    # a wording a narrowed entry shares with the generic one (the allocator's OOM message, told apart by the phase
+    # its frames show) is the generic entry's to lead with
+    narrowed = {issue.id for issue in issues if issue.requires}
     found = []
     for owner, wording in forms:
-        others = [form for other, form in forms if other != owner]
+        own = {form for other, form in forms if other == owner}
+        others = [form for other, form in forms if other != owner and not (other in narrowed and form in own)]
         ends = [m.start() for m in re.finditer(" ", wording) if m.start() >= LEAD_MIN] + [len(wording)]
         for end in ends:
             if len(wording) >= LEAD_MIN and not any(wording[:end] in other for other in others):

@@ -202,7 +202,7 @@ BAD = [
     ),
     pytest.param(
         {"patterns": None, "silent": "quiet"},
-        "requires and banners go with patterns",
+        "requires, banners and paraphrases go with patterns",
         id="requires-without-patterns",
     ),
 ]
