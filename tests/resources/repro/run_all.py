@@ -18,7 +18,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
-_RUN = re.compile(r"^\s*Run:\s*(?P<command>.+?)\s*$", re.MULTILINE)
+_RUN = re.compile(r"^[\s\"']*Run:\s*(?P<command>.+?)\s*$", re.MULTILINE)
 
 
 def command_of(script: Path) -> list[str]:
