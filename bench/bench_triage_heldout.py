@@ -56,6 +56,7 @@ class Label:
     cause: str  # the class, where expected is "none"
     hard_negative: bool
     recurring: bool = False  # an everyday class (out of memory, NaN loss, an install mismatch, ...)
+    versions: tuple[tuple[str, str], ...] = ()  # the versions the text states, as the labeller read them
 
     @property
     def accepted(self) -> frozenset[str]:
@@ -82,6 +83,7 @@ class Outcome:
     verdict: str
     extra: tuple[str, ...] = ()
     error: str = ""
+    versions_read: tuple[str, ...] = ()  # the labelled versions triage read from the text as stated
 
 
 def read_labels(index: Path) -> list[Label]:
@@ -95,6 +97,7 @@ def read_labels(index: Path) -> list[Label]:
             cause=t.get("class", ""),
             hard_negative=bool(t.get("hard_negative", False)),
             recurring=bool(t.get("recurring", False)),
+            versions=tuple(sorted((str(k), str(v)) for k, v in (t.get("versions") or {}).items())),
         )
         for t in data["text"]
     ]
@@ -142,7 +145,11 @@ def measure(label: Label, ds_doctor: str, timeout: float, collection: Path = COL
         for m in data.get("matches", [])
     )
     verdict, extra = judge(label, named)
-    return Outcome(label, named, len(data.get("findings", [])), seconds, verdict, extra)
+    from_log = {
+        k: v.get("version") for k, v in data.get("versions", {}).items() if v.get("source") == "the log"
+    }
+    read = tuple(f"{k} {v}" for k, v in label.versions if from_log.get(k) == v)
+    return Outcome(label, named, len(data.get("findings", [])), seconds, verdict, extra, versions_read=read)
 
 
 def line(outcome: Outcome) -> str:
@@ -176,6 +183,14 @@ def summary(outcomes: list[Outcome]) -> list[str]:
         for o in outcomes
         if o.verdict in (RIGHT, RIGHT_POSSIBLY)
     )
+    stated = sum(len(o.label.versions) for o in outcomes)
+    read = sum(len(o.versions_read) for o in outcomes)
+    missed_versions = [
+        f"{o.label.file}: {k} {v}"
+        for o in outcomes
+        for k, v in o.label.versions
+        if f"{k} {v}" not in o.versions_read
+    ]
     out = [
         f"texts: {len(outcomes)} ({len(known)} whose cause the catalog has, {len(unknown)} whose cause it lacks; "
         f"{len(hard)} hard negatives)",
@@ -191,6 +206,8 @@ def summary(outcomes: list[Outcome]) -> list[str]:
         "right, by how the right entry matched: "
         + (", ".join(f"{kind} {n}" for kind, n in kinds.most_common()) or "-"),
         f"extra entries named beside a right one: {sum(len(o.extra) for o in outcomes)}",
+        f"versions stated in the texts (labelled) read as stated: {read}/{stated}"
+        + (f" (not: {'; '.join(missed_versions)})" if missed_versions else ""),
         f"time per text: median {times[len(times) // 2] * 1000:.0f} ms, max {times[-1] * 1000:.0f} ms,"
         f" total {sum(times):.1f} s",
         "causes the catalog lacks (texts):",
