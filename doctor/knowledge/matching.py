@@ -27,10 +27,10 @@ from ds_doctor.knowledge.structure import (
     cut_hits,
     leads,
     located,
+    loose_form,
     loose_issue,
     loosened_pattern,
     raised,
-    unquoted,
 )
 from ds_doctor.redact import scrub_text
 from ds_doctor.reports.records import ErrorInfo
@@ -270,8 +270,10 @@ def _by_wording(text: str, seen: set[str]) -> list[Match]:
     aside)."""
     out: list[Match] = []
     flat = flattened(text)
-    loose = unquoted(flat)
-    passes = ((text, Kind.WORDING, None), (flat, Kind.WORDING, None), (loose, Kind.LOOSE, loose_issue))
+    loose = loose_form(flat)
+    passes = [(text, Kind.WORDING, None), (flat, Kind.WORDING, None), (loose, Kind.LOOSE, loose_issue)]
+    if flat == text:  # nothing was wrapped: the second pass would find what the first found
+        del passes[1]
     for shown, kind, shape in passes:
         candidates = (
             ISSUES if shape is None else tuple(shape(issue) for issue in ISSUES if issue.id not in seen)
@@ -349,7 +351,7 @@ def _bannered(text: str, seen: set[str]) -> list[Match]:
 def _paraphrased(text: str, seen: set[str]) -> list[Match]:
     """The failure named in prose (a title's "CUDA OOM", "loss is nan"), case and quotes aside: possibly the entry."""
     out = []
-    loose = unquoted(flattened(text))
+    loose = loose_form(flattened(text))
     confirm = "the text names this failure in words, not by its message: the error's own lines from the log confirm it"
     for issue in ISSUES:
         if issue.id in seen or not issue.paraphrases:

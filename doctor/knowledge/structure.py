@@ -92,8 +92,10 @@ def _loose_class(pattern: str, start: int, end: int) -> str:
 
 
 def loosened_pattern(pattern: str) -> str:
-    """A pattern for text whose quotes are gone, matching any letter case: its quote characters go (with a
-    quantifier of theirs), and `(?i)` is added. A pattern this reading cannot follow stays as it is, case aside."""
+    """A pattern for text in `loose_form` (quotes gone, lower case): its quote characters go (with a quantifier of
+    theirs) and its letters are lowered (not an escape's: `\\S` stays). Lowering both sides keeps re's fast search
+    for a literal head, which `(?i)` loses: over an 8 MB log the loose pass took 17 s with `(?i)`. A pattern this
+    reading cannot follow is made case-blind instead."""
     out: list[str] = []
     i = 0
     while i < len(pattern):
@@ -115,12 +117,41 @@ def loosened_pattern(pattern: str) -> str:
         else:
             out.append(char)
             i += 1
-    loose = _case_blind("".join(out))
+    loose = _lowered("".join(out))
+    if loose is None:
+        return _case_blind(pattern)
     try:
         re.compile(loose)
     except re.error:
         return _case_blind(pattern)
     return loose
+
+
+def _lowered(pattern: str) -> str | None:
+    """The pattern with its letters lowered, escapes and group names kept; None where it has a named character."""
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):
+        if pattern[i] == "\\":
+            if pattern[i + 1 : i + 2] == "N":
+                return None
+            out.append(pattern[i : i + 2])
+            i += 2
+        elif pattern.startswith(("(?P<", "(?P="), i):
+            end = pattern.find(">" if pattern[i + 3] == "<" else ")", i)
+            if end < 0:
+                return None
+            out.append(pattern[i : end + 1])
+            i = end + 1
+        else:
+            out.append(pattern[i].lower())
+            i += 1
+    return "".join(out)
+
+
+def loose_form(text: str) -> str:
+    """Text as loosened patterns read it: quotes gone, lower case."""
+    return unquoted(text).lower()
 
 
 def _case_blind(pattern: str) -> str:
