@@ -334,7 +334,7 @@ def _framed(text: str, seen: set[str]) -> list[Match]:
 def _bannered(text: str, seen: set[str]) -> list[Match]:
     """What a library prints before an entry's error, without the error."""
     out = []
-    confirm = "what is printed before this error is here, the error itself is not: the next lines confirm it"
+    confirm = "find the error these lines lead to, further down the log: its own line confirms it"
     for issue in ISSUES:
         if issue.id in seen or not issue.banners:
             continue
@@ -352,7 +352,7 @@ def _paraphrased(text: str, seen: set[str]) -> list[Match]:
     """The failure named in prose (a title's "CUDA OOM", "loss is nan"), case and quotes aside: possibly the entry."""
     out = []
     loose = loose_form(flattened(text))
-    confirm = "the text names this failure in words, not by its message: the error's own lines from the log confirm it"
+    confirm = "the text names the failure in words, not by its message: the error's own lines from the log confirm it"
     for issue in ISSUES:
         if issue.id in seen or not issue.paraphrases:
             continue
