@@ -84,12 +84,16 @@ def normalise(text: str) -> str:
     return "\n".join(_deinterleave(_unwrap(lines)))  # a viewer wraps what the launcher prefixed: unwrap first
 
 
-_VERSION = r"(\d+\.\d+(?:\.\d+)*(?:(?:a|b|rc|\.post|\.dev)\d+)?(?:\+[\w.]+)?)"
+_VERSION = (
+    r"(\d+\.\d+(?:\.\d+)*(?:(?:a|b|rc|\.post)\d+|\.dev\d*)?(?:\+[\w.]+)?)"  # "0.7.0.dev": PEP 440's .dev0
+)
 _TEMPLATES = (
     r"^{n}\s*==\s*" + _VERSION,  # pip freeze
     r"^{n}\s+" + _VERSION + r"\s*$",  # pip list
     r"^Name:\s*{n}\s*\nVersion:\s*" + _VERSION,  # pip show
     r"^[ \t]*{n} (?:info|version)[ \t]*\.{{2,}}[ \t]*\[?" + _VERSION,  # ds_report (not \s*: it spans lines)
+    r"^-{3,}[ \t]*{n} Info[ \t]*-{3,}[ \t]*\nVersion[ \t]*:[ \t]*v?"
+    + _VERSION,  # verl's diagnose: its section
     r"`?{n}`? version(?: \(GPU\?\))?:\s*" + _VERSION,  # accelerate env, transformers-cli env
     r"[/\\]{n}-" + _VERSION + r"(?:\.dist-info|\.egg|-py\d|[/\\])",  # versioned package paths
     r"(?<![\w-]){n}\s+v" + _VERSION + r"\b",  # "prodigy-plus-schedule-free v1.8.51"

@@ -248,3 +248,10 @@ def test_lines_padded_to_a_terminals_width_are_not_taken_for_its_wrap() -> None:
     )
     lines = normalise(text).splitlines()
     assert lines[1].endswith("line 1255, in num_nodes_waiting   ") and lines[0] == padded
+
+
+def test_verls_diagnose_section_and_a_dev_release_are_read() -> None:
+    """verl's `scripts/diagnose.py` prints its own version under a section header; a development tree says
+    "0.7.0.dev" (PEP 440's .dev0), as a verl issue report of 2026 shows."""
+    text = "torch        : 2.8.0\n----------verl Info-----------\nVersion      : 0.7.0.dev\nDirectory    : /w/verl\n"
+    assert log_versions(text, ["verl", "torch"]) == {"verl": "0.7.0.dev", "torch": "2.8.0"}
