@@ -58,6 +58,26 @@ def test_a_loosened_pattern_takes_any_case_and_no_quotes(pattern: str, text: str
     assert bool(re.search(loosened_pattern(pattern), loose_form(text))) is hit
 
 
+@pytest.mark.parametrize(
+    ("number", "line"),
+    [
+        (
+            "037",
+            "CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62",
+        ),  # vLLM's cumem allocator
+        (
+            "041",
+            "cuda error: out of memory at /workspace/csrc/cumem_allocator.cpp:62",
+        ),  # ...retyped as a title
+    ],
+)
+def test_a_real_message_in_other_capitals_is_named_loosely(number: str, line: str) -> None:
+    """The first fresh sample's two loose matches: CUDA's "out of memory" error as vLLM's allocator capitalises it,
+    and a title that lowers it; the entry's pattern says `CUDA error: out of memory`."""
+    assert line in fresh(number)
+    assert named(fresh(number))["cuda_oom"] == (Kind.LOOSE, "message only")
+
+
 def test_a_message_in_other_capitals_and_without_its_quotes_is_named_loosely() -> None:
     # kohya-ss/sd-scripts#1272's error with its quotes gone and a title's capitals, as tickets retype it
     text = "Distributed Training Is Broken: AttributeError: DistributedDataParallel Object Has No Attribute text_model"
