@@ -375,17 +375,25 @@ def matches(text: str) -> list[Match]:
     return found + _paraphrased(text, seen)
 
 
+#: the kinds a run trusts first: a text's own message, before anything a structure or a paraphrase suggests
+_WORDED = (Kind.WORDING, Kind.LOOSE)
+
+
 def judged(texts: Iterable[str]) -> Match | None:
-    """The known issue an error's texts match first (the raised error's, then what the ranks printed), by the
-    strongest kind of match, its strength judged over every text (the evidence that confirms a generic message may
-    be in what a rank printed, not in the error itself): what a run's case and `ds-doctor triage` both say."""
+    """The known issue an error's texts match first (the raised error's, then what the ranks printed): by its message
+    in any text before a structural or paraphrase match in any, its strength judged over every text (the evidence
+    that confirms a generic message may be in what a rank printed, not in the error itself): what a run's case and
+    `ds-doctor triage` both say."""
     texts = [text for text in texts if text]
     everything = "\n".join(texts)
-    for text in texts:
-        found = matches(text)
-        if found:
-            best = min(found, key=lambda m: list(Kind).index(m.kind))
-            if best.kind in (Kind.WORDING, Kind.LOOSE) and best.strength == POSSIBLY:
+    found = [matches(text) for text in texts]
+    for worded in (True, False):
+        for hits in found:
+            hits = [m for m in hits if (m.kind in _WORDED) == worded]
+            if not hits:
+                continue
+            best = min(hits, key=lambda m: list(Kind).index(m.kind))
+            if worded and best.strength == POSSIBLY:
                 how, context = strength(best.issue, flattened(everything))
                 if how != POSSIBLY:
                     return dataclasses.replace(best, strength=how, context=context, confirm=None)

@@ -292,3 +292,21 @@ def test_torchs_lines_under_an_nccl_error_are_read_where_a_title_cut_the_first()
     assert named(fresh("021"))["nccl_shm_system_error"] == (Kind.WORDING, "possibly")
     # 032's title: the process group's teardown after a collective timed out, cut after its first sentence
     assert named(fresh("032"))["nccl_watchdog_timeout"] == (Kind.CUT, "possibly")
+
+
+def test_a_run_trusts_a_message_in_any_text_before_a_shape_in_the_first() -> None:
+    """A case's texts come in order (the raised error, then what the ranks printed); a message a rank printed names
+    the issue before a paraphrase or a banner in the error itself."""
+    said = "RuntimeError: training stopped, the loss is nan at step 3"
+    printed = "ValueError: Default process group has not been initialized, please make sure to call init_process_group."
+    found = judged([said, printed])
+    assert found is not None and (found.issue.id, found.kind) == (
+        "default_process_group_not_initialized",
+        Kind.WORDING,
+    )
+    alone = judged([said])
+    assert alone is not None and (alone.issue.id, alone.kind, alone.possibly) == (
+        "hf_trainer_loss_nan",
+        Kind.PARAPHRASE,
+        True,
+    )
