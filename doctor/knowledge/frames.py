@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import functools
 import sys
 from collections.abc import Iterable, Iterator
 from importlib import metadata, resources
@@ -86,28 +87,52 @@ def _functions(tree: ast.AST) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef
             yield node
 
 
-def _holders(tree: ast.AST, wording: str) -> Iterator[tuple[ast.FunctionDef | ast.AsyncFunctionDef, int]]:
+Function = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+@functools.lru_cache(maxsize=64)
+def _function_literals(tree: ast.Module) -> tuple[tuple[Function, tuple[tuple[str, int], ...]], ...]:
+    """Each function of a module with its own string literals (words normalised, long enough to tie a wording),
+    walked once for every wording the module raises."""
+    return tuple(
+        (
+            function,
+            tuple(
+                (piece, line)
+                for node in _own_nodes(function)
+                if isinstance(node, (ast.Constant, ast.JoinedStr))
+                for value, line in _literals(node)
+                if len(piece := _words(value)) >= FRAGMENT_MIN
+            ),
+        )
+        for function in _functions(tree)
+    )
+
+
+def _holders(tree: ast.Module, wording: str) -> Iterator[tuple[Function, int]]:
     """Each function whose own literals hold most of the wording (a generic template, "object has no attribute"
     filled with names, ties no check to it), with the first such literal's line."""
-    for function in _functions(tree):
-        pieces = [
-            (piece, line)
-            for node in _own_nodes(function)
-            if isinstance(node, (ast.Constant, ast.JoinedStr))
-            for value, line in _literals(node)
-            if len(piece := _words(value)) >= FRAGMENT_MIN and piece in wording
-        ]
+    for function, literals in _function_literals(tree):
+        pieces = [(piece, line) for piece, line in literals if piece in wording]
         covered = sum(len(piece) for piece in {piece for piece, _ in pieces})
         if pieces and covered >= COVERED * len(wording):
             yield function, min(line for _, line in pieces)
 
 
+@functools.lru_cache(maxsize=64)
+def _parsed(source: str) -> ast.Module | None:
+    """A module's tree, parsed once for all the wordings its file raises (trainer.py holds many)."""
+    try:
+        return ast.parse(source)
+    except SyntaxError:
+        return None
+
+
 def frames_of(source: str, wording: str, issue: str, read: str) -> list[Frame]:
     """Where `source` (a module's text) raises `wording`: each function and the exception type it raises it with
     (none for a message it logs, warns or builds elsewhere). `file` is left to the caller."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
+    tree = _parsed(source)
+    if tree is None:
         return []
     found = []
     for function, line in _holders(tree, _words(wording)):

@@ -23,6 +23,7 @@ from ds_doctor.knowledge.structure import (
     Frame,
     Kind,
     Lead,
+    bounded,
     cut_form,
     cut_hits,
     leads,
@@ -270,7 +271,7 @@ def _by_wording(text: str, seen: set[str]) -> list[Match]:
     aside)."""
     out: list[Match] = []
     flat = flattened(text)
-    loose = loose_form(flat)
+    loose = loose_form(bounded(flat))
     passes = [(text, Kind.WORDING, None), (flat, Kind.WORDING, None), (loose, Kind.LOOSE, loose_issue)]
     if flat == text:  # nothing was wrapped: the second pass would find what the first found
         del passes[1]
@@ -351,7 +352,7 @@ def _bannered(text: str, seen: set[str]) -> list[Match]:
 def _paraphrased(text: str, seen: set[str]) -> list[Match]:
     """The failure named in prose (a title's "CUDA OOM", "loss is nan"), case and quotes aside: possibly the entry."""
     out = []
-    loose = loose_form(flattened(text))
+    loose = loose_form(bounded(flattened(text)))
     confirm = "the text names the failure in words, not by its message: the error's own lines from the log confirm it"
     for issue in ISSUES:
         if issue.id in seen or not issue.paraphrases:

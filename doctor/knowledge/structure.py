@@ -247,8 +247,14 @@ def _run_along(text: str, at: int, wording: str) -> tuple[int, bool]:
     return wi, True
 
 
-#: past this many characters, the cut pass reads the text's head and tail only (a ticket's title and its excerpt's end)
+#: past this many characters, the passes beyond the patterns as written (loose, cut, paraphrase) read the text's head
+#: and its tail only (a ticket's title, its excerpt's end, a log's last lines): an 8 MB log costs them what 1.25 MB does
 CUT_READ = 1 << 20
+
+
+def bounded(text: str) -> str:
+    """What the loose, cut and paraphrase passes read of a long text: its first quarter MiB and its last MiB."""
+    return text if len(text) <= CUT_READ else text[: CUT_READ // 4] + "\n" + text[-CUT_READ:]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -265,9 +271,7 @@ class CutHit:
 
 def cut_hits(text: str, found: Iterable[Lead]) -> dict[str, CutHit]:
     """For each entry, its longest cut match in `text`."""
-    if len(text) > CUT_READ:
-        text = text[: CUT_READ // 4] + "\n" + text[-CUT_READ:]
-    form = cut_form(text)
+    form = cut_form(bounded(text))
     best: dict[str, CutHit] = {}
     for lead in found:
         head = lead.wording[: lead.distinct]
@@ -289,9 +293,7 @@ def located(text: str, matched: str) -> tuple[int, str] | None:
         return None
     gap = f"[\\s{QUOTES}]*"
     pattern = gap.join(gap.join(re.escape(char) for char in word) for word in words[:40])
-    found = re.compile(pattern, re.IGNORECASE).search(
-        text[: CUT_READ // 4] + "\n" + text[-CUT_READ:] if len(text) > CUT_READ else text
-    )
+    found = re.compile(pattern, re.IGNORECASE).search(bounded(text))
     return (found.start(), found.group(0)) if found else None
 
 
