@@ -153,9 +153,8 @@ def frames(issues: Iterable[KnownIssue]) -> list[Frame]:
     for issue in issues:
         for wording in issue.wordings:
             dist, file = wording.source.split(" ", 1)
-            if (
-                not file.endswith(".py") or dist != issue.package
-            ):  # another library's check is not the entry's
+            # a message in C++ has no Python frame; another library's check is not the entry's
+            if not file.endswith(".py") or dist != issue.package:
                 continue
             try:
                 path = Path(str(metadata.distribution(dist).locate_file(file)))

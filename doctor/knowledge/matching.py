@@ -30,7 +30,6 @@ from ds_doctor.knowledge.structure import (
     located,
     loose_form,
     loose_issue,
-    loosened_pattern,
     raised,
 )
 from ds_doctor.redact import scrub_text
@@ -173,13 +172,15 @@ def _shown(span: str) -> str:
     return span if len(span) <= SPAN_CHARS else f"{span[:130]} … {span[-60:]}"
 
 
+def _earliest(patterns: Iterable[str], text: str) -> re.Match[str] | None:
+    """The hit of `patterns` that starts first in `text` (through `search`), or None."""
+    return min((m for p in patterns if (m := search(p, text))), key=lambda m: m.start(), default=None)
+
+
 def first_match(issue: KnownIssue, text: str) -> tuple[int, str] | None:
     """Position and text of the earliest pattern hit (the span itself, whitespace collapsed), or None."""
-    hits = [m for p in issue.patterns if (m := search(p, text))]
-    if not hits:
-        return None
-    first = min(hits, key=lambda m: m.start())
-    return first.start(), _shown(first.group(0))
+    first = _earliest(issue.patterns, text)
+    return (first.start(), _shown(first.group(0))) if first else None
 
 
 #: import names whose traceback frames back up a message-only match (not torch's: every traceback passes through it)
@@ -281,10 +282,8 @@ def _by_wording(text: str, seen: set[str]) -> list[Match]:
         )
         for issue in classify(shown, candidates):
             if issue.id not in seen and (match := _worded(issue, text, shown, kind, text)) is not None:
-                original = catalog_issue(issue.id)
-                out.append(
-                    dataclasses.replace(match, issue=original, confirm=match.confirm and original.confirm)
-                )
+                # the loose pass matched a loosened copy: the match names the entry itself
+                out.append(dataclasses.replace(match, issue=catalog_issue(issue.id)))
                 seen.add(issue.id)
     return out
 
@@ -337,11 +336,7 @@ def _bannered(text: str, seen: set[str]) -> list[Match]:
     out = []
     confirm = "find the error these lines lead to, further down the log: its own line confirms it"
     for issue in ISSUES:
-        if issue.id in seen or not issue.banners:
-            continue
-        hits = [found for pattern in issue.banners if (found := search(pattern, text))]
-        if hits:
-            first = min(hits, key=lambda found: found.start())
+        if issue.id not in seen and issue.banners and (first := _earliest(issue.banners, text)):
             out.append(
                 Match(issue, Kind.BANNER, first.start(), _shown(first.group(0)), POSSIBLY, (), confirm)
             )
@@ -357,9 +352,7 @@ def _paraphrased(text: str, seen: set[str]) -> list[Match]:
     for issue in ISSUES:
         if issue.id in seen or not issue.paraphrases:
             continue
-        hits = [found for pattern in issue.paraphrases if (found := search(loosened_pattern(pattern), loose))]
-        if hits:
-            first = min(hits, key=lambda found: found.start())
+        if first := _earliest(loose_issue(issue).paraphrases, loose):
             position = _scaled(first.start(), loose, text)
             out.append(Match(issue, Kind.PARAPHRASE, position, _shown(first.group(0)), POSSIBLY, (), confirm))
             seen.add(issue.id)

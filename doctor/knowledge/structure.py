@@ -15,9 +15,12 @@ message in another shape. Each shape is a kind of match here, and each says whic
 - **frame**: a Python traceback whose raising frame is the function that raises the entry's message (file and
   function, from the sources of the releases read: `data/frames.toml`, `python -m ds_doctor.knowledge.frames`) with
   the same exception type, in other words: a sibling sentence of the same check, or the same check reworded by a
-  release nobody read. Only functions raising that type in a few places count, and it is always "possibly".
+  release nobody read, or an excerpt that stops at the frame's `raise`. Only a function that raises that type once
+  counts (`MOST_RAISES`), and it is always "possibly".
 - **banner**: a warning the library prints before the error (an entry's `banners`), pasted without the error's own
   line: "possibly" the entry.
+- **paraphrase**: the failure named in prose (an entry's `paraphrases`: "CUDA OOM", "loss nan"), not its message:
+  "possibly" the entry.
 """
 
 from __future__ import annotations
@@ -30,7 +33,6 @@ import sys
 from collections.abc import Iterable, Sequence
 
 from ds_doctor.knowledge.issues import KnownIssue
-from ds_doctor.reports.records import MATCH_SAID
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -47,11 +49,6 @@ class Kind(str, enum.Enum):
     FRAME = "frame"  # the raising frame and exception type of the entry's check, in other words
     BANNER = "banner"  # a warning printed before the error, without the error
     PARAPHRASE = "paraphrase"  # the failure named in prose ("CUDA OOM", "loss is nan"), not its message
-
-    @property
-    def said(self) -> str:
-        """How a report says it."""
-        return MATCH_SAID[self.value]
 
 
 QUOTES = "'\"`\u2018\u2019\u201c\u201d"
@@ -161,12 +158,14 @@ def _case_blind(pattern: str) -> str:
 
 @functools.lru_cache(maxsize=1024)
 def loose_issue(issue: KnownIssue) -> KnownIssue:
-    """The entry with every regex loosened (`loosened_pattern`): what the loose pass matches."""
+    """The entry with every regex loosened (`loosened_pattern`): what the loose and paraphrase passes match, loosened
+    once per entry."""
     return dataclasses.replace(
         issue,
         patterns=tuple(loosened_pattern(p) for p in issue.patterns),
         requires=tuple(loosened_pattern(p) for p in issue.requires),
         evidence=tuple(loosened_pattern(p) for p in issue.evidence),
+        paraphrases=tuple(loosened_pattern(p) for p in issue.paraphrases),
     )
 
 
@@ -181,7 +180,7 @@ _ELLIPSIS = ("...", "\u2026", "[...]", "(...)")
 def cut_form(text: str) -> str:
     """Text as the cut pass compares it: lower case, quotes gone, runs of blanks one space, lines kept (a line's
     end is where a title or an excerpt stops), each line's own indentation gone."""
-    lines = (_SPACES.sub(" ", line).strip() for line in unquoted(text).lower().split("\n"))
+    lines = (_SPACES.sub(" ", line).strip() for line in loose_form(text).split("\n"))
     return "\n".join(lines)
 
 
@@ -348,7 +347,7 @@ MOST_RAISES = 1
 
 def load_frames(text: str) -> tuple[Frame, ...]:
     data = tomllib.loads(text)
-    return tuple(Frame(**{k: v for k, v in row.items()}) for row in data.get("frame", []))
+    return tuple(Frame(**row) for row in data.get("frame", []))
 
 
 @dataclasses.dataclass(frozen=True)
