@@ -294,6 +294,48 @@ def test_words_that_only_sound_like_a_failure_name_none(text: str) -> None:
     assert not {"hf_trainer_loss_nan", "cuda_oom", "nccl_watchdog_timeout"} & set(named(text))
 
 
+FOURTH = FRESH.with_name("2026-11-29d")
+
+
+@pytest.mark.parametrize(
+    "number",
+    [
+        "024",  # "... the model crashes and appears Nan."
+    ],
+)
+def test_a_run_said_to_turn_nan_is_possibly_the_nan_entry(number: str) -> None:
+    (path,) = FOURTH.glob(f"{number}-*.txt")
+    assert named(path.read_text())["hf_trainer_loss_nan"] == (Kind.PARAPHRASE, "possibly")
+    assert named("after 300 steps the loss became NaN")["hf_trainer_loss_nan"] == (Kind.PARAPHRASE, "possibly")
+    assert named("NaN appeared in step 12")["hf_trainer_loss_nan"] == (Kind.PARAPHRASE, "possibly")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "nanoGPT appears to train fine; the banana dataset becomes nanoscale",
+        "finance becomes nanoscale",
+        "df.fillna() turns None into NaN-free values",
+    ],
+)
+def test_nan_as_a_word_in_other_sentences_names_none(text: str) -> None:
+    assert "hf_trainer_loss_nan" not in named(text)
+
+
+def test_a_kernel_fault_the_nccl_watchdog_reports_is_its_entry() -> None:
+    # verl#3579, as its ticket shows it: the watchdog is first to hear of a misaligned address
+    watchdog = (
+        "(WorkerDict pid=2862157) [rank3]:[E923 11:14:11.615370309 ProcessGroupNCCL.cpp:1895] [PG ID 0 PG GUID "
+        "0(default_pg) Rank 3] Process group watchdog thread terminated with exception: CUDA error: misaligned address\n"
+        "(WorkerDict pid=2862157) CUDA kernel errors might be asynchronously reported at some other API call, so the "
+        "stacktrace below might be incorrect."
+    )
+    assert named(watchdog)["cuda_kernel_fault"] == (Kind.WORDING, "message only")
+    (path,) = FOURTH.glob("019-*.txt")  # OpenRLHF#829: the title quotes 'CUDA error: unspecified launch failure'
+    assert named(path.read_text())["cuda_kernel_fault"] == (Kind.WORDING, "message only")
+    assert "cuda_illegal_memory_access" not in named(watchdog)
+
+
 def test_torchs_lines_under_an_nccl_error_are_read_where_a_title_cut_the_first() -> None:
     # 021: "...NCCLUtils.hpp:268, NCCL version 2.22.3 ncclSystemError: System call (e.g. socket, malloc) or ... Las"
     assert named(fresh("021"))["nccl_shm_system_error"] == (Kind.WORDING, "possibly")
