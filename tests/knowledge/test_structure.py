@@ -300,13 +300,16 @@ FOURTH = FRESH.with_name("2026-11-29d")
 @pytest.mark.parametrize(
     "number",
     [
-        "024",  # "... the model crashes and appears Nan."
+        "024"  # "... the model crashes and appears Nan."
     ],
 )
 def test_a_run_said_to_turn_nan_is_possibly_the_nan_entry(number: str) -> None:
     (path,) = FOURTH.glob(f"{number}-*.txt")
     assert named(path.read_text())["hf_trainer_loss_nan"] == (Kind.PARAPHRASE, "possibly")
-    assert named("after 300 steps the loss became NaN")["hf_trainer_loss_nan"] == (Kind.PARAPHRASE, "possibly")
+    assert named("after 300 steps the loss became NaN")["hf_trainer_loss_nan"] == (
+        Kind.PARAPHRASE,
+        "possibly",
+    )
     assert named("NaN appeared in step 12")["hf_trainer_loss_nan"] == (Kind.PARAPHRASE, "possibly")
 
 
@@ -326,12 +329,15 @@ def test_a_kernel_fault_the_nccl_watchdog_reports_is_its_entry() -> None:
     # verl#3579, as its ticket shows it: the watchdog is first to hear of a misaligned address
     watchdog = (
         "(WorkerDict pid=2862157) [rank3]:[E923 11:14:11.615370309 ProcessGroupNCCL.cpp:1895] [PG ID 0 PG GUID "
-        "0(default_pg) Rank 3] Process group watchdog thread terminated with exception: CUDA error: misaligned address\n"
+        "0(default_pg) Rank 3] Process group watchdog thread terminated with exception: "
+        "CUDA error: misaligned address\n"
         "(WorkerDict pid=2862157) CUDA kernel errors might be asynchronously reported at some other API call, so the "
         "stacktrace below might be incorrect."
     )
     assert named(watchdog)["cuda_kernel_fault"] == (Kind.WORDING, "message only")
-    (path,) = FOURTH.glob("019-*.txt")  # OpenRLHF#829: the title quotes 'CUDA error: unspecified launch failure'
+    (path,) = FOURTH.glob(
+        "019-*.txt"
+    )  # OpenRLHF#829: the title quotes 'CUDA error: unspecified launch failure'
     assert named(path.read_text())["cuda_kernel_fault"] == (Kind.WORDING, "message only")
     assert "cuda_illegal_memory_access" not in named(watchdog)
 
