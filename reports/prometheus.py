@@ -23,16 +23,18 @@ node_exporter reads has no way to say).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
-from typing import Any
+from typing import TypeVar
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from ds_doctor.reports.measures import MEASURES, finite, on_shared_gpu
+from ds_doctor.reports.noderecords import AER_KINDS, NodeRecords, SourceRecord, SourceState
 from ds_doctor.reports.records import Report, Severity, parse_time
 from ds_doctor.reports.safe import prom_label, prom_name
+from ds_doctor.reports.views import GpuCheck, NodeRecordCheck, view_of
 
 PREFIX = "ds_doctor"
+R = TypeVar("R", bound=SourceRecord)
 
 
 class _Gauge:
@@ -93,10 +95,10 @@ def _case_gauges(registry: CollectorRegistry, report: Report, host: str) -> None
             sum(f.severity == level for r in report.results for f in r.findings)
         )
     health = [
-        (r.key, f.invariant, f.severity.value)
+        (check.gpu, f.invariant, f.severity.value)
         for r in report.results
-        if r.probe == "gpu_health"
-        for f in r.findings
+        if (check := view_of(r, GpuCheck)) is not None
+        for f in check.findings
     ]
     if health:
         gauge = _gauge(
@@ -110,11 +112,12 @@ def _case_gauges(registry: CollectorRegistry, report: Report, host: str) -> None
 
 
 def _record_findings(registry: CollectorRegistry, report: Report, host: str) -> None:
+    checks = (view_of(result, NodeRecordCheck) for result in report.results)
     findings = Counter(
-        (result.case.partition("[")[2].rstrip("]"), f.invariant, f.severity.value)
-        for result in report.results
-        if result.probe == "node_records"
-        for f in result.findings
+        (check.record, f.invariant, f.severity.value)
+        for check in checks
+        if check is not None
+        for f in check.findings
     )
     if findings:
         gauge = _gauge(
@@ -127,47 +130,40 @@ def _record_findings(registry: CollectorRegistry, report: Report, host: str) -> 
             gauge.labels(host, record, rule, severity).set(count)
 
 
-def _read(records: Mapping[str, Any], name: str, key: str) -> list[Mapping[str, Any]]:
-    """The entries of one record the node read (none where it was absent or unavailable)."""
-    record = records.get(name)
-    if not isinstance(record, Mapping) or record.get("state") != "read":
-        return []
-    entries = record.get(key)
-    return [entry for entry in entries if isinstance(entry, Mapping)] if isinstance(entries, list) else []
+def _read(record: R | None) -> R | None:
+    """The record where the node read it (its entries are exported), None where it was absent or unavailable."""
+    return record if record is not None and record.state is SourceState.READ else None
 
 
-def _count(value: object) -> float | None:
+def _count(value: int | None) -> float | None:
     """A record's count as a gauge takes it: an integer within a float's range, else None (a record of a report read
-    back is data: a string, a bool or 1e400 written as an integer is no count)."""
-    return finite(value) if isinstance(value, int) else None
+    back is data: an integer of 400 digits is no count)."""
+    return finite(value) if value is not None else None
 
 
-def _record_series(registry: CollectorRegistry, records: Mapping[str, Any], host: str) -> None:
+def _record_series(registry: CollectorRegistry, records: NodeRecords, host: str) -> None:
+    xid, aer, ib = _read(records.xid), _read(records.aer), _read(records.ib)
     events = [
         (event, count)
-        for event in _read(records, "xid", "events")
-        if (count := _count(event.get("count"))) is not None
+        for event in (xid.events if xid is not None else ())
+        if (count := _count(event.count)) is not None
     ]
     if events:
         xids = _gauge(
             registry, "xid_total", "Xid errors in the kernel log since boot.", ("host", "pci", "xid")
         )
         for event, count in events:
-            xids.labels(host, event.get("pci"), event.get("xid")).set(count)
-    devices = _read(records, "aer", "devices")
-    if devices:
-        aer = _gauge(registry, "aer_errors", "PCIe AER errors since boot.", ("host", "pci", "kind"))
-        for device in devices:
-            for kind in ("correctable", "nonfatal", "fatal"):
-                if (count := _count(device.get(kind))) is not None:
-                    aer.labels(host, device.get("bdf"), kind).set(count)
-    ports = _read(records, "ib", "ports")
-    if ports:
+            xids.labels(host, event.pci, event.xid).set(count)
+    if aer is not None and aer.devices:
+        errors = _gauge(registry, "aer_errors", "PCIe AER errors since boot.", ("host", "pci", "kind"))
+        for device in aer.devices:
+            for kind in AER_KINDS:
+                if (count := _count(device.total(kind))) is not None:
+                    errors.labels(host, device.bdf, kind).set(count)
+    if ib is not None and ib.ports:
         up = _gauge(registry, "ib_port_up", "1 if the port is ACTIVE and LinkUp.", ("host", "device", "port"))
-        for port in ports:
-            up.labels(host, port.get("device"), port.get("port")).set(
-                float(port.get("state") == "ACTIVE" and port.get("phys_state") == "LinkUp")
-            )
+        for port in ib.ports:
+            up.labels(host, port.device, port.port).set(float(port.is_up()))
 
 
 def _node_record_gauges(registry: CollectorRegistry, report: Report, host: str) -> None:
@@ -175,8 +171,8 @@ def _node_record_gauges(registry: CollectorRegistry, report: Report, host: str) 
     record, rule and severity; each Xid's count by GPU; each AER counter by device and kind; each IB port up or
     not."""
     _record_findings(registry, report, host)
-    records = report.hardware.extra.get("node_records")
-    if isinstance(records, Mapping):
+    records = report.hardware.node_records
+    if records is not None:
         _record_series(registry, records, host)
 
 

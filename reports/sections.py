@@ -9,8 +9,11 @@ writes. Keys a section does not know (a newer writer's) are kept in `extra` and 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from typing import Any, TypeVar
+
+from ds_doctor.reports.noderecords import NodeRecords
 
 T = TypeVar("T")
 
@@ -171,6 +174,12 @@ class HardwareSection:
     gpus_reason: str | None = None
     present: tuple[str, ...] = ()  # read from JSON: the keys it had, written back and no more
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    @functools.cached_property
+    def node_records(self) -> NodeRecords | None:
+        """The node's fault records as types, read once from the JSON kept in `extra` (which is written back as
+        it was read); None where the section has none (a report from before they were read)."""
+        return NodeRecords.of(self.extra.get("node_records"))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> HardwareSection:

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from ds_doctor.checks.noderecords import aer_rising
 from ds_doctor.reports.diff import Change, Diff
 from ds_doctor.reports.measures import MEASURES
+from ds_doctor.reports.noderecords import AerRecord, SourceState
 from ds_doctor.reports.records import FAILING, CaseResult, Finding, Outcome, Report, Severity
 
 DEFAULT_TOLERANCE_PCT = 10.0
@@ -221,10 +222,10 @@ def measure_changes(
     return changes
 
 
-def _aer_record(report: Report) -> Mapping[str, object] | None:
-    records = report.hardware.extra.get("node_records")
-    aer = records.get("aer") if isinstance(records, Mapping) else None
-    return aer if isinstance(aer, Mapping) and aer.get("state") == "read" else None
+def _aer_record(report: Report) -> AerRecord | None:
+    records = report.hardware.node_records
+    aer = records.aer if records is not None else None
+    return aer if aer is not None and aer.state is SourceState.READ else None
 
 
 def aer_changes(base: Report, new: Report) -> list[Change]:

@@ -1,8 +1,9 @@
 """Rules over the node's own fault records (`ds_doctor.hardware.records`: Xid errors, PCIe AER counters, InfiniBand
 ports, DCGM's quick diagnostic), and the `node_records[xid|aer|ib|dcgm]` results they make.
 
-Like the GPU health rules (`ds_doctor.checks.health`) they read only the dicts the readers return, so they are
-tested over recorded records. Severity `error` means the node is not fit for a training job (the run exits 1):
+Like the GPU health rules (`ds_doctor.checks.health`) they read only the records the readers return (the types of
+`ds_doctor.reports.noderecords`, read once from the hardware section's JSON), so they are tested over recorded
+records. Severity `error` means the node is not fit for a training job (the run exits 1):
 a GPU the driver reported lost or corrupt, a fatal PCIe error, a rail down, a DCGM test failed. `warning` means
 it will run, but slower or less surely than it should.
 
@@ -17,7 +18,21 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ds_doctor.hardware.records import ABSENT, READ, UNAVAILABLE, pci_key
+from ds_doctor.hardware.xid import pci_key
+from ds_doctor.reports.noderecords import (
+    AER_KINDS,
+    AerDevice,
+    AerRecord,
+    DcgmRecord,
+    DcgmTest,
+    IbPort,
+    IbRecord,
+    NodeRecords,
+    SourceRecord,
+    SourceState,
+    XidEvent,
+    XidRecord,
+)
 from ds_doctor.reports.records import CaseResult, Finding, Outcome, Severity
 from ds_doctor.reports.sections import GpuReading
 
@@ -44,7 +59,7 @@ class Node:
     def gpu_at(self, pci: str | None) -> GpuReading | None:
         return next((g for g in self.gpus if pci is not None and pci_key(g.pci_bus_id) == pci), None)
 
-    def nccl_uses(self, device: str, port: object) -> bool:
+    def nccl_uses(self, device: str | None, port: object) -> bool:
         """Whether NCCL's IB transport would use this port under NCCL_IB_HCA: `^` excludes, `=` matches names
         exactly (else as prefixes), `name:port` one port (NCCL src/transport/net_ib.cc, matchIfList)."""
         if not self.nccl_ib_hca:
@@ -55,6 +70,7 @@ class Node:
         exact = spec.startswith("=")
         spec = spec[1:] if exact else spec
         listed = False
+        device = str(device)
         for item in filter(None, (part.strip() for part in spec.split(","))):
             name, _, wanted = item.partition(":")
             named = device == name if exact else device.startswith(name)
@@ -71,28 +87,6 @@ def _finding(rule: str, severity: Severity, message: str, expected: str, remedy:
         expected=expected,
         remedy=remedy,
         data=data,
-    )
-
-
-def _count(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def _entries(record: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
-    """The dicts under a record's list (a record read back from a report is someone else's JSON)."""
-    value = record.get(key)
-    return [entry for entry in value if isinstance(entry, Mapping)] if isinstance(value, list) else []
-
-
-def _strings(value: object) -> list[str]:
-    return [str(v) for v in value] if isinstance(value, list) else []
-
-
-def _ints(value: object) -> list[int]:
-    return (
-        [v for v in value if isinstance(v, int) and not isinstance(v, bool)]
-        if isinstance(value, list)
-        else []
     )
 
 
@@ -181,18 +175,15 @@ def _where(node: Node, pci: str | None) -> str:
     return f"GPU {gpu.index} ({pci})" if gpu is not None else f"GPU at PCI {pci or '?'}"
 
 
-def gpus_seen(record: Mapping[str, Any], node: Node) -> frozenset[str] | None:
+def gpus_seen(record: XidRecord, node: Node) -> frozenset[str] | None:
     """The PCI addresses of this node's GPUs: those NVML read and those NVIDIA's driver lists (the record's
     `driver_gpus`, which keeps a GPU that fell off the bus: NVML no longer reads its address). None where there is
     neither list (NVML read no GPU's address, and the record carries no driver list, as one written before
     ds-doctor kept it): nothing to check an Xid's address against."""
     seen = {key for key in (pci_key(g.pci_bus_id) for g in node.gpus) if key is not None}
-    listed = record.get("driver_gpus")
-    if not isinstance(listed, list):
+    if record.driver_gpus is None:
         return frozenset(seen) if seen else None
-    return frozenset(
-        seen | {key for key in (pci_key(v) for v in listed if isinstance(v, str)) if key is not None}
-    )
+    return frozenset(seen | {key for key in map(pci_key, record.driver_gpus) if key is not None})
 
 
 def _unseen(pci: str | None, seen: frozenset[str] | None) -> str | None:
@@ -208,17 +199,17 @@ def _unseen(pci: str | None, seen: frozenset[str] | None) -> str | None:
     return None
 
 
-def _xid_finding(event: Mapping[str, Any], node: Node, seen: frozenset[str] | None) -> Finding | None:
-    xid, pci = event.get("xid"), event.get("pci")
-    if not isinstance(xid, int):
+def _xid_finding(event: XidEvent, node: Node, seen: frozenset[str] | None) -> Finding | None:
+    xid, pci = event.xid, event.pci
+    if xid is None:
         return None
     kind = XIDS.get(xid, UNKNOWN_XID)
     gpu = node.gpu_at(pci)
     cleared = kind.cleared is not None and gpu is not None and kind.cleared(gpu)
-    unseen = _unseen(pci if isinstance(pci, str) else None, seen)
+    unseen = _unseen(pci, seen)
     severity = Severity.WARNING if (cleared or unseen) and kind.severity == Severity.ERROR else kind.severity
-    count = _count(event.get("count")) or 1
-    said = f": {event.get('message')}" if event.get("message") else ""
+    count = event.count or 1
+    said = f": {event.message}" if event.message else ""
     remedy = kind.remedy + (
         "; the kernel log keeps the Xid until the next boot" if severity == Severity.ERROR else ""
     )
@@ -240,41 +231,33 @@ def _xid_finding(event: Mapping[str, Any], node: Node, seen: frozenset[str] | No
     )
 
 
-def xid_events(record: Mapping[str, Any], node: Node) -> list[Finding]:
+def xid_events(record: XidRecord, node: Node) -> list[Finding]:
     """One finding per (GPU, Xid) the driver logged since boot: hardware and driver faults are errors, the ones a
     job's own bug causes (13, 31, 43) warnings, the cleanup after another (45) information. An Xid whose address
     is no GPU of this node (`gpus_seen`) is at most a warning: shown, never failing the run."""
     seen = gpus_seen(record, node)
-    findings = (_xid_finding(e, node, seen) for e in _entries(record, "events"))
+    findings = (_xid_finding(e, node, seen) for e in record.events)
     return [f for f in findings if f is not None]
 
 
 # ---- PCIe AER ----------------------------------------------------------------------------------------------------
 
-AER_KINDS = ("correctable", "nonfatal", "fatal")
+
+def _detail(device: AerDevice, kind: str) -> str:
+    return ", ".join(f"{name} {n}" for name, n in list(device.counts.get(kind, {}).items())[:8])
 
 
-def _detail(device: Mapping[str, Any], kind: str) -> str:
-    counts = device.get("counts")
-    of_kind = counts.get(kind) if isinstance(counts, Mapping) else None
-    return (
-        ", ".join(f"{name} {n}" for name, n in list(of_kind.items())[:8])
-        if isinstance(of_kind, Mapping)
-        else ""
-    )
+def _device_name(device: AerDevice) -> str:
+    return f"{device.bdf} ({device.role})"
 
 
-def _device_name(device: Mapping[str, Any]) -> str:
-    return f"{device.get('bdf')} ({device.get('role')})"
-
-
-def aer_uncorrectable(record: Mapping[str, Any], node: Node) -> list[Finding]:
+def aer_uncorrectable(record: AerRecord, node: Node) -> list[Finding]:
     """Uncorrectable PCIe errors since boot on a GPU, an RDMA NIC or a port above one: fatal ones are an error (the
     link was reset or the device lost), non-fatal ones (a completion timeout, say) a warning."""
     out = []
-    for device in _entries(record, "devices"):
+    for device in record.devices:
         for kind, severity in (("fatal", Severity.ERROR), ("nonfatal", Severity.WARNING)):
-            count = _count(device.get(kind))
+            count = device.total(kind)
             if count:
                 detail = _detail(device, kind)
                 out.append(
@@ -285,7 +268,7 @@ def aer_uncorrectable(record: Mapping[str, Any], node: Node) -> list[Finding]:
                         + (f" ({detail})" if detail else ""),
                         f"0 {kind} AER errors",
                         "check the slot, riser and cabling of this link (reseat); drain the node if they recur",
-                        pci=device.get("bdf"),
+                        pci=device.bdf,
                         kind=kind,
                         count=count,
                     )
@@ -293,17 +276,17 @@ def aer_uncorrectable(record: Mapping[str, Any], node: Node) -> list[Finding]:
     return out
 
 
-def _aer_counts(record: Mapping[str, Any] | None) -> dict[tuple[str, str], int]:
+def _aer_counts(record: AerRecord | None) -> dict[tuple[str, str], int]:
     counts = {}
-    for device in _entries(record or {}, "devices"):
+    for device in record.devices if record is not None else ():
         for kind in AER_KINDS:
-            value = device.get(kind)
-            if isinstance(value, int) and not isinstance(value, bool):
-                counts[(str(device.get("bdf")), kind)] = value
+            value = device.total(kind)
+            if value is not None:
+                counts[(str(device.bdf), kind)] = value
     return counts
 
 
-def aer_rising(current: Mapping[str, Any], previous: Mapping[str, Any] | None) -> list[Finding]:
+def aer_rising(current: AerRecord, previous: AerRecord | None) -> list[Finding]:
     """AER counts higher than in a previous reading of the same node (its baseline report's `aer` record): a link
     that keeps correcting errors is one that will fail. A lower count means the node rebooted (the counters start
     at 0 each boot): nothing to compare."""
@@ -348,18 +331,14 @@ DISCARDS = (
 )
 
 
-def _port_name(port: Mapping[str, Any]) -> str:
-    return f"{port.get('device')} port {port.get('port')}"
+def _port_name(port: IbPort) -> str:
+    return f"{port.device} port {port.port}"
 
 
-def _is_up(port: Mapping[str, Any]) -> bool:
-    return port.get("state") == "ACTIVE" and port.get("phys_state") == "LinkUp"
-
-
-def _down_hint(port: Mapping[str, Any]) -> str:
-    if port.get("phys_state") == "LinkUp":
+def _down_hint(port: IbPort) -> str:
+    if port.phys_state == "LinkUp":
         return "the link is up but no subnet manager has activated the port (check opensm / UFM)"
-    if port.get("phys_state") == "Disabled":
+    if port.phys_state == "Disabled":
         return "the port is disabled"
     return "no link: check the cable, the transceiver and the switch port"
 
@@ -368,55 +347,51 @@ def _down_hint(port: Mapping[str, Any]) -> str:
 _TRAFFIC = ("port_rcv_data", "port_xmit_data", "link_downed")
 
 
-def _idle_since_boot(port: Mapping[str, Any]) -> bool:
+def _idle_since_boot(port: IbPort) -> bool:
     """Every traffic counter read, and 0: the port never carried data nor lost a link since boot (a spare port of a
     dual-port HCA, or one never cabled since the node came up); a counter not read is no evidence of that."""
-    counters = port.get("counters") or {}
-    return all(isinstance(counters.get(name), int) for name in _TRAFFIC) and not any(
-        counters.get(name) for name in _TRAFFIC
-    )
+    return all(port.counters.get(name) == 0 for name in _TRAFFIC)
 
 
-def ib_port_down(record: Mapping[str, Any], node: Node) -> list[Finding]:
+def ib_port_down(record: IbRecord, node: Node) -> list[Finding]:
     """A port not ACTIVE and LinkUp: a rail a job's NCCL would use is missing (an error, where it carried traffic
     since boot: a link lost); one idle since boot is a warning (a spare port, or a cable never plugged: the record
     cannot tell); an Ethernet (RoCE) port is a warning (it may be a management port), and a port NCCL_IB_HCA leaves
     out information only."""
     out = []
-    for port in _entries(record, "ports"):
-        if _is_up(port):
+    for port in record.ports:
+        if port.is_up():
             continue
-        used = node.nccl_uses(str(port.get("device")), port.get("port"))
+        used = node.nccl_uses(port.device, port.port)
         idle = _idle_since_boot(port)
-        lost = port.get("link_layer") == "InfiniBand" and not idle
+        lost = port.link_layer == "InfiniBand" and not idle
         severity = Severity.ERROR if lost else Severity.WARNING
         out.append(
             _finding(
                 "ib_port_down",
                 severity if used else Severity.INFO,
-                f"{_port_name(port)} is {port.get('state')} / {port.get('phys_state')}: {_down_hint(port)}"
+                f"{_port_name(port)} is {port.state} / {port.phys_state}: {_down_hint(port)}"
                 + (" (no traffic on it since boot: a spare port, or one never cabled)" if idle else "")
                 + ("" if used else " (NCCL_IB_HCA leaves it out)"),
                 "ACTIVE / LinkUp",
                 "bring the link up, or leave the port out of NCCL_IB_HCA if no job should use it",
-                device=port.get("device"),
-                port=port.get("port"),
+                device=port.device,
+                port=port.port,
             )
         )
     return out
 
 
-def _nonzero(port: Mapping[str, Any], names: Sequence[str]) -> dict[str, int]:
-    counters = port.get("counters") or {}
-    return {name: _count(counters.get(name)) for name in names if _count(counters.get(name))}
+def _nonzero(port: IbPort, names: Sequence[str]) -> dict[str, int]:
+    return {name: port.counters[name] for name in names if port.counters.get(name)}
 
 
-def ib_link_errors(record: Mapping[str, Any], node: Node) -> list[Finding]:
+def ib_link_errors(record: IbRecord, node: Node) -> list[Finding]:
     """Link error counters above 0 on a port NCCL uses: the link went down, or corrupted symbols and packets (a
     warning: a marginal cable or transceiver); discards are congestion (information)."""
     out = []
-    for port in _entries(record, "ports"):
-        if not node.nccl_uses(str(port.get("device")), port.get("port")):
+    for port in record.ports:
+        if not node.nccl_uses(port.device, port.port):
             continue
         for rule, names, severity, remedy in (
             ("ib_link_errors", LINK_ERRORS, Severity.WARNING, "check or replace the cable and transceiver"),
@@ -432,39 +407,41 @@ def ib_link_errors(record: Mapping[str, Any], node: Node) -> list[Finding]:
                         f"{_port_name(port)}: {said}",
                         "0",
                         remedy,
-                        device=port.get("device"),
-                        port=port.get("port"),
+                        device=port.device,
+                        port=port.port,
                         **counts,
                     )
                 )
     return out
 
 
-def ib_rate_below_peers(record: Mapping[str, Any], node: Node) -> list[Finding]:
+def _rated(record: IbRecord, node: Node) -> list[tuple[IbPort, float]]:
+    """The active ports NCCL uses whose rate was read, with it."""
+    return [
+        (p, p.rate_gbps)
+        for p in record.ports
+        if p.is_up() and p.rate_gbps is not None and node.nccl_uses(p.device, p.port)
+    ]
+
+
+def ib_rate_below_peers(record: IbRecord, node: Node) -> list[Finding]:
     """An active port slower than the node's fastest of the same link layer: a rail trained down (a narrower
     width or a lower speed) holds every collective across it back."""
-    ports = [
-        p
-        for p in _entries(record, "ports")
-        if _is_up(p)
-        and isinstance(p.get("rate_gbps"), int | float)
-        and node.nccl_uses(str(p.get("device")), p.get("port"))
-    ]
+    ports = _rated(record, node)
     out = []
-    for port in ports:
-        peers = [p["rate_gbps"] for p in ports if p.get("link_layer") == port.get("link_layer")]
-        fastest = max(peers)
-        if port["rate_gbps"] < fastest:
+    for port, rate in ports:
+        fastest = max(r for p, r in ports if p.link_layer == port.link_layer)
+        if rate < fastest:
             out.append(
                 _finding(
                     "ib_rate_below_peers",
                     Severity.WARNING,
-                    f"{_port_name(port)} runs at {port.get('rate')}, the node's other ports at {fastest:g} Gb/sec",
+                    f"{_port_name(port)} runs at {port.rate}, the node's other ports at {fastest:g} Gb/sec",
                     f"{fastest:g} Gb/sec",
                     "reseat or replace the cable and transceiver; check the switch port's speed",
-                    device=port.get("device"),
-                    port=port.get("port"),
-                    rate_gbps=port["rate_gbps"],
+                    device=port.device,
+                    port=port.port,
+                    rate_gbps=rate,
                     peers_gbps=fastest,
                 )
             )
@@ -476,31 +453,31 @@ def ib_rate_below_peers(record: Mapping[str, Any], node: Node) -> list[Finding]:
 DCGM_SEVERITY = {"Fail": Severity.ERROR, "Warn": Severity.WARNING, "Skip": Severity.INFO}
 
 
-def _dcgm_finding(test: Mapping[str, Any]) -> Finding | None:
-    status = test.get("status")
-    severity = DCGM_SEVERITY.get(str(status))
-    warnings = _strings(test.get("warnings"))
+def _dcgm_finding(test: DcgmTest) -> Finding | None:
+    status = test.status
+    severity = DCGM_SEVERITY.get(status)
+    warnings = test.warnings
     if severity is None or (severity == Severity.INFO and not warnings):
         return None
-    on = f" on {test.get('entity')}" if test.get("entity") else ""
+    on = f" on {test.entity}" if test.entity else ""
     said = f": {'; '.join(warnings)}" if warnings else ""
     return _finding(
-        f"dcgm_{str(status).lower()}",
+        f"dcgm_{status.lower()}",
         severity,
-        f"dcgmi diag -r 1: {test.get('test')} ({test.get('category')}) {status}{on}{said}",
+        f"dcgmi diag -r 1: {test.test} ({test.category}) {status}{on}{said}",
         "Pass",
         "follow DCGM's message; an error that asks for a reset means drain the node and reset the GPU",
-        test=test.get("test"),
-        entity=test.get("entity"),
-        error_ids=_ints(test.get("error_ids")),
+        test=test.test,
+        entity=test.entity,
+        error_ids=list(test.error_ids),
     )
 
 
-def dcgm_failed_tests(record: Mapping[str, Any], node: Node) -> list[Finding]:
+def dcgm_failed_tests(record: DcgmRecord, node: Node) -> list[Finding]:
     """Each DCGM test that failed (an error) or warned (a warning) on an entity; a skip with a reason is
     information. dcgmi exiting non-zero with no failed test is a warning of its own."""
-    findings = [f for f in (_dcgm_finding(t) for t in _entries(record, "tests")) if f is not None]
-    code = record.get("returncode")
+    findings = [f for f in (_dcgm_finding(t) for t in record.tests) if f is not None]
+    code = record.returncode
     if code and not any(f.is_error for f in findings):
         findings.append(
             _finding(
@@ -517,36 +494,45 @@ def dcgm_failed_tests(record: Mapping[str, Any], node: Node) -> list[Finding]:
 
 # ---- the results -------------------------------------------------------------------------------------------------
 
-Rule = Callable[[Mapping[str, Any], Node], list[Finding]]
 
-RULES: dict[str, tuple[Rule, ...]] = {
-    "xid": (xid_events,),
-    "aer": (aer_uncorrectable,),
-    "ib": (ib_port_down, ib_link_errors, ib_rate_below_peers),
-    "dcgm": (dcgm_failed_tests,),
-}
+def _findings(record: SourceRecord, node: Node, previous: AerRecord | None) -> list[Finding]:
+    """What the rules over a read record find (with the baseline's AER record, the counts that rose since)."""
+    if isinstance(record, XidRecord):
+        return xid_events(record, node)
+    if isinstance(record, AerRecord):
+        rising = aer_rising(record, previous) if previous is not None else []
+        return aer_uncorrectable(record, node) + rising
+    if isinstance(record, IbRecord):
+        return ib_port_down(record, node) + ib_link_errors(record, node) + ib_rate_below_peers(record, node)
+    return dcgm_failed_tests(record, node)
 
-#: What each result notes of its record, besides the rules' findings.
-NOTED = {"xid": ("source", "partial", "left_out"), "dcgm": ("version", "returncode")}
 
-
-def _notes(name: str, record: Mapping[str, Any], absent: Mapping[str, str]) -> dict[str, Any]:
-    notes: dict[str, Any] = {
-        key: record.get(key) for key in NOTED.get(name, ()) if record.get(key) is not None
-    }
-    for key in ("devices", "ports", "events", "tests"):
-        if isinstance(record.get(key), list):
-            notes[key] = len(record[key])
-    if absent:
-        notes["absent"] = dict(absent)  # the records this node does not have, and why
-    return notes
+def _said(record: SourceRecord) -> dict[str, Any]:
+    """What a result notes of its record, besides the rules' findings: where the Xids came from and how much of
+    the log was kept, DCGM's version and exit status, and how many entries a read record has."""
+    said: dict[str, Any] = {}
+    if isinstance(record, XidRecord):
+        said = {"source": record.source, "partial": record.partial, "left_out": record.left_out}
+        listed = ("events", len(record.events))
+    elif isinstance(record, AerRecord):
+        listed = ("devices", len(record.devices))
+    elif isinstance(record, IbRecord):
+        listed = ("ports", len(record.ports))
+    else:
+        said = {"version": record.version, "returncode": record.returncode}
+        listed = ("tests", len(record.tests))
+    notes = {key: value for key, value in said.items() if value is not None}
+    return {**notes, listed[0]: listed[1]} if record.state is SourceState.READ else notes
 
 
 def _result(
-    name: str, record: Mapping[str, Any], findings: list[Finding], absent: Mapping[str, str]
+    name: str, record: SourceRecord, findings: list[Finding], absent: Mapping[str, str]
 ) -> CaseResult:
     failed = [f.message for f in findings if f.is_error]
-    unavailable = record.get("state") == UNAVAILABLE
+    unavailable = record.state is SourceState.UNAVAILABLE
+    notes = _said(record)
+    if absent:
+        notes["absent"] = dict(absent)  # the records this node does not have, and why
     return CaseResult(
         probe=PROBE,
         case=f"{PROBE}[{name}]",
@@ -556,16 +542,18 @@ def _result(
         device_kind="cuda" if name in ("xid", "dcgm") else "cpu",
         outcome=Outcome.SKIP if unavailable else Outcome.FAIL if failed else Outcome.PASS,
         duration_s=0.0,
-        reason=str(record.get("reason")) if unavailable else "; ".join(failed) or None,
+        reason=str(record.reason) if unavailable else "; ".join(failed) or None,
         findings=tuple(findings),
-        notes=_notes(name, record, absent),
+        notes=notes,
     )
 
 
-def _baseline_records(baseline: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    """The node_records of a baseline report's hardware section (or of the dict given as one)."""
-    records = (baseline or {}).get("node_records", baseline or {})
-    return records if isinstance(records, Mapping) else {}
+def _baseline_aer(baseline: Mapping[str, Any] | None) -> AerRecord | None:
+    """The AER record of a baseline report's hardware section (or of the node_records given as one)."""
+    if baseline is None:
+        return None
+    records = NodeRecords.of(baseline.get("node_records", baseline))
+    return records.aer if records is not None else None
 
 
 def node_record_results(
@@ -575,25 +563,19 @@ def node_record_results(
     baseline: Mapping[str, Any] | None = None,
 ) -> list[CaseResult]:
     """One `node_records[<record>]` result per record this node has: `fail` on an error finding, `pass` otherwise,
-    `skip` where it could not be read; none for a record the node does not have, or a report from before these
-    records were read. With the baseline report's hardware section, AER counts that rose since are warnings."""
-    records = hardware.get("node_records")
-    if not isinstance(records, Mapping):
+    `skip` where it could not be read (or was of a wrong shape: a report is data from anywhere); none for a record
+    the node does not have, or a report from before these records were read. With the baseline report's hardware
+    section, AER counts that rose since are warnings."""
+    records = NodeRecords.of(hardware.get("node_records"))
+    if records is None:
         return []
     node = Node.of(hardware, env)
-    absent = {
-        name: str(r.get("reason"))
-        for name, r in records.items()
-        if isinstance(r, Mapping) and r.get("state") == ABSENT
-    }
+    absent = {name: str(r.reason) for name, r in records.sources() if r.state is SourceState.ABSENT}
+    previous = _baseline_aer(baseline)
     results = []
-    for name, rules in RULES.items():
-        record = records.get(name)
-        if not isinstance(record, Mapping) or record.get("state") not in (READ, UNAVAILABLE):
+    for name, record in records.sources():
+        if record.state is SourceState.ABSENT:
             continue
-        findings = [f for rule in rules for f in rule(record, node)] if record.get("state") == READ else []
-        if name == "aer" and baseline is not None and record.get("state") == READ:
-            previous = _baseline_records(baseline).get("aer")
-            findings += aer_rising(record, previous if isinstance(previous, Mapping) else None)
+        findings = _findings(record, node, previous) if record.state is SourceState.READ else []
         results.append(_result(name, record, findings, absent))
     return results

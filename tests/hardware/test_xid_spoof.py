@@ -15,6 +15,7 @@ import pytest
 
 from ds_doctor.checks.noderecords import Node, node_record_results, xid_events
 from ds_doctor.hardware.records import CommandOutput, driver_gpus, parse_xid_log, read_xids
+from ds_doctor.reports.noderecords import SourceState, XidRecord
 from ds_doctor.reports.records import Outcome, Severity
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernel log is Linux's")
@@ -46,7 +47,7 @@ def dmesg(text: str) -> Any:
 def xid_result(root: Path, log: str, gpus: Sequence[dict[str, Any]]) -> Any:
     """The node_records[xid] result of a node with this kernel log and these NVML readings."""
     (result,) = node_record_results(
-        {"gpus": list(gpus), "node_records": {"xid": read_xids(root, dmesg(log))}}
+        {"gpus": list(gpus), "node_records": {"xid": read_xids(root, dmesg(log)).to_dict()}}
     )
     return result
 
@@ -115,7 +116,7 @@ def test_the_drivers_own_lines_are_read_after_each_logs_prefix(
     line: str, pci: str, mig: str | None, at: str
 ) -> None:
     (event,), left_out = parse_xid_log(line + "\n")
-    assert (event["pci"], event["mig"], event["first_at"], left_out) == (pci, mig, at, 0)
+    assert (event.pci, event.mig, event.first_at, left_out) == (pci, mig, at, 0)
 
 
 # ---- the address: a GPU of this node ------------------------------------------------------------------------------
@@ -125,7 +126,7 @@ def test_the_drivers_own_lines_are_read_after_each_logs_prefix(
 def test_the_drivers_gpu_list_is_read_from_proc(tmp_path: Path) -> None:
     root = node_root(tmp_path, "0000:9b:00.0", "0000:3b:00.0", "not-a-gpu")
     assert driver_gpus(root) == ["0000:3b:00", "0000:9b:00"]
-    assert read_xids(root, dmesg(FELL + "\n"))["driver_gpus"] == ["0000:3b:00", "0000:9b:00"]
+    assert read_xids(root, dmesg(FELL + "\n")).to_dict()["driver_gpus"] == ["0000:3b:00", "0000:9b:00"]
     assert driver_gpus(tmp_path / "elsewhere") is None  # no folder: no list, not an empty one
 
 
@@ -144,14 +145,14 @@ def test_an_xid_at_an_address_no_gpu_has_is_shown_and_does_not_fail(tmp_path: Pa
 def test_without_the_drivers_list_nvmls_is_the_one_checked() -> None:
     """A record from before the driver's list was read: an address NVML does not read is not this node's fault."""
     events, _ = parse_xid_log(f"[  812.442113] {FELL.replace('3b:00', '9b:00')}\n")
-    (finding,) = xid_events({"events": events}, Node.of({"gpus": [GPU_3B]}))
+    (finding,) = xid_events(XidRecord(SourceState.READ, events=tuple(events)), Node.of({"gpus": [GPU_3B]}))
     assert finding.severity == Severity.WARNING and finding.data["gpu_seen"] is False
 
 
 def test_with_no_list_of_gpus_at_all_an_xid_is_unconfirmed_not_a_fault() -> None:
     """Neither NVML nor the driver listed a GPU: nothing to check the address against, so nothing is drained."""
     events, _ = parse_xid_log(f"[  812.442113] {FELL}\n")
-    (finding,) = xid_events({"events": events}, Node())
+    (finding,) = xid_events(XidRecord(SourceState.READ, events=tuple(events)), Node())
     assert finding.severity == Severity.WARNING and finding.data["gpu_seen"] is None
     assert "no list of this node's GPUs" in finding.message
 
