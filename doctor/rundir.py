@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
+import enum
 import errno
 import json
 import os
@@ -63,15 +64,58 @@ def setup_probe(name: str) -> str | None:
     return match.group(1) if match else None
 
 
+class How(str, enum.Enum):
+    """How a case ended on a rank: the first five as the rank saw it, the rest as the parent saw a rank that wrote no
+    line (`RankLine.lost`)."""
+
+    RETURNED = "returned"
+    SKIPPED = "skipped"
+    RAISED = "raised"
+    EXITED = "exited"  # the case's code called sys.exit
+    SETUP_FAILED = "setup failed"  # its probe's one-off setup raised: the case never ran
+    TIMED_OUT = "timed out"  # the case overran its limit and the launch was killed
+    DIED = "died"  # the rank's process ended in the case (a signal, an exit code)
+    NEVER_GATHERED = "never gathered"  # across nodes: the rendezvous never gathered every node
+    UNANSWERED = "unanswered"  # across nodes: a rank of another node stopped answering
+    NEVER_RUN = "never run"  # across nodes: a case after the one the launch ended in (never rerun)
+
+
+#: the ways a rank ends a case without writing its line: the parent says them
+LOST = frozenset({How.TIMED_OUT, How.DIED, How.NEVER_GATHERED, How.UNANSWERED, How.NEVER_RUN})
+
+
+@dataclasses.dataclass(frozen=True)
+class Ended:
+    """How a case ended on a rank, a fact for the parent's judge (`ds_doctor.run.judge`), never an outcome."""
+
+    how: How
+    #: what came with it, in words: a skip's reason, sys.exit's argument, a hang's evidence, the parent's account
+    #: of a rank it lost across nodes
+    said: str | None = None
+    limit_s: float | None = None  # the limit that ran out, where one did
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"how": self.how.value, "said": self.said, "limit_s": self.limit_s}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Ended:
+        said, limit = data.get("said"), data.get("limit_s")
+        if not (said is None or isinstance(said, str)) or isinstance(limit, bool):
+            raise TypeError("not how a case ended")
+        return cls(How(data["how"]), said, None if limit is None else float(limit))
+
+
 @dataclasses.dataclass(frozen=True)
 class RankLine:
-    """One rank's result for one case: what a worker writes and the parent merges."""
+    """One rank's result for one case: what a worker writes and the parent merges. A line carries facts (`ended`,
+    the findings, what showed, the issue named) that the parent's judge turns into the outcome; one written before
+    the facts (an older ds-doctor's) carries the `outcome` and `reason` its rank gave it, and keeps them."""
 
     case: str
     rank: int
     world_size: int
-    outcome: Outcome
-    reason: str | None = None
+    outcome: Outcome | None = None  # a line written before `ended`: its rank's outcome
+    reason: str | None = None  # ...and its reason
     stage: str | None = None
     duration_s: float = 0.0
     device: str | None = None
@@ -86,6 +130,8 @@ class RankLine:
     ] = ()  # the note keys the probe asked a reader to see (`ctx.note(..., shown=True)`)
     known_issue: str | None = None  # the known issue the probe named for the case...
     issue_shown: bool = False  # ...and whether it showed on this rank
+    instead: bool = False  # what the invariants caught is another issue than the reproduce case's own
+    ended: Ended | None = None  # how the case ended here: None on a line written before the facts
     error: ErrorInfo | None = None
     exit_code: int | None = None
     signal: str | None = None
@@ -96,12 +142,29 @@ class RankLine:
     collectives: tuple[CollectivePosition, ...] = ()  # ...and where it stood in each process group
     native_stack: str | None = None  # py-spy's dump with native frames, where py-spy is installed
 
+    def __post_init__(self) -> None:
+        if self.outcome is None and self.ended is None:
+            raise ValueError(
+                f"a line of {self.case} on rank {self.rank} says neither how it ended nor its outcome"
+            )
+
+    @classmethod
+    def lost(
+        cls, case: str, rank: int, world_size: int, ended: Ended, stage: str, **evidence: Any
+    ) -> RankLine:
+        """The parent's line for a rank that wrote none for `case`: how it saw the rank end there (`LOST`), the stage
+        it reached, and the evidence it holds (log tails, exit code, signal, stacks); the judge says what it means."""
+        if ended.how not in LOST:
+            raise ValueError(f"{ended.how.value!r} is said by the rank itself")
+        return cls(case, rank, world_size, stage=stage, ended=ended, **evidence)
+
     def to_json(self) -> str:
         data = dataclasses.asdict(self)
         data.update(
-            outcome=self.outcome.value,
+            outcome=self.outcome.value if self.outcome is not None else None,
             findings=[f.to_dict() for f in self.findings],
             device_map=[r.to_dict() for r in self.device_map],
+            ended=self.ended.to_dict() if self.ended is not None else None,
         )
         # the run directory goes into tickets as it is: scrubbed here
         return json.dumps(scrub(data), default=str)
@@ -125,11 +188,13 @@ class RankLine:
         issue = data.get("known_issue")
         if isinstance(issue, Mapping):  # written before the line was typed: {"id": ..., "shown": ...}
             values.update(known_issue=issue.get("id"), issue_shown=bool(issue.get("shown")))
-        error = data.get("error")
+        error, outcome, ended = data.get("error"), data.get("outcome"), data.get("ended")
         return cls(
             **{
                 **values,
-                "outcome": Outcome(data["outcome"]),
+                "outcome": Outcome(outcome) if outcome is not None else None,
+                "ended": Ended.from_dict(ended) if ended is not None else None,
+                "instead": data.get("instead") is True,
                 "rank": int(data["rank"]),
                 "findings": tuple(Finding.from_dict(f) for f in data.get("findings") or ()),
                 "device_map": tuple(TensorRecord.from_dict(r) for r in data.get("device_map") or ()),

@@ -17,6 +17,7 @@ import types
 from typing import Any
 
 from ds_doctor.plugins import (
+    DeepSpeedConfigNote,
     Finding,
     ProbeContext,
     ProbeSpec,
@@ -250,7 +251,7 @@ def run(ctx: ProbeContext) -> None:
             )
         filled = fit(ordering.user, ctx.world_size, ctx.device)
         ctx.note(
-            "user_config",
+            DeepSpeedConfigNote.NOTE,
             {"path": ordering.user.path, "sha256": ordering.user.sha256, "changed": filled.changed},
         )
         ctx.check(change_findings(filled, ctx.rank))
@@ -264,20 +265,20 @@ def run(ctx: ProbeContext) -> None:
             return
         ctx.note("prepared", facts.to_dict())
         ctx.check(lifecycle_invariants(facts))
-        _what_showed(ctx, ordering, facts)
-        if ordering.issue:
-            ctx.known_issue(ordering.issue, shown=bool(ctx.shown))
+        ctx.reproduce(ordering.issue, showed=_what_showed(ordering, facts))
 
 
-def _what_showed(ctx: ProbeContext, ordering: Ordering, facts: PreparedFacts) -> None:
+def _what_showed(ordering: Ordering, facts: PreparedFacts) -> list[str]:
     """The silent orderings: what went wrong although nothing raised."""
+    showed: list[str] = []
     peak = max(facts.lr_trace, default=None)
     if isinstance(ordering.config_lr, float) and peak is not None and not _same(peak, ordering.config_lr):
-        ctx.showed(f"the lr peaked at {peak:g}, while the DeepSpeed config sets lr {ordering.config_lr:g}")
+        showed.append(f"the lr peaked at {peak:g}, while the DeepSpeed config sets lr {ordering.config_lr:g}")
     if not ordering.backend_kwargs and facts.num_processes != facts.dist_world_size:
-        ctx.showed(
+        showed.append(
             f"accelerator.num_processes is {facts.num_processes} on a {facts.dist_world_size}-rank group"
         )
+    return showed
 
 
 def _same(a: float, b: float) -> bool:
@@ -303,8 +304,7 @@ def _diagnose(ctx: ProbeContext, exc: Exception, ordering: Ordering) -> None:
             )
         ]
     )
-    ctx.showed(f"{raised.summary} in stage {ctx.stage!r}")
-    ctx.known_issue(hit.id, shown=True)
+    ctx.reproduce(hit.id, showed=[f"{raised.summary} in stage {ctx.stage!r}"])
 
 
 def _loader() -> Any:

@@ -24,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from ds_doctor.plugins import (
+    DeepSpeedConfigNote,
     Finding,
+    ModelNote,
     ProbeContext,
     ProbeSpec,
     RaisedError,
@@ -104,7 +106,7 @@ def case_config(ctx: ProbeContext, params: S1Case) -> dict[str, Any]:
     filled = fill(params.user.config, ctx.world_size, ctx.device)
     trainer_optimizer(filled)  # an HF-Trainer-style config: the Trainer's optimizer, said
     ctx.note(
-        "user_config",
+        DeepSpeedConfigNote.NOTE,
         {
             "path": params.user.path,
             "sha256": params.user.sha256,
@@ -161,7 +163,7 @@ def run(ctx: ProbeContext) -> None:
                 _replace(engine.module, route, ctx)
             except Exception as exc:  # the stack refused the route up front: the silent state cannot arise
                 ctx.note("route_refused", f"{type(exc).__name__}: {exc}"[:500], shown=True)
-                ctx.known_issue(DEFAULT_ISSUE, shown=False)
+                ctx.reproduce(DEFAULT_ISSUE)  # it did not show
                 return
         named = list(engine.module.named_parameters())
         records = ctx.snapshot("before_save", module=engine.module)
@@ -180,19 +182,17 @@ def _conclude(ctx: ProbeContext, reproduce: bool, caught: list[Finding], problem
             Finding("checkpoint_round_trip", Severity.ERROR, p.what, stage="after_reload") for p in problems
         )
         return
-    for problem in problems:
-        ctx.showed(problem.what)
     if problems:
         ctx.check(caught)
         issue = next((p.issue for p in problems if p.issue), DEFAULT_ISSUE)
-        ctx.known_issue(issue, shown=True)
+        ctx.reproduce(issue, showed=[p.what for p in problems])
         return
     latent = " (latent here: the step, the save and the reload all came out right)"
     ctx.check(
         dataclasses.replace(f, severity=Severity.WARNING, message=f.message + latent) if f.is_error else f
         for f in caught
     )
-    ctx.known_issue(DEFAULT_ISSUE, shown=False)
+    ctx.reproduce(DEFAULT_ISSUE)
 
 
 def _initialize(ctx: ProbeContext, config: dict[str, Any], *, seed: int, engines: list[Any]) -> Any:
@@ -204,7 +204,7 @@ def _initialize(ctx: ProbeContext, config: dict[str, Any], *, seed: int, engines
     if user is not None:
         model = user.module
         ctx.note("frozen", user.freeze(ctx.options.freeze))
-        ctx.note("model", user.describe())
+        ctx.note(ModelNote.NOTE, user.describe())
     else:
         model = build_frozen_model(seed=seed)
     dispatch_model(model, device_map={"": _map_device(ctx.device)})  # place first, then initialize

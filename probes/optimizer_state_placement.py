@@ -16,7 +16,16 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from ds_doctor.plugins import Finding, ProbeContext, ProbeSpec, RankOptions, Requirement, Severity, Variant
+from ds_doctor.plugins import (
+    AccelerateConfigNote,
+    Finding,
+    ProbeContext,
+    ProbeSpec,
+    RankOptions,
+    Requirement,
+    Severity,
+    Variant,
+)
 from ds_doctor.plugins.checks import (
     buffer_placement,
     optimizer_state_colocation,
@@ -111,7 +120,7 @@ def _user_setup(ctx: ProbeContext, case: OptimizerCase) -> Any:
     what it asks for); None for the family's own cases."""
     setup = ctx.options.user_accelerate_config() if case.user_accelerate else None
     if setup is not None:
-        ctx.note("accelerate_config", setup.summary())
+        ctx.note(AccelerateConfigNote.NOTE, setup.summary())
         if reason := accelerate_config.skip_reason(setup, ctx.device_kind):
             ctx.skip(reason)
     return setup
@@ -148,10 +157,9 @@ def _resume(ctx: ProbeContext, name: str, setup: Any, checkpoint: Path, issue_id
         _step(ctx, accelerator, model, optimizer, user, seed=1)
     except Exception:
         ctx.check(misplaced)  # the step after load_state raised: the misplacement is why (or it is an error)
-        if issue_id:
-            ctx.known_issue(issue_id, shown=bool(misplaced))
+        showed = ["the first step after load_state raised"] if misplaced else []
+        ctx.reproduce(issue_id, showed=showed, caught=bool(misplaced))
         if misplaced:
-            ctx.showed("the first step after load_state raised")
             return
         raise
     ctx.check(
@@ -161,8 +169,7 @@ def _resume(ctx: ProbeContext, name: str, setup: Any, checkpoint: Path, issue_id
         for f in misplaced
     )
     ctx.check(placement(ctx.snapshot("after_step", module=model, optimizer=optimizer), Severity.ERROR))
-    if issue_id:
-        ctx.known_issue(issue_id, shown=False)
+    ctx.reproduce(issue_id)
 
 
 def _prepared(ctx: ProbeContext, name: str, setup: Any = None) -> tuple[Any, Any, Any, Any]:

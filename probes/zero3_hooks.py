@@ -91,6 +91,7 @@ def run(ctx: ProbeContext) -> None:
         ctx.enter("train step")
         torch.manual_seed(1 + ctx.rank)
         batch = torch.randn(2, HIDDEN, device=engine.device)
+        showed: list[str] = []
         try:
             loss = engine(batch).pow(2).mean()
             engine.backward(loss)
@@ -98,8 +99,8 @@ def run(ctx: ProbeContext) -> None:
         except AttributeError as exc:
             if not (reproduce and "ds_grads_remaining" in str(exc)):
                 raise
-            ctx.showed(f"the first forward through the wrapper failed: {exc}")
+            showed.append(f"the first forward through the wrapper failed: {exc}")
         if reproduce:
-            ctx.known_issue(SPEC.known_issues[0], shown=bool(ctx.shown or ctx.has_error_findings))
+            ctx.reproduce(SPEC.known_issues[0], showed=showed, caught=ctx.has_error_findings)
     finally:
         engine.destroy()

@@ -13,7 +13,15 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from ds_doctor.plugins import ProbeContext, ProbeSpec, RankOptions, Requirement, Variant
+from ds_doctor.plugins import (
+    DeepSpeedConfigNote,
+    ModelNote,
+    ProbeContext,
+    ProbeSpec,
+    RankOptions,
+    Requirement,
+    Variant,
+)
 from ds_doctor.plugins.checks import (
     ZeroPromise,
     buffer_placement,
@@ -103,7 +111,7 @@ def run(ctx: ProbeContext) -> None:
     ctx.enter("initialize")
     module = model.module if model is not None else build_mlp()
     if model is not None:
-        ctx.note("model", model.describe())
+        ctx.note(ModelNote.NOTE, model.describe())
     ctx.snapshot("before_init", module=module)
     optimizer = route_optimizer(config, module.parameters())  # a user config without one: the Trainer's
     engine, _, _, _ = deepspeed.initialize(
@@ -146,7 +154,7 @@ def configure(ctx: ProbeContext) -> dict[str, Any]:
     filled = fill(user.config, ctx.world_size, ctx.device)
     trainer_optimizer(filled)  # an HF-Trainer-style config: the Trainer's optimizer, said
     ctx.note(
-        "user_config",
+        DeepSpeedConfigNote.NOTE,
         {
             "path": user.path,
             "sha256": user.sha256,

@@ -56,7 +56,7 @@ class ProbeContext:
         self.shown: list[str] = []
         self.shown_notes: list[str] = []
         self.issue: tuple[str, bool] | None = None
-        self.instead = False  # a reproduce case caught something other than its own issue (`showed_instead`)
+        self.instead = False  # a reproduce case caught something other than its own issue (`reproduce`)
         self._heartbeat = heartbeat
         self._scratch = scratch
         # (stage, when, whose) for the stage times: the case's own, after its probe's setup where it ran here
@@ -161,23 +161,29 @@ class ProbeContext:
         if reason:
             self.skip(reason)
 
-    def showed(self, what: str) -> None:
-        """The failure a reproduce case is after showed for real (a raise, lost data, a parameter that
-        stopped training). With no error finding caught before it, the case is a `fail`: the
-        invariants missed it."""
-        self.shown.append(what)
-        self.notes.setdefault("showed", []).append(what)
+    def reproduce(
+        self, issue_id: str | None, *, showed: Iterable[str] = (), caught: bool = False, instead: bool = False
+    ) -> None:
+        """What a case found of a known issue, in one call; the judge in the parent makes it the outcome.
 
-    def known_issue(self, issue_id: str, *, shown: bool) -> None:
-        """The known issue this case is about, and whether it showed here (verdict `affected`)."""
-        self.issue = (issue_id, shown)
-
-    def showed_instead(self, issue_id: str | None) -> None:
-        """What a reproduce case's invariants caught is not its own issue, as the probe tells them apart: another
-        known issue (named, `affected`), or None where nothing in the catalog explains it. The case is a `fail`,
-        never an `xfail` of its own issue (which `make verify-catalog` records as reproduced)."""
-        self.instead = True
-        self.issue = (issue_id, True) if issue_id else None
+        `issue_id`: the known issue the case is about (None: none to name). `showed`: what went wrong for real (a
+        raise, lost data, a parameter that stopped training): a reproduce case where it showed and no error finding
+        caught it is a `fail` (the invariants missed it); one where nothing showed and nothing was caught is an
+        `xpass`. `caught`: the invariants caught the issue here. Either makes the issue shown here (verdict
+        `affected`). `instead`: what the invariants caught is not the case's own issue, as the probe tells them
+        apart: `issue_id` is the other known issue (`affected`), or None where nothing in the catalog explains it; the
+        case is a `fail`, never an `xfail` of its own issue (which `make verify-catalog` records as reproduced).
+        A second call names its issue, shown if either call saw it."""
+        what = list(showed)
+        self.shown.extend(what)
+        if what:
+            self.notes.setdefault("showed", []).extend(what)
+        if instead:
+            self.instead = True
+            self.issue = (issue_id, True) if issue_id else None
+        elif issue_id:
+            before = self.issue is not None and self.issue[1]
+            self.issue = (issue_id, before or bool(what) or caught)
 
     @property
     def has_error_findings(self) -> bool:

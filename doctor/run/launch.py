@@ -25,11 +25,10 @@ from ds_doctor.probe.registry import CaseEntry
 from ds_doctor.probe.spec import Case
 from ds_doctor.procs import die_with_parent, kill_tree, tree_of
 from ds_doctor.redact import scrub_text
-from ds_doctor.reports.records import Outcome
 from ds_doctor.run.attribution import Cause, Ending, attribute, stage_of
 from ds_doctor.run.command import rank_environment, torchrun_command
 from ds_doctor.run.plan import LaunchGroup, timeout_for
-from ds_doctor.rundir import LAUNCH, WAITING_TURN, LaunchDir, RankLine
+from ds_doctor.rundir import LAUNCH, WAITING_TURN, Ended, How, LaunchDir, RankLine
 
 LAUNCH_TIMEOUT_S = 180.0  # process start, imports and process-group set-up
 POLL_S = 0.2
@@ -279,11 +278,14 @@ class Launch:
         }
 
     def _line(self, why: Cause, case: Case, rank: int, blamed: str | None, ending: Ending) -> RankLine:
-        """The line a cause gives, with the evidence this launch holds (logs, exit codes, stacks)."""
+        """The line a cause gives: the rank's own, or what this launch saw of it, with the evidence it holds (logs,
+        exit codes, stacks), for the judge (`ds_doctor.run.judge`) to make an outcome of."""
         if why is Cause.FINISHED:
             return self.lines[case.id][rank]
         if why is Cause.NOT_RUN:
-            return self._not_run(case, rank, blamed)
+            return RankLine.lost(
+                case.id, rank, case.world_size, Ended(How.NEVER_RUN, said=blamed), "not started"
+            )
         if why is Cause.NEVER_GATHERED:
             return self._never_gathered(case, rank)
         if why is Cause.REMOTE:
@@ -293,36 +295,21 @@ class Launch:
         if why is Cause.TIMED_OUT:
             return self._timed_out_line(case, rank, stage, tail)
         code = exit_codes(self.dir.torchrun_log.read_text(errors="replace")).get(rank, self.returncode)
-        sig = signal_name(code)
-        how = f"killed by {sig}" if sig else f"exited with code {code}"
-        return RankLine(
+        return RankLine.lost(
             case.id,
             rank,
             case.world_size,
-            Outcome.ERROR,
-            f"rank {rank} {how} in stage {stage!r}",
+            Ended(How.DIED),
             stage,
             exit_code=code,
-            signal=sig,
+            signal=signal_name(code),
             stderr_tail=tail or log_tail(self.dir.torchrun_log),
-        )
-
-    def _not_run(self, case: Case, rank: int, culprit: str | None) -> RankLine:
-        return RankLine(
-            case.id,
-            rank,
-            case.world_size,
-            Outcome.ERROR,
-            f"not run: the launch across the nodes ended in {culprit}; ds-doctor does not relaunch across "
-            "nodes (every node would have to agree on what is left)",
-            "not started",
         )
 
     def _timed_out_line(self, case: Case, rank: int, stage: str, tail: str) -> RankLine:
         """A rank of the hung case: where it was, and what the evidence taken before the kill says."""
         overran = self.timed_out.timed_out if self.timed_out else None
         limit = self.limit_for(overran or case.id)
-        reason = f"timed out after {limit:g} s on rank {rank} in stage {stage!r}"
         found = self.evidence or evidence.Evidence()
         # what is about no rank in particular (the evidence's summary, its general findings) goes on the first line
         # built here: a rank that finished the case has its own line already, and would take it nowhere
@@ -331,19 +318,16 @@ class Launch:
             (r for r in range(case.world_size) if r not in finished and (self.cluster is None or r in beats)),
             default=rank,
         )
-        findings = tuple(found.findings_of(rank, first))
-        if found.findings:
-            reason += f": {found.findings[0].message}"
-        return RankLine(
+        said = found.findings[0].message if found.findings else None
+        return RankLine.lost(
             case.id,
             rank,
             case.world_size,
-            Outcome.TIMEOUT,
-            reason[:2000],
+            Ended(How.TIMED_OUT, said=said, limit_s=limit),
             stage,
             duration_s=limit,
             stderr_tail=tail,
-            findings=findings,
+            findings=tuple(found.findings_of(rank, first)),
             stacks=found.stacks.get(rank, ()),
             collectives=found.positions.get(rank, ()),
             native_stack=found.native.get(rank),
@@ -353,14 +337,15 @@ class Launch:
     def _never_gathered(self, case: Case, rank: int) -> RankLine:
         """No rank of this node ever started: torchrun's rendezvous did not gather every node in time."""
         assert self.cluster is not None
-        return RankLine(
+        said = (
+            f"torchrun's rendezvous at {self.cluster.endpoint} did not gather all {self.group.nodes} nodes within "
+            f"--join-timeout {self.cluster.join_timeout_s:g} s (a node stopped, or is still busy with its own cases)"
+        )
+        return RankLine.lost(
             case.id,
             rank,
             case.world_size,
-            Outcome.ERROR,
-            f"the launch across the nodes never started: torchrun's rendezvous at {self.cluster.endpoint} "
-            f"did not gather all {self.group.nodes} nodes within --join-timeout "
-            f"{self.cluster.join_timeout_s:g} s (a node stopped, or is still busy with its own cases)",
+            Ended(How.NEVER_GATHERED, said=said),
             "rendezvous",
             exit_code=self.returncode,
             stderr_tail=log_tail(self.dir.torchrun_log),
@@ -374,13 +359,16 @@ class Launch:
         )
         finished = [c.id for c in self.cases if rank in self.lines.get(c.id, {})]
         seen = f"; it last finished {finished[-1]}" if finished else "; it finished no case of this launch"
-        outcome = Outcome.TIMEOUT if self.timed_out else Outcome.ERROR
-        return RankLine(
+        said = (
+            f"rank {rank} on {node} stopped answering during this launch and never reported {case.id}{seen}"
+        )
+        # in a launch killed for a timeout, it is a timeout's: the limit that ran out
+        limit = self.limit_for(self.timed_out.timed_out or case.id) if self.timed_out else None
+        return RankLine.lost(
             case.id,
             rank,
             case.world_size,
-            outcome,
-            f"rank {rank} on {node} stopped answering during this launch and never reported {case.id}{seen}",
+            Ended(How.UNANSWERED, said=said, limit_s=limit),
             "not seen on this node",
             node=where["node"] if where else None,
         )

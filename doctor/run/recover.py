@@ -33,6 +33,7 @@ from ds_doctor.reports.records import (
     load_schema,
     parse_time,
 )
+from ds_doctor.run import judge
 from ds_doctor.run.build import anonymize, build_report
 from ds_doctor.run.merge import merge_case, skipped_case
 from ds_doctor.run.plan import KeywordError, keyword_matcher, node_checks
@@ -48,7 +49,7 @@ from ds_doctor.userinput import (
     short,
 )
 
-UNFINISHED = "not run: the run stopped before every rank of this case reported it"
+UNFINISHED = judge.UNFINISHED  # the judge says it; readers of a stopped run's report name it from here
 
 
 class InputError(UserInputError):
@@ -271,17 +272,18 @@ def lines_by_case(run_dir: RunDir, warnings: list[str]) -> dict[str, dict[int, R
 
 
 def unfinished_case(planned: PlannedCase, lines: Mapping[int, RankLine]) -> CaseResult:
-    ranks = []
-    for rank in range(planned.world_size):
-        line = lines.get(rank)
-        if line is None:
-            ranks.append(
-                RankSummary(rank=rank, outcome=Outcome.NOT_RUN.value, stage="unknown", reason=UNFINISHED)
-            )
-        else:
-            ranks.append(
-                RankSummary(rank=rank, outcome=line.outcome.value, stage=line.stage, reason=line.reason)
-            )
+    """A case the run stopped before every rank reported it: `not_run`, with what each rank that did report said."""
+    by_rank = [lines.get(rank) for rank in range(planned.world_size)]
+    judged = judge.unfinished(planned, by_rank)
+    ranks = tuple(
+        RankSummary(
+            rank=rank,
+            outcome=judgement.outcome.value,
+            stage=line.stage if line is not None else "unknown",
+            reason=judgement.reason,
+        )
+        for rank, (line, judgement) in enumerate(zip(by_rank, judged.ranks, strict=True))
+    )
     return CaseResult(
         probe=planned.probe,
         case=planned.case,
@@ -289,10 +291,10 @@ def unfinished_case(planned: PlannedCase, lines: Mapping[int, RankLine]) -> Case
         level=planned.level,
         world_size=planned.world_size,
         device_kind=planned.device_kind,
-        outcome=Outcome.NOT_RUN,
+        outcome=judged.outcome,
         duration_s=0.0,
-        reason=UNFINISHED,
-        ranks=tuple(ranks),
+        reason=judged.reason,
+        ranks=ranks,
         notes={"unfinished": True},
         node=planned.node,
         nodes=planned.nodes,

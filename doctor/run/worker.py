@@ -2,7 +2,8 @@
 
 Each rank writes a heartbeat (case and stage, replaced atomically) and one rank line per case to
 its own file, flushed and fsynced, so a hang is pinned to a stage and a killed launch loses
-nothing that finished. A case's exception is that case's `error`, never the launch's end.
+nothing that finished. A line holds what happened (how the case ended, its findings, what showed), never its
+outcome: the parent's judge decides that (`ds_doctor.run.judge`). A case's exception ends that case, never the launch.
 """
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ from ds_doctor.probe.context import ProbeContext, SkipCase
 from ds_doctor.probe.rankoptions import DEFAULTS, RankOptions
 from ds_doctor.probe.spec import Case, missing_dependency
 from ds_doctor.procs import die_with_parent
-from ds_doctor.reports.records import ErrorInfo, Outcome
+from ds_doctor.reports.records import ErrorInfo
 from ds_doctor.run import cpufacts
-from ds_doctor.rundir import LAUNCH, WAITING_TURN, Beat, LaunchDir, RankLine, setup_name
+from ds_doctor.rundir import LAUNCH, WAITING_TURN, Beat, Ended, How, LaunchDir, RankLine, setup_name
 
 
 class Heartbeat:
@@ -65,48 +66,28 @@ class LineWriter:
         os.fsync(self.file.fileno())
 
 
-def rank_outcome(findings_failed: bool, reproduce: bool, shown: bool = False) -> Outcome:
-    """pass/fail from the error findings; for a reproduce case: xfail when the invariants caught
-    it, fail when it showed (`ctx.showed`) and they did not, xpass when it did not show."""
-    if reproduce:
-        if findings_failed:
-            return Outcome.XFAIL
-        return Outcome.FAIL if shown else Outcome.XPASS
-    return Outcome.FAIL if findings_failed else Outcome.PASS
+def _raised(exc: BaseException) -> tuple[Ended, int | None]:
+    """How a case that raised ended, and the code a sys.exit() of user code (a --model factory) would have exited the
+    rank with, as sys.exit sets it."""
+    if not isinstance(exc, SystemExit):
+        return Ended(How.RAISED), None
+    code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return Ended(How.EXITED, said=repr(exc.code)), code
 
 
-def _ended(ctx: ProbeContext, reproduce: bool) -> tuple[Outcome, str | None]:
-    """The outcome of a case whose `run` returned, and its reason."""
-    errors = [f.message for f in ctx.findings if f.is_error]
-    outcome = rank_outcome(bool(errors), reproduce and not ctx.instead, bool(ctx.shown))
-    if errors:
-        return outcome, "; ".join(errors)[:2000]
-    if outcome == Outcome.FAIL:
-        return outcome, ("showed, but no invariant caught it first: " + "; ".join(ctx.shown))[:2000]
-    return outcome, None
-
-
-def run_case(module: Any, ctx: ProbeContext, reproduce: bool, log_path: Path | None = None) -> RankLine:
-    """Run one case on this rank and return its line (with this rank's log tail on an error)."""
+def run_case(module: Any, ctx: ProbeContext, log_path: Path | None = None) -> RankLine:
+    """Run one case on this rank and return its line: how it ended and what the probe recorded (with this rank's log
+    tail on an error). The parent judges it (`ds_doctor.run.judge`)."""
     started = time.perf_counter()
     ctx.restart_clock()
-    error = tail = exit_code = None
+    ended, error, tail, exit_code = Ended(How.RETURNED), None, None, None
     try:
         module.run(ctx)
-        outcome, reason = _ended(ctx, reproduce)
     except SkipCase as exc:
-        outcome, reason = Outcome.SKIP, str(exc)
+        ended = Ended(How.SKIPPED, said=str(exc))
     except (Exception, SystemExit) as exc:
-        # every exception of a case becomes its result; so does the sys.exit() of user code (a --model factory),
-        # which ended the rank
-        outcome, error = Outcome.ERROR, ErrorInfo.of(exc)
-        reason = (
-            error.summary[:2000]
-            if not isinstance(exc, SystemExit)
-            else (f"the case's code called sys.exit({exc.code!r}) (a --model factory, or code it imports)")
-        )
-        if isinstance(exc, SystemExit):  # the code the rank would have exited with, as sys.exit sets it
-            exit_code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        # every exception of a case becomes its result; so does the sys.exit() of user code, which ended the rank
+        (ended, exit_code), error = _raised(exc), ErrorInfo.of(exc)
         if log_path is not None:
             sys.stdout.flush()
             sys.stderr.flush()
@@ -116,9 +97,8 @@ def run_case(module: Any, ctx: ProbeContext, reproduce: bool, log_path: Path | N
         ctx.case_id,
         ctx.rank,
         ctx.world_size,
-        outcome,
-        reason,
-        ctx.stage,
+        stage=ctx.stage,
+        ended=ended,
         device=ctx.device,
         duration_s=round(time.perf_counter() - started, 3),
         findings=tuple(ctx.findings),
@@ -130,6 +110,7 @@ def run_case(module: Any, ctx: ProbeContext, reproduce: bool, log_path: Path | N
         shown_notes=tuple(ctx.shown_notes),
         known_issue=issue,
         issue_shown=issue_shown,
+        instead=ctx.instead,
         error=error,
         stderr_tail=tail,
         exit_code=exit_code,
@@ -182,17 +163,11 @@ class NodeShare:
                 handle.write(self.store.get(f"line/{case_id}/{rank}").decode() + "\n")
 
 
-def setup_failure_line(ctx: ProbeContext, failure: ErrorInfo) -> RankLine:
-    reason = f"probe setup failed: {failure.summary}"[:2000]
+def unrun_line(ctx: ProbeContext, ended: Ended, stage: str, error: ErrorInfo | None = None) -> RankLine:
+    """The line of a case whose probe never ran here: a requirement missing on this node (skipped), or its probe's
+    setup failed (with the setup's error)."""
     return RankLine(
-        ctx.case_id,
-        ctx.rank,
-        ctx.world_size,
-        Outcome.ERROR,
-        reason,
-        "setup",
-        device=ctx.device,
-        error=failure,
+        ctx.case_id, ctx.rank, ctx.world_size, stage=stage, ended=ended, device=ctx.device, error=error
     )
 
 
@@ -294,14 +269,12 @@ class Worker:
         missing = missing_dependency(module.SPEC.requires)
         if missing:
             self.heartbeat.start_case(case.id)
-            return RankLine(
-                case.id, self.rank, self.world_size, Outcome.SKIP, missing, "start", device=self.device
-            )
+            return unrun_line(ctx, Ended(How.SKIPPED, said=missing), "start")
         failure = self.setup(case, module, ctx)
         self.heartbeat.start_case(case.id)
         if failure:
-            return setup_failure_line(ctx, failure)
-        return run_case(module, ctx, case.reproduce, self.launch.rank_log(self.rank))
+            return unrun_line(ctx, Ended(How.SETUP_FAILED), "setup", failure)
+        return run_case(module, ctx, self.launch.rank_log(self.rank))
 
     def await_turn(self) -> None:
         """Wait (idle) until the parent gives this launch its turn to run alone: every other running launch of the

@@ -263,9 +263,11 @@ def run(ctx: ProbeContext) -> None:
         missed = step_changes(changed, model.intended)
         # what went wrong for real: an xfail if the checks above caught it first, else a fail
         if route.reproduce:
-            for finding in missed:
-                ctx.showed(finding.message)
-            ctx.known_issue(route.known_issue, shown=bool(missed or [f for f in moved if f.is_error]))
+            ctx.reproduce(
+                route.known_issue,
+                showed=[finding.message for finding in missed],
+                caught=any(f.is_error for f in moved),
+            )
         else:
             ctx.check(missed)
 

@@ -7,7 +7,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from ds_doctor.plugins import ProbeContext
+from ds_doctor.plugins import DeepSpeedConfigNote, ProbeContext
 from ds_doctor.plugins.collect import clean_name
 from ds_doctor.plugins.usersetup import UserConfig, change_findings, fill
 
@@ -94,7 +94,7 @@ def user_ds_config(ctx: ProbeContext, user: UserConfig) -> dict[str, Any]:
             "false: ZeRO-Offload refuses a client optimizer otherwise"
         )
     ctx.note(
-        "user_config",
+        DeepSpeedConfigNote.NOTE,
         {"path": user.path, "sha256": user.sha256, "filled": filled.filled, "changed": filled.changed},
     )
     ctx.check(change_findings(filled, ctx.rank))

@@ -13,7 +13,7 @@ step k, load in a new process and go on (`ds_doctor.probes.equivalence.resume`):
 
 from __future__ import annotations
 
-from ds_doctor.plugins import ProbeContext, ProbeSpec, RankOptions, Requirement, Variant
+from ds_doctor.plugins import ModelNote, ProbeContext, ProbeSpec, RankOptions, Requirement, Variant
 from ds_doctor.probes.equivalence import resume as equivalence_resume
 from ds_doctor.probes.equivalence import trainer as equivalence_trainer
 from ds_doctor.probes.equivalence.reference import prestart as prestart_reference
@@ -253,7 +253,7 @@ def run(ctx: ProbeContext) -> None:
         equivalence_trainer.run(ctx, route)
         return
     subject = current_subject(ctx.options, route.model)
-    ctx.note("model", subject.spec)
+    ctx.note(ModelNote.NOTE, subject.spec)
     with accelerate_session():
         opened = open_session(ctx, route, subject)
         if route.resume:

@@ -89,8 +89,8 @@ def compare(
         first_divergence(compared, tolerance), k, len(straight), path
     )
     ctx.check(findings)
-    if route.issue:  # the known issue a resume case is about: shown where the resume lost something
-        ctx.known_issue(route.issue, shown=bool(findings) or bool(ctx.issue and ctx.issue[1]))
+    # the known issue a resume case is about: shown where the resume lost something (or the straight run showed it)
+    ctx.reproduce(route.issue, caught=bool(findings))
 
 
 def _base_optimizer(optimizer: Any) -> Any:

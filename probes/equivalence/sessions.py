@@ -9,7 +9,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from ds_doctor.plugins import ProbeContext, Requirement
+from ds_doctor.plugins import AccelerateConfigNote, DeepSpeedConfigNote, ProbeContext, Requirement, StepTable
 from ds_doctor.plugins.checks import (
     Tolerance,
     divergence_finding,
@@ -147,7 +147,7 @@ def deepspeed_config(ctx: ProbeContext, route: Route) -> tuple[dict[str, Any], A
     filled = fill(user.config, ctx.world_size, ctx.device)
     trainer_optimizer(filled)
     ctx.note(
-        "user_config",
+        DeepSpeedConfigNote.NOTE,
         {
             "path": user.path,
             "sha256": user.sha256,
@@ -207,7 +207,7 @@ def _user_accelerate(ctx: ProbeContext, route: Route, subject: Subject) -> Sessi
     """The Accelerator the user's YAML builds; the reference follows its accumulation, clipping and precision."""
     setup = ctx.options.user_accelerate_config()
     assert setup is not None
-    ctx.note("accelerate_config", setup.summary())
+    ctx.note(AccelerateConfigNote.NOTE, setup.summary())
     if reason := accelerate_config.skip_reason(setup, ctx.device_kind):
         ctx.skip(reason)
     section = dict(setup.data.get("deepspeed_config") or {})
@@ -293,7 +293,7 @@ def judge(
     tolerance = tolerance_for(ctx, route, hyper)
     compared, missing = gaps(ref, records)
     ctx.note(
-        "equivalence",
+        StepTable.NOTE,
         {
             "tolerance": tolerance.describe(),
             "bitwise_equal": bitwise_equal(ref, records),
@@ -336,12 +336,10 @@ def judge(
     ctx.check(findings)
     issue = (explain(ref) if explain is not None and findings else None) or route.issue
     if route.reproduce and issue != route.issue:  # another issue showing is no reproduction of this one
-        ctx.showed_instead(None if issue == UNEXPLAINED else issue)
+        ctx.reproduce(None if issue == UNEXPLAINED else issue, instead=True)
     elif issue:
-        if route.reproduce:
-            for finding in findings:
-                ctx.showed(finding.message)
-        ctx.known_issue(issue, shown=bool(findings))
+        showed = [finding.message for finding in findings] if route.reproduce else []
+        ctx.reproduce(issue, showed=showed, caught=bool(findings))
 
 
 def where_it_starts(

@@ -18,7 +18,7 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ds_doctor.plugins import ProbeContext, Requirement
+from ds_doctor.plugins import ModelNote, ProbeContext, Requirement
 from ds_doctor.probes.equivalence.reference import independent as independent_reference
 from ds_doctor.probes.equivalence.routes import Route
 from ds_doctor.probes.equivalence.subject import Hyper, StepRecord, Subject, digest
@@ -361,7 +361,7 @@ def run(ctx: ProbeContext, route: Route) -> None:
             "the Trainer route trains a causal LM on padded token batches with labels: --model hf:<type> runs "
             "through it, a factory (package.module:fn) does not"
         )
-    ctx.note("model", f"hf:{kind} (tiny), right-padded sequences of 2-{SEQUENCE} tokens")
+    ctx.note(ModelNote.NOTE, f"hf:{kind} (tiny), right-padded sequences of 2-{SEQUENCE} tokens")
     hyper = TRAINER_HYPER
     out = ctx.scratch_dir() / "checkpoint"
     recorder = Recorder()

@@ -1,5 +1,5 @@
-"""The worker's side of a case: how a rank's outcome follows from findings and what showed, and the line it
-writes for each way a case can end (returned, skipped, raised, setup failed)."""
+"""The worker's side of a case: the line it writes for each way a case can end (returned, skipped, raised, sys.exit,
+setup failed), with the facts the parent's judge makes an outcome of (`ds_doctor.run.judge`)."""
 
 from __future__ import annotations
 
@@ -13,26 +13,11 @@ from ds_doctor.probe import context as context_module
 from ds_doctor.probe.registry import find_case
 from ds_doctor.reports.hang import StageKind
 from ds_doctor.reports.records import ErrorInfo, Finding, Outcome, Severity
-from ds_doctor.run.worker import Worker, rank_outcome, run_case, setup_failure_line
-from ds_doctor.rundir import LaunchDir, RankLine
+from ds_doctor.run import judge
+from ds_doctor.run.worker import Worker, run_case, unrun_line
+from ds_doctor.rundir import Ended, How, LaunchDir, RankLine
 
 CASE = "frozen_param_names[z2-set-tensor-ws1]"
-
-
-# caught; a probe that does not call showed() keeps the old meaning
-@pytest.mark.parametrize(
-    ("caught", "reproduce", "shown", "outcome"),
-    [
-        (False, False, False, Outcome.PASS),
-        (True, False, False, Outcome.FAIL),
-        (True, True, True, Outcome.XFAIL),  # it showed and the invariants had caught it
-        (True, True, False, Outcome.XFAIL),
-        (False, True, True, Outcome.FAIL),  # it showed and no invariant caught it: the doctor missed it
-        (False, True, False, Outcome.XPASS),  # nothing showed: this stack is not affected
-    ],
-)
-def test_rank_outcome(caught: bool, reproduce: bool, shown: bool, outcome: Outcome) -> None:
-    assert rank_outcome(caught, reproduce, shown) == outcome
 
 
 class Plays:
@@ -42,7 +27,7 @@ class Plays:
         self,
         catch: bool = False,
         show: bool = False,
-        raises: Exception | None = None,
+        raises: BaseException | None = None,
         skip: str | None = None,
         instead: str | None = None,
     ) -> None:
@@ -57,14 +42,14 @@ class Plays:
             ctx.check(
                 [Finding("param_name_map", Severity.ERROR, "emb.weight is not a key of engine.param_names")]
             )
-        if self.show:
-            ctx.showed("save_checkpoint raised ValueError: failed to find frozen ...")
+        showed = ["save_checkpoint raised ValueError: failed to find frozen ..."] if self.show else []
         if self.raises:
+            ctx.reproduce(None, showed=showed)
             raise self.raises
         if self.instead is not None:
-            ctx.showed_instead(self.instead or None)
+            ctx.reproduce(self.instead or None, instead=True)
             return
-        ctx.known_issue("ds_frozen_param_not_in_param_names", shown=self.show)
+        ctx.reproduce("ds_frozen_param_not_in_param_names", showed=showed)
 
 
 def context(rank: int = 0) -> ProbeContext:
@@ -80,53 +65,83 @@ def context(rank: int = 0) -> ProbeContext:
     )
 
 
-def played(probe: Plays) -> RankLine:
-    line = run_case(probe, context(), find_case(CASE).reproduce)
+def played(probe: Plays) -> tuple[RankLine, judge.Judgement]:
+    """The line the rank writes, and the parent's judgement of it (the case is a reproduce case)."""
+    line = run_case(probe, context())
     assert RankLine.from_json(line.to_json()) == line  # what the parent reads back is what the rank wrote
-    return line
+    assert line.outcome is None and line.reason is None  # the rank says what happened, never the outcome
+    return line, judge.rank(line, find_case(CASE).reproduce)
 
 
 def test_a_caught_and_shown_case_is_an_xfail_with_its_findings_and_issue() -> None:
-    line = played(Plays(catch=True, show=True))
-    assert (line.outcome, line.stage, line.known_issue, line.issue_shown) == (
+    line, judged = played(Plays(catch=True, show=True))
+    assert (judged.outcome, line.ended, line.stage, line.known_issue, line.issue_shown) == (
         Outcome.XFAIL,
+        Ended(How.RETURNED),
         "playing",
         "ds_frozen_param_not_in_param_names",
         True,
     )
-    assert line.reason == "emb.weight is not a key of engine.param_names" and line.measures == {"tflops": 1.5}
+    assert judged.reason == "emb.weight is not a key of engine.param_names" and line.measures == {
+        "tflops": 1.5
+    }
     assert [f.rank for f in line.findings] == [0]  # stamped with the rank that found it
+    assert line.shown == ("save_checkpoint raised ValueError: failed to find frozen ...",)
+    assert line.notes["showed"] == list(line.shown)
 
 
 def test_another_known_issue_caught_by_a_reproduce_case_is_a_fail_naming_it() -> None:
     """Never an xfail of the case's own issue: make verify-catalog would record that issue as reproduced."""
-    line = played(Plays(catch=True, instead="ds_z3_param_not_available_on_fetch"))
-    assert (line.outcome, line.known_issue, line.issue_shown) == (
+    line, judged = played(Plays(catch=True, instead="ds_z3_param_not_available_on_fetch"))
+    assert (judged.outcome, line.known_issue, line.issue_shown, line.instead) == (
         Outcome.FAIL,
         "ds_z3_param_not_available_on_fetch",
         True,
+        True,
     )
-    assert line.reason == "emb.weight is not a key of engine.param_names"
-    unexplained = played(Plays(catch=True, instead=""))  # nothing in the catalog fits: a fail naming no issue
-    assert (unexplained.outcome, unexplained.known_issue) == (Outcome.FAIL, None)
+    assert judged.reason == "emb.weight is not a key of engine.param_names"
+    # nothing in the catalog fits: a fail naming no issue
+    unexplained, unexplained_judged = played(Plays(catch=True, instead=""))
+    assert (unexplained_judged.outcome, unexplained.known_issue) == (Outcome.FAIL, None)
 
 
 def test_shown_but_not_caught_is_a_fail_that_says_so() -> None:
-    line = played(Plays(show=True))
-    assert line.outcome == Outcome.FAIL
-    assert line.reason.startswith("showed, but no invariant caught it first: save_checkpoint raised")
+    line, judged = played(Plays(show=True))
+    assert judged.outcome == Outcome.FAIL and line.issue_shown
+    assert (judged.reason or "").startswith(
+        "showed, but no invariant caught it first: save_checkpoint raised"
+    )
+    absent, absent_judged = played(Plays())
+    assert (absent_judged.outcome, absent.issue_shown, absent.shown) == (Outcome.XPASS, False, ())
+    assert "showed" not in absent.notes
 
 
 def test_a_raise_is_an_error_with_its_traceback_and_a_skip_keeps_its_reason() -> None:
-    raised = played(Plays(raises=ValueError("planted")))
-    assert (raised.outcome, raised.reason, raised.error.type) == (
+    raised, judged = played(Plays(raises=ValueError("planted")))
+    assert (raised.ended, judged.outcome, judged.reason, raised.error and raised.error.type) == (
+        Ended(How.RAISED),
         Outcome.ERROR,
         "ValueError: planted",
         "ValueError",
     )
-    assert "Traceback" in raised.error.traceback and raised.stage == "playing"
-    skipped = played(Plays(skip="pip install something"))
-    assert (skipped.outcome, skipped.reason) == (Outcome.SKIP, "pip install something")
+    assert raised.error is not None and "Traceback" in raised.error.traceback and raised.stage == "playing"
+    skipped, skip_judged = played(Plays(skip="pip install something"))
+    assert (skipped.ended, skip_judged.outcome, skip_judged.reason) == (
+        Ended(How.SKIPPED, said="pip install something"),
+        Outcome.SKIP,
+        "pip install something",
+    )
+
+
+def test_a_sys_exit_of_the_cases_code_is_an_error_with_its_exit_code() -> None:
+    exited, judged = played(Plays(raises=SystemExit("bye")))
+    assert (exited.ended, exited.exit_code, judged.outcome) == (
+        Ended(How.EXITED, said="'bye'"),
+        1,
+        Outcome.ERROR,
+    )
+    assert judged.reason == "the case's code called sys.exit('bye') (a --model factory, or code it imports)"
+    assert played(Plays(raises=SystemExit(None)))[0].exit_code == 0
 
 
 def test_a_failed_setup_fails_the_case_with_the_setup_error() -> None:
@@ -134,8 +149,9 @@ def test_a_failed_setup_fails_the_case_with_the_setup_error() -> None:
         raise RuntimeError("ninja is missing")
     except RuntimeError as exc:
         failure = ErrorInfo.of(exc)
-    line = setup_failure_line(context(), failure)
-    assert (line.outcome, line.stage, line.reason) == (
+    line = unrun_line(context(), Ended(How.SETUP_FAILED), "setup", failure)
+    judged = judge.rank(line, reproduce=False)
+    assert (judged.outcome, line.stage, judged.reason) == (
         Outcome.ERROR,
         "setup",
         "probe setup failed: RuntimeError: ninja is missing",
@@ -184,7 +200,7 @@ def first_case_line(
     worker = Worker(LaunchDir(tmp_path), "gloo", rank, 2, rank)
     probe, ctx = BuildsOps(clock, build_s, start_s), context(rank)
     assert worker.setup(find_case(CASE), probe, ctx) is None
-    line = run_case(probe, ctx, reproduce=False)
+    line = run_case(probe, ctx)
     assert RankLine.from_json(line.to_json()) == line  # the kinds go through the rank line's JSON
     return line
 
