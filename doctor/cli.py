@@ -21,7 +21,9 @@ import ds_doctor
 from ds_doctor.cli_bisect import bisect
 from ds_doctor.cli_fleet import fleet
 from ds_doctor.cli_outputs import (
-    check_table_dir,
+    Outputs,
+    WithFormats,
+    check_outputs,
     report_what_finished,
     show_paths,
     write_extra_formats,
@@ -29,6 +31,7 @@ from ds_doctor.cli_outputs import (
 )
 from ds_doctor.cli_triage import triage
 from ds_doctor.files import CannotWrite, disk_failure
+from ds_doctor.formats import WriteContext
 from ds_doctor.options import (
     FRACTION,
     NNODES,
@@ -104,38 +107,14 @@ def diff_against(
 
 
 def report_outputs(command: Any) -> Any:
-    """The options `run` and `report` share: --anonymize, and the other formats written beside the report."""
-    options = [
-        click.option(
-            "--anonymize", is_flag=True, help="Also replace host and user names, IP addresses and GPU UUIDs."
-        ),
-        click.option(
-            "--junit",
-            "--junitxml",
-            "junit_file",
-            type=click.Path(path_type=Path),
-            help="Also write JUnit XML (Jenkins, GitLab); --junitxml as pytest spells it.",
-        ),
-        click.option(
-            "--prometheus",
-            "prom_file",
-            type=click.Path(path_type=Path),
-            help="Also write node_exporter textfile-collector metrics.",
-        ),
-        click.option(
-            "--table",
-            "table_dir",
-            type=click.Path(path_type=Path),
-            help="Also write the results as rows of a Parquet table in this folder, under night=…/node=… "
-            "(`fleet` reads it; so do DuckDB, pyarrow, Spark). Needs the `table` extra.",
-        ),
-    ]
-    for option in reversed(options):
-        command = option(command)
-    return command
+    """The options `run` and `report` share: --anonymize, then every extra format's (`WithFormats` adds those from
+    the format registry, `ds_doctor.formats`)."""
+    return click.option(
+        "--anonymize", is_flag=True, help="Also replace host and user names, IP addresses and GPU UUIDs."
+    )(command)
 
 
-@cli.command()
+@cli.command(cls=WithFormats)
 @click.option(
     "--level",
     type=click.IntRange(1, 3),
@@ -256,15 +235,13 @@ def run(state: CliState, **given: Any) -> int:
     from ds_doctor.procs import reaping
     from ds_doctor.rundir import owner_writes_only
 
-    args = RunArgs(**given)
+    outputs = Outputs.take(given)
+    args = RunArgs(**given, outputs=outputs)
     # nothing the run makes (--out and the folders above it included) is writable by others, whatever the umask
     owner_writes_only()
     # every output is checked before anything runs or is created
-    check_writable_file(args.junit_file, "--junit")
-    check_writable_file(args.prom_file, "--prometheus")
-    check_table_dir(args.table_dir)
-    check_distinct(
-        {"--junit": args.junit_file, "--prometheus": args.prom_file},
+    check_outputs(
+        args.outputs,
         {
             "--baseline": args.baseline_file,
             "--deepspeed-config": args.ds_config,
@@ -274,14 +251,8 @@ def run(state: CliState, **given: Any) -> int:
     # user code (the --model check, factories on the ranks) may leave processes: none outlives the run
     with reaping():
         options, baseline = run_options(state, args)
-        console, (report, paths) = run_with_progress(
-            options, args.json_stdout, (args.junit_file, args.prom_file)
-        )
-        paths.update(
-            write_extra_formats(
-                report, args.junit_file, args.prom_file, baseline, args.tolerance_pct, args.table_dir
-            )
-        )
+        console, (report, paths) = run_with_progress(options, args.json_stdout, args.outputs)
+        paths.update(write_extra_formats(report, args.outputs, WriteContext(baseline, args.tolerance_pct)))
         regressed, diff_text = False, None
         if baseline is not None:
             diff_text, paths["diff"], regressed = diff_against(
@@ -304,9 +275,6 @@ class RunArgs:
     nproc: int | None
     timeout_s: float | None
     anonymize: bool
-    junit_file: Path | None
-    prom_file: Path | None
-    table_dir: Path | None
     baseline_file: Path | None
     tolerance_pct: float
     nnodes: int | None
@@ -322,6 +290,7 @@ class RunArgs:
     with_releases: tuple[str, ...]
     find_links: Path | None
     ignore_pins: bool
+    outputs: Outputs  # the extra formats asked for (`ds_doctor.formats`)
 
 
 def run_options(state: CliState, args: RunArgs) -> tuple[Any, Report | None]:
@@ -416,10 +385,10 @@ def _terminated(signum: int, frame: Any) -> None:
 
 
 def run_with_progress(
-    options: Any, json_stdout: bool, extras: tuple[Path | None, Path | None] = (None, None)
+    options: Any, json_stdout: bool, outputs: Outputs | None = None
 ) -> tuple[Any, tuple[Report, dict[str, Path]]]:
     """The run under its live progress; on SIGINT, SIGTERM or SIGHUP, the report of the cases that finished (with the
-    `--junit` and `--prometheus` files, `extras`)."""
+    extra formats asked for, `outputs`)."""
     import signal
 
     from ds_doctor.reports.console import RunProgress, make_console
@@ -436,7 +405,7 @@ def run_with_progress(
         signum = signal.Signals(int(exc.args[0]) if exc.args else signal.SIGINT)
         with contextlib.suppress(OSError):  # a terminal that hung up takes no more output
             progress.close()
-        report_what_finished(options.out_dir, options.anonymized, signum.name, extras)
+        report_what_finished(options.out_dir, options.anonymized, signum.name, outputs)
         raise Stopped(signum) from None
     finally:
         for signum, handler in previous.items():
@@ -633,7 +602,7 @@ def env(as_json: bool, full: bool) -> int:
     return 0
 
 
-@cli.command()
+@cli.command(cls=WithFormats)
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option(
     "--out",
@@ -643,15 +612,7 @@ def env(as_json: bool, full: bool) -> int:
 )
 @click.option("--json", "json_stdout", is_flag=True, help="Also print the JSON report to stdout.")
 @report_outputs
-def report(
-    path: Path,
-    out_dir: Path | None,
-    json_stdout: bool,
-    anonymize: bool,
-    junit_file: Path | None,
-    prom_file: Path | None,
-    table_dir: Path | None,
-) -> int:
+def report(path: Path, out_dir: Path | None, json_stdout: bool, anonymize: bool, **formats: Any) -> int:
     """Render a report from a run directory (also one whose run was killed) or from a report JSON.
 
     Cases that never finished are `not run`, and the report says the run did not finish (after how many of its
@@ -662,21 +623,10 @@ def report(
     from ds_doctor.run.build import write_reports
     from ds_doctor.run.recover import InputError, load_report_file, report_from_run_dir
 
+    outputs = Outputs.take(formats)
     if not path.exists():
         raise click.BadParameter(f"{path}: no such file or directory", param_hint="PATH")
-    check_writable_file(junit_file, "--junit")
-    check_writable_file(prom_file, "--prometheus")
-    check_table_dir(table_dir)
-    check_distinct({"--junit": junit_file, "--prometheus": prom_file}, {"PATH": path})
-    for option, output in (("--junit", junit_file), ("--prometheus", prom_file)):
-        if (
-            output is not None
-            and path.is_dir()
-            and Path(os.path.realpath(output)).is_relative_to(path.resolve())
-        ):
-            raise click.BadParameter(
-                f"{output} is inside the run directory {path}, which is the evidence", param_hint=option
-            )
+    check_outputs(outputs, {"PATH": path}, evidence=path if path.is_dir() else None)
     target = writable_dir(out_dir or path.parent)
     try:
         if path.is_dir():
@@ -688,7 +638,7 @@ def report(
     for warning in warnings:
         click.echo(f"ds-doctor: warning: {printable(warning)}", err=True)
     paths = write_reports(built, target, suffix="-report")
-    paths.update(write_extra_formats(built, junit_file, prom_file, table_dir=table_dir))
+    paths.update(write_extra_formats(built, outputs))
     console = make_console(stderr=json_stdout)
     print_summary(built, console)
     show_paths(console, paths)

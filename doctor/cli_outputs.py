@@ -1,62 +1,110 @@
-"""The files the CLI writes beside its reports (JUnit XML, Prometheus metrics, a diff) and what it says about
-where files went: every output a user names goes through `ds_doctor.files.write_output`."""
+"""The files the CLI writes beside its reports (each extra format of `ds_doctor.formats`, a diff) and what it says
+about where files went: every output a user names goes through `ds_doctor.files.write_output`.
+
+The extra formats' options, their checks before anything runs and their writing after the run all come from the
+format registry (`ds_doctor.formats.formats()`), read when `run` or `report` parses its command line or shows its
+help (`WithFormats`): a format is added by its own module, never here or in `ds_doctor.cli`."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import click
 
+from ds_doctor.formats import FormatError, OutputFormat, Target, WriteContext, formats
 from ds_doctor.reports.records import Report
+
+#: The option the formats' options follow in a command's options and its help (`report_outputs` declares it).
+FORMATS_AFTER = "anonymize"
+
+
+@functools.cache
+def format_option(output: OutputFormat) -> click.Option:
+    """A format's option, made once (click matches the options it parsed to those it processes by identity)."""
+    return click.Option([*output.options, output.dest], type=click.Path(path_type=Path), help=output.help)
+
+
+class WithFormats(click.Command):
+    """A command that offers every registered format's option, after `--anonymize`."""
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        params = super().get_params(ctx)
+        at = next((i + 1 for i, p in enumerate(params) if p.name == FORMATS_AFTER), len(params))
+        return [*params[:at], *(format_option(output) for output in formats()), *params[at:]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Outputs:
+    """The extra formats a command line asked for, each with the path its option named, in the registry's order."""
+
+    asked: tuple[tuple[OutputFormat, Path], ...] = ()
+
+    @classmethod
+    def take(cls, given: dict[str, Any]) -> Outputs:
+        """The formats' options, taken out of click's keyword arguments (what is left is the command's own)."""
+        values = [(output, given.pop(output.dest, None)) for output in formats()]
+        return cls(tuple((output, Path(path)) for output, path in values if path is not None))
+
+    def files(self) -> dict[str, Path]:
+        """The outputs that are files, by option: no input's path, and none another's."""
+        return {output.option: path for output, path in self.asked if output.target is Target.FILE}
+
+
+def check_outputs(
+    outputs: Outputs, inputs: Mapping[str, Path | str | None], evidence: Path | None = None
+) -> None:
+    """Each format asked for, before anything runs (each refusal one line, exit 2): what it needs installed, then
+    where it goes (a file writable, a folder made); no file is an input or another output; and none goes inside
+    `evidence`, the run directory a report is rebuilt from."""
+    from ds_doctor.options import check_distinct, check_writable_file, writable_dir
+
+    for output, path in outputs.asked:
+        try:
+            output.requires()
+        except FormatError as exc:
+            raise click.BadParameter(str(exc), param_hint=output.option) from None
+        if output.target is Target.FILE:
+            check_writable_file(path, output.option)
+        else:
+            writable_dir(path, output.option)
+    check_distinct(outputs.files(), inputs)
+    if evidence is not None:
+        _outside(outputs, evidence)
+
+
+def _outside(outputs: Outputs, evidence: Path) -> None:
+    """No file output inside the run directory a report is rebuilt from: it is the evidence."""
+    for option, path in outputs.files().items():
+        if Path(os.path.realpath(path)).is_relative_to(evidence.resolve()):
+            raise click.BadParameter(
+                f"{path} is inside the run directory {evidence}, which is the evidence", param_hint=option
+            )
 
 
 def write_extra_formats(
-    report: Report,
-    junit_file: Path | None,
-    prom_file: Path | None,
-    baseline: Report | None = None,
-    tolerance_pct: float = 10.0,
-    table_dir: Path | None = None,
+    report: Report, outputs: Outputs, context: WriteContext | None = None, *, stopped: bool = False
 ) -> dict[str, Path]:
-    """JUnit XML and Prometheus metrics (with `run --baseline`, each measure's ratio to the baseline's), from the
-    already scrubbed report: a file replaced atomically, a stream (`/dev/null`, a FIFO's reader) written in place."""
-    from ds_doctor.reports.junit import render_junit
-    from ds_doctor.reports.prometheus import render_prometheus
-
+    """Each format asked for, from the already scrubbed report (`context`: with `run --baseline`, Prometheus's
+    ratios to it); of a run a signal `stopped`, those written for such a run. The paths written, by format (a
+    format that writes several files: `table`, `table (2)`, ...)."""
     written = {}
-    if junit_file is not None:
-        write_user_output(junit_file, render_junit(report), "--junit")
-        written["junit"] = junit_file
-    if prom_file is not None:
-        write_user_output(prom_file, render_prometheus(report, baseline, tolerance_pct), "--prometheus")
-        written["prometheus"] = prom_file
-    if table_dir is not None:
-        from ds_doctor.run.build import report_basename
-        from ds_doctor.table.parquet import TableError, write_table
-
+    for output, path in outputs.asked:
+        if stopped and not output.stopped_runs:
+            continue
         try:
-            files = write_table(report, table_dir, report_basename(report))
-        except TableError as exc:
-            raise click.BadParameter(str(exc), param_hint="--table") from None
-        written.update({"table" if i == 0 else f"table ({i + 1})": path for i, path in enumerate(files)})
+            paths = output.write(report, path, context or WriteContext())
+        except FormatError as exc:
+            raise click.BadParameter(str(exc), param_hint=output.option) from None
+        written.update(
+            {output.name if i == 0 else f"{output.name} ({i + 1})": p for i, p in enumerate(paths)}
+        )
     return written
-
-
-def check_table_dir(path: Path | None) -> Path | None:
-    """`--table`: pyarrow importable and the folder writable, before anything runs (each a line, exit 2)."""
-    if path is None:
-        return None
-    from ds_doctor.options import writable_dir
-    from ds_doctor.table.parquet import TableError, require_pyarrow
-
-    try:
-        require_pyarrow()
-    except TableError as exc:
-        raise click.BadParameter(str(exc), param_hint="--table") from None
-    return writable_dir(path, "--table")
 
 
 def write_user_output(path: Path, text: str, option: str) -> None:
@@ -74,20 +122,18 @@ def show_paths(console: Any, paths: dict[str, Path]) -> None:
     from ds_doctor.redact import scrub_text
     from ds_doctor.reports.console import print_paths
 
-    print_paths(console, {key: scrub_text(str(path)) for key, path in paths.items()})
+    labels = [(output.name, output.label) for output in formats() if output.label is not None]
+    print_paths(console, {key: scrub_text(str(path)) for key, path in paths.items()}, labels)
 
 
 def report_what_finished(
-    out_dir: Path,
-    anonymized: bool,
-    signal: str = "SIGINT",
-    extras: tuple[Path | None, Path | None] = (None, None),
+    out_dir: Path, anonymized: bool, signal: str = "SIGINT", outputs: Outputs | None = None
 ) -> dict[str, Path]:
     """On SIGINT, SIGTERM or SIGHUP (Ctrl-C, a CI job's time limit, `timeout`, a closed terminal): the run directory of
     this process (its name ends in our pid) holds every case that finished; its logs are scrubbed (a launch stopped
     mid-way never got to), the signal is recorded there, and its report is written as `ds-doctor report DIR` would
-    write it, the unfinished cases `not run` and the report saying the run stopped, with the `--junit` and
-    `--prometheus` files (`extras`) asked for. Then one line: how far the run got and where its report is (or, where
+    write it, the unfinished cases `not run` and the report saying the run stopped, with the extra formats asked for
+    (`outputs`) that such a run writes. Then one line: how far the run got and where its report is (or, where
     it cannot be written, how to write it)."""
     from ds_doctor.redact import scrub_text
     from ds_doctor.reports.safe import one_line
@@ -96,7 +142,9 @@ def report_what_finished(
     paths: dict[str, Path] = {}
     said = []
     for run_dir in sorted(out_dir.glob(f"run-*-{os.getpid()}")):
-        line, written = _report_stopped_run(RunDir(run_dir), out_dir, anonymized, signal, extras)
+        line, written = _report_stopped_run(
+            RunDir(run_dir), out_dir, anonymized, signal, outputs or Outputs()
+        )
         said.append(line)
         paths.update(written)
     line = " · ".join(said) or f"stopped by {signal} before any case ran; no report written"
@@ -106,7 +154,7 @@ def report_what_finished(
 
 
 def _report_stopped_run(
-    run_dir: Any, out_dir: Path, anonymized: bool, signal: str, extras: tuple[Path | None, Path | None]
+    run_dir: Any, out_dir: Path, anonymized: bool, signal: str, outputs: Outputs
 ) -> tuple[str, dict[str, Path]]:
     """The report of one stopped run's directory, and what to say of it."""
     from ds_doctor.run.build import write_reports
@@ -125,7 +173,7 @@ def _report_stopped_run(
     head = built.stopped.headline if built.stopped else f"Stopped by {signal}"
     line = f"{head[0].lower()}{head[1:]}; its report: {paths['markdown']} (JSON and HTML beside it)"
     try:
-        paths.update(write_extra_formats(built, *extras))
+        paths.update(write_extra_formats(built, outputs, stopped=True))
     except click.BadParameter as exc:  # a FIFO whose reader left: said on the same line
         line += f"; {exc.format_message()}"
     return line, paths

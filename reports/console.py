@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -250,14 +250,14 @@ def traps_line(report: Report) -> str | None:
     )
 
 
-def print_paths(console: Console, paths: Mapping[str, Any]) -> None:
-    """Where the files went (the caller scrubs them like the report: a directory name can look like a token)."""
+def print_paths(console: Console, paths: Mapping[str, Any], formats: Sequence[tuple[str, str]] = ()) -> None:
+    """Where the files went (the caller scrubs them like the report: a directory name can look like a token): the
+    report's, the extra formats' (`formats`: key and label, as the format registry has them), the diff."""
     for key, label in (
         ("json", "JSON report"),
         ("markdown", "Markdown report"),
         ("html", "HTML report"),
-        ("junit", "JUnit XML"),
-        ("prometheus", "Prometheus metrics"),
+        *formats,
         ("diff", "Diff against the baseline"),
     ):
         if key in paths:

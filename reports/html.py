@@ -3,10 +3,11 @@ fetched) beside the JSON and the Markdown, for the reader who would rather look 
 
 It says what the ticket says, in the same order (the verdict, what needs a look, what ran, every case, the
 environment), and adds the pictures (`ds_doctor.reports.pictures`): each case's device map as a grid coloured by
-device, the equivalence family's loss and gradient norm per step, `comm`'s bandwidth against message size. The page
-is a Jinja2 template (`report.html.j2`) with autoescaping on: every string from the report is escaped, and the
-only markup that is not comes from `pictures`, which escapes what it puts in. Every `{{ }}` also shows control and
-invisible characters escaped (`_shown`, the environment's `finalize`): no raw ESC, BEL or right-to-left override.
+device, a route's loss and gradient norm per step against its reference's, bus bandwidth against message size (each
+a view of the case, `ds_doctor.reports.views`: no probe is named here). The page is a Jinja2 template
+(`report.html.j2`) with autoescaping on: every string from the report is escaped, and the only markup that is not
+comes from `pictures`, which escapes what it puts in. Every `{{ }}` also shows control and invisible characters
+escaped (`_shown`, the environment's `finalize`): no raw ESC, BEL or right-to-left override.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from ds_doctor.reports.measures import MEASURES
 from ds_doctor.reports.pictures import Series, device_map_grid, line_chart
 from ds_doctor.reports.records import CaseResult, Outcome, Report, Verdict
 from ds_doctor.reports.safe import visible
-from ds_doctor.reports.steps import steps_of
+from ds_doctor.reports.views import BandwidthCurve, StepTable, view_of
 from ds_doctor.reports.whatran import what_ran
 
 TEMPLATE = "report.html.j2"
@@ -52,12 +53,13 @@ def _environment() -> jinja2.Environment:
     )
 
 
-def equivalence_charts(result: CaseResult) -> Markup:
-    """Loss and gradient norm per step, the route's solid and the reference's dashed; a red line at the first step
-    a finding names."""
-    _, steps = steps_of(result)
-    if not steps:
+def step_charts(result: CaseResult) -> Markup:
+    """Loss and gradient norm per step (`StepTable`), the route's solid and the reference's dashed; a red line at the
+    first step a finding names."""
+    table = view_of(result, StepTable)
+    if table is None:
         return Markup("")
+    steps = table.steps
     first = min(
         (int(f.data["step"]) for f in result.findings if isinstance(f.data.get("step"), int)), default=None
     )
@@ -81,24 +83,16 @@ def equivalence_charts(result: CaseResult) -> Markup:
     return Markup("").join(charts)
 
 
-def comm_chart(report: Report) -> Markup:
-    """Bus bandwidth against message size, one line per collective and world size (one-rank cases move nothing)."""
-    series = []
-    for result in report.results:
-        if result.probe != "comm" or result.world_size < 2 or not result.series:
-            continue
-        points = [
-            (float(row["bytes"]), float(row["busbw_gbps"]))
-            for row in result.series
-            if isinstance(row.get("bytes"), (int, float)) and isinstance(row.get("busbw_gbps"), (int, float))
-        ]
-        if points:
-            series.append(Series(result.label.removeprefix("comm[").removesuffix("]"), points))
-    if not series:
+def bandwidth_chart(report: Report) -> Markup:
+    """Bus bandwidth against message size (`BandwidthCurve`), one line per case (a collective at a world size), the
+    title naming the families that measured them."""
+    curves = [curve for result in report.results if (curve := view_of(result, BandwidthCurve)) is not None]
+    if not curves:
         return Markup("")
+    families = ", ".join(dict.fromkeys(curve.family for curve in curves))
     return line_chart(
-        "comm: bus bandwidth against message size",
-        series,
+        f"{families}: bus bandwidth against message size",
+        [Series(curve.name, list(curve.points)) for curve in curves],
         "message size",
         "busbw (GB/s)",
         log_x=True,
@@ -141,7 +135,8 @@ def render_html(report: Report) -> str:
     others = [
         r
         for r in report.results
-        if r.outcome not in (*FAILING, Outcome.XFAIL, Outcome.XPASS) and (r.device_map or steps_of(r)[1])
+        if r.outcome not in (*FAILING, Outcome.XFAIL, Outcome.XPASS)
+        and (r.device_map or view_of(r, StepTable))
     ]
     return (
         _environment()
@@ -156,9 +151,9 @@ def render_html(report: Report) -> str:
             others=others,
             environment=environment_rows(report),
             ran=what_ran(report),
-            comm=comm_chart(report),
+            bandwidth=bandwidth_chart(report),
             grid=device_map_grid,
-            charts=equivalence_charts,
+            charts=step_charts,
             measures=_measures,
             fold=fold_own_frames,
             env=report.env,

@@ -31,7 +31,7 @@ from ds_doctor.reports.records import (
 )
 from ds_doctor.reports.safe import clip, md_cell, md_code, md_fence, md_html, md_text, md_url
 from ds_doctor.reports.sections import GpuReading
-from ds_doctor.reports.steps import QUANTITIES, steps_of
+from ds_doctor.reports.views import QUANTITIES, HangSource, Showed, StepTable, view_of
 from ds_doctor.reports.whatran import what_ran
 
 TICKET_LIMIT = 60_000
@@ -467,7 +467,7 @@ def render_case(result: CaseResult, same: Sequence[str] = ()) -> list[str]:
     lines += [line for finding in result.findings for line in render_finding(finding)]
     if result.device_map:
         lines += device_map_summary(result.device_map)
-    lines += equivalence_steps(result)
+    lines += step_table(result)
     showed = _showed(result)
     if showed:
         lines += ["**What went wrong for real:**", "", *[f"- {md_text(item)}" for item in showed], ""]
@@ -479,27 +479,23 @@ def render_case(result: CaseResult, same: Sequence[str] = ()) -> list[str]:
     return _capped([*lines, ""], f"the rest of {md_code(result.label)}")
 
 
-def _showed(result: CaseResult) -> list[str]:
-    """What a reproduced case saw go wrong for real (`ctx.showed`: a list in its notes). Notes are free-form JSON in a
-    report read back: a lone string or number stands for a list of one, any other shape for none."""
-    showed = result.notes.get("showed")
-    if isinstance(showed, list):
-        return [str(item) for item in showed]
-    if isinstance(showed, (str, int, float)) and not isinstance(showed, bool) and showed != "":
-        return [str(showed)]
-    return []
+def _showed(result: CaseResult) -> tuple[str, ...]:
+    """What a reproduced case saw go wrong for real (`ctx.showed`), none where it says nothing."""
+    showed = view_of(result, Showed)
+    return showed.items if showed is not None else ()
 
 
 def _number(value: float) -> str:
     return f"{value:.6g}"
 
 
-def equivalence_steps(result: CaseResult) -> list[str]:
-    """An equivalence case's steps as a small table: each quantity of the route and of the reference, and the
+def step_table(result: CaseResult) -> list[str]:
+    """A case's steps (`StepTable`) as a small table: each quantity of the route and of the reference, and the
     relative gap between them, step by step (the finding names the first step over the tolerance)."""
-    tolerance, steps = steps_of(result)
-    if not steps:
+    table = view_of(result, StepTable)
+    if table is None:
         return []
+    tolerance, steps = table.tolerance, table.steps
     quantities = [q for q in QUANTITIES if any(q in step.values for step in steps)]
     headers = ["step"] + [
         f"{q.replace('_', ' ')} {part}" for q in quantities for part in ("route", "reference", "gap")
@@ -557,11 +553,8 @@ def render_hang(result: CaseResult) -> list[str]:
         for rank in result.ranks
         for p in rank.collectives
     ]
-    forensics = result.notes.get(
-        "forensics"
-    )  # free-form JSON in a report read back: no object names no source
-    found = forensics.get("collectives_from") if isinstance(forensics, dict) else None
-    source = found or "the collective record"
+    hang_source = view_of(result, HangSource)
+    source = hang_source.collectives_from if hang_source is not None else "the collective record"
     lines = (
         [
             "",

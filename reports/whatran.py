@@ -1,15 +1,17 @@
-"""What a run ran, read back from its cases' notes: the models (class and size where the user gave one), the user's
-DeepSpeed config with the values filled in for `auto` and the changes made to run it here, the user's Accelerate
-config. The Markdown and the HTML report both say it before the environment, so a maintainer reading the ticket
-knows what was trained before reading what went wrong."""
+"""What a run ran, read back from its cases' views (`ds_doctor.reports.views`): the models (class and size where the
+user gave one), the user's DeepSpeed config with the values filled in for `auto` and the changes made to run it here,
+the user's Accelerate config. The Markdown and the HTML report both say it before the environment, so a maintainer
+reading the ticket knows what was trained before reading what went wrong."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 from ds_doctor.reports.records import Report
+from ds_doctor.reports.views import AccelerateConfigNote, ConfigNote, DeepSpeedConfigNote, ModelNote, view_of
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,40 +36,30 @@ class WhatRan:
         return bool(self.models or self.deepspeed or self.accelerate)
 
 
-def _mapping(value: Any) -> dict[str, Any]:
-    return dict(value) if isinstance(value, dict) else {}
-
-
-def _sequence(value: Any) -> list[Any]:
-    """A note's list, or none: a report's notes are free-form JSON, a number where a list belongs among them."""
-    return value if isinstance(value, list) else []
-
-
-def _user_config(notes: list[dict[str, Any]]) -> UserConfig | None:
+def _user_config(notes: Sequence[ConfigNote]) -> UserConfig | None:
     if not notes:
         return None
     first = notes[0]
     return UserConfig(
-        path=str(first.get("path", "")),
-        sha256=str(first.get("sha256", "")),
+        path=first.path,
+        sha256=first.sha256,
         cases=len(notes),
-        filled=_mapping(first.get("filled")),
-        changed={str(k): str(v) for k, v in _mapping(first.get("changed")).items()},
-        left_to_deepspeed=tuple(str(v) for v in _sequence(first.get("left_to_deepspeed"))),
+        filled=first.filled,
+        changed=first.changed,
+        left_to_deepspeed=first.left_to_deepspeed,
     )
 
 
 def what_ran(report: Report) -> WhatRan:
-    """The models and user configs of `report`'s cases, from the notes the probes wrote (nothing is re-run)."""
+    """The models and user configs of `report`'s cases, from the views the probes published (nothing is re-run)."""
     models: Counter[str] = Counter()
-    deepspeed: list[dict[str, Any]] = []
-    accelerate: list[dict[str, Any]] = []
+    deepspeed: list[ConfigNote] = []
+    accelerate: list[ConfigNote] = []
     for result in report.results:
-        model = result.notes.get("model")
-        if isinstance(model, str) and model:
-            models[model] += 1
-        if isinstance(result.notes.get("user_config"), dict):
-            deepspeed.append(result.notes["user_config"])
-        if isinstance(result.notes.get("accelerate_config"), dict):
-            accelerate.append(result.notes["accelerate_config"])
+        if (model := view_of(result, ModelNote)) is not None:
+            models[model.description] += 1
+        if (user := view_of(result, DeepSpeedConfigNote)) is not None:
+            deepspeed.append(user)
+        if (setup := view_of(result, AccelerateConfigNote)) is not None:
+            accelerate.append(setup)
     return WhatRan(tuple(models.most_common()), _user_config(deepspeed), _user_config(accelerate))

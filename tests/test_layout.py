@@ -173,6 +173,7 @@ def test_doctor_has_the_layers_it_shows() -> None:
         "collect",
         "fleet",
         "forensics",
+        "formats",
         "hardware",
         "knowledge",
         "ops",

@@ -15,6 +15,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ds_doctor.reports.records import CaseResult, Finding, Outcome, Severity
 from ds_doctor.reports.sections import GpuReading
+from ds_doctor.reports.views import GpuCheck
 
 GIB = 1 << 30
 
@@ -258,7 +259,8 @@ def health_findings(
 
 # ---- health as case results: the report, JUnit, Prometheus, diff and the exit code read them ------
 
-PROBE = "gpu_health"
+#: the family its cases go under: the view renderers find them by (`ds_doctor.reports.views.GpuCheck`)
+PROBE = GpuCheck.FAMILY
 DEVICE_FILE = "/dev/nvidiactl"
 
 

@@ -19,6 +19,11 @@ A probe is a module (or an object) with `SPEC`, `variants()`, `run(ctx)` and opt
         ...
         ctx.check([Finding("my_invariant", Severity.ERROR, "what broke", expected="what should hold")])
 
+What the reports draw of a case beyond its findings and measures is a view (`ds_doctor.reports.views`): a probe
+publishes one by writing the note the view's type names, `ctx.note(StepTable.NOTE, {"tolerance": ..., "steps": [...]})`
+(`ModelNote`, `DeepSpeedConfigNote`, `AccelerateConfigNote` alike); `ctx.measure_row(bytes=..., busbw_gbps=...)` rows
+are a bandwidth curve.
+
 Register it from another package through the entry-point group `ds_doctor.probes`
 (`my_probe = my_package.my_probe` under `[options.entry_points]`), or with `DS_DOCTOR_EXTRA_PROBES=my_package.my_probe`.
 docs/writing-probes.md walks through a complete one. ds-doctor's own families (`probes/`) use this package and
@@ -34,13 +39,17 @@ from ds_doctor.probe.registry import ENTRY_POINT_GROUP, EXTRA_ENV
 from ds_doctor.probe.spec import SCENARIOS, ProbeSpec, Requirement, Variant
 from ds_doctor.reports.measures import MEASURES
 from ds_doctor.reports.records import Finding, Severity, TensorRecord
+from ds_doctor.reports.views import AccelerateConfigNote, DeepSpeedConfigNote, ModelNote, StepTable
 
 __all__ = [
     "ENTRY_POINT_GROUP",
     "EXTRA_ENV",
     "MEASURES",
     "SCENARIOS",
+    "AccelerateConfigNote",
+    "DeepSpeedConfigNote",
     "Finding",
+    "ModelNote",
     "ProbeContext",
     "ProbeSpec",
     "RaisedError",
@@ -48,6 +57,7 @@ __all__ = [
     "Requirement",
     "Severity",
     "SkipCase",
+    "StepTable",
     "TensorRecord",
     "Variant",
 ]

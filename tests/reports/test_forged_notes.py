@@ -15,7 +15,7 @@ import pytest
 from ds_doctor.cli import main
 from ds_doctor.reports.hang import CollectivePosition
 from ds_doctor.reports.records import CaseResult, Outcome, RankSummary, Verdict
-from ds_doctor.reports.steps import steps_of
+from ds_doctor.reports.views import StepTable, view_of
 from tests.reports.samples import a_report, an_equivalence_case, case, issue
 
 HUGE = 10**400  # valid JSON, an int in Python, beyond any float: float(HUGE) raises OverflowError
@@ -146,8 +146,10 @@ def test_a_step_value_is_a_float_or_nothing() -> None:
     for route in (HUGE, True, "3.9"):
         result = an_equivalence_case()
         result.notes.update(_steps(route))
-        _, steps = steps_of(result)
-        assert [sorted(step.values) for step in steps[:2]] == [["grad_norm"], ["loss"]], route
+        table = view_of(result, StepTable)
+        assert table is not None
+        assert [sorted(step.values) for step in table.steps[:2]] == [["grad_norm"], ["loss"]], route
     result = an_equivalence_case()
     result.notes.update(_steps(math.nan))
-    assert math.isnan(steps_of(result)[1][0].values["loss"].route)
+    table = view_of(result, StepTable)
+    assert table is not None and math.isnan(table.steps[0].values["loss"].route)
