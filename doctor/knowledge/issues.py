@@ -68,6 +68,9 @@ class KnownIssue:
     banners: tuple[str, ...] = ()
     # how people name this failure in prose, a title's "CUDA OOM" or "loss is nan": alone, "possibly" the entry
     paraphrases: tuple[str, ...] = ()
+    # the native (C++) function that raises this error, as a native stack prints it (`frame #1: c10d::...`): a stack
+    # whose message was cut names it as "possibly", matched as a frame
+    native_frames: tuple[str, ...] = ()
     lookalikes: tuple[Lookalike, ...] = ()
 
     def matches(self, text: str) -> bool:

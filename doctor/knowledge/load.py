@@ -13,6 +13,7 @@ Schema of a data file, format 1 (the comment at the top of each file says how it
     confirm = '...'                     # ...else triage says "possibly", and this is how to confirm it
     banners = ['regex', ...]            # a warning the library prints before this error: alone, "possibly" it
     paraphrases = ['regex', ...]        # how people name this failure in prose ("CUDA OOM"): alone, "possibly" it
+    native_frames = ['regex', ...]      # the C++ function raising it in a native stack: alone, "possibly" it
     silent = '...'                      # instead of patterns: why no log shows it (then invariants find it)
     cause = '...'                       # required
     remedy = '...'                      # required
@@ -78,7 +79,17 @@ LIBRARIES = (
 
 _REQUIRED = ("id", "title", "package", "cause", "remedy", "refs")
 _TEXTS = ("id", "title", "package", "cause", "remedy", "affected", "fixed_in", "silent", "confirm")
-_LISTS = ("patterns", "requires", "refs", "families", "invariants", "evidence", "banners", "paraphrases")
+_LISTS = (
+    "patterns",
+    "requires",
+    "refs",
+    "families",
+    "invariants",
+    "evidence",
+    "banners",
+    "paraphrases",
+    "native_frames",
+)
 _KEYS = frozenset((*_TEXTS, *_LISTS, "wording", "lookalike"))
 _WORDING_KEYS = ("text", "source", "versions", "read")
 _LOOKALIKE_KEYS = ("text", "why")
@@ -187,6 +198,7 @@ def _entry(raw: Mapping[str, Any], label: str) -> KnownIssue:
         confirm=raw.get("confirm", ""),
         banners=tuple(raw.get("banners", ())),
         paraphrases=tuple(raw.get("paraphrases", ())),
+        native_frames=tuple(raw.get("native_frames", ())),
         lookalikes=_lookalikes(raw.get("lookalike", []), label),
     )
 
@@ -248,7 +260,7 @@ def _check(raw: Mapping[str, Any], label: str) -> None:
 
 
 def _check_regexes(raw: Mapping[str, Any], label: str) -> None:
-    for key in ("patterns", "requires", "evidence", "banners", "paraphrases"):
+    for key in ("patterns", "requires", "evidence", "banners", "paraphrases", "native_frames"):
         for pattern in raw.get(key, ()):
             try:
                 re.compile(pattern, REGEX_FLAGS)
@@ -293,10 +305,12 @@ def _check_kind(raw: Mapping[str, Any], label: str) -> None:
         raise CatalogError(f"{label}: a silent issue must name the invariants that find it")
     if raw.get("wording") and not raw.get("patterns"):
         raise CatalogError(f"{label}: a silent issue prints no message, so it has no wording")
-    if (raw.get("requires") or raw.get("banners") or raw.get("paraphrases")) and not raw.get("patterns"):
+    if any(raw.get(key) for key in ("requires", "banners", "paraphrases", "native_frames")) and not raw.get(
+        "patterns"
+    ):
         raise CatalogError(
-            f"{label}: requires, banners and paraphrases go with patterns (the error they narrow, precede or name), "
-            "not without"
+            f"{label}: requires, banners, paraphrases and native frames go with patterns (the error they narrow, "
+            "precede, name or raise), not without"
         )
     if bool(raw.get("evidence")) != bool(raw.get("confirm")) or (
         raw.get("evidence") and not raw.get("patterns")

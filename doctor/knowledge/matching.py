@@ -328,6 +328,13 @@ def _framed(text: str, seen: set[str]) -> list[Match]:
                     )
                 )
                 seen.add(frame.issue)
+    confirm = (
+        "a native stack names the function that raises it, its message cut: the error's own line confirms it"
+    )
+    for issue in ISSUES:
+        if issue.id not in seen and issue.native_frames and (first := _earliest(issue.native_frames, text)):
+            out.append(Match(issue, Kind.FRAME, first.start(), _shown(first.group(0)), POSSIBLY, (), confirm))
+            seen.add(issue.id)
     return out
 
 

@@ -202,7 +202,7 @@ BAD = [
     ),
     pytest.param(
         {"patterns": None, "silent": "quiet"},
-        "requires, banners and paraphrases go with patterns",
+        "requires, banners, paraphrases and native frames go with patterns",
         id="requires-without-patterns",
     ),
 ]

@@ -365,3 +365,27 @@ def test_a_run_trusts_a_message_in_any_text_before_a_shape_in_the_first() -> Non
         Kind.PARAPHRASE,
         True,
     )
+
+
+SIXTH = FRESH.with_name("2026-11-29f")
+
+
+def sixth(number: str) -> str:
+    (path,) = SIXTH.glob(f"{number}-*.txt")
+    return path.read_text()
+
+
+def test_a_native_stack_raising_from_the_watchdogs_timeout_check_is_possibly_the_timeout() -> None:
+    # 005 (LLaMA-Factory, multi-node): only the watchdog's C++ frames, the message above them cut away
+    assert named(sixth("005"))["nccl_watchdog_timeout"] == (Kind.FRAME, "possibly")
+    # 023: the watchdog's frames without checkTimeout (it caught something else, which the text does not show)
+    assert "nccl_watchdog_timeout" not in named(sixth("023"))
+
+
+def test_plural_grad_norms_said_to_be_nan_and_a_pinned_range_hint_alone() -> None:
+    assert named(sixth("011"))["hf_trainer_loss_nan"] == (
+        Kind.PARAPHRASE,
+        "possibly",
+    )  # "grad Norms are always NaN"
+    # the title keeps LLaMA-Factory's hint line alone, without the "is required for ..." sentence before it
+    assert named(sixth("039"))["lf_dependency_version_check"] == (Kind.WORDING, "message only")
