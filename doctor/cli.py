@@ -13,13 +13,16 @@ import os
 import sys
 import traceback
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import TYPE_CHECKING
 
 import click
 
 import ds_doctor
+from ds_doctor import cli_options as opts
 from ds_doctor.cli_bisect import bisect
 from ds_doctor.cli_fleet import fleet
+from ds_doctor.cli_options import Given, Into, RunCommand, run_options
 from ds_doctor.cli_outputs import (
     Outputs,
     WithFormats,
@@ -33,17 +36,12 @@ from ds_doctor.cli_triage import triage
 from ds_doctor.files import CannotWrite, disk_failure
 from ds_doctor.formats import WriteContext
 from ds_doctor.options import (
-    FRACTION,
-    NNODES,
-    NODE_RANK,
-    NPROC,
-    SECONDS,
     TOLERANCE,
     check_distinct,
     check_nproc,
     check_selection,
-    check_user_setup,
     check_writable_file,
+    checked_user_setup,
     cluster_from,
     load_report,
     output_in,
@@ -51,6 +49,13 @@ from ds_doctor.options import (
 )
 from ds_doctor.redact import printable
 from ds_doctor.reports.records import ExitCode, Report, finite_json
+
+if TYPE_CHECKING:  # the engine is imported where a command runs it: `--help` and `env` stay fast
+    from rich.console import Console
+
+    from ds_doctor.cluster.nodes import Cluster
+    from ds_doctor.run.pipeline import RunOptions, RunReporter
+    from ds_doctor.stacks.overlay import Overlay
 
 
 @dataclasses.dataclass
@@ -74,7 +79,7 @@ def cli(state: CliState, debug: bool) -> None:
     state.debug = state.debug or debug
 
 
-def run_pipeline(options: Any, progress: Any) -> tuple[Report, dict[str, Path]]:
+def run_pipeline(options: RunOptions, progress: RunReporter) -> tuple[Report, dict[str, Path]]:
     """On one node the pipeline; across nodes the same between two exchanges (a disagreement is a usage error)."""
     from ds_doctor.run import multinode, pipeline
 
@@ -106,241 +111,90 @@ def diff_against(
     return text, path, bool(diff.regressions)
 
 
-def report_outputs(command: Any) -> Any:
-    """The options `run` and `report` share: --anonymize, then every extra format's (`WithFormats` adds those from
-    the format registry, `ds_doctor.formats`)."""
-    return click.option(
-        "--anonymize", is_flag=True, help="Also replace host and user names, IP addresses and GPU UUIDs."
-    )(command)
-
-
-@cli.command(cls=WithFormats)
-@click.option(
-    "--level",
-    type=click.IntRange(1, 3),
-    default=2,
-    show_default=True,
-    help="1: environment and hardware only; 2: one representative case per family; 3: every case.",
-)
-@click.option(
-    "-k", "keyword", metavar="EXPR", help="Select cases by name: substrings with and/or/not, as pytest -k."
-)
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(path_type=Path),
-    default=Path("ds-doctor-reports"),
-    show_default=True,
-    help="Directory for the JSON and Markdown reports and the run directory.",
-)
-@click.option("--json", "json_stdout", is_flag=True, help="Also print the JSON report to stdout.")
-@click.option(
-    "--nproc",
-    "--nproc-per-node",
-    "--nproc_per_node",
-    "nproc",
-    type=NPROC,
-    help="Ranks for multi-rank cases (default: GPUs, or 2 on CPU); torchrun's spellings work too.",
-)
-@click.option(
-    "--timeout", "timeout_s", type=SECONDS, help="Per-case timeout in seconds, overriding each family's own."
-)
-@report_outputs
-@click.option(
-    "--baseline",
-    "baseline_file",
-    type=click.Path(path_type=Path),
-    help="A report of this node to diff the run against (exit 1 on a regression).",
-)
-@click.option(
-    "--tolerance",
-    "tolerance_pct",
-    type=TOLERANCE,
-    default=10.0,
-    show_default=True,
-    help="With --baseline: percent a bandwidth or TFLOP/s may drop before it is a regression.",
-)
-@click.option("--nnodes", type=NNODES, help="Nodes in the run (as torchrun's --nnodes); srun: SLURM_NNODES.")
-@click.option("--node-rank", type=NODE_RANK, help="This node's rank, 0 writes the report (as torchrun's).")
-@click.option(
-    "--rdzv-endpoint",
-    metavar="HOST:PORT",
-    help="torchrun's c10d rendezvous endpoint, the same on every node.",
-)
-@click.option(
-    "--rdzv-id", help="The rendezvous id, the same on every node (default: ds-doctor; srun: the job id)."
-)
-@click.option(
-    "--join-timeout",
-    "join_timeout_s",
-    type=SECONDS,
-    default=300.0,
-    show_default=True,
-    help="Seconds a node waits for the others at each rendezvous before naming them.",
-)
-@click.option(
-    "--suspect-below",
-    type=FRACTION,
-    default=0.5,
-    show_default=True,
-    help="fabric: a node whose every pair is below this fraction of the median pair is the suspect.",
-)
-@click.option(
-    "--deepspeed-config",
-    "ds_config",
-    metavar="FILE",
-    help="Your DeepSpeed JSON: the DeepSpeed families gain cases built from it (`auto` filled, changes listed).",
-)
-@click.option(
-    "--accelerate-config",
-    "acc_config",
-    metavar="FILE",
-    help="Your Accelerate YAML (what `accelerate config` writes): the Accelerate families gain cases built from it.",
-)
-@click.option(
-    "--model",
-    "model_spec",
-    metavar="SPEC",
-    help="Train your model in place of the tiny ones: hf:<model_type> (e.g. hf:qwen3) or package.module:factory.",
-)
-@click.option(
-    "--freeze",
-    metavar="PATTERN",
-    help="With --model: the parameters S1 freezes (fnmatch on names; default: the input embedding).",
-)
-@click.option(
-    "--with",
-    "with_releases",
-    metavar="PKG==VER",
-    multiple=True,
-    help="Run the selected cases again on an overlay adding these releases (repeatable; cached in "
-    "~/.cache/ds-doctor/stacks, never installed into this environment); the report compares the two.",
-)
-@click.option(
-    "--find-links",
-    metavar="DIR",
-    type=click.Path(path_type=Path),
-    help="With --with: take the releases only from this folder of wheels/sdists (no index).",
-)
-@click.option(
-    "--ignore-pins",
-    is_flag=True,
-    help="With --with: install the named releases even where they pin this stack out (pip --no-deps); "
-    "the report lists every pin ignored.",
-)
+@cli.command(cls=RunCommand)
 @click.pass_obj
-def run(state: CliState, **given: Any) -> int:
+def run(state: CliState, **parsed: object) -> int:
     """Run the probes that fit this node (or, with --nnodes, the nodes of a job) and write the report (and, with
     --baseline, the diff)."""
     from ds_doctor.procs import reaping
     from ds_doctor.rundir import owner_writes_only
 
-    outputs = Outputs.take(given)
-    args = RunArgs(**given, outputs=outputs)
+    outputs = Outputs.take(
+        parsed
+    )  # the extra formats'; the rest are the definitions' (`ds_doctor.cli_options`)
+    given = Given(parsed, run_options())
     # nothing the run makes (--out and the folders above it included) is writable by others, whatever the umask
     owner_writes_only()
     # every output is checked before anything runs or is created
-    check_outputs(
-        args.outputs,
-        {
-            "--baseline": args.baseline_file,
-            "--deepspeed-config": args.ds_config,
-            "--accelerate-config": args.acc_config,
-        },
-    )
+    inputs = (opts.BASELINE, opts.DEEPSPEED_CONFIG, opts.ACCELERATE_CONFIG)
+    check_outputs(outputs, {option.spelling: given[option] for option in inputs})
     # user code (the --model check, factories on the ranks) may leave processes: none outlives the run
     with reaping():
-        options, baseline = run_options(state, args)
-        console, (report, paths) = run_with_progress(options, args.json_stdout, args.outputs)
-        paths.update(write_extra_formats(report, args.outputs, WriteContext(baseline, args.tolerance_pct)))
+        options, baseline = resolve_options(state, given)
+        console, (report, paths) = run_with_progress(options, given[opts.JSON], outputs)
+        tolerance_pct = given[opts.TOLERANCE]
+        paths.update(write_extra_formats(report, outputs, WriteContext(baseline, tolerance_pct)))
         regressed, diff_text = False, None
         if baseline is not None:
-            diff_text, paths["diff"], regressed = diff_against(
-                baseline, report, args.tolerance_pct, paths["json"]
-            )
+            diff_text, paths["diff"], regressed = diff_against(baseline, report, tolerance_pct, paths["json"])
         show_run(console, report, paths, diff_text, options.cluster)
-        if args.json_stdout:
+        if given[opts.JSON]:
             click.echo(report.to_json())
         return max(int(report.exit_code), int(ExitCode.CASES_FAILED) if regressed else 0)
 
 
-@dataclasses.dataclass(frozen=True)
-class RunArgs:
-    """`ds-doctor run`'s options as click parsed them (one value, not 24 arguments)."""
-
-    level: int
-    keyword: str | None
-    out_dir: Path
-    json_stdout: bool
-    nproc: int | None
-    timeout_s: float | None
-    anonymize: bool
-    baseline_file: Path | None
-    tolerance_pct: float
-    nnodes: int | None
-    node_rank: int | None
-    rdzv_endpoint: str | None
-    rdzv_id: str | None
-    join_timeout_s: float
-    suspect_below: float
-    ds_config: str | None
-    acc_config: str | None
-    model_spec: str | None
-    freeze: str | None
-    with_releases: tuple[str, ...]
-    find_links: Path | None
-    ignore_pins: bool
-    outputs: Outputs  # the extra formats asked for (`ds_doctor.formats`)
-
-
-def run_options(state: CliState, args: RunArgs) -> tuple[Any, Report | None]:
+def resolve_options(state: CliState, given: Given) -> tuple[RunOptions, Report | None]:
     """Every option checked (each refusal one line, exit 2) and turned into the one value the run reads: the
-    pipeline's options, which hold the ranks' (`RankOptions`); and the baseline. Nothing is put into this
-    process's environment."""
+    pipeline's options (the definitions marked `Into.RUN`, and what the rest resolve to), which hold the ranks'
+    (`RankOptions`: those marked `Into.RANKS`); and the baseline. Nothing is put into this process's environment."""
     from ds_doctor.ops.phase import bound_from
+    from ds_doctor.probe.rankoptions import RankOptions
     from ds_doctor.run import pipeline
     from ds_doctor.run.groups import launches_mode
     from ds_doctor.run.plan import shared_gpu_mode
 
-    cluster = cluster_from(args.nnodes, args.node_rank, args.rdzv_endpoint, args.rdzv_id, args.join_timeout_s)
-    user = check_user_setup(args.ds_config, args.model_spec, args.acc_config, args.freeze, args.timeout_s)
+    cluster = cluster_from(
+        given[opts.NNODES],
+        given[opts.NODE_RANK],
+        given[opts.RDZV_ENDPOINT],
+        given[opts.RDZV_ID],
+        given[opts.JOIN_TIMEOUT],
+    )
     rank = dataclasses.replace(
-        user,
-        suspect_below=args.suspect_below,
+        checked_user_setup(RankOptions.of(given.into(Into.RANKS)), given[opts.TIMEOUT]),
         shared_gpu=shared_gpu_mode(os.environ),
         node_rank=cluster.node_rank if cluster else None,
         nnodes=cluster.nnodes if cluster else None,
     )
     # after the user's setup: it adds cases
-    check_selection(args.level, args.keyword, args.nproc, cluster, rank)
-    baseline = load_report(args.baseline_file, "--baseline") if args.baseline_file is not None else None
-    check_nproc(args.nproc, args.level)
-    overlays = build_overlays(args.with_releases, args.find_links, cluster, args.ignore_pins)
+    check_selection(given[opts.LEVEL], given[opts.KEYWORD], given[opts.NPROC], cluster, rank)
+    baseline_file = given[opts.BASELINE]
+    baseline = load_report(baseline_file, "--baseline") if baseline_file is not None else None
+    check_nproc(given[opts.NPROC], given[opts.LEVEL])
+    overlays = build_overlays(given[opts.WITH], given[opts.FIND_LINKS], cluster, given[opts.IGNORE_PINS])
     try:
         launches = launches_mode(os.environ)
         bound_from(os.environ)  # the op build's bound: a typo is one line before anything runs
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
-    out_dir = writable_dir(args.out_dir)  # last: a refused option leaves no empty folder behind
-    options = pipeline.RunOptions(
-        level=args.level,
-        keyword=args.keyword,
+    out_dir = writable_dir(given[opts.OUT])  # last: a refused option leaves no empty folder behind
+    resolved = pipeline.RunOptions(
         out_dir=out_dir,
-        nproc=args.nproc,
-        timeout_s=args.timeout_s,
         argv=tuple(state.argv),
-        anonymized=args.anonymize,
         cluster=cluster,
         overlays=overlays,
         rank=rank,
         launches=launches,
     )
-    return options, baseline
+    return resolved.with_given(given.into(Into.RUN)), baseline
 
 
 def build_overlays(
-    with_releases: tuple[str, ...], find_links: Path | None, cluster: Any, ignore_pins: bool = False
-) -> tuple[Any, ...]:
+    with_releases: tuple[str, ...],
+    find_links: Path | None,
+    cluster: Cluster | None,
+    ignore_pins: bool = False,
+) -> tuple[Overlay, ...]:
     """`--with`: the overlay, built (or found in the cache) before anything runs; each refusal one line, exit 2."""
     if not with_releases:
         if find_links is not None or ignore_pins:
@@ -378,15 +232,15 @@ class Stopped(click.exceptions.Abort):
 STOPPING = ("SIGTERM", "SIGHUP")
 
 
-def _terminated(signum: int, frame: Any) -> None:
+def _terminated(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt(
         signum
     )  # the run's clean-up is SIGINT's: launches stopped, then what finished reported
 
 
 def run_with_progress(
-    options: Any, json_stdout: bool, outputs: Outputs | None = None
-) -> tuple[Any, tuple[Report, dict[str, Path]]]:
+    options: RunOptions, json_stdout: bool, outputs: Outputs | None = None
+) -> tuple[Console, tuple[Report, dict[str, Path]]]:
     """The run under its live progress; on SIGINT, SIGTERM or SIGHUP, the report of the cases that finished (with the
     extra formats asked for, `outputs`)."""
     import signal
@@ -415,7 +269,7 @@ def run_with_progress(
 
 
 def show_run(
-    console: Any, report: Report, paths: dict[str, Path], diff_text: str | None, cluster: Any
+    console: Console, report: Report, paths: dict[str, Path], diff_text: str | None, cluster: Cluster | None
 ) -> None:
     """The closing summary, the baseline's diff, where the files went (or, on a node that writes none, which does)."""
     from ds_doctor.reports.console import print_summary
@@ -610,9 +464,9 @@ def env(as_json: bool, full: bool) -> int:
     type=click.Path(path_type=Path),
     help="Where to write the rebuilt report (default: beside PATH).",
 )
-@click.option("--json", "json_stdout", is_flag=True, help="Also print the JSON report to stdout.")
-@report_outputs
-def report(path: Path, out_dir: Path | None, json_stdout: bool, anonymize: bool, **formats: Any) -> int:
+@opts.JSON.decorate
+@opts.ANONYMIZE.decorate  # then each extra format's (`WithFormats`)
+def report(path: Path, out_dir: Path | None, json_stdout: bool, anonymize: bool, **formats: object) -> int:
     """Render a report from a run directory (also one whose run was killed) or from a report JSON.
 
     Cases that never finished are `not run`, and the report says the run did not finish (after how many of its

@@ -13,14 +13,19 @@ import functools
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from ds_doctor.formats import FormatError, OutputFormat, Target, WriteContext, formats
 from ds_doctor.reports.records import Report
 
-#: The option the formats' options follow in a command's options and its help (`report_outputs` declares it).
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from ds_doctor.rundir import RunDir
+
+#: The option the formats' options follow in a command's options and its help (`ds_doctor.cli_options.ANONYMIZE`).
 FORMATS_AFTER = "anonymize"
 
 
@@ -46,10 +51,10 @@ class Outputs:
     asked: tuple[tuple[OutputFormat, Path], ...] = ()
 
     @classmethod
-    def take(cls, given: dict[str, Any]) -> Outputs:
+    def take(cls, given: dict[str, object]) -> Outputs:
         """The formats' options, taken out of click's keyword arguments (what is left is the command's own)."""
         values = [(output, given.pop(output.dest, None)) for output in formats()]
-        return cls(tuple((output, Path(path)) for output, path in values if path is not None))
+        return cls(tuple((output, Path(str(path))) for output, path in values if path is not None))
 
     def files(self) -> dict[str, Path]:
         """The outputs that are files, by option: no input's path, and none another's."""
@@ -117,7 +122,7 @@ def write_user_output(path: Path, text: str, option: str) -> None:
         raise click.BadParameter(str(exc), param_hint=option) from None
 
 
-def show_paths(console: Any, paths: dict[str, Path]) -> None:
+def show_paths(console: Console, paths: dict[str, Path]) -> None:
     """Where the files went, scrubbed like the report (a directory name can look like a token)."""
     from ds_doctor.redact import scrub_text
     from ds_doctor.reports.console import print_paths
@@ -154,7 +159,7 @@ def report_what_finished(
 
 
 def _report_stopped_run(
-    run_dir: Any, out_dir: Path, anonymized: bool, signal: str, outputs: Outputs
+    run_dir: RunDir, out_dir: Path, anonymized: bool, signal: str, outputs: Outputs
 ) -> tuple[str, dict[str, Path]]:
     """The report of one stopped run's directory, and what to say of it."""
     from ds_doctor.run.build import write_reports

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import os
@@ -281,6 +282,20 @@ def check_user_setup(
     fields; one forward of the model on the CPU): the run options that carry them to the ranks."""
     with libraries_quiet():
         return _check_user_setup(ds_config, model_spec, acc_config, freeze, timeout_s)
+
+
+def checked_user_setup(options: RankOptions, timeout_s: float | None) -> RankOptions:
+    """The ranks' options with the user's setup they name checked (`check_user_setup`): the kept copies of the
+    configs, the model's spec as checked."""
+    user = check_user_setup(
+        options.deepspeed_config, options.model, options.accelerate_config, options.freeze, timeout_s
+    )
+    return dataclasses.replace(
+        options,
+        deepspeed_config=user.deepspeed_config,
+        accelerate_config=user.accelerate_config,
+        model=user.model,
+    )
 
 
 @contextlib.contextmanager

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 #: The file beside `cases.json` in a launch directory.
 FILE_NAME = "options.json"
 DEFAULT_SUSPECT_BELOW = 0.5
+
+#: The value of an option added to `run` from outside ds-doctor, as a rank reads it (one JSON value)
+Scalar = str | int | float | bool | None
 
 
 class RankOptionsError(ValueError):
@@ -40,6 +44,12 @@ class RankOptions:
         nnodes: the nodes of a multi-node run, or None on one node.
         ops_failed: why DeepSpeed's ops are not all there after the run's build phase (`ds_doctor.ops.phase`), or
             None: a case that needs them fails at once with this reason instead of building them under its clock.
+        added: the options added to `run` from outside ds-doctor and marked for the ranks
+            (`ds_doctor.cli_options.register`), by name: `dict(ctx.options.added)["name"]`.
+
+    The fields the command line fills are those its definitions mark for the ranks (`ds_doctor.cli_options`,
+    `Into.RANKS`: `--deepspeed-config`, `--accelerate-config`, `--model`, `--freeze`, `--suspect-below`), through
+    `of`; the parent fills the rest.
     """
 
     deepspeed_config: str | None = None
@@ -53,9 +63,40 @@ class RankOptions:
     node_rank: int | None = None
     nnodes: int | None = None
     ops_failed: str | None = None
+    added: tuple[tuple[str, Scalar], ...] = ()
+
+    @classmethod
+    def of(cls, given: Mapping[str, object]) -> RankOptions:
+        """The ranks' options from the values of the run options marked for them, by the field each fills: one of
+        these fields, or (an option added from outside ds-doctor) one of `added`."""
+        own = {field.name for field in dataclasses.fields(cls)} - {ADDED}
+        return cls.checked(
+            {
+                **{name: value for name, value in given.items() if name in own},
+                ADDED: {name: value for name, value in given.items() if name not in own},
+            }
+        )
+
+    @classmethod
+    def checked(cls, data: Mapping[str, Any]) -> RankOptions:
+        """The options `data` holds by field (`added` as an object by name), each checked against its field's type:
+        what is not one ds-doctor writes is refused (`RankOptionsError`)."""
+        known = {field.name: field for field in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - set(known))
+        if unknown:
+            raise RankOptionsError(
+                f"the run options hold fields this ds-doctor does not know: {', '.join(unknown)}"
+            )
+        for name, value in data.items():
+            _check_type(name, value, known[name].type)
+        return cls(**{**data, ADDED: tuple(sorted(dict(data.get(ADDED) or {}).items()))})
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+        data = dataclasses.asdict(self)
+        data[ADDED] = dict(self.added)
+        if not self.added:  # the file as before options could be added: ds-doctor's own only
+            del data[ADDED]
+        return json.dumps(data, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> RankOptions:
@@ -65,15 +106,7 @@ class RankOptions:
             raise RankOptionsError(f"the run options are not JSON: {exc}") from None
         if not isinstance(data, dict):
             raise RankOptionsError("the run options are not a JSON object")
-        known = {field.name: field for field in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - set(known))
-        if unknown:
-            raise RankOptionsError(
-                f"the run options hold fields this ds-doctor does not know: {', '.join(unknown)}"
-            )
-        for name, value in data.items():
-            _check_type(name, value, known[name].type)
-        return cls(**data)
+        return cls.checked(data)
 
     def write(self, folder: Path) -> Path:
         from ds_doctor.files import write_atomic
@@ -119,15 +152,21 @@ class RankOptions:
 #: The options of a run that names none (the tests', the API's).
 DEFAULTS = RankOptions()
 
+ADDED = "added"
 _TYPES: dict[str, tuple[type, ...]] = {
     "str | None": (str, type(None)),
     "str": (str,),
     "float": (int, float),
     "int | None": (int, type(None)),
 }
+_SCALARS = (str, int, float, bool, type(None))
 
 
 def _check_type(name: str, value: Any, annotation: Any) -> None:
+    if name == ADDED:
+        if not isinstance(value, dict) or not all(isinstance(v, _SCALARS) for v in value.values()):
+            raise RankOptionsError(f"the run option {name} is not an object of single values (text, numbers)")
+        return
     allowed = _TYPES[str(annotation)]
     if isinstance(value, bool) or not isinstance(value, allowed):
         raise RankOptionsError(f"the run option {name} is {type(value).__name__}, not {annotation}")

@@ -21,8 +21,8 @@ overlaps its launches, as every node expects them in one order.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
-from typing import cast
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from types import TracebackType
 
 from ds_doctor.cluster.nodes import Cluster
 from ds_doctor.probe.rankoptions import DEFAULTS, RankOptions
@@ -57,6 +57,41 @@ def together(groups: Sequence[LaunchGroup], mode: str, across_nodes: bool) -> bo
     return mode == "together" or all(group.device_kind == "cpu" for group in groups)
 
 
+class Exits:
+    """The launches whose every line is in, left to exit while the run goes on (the next stack's launches, the node
+    checks, the report): each killed once it has taken `EXIT_WAIT_S` from its last line (`bound`, at every poll),
+    and awaited at the end (`finish`: its logs scrubbed). As a `with` block, the run's: on the way out of it every
+    one is awaited, and on an exception (Ctrl-C, the doctor's own failure) first killed, so nothing is left running."""
+
+    def __init__(self) -> None:
+        self.launches: list[Launch] = []
+
+    def __iter__(self) -> Iterator[Launch]:
+        return iter(self.launches)
+
+    def add(self, launch: Launch) -> None:
+        self.launches.append(launch)
+
+    def bound(self) -> None:
+        for launch in self.launches:
+            launch.bound_exit()
+
+    def finish(self) -> None:
+        while self.launches:
+            self.launches.pop(0).finish()
+
+    def __enter__(self) -> Exits:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        if kind is not None:
+            for launch in self.launches:
+                launch.stop()
+        self.finish()
+
+
 class GroupRun:
     """Every case of a group, relaunching after a timeout or crash inside one node, driven by `poll`."""
 
@@ -70,12 +105,12 @@ class GroupRun:
         cluster: Cluster | None,
         options: RankOptions,
         takes_turns: bool = False,
-        exiting: list[Launch] | None = None,
+        exits: Exits | None = None,
     ) -> None:
         self.group, self.run_dir, self.timeout_override = group, run_dir, timeout_override
         self.events, self.cluster, self.options, self.takes_turns = events, cluster, options, takes_turns
-        # where given: a launch whose every line is in goes here to exit, and the group goes on without waiting
-        self.exiting = exiting
+        # where given: a launch whose every line is in goes there to exit, and the group goes on without waiting
+        self.exits = exits
         self.pending = list(group.cases)
         self.results: dict[str, list[RankLine]] = {}
         self.attempt = 0
@@ -102,16 +137,16 @@ class GroupRun:
         self.launch.start(self.takes_turns)
 
     def poll(self) -> None:
-        """One look at the running attempt; when it has ended (or, with `exiting`, every line of it is in), its cases
+        """One look at the running attempt; when it has ended (or, with `exits`, every line of it is in), its cases
         settled (its lines, or the blame for its ending) and the rest left for the next attempt."""
         if self.launch is None:
             return
         running = self.launch.poll()
-        if running and (self.exiting is None or self.launch.unfinished()):
+        if running and (self.exits is None or self.launch.unfinished()):
             return
         launch, self.launch = self.launch, None
-        if running:  # its ranks and torchrun exit while the run goes on
-            cast(list[Launch], self.exiting).append(launch)
+        if running and self.exits is not None:  # its ranks and torchrun exit while the run goes on
+            self.exits.add(launch)
         else:
             launch.dir.scrub_logs()
         for case in self.pending:
@@ -135,7 +170,7 @@ class GroupRun:
 class Turns:
     """Who may run alone, and when a launch may start, among launches running at once (the module's rules)."""
 
-    def __init__(self, runs: Sequence[GroupRun], exiting: Sequence[Launch] = ()) -> None:
+    def __init__(self, runs: Sequence[GroupRun], exiting: Iterable[Launch] = ()) -> None:
         self.runs, self.exiting = runs, exiting
         self.holder: Launch | None = None
 
@@ -175,11 +210,12 @@ def run_groups(
     cluster: Cluster | None = None,
     options: RankOptions = DEFAULTS,
     together: bool = False,
-    exiting: list[Launch] | None = None,
+    exits: Exits | None = None,
 ) -> dict[str, list[RankLine]]:
     """Every case of every group: one group after another, or (`together`, on one node) every group at once taking
-    turns. Per-rank lines by case id. `exiting`: where given, a launch whose every line is in is not waited for, but
-    put there: the caller finishes it (`finish_exits`) once it has done what it could meanwhile (the report)."""
+    turns. Per-rank lines by case id. `exits`: where given, a launch whose every line is in is not waited for, but
+    left there to exit: its owner finishes it (`Exits.finish`) once it has done what it could meanwhile (the
+    report)."""
     runs = [
         GroupRun(
             group,
@@ -189,11 +225,11 @@ def run_groups(
             cluster=cluster,
             options=options,
             takes_turns=together and len(groups) > 1,
-            exiting=exiting,
+            exits=exits,
         )
         for group in groups
     ]
-    turns = Turns(runs, exiting if exiting is not None else ())
+    turns = Turns(runs, exits if exits is not None else ())
     try:
         for batch in [runs] if together else [[run] for run in runs]:
             while not all(run.done for run in batch):
@@ -201,8 +237,8 @@ def run_groups(
                     if run.launch is None and run.pending and turns.may_start():
                         run.start()
                     run.poll()
-                for launch in exiting or ():
-                    launch.bound_exit()
+                if exits is not None:
+                    exits.bound()
                 turns.update()
                 events.tick()
                 time.sleep(POLL_S)
@@ -210,9 +246,3 @@ def run_groups(
         for run in runs:
             run.stop()
     return {case_id: lines for run in runs for case_id, lines in run.results.items()}
-
-
-def finish_exits(launches: list[Launch]) -> None:
-    """The launches left to exit (`run_groups`' `exiting`): each awaited, or killed, and its logs scrubbed."""
-    while launches:
-        launches.pop(0).finish()

@@ -28,7 +28,7 @@ from ds_doctor.redact import scrub_text
 from ds_doctor.run.attribution import Cause, Ending, attribute, stage_of
 from ds_doctor.run.command import rank_environment, torchrun_command
 from ds_doctor.run.plan import LaunchGroup, timeout_for
-from ds_doctor.rundir import LAUNCH, WAITING_TURN, Ended, How, LaunchDir, RankLine
+from ds_doctor.rundir import LAUNCH, WAITING_TURN, Beat, Ended, How, LaunchDir, RankLine
 
 LAUNCH_TIMEOUT_S = 180.0  # process start, imports and process-group set-up
 POLL_S = 0.2
@@ -173,7 +173,10 @@ class Launch:
             return False
         if self.proc.poll() is None:
             self._gather()
-            if not self._check_timeouts(self.started):
+            beats = self.dir.read_beats()
+            self._record_stages(beats)
+            self.timed_out = self._overrun(beats)
+            if self.timed_out is None:
                 return True
             self._take_evidence()
             kill_tree(self.proc)
@@ -228,24 +231,27 @@ class Launch:
                 if self.complete(line.case) and line.case in by_id:
                     self.events.case_done(by_id[line.case], self.lines_of(by_id[line.case]))
 
-    def _check_timeouts(self, started: float) -> bool:
-        beats = self.dir.read_beats()
-        now = time.time()
-        if not beats and now - started > self.limit_for(LAUNCH):
-            self.timed_out = Ending(LAUNCH, beats)
-            return True
+    def _record_stages(self, beats: dict[int, Beat]) -> None:
+        """Each rank's stage as its beat says, told where it changed (and kept: `waiting_turn` reads it)."""
         for rank, beat in beats.items():
             if self.last_stage.get(rank) != (beat.case, beat.stage):
                 self.last_stage[rank] = (beat.case, beat.stage)
                 self.events.stage(beat.case, rank, beat.stage)
+
+    def _overrun(self, beats: dict[int, Beat]) -> Ending | None:
+        """The limit that ran out, with the beats as they were: the launch's own (no rank beat in time) or the case
+        a rank has been in too long; None while every one holds."""
+        now = time.time()
+        if not beats and now - self.started > self.limit_for(LAUNCH):
+            return Ending(LAUNCH, beats)
+        for rank, beat in beats.items():
             if beat.stage == "finished" or rank in self.lines.get(beat.case, {}):
                 continue
             if beat.case == LAUNCH and beat.stage == WAITING_TURN:
                 continue  # the parent gives the turn (ds_doctor.run.groups.Turns): no limit of the rank's runs out
             if now - beat.case_started > self.limit_for(beat.case):
-                self.timed_out = Ending(beat.case, beats)
-                return True
-        return False
+                return Ending(beat.case, beats)
+        return None
 
     def _take_evidence(self) -> None:
         """Before the kill: every local rank's stacks and collective record, then what they say."""

@@ -29,16 +29,18 @@ from ds_doctor.reports.records import FAILING, CaseResult, Outcome, Report
 from ds_doctor.reports.safe import one_line
 from ds_doctor.run.build import build_report, utc_now, write_reports_of_run
 from ds_doctor.run.pipeline import (
+    RunContext,
     RunOptions,
     RunPlan,
     RunReporter,
     SilentReporter,
+    announce,
     launch,
     make_plan,
     with_ops,
     write_manifest,
 )
-from ds_doctor.run.plan import node_checks
+from ds_doctor.run.plan import run_node_checks
 from ds_doctor.rundir import RunDir
 
 #: After a failure across the nodes, how long the closing exchange waits for a node that may be gone (at most as
@@ -135,22 +137,15 @@ def cluster_result(node: int, reason: str) -> CaseResult:
     )
 
 
-def handshake(
-    cluster: Cluster,
-    run_dir: RunDir,
-    options: RunOptions,
-    run_plan: RunPlan,
-    env: dict[str, Any],
-    hardware: dict[str, Any],
-) -> dict[int, dict[str, Any]]:
+def handshake(cluster: Cluster, ctx: RunContext, run_dir: RunDir) -> dict[int, dict[str, Any]]:
     """Every node that joined within the join timeout, with its environment and hardware; a disagreement raises."""
     payload = {
         "node": cluster.node_rank,
-        "host": hardware["host"],
+        "host": ctx.hardware["host"],
         "version": ds_doctor.__version__,
-        "plan_hash": plan_hash(options, run_plan),
-        "env": scrub(env),
-        "hardware": scrub(hardware),
+        "plan_hash": plan_hash(ctx.options, ctx.plan),
+        "env": scrub(ctx.env),
+        "hardware": scrub(ctx.hardware),
     }
     nodes = exchange(cluster, run_dir, "handshake", payload, cluster.join_timeout_s)
     if cluster.node_rank not in nodes:
@@ -196,17 +191,17 @@ def run(options: RunOptions, reporter: RunReporter | None = None) -> tuple[Repor
     """The run across the nodes; one node writes the report (the paths are empty on the others)."""
     cluster = options.cluster
     assert cluster is not None
-    reporter = reporter or SilentReporter()
     started = utc_now()
     options.out_dir.mkdir(parents=True, exist_ok=True)
     env, hardware = collect_environment()
-    run_plan = make_plan(options)
+    # no launch is left to exit while the run goes on (`exits`): every node expects the next one in the same order
+    ctx = RunContext(options, make_plan(options), reporter or SilentReporter(), env, hardware, started)
     run_dir = RunDir.create(options.out_dir, hardware["host"], started, os.getpid())
-    write_manifest(run_dir, run_plan, options, started, env, hardware)
+    write_manifest(ctx, run_dir)
     # each node's ops built before it joins: a node still building when another starts a launch across the nodes
     # would leave that launch's rendezvous waiting (a build longer than --join-timeout names the node as not joined)
-    options = with_ops(run_plan, run_dir, options, reporter)
-    nodes = handshake(cluster, run_dir, options, run_plan, env, hardware)
+    ctx = dataclasses.replace(ctx, options=with_ops(ctx.plan, run_dir, options, ctx.reporter))
+    nodes = handshake(cluster, ctx, run_dir)
     missing = [n for n in range(cluster.nnodes) if n not in nodes]
     if missing:  # no launch across the nodes can happen: say who never came
         joined = [
@@ -217,15 +212,10 @@ def run(options: RunOptions, reporter: RunReporter | None = None) -> tuple[Repor
             )
             for n in missing
         ]
-        return _finish(options, run_dir, started, env, hardware, nodes, joined, {})
-    reporter.planned(
-        len(run_plan.planned),
-        run_plan.hardware.device_kind if run_plan.hardware else "-",
-        run_plan.nproc,
-        len(run_plan.skips),
-    )
-    results = launch(run_plan, run_dir, env["packages"], options, reporter, hardware["host"])
-    own = node_checks(env, hardware, options.keyword) + [r for r in results if r.nodes == 1]
+        return _finish(ctx, run_dir, nodes, joined, {})
+    announce(ctx)
+    results = launch(ctx, run_dir)
+    own = run_node_checks(env, hardware, options.keyword) + [r for r in results if r.nodes == 1]
     across = [r for r in results if r.nodes > 1]
     failed = any(r.outcome in FAILING for r in across)
     everyone = closing(
@@ -243,21 +233,19 @@ def run(options: RunOptions, reporter: RunReporter | None = None) -> tuple[Repor
         for n in sorted(nodes)
         if n not in everyone
     ]
-    return _finish(options, run_dir, started, env, hardware, nodes, gone + across, everyone)
+    return _finish(ctx, run_dir, nodes, gone + across, everyone)
 
 
 def _finish(
-    options: RunOptions,
+    ctx: RunContext,
     run_dir: RunDir,
-    started: Any,
-    env: dict[str, Any],
-    hardware: dict[str, Any],
     nodes: dict[int, dict[str, Any]],
     results: list[CaseResult],
     everyone: dict[int, list[CaseResult]],
 ) -> tuple[Report, dict[str, Path]]:
     """The one report of every node's results, written by node 0 (or the lowest node left); the others write
     nothing."""
+    options = ctx.options
     cluster = options.cluster
     assert cluster is not None
     by_node = [r for node in sorted(everyone) for r in everyone[node]]
@@ -266,12 +254,12 @@ def _finish(
         for n, said in sorted(nodes.items())
     )
     report = build_report(
-        started=started,
+        started=ctx.started,
         finished=utc_now(),
         level=options.level,
         argv=options.argv,
-        env=env,
-        hardware=hardware,
+        env=ctx.env,
+        hardware=ctx.hardware,
         results=by_node + results,
         run_dir=run_dir.path,
         anonymized=options.anonymized,

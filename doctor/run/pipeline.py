@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -17,22 +18,23 @@ from ds_doctor.hardware.env import collect_environment
 from ds_doctor.ops.phase import bound_from, ensure_ops
 from ds_doctor.probe import registry
 from ds_doctor.probe.rankoptions import DEFAULTS, RankOptions
-from ds_doctor.probe.spec import Case, Requirement, missing_dependency
+from ds_doctor.probe.requirements import DEEPSPEED
+from ds_doctor.probe.spec import Case, missing_dependency
 from ds_doctor.redact import scrub
 from ds_doctor.reports.records import CaseResult, Report, format_time
 from ds_doctor.run.build import build_report, shown_result, utc_now, write_reports_of_run
 from ds_doctor.run.command import rank_environment
-from ds_doctor.run.groups import finish_exits, run_groups, together
-from ds_doctor.run.launch import Launch, LaunchEvents
+from ds_doctor.run.groups import Exits, run_groups, together
+from ds_doctor.run.launch import LaunchEvents
 from ds_doctor.run.merge import merge_case, skipped_case
 from ds_doctor.run.plan import (
     Hardware,
     LaunchGroup,
     default_nproc,
     detect_hardware,
-    node_checks,
     node_world_size,
     plan,
+    run_node_checks,
     select_cases,
 )
 from ds_doctor.rundir import Manifest, PlannedCase, RankLine, RunDir
@@ -41,6 +43,11 @@ from ds_doctor.stacks.overlay import Overlay, installed
 
 @dataclasses.dataclass(frozen=True)
 class RunOptions:
+    """Everything a run reads of its command line, as one value. The command line fills `level`, `keyword`,
+    `nproc`, `timeout_s`, `anonymized` (the definitions it marks `Into.RUN`: `ds_doctor.cli_options`) and the ranks'
+    options in `rank`, the rest from what it resolved (`with_given`); an option added from outside ds-doctor is in
+    `added`, by name."""
+
     level: int = 2
     keyword: str | None = None
     out_dir: Path = Path("ds-doctor-reports")
@@ -56,6 +63,15 @@ class RunOptions:
     overlays_only: bool = False  # `bisect`: the cases on the overlays alone, not on the installed stack first
     launches: str = "auto"  # how the node's launch groups run: a key of ds_doctor.run.groups.LAUNCH_MODES
     ops_ready: bool = False  # the op build phase ran for this stack (`with_ops`): its result is in `rank`
+    added: tuple[tuple[str, object], ...] = ()  # the options added from outside ds-doctor, by name
+
+    def with_given(self, given: Mapping[str, object]) -> RunOptions:
+        """These options with the values of the command line's options that fill them, by the field each fills: one
+        of these fields, or (an option added from outside ds-doctor) one of `added`."""
+        own = {field.name for field in dataclasses.fields(self)} - {"added"}
+        added = sorted((name, value) for name, value in given.items() if name not in own)
+        fields: dict[str, Any] = {name: value for name, value in given.items() if name in own}
+        return dataclasses.replace(self, **fields, added=tuple(added))
 
 
 class RunReporter(Protocol):
@@ -171,7 +187,7 @@ def needs_deepspeed_ops(run_plan: RunPlan, options: RunOptions) -> bool:
     if not any(registry.get(p.probe).SPEC.needs_deepspeed_ops() for p in run_plan.planned):
         return False
     overlays = (options.rank.overlay,) if options.rank.overlay else ()
-    return not missing_dependency((Requirement("deepspeed", "deepspeed"),), overlays)
+    return not missing_dependency((DEEPSPEED,), overlays)
 
 
 def with_ops(run_plan: RunPlan, run_dir: RunDir, options: RunOptions, reporter: RunReporter) -> RunOptions:
@@ -188,57 +204,75 @@ def with_ops(run_plan: RunPlan, run_dir: RunDir, options: RunOptions, reporter: 
     return dataclasses.replace(options, rank=rank, ops_ready=True)
 
 
-def launch(
-    run_plan: RunPlan,
-    run_dir: RunDir,
-    versions: dict[str, str | None],
-    options: RunOptions,
-    reporter: RunReporter,
-    host: str = "",
-    stack: str | None = None,
-    exiting: list[Launch] | None = None,
-) -> list[CaseResult]:
-    """Run every launch group; each case is merged and reported (scrubbed, as the report will hold it) the
-    moment its last rank line is in. `stack`: the overlay the ranks import first (in `options.rank`), named on
-    each result. `exiting`: launches whose every line is in are left there to exit (`run_groups`)."""
-    options = with_ops(run_plan, run_dir, options, reporter)
-    by_id = {p.case: p for p in run_plan.planned}
-    merged = {s.case: dataclasses.replace(skipped_case(s), stack=stack) for s in run_plan.skips}
+@dataclasses.dataclass(frozen=True)
+class RunContext:
+    """What every step of one run reads: its options, its plan, who hears of it, the environment and hardware it
+    found and when it started; on one node, the launches left to exit while the run goes on (`exits`; None across
+    the nodes, where each launch is awaited as it ends)."""
+
+    options: RunOptions
+    plan: RunPlan
+    reporter: RunReporter
+    env: dict[str, Any]
+    hardware: dict[str, Any]
+    started: dt.datetime = dataclasses.field(default_factory=utc_now)
+    exits: Exits | None = None
+
+    @property
+    def host(self) -> str:
+        return str(self.hardware.get("host") or "")
+
+    @property
+    def versions(self) -> dict[str, str | None]:
+        """The installed stack's packages and their versions (the known issues are judged on them)."""
+        packages: dict[str, str | None] = self.env.get("packages") or {}
+        return packages
+
+
+def announce(ctx: RunContext) -> None:
+    """The plan, told: how many cases, on what, how many ranks, how many skipped."""
+    run_plan = ctx.plan
+    ctx.reporter.planned(
+        len(run_plan.planned),
+        run_plan.hardware.device_kind if run_plan.hardware else "-",
+        run_plan.nproc,
+        len(run_plan.skips),
+    )
+
+
+def on_stack(options: RunOptions, overlay: Overlay | None) -> RunOptions:
+    """The run's options on a stack: on an overlay (`--with`), its ranks import it first and build its ops anew."""
+    if overlay is None:
+        return options
+    return dataclasses.replace(options, rank=options.rank.with_overlay(overlay.path), ops_ready=False)
+
+
+def launch(ctx: RunContext, run_dir: RunDir, overlay: Overlay | None = None) -> list[CaseResult]:
+    """Every launch group of the plan, on the installed stack or on `overlay` (its ranks import it first; the known
+    issues are judged on its versions, and each result is named by it); each case is merged and reported (scrubbed,
+    as the report will hold it) the moment its last rank line is in. A launch whose every line is in is left to
+    exit in `ctx.exits`, where the run has one (`run_groups`)."""
+    options = with_ops(ctx.plan, run_dir, on_stack(ctx.options, overlay), ctx.reporter)
+    versions = {**ctx.versions, **(overlay.packages if overlay else {})}
+    stack = overlay.name if overlay else None
+    by_id = {p.case: p for p in ctx.plan.planned}
+    merged = {s.case: dataclasses.replace(skipped_case(s), stack=stack) for s in ctx.plan.skips}
 
     def case_done(case: Case, lines: list[RankLine]) -> None:
         merged[case.id] = dataclasses.replace(merge_case(by_id[case.id], lines, versions), stack=stack)
-        reporter.case_done(shown_result(merged[case.id], anonymized=options.anonymized, host=host))
+        ctx.reporter.case_done(shown_result(merged[case.id], anonymized=options.anonymized, host=ctx.host))
 
     run_groups(
-        run_plan.groups,
+        ctx.plan.groups,
         run_dir,
         timeout_override=options.timeout_s,
-        events=LaunchEvents(stage=reporter.stage, case_done=case_done, tick=reporter.tick),
+        events=LaunchEvents(stage=ctx.reporter.stage, case_done=case_done, tick=ctx.reporter.tick),
         cluster=options.cluster,
         options=options.rank,
-        together=together(run_plan.groups, options.launches, options.cluster is not None),
-        exiting=exiting,
+        together=together(ctx.plan.groups, options.launches, options.cluster is not None),
+        exits=ctx.exits,
     )
-    return [merged[case_id] for case_id in run_plan.selected]
-
-
-def on_overlay(
-    overlay: Overlay,
-    run_plan: RunPlan,
-    run_dir: RunDir,
-    versions: dict[str, str | None],
-    options: RunOptions,
-    reporter: RunReporter,
-    host: str,
-    exiting: list[Launch] | None = None,
-) -> list[CaseResult]:
-    """The selected cases again, their ranks importing the overlay first (launches in `stack-<name>/` of the run
-    directory); known issues judged on the overlay's versions."""
-    stack_dir = run_dir.stack(overlay.name)
-    stack_dir.path.mkdir()
-    on_it = dataclasses.replace(options, rank=options.rank.with_overlay(overlay.path), ops_ready=False)
-    packages = {**versions, **overlay.packages}
-    return launch(run_plan, stack_dir, packages, on_it, reporter, host, overlay.name, exiting)
+    return [merged[case_id] for case_id in ctx.plan.selected]
 
 
 def stacks_section(
@@ -255,75 +289,51 @@ def stacks_section(
     )
 
 
-def write_manifest(
-    run_dir: RunDir,
-    run_plan: RunPlan,
-    options: RunOptions,
-    started: dt.datetime,
-    env: dict[str, Any],
-    hardware: dict[str, Any],
-) -> None:
+def write_manifest(ctx: RunContext, run_dir: RunDir) -> None:
     run_dir.write_manifest(
         Manifest(
-            started_at=format_time(started),
-            level=options.level,
-            argv=options.argv,
-            keyword=options.keyword,
-            env=scrub(env),
-            hardware=scrub(hardware),
-            planned=run_plan.planned,
-            skips=run_plan.skips,
-            stacks=stacks_section(env["packages"], options.overlays),
+            started_at=format_time(ctx.started),
+            level=ctx.options.level,
+            argv=ctx.options.argv,
+            keyword=ctx.options.keyword,
+            env=scrub(ctx.env),
+            hardware=scrub(ctx.hardware),
+            planned=ctx.plan.planned,
+            skips=ctx.plan.skips,
+            stacks=stacks_section(ctx.versions, ctx.options.overlays),
         )
     )
 
 
-def on_every_stack(
-    run_plan: RunPlan,
-    options: RunOptions,
-    reporter: RunReporter,
-    started: dt.datetime,
-    env: dict[str, Any],
-    hardware: dict[str, Any],
-    exiting: list[Launch],
-) -> tuple[RunDir | None, list[CaseResult]]:
-    """The planned cases on the installed stack, then on each overlay (`--with`), in a new run directory; none where
-    nothing is planned."""
-    if run_plan.empty:
+def on_every_stack(ctx: RunContext) -> tuple[RunDir | None, list[CaseResult]]:
+    """The planned cases on the installed stack, then on each overlay (`--with`, launches in `stack-<name>/` of the
+    run directory), in a new run directory; none where nothing is planned."""
+    if ctx.plan.empty:
         return None, []
-    run_dir = RunDir.create(options.out_dir, hardware["host"], started, os.getpid())
-    write_manifest(run_dir, run_plan, options, started, env, hardware)
-    results: list[CaseResult] = []
-    if not options.overlays_only:
-        results = launch(
-            run_plan, run_dir, env["packages"], options, reporter, hardware["host"], exiting=exiting
-        )
-    for overlay in options.overlays:
-        results += on_overlay(
-            overlay, run_plan, run_dir, env["packages"], options, reporter, hardware["host"], exiting
-        )
+    run_dir = RunDir.create(ctx.options.out_dir, ctx.hardware["host"], ctx.started, os.getpid())
+    write_manifest(ctx, run_dir)
+    results = [] if ctx.options.overlays_only else launch(ctx, run_dir)
+    for overlay in ctx.options.overlays:
+        stack_dir = run_dir.stack(overlay.name)
+        stack_dir.path.mkdir()
+        results += launch(ctx, stack_dir, overlay)
     return run_dir, results
 
 
 def run(options: RunOptions, reporter: RunReporter | None = None) -> tuple[Report, dict[str, Path]]:
     """The whole run on one node: the report and the paths of the files written (`ds_doctor.run.multinode.run` is the
     run across the nodes)."""
-    reporter = reporter or SilentReporter()
     started = utc_now()
     options.out_dir.mkdir(parents=True, exist_ok=True)
     env, hardware = collect_environment()
     run_plan = make_plan(options)
-    reporter.planned(
-        len(run_plan.planned),
-        run_plan.hardware.device_kind if run_plan.hardware else "-",
-        run_plan.nproc,
-        len(run_plan.skips),
-    )
-    # launches whose every line is in exit while the run goes on (the next stack's, the node checks, the report)
-    exiting: list[Launch] = []
-    try:
-        run_dir, results = on_every_stack(run_plan, options, reporter, started, env, hardware, exiting)
-        results = node_checks(env, hardware, options.keyword) + results
+    # launches whose every line is in exit while the run goes on (the next stack's, the node checks, the report);
+    # nothing is left running when it ends, however it does
+    with Exits() as exits:
+        ctx = RunContext(options, run_plan, reporter or SilentReporter(), env, hardware, started, exits)
+        announce(ctx)
+        run_dir, results = on_every_stack(ctx)
+        results = run_node_checks(env, hardware, options.keyword) + results
         report = build_report(
             started=started,
             finished=utc_now(),
@@ -337,10 +347,4 @@ def run(options: RunOptions, reporter: RunReporter | None = None) -> tuple[Repor
             stacks=stacks_section(env["packages"], options.overlays),
         )
         paths = write_reports_of_run(report, options.out_dir, run_dir.path if run_dir else None)
-    except BaseException:  # Ctrl-C, or the doctor's own failure: nothing is left running
-        for left in exiting:
-            left.stop()
-        raise
-    finally:
-        finish_exits(exiting)
     return report, paths

@@ -124,9 +124,11 @@ def select_cases(cases: Iterable[Case], *, level: int, keyword: str | None) -> l
     return [c for c in cases if c.level <= level and matcher(c.id)]
 
 
-def node_checks(env: Mapping[str, Any], hardware: Mapping[str, Any], keyword: str | None) -> list[CaseResult]:
-    """The node's own results at every level (environment rules, GPU health, the node's fault records), filtered by
-    `-k` like every case."""
+def run_node_checks(
+    env: Mapping[str, Any], hardware: Mapping[str, Any], keyword: str | None
+) -> list[CaseResult]:
+    """Runs the node's own checks, at every level (environment rules, GPU health, the node's fault records): their
+    results, filtered by `-k` like every case."""
     matcher = keyword_matcher(keyword)
     results = (
         environment_results(env)

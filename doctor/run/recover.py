@@ -36,7 +36,7 @@ from ds_doctor.reports.records import (
 from ds_doctor.run import judge
 from ds_doctor.run.build import anonymize, build_report
 from ds_doctor.run.merge import merge_case, skipped_case
-from ds_doctor.run.plan import KeywordError, keyword_matcher, node_checks
+from ds_doctor.run.plan import KeywordError, keyword_matcher, run_node_checks
 from ds_doctor.rundir import MANIFEST_VERSION, Manifest, PlannedCase, RankLine, RunDir, read_rank_lines
 from ds_doctor.userinput import (
     MAX_REPORT_BYTES,
@@ -360,7 +360,9 @@ def report_from_run_dir(
         len(manifest.planned) * (1 + sum(s["name"] != "installed" for s in stacks)),
         stopped_by or run_dir.read_stop(),
     )
-    results = node_checks(manifest.env, manifest.hardware, manifest.keyword) + results  # as `run` puts them
+    results = (
+        run_node_checks(manifest.env, manifest.hardware, manifest.keyword) + results
+    )  # as `run` puts them
     report = build_report(
         started=parse_time(manifest.started_at),
         finished=run_dir.last_write(parse_time(manifest.started_at)),

@@ -49,7 +49,7 @@ from ds_doctor.reports.noderecords import SourceState, XidRecord
 from ds_doctor.reports.prometheus import render_prometheus
 from ds_doctor.reports.records import Outcome, Severity
 from ds_doctor.run.build import build_report
-from ds_doctor.run.plan import node_checks
+from ds_doctor.run.plan import run_node_checks
 from tests.bounds import GENEROUS_S, PLANTED_HANG_S
 from tests.reports.test_alert_rules import needs_promtool, promtool
 
@@ -538,11 +538,14 @@ def test_an_older_report_without_records_has_no_result() -> None:
 def test_node_checks_add_the_records_filtered_by_keyword() -> None:
     hardware = {"node_records": records(SICK, log("sick_dmesg.txt"))}
     env = {"variables": {"NCCL_IB_HCA": "^mlx5_1"}}
-    (ib,) = node_checks(env, hardware, "node_records and ib")
+    (ib,) = run_node_checks(env, hardware, "node_records and ib")
     assert (
         ib.case == "node_records[ib]" and ib.outcome == Outcome.PASS
     )  # the down port is left out by NCCL_IB_HCA
-    assert {r.case for r in node_checks(env, hardware, None)} >= {"node_records[xid]", "node_records[aer]"}
+    assert {r.case for r in run_node_checks(env, hardware, None)} >= {
+        "node_records[xid]",
+        "node_records[aer]",
+    }
 
 
 # ---- Prometheus --------------------------------------------------------------------------------------------------

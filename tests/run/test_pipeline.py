@@ -93,7 +93,8 @@ def test_launch_merges_and_reports_each_case_as_it_finishes(
     reporter = Recorder()
     run_dir = RunDir(tmp_path / "run")
     run_dir.path.mkdir()
-    results = pipeline.launch(run_plan, run_dir, {"torch": "2.13.0"}, options, reporter)
+    ctx = pipeline.RunContext(options, run_plan, reporter, env={"packages": {"torch": "2.13.0"}}, hardware={})
+    results = pipeline.launch(ctx, run_dir)
     assert [r.case for r in results] == ["faults[ok-ws2]", "faults[raise-ws2]", "faults[ok-after-ws2]"]
     assert [r.case for r in reporter.done] == [r.case for r in results]  # as each finished, in order
     assert [r.outcome for r in results] == [Outcome.PASS, Outcome.ERROR, Outcome.PASS]
