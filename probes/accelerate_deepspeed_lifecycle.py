@@ -23,11 +23,11 @@ from ds_doctor.plugins import (
     ProbeSpec,
     RaisedError,
     RankOptions,
-    Requirement,
     Severity,
     Variant,
 )
 from ds_doctor.plugins.checks import PreparedFacts, lifecycle_invariants
+from ds_doctor.plugins.requirements import ACCELERATE, DEEPSPEED, TORCH, TRANSFORMERS
 from ds_doctor.plugins.usersetup import UserConfig, change_findings, fill, trainer_only_auto
 from ds_doctor.probes.shared.common import accelerate_session, build_deepspeed_ops, dist_world_size
 from ds_doctor.probes.shared.models import HIDDEN, IN_FEATURES, OUT_FEATURES, build_mlp
@@ -38,11 +38,11 @@ SPEC = ProbeSpec(
     description="Accelerate + DeepSpeed config-owned optimizer/scheduler: placeholders, orderings, lr, process count",
     world_sizes=(1, 2),
     requires=(
-        Requirement("torch", "torch"),
-        Requirement("deepspeed", "deepspeed"),
-        Requirement("accelerate", "accelerate"),
+        TORCH,
+        DEEPSPEED,
+        ACCELERATE,
         # accelerate's DeepSpeed plugin compares the transformers version when it builds the engine
-        Requirement("transformers", "transformers"),
+        TRANSFORMERS,
     ),
     timeout_s=180.0,
     known_issues=("acc_ds_placeholder_used_before_prepare",),
@@ -254,7 +254,7 @@ def run(ctx: ProbeContext) -> None:
             DeepSpeedConfigNote.NOTE,
             {"path": ordering.user.path, "sha256": ordering.user.sha256, "changed": filled.changed},
         )
-        ctx.check(change_findings(filled, ctx.rank))
+        ctx.add_findings(change_findings(filled, ctx.rank))
     ctx.note("ordering", ordering.what, shown=True)
     ctx.note("deepspeed_config", copy.deepcopy(config))
     with accelerate_session():
@@ -264,7 +264,7 @@ def run(ctx: ProbeContext) -> None:
             _diagnose(ctx, exc, ordering)
             return
         ctx.note("prepared", facts.to_dict())
-        ctx.check(lifecycle_invariants(facts))
+        ctx.add_findings(lifecycle_invariants(facts))
         ctx.reproduce(ordering.issue, showed=_what_showed(ordering, facts))
 
 
@@ -292,7 +292,7 @@ def _diagnose(ctx: ProbeContext, exc: Exception, ordering: Ordering) -> None:
         raise exc
     hit, fix = raised.hits[0], ordering.fix
     ctx.note("raised", raised.traceback)
-    ctx.check(
+    ctx.add_findings(
         [
             Finding(
                 "prepare_order",

@@ -16,8 +16,9 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from ds_doctor.plugins import Finding, ProbeContext, ProbeSpec, Requirement, Severity, Variant
+from ds_doctor.plugins import Finding, ProbeContext, ProbeSpec, Severity, Variant
 from ds_doctor.plugins.checks import collectives
+from ds_doctor.plugins.requirements import TORCH
 from ds_doctor.probes.shared.common import time_collective
 
 SPEC = ProbeSpec(
@@ -25,7 +26,7 @@ SPEC = ProbeSpec(
     scenario="smoke",
     description="collectives checked element for element on every rank; algbw/busbw as nccl-tests defines them",
     world_sizes=(1, 2),
-    requires=(Requirement("torch", "torch"),),
+    requires=(TORCH,),
     timeout_s=300.0,
     scale_to_node=True,
     across_nodes=("*",),  # also across every node of a multi-node run
@@ -116,7 +117,7 @@ def _check(
         result, collectives.expected(collective, numel, ctx.rank, ctx.world_size, device=device, dtype=dtype)
     )
     if not check.ok:
-        ctx.check(
+        ctx.add_findings(
             [
                 Finding(
                     invariant="collective_result",

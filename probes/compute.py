@@ -16,7 +16,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ds_doctor.plugins import Finding, ProbeContext, ProbeSpec, Requirement, Severity, Variant
+from ds_doctor.plugins import Finding, ProbeContext, ProbeSpec, Severity, Variant
+from ds_doctor.plugins.requirements import TORCH
 from ds_doctor.probes.shared.common import synchronize
 from ds_doctor.probes.shared.known_answer import (
     bits_differ,
@@ -31,7 +32,7 @@ SPEC = ProbeSpec(
     scenario="smoke",
     description="bf16/fp16/fp32 matmul checked against fp64, TFLOP/s, and a large allocation written and read back",
     world_sizes=(1,),
-    requires=(Requirement("torch", "torch"),),
+    requires=(TORCH,),
     timeout_s=300.0,
     scale_to_node=True,
     across_nodes=("*",),  # also across every node of a multi-node run
@@ -96,7 +97,7 @@ def _matmul(ctx: ProbeContext, dtype_name: str) -> None:
         else [_matmul_finding(ctx, dtype_name, n, error, finite)]
     )
     ctx.enter(f"matmul {dtype_name} {n}x{n}: known answer, replay, ranks")
-    ctx.check(findings + known_answer(ctx, dtype_name, n, device))
+    ctx.add_findings(findings + known_answer(ctx, dtype_name, n, device))
 
 
 #: A test hook: called with (dtype, rank, product) on the known-answer product before it is checked; the tests flip
@@ -265,7 +266,7 @@ def _memory(ctx: ProbeContext) -> None:
         ctx.note("allocated_bytes", nbytes)
         ctx.note("wrong_elements", wrong)
         if wrong:
-            ctx.check(
+            ctx.add_findings(
                 [
                     Finding(
                         invariant="memory_readback",

@@ -11,8 +11,9 @@ import socket
 import statistics
 from typing import Any
 
-from ds_doctor.plugins import Finding, ProbeContext, ProbeSpec, Requirement, Severity, Variant
+from ds_doctor.plugins import Finding, ProbeContext, ProbeSpec, Severity, Variant
 from ds_doctor.plugins.checks import collectives, fabric_findings, rounds
+from ds_doctor.plugins.requirements import TORCH
 from ds_doctor.probes.shared.common import time_collective
 
 SPEC = ProbeSpec(
@@ -20,7 +21,7 @@ SPEC = ProbeSpec(
     scenario="smoke",
     description="pairs of nodes: an all_reduce checked and timed one pair at a time; a node whose every pair is slow",
     world_sizes=(),
-    requires=(Requirement("torch", "torch"),),
+    requires=(TORCH,),
     timeout_s=600.0,
     across_nodes=("*",),
     alone=True,  # timed: never beside another launch's work
@@ -90,8 +91,8 @@ def _report(ctx: ProbeContext, rows: list[dict[str, Any]], hosts: dict[int, str]
     ctx.note("rounds", len(rounds(len(hosts))))
     if ctx.rank != 0:
         return
-    ctx.check(fabric_findings(bandwidth, hosts, ctx.options.suspect_below))
-    ctx.check(
+    ctx.add_findings(fabric_findings(bandwidth, hosts, ctx.options.suspect_below))
+    ctx.add_findings(
         Finding(
             "fabric_result",
             Severity.ERROR,

@@ -31,11 +31,11 @@ from ds_doctor.plugins import (
     ProbeSpec,
     RaisedError,
     RankOptions,
-    Requirement,
     Severity,
     Variant,
 )
 from ds_doctor.plugins.checks import identity_invariants
+from ds_doctor.plugins.requirements import ACCELERATE, DEEPSPEED, TORCH
 from ds_doctor.plugins.usersetup import UserConfig, change_findings, fill, route_optimizer, trainer_optimizer
 from ds_doctor.probes.shared.common import build_deepspeed_ops, full_values
 from ds_doctor.probes.shared.models import build_frozen_model, token_batch
@@ -46,11 +46,7 @@ SPEC = ProbeSpec(
     description="ZeRO 0-3: parameters replaced after initialize vs the engine's name map, the optimizer and "
     "checkpoints",
     world_sizes=(1, 2),
-    requires=(
-        Requirement("torch", "torch"),
-        Requirement("deepspeed", "deepspeed"),
-        Requirement("accelerate", "accelerate"),
-    ),
+    requires=(TORCH, DEEPSPEED, ACCELERATE),
     timeout_s=180.0,
     known_issues=("ds_frozen_param_not_in_param_names",),
 )
@@ -115,7 +111,7 @@ def case_config(ctx: ProbeContext, params: S1Case) -> dict[str, Any]:
             "left_to_deepspeed": filled.unfilled,
         },
     )
-    ctx.check(change_findings(filled, ctx.rank))
+    ctx.add_findings(change_findings(filled, ctx.rank))
     return {**filled.config, "steps_per_print": 10**9, "wall_clock_breakdown": False}
 
 
@@ -177,18 +173,18 @@ def run(ctx: ProbeContext) -> None:
 
 def _conclude(ctx: ProbeContext, reproduce: bool, caught: list[Finding], problems: list[Problem]) -> None:
     if not reproduce:
-        ctx.check(caught)
-        ctx.check(
+        ctx.add_findings(caught)
+        ctx.add_findings(
             Finding("checkpoint_round_trip", Severity.ERROR, p.what, stage="after_reload") for p in problems
         )
         return
     if problems:
-        ctx.check(caught)
+        ctx.add_findings(caught)
         issue = next((p.issue for p in problems if p.issue), DEFAULT_ISSUE)
         ctx.reproduce(issue, showed=[p.what for p in problems])
         return
     latent = " (latent here: the step, the save and the reload all came out right)"
-    ctx.check(
+    ctx.add_findings(
         dataclasses.replace(f, severity=Severity.WARNING, message=f.message + latent) if f.is_error else f
         for f in caught
     )

@@ -32,6 +32,7 @@ from ds_doctor.plugins.checks import (
     process_count_agreement,
     ties_kept,
 )
+from ds_doctor.plugins.requirements import ACCELERATE, PRODIGY, PRODIGY_PLUS, TORCH
 from ds_doctor.plugins.usersetup import accelerate_config
 from ds_doctor.probes.shared.common import accelerate_session, dist_world_size
 from ds_doctor.probes.shared.models import batch, build_mlp
@@ -41,7 +42,7 @@ SPEC = ProbeSpec(
     scenario="S4",
     description="Accelerate save_state/load_state: optimizer state and param_group tensors on their parameters' device",
     world_sizes=(1, 2),
-    requires=(Requirement("torch", "torch"), Requirement("accelerate", "accelerate")),
+    requires=(TORCH, ACCELERATE),
     timeout_s=120.0,
 )
 
@@ -55,13 +56,9 @@ class OptimizerCase:
 
 
 OPTIMIZERS = (
-    OptimizerCase("adamw", Requirement("torch", "torch")),
-    OptimizerCase("prodigy", Requirement("prodigyopt", "prodigyopt")),
-    OptimizerCase(
-        "prodigy-plus-schedule-free",
-        Requirement("prodigyplus", "prodigy-plus-schedule-free"),
-        "prodigy_group_tensors_left_on_cpu",
-    ),
+    OptimizerCase("adamw", TORCH),
+    OptimizerCase("prodigy", PRODIGY),
+    OptimizerCase("prodigy-plus-schedule-free", PRODIGY_PLUS, "prodigy_group_tensors_left_on_cpu"),
 )
 MICRO_BATCH = 4
 REMEDY = (
@@ -132,11 +129,13 @@ def _train_and_save(ctx: ProbeContext, name: str, setup: Any, checkpoint: Path) 
     ctx.enter("prepare")
     accelerator, model, optimizer, user = _prepared(ctx, name, setup)
     ctx.note("accelerate_distributed_type", accelerator.distributed_type.value)
-    ctx.check(process_count_agreement(accelerator.num_processes, dist_world_size()))
+    ctx.add_findings(process_count_agreement(accelerator.num_processes, dist_world_size()))
     if ctx.has_error_findings:
         return False
     _step(ctx, accelerator, model, optimizer, user, seed=0)
-    ctx.check(placement(ctx.snapshot("after_prepare", module=model, optimizer=optimizer), Severity.ERROR))
+    ctx.add_findings(
+        placement(ctx.snapshot("after_prepare", module=model, optimizer=optimizer), Severity.ERROR)
+    )
     ctx.enter("save_state")
     accelerator.save_state(str(checkpoint))
     accelerator.wait_for_everyone()
@@ -150,25 +149,27 @@ def _resume(ctx: ProbeContext, name: str, setup: Any, checkpoint: Path, issue_id
     ctx.enter("load_state")
     accelerator.load_state(str(checkpoint))
     after_load = ctx.snapshot("after_load", module=model, optimizer=optimizer)
-    ctx.check(buffer_placement(ctx.records, str(accelerator.device), "after_load"))
-    ctx.check(ties_kept(ctx.records, "after_prepare", "after_load"))  # the resumed model is still tied
+    ctx.add_findings(buffer_placement(ctx.records, str(accelerator.device), "after_load"))
+    ctx.add_findings(ties_kept(ctx.records, "after_prepare", "after_load"))  # the resumed model is still tied
     misplaced = placement(after_load, Severity.ERROR)
     try:
         _step(ctx, accelerator, model, optimizer, user, seed=1)
     except Exception:
-        ctx.check(misplaced)  # the step after load_state raised: the misplacement is why (or it is an error)
+        ctx.add_findings(
+            misplaced
+        )  # the step after load_state raised: the misplacement is why (or it is an error)
         showed = ["the first step after load_state raised"] if misplaced else []
         ctx.reproduce(issue_id, showed=showed, caught=bool(misplaced))
         if misplaced:
             return
         raise
-    ctx.check(
+    ctx.add_findings(
         dataclasses.replace(
             f, severity=Severity.WARNING, message=f.message + " (the next step coped with it)"
         )
         for f in misplaced
     )
-    ctx.check(placement(ctx.snapshot("after_step", module=model, optimizer=optimizer), Severity.ERROR))
+    ctx.add_findings(placement(ctx.snapshot("after_step", module=model, optimizer=optimizer), Severity.ERROR))
     ctx.reproduce(issue_id)
 
 
@@ -197,7 +198,7 @@ def _prepared(ctx: ProbeContext, name: str, setup: Any = None) -> tuple[Any, Any
     else:
         model, optimizer = accelerator.prepare(model, make_optimizer(name, model.parameters()))
     if setup is not None:
-        ctx.check(_config_honoured(setup.distributed_type, accelerator.distributed_type.value))
+        ctx.add_findings(_config_honoured(setup.distributed_type, accelerator.distributed_type.value))
     return accelerator, model, optimizer, user
 
 

@@ -9,15 +9,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ds_doctor.plugins import ProbeContext, ProbeSpec, Requirement, Variant
+from ds_doctor.plugins import ProbeContext, ProbeSpec, Variant
 from ds_doctor.plugins.checks import zero3_hooks_own_state
+from ds_doctor.plugins.requirements import DEEPSPEED, TORCH
 
 SPEC = ProbeSpec(
     name="zero3_hooks",
     scenario="S1",
     description="ZeRO-3 hooks on attribute-delegating wrappers (PEFT modules_to_save): each module's own hook state",
     world_sizes=(2,),
-    requires=(Requirement("torch", "torch"), Requirement("deepspeed", "deepspeed")),
+    requires=(TORCH, DEEPSPEED),
     timeout_s=180.0,
     known_issues=("ds_z3_ds_grads_remaining_attr_missing",),
 )
@@ -87,7 +88,7 @@ def run(ctx: ProbeContext) -> None:
     )
     try:
         ctx.note("deepspeed_version", deepspeed.__version__)
-        ctx.check(zero3_hooks_own_state(engine.module, ctx.rank))
+        ctx.add_findings(zero3_hooks_own_state(engine.module, ctx.rank))
         ctx.enter("train step")
         torch.manual_seed(1 + ctx.rank)
         batch = torch.randn(2, HIDDEN, device=engine.device)

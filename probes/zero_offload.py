@@ -13,15 +13,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from ds_doctor.plugins import (
-    DeepSpeedConfigNote,
-    ModelNote,
-    ProbeContext,
-    ProbeSpec,
-    RankOptions,
-    Requirement,
-    Variant,
-)
+from ds_doctor.plugins import DeepSpeedConfigNote, ModelNote, ProbeContext, ProbeSpec, RankOptions, Variant
 from ds_doctor.plugins.checks import (
     ZeroPromise,
     buffer_placement,
@@ -30,6 +22,7 @@ from ds_doctor.plugins.checks import (
     zero_invariants,
 )
 from ds_doctor.plugins.collect import observe_unscale_and_clip
+from ds_doctor.plugins.requirements import DEEPSPEED, TORCH
 from ds_doctor.plugins.usersetup import UserConfig, change_findings, fill, route_optimizer, trainer_optimizer
 from ds_doctor.probes.shared.common import build_deepspeed_ops
 from ds_doctor.probes.shared.models import batch, build_mlp
@@ -39,7 +32,7 @@ SPEC = ProbeSpec(
     scenario="S2",
     description="ZeRO 1/2/3 x offload x dtype: fp32 partitions, gradients and optimizer state on the promised device",
     world_sizes=(1, 2),
-    requires=(Requirement("torch", "torch"), Requirement("deepspeed", "deepspeed")),
+    requires=(TORCH, DEEPSPEED),
     timeout_s=180.0,
     known_issues=("ds_z3_offload_gradnorm_device_mismatch",),
     across_nodes=("z3-opt+param-bf16",),  # also across every node of a multi-node run
@@ -136,11 +129,11 @@ def run(ctx: ProbeContext) -> None:
         _check_the_step_ran(
             ctx, engine, calls[0], float(config.get("gradient_clipping") or 0), require_clip=not user
         )
-        ctx.check(zero_invariants(ctx.records, promise))
+        ctx.add_findings(zero_invariants(ctx.records, promise))
         if user:  # advice on the user's config; the family's own leave grad_accum_dtype unset on purpose, as most do
-            ctx.check(grad_accum_dtype(promise))
-        ctx.check(buffer_placement(ctx.records, ctx.device, "after_init"))
-        ctx.check(ties_kept(ctx.records, "before_init", "after_step"))
+            ctx.add_findings(grad_accum_dtype(promise))
+        ctx.add_findings(buffer_placement(ctx.records, ctx.device, "after_init"))
+        ctx.add_findings(ties_kept(ctx.records, "before_init", "after_step"))
     finally:
         engine.destroy()
 
@@ -164,7 +157,7 @@ def configure(ctx: ProbeContext) -> dict[str, Any]:
             "left_to_deepspeed": filled.unfilled,
         },
     )
-    ctx.check(change_findings(filled, ctx.rank))
+    ctx.add_findings(change_findings(filled, ctx.rank))
     return {**filled.config, "steps_per_print": 10**9, "wall_clock_breakdown": False}
 
 

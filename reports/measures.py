@@ -1,10 +1,19 @@
-"""The numbers probes measure: one table of names, units, labels and whether higher or lower is better, read by
-the console, the Markdown, `diff` and Prometheus alike."""
+"""The numbers probes measure: one registry of names, units, labels and whether higher or lower is better, read by
+the console, the Markdown, `diff` and Prometheus alike.
+
+It is seeded with the built-in families' measures; a probe that measures something new declares it beside its spec
+(`register_measure(Measure(...))` in its own module, run when the probe registry imports it), so a third-party
+probe's number is drawn, compared and exported exactly as a built-in's is. A report read where that probe is not
+installed keeps the number in its JSON; the renderers show only the measures they know.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+import types
+from collections.abc import Iterator, Mapping
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,36 +30,65 @@ class Measure:
     min_ranks: int = 1  # below this world size the number means nothing
     why_not: str = ""  # ...and this says why
 
+    def __post_init__(self) -> None:
+        if self.better not in (None, "higher", "lower"):
+            raise ValueError(
+                f"measure {self.name!r}: better is 'higher', 'lower' or None, not {self.better!r}"
+            )
+
     def applies(self, world_size: int) -> bool:
         return world_size >= self.min_ranks
 
 
 _NO_LINK = "one rank: no data moves between ranks"
-# the label says the unit
-MEASURES: dict[str, Measure] = {
-    m.name: m
-    for m in (  # in the order tables show them
-        Measure("node_a", "node", "", "one node of a pair (the fabric's pairwise stage)"),
-        Measure("node_b", "with node", "", "the other node of the pair"),
-        Measure("bytes", "bytes", "B", "size of the collective's largest buffer"),
-        Measure("time_us", "time", "us", "time of one operation, averaged over the ranks"),
-        Measure("algbw_gbps", "algbw", "GB/s", "algorithm bandwidth in GB/s", "higher", False, 2, _NO_LINK),
-        Measure(
-            "busbw_gbps",
-            "busbw",
-            "GB/s",
-            "bus bandwidth in GB/s (nccl-tests' definition)",
-            "higher",
-            True,
-            2,
-            _NO_LINK,
-        ),
-        Measure("matmul_size", "n", "", "square matmul size"),
-        Measure("relative_error", "relative error", "", "relative Frobenius error against fp64"),
-        Measure("error_tolerance", "tolerance", "", "the largest relative error that passes"),
-        Measure("tflops", "TFLOP/s", "", "achieved TFLOP/s of the slowest rank", "higher", True),
-    )
-}
+# the label says the unit; in the order tables show them (a registered measure comes after these)
+_BUILT_IN = (
+    Measure("node_a", "node", "", "one node of a pair (the fabric's pairwise stage)"),
+    Measure("node_b", "with node", "", "the other node of the pair"),
+    Measure("bytes", "bytes", "B", "size of the collective's largest buffer"),
+    Measure("time_us", "time", "us", "time of one operation, averaged over the ranks"),
+    Measure("algbw_gbps", "algbw", "GB/s", "algorithm bandwidth in GB/s", "higher", False, 2, _NO_LINK),
+    Measure(
+        "busbw_gbps",
+        "busbw",
+        "GB/s",
+        "bus bandwidth in GB/s (nccl-tests' definition)",
+        "higher",
+        True,
+        2,
+        _NO_LINK,
+    ),
+    Measure("matmul_size", "n", "", "square matmul size"),
+    Measure("relative_error", "relative error", "", "relative Frobenius error against fp64"),
+    Measure("error_tolerance", "tolerance", "", "the largest relative error that passes"),
+    Measure("tflops", "TFLOP/s", "", "achieved TFLOP/s of the slowest rank", "higher", True),
+)
+_REGISTERED: dict[str, Measure] = {m.name: m for m in _BUILT_IN}
+#: Every known measure by name, in table order: the built-in ones, then those registered. A read-only view of the
+#: registry (it sees what is registered later); add to it with `register_measure`.
+MEASURES: Mapping[str, Measure] = types.MappingProxyType(_REGISTERED)
+
+
+def register_measure(measure: Measure) -> Measure:
+    """Add `measure` to the registry and return it: a probe declares what it measures beside its spec,
+    `STEP_MS = register_measure(Measure("step_ms", ...))`. The same measure registered again (a module imported
+    twice) is a no-op; another measure under a known name is refused, naming both."""
+    known = _REGISTERED.get(measure.name)
+    if known is not None and known != measure:
+        raise ValueError(f"measure {measure.name!r} is already registered as {known}; not as {measure}")
+    _REGISTERED[measure.name] = measure
+    return measure
+
+
+@contextlib.contextmanager
+def registered_measures(*measures: Measure) -> Iterator[tuple[Measure, ...]]:
+    """`measures` registered for the time of a `with` block (a test's), then the registry as it was."""
+    before = dict(_REGISTERED)
+    try:
+        yield tuple(register_measure(m) for m in measures)
+    finally:
+        _REGISTERED.clear()
+        _REGISTERED.update(before)
 
 
 def format_measure(name: str, value: float | None, world_size: int) -> str:

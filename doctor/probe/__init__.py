@@ -1,1 +1,1 @@
-"""What a probe is to the engine: its spec, the registry of probes, the run options and the context it runs in."""
+"""What a probe is to the engine: its spec, scenarios, registry, required packages, wrappers, options and context."""

@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import re
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
@@ -125,12 +126,22 @@ class ProbeContext:
     def add_records(self, records: Iterable[TensorRecord]) -> None:
         self.records.extend(records)
 
-    def check(self, findings: Iterable[Finding]) -> None:
-        """Keep findings, stamped with this rank where the invariant did not know it."""
+    def add_findings(self, findings: Iterable[Finding]) -> None:
+        """Add findings to the case's result, stamped with this rank where the invariant did not know it. It judges
+        nothing itself: the invariants made the findings; an error among them fails the case."""
         for finding in findings:
             if finding.rank is None:
                 finding = dataclasses.replace(finding, rank=self.rank)
             self.findings.append(finding)
+
+    def check(self, findings: Iterable[Finding]) -> None:
+        """Deprecated: `add_findings`, under the name the plugin API documented first (it checked nothing)."""
+        warnings.warn(
+            "ProbeContext.check(findings) is deprecated: call ctx.add_findings(findings)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        self.add_findings(findings)
 
     def note(self, key: str, value: Any, *, shown: bool = False) -> None:
         """A JSON-able fact for the report (versions, norms, classes). `shown`: the ticket's Markdown shows it in
@@ -140,7 +151,8 @@ class ProbeContext:
             self.shown_notes.append(key)
 
     def measure(self, name: str, value: float | None) -> None:
-        """A headline number of the case (`ds_doctor.reports.measures.MEASURES` names it and gives its unit)."""
+        """A headline number of the case (the measure registry, `ds_doctor.reports.measures.MEASURES`, names it and
+        gives its unit; a probe's own is declared with `register_measure`)."""
         self.measures[_measure_name(name)] = value
 
     def measure_row(self, **values: float) -> None:
@@ -201,7 +213,8 @@ class ProbeContext:
 def _measure_name(name: str) -> str:
     if name not in MEASURES:
         raise KeyError(
-            f"unknown measure {name!r}; known: {', '.join(MEASURES)} (add it to ds_doctor.reports.measures.MEASURES)"
+            f"unknown measure {name!r}; known: {', '.join(MEASURES)} (declare a new one beside the probe's spec: "
+            "register_measure(Measure(...)))"
         )
     return name
 

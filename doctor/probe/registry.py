@@ -2,8 +2,11 @@
 the entry-point group `ds_doctor.probes` (pytest's plugin convention), and `DS_DOCTOR_EXTRA_PROBES`.
 
 Every source yields probe modules with the same protocol (`ds_doctor.probe.spec.Probe`); a name used twice is an
-error that names both. A probe's variants may depend on the run's options (`variants(options)`: the user's
-configs add cases); a rank expands them with the options its launch directory holds, never from its environment.
+error that names both. Loading a probe imports it, which registers what it declares beside its spec: a new measure
+(`ds_doctor.reports.measures.register_measure`) or scenario (`ds_doctor.probe.spec.register_scenario`), so every
+process that loads the registry (the parent that renders, each rank that measures) knows them. A probe's variants
+may depend on the run's options (`variants(options)`: the user's configs add cases); a rank expands them with the
+options its launch directory holds, never from its environment.
 """
 
 from __future__ import annotations
@@ -55,7 +58,8 @@ def _load(origin: str, dotted: str) -> Probe:
         module: Any = importlib.import_module(module_name)
         if attribute:
             module = getattr(module, attribute)
-    except (ImportError, AttributeError) as exc:
+    # ValueError: a spec or a declaration (`register_measure`, `register_scenario`) the module makes on import refused
+    except (ImportError, AttributeError, ValueError) as exc:
         raise RegistryError(
             f"probe {dotted!r} ({origin}) does not load: {type(exc).__name__}: {exc}"
         ) from exc

@@ -1,4 +1,4 @@
-"""What a probe declares: a frozen spec, its variants, and the cases they expand to.
+"""What a probe declares: a frozen spec, its variants, the cases they expand to, and the scenarios a spec names.
 
 A probe is a module (or any object) with `SPEC` (a `ProbeSpec`), `variants()` returning `Variant`s, `run(ctx)`
 and optionally `setup(ctx)` (one-off work per launch) and `prepare(rank)` (at the launch's start, before the process
@@ -8,14 +8,66 @@ through `ds_doctor.plugins`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.machinery
 import importlib.util
-from collections.abc import Iterable, Sequence
+import types
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
-SCENARIOS = ("S0", "S1", "S2", "S3", "S4", "smoke")
 DEVICE_KINDS = ("cpu", "cuda")
+
+
+@dataclasses.dataclass(frozen=True)
+class Scenario:
+    """A class of failure a probe guards against, as a user meets it (the README's S0-S4), or `smoke`: a spec's
+    `scenario` names one."""
+
+    name: str
+    description: str
+
+
+_REGISTERED: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario(
+            "S0", "Accelerate with a DeepSpeed config: a placeholder optimizer or scheduler survives prepare"
+        ),
+        Scenario("S1", "a DeepSpeed checkpoint or hook loses track of parameters moved, replaced or wrapped"),
+        Scenario("S2", "ZeRO with CPU offload: gradients or optimizer state on two devices"),
+        Scenario("S3", "after wrapping, the optimizer tracks parameters that were frozen or left out"),
+        Scenario("S4", "after a load, an optimizer's state stays on the wrong device"),
+        Scenario(
+            "smoke", "the stack and the hardware do what they promise: collectives, matmuls, equivalence"
+        ),
+    )
+}
+#: Every known scenario by name: the built-in ones, then those registered. A read-only view of the registry (it sees
+#: what is registered later); add to it with `register_scenario`.
+SCENARIOS: Mapping[str, Scenario] = types.MappingProxyType(_REGISTERED)
+
+
+def register_scenario(scenario: Scenario) -> Scenario:
+    """Add `scenario` to the registry and return it: a probe that guards a new class of failure declares it beside
+    (before) its spec, `S5 = register_scenario(Scenario("S5", ...))`, `ProbeSpec(scenario=S5.name, ...)`. The same
+    scenario registered again is a no-op; another under a known name is refused, naming both."""
+    known = _REGISTERED.get(scenario.name)
+    if known is not None and known != scenario:
+        raise ValueError(f"scenario {scenario.name!r} is already registered as {known}; not as {scenario}")
+    _REGISTERED[scenario.name] = scenario
+    return scenario
+
+
+@contextlib.contextmanager
+def registered_scenarios(*scenarios: Scenario) -> Iterator[tuple[Scenario, ...]]:
+    """`scenarios` registered for the time of a `with` block (a test's), then the registry as it was."""
+    before = dict(_REGISTERED)
+    try:
+        yield tuple(register_scenario(s) for s in scenarios)
+    finally:
+        _REGISTERED.clear()
+        _REGISTERED.update(before)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,7 +144,10 @@ class ProbeSpec:
 
     def __post_init__(self) -> None:
         if self.scenario not in SCENARIOS:
-            raise ValueError(f"{self.name}: scenario {self.scenario!r} is not one of {SCENARIOS}")
+            raise ValueError(
+                f"{self.name}: scenario {self.scenario!r} is not registered (known: {', '.join(SCENARIOS)}); a new "
+                "one is declared before the spec with register_scenario(Scenario(name, description))"
+            )
         if not self.world_sizes and not self.across_nodes:
             raise ValueError(f"{self.name}: no world size, and it does not run across nodes")
         if self.world_sizes and min(self.world_sizes) < 1:

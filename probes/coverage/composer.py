@@ -14,6 +14,7 @@ from typing import Any
 
 from ds_doctor.plugins import ProbeContext
 from ds_doctor.plugins.collect import clean_name
+from ds_doctor.plugins.requirements import COMPOSER
 
 
 def composer_trainer(
@@ -27,7 +28,7 @@ def composer_trainer(
     (use_orig_params) over a ComposerModel around `build_model()`, trained on the one `batch`."""
     import torch
 
-    if importlib.util.find_spec("composer") is None:
+    if importlib.util.find_spec(COMPOSER.module) is None:
         ctx.skip(
             f"Composer (mosaicml) is not installed; its releases pin torch < 2.7.1 and this node has torch "
             f"{torch.__version__}: run with --with mosaicml==VER --ignore-pins (and a torchvision that imports "

@@ -1,5 +1,6 @@
-"""The model an optimizer_coverage (S3) case wraps, and the optimizer group it builds: ds-doctor's four-part model,
-or the user's (`--model`) with its group chosen by rule; and the user's DeepSpeed config for the DeepSpeed route."""
+"""The model an optimizer_coverage (S3) case wraps, and the optimizer group it builds: ds-doctor's four-part model
+(`a` trainable and in the group, `b` trainable and left out on purpose, `c` frozen, `head` in the group), or the
+user's (`--model`) with its group chosen by rule; and the user's DeepSpeed config for the DeepSpeed route."""
 
 from __future__ import annotations
 
@@ -10,6 +11,51 @@ from typing import Any
 from ds_doctor.plugins import DeepSpeedConfigNote, ProbeContext
 from ds_doctor.plugins.collect import clean_name
 from ds_doctor.plugins.usersetup import UserConfig, change_findings, fill
+
+WIDTH = 8
+OUT = 4
+MICRO_BATCH = 2
+INTENDED = ("a.bias", "a.weight", "head.bias", "head.weight")
+FROZEN = ("c.bias", "c.weight")
+
+
+def build_model(seed: int = 0) -> Any:
+    import torch
+
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential()
+    model.add_module("a", torch.nn.Linear(WIDTH, WIDTH))
+    model.add_module("act", torch.nn.ReLU())
+    model.add_module("b", torch.nn.Linear(WIDTH, WIDTH))
+    model.add_module("c", torch.nn.Linear(WIDTH, WIDTH))
+    model.add_module("head", torch.nn.Linear(WIDTH, OUT))
+    model.c.requires_grad_(False)
+    return model
+
+
+GROUP = ("a", "head")
+
+
+def make_optimizer(module: Any, parts: tuple[str, ...] = GROUP) -> Any:
+    """One AdamW group over the parameters of `parts` (by original name)."""
+    import torch
+
+    return torch.optim.AdamW(
+        [p for n, p in module.named_parameters() if clean_name(n).split(".")[0] in parts], lr=1e-2
+    )
+
+
+def grouped_optimizer(module: Any, parts: tuple[str, ...]) -> Any:
+    """One AdamW group per part: the remedy Composer's single-group rebuild leaves alone."""
+    import torch
+
+    return torch.optim.AdamW(
+        [
+            {"params": [p for n, p in module.named_parameters() if clean_name(n).split(".")[0] == part]}
+            for part in parts
+        ],
+        lr=1e-2,
+    )
 
 
 @dataclasses.dataclass
@@ -97,5 +143,5 @@ def user_ds_config(ctx: ProbeContext, user: UserConfig) -> dict[str, Any]:
         DeepSpeedConfigNote.NOTE,
         {"path": user.path, "sha256": user.sha256, "filled": filled.filled, "changed": filled.changed},
     )
-    ctx.check(change_findings(filled, ctx.rank))
+    ctx.add_findings(change_findings(filled, ctx.rank))
     return {**config, "steps_per_print": 10**9, "wall_clock_breakdown": False}

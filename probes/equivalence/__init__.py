@@ -1,4 +1,7 @@
 """The equivalence family: each wrapped training route (DDP, FSDP, DeepSpeed, Accelerate, the HF Trainer) against
-plain torch, step by step. `probe` is the probe; `routes` what each route is, `sessions` how it trains, `subject`
-the model, `bounds` the tolerances, `trainer` the Trainer routes, `resume` and `child` the resume cases' new process.
+plain torch, step by step. `probe` is the probe (its spec and run); `cases` the routes a case takes and the known
+issues they reproduce; `routes` how each wrapper trains (its session); `sessions` a route's settings and its session
+opened; `subject` the model, its data and the reference's math; `invariants` the route's steps judged against the
+reference's; `bounds` the tolerances; `where` where a divergence starts; `reference` the reference's own process;
+`trainer` the Trainer routes; `resume` and `child` the resume cases' new process.
 """

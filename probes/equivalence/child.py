@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ds_doctor.plugins import ProbeContext, RankOptions
+from ds_doctor.plugins import ProbeContext, RankOptions, Wrapper
 from ds_doctor.probes.equivalence import trainer as equivalence_trainer
+from ds_doctor.probes.equivalence.cases import Route
 from ds_doctor.probes.equivalence.resume import fingerprint
-from ds_doctor.probes.equivalence.routes import Route
 from ds_doctor.probes.equivalence.sessions import open_session
 from ds_doctor.probes.equivalence.subject import current_subject
 from ds_doctor.probes.shared.common import accelerate_session
@@ -26,7 +26,7 @@ from ds_doctor.probes.shared.common import accelerate_session
 def resume_child(ctx: ProbeContext, k: int, directory: Path) -> dict[str, Any]:
     """In the new process: the route afresh, the load, what it holds, the remaining steps."""
     route: Route = ctx.params
-    if route.wrapper == "trainer":
+    if route.wrapper is Wrapper.TRAINER:
         return equivalence_trainer.resume_child(ctx, route, k, directory)
     timing: dict[str, float] = {}
     with accelerate_session():
@@ -35,7 +35,7 @@ def resume_child(ctx: ProbeContext, k: int, directory: Path) -> dict[str, Any]:
         timing["build_s"] = round(time.monotonic() - started, 2)
         try:
             session.load(directory)
-            loaded = fingerprint(session, session.params(), rng=route.resume != "deepspeed")
+            loaded = fingerprint(session, session.params(), rng=route.resume is not Wrapper.DEEPSPEED)
             timing["load_s"] = round(time.monotonic() - started - timing["build_s"], 2)
             records = [session.step(s) for s in range(k, session.hyper.steps)]
         finally:
@@ -48,10 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.distributed as dist
 
-    from ds_doctor.plugins.process import die_with_parent, find_case
+    from ds_doctor.plugins.process import end_with_parent, find_case
 
     started = time.monotonic()
-    die_with_parent()
+    end_with_parent()
     parser = argparse.ArgumentParser(description="ds-doctor equivalence: the resumed half of a resume case")
     parser.add_argument("args")
     args = json.loads(parser.parse_args(argv).args)

@@ -198,9 +198,9 @@ class Forked:
 
 def _forked_main(requests: int, answers: int, log: int) -> None:
     """In the forked child: what `main` does in a process of its own."""
-    from ds_doctor.plugins.process import die_with_parent
+    from ds_doctor.plugins.process import end_with_parent
 
-    die_with_parent()
+    end_with_parent()
     for name in DISTRIBUTED_VARIABLES:
         os.environ.pop(name, None)
     os.dup2(log, 1)
@@ -217,7 +217,7 @@ class ReferenceProcess:
         self.log: BinaryIO | None = None  # its stderr (a pipe nobody reads could fill and stop it)
 
     def _start(self) -> subprocess.Popen[bytes] | Forked:
-        from ds_doctor.plugins.process import module_command
+        from ds_doctor.plugins.process import command
 
         self.log = tempfile.TemporaryFile()
         atexit.register(self.close)
@@ -225,7 +225,7 @@ class ReferenceProcess:
             return Forked.start(self.log)
         env = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_VARIABLES}
         return subprocess.Popen(
-            module_command(__name__), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, env=env
+            command(__name__), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, env=env
         )
 
     def start(self) -> subprocess.Popen[bytes] | Forked:
@@ -336,9 +336,9 @@ def subject_outputs(
 
 
 def main() -> int:
-    from ds_doctor.plugins.process import die_with_parent
+    from ds_doctor.plugins.process import end_with_parent
 
-    die_with_parent()
+    end_with_parent()
     for name in DISTRIBUTED_VARIABLES:  # a second guard: nothing says "one of several" here
         os.environ.pop(name, None)
     sys.stdout.flush()

@@ -23,16 +23,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ds_doctor.plugins import ProbeContext
+from ds_doctor.plugins import ProbeContext, Wrapper
 from ds_doctor.plugins.checks import Tolerance, continuation_finding, first_divergence, not_restored
-from ds_doctor.probes.equivalence.routes import Route, Session
+from ds_doctor.probes.equivalence.cases import Route
+from ds_doctor.probes.equivalence.routes import Session
 from ds_doctor.probes.equivalence.subject import StepRecord, Subject, digest, gaps
 
 CHILD_TIMEOUT_S = 150.0
 PATHS = {
-    "deepspeed": "DeepSpeed save_checkpoint / load_checkpoint",
-    "accelerate": "Accelerate save_state / load_state",
-    "trainer": "the Trainer's checkpoint and train(resume_from_checkpoint=...)",
+    Wrapper.DEEPSPEED: "DeepSpeed save_checkpoint / load_checkpoint",
+    Wrapper.ACCELERATE: "Accelerate save_state / load_state",
+    Wrapper.TRAINER: "the Trainer's checkpoint and train(resume_from_checkpoint=...)",
 }
 
 
@@ -43,7 +44,8 @@ def resume_step(steps: int) -> int:
 
 def run(ctx: ProbeContext, route: Route, subject: Subject, session: Session) -> None:
     """The straight run with a save at step k, then the new process, then the comparisons."""
-    from ds_doctor.probes.equivalence.sessions import Judging, follows_schedule, judge
+    from ds_doctor.probes.equivalence.invariants import Judging, judge
+    from ds_doctor.probes.equivalence.sessions import follows_schedule
 
     hyper, k = session.hyper, resume_step(session.hyper.steps)
     directory = ctx.scratch_dir() / "checkpoint"
@@ -54,7 +56,7 @@ def run(ctx: ProbeContext, route: Route, subject: Subject, session: Session) -> 
             if s + 1 == k:
                 ctx.enter(f"save at step {k}")
                 session.save(directory)
-                saved = fingerprint(session, records[-1].params, rng=route.resume != "deepspeed")
+                saved = fingerprint(session, records[-1].params, rng=route.resume is not Wrapper.DEEPSPEED)
     finally:
         session.close()
     judge(ctx, route, subject, hyper, records, Judging(schedule=follows_schedule(route)))
@@ -72,7 +74,9 @@ def compare(
     k: int,
     tolerance: Tolerance,
 ) -> None:
-    path = PATHS[route.resume or ""]
+    if route.resume is None:
+        raise ValueError(f"{route.name} is no resume case: it has no save and load path to compare")
+    path = PATHS[route.resume]
     ctx.note(
         "resume",
         {
@@ -88,7 +92,7 @@ def compare(
     findings = not_restored(saved, loaded, path) + continuation_finding(
         first_divergence(compared, tolerance), k, len(straight), path
     )
-    ctx.check(findings)
+    ctx.add_findings(findings)
     # the known issue a resume case is about: shown where the resume lost something (or the straight run showed it)
     ctx.reproduce(route.issue, caught=bool(findings))
 
@@ -170,7 +174,7 @@ def spawn(ctx: ProbeContext, k: int, directory: Path) -> tuple[dict, list[StepRe
     import torch
     import torch.distributed as dist
 
-    from ds_doctor.plugins.process import module_command
+    from ds_doctor.plugins.process import command
 
     dist.barrier()  # every rank's files are written
     port = ctx.all_gather_json(_free_port() if ctx.rank == 0 else 0)[0]
@@ -201,7 +205,7 @@ def spawn(ctx: ProbeContext, k: int, directory: Path) -> tuple[dict, list[StepRe
     started = time.monotonic()
     with log.open("wb") as sink:
         proc = subprocess.Popen(
-            [*module_command("ds_doctor.probes.equivalence.child"), json.dumps(args)],
+            [*command("ds_doctor.probes.equivalence.child"), json.dumps(args)],
             env=env,
             stdout=sink,
             stderr=subprocess.STDOUT,

@@ -1,57 +1,21 @@
-"""The routes an equivalence case trains through, one optimizer step at a time: DDP, FSDP1, FSDP2, DeepSpeed
-(ZeRO 0-3, optimizer offload) and Accelerate with and without DeepSpeed. Each is written as its documentation
-says a training loop is written (no_sync / set_requires_gradient_sync / engine.backward+step /
+"""How each `Wrapper` an equivalence case names trains, one optimizer step at a time: DDP, FSDP1, FSDP2, DeepSpeed
+(ZeRO 0-3, optimizer offload) and Accelerate with and without DeepSpeed (the Trainer's in `trainer`). Each is written
+as its documentation says a training loop is written (no_sync / set_requires_gradient_sync / engine.backward+step /
 accelerator.accumulate), and each step yields what the reference yields: the global loss, the gradient norm the
 route computed before clipping, the lr and the full parameters (gathered)."""
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from pathlib import Path
 from typing import Any
 
-from ds_doctor.plugins import ProbeContext
+from ds_doctor.plugins import ProbeContext, Wrapper
 from ds_doctor.plugins.collect import clean_name
-from ds_doctor.plugins.usersetup import UserConfig
+from ds_doctor.probes.equivalence.cases import Route
 from ds_doctor.probes.equivalence.subject import Hyper, StepRecord, Subject, full_params
 from ds_doctor.probes.equivalence.where import recording
 from ds_doctor.probes.shared.common import full_values, refuse_fsdp2_over_gloo_on_gpu
-
-
-@dataclasses.dataclass(frozen=True)
-class Route:
-    """How the user's code wraps and trains the model (the knobs a session turns)."""
-
-    name: str
-    wrapper: str  # a key of SESSIONS, or "trainer"
-    what: str  # in words, for the report
-    stage: int = 0  # DeepSpeed's ZeRO stage
-    offload: bool = False  # ZeRO's offload_optimizer to the CPU
-    # FSDP1 clipped with torch.nn.utils.clip_grad_norm_: each rank's shard norm (planted)
-    local_clip: bool = False
-    resume: str | None = None  # "deepspeed", "accelerate", "trainer": the save/load path of a resume case
-    drop: tuple[str, ...] = ()  # what the resume leaves out of the load: "optimizer", "scheduler" (planted)
-    loss_kwargs: bool = True  # the Trainer's model takes **kwargs (num_items_in_batch)
-    # each row's first label -100 (never predicted): the Trainer's unshifted num_items_in_batch then counts right
-    first_label_masked: bool = False
-    # the stream ends one micro-batch into the last accumulation window (an epoch whose length is not a multiple
-    # of the window): that step is the token mean of the one micro-batch per rank it has
-    partial_window: bool = False
-    label_smoothing: float = 0.0  # the Trainer's label_smoothing_factor (its LabelSmoother computes the loss)
-    accumulation: int = 2  # the DeepSpeed routes' gradient_accumulation_steps
-    bf16: bool = (
-        False  # the DeepSpeed routes' bf16 block, the model trained in bf16 (a torch AdamW passed in)
-    )
-    # Accelerate's GradientAccumulationPlugin(sync_each_batch=True): gradients all-reduced at every micro-batch
-    sync_each_batch: bool = False
-    level: int = 3
-    reproduce: bool = False
-    issue: str | None = None
-    user: UserConfig | None = None  # the DeepSpeed route on the user's --deepspeed-config
-    user_accelerate: bool = False  # the Accelerate route on the user's --accelerate-config
-    # a model spec of the route's own, as --model spells it (the tests' planted models)
-    model: str | None = None
 
 
 class Session:
@@ -421,4 +385,9 @@ class AccelerateSession(Session):
         return None if inner is None else int(inner.last_epoch)
 
 
-SESSIONS = {"ddp": DDPSession, "fsdp1": FSDP1Session, "fsdp2": FSDP2Session}
+#: the torch wrappers' sessions; DeepSpeed's and Accelerate's take their config too (`sessions.open_session`)
+SESSIONS: dict[Wrapper, type[TorchSession]] = {
+    Wrapper.DDP: DDPSession,
+    Wrapper.FSDP1: FSDP1Session,
+    Wrapper.FSDP2: FSDP2Session,
+}

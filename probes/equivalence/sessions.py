@@ -1,23 +1,14 @@
-"""How an equivalence case builds its route and judges it: the family's settings (or the user's DeepSpeed /
-Accelerate config made runnable here) as a `Hyper` the reference reproduces, the session that trains the route, and
-the comparison of the route's steps with the reference's (`ds_doctor.checks.equivalence`). Shared by the case
-(`ds_doctor.probes.equivalence`), the resumed process (`ds_doctor.probes.equivalence.resume`) and the Trainer route."""
+"""How an equivalence case opens its route: the family's settings (or the user's DeepSpeed / Accelerate config made
+runnable here) as a `Hyper` the reference reproduces, the packages the route needs, and the session that trains it
+(`ds_doctor.probes.equivalence.routes`). Shared by the case (`ds_doctor.probes.equivalence.probe`) and the resumed
+process (`ds_doctor.probes.equivalence.child`)."""
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable
 from typing import Any
 
-from ds_doctor.plugins import AccelerateConfigNote, DeepSpeedConfigNote, ProbeContext, Requirement, StepTable
-from ds_doctor.plugins.checks import (
-    Tolerance,
-    divergence_finding,
-    first_divergence,
-    largest,
-    missing_finding,
-    worst_ratio,
-)
+from ds_doctor.plugins import AccelerateConfigNote, DeepSpeedConfigNote, ProbeContext, Wrapper
+from ds_doctor.plugins.requirements import ACCELERATE, DEEPSPEED, TRANSFORMERS
 from ds_doctor.plugins.usersetup import (
     TRAINER_OPTIMIZER,
     UserConfig,
@@ -27,24 +18,10 @@ from ds_doctor.plugins.usersetup import (
     route_optimizer,
     trainer_optimizer,
 )
-from ds_doctor.probes.equivalence.reference import independent as independent_reference
-from ds_doctor.probes.equivalence.routes import SESSIONS, AccelerateSession, DeepSpeedSession, Route, Session
-from ds_doctor.probes.equivalence.subject import (
-    Hyper,
-    StepRecord,
-    Subject,
-    bitwise_equal,
-    clipped_steps,
-    gaps,
-)
+from ds_doctor.probes.equivalence.cases import Route
+from ds_doctor.probes.equivalence.routes import SESSIONS, AccelerateSession, DeepSpeedSession, Session
+from ds_doctor.probes.equivalence.subject import Hyper, Subject
 from ds_doctor.probes.shared.common import require_deepspeed_ops
-
-DEEPSPEED = Requirement("deepspeed", "deepspeed")
-ACCELERATE = Requirement("accelerate", "accelerate")
-TRANSFORMERS = Requirement("transformers", "transformers")
-#: routes whose reference performs the route's own operations in the route's order (on the CPU, at 1 or 2 ranks, in
-#: fp32, where the all-reduce average of two values is exact): held to equality
-EXACT = ("ddp", "accelerate")
 
 
 def open_session(ctx: ProbeContext, route: Route, subject: Subject) -> Session:
@@ -52,7 +29,7 @@ def open_session(ctx: ProbeContext, route: Route, subject: Subject) -> Session:
     packages it needs, and the session that trains it."""
     if route.wrapper in SESSIONS:
         return SESSIONS[route.wrapper](ctx, route, subject, Hyper())
-    if route.wrapper == "deepspeed":
+    if route.wrapper is Wrapper.DEEPSPEED:
         ctx.require(DEEPSPEED)
         require_deepspeed_ops(ctx)
         config, client = deepspeed_config(ctx, route)
@@ -67,7 +44,7 @@ def open_session(ctx: ProbeContext, route: Route, subject: Subject) -> Session:
     if route.user_accelerate:
         return _user_accelerate(ctx, route, subject)
     schedule = warmup if route.resume else None
-    if route.wrapper == "accelerate-deepspeed":
+    if route.wrapper is Wrapper.ACCELERATE_DEEPSPEED:
         ctx.require(DEEPSPEED)
         require_deepspeed_ops(ctx)
         hyper = Hyper()
@@ -156,7 +133,7 @@ def deepspeed_config(ctx: ProbeContext, route: Route) -> tuple[dict[str, Any], A
             "left_to_deepspeed": filled.unfilled,
         },
     )
-    ctx.check(change_findings(filled, ctx.rank))
+    ctx.add_findings(change_findings(filled, ctx.rank))
     config = {**filled.config, "steps_per_print": 10**9, "wall_clock_breakdown": False}
     client = None if "optimizer" in config else (lambda params: route_optimizer(config, params))
     return config, client
@@ -226,170 +203,3 @@ def _user_accelerate(ctx: ProbeContext, route: Route, subject: Subject) -> Sessi
         config["train_micro_batch_size_per_gpu"] = hyper.micro_batch
         return AccelerateSession(ctx, route, subject, hyper, plugin_config=config, extra=extra)
     return AccelerateSession(ctx, route, subject, hyper, extra=extra)
-
-
-def tolerance_for(ctx: ProbeContext, route: Route, hyper: Hyper) -> Tolerance:
-    exact = (
-        route.wrapper in EXACT
-        and not route.user_accelerate
-        and not route.sync_each_batch  # an all-reduce per micro-batch adds in another order than the reference
-        and hyper.dtype == "float32"
-        and ctx.world_size <= 2
-        and ctx.device_kind == "cpu"
-    )
-    return Tolerance(hyper.dtype, exact=exact)
-
-
-def setting(ctx: ProbeContext, route: Route, hyper: Hyper) -> str:
-    extra = f", zero stage {route.stage}" if route.wrapper in ("deepspeed", "accelerate-deepspeed") else ""
-    extra += ", offload_optimizer cpu" if route.offload else ""
-    return f"{route.name} at {ctx.world_size} rank(s): {hyper.describe()}{extra}"
-
-
-#: what `judge`'s explain returns for a divergence no known issue fits
-UNEXPLAINED = "(no known issue fits)"
-
-
-@dataclasses.dataclass(frozen=True)
-class Judging:
-    """How a route's steps are judged: whether the reference follows the route's schedule; the remedy a divergence
-    names; a reference computed by the route itself (the Trainer's token mean); `explain(reference)`, the known issue
-    a divergence is where the route tells them apart: an id, UNEXPLAINED (no known issue fits), or None (the
-    route's own)."""
-
-    schedule: bool = False
-    remedy: str | None = None
-    reference_run: list[StepRecord] | None = None
-    explain: Callable[[list[StepRecord]], str | None] | None = None
-    outputs: dict[int, dict[str, Any]] | None = None  # the route's module outputs per step (where.py)
-    grads: dict[int, dict[str, Any]] | None = None  # the gradients of those outputs per step
-
-
-def judge(
-    ctx: ProbeContext, route: Route, subject: Subject, hyper: Hyper, records: list[StepRecord], how: Judging
-) -> None:
-    """The route's steps against the reference's: the first divergence is the finding."""
-    schedule, remedy, reference_run, explain = how.schedule, how.remedy, how.reference_run, how.explain
-    ctx.enter("reference")
-    ref = (
-        reference_run
-        if reference_run is not None
-        else independent_reference(
-            {
-                "call": "ds_doctor.probes.equivalence.reference:subject_reference",
-                "args": (
-                    ctx.options.to_json(),
-                    route.model,
-                    hyper,
-                    ctx.world_size,
-                    [r.lr for r in records] if schedule else None,
-                ),
-            },
-            ctx.rank,
-            ctx.world_size,
-            ctx.device,
-        )
-    )
-    tolerance = tolerance_for(ctx, route, hyper)
-    compared, missing = gaps(ref, records)
-    ctx.note(
-        StepTable.NOTE,
-        {
-            "tolerance": tolerance.describe(),
-            "bitwise_equal": bitwise_equal(ref, records),
-            "worst_error_over_tolerance": _finite(worst_ratio(compared, tolerance)),
-            "largest": largest(compared, tolerance),
-            "steps": [
-                {
-                    "loss": {"route": g.loss, "reference": r.loss},
-                    "grad_norm": {"route": g.grad_norm, "reference": r.grad_norm},
-                    "lr": g.lr,
-                }
-                for r, g in zip(ref, records, strict=True)
-            ],
-            "clipping_engaged_steps": clipped_steps(ref, hyper.clip),
-            "setting": hyper.describe(),
-        },
-    )
-    findings = missing_finding(missing, "update", setting(ctx, route, hyper))
-    divergence = first_divergence(compared, tolerance)
-    if divergence is not None and how.outputs:
-        where_it_starts(
-            ctx,
-            route,
-            hyper,
-            records if schedule else None,
-            divergence.step,
-            tolerance,
-            (how.outputs, how.grads or {}),
-        )
-    if divergence is not None:
-        findings.append(
-            divergence_finding(
-                divergence,
-                hyper.steps,
-                setting(ctx, route, hyper),
-                remedy,
-                first_divergence(compared, tolerance, ("update",)),
-            )
-        )
-    ctx.check(findings)
-    issue = (explain(ref) if explain is not None and findings else None) or route.issue
-    if route.reproduce and issue != route.issue:  # another issue showing is no reproduction of this one
-        ctx.reproduce(None if issue == UNEXPLAINED else issue, instead=True)
-    elif issue:
-        showed = [finding.message for finding in findings] if route.reproduce else []
-        ctx.reproduce(issue, showed=showed, caught=bool(findings))
-
-
-def where_it_starts(
-    ctx: ProbeContext,
-    route: Route,
-    hyper: Hyper,
-    scheduled: list[StepRecord] | None,
-    step: int,
-    tolerance: Any,
-    recorded: tuple[dict[int, dict[str, Any]], dict[int, dict[str, Any]]],
-) -> None:
-    """At the first diverging step, the first module whose output (then whose output's gradient) leaves the
-    reference's (rank 0's micro-batch 0), noted for the reader; every rank takes part in the reference's answer,
-    rank 0 compares. `recorded`: the route's module outputs and their gradients, per step."""
-    from ds_doctor.probes.equivalence import where
-
-    reference = independent_reference(
-        {
-            "call": "ds_doctor.probes.equivalence.reference:subject_outputs",
-            "args": (
-                ctx.options.to_json(),
-                route.model,
-                hyper,
-                ctx.world_size,
-                [r.lr for r in scheduled] if scheduled is not None else None,
-                step,
-                0,
-            ),
-        },
-        ctx.rank,
-        ctx.world_size,
-        ctx.device,
-    )
-    outputs, grads = recorded
-    if ctx.rank != 0 or step not in outputs:
-        return
-    bound = max(tolerance.at(step), where.FLOOR)
-    mine, theirs = outputs[step], reference["outputs"]
-    compared = sum(1 for name in mine if name in theirs)
-    found = where.first_module_over(mine, theirs, bound)
-    backward = None
-    if found is None:
-        my_grads, their_grads = grads.get(step, {}), reference["grads"]
-        backward = (
-            where.first_module_over(my_grads, their_grads, bound),
-            sum(1 for name in my_grads if name in their_grads),
-            next(iter(my_grads), None),
-        )
-    ctx.note("divergence_starts", where.describe(step + 1, found, compared, bound, backward), shown=True)
-
-
-def _finite(value: float) -> float | None:
-    return value if value != float("inf") else None

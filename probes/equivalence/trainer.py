@@ -18,23 +18,18 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ds_doctor.plugins import ModelNote, ProbeContext, Requirement
+from ds_doctor.plugins import ModelNote, ProbeContext
+from ds_doctor.plugins.requirements import ACCELERATE, TRANSFORMERS
+from ds_doctor.probes.equivalence.cases import DOUBLE_DIVISION_ISSUE, OVERCOUNT_ISSUE, Route
 from ds_doctor.probes.equivalence.reference import independent as independent_reference
-from ds_doctor.probes.equivalence.routes import Route
 from ds_doctor.probes.equivalence.subject import Hyper, StepRecord, Subject, digest
 from ds_doctor.probes.shared.common import accelerate_session
 
 SEQUENCE = 8
 PAD = 0
 TRAINER_HYPER = Hyper(lr=1e-3, weight_decay=0.0)
-#: transformers >= 4.46.2 counts num_items_in_batch on the labels as given; a causal LM's loss shifts them
-OVERCOUNT_ISSUE = "hf_trainer_num_items_unshifted_overcount"
 # how close the loss ratio must come to (tokens predicted)/(labels counted) to be that scale
 OVERCOUNT_MATCH = 1e-4
-#: transformers 4.46-5.14.1's LabelSmoother ignores num_items_in_batch: each micro-batch's own mean, never divided
-LABEL_SMOOTHING_ISSUE = "hf_trainer_label_smoothing_ignores_num_items"
-#: transformers 5.2.0-5.5.3 also hands the accumulation steps to Accelerate, whose backward divides again
-DOUBLE_DIVISION_ISSUE = "hf_trainer_accelerate_double_ga_division"
 # how close the first step's gradient norm must come to the reference's / accumulation steps to be that scale
 DOUBLE_DIVISION_MATCH = 1e-3
 REMEDY_GA = (
@@ -352,9 +347,9 @@ def _callback(ctx: ProbeContext, recorder: Recorder) -> Any:
 def run(ctx: ProbeContext, route: Route) -> None:
     """Train through the Trainer; judge its steps against the token-mean reference (and, for a resume case, resume
     in a new process and compare)."""
-    from ds_doctor.probes.equivalence.sessions import UNEXPLAINED, Judging, judge
+    from ds_doctor.probes.equivalence.invariants import UNEXPLAINED, Judging, judge
 
-    ctx.require(Requirement("transformers", "transformers"), Requirement("accelerate", "accelerate"))
+    ctx.require(TRANSFORMERS, ACCELERATE)
     kind = model_type(ctx.options, route)
     if kind is None:
         ctx.skip(

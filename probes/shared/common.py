@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from ds_doctor.plugins import ProbeContext
@@ -57,25 +57,6 @@ def full_values(module: Any) -> dict[str, Any]:
     }
 
 
-def build_ops(enter: Callable[[str], object] = lambda _: None) -> list[str]:
-    """Load the DeepSpeed ops this accelerator has (the run's build phase, `ds_doctor.ops`, built them before the
-    launch; a JIT build happens here only where a probe runs outside `ds-doctor run`); their names."""
-    from deepspeed.accelerator import get_accelerator
-
-    from ds_doctor.plugins.process import DEEPSPEED_OPS, heal_op
-
-    loaded = []
-    for builder_name in DEEPSPEED_OPS:
-        builder = get_accelerator().create_op_builder(builder_name)
-        if builder is not None and builder.is_compatible(verbose=False):
-            enter(f"load {builder_name}")
-            if (line := heal_op(builder.name, os.environ)) is not None:  # a killed launch's rank left it
-                print(f"ds-doctor: {line}", file=sys.stderr)
-            builder.load()
-            loaded.append(builder_name)
-    return loaded
-
-
 def require_deepspeed_ops(ctx: ProbeContext) -> None:
     """Fail at once where the run's build phase could not build DeepSpeed's ops: a case must not build them again
     under its own clock (a first run on a loaded node timed out every DeepSpeed case so)."""
@@ -85,8 +66,10 @@ def require_deepspeed_ops(ctx: ProbeContext) -> None:
 
 def build_deepspeed_ops(ctx: ProbeContext) -> None:
     """Load DeepSpeed's ops once per launch, as a probe's `setup` (built before the launch by the run's phase)."""
+    from ds_doctor.plugins.process import load_deepspeed_ops
+
     require_deepspeed_ops(ctx)
-    build_ops(ctx.enter)
+    load_deepspeed_ops(ctx.enter)
 
 
 def synchronize(device: Any) -> None:

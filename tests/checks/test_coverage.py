@@ -4,7 +4,7 @@ tests/collect/test_tracked.py)."""
 from __future__ import annotations
 
 from ds_doctor.checks.coverage import step_changes, tracked_set
-from ds_doctor.probes.coverage.probe import FROZEN, INTENDED
+from ds_doctor.probes.coverage.subject import FROZEN, INTENDED
 
 BEFORE = {name: 0 for name in INTENDED}
 

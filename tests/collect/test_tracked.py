@@ -10,7 +10,7 @@ import torch
 
 from ds_doctor.checks.coverage import tracked_live, tracked_set
 from ds_doctor.collect.tracked import clean_name, optimizer_groups, tracked_names
-from ds_doctor.probes.coverage.probe import FROZEN, INTENDED, build_model, make_optimizer
+from ds_doctor.probes.coverage.subject import FROZEN, INTENDED, build_model, make_optimizer
 from tests.conftest import requires_deepspeed
 
 BEFORE = {name: 0 for name in INTENDED}

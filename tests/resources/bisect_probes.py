@@ -24,6 +24,6 @@ def run(ctx: ProbeContext) -> None:
 
     scale = dsd_bisect_demo.scale()
     if scale != 1.0:
-        ctx.check(
+        ctx.add_findings(
             [Finding("demo_scale", Severity.ERROR, f"scale() is {scale}, not 1", rank=ctx.rank, stage="run")]
         )

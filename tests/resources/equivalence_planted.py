@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 from ds_doctor.plugins import Variant
+from ds_doctor.probes.equivalence import cases
 from ds_doctor.probes.equivalence import probe as equivalence
 
 SPEC = dataclasses.replace(
@@ -14,7 +15,7 @@ SPEC = dataclasses.replace(
     name="equivalence_planted",
     description="equivalence with planted divergences (tests only)",
 )
-_BY_NAME = {route.name: route for route in equivalence.ROUTES}
+_BY_NAME = {route.name: route for route in cases.ROUTES}
 REGRESSION = "tests.resources.equivalence_models:regression"
 PLANTED = (
     # a user's module that divides its loss by the world size on top of DDP's gradient average

@@ -39,7 +39,7 @@ class Plays:
         if self.skip:
             ctx.skip(self.skip)
         if self.catch:
-            ctx.check(
+            ctx.add_findings(
                 [Finding("param_name_map", Severity.ERROR, "emb.weight is not a key of engine.param_names")]
             )
         showed = ["save_checkpoint raised ValueError: failed to find frozen ..."] if self.show else []
@@ -174,8 +174,8 @@ class Clock:
 
 
 class BuildsOps:
-    """A probe stand-in whose setup loads DeepSpeed's ops as `probes.shared.common.build_ops` enters them, then whose
-    case takes `start_s` before its first stage of its own."""
+    """A probe stand-in whose setup loads DeepSpeed's ops as `ds_doctor.plugins.process.load_deepspeed_ops` enters
+    them, then whose case takes `start_s` before its first stage of its own."""
 
     def __init__(self, clock: Clock, build_s: float, start_s: float) -> None:
         self.clock, self.build_s, self.start_s = clock, build_s, start_s

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import dataclasses
 
-from ds_doctor.plugins import Finding, ProbeContext, ProbeSpec, Requirement, Severity, Variant
+from ds_doctor.plugins import Finding, ProbeContext, ProbeSpec, Severity, Variant
+from ds_doctor.plugins.requirements import TORCH
 
 SPEC = ProbeSpec(
     name="ddp_sync",
     scenario="smoke",
     description="DDP: after one step on different data per rank, every rank holds rank 0's parameters",
     world_sizes=(1, 2),
-    requires=(Requirement("torch", "torch"),),
+    requires=(TORCH,),
     timeout_s=60.0,
 )
 
@@ -48,7 +49,7 @@ def run(ctx: ProbeContext) -> None:
         reference = param.detach().clone()
         dist.broadcast(reference, src=0)
         if not torch.equal(reference, param.detach()):
-            ctx.check(
+            ctx.add_findings(
                 [
                     Finding(
                         "ddp_params_in_sync",

@@ -1,0 +1,250 @@
+"""The equivalence family's cases: each a `Route` (what wraps the model, how the user's loop trains it, and what a
+reproducing case shows), the known issues they reproduce, and the variants a run expands them to (the user's
+DeepSpeed and Accelerate configs add one each)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ds_doctor.plugins import RankOptions, Variant, Wrapper
+from ds_doctor.plugins.usersetup import UserConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class Route:
+    """How the user's code wraps and trains the model (the knobs a session turns)."""
+
+    name: str
+    wrapper: Wrapper  # what wraps the model (`routes.SESSIONS` has the torch ones' sessions)
+    what: str  # in words, for the report
+    stage: int = 0  # DeepSpeed's ZeRO stage
+    offload: bool = False  # ZeRO's offload_optimizer to the CPU
+    # FSDP1 clipped with torch.nn.utils.clip_grad_norm_: each rank's shard norm (planted)
+    local_clip: bool = False
+    resume: Wrapper | None = None  # the save/load path of a resume case: the wrapper's own
+    drop: tuple[str, ...] = ()  # what the resume leaves out of the load: "optimizer", "scheduler" (planted)
+    loss_kwargs: bool = True  # the Trainer's model takes **kwargs (num_items_in_batch)
+    # each row's first label -100 (never predicted): the Trainer's unshifted num_items_in_batch then counts right
+    first_label_masked: bool = False
+    # the stream ends one micro-batch into the last accumulation window (an epoch whose length is not a multiple
+    # of the window): that step is the token mean of the one micro-batch per rank it has
+    partial_window: bool = False
+    label_smoothing: float = 0.0  # the Trainer's label_smoothing_factor (its LabelSmoother computes the loss)
+    accumulation: int = 2  # the DeepSpeed routes' gradient_accumulation_steps
+    bf16: bool = (
+        False  # the DeepSpeed routes' bf16 block, the model trained in bf16 (a torch AdamW passed in)
+    )
+    # Accelerate's GradientAccumulationPlugin(sync_each_batch=True): gradients all-reduced at every micro-batch
+    sync_each_batch: bool = False
+    level: int = 3
+    reproduce: bool = False
+    issue: str | None = None
+    user: UserConfig | None = None  # the DeepSpeed route on the user's --deepspeed-config
+    user_accelerate: bool = False  # the Accelerate route on the user's --accelerate-config
+    # a model spec of the route's own, as --model spells it (the tests' planted models)
+    model: str | None = None
+
+
+#: transformers >= 4.46.2 counts num_items_in_batch on the labels as given; a causal LM's loss shifts them
+OVERCOUNT_ISSUE = "hf_trainer_num_items_unshifted_overcount"
+#: transformers 4.46-5.14.1's LabelSmoother ignores num_items_in_batch: each micro-batch's own mean, never divided
+LABEL_SMOOTHING_ISSUE = "hf_trainer_label_smoothing_ignores_num_items"
+#: transformers 5.2.0-5.5.3 also hands the accumulation steps to Accelerate, whose backward divides again
+DOUBLE_DIVISION_ISSUE = "hf_trainer_accelerate_double_ga_division"
+GA_ISSUE = "hf_trainer_ga_loss_per_microbatch"
+NO_KWARGS_ISSUE = "hf_trainer_ga_no_loss_kwargs"
+OFFLOAD_ACCUMULATION_ISSUE = "ds_offload_accumulation_keeps_first_microbatch"
+SYNC_EACH_BATCH_ISSUE = "acc_sync_each_batch_steps_every_microbatch"
+Z0_BF16_ISSUE = "ds_z0_bf16_grads_unscaled_and_kept"
+_DS = "deepspeed.initialize with the config's AdamW, engine.backward + engine.step per micro-batch"
+ROUTES = (
+    Route(
+        "ddp",
+        Wrapper.DDP,
+        "DistributedDataParallel, no_sync on every micro-batch but the last, torch clip_grad_norm_, "
+        "torch AdamW",
+        level=2,
+    ),
+    Route("fsdp1", Wrapper.FSDP1, "FSDP1 (a unit per Linear), no_sync, FSDP.clip_grad_norm_, torch AdamW"),
+    Route(
+        "fsdp2",
+        Wrapper.FSDP2,
+        "FSDP2 fully_shard (each Linear and the root), set_requires_gradient_sync, clip_grad_norm_ "
+        "on DTensors, torch AdamW",
+        level=2,
+    ),
+    *(
+        Route(
+            f"deepspeed-z{stage}",
+            Wrapper.DEEPSPEED,
+            f"{_DS}, ZeRO stage {stage}",
+            stage=stage,
+            level=2 if stage in (2, 3) else 3,
+        )
+        for stage in (0, 1, 2, 3)
+    ),
+    *(
+        Route(
+            f"deepspeed-z{stage}-offload",
+            Wrapper.DEEPSPEED,
+            f"{_DS}, ZeRO stage {stage}, optimizer offloaded to the CPU",
+            stage=stage,
+            offload=True,
+        )
+        for stage in (1, 2, 3)
+    ),
+    Route(
+        "deepspeed-z2-offload-ga4",
+        Wrapper.DEEPSPEED,
+        f"{_DS}, ZeRO stage 2, optimizer offloaded to the CPU, gradient_accumulation_steps 4, as a reproducing case "
+        "of the offloaded accumulation that keeps micro-batch 0's gradient (xfail on DeepSpeed 0.15.2-0.18.9: "
+        "micro-batches 1 to accumulation-2 are lost)",
+        stage=2,
+        offload=True,
+        accumulation=4,
+        reproduce=True,
+        issue=OFFLOAD_ACCUMULATION_ISSUE,
+    ),
+    Route(
+        "accelerate",
+        Wrapper.ACCELERATE,
+        "Accelerator(gradient_accumulation_steps) with accumulate, backward, "
+        "clip_grad_norm_, the prepared torch AdamW",
+    ),
+    Route(
+        "deepspeed-z0-bf16",
+        Wrapper.DEEPSPEED,
+        "deepspeed.initialize with a torch AdamW passed in, no ZeRO, bf16 enabled, engine.backward + engine.step per "
+        "micro-batch, as a reproducing case of bf16 without ZeRO (xfail on DeepSpeed 0.17.6-0.18.5: the gradients "
+        "divided by an fp16 loss scale never applied, and never zeroed between steps)",
+        stage=0,
+        bf16=True,
+        reproduce=True,
+        issue=Z0_BF16_ISSUE,
+    ),
+    Route(
+        "accelerate-sync-each-batch",
+        Wrapper.ACCELERATE,
+        "Accelerator(gradient_accumulation_plugin=GradientAccumulationPlugin(num_steps, sync_each_batch=True)) with "
+        "accumulate, backward, clip_grad_norm_, the prepared torch AdamW, as a reproducing case of the flag that "
+        "turned accumulation off (xfail on Accelerate 0.28.0-0.30.1: the optimizer steps at every micro-batch)",
+        sync_each_batch=True,
+        reproduce=True,
+        issue=SYNC_EACH_BATCH_ISSUE,
+    ),
+    Route(
+        "accelerate-deepspeed",
+        Wrapper.ACCELERATE_DEEPSPEED,
+        "Accelerator(DeepSpeedPlugin(config)) ZeRO 2 with "
+        "accumulate and backward, the config's accumulation and clipping, a prepared torch AdamW",
+        stage=2,
+    ),
+    Route(
+        "trainer",
+        Wrapper.TRAINER,
+        "transformers Trainer (DDP), a tiny Llama on right-padded sequences, "
+        "max_grad_norm, adamw_torch; reference: the global batch's token-mean loss",
+        issue=GA_ISSUE,
+    ),
+    Route(
+        "trainer-ga-per-token",
+        Wrapper.TRAINER,
+        "the trainer route as a reproducing case of the per-micro-batch "
+        "normalisation (xfail on transformers < 4.46, xpass after: make verify-catalog measures it with --with)",
+        reproduce=True,
+        issue=GA_ISSUE,
+    ),
+    Route(
+        "trainer-no-loss-kwargs",
+        Wrapper.TRAINER,
+        "transformers Trainer, the same Llama inside a module whose forward "
+        "takes no **kwargs (num_items_in_batch cannot reach it)",
+        loss_kwargs=False,
+        reproduce=True,
+        issue=NO_KWARGS_ISSUE,
+    ),
+    Route(
+        "trainer-num-items",
+        Wrapper.TRAINER,
+        "transformers Trainer on a tiny GPT-2, whose config names no loss_type: "
+        "num_items_in_batch counted on the labels as given while the loss shifts them",
+        reproduce=True,
+        issue=OVERCOUNT_ISSUE,
+        model="hf:gpt2",
+    ),
+    Route(
+        "trainer-ga-double-division",
+        Wrapper.TRAINER,
+        "the trainer route with each row's first label -100 (the overcount's remedy), as a reproducing case of the "
+        "accumulation steps handed to Accelerate too (xfail on transformers 5.2.0-5.5.3: the loss divided twice)",
+        reproduce=True,
+        issue=DOUBLE_DIVISION_ISSUE,
+        first_label_masked=True,
+    ),
+    Route(
+        "trainer-partial-window",
+        Wrapper.TRAINER,
+        "the trainer route on a stream that ends one micro-batch into the last accumulation window (an epoch whose "
+        "length is not a multiple of the window, ms-swift PR #10084's class; first labels -100): that step is the "
+        "token mean of the micro-batch each rank has",
+        first_label_masked=True,
+        partial_window=True,
+    ),
+    Route(
+        "trainer-label-smoothing",
+        Wrapper.TRAINER,
+        "the trainer route with label_smoothing_factor 0.1 (the Trainer's LabelSmoother computes the loss; first "
+        "labels -100), as a reproducing case of the smoother that ignores num_items_in_batch (xfail on transformers "
+        "4.46-5.14.1: each micro-batch's own mean, never divided by the accumulation steps)",
+        reproduce=True,
+        issue=LABEL_SMOOTHING_ISSUE,
+        first_label_masked=True,
+        label_smoothing=0.1,
+    ),
+    Route(
+        "resume-deepspeed",
+        Wrapper.DEEPSPEED,
+        f"{_DS}, ZeRO 2, WarmupDecayLR; save_checkpoint at step 2, load_checkpoint in a new process",
+        stage=2,
+        resume=Wrapper.DEEPSPEED,
+    ),
+    Route(
+        "resume-accelerate",
+        Wrapper.ACCELERATE,
+        "Accelerator with a prepared LambdaLR warm-up; save_state at step 2, load_state in a new process",
+        resume=Wrapper.ACCELERATE,
+    ),
+    Route(
+        "resume-trainer",
+        Wrapper.TRAINER,
+        "transformers Trainer with a linear warm-up; checkpoint at step 2, "
+        "train(resume_from_checkpoint=...) in a new process",
+        resume=Wrapper.TRAINER,
+    ),
+)
+
+
+def variants(options: RankOptions) -> list[Variant]:
+    routes = list(ROUTES)
+    user = options.user_deepspeed_config()
+    if user is not None:
+        routes.append(
+            Route(
+                "deepspeed-user-config",
+                Wrapper.DEEPSPEED,
+                f"{_DS}, your DeepSpeed config",
+                user=user,
+                level=2,
+            )
+        )
+    if options.accelerate_config is not None:
+        routes.append(
+            Route(
+                "accelerate-user-config",
+                Wrapper.ACCELERATE,
+                "your Accelerate config's Accelerator, the documented accumulate / backward / clip loop",
+                user_accelerate=True,
+                level=2,
+            )
+        )
+    return [Variant(r.name, r, level=r.level, reproduce=r.reproduce) for r in routes]
