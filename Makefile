@@ -52,7 +52,7 @@ run: $(BIN)/.installed
 # wait on each other, on hung ranks and on killed nodes. The second's output follows the first's. Then the tests
 # marked `loaded` (a real hang cut short with its evidence, launches taking turns) beside a CPU hog of twice the cores,
 # as a busy node runs them. Any of the three failing fails.
-TESTS_A := tests/test_e2e.py tests/probes tests/stacks tests/ops tests/cluster/test_slurm.py
+TESTS_A := tests/test_e2e.py tests/probes tests/releases tests/ops tests/cluster/test_slurm.py
 PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
 test: $(BIN)/.installed lint $(BIN)/.sysdeps
 	@log=$$(mktemp); $(PYTEST) -m "not loaded" $(addprefix --ignore=,$(TESTS_A)) > $$log 2>&1 & other=$$!; \
@@ -89,8 +89,8 @@ fuzz: $(BIN)/.installed
 # the known-issue catalog measured: each planned entry's case on overlays of the releases at both ends of its range
 # (downloads and builds releases: never part of `make test`, which checks the records it writes against the ranges)
 verify-catalog: $(BIN)/.installed
-	$(BIN)/python -m ds_doctor.stacks.verify
-	$(BIN)/python -m ds_doctor.stacks.verify --ends
+	$(BIN)/python -m ds_doctor.releases.verify
+	$(BIN)/python -m ds_doctor.releases.verify --ends
 
 # every catalog entry's reproduction (tests/resources/repro/) run again, its output triaged (minutes)
 verify-repro: $(BIN)/.installed
@@ -100,7 +100,7 @@ verify-repro: $(BIN)/.installed
 # accelerate and transformers (those newer than installed), side by side in one report (downloads: not in make test)
 canary: $(BIN)/.installed
 	$(BIN)/ds-doctor run --level 3 --out ds-doctor-reports/canary \
-		$$($(BIN)/python -m ds_doctor.stacks.verify --newest deepspeed accelerate transformers)
+		$$($(BIN)/python -m ds_doctor.releases.verify --newest deepspeed accelerate transformers)
 
 # The formatter, the linter (complexity and argument counts included) and the type checker. mypy reads the one
 # import name: build/typecheck/ds_doctor links the folders as setup.cfg's package_dir maps them.

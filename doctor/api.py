@@ -24,7 +24,7 @@ from ds_doctor.checks.placement import ZeroPromise, grad_accum_dtype
 from ds_doctor.collect.devicemap import Recorder, collect_rows, dtype_name, tensor_record
 from ds_doctor.files import write_atomic
 from ds_doctor.redact import scrub
-from ds_doctor.reports.records import Finding, TensorRecord
+from ds_doctor.reports.model import Finding, TensorRecord
 from ds_doctor.watch import fast
 from ds_doctor.watch.hooks import Session, attach_accelerator, attach_engine
 from ds_doctor.watch.target import Target, current_rank, engine_config, is_accelerator, is_deepspeed_engine

@@ -48,14 +48,14 @@ from ds_doctor.options import (
     writable_dir,
 )
 from ds_doctor.redact import printable
-from ds_doctor.reports.records import ExitCode, Report, finite_json
+from ds_doctor.reports.model import ExitCode, Report, finite_json
 
 if TYPE_CHECKING:  # the engine is imported where a command runs it: `--help` and `env` stay fast
     from rich.console import Console
 
     from ds_doctor.cluster.nodes import Cluster
+    from ds_doctor.releases.overlay import Overlay
     from ds_doctor.run.pipeline import RunOptions, RunReporter
-    from ds_doctor.stacks.overlay import Overlay
 
 
 @dataclasses.dataclass
@@ -203,8 +203,8 @@ def build_overlays(
                 "it says how the named releases are installed"
             )
         return ()
-    from ds_doctor.stacks.overlay import build, parse_releases
-    from ds_doctor.stacks.pins import build_ignoring_pins
+    from ds_doctor.releases.overlay import build, parse_releases
+    from ds_doctor.releases.pins import build_ignoring_pins
 
     if cluster is not None:
         raise click.UsageError(
@@ -276,7 +276,7 @@ def show_run(
 
     print_summary(report, console)
     if report.stacks:
-        from ds_doctor.reports.stacks import changes
+        from ds_doctor.reports.sides import changes
 
         for change in changes(report) or ():
             console.print(printable(change.line()), markup=False, highlight=False, soft_wrap=True)

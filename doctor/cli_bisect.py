@@ -1,5 +1,5 @@
 """`ds-doctor bisect PACKAGE --good V --bad V -k CASES`: the first release of PACKAGE where the selected cases change
-(ds_doctor.stacks.bisect), each release run on an overlay with `run --with`'s machinery, the cases on it alone."""
+(ds_doctor.releases.bisect), each release run on an overlay with `run --with`'s machinery, the cases on it alone."""
 
 from __future__ import annotations
 
@@ -12,17 +12,17 @@ from ds_doctor.files import write_atomic
 from ds_doctor.options import check_selection, writable_dir
 from ds_doctor.probe.rankoptions import DEFAULTS
 from ds_doctor.redact import printable
-from ds_doctor.stacks.bisect import Runner
-from ds_doctor.stacks.overlay import Release
+from ds_doctor.releases.bisect import Runner
+from ds_doctor.releases.overlay import Release
 
 
 def overlay_runner(
     level: int, keyword: str, out_dir: Path, find_links: Path | None, ignore_pins: bool
 ) -> Runner:
     """A release -> each selected case's outcome on an overlay of it (a run folder per release under `out_dir`)."""
+    from ds_doctor.releases.overlay import build, installed
+    from ds_doctor.releases.pins import build_ignoring_pins
     from ds_doctor.run import pipeline
-    from ds_doctor.stacks.overlay import build, installed
-    from ds_doctor.stacks.pins import build_ignoring_pins
 
     def outcomes(release: Release) -> dict[str, str]:
         # the release installed here is the stack as installed: pip has nothing to put into an overlay of it
@@ -89,8 +89,8 @@ def bisect(
     builds it (cached), the cases run on the overlay alone; a release that does not install or import here is
     skipped and listed. Exit 0 with the answer, 2 when there is nothing to bisect.
     """
-    from ds_doctor.stacks.bisect import between, releases_in, releases_on_index, render_bisection
-    from ds_doctor.stacks.bisect import bisect as search
+    from ds_doctor.releases.bisect import between, releases_in, releases_on_index, render_bisection
+    from ds_doctor.releases.bisect import bisect as search
 
     check_selection(level, keyword, None, None, DEFAULTS)
     out = writable_dir(out_dir)

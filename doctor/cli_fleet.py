@@ -36,7 +36,7 @@ from ds_doctor.fleet.facts import FUTURE, NodeFacts, Source, build_fleet, facts_
 from ds_doctor.options import TOLERANCE, check_distinct, check_writable_file, one_line, output_in
 from ds_doctor.redact import printable
 from ds_doctor.reports.fleet import Unreadable, render_fleet
-from ds_doctor.reports.records import finite_json
+from ds_doctor.reports.model import finite_json
 from ds_doctor.table.rows import night_of
 
 PATTERN = "ds-doctor-*.json"

@@ -245,7 +245,7 @@ WITH: Option[tuple[str, ...]] = Option(
     ("--with",),
     (),
     "Run the selected cases again on an overlay adding these releases (repeatable; cached in "
-    "~/.cache/ds-doctor/stacks, never installed into this environment); the report compares the two.",
+    "~/.cache/ds-doctor/releases, never installed into this environment); the report compares the two.",
     metavar="PKG==VER",
     multiple=True,
 )

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import click
 
 from ds_doctor.formats import FormatError, OutputFormat, Target, WriteContext, formats
-from ds_doctor.reports.records import Report
+from ds_doctor.reports.model import Report
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -21,7 +21,7 @@ from ds_doctor.cluster.nodes import MAX_NODES
 from ds_doctor.files import foreign_in_path, foreign_link, output_kind
 from ds_doctor.probe.rankoptions import RankOptions
 from ds_doctor.redact import PRINTABLE_CHARS
-from ds_doctor.reports.records import Report
+from ds_doctor.reports.model import Report
 from ds_doctor.userinput import MAX_RANKS
 
 #: One line on stderr: a usage error quoting a 100 KB option, or one holding escape sequences, stays one short line.

@@ -42,7 +42,7 @@ from ds_doctor.reports.hang import (
     stacks_from,
     stages_from,
 )
-from ds_doctor.reports.records import ErrorInfo, Finding, Outcome, TensorRecord
+from ds_doctor.reports.model import ErrorInfo, Finding, Outcome, TensorRecord
 
 MANIFEST_VERSION = 1
 

@@ -499,7 +499,7 @@ def check_report(data: Mapping[str, Any], name: str, error: type[Exception]) -> 
     """`error` with one line where report-shaped data is of a newer schema, or not valid against its own."""
     import jsonschema
 
-    from ds_doctor.reports.records import SCHEMA_VERSION, validate
+    from ds_doctor.reports.model import SCHEMA_VERSION, validate
 
     version = data.get("schema_version")
     if isinstance(version, int) and version > SCHEMA_VERSION:

@@ -29,7 +29,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ds_doctor.reports.measures import MEASURES, format_measure
-from ds_doctor.reports.records import FAILING, CaseResult, Outcome, Report, Verdict
+from ds_doctor.reports.model import FAILING, CaseResult, Outcome, Report, Verdict
 from ds_doctor.reports.safe import clip, one_line
 from ds_doctor.reports.sections import EnvSection, GpuReading, HardwareSection, section
 

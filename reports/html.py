@@ -21,8 +21,8 @@ from markupsafe import Markup
 
 from ds_doctor.reports.markdown import FAILING, environment_rows, fold_own_frames, identical_failures
 from ds_doctor.reports.measures import MEASURES
+from ds_doctor.reports.model import CaseResult, Outcome, Report, Verdict
 from ds_doctor.reports.pictures import Series, device_map_grid, line_chart
-from ds_doctor.reports.records import CaseResult, Outcome, Report, Verdict
 from ds_doctor.reports.safe import visible
 from ds_doctor.reports.views import BandwidthCurve, StepTable, view_of
 from ds_doctor.reports.whatran import what_ran

@@ -13,7 +13,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 
-from ds_doctor.reports.records import CaseResult, Outcome, Report, parse_time
+from ds_doctor.reports.model import CaseResult, Outcome, Report, parse_time
 from ds_doctor.reports.safe import xml_text
 
 MESSAGE_CHARS = 500

@@ -19,7 +19,7 @@ from typing import Any
 
 from ds_doctor.reports.hang import format_stacks
 from ds_doctor.reports.measures import MEASURES
-from ds_doctor.reports.records import (
+from ds_doctor.reports.model import (
     FAILING,
     CaseResult,
     Finding,
@@ -332,7 +332,7 @@ def render_what_ran(report: Report) -> list[str]:
 
 def render_stacks(report: Report) -> list[str]:
     """`run --with`: the stacks' versions, each case's outcome on each, and the known issues that appear or clear."""
-    from ds_doctor.reports.stacks import by_case, changes, ignored_pins, stack_names
+    from ds_doctor.reports.sides import by_case, changes, ignored_pins, stack_names
 
     names = stack_names(report)
     if not names:

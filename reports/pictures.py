@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 
 from markupsafe import Markup, escape
 
-from ds_doctor.reports.records import CaseResult, TensorRecord
+from ds_doctor.reports.model import CaseResult, TensorRecord
 
 #: one colour per kind of device (Tableau 10): where a tensor lives is what the grid is for
 DEVICE_COLOURS = {

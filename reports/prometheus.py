@@ -28,8 +28,8 @@ from typing import TypeVar
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from ds_doctor.reports.measures import MEASURES, finite, on_shared_gpu
+from ds_doctor.reports.model import Report, Severity, parse_time
 from ds_doctor.reports.noderecords import AER_KINDS, NodeRecords, SourceRecord, SourceState
-from ds_doctor.reports.records import Report, Severity, parse_time
 from ds_doctor.reports.safe import prom_label, prom_name
 from ds_doctor.reports.views import GpuCheck, NodeRecordCheck, view_of
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ds_doctor.reports.hang import CollectivePosition
-from ds_doctor.reports.records import MATCH_SAID, Finding, IssueRef
+from ds_doctor.reports.model import MATCH_SAID, Finding, IssueRef
 from ds_doctor.reports.safe import md_code, md_text, md_url, one_line
 
 

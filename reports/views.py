@@ -18,7 +18,7 @@ import dataclasses
 import math
 from typing import Any, ClassVar, Protocol, TypeVar
 
-from ds_doctor.reports.records import CaseResult, Finding
+from ds_doctor.reports.model import CaseResult, Finding
 
 
 class View(Protocol):

@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from ds_doctor.reports.records import Report
+from ds_doctor.reports.model import Report
 from ds_doctor.reports.views import AccelerateConfigNote, ConfigNote, DeepSpeedConfigNote, ModelNote, view_of
 
 

@@ -23,7 +23,7 @@ from ds_doctor.checks.placement import (
 from ds_doctor.collect.devicemap import Recorder, collect
 from ds_doctor.probes.shared.models import build_mlp
 from ds_doctor.probes.zero_offload import ZeroCase
-from ds_doctor.reports.records import Finding, TensorRecord
+from ds_doctor.reports.model import Finding, TensorRecord
 from ds_doctor.watch.target import engine_config
 from tests.conftest import build_engine, requires_deepspeed, train_one_step
 

@@ -269,7 +269,7 @@ def test_bad_input_table_has_at_least_20_cases() -> None:
 def test_level_1_writes_an_environment_only_report(capsys, tmp_path: Path) -> None:
     import json
 
-    from ds_doctor.reports.records import validate
+    from ds_doctor.reports.model import validate
 
     code, out, _ = run_cli(capsys, "run", "--level", "1", "--out", str(tmp_path))
     assert code == 0

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ds_doctor.reports.records import validate
+from ds_doctor.reports.model import validate
 from tests.bounds import GENEROUS_RUN_S, GENEROUS_S
 from tests.conftest import requires_accelerate, requires_deepspeed
 

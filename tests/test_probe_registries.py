@@ -19,8 +19,8 @@ from ds_doctor.probe import registry
 from ds_doctor.probe.spec import registered_scenarios
 from ds_doctor.reports.markdown import render_measurements
 from ds_doctor.reports.measures import format_measure, registered_measures
+from ds_doctor.reports.model import Finding, Outcome, Severity
 from ds_doctor.reports.prometheus import baseline_ratios
-from ds_doctor.reports.records import Finding, Outcome, Severity
 from tests.reports.samples import a_report, case
 
 BUILT_IN_MEASURES = [

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ds_doctor.checks import collectives
-from ds_doctor.reports.records import validate
+from ds_doctor.reports.model import validate
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

@@ -402,7 +402,7 @@ def rich_report() -> dict[str, Any]:
     from ds_doctor.hardware.env import package_versions
     from ds_doctor.hardware.nvml import read_gpus
     from ds_doctor.reports.hang import CollectivePosition, Frame, StageTime, ThreadStack
-    from ds_doctor.reports.records import Outcome, RankSummary
+    from ds_doctor.reports.model import Outcome, RankSummary
     from ds_doctor.run.build import build_report
     from tests.hardware.test_nvml import AnsweringNVML, answers
     from tests.reports.samples import NOW, case, every_outcome
@@ -487,7 +487,7 @@ def key_names(value: Any) -> Iterator[str]:
 
 
 def test_no_field_of_a_report_is_masked_by_its_name() -> None:
-    from ds_doctor.reports.records import load_schema, validate
+    from ds_doctor.reports.model import load_schema, validate
 
     report = rich_report()
     validate(report)

@@ -24,7 +24,7 @@ from ds_doctor.formats import (
     registered,
     text_file,
 )
-from ds_doctor.reports.records import CaseResult, Outcome, Report
+from ds_doctor.reports.model import CaseResult, Outcome, Report
 from ds_doctor.reports.views import GpuCheck, NodeRecordCheck
 
 ROOT = Path(__file__).resolve().parents[1]

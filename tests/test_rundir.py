@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ds_doctor.reports.records import ErrorInfo, Finding, Outcome, Severity, TensorRecord
+from ds_doctor.reports.model import ErrorInfo, Finding, Outcome, Severity, TensorRecord
 from ds_doctor.rundir import (
     Beat,
     LaunchDir,

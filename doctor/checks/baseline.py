@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from ds_doctor.checks.noderecords import aer_rising
 from ds_doctor.reports.diff import Change, Diff
 from ds_doctor.reports.measures import MEASURES
+from ds_doctor.reports.model import FAILING, CaseResult, Finding, Outcome, Report, Severity
 from ds_doctor.reports.noderecords import AerRecord, SourceState
-from ds_doctor.reports.records import FAILING, CaseResult, Finding, Outcome, Report, Severity
 
 DEFAULT_TOLERANCE_PCT = 10.0
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 
-from ds_doctor.reports.records import Finding, Severity
+from ds_doctor.reports.model import Finding, Severity
 
 UNSET = "<unset>"
 #: Keys that legitimately differ per rank or node: where a fingerprint was taken, and the launcher's own.

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from ds_doctor.collect.tracked import Tracked
-from ds_doctor.reports.records import Finding, Severity
+from ds_doctor.reports.model import Finding, Severity
 
 REMEDY_ORDER = (
     "Build the optimizer after wrapping, from the wrapped model's parameters (or let Accelerate's prepare "

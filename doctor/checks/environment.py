@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ds_doctor.reports.records import CaseResult, Finding, Outcome, Severity
+from ds_doctor.reports.model import CaseResult, Finding, Outcome, Severity
 
 PROBE = "environment"
 

@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from ds_doctor.reports.measures import finite
-from ds_doctor.reports.records import Finding, Severity
+from ds_doctor.reports.model import Finding, Severity
 
 #: unit roundoff u of each dtype (half the distance from 1.0 to the next value)
 UNIT_ROUNDOFF = {"float32": 2.0**-24, "bfloat16": 2.0**-8, "float16": 2.0**-11}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from ds_doctor.reports.records import Finding, Severity
+from ds_doctor.reports.model import Finding, Severity
 
 ALL_PAIRS_UP_TO = 8
 DEFAULT_FRACTION = 0.5

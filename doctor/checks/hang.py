@@ -17,7 +17,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 
 from ds_doctor.reports.hang import StageKind, StageTime, ThreadStack
-from ds_doctor.reports.records import Finding, Severity
+from ds_doctor.reports.model import Finding, Severity
 
 STRAGGLER_FACTOR = 3.0  # a rank this many times slower at a stage than the median of the others...
 #: ...this much longer there, and this much later out of it (short stages jitter by multiples)

@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from ds_doctor.reports.records import CaseResult, Finding, Outcome, Severity
+from ds_doctor.reports.model import CaseResult, Finding, Outcome, Severity
 from ds_doctor.reports.sections import GpuReading
 from ds_doctor.reports.views import GpuCheck
 

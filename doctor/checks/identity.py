@@ -15,7 +15,7 @@ from typing import Any
 
 from ds_doctor.collect.devicemap import Recorder
 from ds_doctor.collect.tracked import optimizer_groups
-from ds_doctor.reports.records import Finding, Severity, TensorRecord
+from ds_doctor.reports.model import Finding, Severity, TensorRecord
 
 NamedParams = Sequence[tuple[str, Any]]
 

@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from ds_doctor.reports.records import Finding, Severity
+from ds_doctor.reports.model import Finding, Severity
 
 PLACEHOLDERS = ("DummyOptim", "DummyScheduler")
 STAGE = "after_prepare"

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ds_doctor.hardware.xid import pci_key
+from ds_doctor.reports.model import CaseResult, Finding, Outcome, Severity
 from ds_doctor.reports.noderecords import (
     AER_KINDS,
     AerDevice,
@@ -33,7 +34,6 @@ from ds_doctor.reports.noderecords import (
     XidEvent,
     XidRecord,
 )
-from ds_doctor.reports.records import CaseResult, Finding, Outcome, Severity
 from ds_doctor.reports.sections import GpuReading
 
 PROBE = "node_records"

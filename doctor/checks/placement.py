@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ds_doctor.collect.devicemap import select
-from ds_doctor.reports.records import Finding, Severity, TensorRecord
+from ds_doctor.reports.model import Finding, Severity, TensorRecord
 
 #: Roles a per-tensor optimizer state may be anchored to (its owner's own record).
 ANCHOR_ROLES = ("param", "param_partition", "fp32_partition")

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ds_doctor.reports.records import Finding, Severity, TensorRecord
+from ds_doctor.reports.model import Finding, Severity, TensorRecord
 
 
 def same_device(device: str, expected: str) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from ds_doctor.reports.records import TensorRecord
+from ds_doctor.reports.model import TensorRecord
 
 #: Roles a record can have; invariants select records by role.
 ROLES = (

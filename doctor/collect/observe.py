@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ds_doctor.collect.devicemap import Recorder, is_zero3_optimizer
-from ds_doctor.reports.records import TensorRecord
+from ds_doctor.reports.model import TensorRecord
 
 CLIP_STAGE = "at_clip"
 

@@ -30,7 +30,7 @@ from ds_doctor.reports.fleet import (
     Unreadable,
 )
 from ds_doctor.reports.measures import MEASURES, finite, on_shared_gpu
-from ds_doctor.reports.records import FAILING, Report, parse_time
+from ds_doctor.reports.model import FAILING, Report, parse_time
 from ds_doctor.reports.sections import GpuReading
 
 #: Environment variables that name one run or one launch, not the node: they differ between any two nightly runs.

@@ -14,7 +14,7 @@ from ds_doctor.forensics.capture import THREAD_NAME
 from ds_doctor.forensics.flight import disagreements, load_dir, positions
 from ds_doctor.forensics.stacks import parse_faulthandler
 from ds_doctor.reports.hang import CollectivePosition, ThreadStack
-from ds_doctor.reports.records import Finding
+from ds_doctor.reports.model import Finding
 from ds_doctor.rundir import LaunchDir
 
 NATIVE_CHARS = 4000

@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from ds_doctor.reports.records import Report
+from ds_doctor.reports.model import Report
 
 
 class Target(enum.Enum):

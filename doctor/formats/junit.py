@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ds_doctor.formats import OutputFormat, Target, WriteContext, text_file
-from ds_doctor.reports.records import Report
+from ds_doctor.reports.model import Report
 
 
 def render(report: Report, context: WriteContext) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ds_doctor.formats import FormatError, OutputFormat, Target, WriteContext
-from ds_doctor.reports.records import Report
+from ds_doctor.reports.model import Report
 
 
 def require() -> None:

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from ds_doctor.reports.records import IssueRef, Verdict
+from ds_doctor.reports.model import IssueRef, Verdict
 
 REGEX_FLAGS = re.MULTILINE | re.DOTALL  # how patterns and requires are searched in an error text
 

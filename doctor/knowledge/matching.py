@@ -33,7 +33,7 @@ from ds_doctor.knowledge.structure import (
     raised,
 )
 from ds_doctor.redact import scrub_text
-from ds_doctor.reports.records import ErrorInfo
+from ds_doctor.reports.model import ErrorInfo
 
 SPAN_CHARS = 200
 _FLAGS = REGEX_FLAGS

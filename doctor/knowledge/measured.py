@@ -4,7 +4,7 @@ written by `make verify-catalog`, never by hand), and where that contradicts the
 A record is one run of the case on an overlay stack holding the release (`run --with`): `reproduced` (the case
 was an xfail: it showed, the invariants caught it), `not_reproduced` (an xpass), or `does_not_import` (the
 release does not import on this torch: it says nothing about the range). An issue that shows only on a GPU is
-measured only there (`ds_doctor.stacks.verify.PLAN` names each entry's case and the device it needs).
+measured only there (`ds_doctor.releases.verify.PLAN` names each entry's case and the device it needs).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ FIELDS = ("issue", "package", "version", "outcome", "case", "device", "torch", "
 HEADER = """\
 # The known-issue catalog, measured: each record is one run of an entry's reproducing case on an overlay stack
 # holding the release (`ds-doctor run --with PKG==VER`). Written by `make verify-catalog`
-# (python -m ds_doctor.stacks.verify); never edited by hand. Read by doctor/knowledge/measured.py.
+# (python -m ds_doctor.releases.verify); never edited by hand. Read by doctor/knowledge/measured.py.
 
 format = 1
 """

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from ds_doctor.reports.records import Finding, Severity
+from ds_doctor.reports.model import Finding, Severity
 from ds_doctor.userinput import check_rank
 
 #: an error that only says a peer went away: not the first failure, whoever prints it

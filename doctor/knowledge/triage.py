@@ -25,7 +25,7 @@ from ds_doctor.knowledge.matching import matches
 from ds_doctor.knowledge.peers import peer_findings
 from ds_doctor.knowledge.watchdog import WatchdogReport, read_watchdog, watchdog_findings
 from ds_doctor.redact import scrub_text
-from ds_doctor.reports.records import Finding
+from ds_doctor.reports.model import Finding
 from ds_doctor.reports.triage import TriageMatch, VersionUsed
 from ds_doctor.userinput import MAX_LOG_BYTES, UserInputError, check_tree, log_text
 from ds_doctor.userinput import read_log as read_input
@@ -169,7 +169,7 @@ def read_report(text: str, name: str = "the report") -> LogReading | None:
     """A ds-doctor report (of `run`, or of a `watch` in a job) read as triage reads a log: the known issues its
     failing cases' errors show, judged on the report's own package versions, and their findings with the case
     named. None where the text is not such a report; UserInputError where it says it is one and is not."""
-    from ds_doctor.reports.records import FAILING, Report
+    from ds_doctor.reports.model import FAILING, Report
 
     data = _report_data(text, name)
     if data is None:

@@ -22,7 +22,7 @@ import dataclasses
 import re
 
 from ds_doctor.checks.hang import collective_mismatch
-from ds_doctor.reports.records import Finding, Severity
+from ds_doctor.reports.model import Finding, Severity
 from ds_doctor.userinput import UserInputError, check_rank, check_world_size
 
 MAX_SILENT_NAMED = 16  # more ranks than this that never timed out are one finding, their ranks in ranges

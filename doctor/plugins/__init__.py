@@ -51,7 +51,7 @@ from ds_doctor.probe.registry import ENTRY_POINT_GROUP, EXTRA_ENV
 from ds_doctor.probe.spec import SCENARIOS, ProbeSpec, Requirement, Scenario, Variant, register_scenario
 from ds_doctor.probe.wrappers import Wrapper
 from ds_doctor.reports.measures import MEASURES, Measure, register_measure
-from ds_doctor.reports.records import Finding, Severity, TensorRecord
+from ds_doctor.reports.model import Finding, Severity, TensorRecord
 from ds_doctor.reports.views import AccelerateConfigNote, DeepSpeedConfigNote, ModelNote, StepTable
 
 __all__ = [

@@ -16,7 +16,7 @@ from ds_doctor.probe.rankoptions import RankOptions
 from ds_doctor.probe.spec import Requirement, missing_dependency
 from ds_doctor.reports.hang import StageKind, StageTime
 from ds_doctor.reports.measures import MEASURES
-from ds_doctor.reports.records import Finding, TensorRecord
+from ds_doctor.reports.model import Finding, TensorRecord
 
 
 class SkipCase(Exception):

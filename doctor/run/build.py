@@ -15,7 +15,7 @@ from ds_doctor.files import CannotWrite, disk_failure, foreign_in_path, safe_com
 from ds_doctor.redact import Anonymizer, scrub
 from ds_doctor.reports.html import render_html
 from ds_doctor.reports.markdown import render_markdown
-from ds_doctor.reports.records import SCHEMA_VERSION, CaseResult, Report, RunStop, format_time, parse_time
+from ds_doctor.reports.model import SCHEMA_VERSION, CaseResult, Report, RunStop, format_time, parse_time
 
 
 def utc_now() -> dt.datetime:

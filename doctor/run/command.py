@@ -13,10 +13,10 @@ from ds_doctor.forensics.flight import BUFFER_ENTRIES
 from ds_doctor.ops import interpreter_first
 from ds_doctor.probe.rankoptions import RankOptions
 from ds_doctor.procs import module_command
+from ds_doctor.releases.overlay import prepended
 from ds_doctor.run.cpufacts import CPUINFO_ENV, ask
 from ds_doctor.run.plan import LaunchGroup
 from ds_doctor.rundir import RunDir
-from ds_doctor.stacks.overlay import prepended
 
 _GIVEN: set[int] = set()  # the ports this process handed out: two launches started at once never share one
 

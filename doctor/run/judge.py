@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from ds_doctor.knowledge import catalog
 from ds_doctor.knowledge.matching import judged
-from ds_doctor.reports.records import Finding, IssueRef, Outcome, Verdict, worst
+from ds_doctor.reports.model import Finding, IssueRef, Outcome, Verdict, worst
 from ds_doctor.rundir import Ended, How, PlannedCase, RankLine
 
 #: a reason is at most this long (the rest is in the findings, the traceback, the log tail)

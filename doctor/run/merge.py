@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ds_doctor.checks.hang import stragglers
-from ds_doctor.reports.records import CaseResult, Outcome, RankSummary
+from ds_doctor.reports.model import CaseResult, Outcome, RankSummary
 from ds_doctor.run import judge
 from ds_doctor.run.judge import Judgement
 from ds_doctor.rundir import PlannedCase, RankLine

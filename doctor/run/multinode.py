@@ -25,7 +25,7 @@ from ds_doctor.cluster.exchange import ExchangeError, Refused, exchange
 from ds_doctor.cluster.nodes import Cluster
 from ds_doctor.hardware.env import collect_environment
 from ds_doctor.redact import scrub
-from ds_doctor.reports.records import FAILING, CaseResult, Outcome, Report
+from ds_doctor.reports.model import FAILING, CaseResult, Outcome, Report
 from ds_doctor.reports.safe import one_line
 from ds_doctor.run.build import build_report, utc_now, write_reports_of_run
 from ds_doctor.run.pipeline import (

@@ -21,7 +21,8 @@ from ds_doctor.probe.rankoptions import DEFAULTS, RankOptions
 from ds_doctor.probe.requirements import DEEPSPEED
 from ds_doctor.probe.spec import Case, missing_dependency
 from ds_doctor.redact import scrub
-from ds_doctor.reports.records import CaseResult, Report, format_time
+from ds_doctor.releases.overlay import Overlay, installed
+from ds_doctor.reports.model import CaseResult, Report, format_time
 from ds_doctor.run.build import build_report, shown_result, utc_now, write_reports_of_run
 from ds_doctor.run.command import rank_environment
 from ds_doctor.run.groups import Exits, run_groups, together
@@ -38,7 +39,6 @@ from ds_doctor.run.plan import (
     select_cases,
 )
 from ds_doctor.rundir import Manifest, PlannedCase, RankLine, RunDir
-from ds_doctor.stacks.overlay import Overlay, installed
 
 
 @dataclasses.dataclass(frozen=True)

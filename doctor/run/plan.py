@@ -17,7 +17,7 @@ from ds_doctor.checks.health import health_results
 from ds_doctor.checks.noderecords import node_record_results
 from ds_doctor.probe import registry
 from ds_doctor.probe.spec import Case, ProbeSpec, missing_dependency, missing_install_lines
-from ds_doctor.reports.records import CaseResult
+from ds_doctor.reports.model import CaseResult
 from ds_doctor.rundir import setup_probe
 
 

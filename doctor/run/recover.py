@@ -22,7 +22,7 @@ from typing import Any
 
 from ds_doctor.knowledge import catalog
 from ds_doctor.redact import scrub
-from ds_doctor.reports.records import (
+from ds_doctor.reports.model import (
     TIME_EXAMPLE,
     CaseResult,
     Outcome,

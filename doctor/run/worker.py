@@ -29,7 +29,7 @@ from ds_doctor.probe.context import ProbeContext, SkipCase
 from ds_doctor.probe.rankoptions import DEFAULTS, RankOptions
 from ds_doctor.probe.spec import Case, missing_dependency
 from ds_doctor.procs import die_with_parent
-from ds_doctor.reports.records import ErrorInfo
+from ds_doctor.reports.model import ErrorInfo
 from ds_doctor.run import cpufacts
 from ds_doctor.rundir import LAUNCH, WAITING_TURN, Beat, Ended, How, LaunchDir, RankLine, setup_name
 

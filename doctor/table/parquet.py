@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ds_doctor.files import foreign_in_path, safe_component
-from ds_doctor.reports.records import Report
+from ds_doctor.reports.model import Report
 from ds_doctor.table.rows import COLUMNS, night_of, node_parts, rows_of
 
 EXTRA = "table"  # setup.cfg's extra that brings pyarrow and DuckDB

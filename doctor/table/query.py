@@ -25,7 +25,7 @@ from typing import Any
 from ds_doctor.fleet.drift import MIN_FLEET, MIN_NIGHTS, Series
 from ds_doctor.fleet.facts import CLOCK_SKEW, NodeFacts, future_reason
 from ds_doctor.reports.fleet import Unreadable
-from ds_doctor.reports.records import FAILING
+from ds_doctor.reports.model import FAILING
 from ds_doctor.table.parquet import EXTRA, TableError
 from ds_doctor.table.rows import NAMES, facts_from_rows
 

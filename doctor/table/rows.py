@@ -17,7 +17,7 @@ from typing import Any
 from ds_doctor.fleet.facts import NodeFacts, Source, facts_of
 from ds_doctor.reports.fleet import FailedCase
 from ds_doctor.reports.measures import MEASURES, finite, on_shared_gpu
-from ds_doctor.reports.records import FAILING, Outcome, Report, parse_time
+from ds_doctor.reports.model import FAILING, Outcome, Report, parse_time
 
 #: The columns, in order, with their Arrow types' names (`ds_doctor.table.parquet` builds the schema from these).
 COLUMNS: tuple[tuple[str, str], ...] = (

@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ds_doctor.reports.records import Finding, Severity
+from ds_doctor.reports.model import Finding, Severity
 from ds_doctor.userinput import (
     MAX_CONFIG_BYTES,
     Input,

@@ -28,7 +28,7 @@ from ds_doctor.collect.devicemap import (
     iter_nested_tensors,
     unwrap_optimizer,
 )
-from ds_doctor.reports.records import Finding, Severity
+from ds_doctor.reports.model import Finding, Severity
 
 _OPTIMIZER_ROLES = ("optim_state", "optim_group_tensor")
 

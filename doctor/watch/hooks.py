@@ -18,7 +18,7 @@ from typing import Any
 
 from ds_doctor.collect.devicemap import is_zero3_optimizer, is_zero12_optimizer
 from ds_doctor.collect.observe import observe_unscale_and_clip
-from ds_doctor.reports.records import TensorRecord
+from ds_doctor.reports.model import TensorRecord
 from ds_doctor.watch import moments, replicas
 from ds_doctor.watch.target import Target
 from ds_doctor.watch.watcher import Watch

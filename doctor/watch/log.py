@@ -29,10 +29,10 @@ from typing import IO, TYPE_CHECKING, Any
 
 from ds_doctor.files import OutputError, fresh_file, output_kind, write_output
 from ds_doctor.redact import scrub
-from ds_doctor.reports.records import CaseResult, finite_json, format_time
+from ds_doctor.reports.model import CaseResult, finite_json, format_time
 
 if TYPE_CHECKING:
-    from ds_doctor.reports.records import Report
+    from ds_doctor.reports.model import Report
 
 logger = logging.getLogger("ds_doctor")
 

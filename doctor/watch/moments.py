@@ -16,7 +16,7 @@ from ds_doctor.checks.placement import ZeroPromise, boundary_grads, clip_norm_de
 from ds_doctor.checks.structure import ties_kept
 from ds_doctor.collect.devicemap import Recorder, by_tensor, collect_rows, named_tensors
 from ds_doctor.collect.tracked import optimizer_groups
-from ds_doctor.reports.records import Finding, Severity, TensorRecord
+from ds_doctor.reports.model import Finding, Severity, TensorRecord
 from ds_doctor.watch import fast
 from ds_doctor.watch.target import Target, prepared_classes
 
@@ -195,7 +195,7 @@ def guarded(findings: list[Finding], optimizer: Any) -> list[Finding]:
     from importlib import metadata
 
     from ds_doctor.knowledge import catalog
-    from ds_doctor.reports.records import Verdict
+    from ds_doctor.reports.model import Verdict
 
     root = type(optimizer).__module__.split(".")[0]
     for dist in metadata.packages_distributions().get(root, []):

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ds_doctor.reports.records import Finding, Severity
+from ds_doctor.reports.model import Finding, Severity
 
 #: integer views of each float width (the bits, summed exactly)
 _INT_OF_WIDTH = {1: "int8", 2: "int16", 4: "int32", 8: "int64"}

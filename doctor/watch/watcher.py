@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ds_doctor.knowledge import catalog
-from ds_doctor.reports.records import CaseResult, Finding, Outcome, Severity, Verdict
+from ds_doctor.reports.model import CaseResult, Finding, Outcome, Severity, Verdict
 from ds_doctor.watch.log import AUTO_MIN_EVERY, DEFAULT_BUDGET, Pace, Record
 from ds_doctor.watch.moments import PRIMARY, Check, describe
 from ds_doctor.watch.target import Target, current_rank
@@ -513,7 +513,7 @@ class Watch:
         import traceback
 
         from ds_doctor.knowledge.matching import judged
-        from ds_doctor.reports.records import ErrorInfo, RankSummary
+        from ds_doctor.reports.model import ErrorInfo, RankSummary
 
         error = ErrorInfo.of(exc)
         found = judged(["".join(traceback.format_exception(type(exc), exc, exc.__traceback__))])

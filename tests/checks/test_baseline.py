@@ -13,7 +13,7 @@ import pytest
 from ds_doctor.checks.baseline import diff_reports
 from ds_doctor.hardware.nvml import read_gpus
 from ds_doctor.reports.diff import render_diff
-from ds_doctor.reports.records import CaseResult, Finding, Outcome, Report, Severity
+from ds_doctor.reports.model import CaseResult, Finding, Outcome, Report, Severity
 from ds_doctor.run.build import build_report, utc_now
 from tests.hardware.test_nvml import AnsweringNVML, answers
 

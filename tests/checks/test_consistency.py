@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ds_doctor.checks.consistency import compare, where
-from ds_doctor.reports.records import Severity
+from ds_doctor.reports.model import Severity
 
 
 def prints(nodes: int = 2, per_node: int = 2, **overrides: dict[int, dict[str, str]]) -> list[dict[str, str]]:

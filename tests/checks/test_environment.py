@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ds_doctor.checks.environment import environment_results, numpy_present
-from ds_doctor.reports.records import Outcome, Severity
+from ds_doctor.reports.model import Outcome, Severity
 
 
 def test_torch_without_numpy_is_a_warning() -> None:

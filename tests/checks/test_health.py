@@ -9,7 +9,7 @@ from typing import Any
 
 from ds_doctor.checks import health
 from ds_doctor.hardware.nvml import read_gpus, throttle_names
-from ds_doctor.reports.records import Outcome, Severity, validate
+from ds_doctor.reports.model import Outcome, Severity, validate
 from tests.hardware.test_nvml import AnsweringNVML, answers
 
 ERROR, WARNING, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO

@@ -18,7 +18,7 @@ from ds_doctor.collect.devicemap import Recorder, collect
 from ds_doctor.probes.frozen_param_names import build_config, meta_entries
 from ds_doctor.probes.shared.common import full_values
 from ds_doctor.probes.shared.models import build_frozen_model
-from ds_doctor.reports.records import Severity
+from ds_doctor.reports.model import Severity
 from tests.conftest import requires_accelerate, requires_deepspeed
 
 

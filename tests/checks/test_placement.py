@@ -18,7 +18,7 @@ from ds_doctor.checks.placement import (
 from ds_doctor.collect.devicemap import Recorder, collect
 from ds_doctor.probes.shared.models import build_mlp
 from ds_doctor.probes.zero_offload import ZeroCase, build_config
-from ds_doctor.reports.records import Severity, TensorRecord
+from ds_doctor.reports.model import Severity, TensorRecord
 from tests.conftest import build_engine, requires_deepspeed, train_one_step
 
 OFFLOAD_BOTH = ZeroCase(3, "opt+param", "bf16")

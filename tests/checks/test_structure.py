@@ -10,7 +10,7 @@ import torch
 
 from ds_doctor.checks.structure import buffer_placement, ties_kept
 from ds_doctor.collect.devicemap import Recorder, collect
-from ds_doctor.reports.records import TensorRecord
+from ds_doctor.reports.model import TensorRecord
 from tests.conftest import requires_deepspeed
 from tests.resources.user_models import tied_with_buffers
 

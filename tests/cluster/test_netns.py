@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from ds_doctor.reports.records import validate
+from ds_doctor.reports.model import validate
 from tests.cluster.lab import Lab, lab
 
 ROOT = Path(__file__).resolve().parents[2]

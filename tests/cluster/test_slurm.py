@@ -17,7 +17,7 @@ from typing import Any
 import psutil
 import pytest
 
-from ds_doctor.reports.records import validate
+from ds_doctor.reports.model import validate
 from tests.bounds import GENEROUS_S
 from tests.cluster import slurm
 from tests.cluster.lab import Lab, lab

@@ -8,7 +8,7 @@ import datetime as dt
 import random
 from pathlib import Path
 
-from ds_doctor.reports.records import Report
+from ds_doctor.reports.model import Report
 from tests.reports.fleet_samples import node, write_nightly
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from ds_doctor.cli import main
 from ds_doctor.fleet.facts import CLOCK_SKEW, future_dated
-from ds_doctor.reports.records import Outcome
+from ds_doctor.reports.model import Outcome
 from tests.reports.fleet_samples import node, write_nightly
 from tests.reports.samples import case
 

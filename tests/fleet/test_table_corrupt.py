@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ds_doctor.cli import main
-from ds_doctor.reports.records import Outcome
+from ds_doctor.reports.model import Outcome
 from tests.reports.fleet_samples import node, write_nightly
 from tests.reports.samples import case
 

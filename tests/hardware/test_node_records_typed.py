@@ -23,6 +23,7 @@ from ds_doctor.hardware.bounded import CommandOutput, run_bounded
 from ds_doctor.hardware.dcgm import DCGM_BYTES, parse_dcgm, read_dcgm
 from ds_doctor.hardware.records import build_node_records, read_node_records
 from ds_doctor.hardware.xid import read_xids
+from ds_doctor.reports.model import Outcome, load_schema
 from ds_doctor.reports.noderecords import (
     AerDevice,
     AerRecord,
@@ -35,7 +36,6 @@ from ds_doctor.reports.noderecords import (
     XidEvent,
     XidRecord,
 )
-from ds_doctor.reports.records import Outcome, load_schema
 from ds_doctor.reports.sections import HardwareSection
 
 RES = Path(__file__).resolve().parents[1] / "resources" / "noderecords"

@@ -45,9 +45,9 @@ from ds_doctor.hardware.records import (
     read_xids,
     run_bounded,
 )
+from ds_doctor.reports.model import Outcome, Severity
 from ds_doctor.reports.noderecords import SourceState, XidRecord
 from ds_doctor.reports.prometheus import render_prometheus
-from ds_doctor.reports.records import Outcome, Severity
 from ds_doctor.run.build import build_report
 from ds_doctor.run.plan import run_node_checks
 from tests.bounds import GENEROUS_S, PLANTED_HANG_S

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ds_doctor.checks.environment import declared_ranges, environment_results
 from ds_doctor.hardware.skew import declared, out_of_range, version_skew
-from ds_doctor.reports.records import Outcome, Severity
+from ds_doctor.reports.model import Outcome, Severity
 
 #: the header of transformers-4.30.2.dist-info/METADATA (the wheel on PyPI), the lines naming the stack
 TRANSFORMERS_4_30_2 = """Metadata-Version: 2.1

@@ -15,8 +15,8 @@ import pytest
 
 from ds_doctor.checks.noderecords import Node, node_record_results, xid_events
 from ds_doctor.hardware.records import CommandOutput, driver_gpus, parse_xid_log, read_xids
+from ds_doctor.reports.model import Outcome, Severity
 from ds_doctor.reports.noderecords import SourceState, XidRecord
-from ds_doctor.reports.records import Outcome, Severity
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernel log is Linux's")
 

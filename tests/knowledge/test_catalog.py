@@ -8,7 +8,7 @@ import pytest
 
 from ds_doctor.knowledge import catalog as known_issues
 from ds_doctor.knowledge.matching import classify
-from ds_doctor.reports.records import Verdict
+from ds_doctor.reports.model import Verdict
 
 AFFECTED, NOT_AFFECTED, UNKNOWN = Verdict.AFFECTED, Verdict.NOT_AFFECTED, Verdict.UNKNOWN
 

@@ -15,7 +15,7 @@ import pytest
 from ds_doctor.knowledge.logtext import log_versions, normalise
 from ds_doctor.knowledge.matching import classify
 from ds_doctor.knowledge.triage import read_log, triage
-from ds_doctor.reports.records import Verdict
+from ds_doctor.reports.model import Verdict
 from tests.bounds import GENEROUS_S
 from tests.knowledge.test_triage import EXPECTED, TRACES, VERSIONS
 

@@ -7,8 +7,8 @@ import pytest
 
 from ds_doctor.knowledge import catalog
 from ds_doctor.knowledge.measured import HEADER, Measured, contradictions, for_issue, parse, shipped
-from ds_doctor.reports.records import Verdict
-from ds_doctor.stacks.verify import PLAN, ends_of_range
+from ds_doctor.releases.verify import PLAN, ends_of_range
+from ds_doctor.reports.model import Verdict
 
 
 def record(version: str, outcome: str, issue: str = "ds_x") -> Measured:
@@ -83,16 +83,16 @@ def test_the_ends_of_a_range_are_the_last_affected_and_the_fix() -> None:
 def test_docs_known_issues_is_the_generated_table() -> None:
     from pathlib import Path
 
-    from ds_doctor.stacks.verify import table
+    from ds_doctor.releases.verify import table
 
     docs = Path(__file__).resolve().parents[2] / "docs" / "known-issues.md"
     assert docs.read_text() == table(list(shipped()), list(catalog.ISSUES)), (
-        "python -m ds_doctor.stacks.verify --table"
+        "python -m ds_doctor.releases.verify --table"
     )
 
 
 def test_every_entry_with_a_range_is_measured_or_says_why_not() -> None:
-    from ds_doctor.stacks.verify import NOT_HERE
+    from ds_doctor.releases.verify import NOT_HERE
 
     ranged = {i.id for i in catalog.ISSUES if i.affected}
     assert ranged - set(PLAN) - set(NOT_HERE) == set() and not set(PLAN) & set(NOT_HERE)

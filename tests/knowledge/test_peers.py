@@ -6,7 +6,7 @@ import time
 
 from ds_doctor.knowledge.peers import first_failure, peer_findings
 from ds_doctor.knowledge.triage import read_log
-from ds_doctor.reports.records import Severity
+from ds_doctor.reports.model import Severity
 from tests.bounds import GENEROUS_S
 
 #: ranks 5 and 6 lose their peer; rank 3 ran out of memory first (the shapes of LlamaFactory #6849's log and

@@ -18,7 +18,7 @@ from ds_doctor.knowledge.catalog import ISSUES
 from ds_doctor.knowledge.issues import REGEX_FLAGS
 from ds_doctor.knowledge.matching import search
 from ds_doctor.knowledge.triage import read_log, read_report, read_source, triage
-from ds_doctor.reports.records import Verdict
+from ds_doctor.reports.model import Verdict
 from ds_doctor.userinput import UserInputError
 from tests.bounds import GENEROUS_S
 
@@ -215,7 +215,7 @@ def test_a_report_shaped_json_that_is_no_report_is_one_line_exit_2(
 
 
 def test_a_report_with_a_3_mb_reason_is_triaged_quickly() -> None:
-    from ds_doctor.reports.records import CaseResult, Outcome
+    from ds_doctor.reports.model import CaseResult, Outcome
 
     case = CaseResult(
         probe="p",

@@ -10,7 +10,7 @@ import pytest
 
 from ds_doctor.cli import main
 from ds_doctor.knowledge.watchdog import read_watchdog, watchdog_findings
-from ds_doctor.reports.records import Severity
+from ds_doctor.reports.model import Severity
 from ds_doctor.userinput import UserInputError
 from tests.bounds import GENEROUS_S
 
@@ -157,7 +157,7 @@ def test_a_log_cut_short_says_possibly_where_the_whole_one_says_never() -> None:
     entered the collective. Where the log reaches torchrun's teardown (or the rank speaks after the timeouts), its
     silence is its own: an error; else a warning that says possibly, and how to confirm."""
     from ds_doctor.knowledge.triage import read_log
-    from ds_doctor.reports.records import Severity
+    from ds_doctor.reports.model import Severity
 
     whole = (LOGS / "three_of_four.log").read_text()
     (finding,) = read_log(whole, {}).findings

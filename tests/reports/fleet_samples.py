@@ -10,7 +10,7 @@ from typing import Any
 
 from ds_doctor.checks.health import health_results
 from ds_doctor.hardware.nvml import read_gpus
-from ds_doctor.reports.records import CaseResult, Outcome, Report
+from ds_doctor.reports.model import CaseResult, Outcome, Report
 from ds_doctor.run.build import build_report, write_reports
 from tests.hardware.test_nvml import AnsweringNVML, answers
 from tests.reports.samples import NOW, case

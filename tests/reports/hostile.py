@@ -18,7 +18,7 @@ from rich.console import Console
 
 from ds_doctor.reports.diff import KIND_TITLES, Change, Diff
 from ds_doctor.reports.hang import CollectivePosition, Frame, ThreadStack
-from ds_doctor.reports.records import (
+from ds_doctor.reports.model import (
     CaseResult,
     Finding,
     IssueRef,

@@ -8,7 +8,7 @@ import datetime as dt
 import torch
 
 from ds_doctor.collect.devicemap import Recorder
-from ds_doctor.reports.records import (
+from ds_doctor.reports.model import (
     CaseResult,
     Finding,
     IssueRef,

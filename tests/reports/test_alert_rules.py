@@ -18,8 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ds_doctor.checks.health import health_results
 from ds_doctor.hardware.nvml import read_gpus
+from ds_doctor.reports.model import CaseResult, Outcome, Report
 from ds_doctor.reports.prometheus import render_prometheus
-from ds_doctor.reports.records import CaseResult, Outcome, Report
 from ds_doctor.run.build import build_report
 from tests.hardware.test_nvml import AnsweringNVML, answers
 from tests.reports.samples import case

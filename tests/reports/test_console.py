@@ -19,7 +19,7 @@ from ds_doctor.reports.console import (
     make_console,
     print_summary,
 )
-from ds_doctor.reports.records import Outcome, Report
+from ds_doctor.reports.model import Outcome, Report
 from tests.reports.samples import a_failed_case, a_report, case, every_outcome
 
 LONG = "accelerate_deepspeed_lifecycle[scheduler-second-prepare-auto-ws2]"

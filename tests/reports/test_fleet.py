@@ -16,8 +16,8 @@ from ds_doctor.checks.consistency import compare
 from ds_doctor.fleet.facts import Source, build_fleet, report_fingerprint
 from ds_doctor.reports.fleet import Fleet, NodeView, render_fleet
 from ds_doctor.reports.measures import on_shared_gpu
+from ds_doctor.reports.model import CaseResult, Outcome, Report
 from ds_doctor.reports.prometheus import baseline_ratios
-from ds_doctor.reports.records import CaseResult, Outcome, Report
 from tests.reports.fleet_samples import COMM, COMPUTE, SICK, T4, comm, node, with_shared_gpu
 from tests.reports.hostile import CORPUS, markdown_problems, plant
 from tests.reports.samples import NOW

@@ -14,7 +14,7 @@ import pytest
 
 from ds_doctor.cli import main
 from ds_doctor.reports.hang import CollectivePosition
-from ds_doctor.reports.records import CaseResult, Outcome, RankSummary, Verdict
+from ds_doctor.reports.model import CaseResult, Outcome, RankSummary, Verdict
 from ds_doctor.reports.views import StepTable, view_of
 from tests.reports.samples import a_report, an_equivalence_case, case, issue
 

@@ -15,8 +15,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ds_doctor.cli import main
+from ds_doctor.reports.model import Report, load_schema, parse_time, validate
 from ds_doctor.reports.prometheus import render_prometheus
-from ds_doctor.reports.records import Report, load_schema, parse_time, validate
 from ds_doctor.reports.whatran import what_ran
 from ds_doctor.run.recover import InputError, load_report_file
 from tests.reports.test_validate import mutated, paths

@@ -25,8 +25,8 @@ from ds_doctor.reports.console import (
 from ds_doctor.reports.diff import render_diff
 from ds_doctor.reports.junit import render_junit
 from ds_doctor.reports.markdown import render_markdown
+from ds_doctor.reports.model import Report
 from ds_doctor.reports.prometheus import render_prometheus
-from ds_doctor.reports.records import Report
 from ds_doctor.reports.triage import (
     render_findings,
     render_positions,

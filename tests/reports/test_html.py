@@ -7,8 +7,8 @@ import dataclasses
 import re
 
 from ds_doctor.reports.html import render_html
+from ds_doctor.reports.model import Outcome
 from ds_doctor.reports.pictures import DEVICE_COLOURS, Series, line_chart
-from ds_doctor.reports.records import Outcome
 from tests.reports.samples import (
     TOKEN,
     a_failed_case,

@@ -15,7 +15,7 @@ from markupsafe import Markup
 from ds_doctor.fleet.facts import Source, build_fleet
 from ds_doctor.reports.html import render_fleet_html, render_html
 from ds_doctor.reports.markdown import render_markdown
-from ds_doctor.reports.records import Outcome, Report, Verdict
+from ds_doctor.reports.model import Outcome, Report, Verdict
 from ds_doctor.reports.safe import md_cell, md_html, md_text, md_url, visible
 from tests.bounds import ratio
 from tests.reports.fleet_samples import node

@@ -10,7 +10,7 @@ import pytest
 
 from ds_doctor.cli import main
 from ds_doctor.reports.junit import render_junit
-from ds_doctor.reports.records import Outcome
+from ds_doctor.reports.model import Outcome
 from tests.reports.samples import a_report, case, every_outcome
 
 xmlschema = pytest.importorskip("xmlschema")

@@ -6,15 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from ds_doctor.reports.markdown import TICKET_LIMIT, render_markdown
-from ds_doctor.reports.records import (
-    CaseResult,
-    Finding,
-    Outcome,
-    RankSummary,
-    Severity,
-    TensorRecord,
-    Verdict,
-)
+from ds_doctor.reports.model import CaseResult, Finding, Outcome, RankSummary, Severity, TensorRecord, Verdict
 from tests.reports.samples import (
     TOKEN,
     a_failed_case,

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from ds_doctor.cli import main
+from ds_doctor.reports.model import Outcome
 from ds_doctor.reports.prometheus import render_prometheus
-from ds_doctor.reports.records import Outcome
 from tests.reports.samples import a_report, case, every_outcome
 
 parser = pytest.importorskip("prometheus_client.parser")

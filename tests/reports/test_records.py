@@ -8,7 +8,7 @@ import json
 import pytest
 
 from ds_doctor.reports.measures import MEASURES, format_measure
-from ds_doctor.reports.records import (
+from ds_doctor.reports.model import (
     SCHEMA_VERSION,
     CaseResult,
     ExitCode,
@@ -119,7 +119,7 @@ def test_a_hung_rank_round_trips_with_its_stacks_positions_and_stages() -> None:
     import dataclasses
 
     from ds_doctor.reports.hang import CollectivePosition, Frame, StageTime, ThreadStack
-    from ds_doctor.reports.records import RankSummary
+    from ds_doctor.reports.model import RankSummary
 
     rank = RankSummary(
         rank=1,
@@ -150,7 +150,7 @@ def test_a_report_is_strict_json_whatever_numbers_it_holds() -> None:
     import json as json_module
     import math
 
-    from ds_doctor.reports.records import Outcome, Report, validate
+    from ds_doctor.reports.model import Outcome, Report, validate
     from tests.reports.samples import a_report, case
 
     odd = case(

@@ -9,7 +9,7 @@ import pytest
 
 from ds_doctor.hardware.env import collect_environment
 from ds_doctor.hardware.nvml import read_gpus
-from ds_doctor.reports.records import Report, validate
+from ds_doctor.reports.model import Report, validate
 from ds_doctor.reports.sections import EnvSection, GpuReading, HardwareSection, NodeSection, StackSection
 from tests.checks.test_baseline import report
 from tests.hardware.test_nvml import AnsweringNVML, answers

@@ -22,8 +22,8 @@ from ds_doctor.reports.fleet import render_fleet
 from ds_doctor.reports.html import render_html
 from ds_doctor.reports.junit import render_junit
 from ds_doctor.reports.markdown import render_markdown
+from ds_doctor.reports.model import FAILING, CaseResult, ExitCode, Outcome, Report, RunStop, validate
 from ds_doctor.reports.prometheus import render_prometheus
-from ds_doctor.reports.records import FAILING, CaseResult, ExitCode, Outcome, Report, RunStop, validate
 from ds_doctor.run.build import build_report
 from ds_doctor.run.recover import UNFINISHED
 from tests.reports.samples import NOW, TOKEN, a_failed_case, case

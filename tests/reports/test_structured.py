@@ -12,7 +12,7 @@ from ds_doctor.checks.baseline import diff_reports
 from ds_doctor.checks.equivalence import Tolerance, continuation_finding, divergence_finding, first_divergence
 from ds_doctor.checks.hang import collective_mismatch, missing_rank
 from ds_doctor.reports.markdown import render_case
-from ds_doctor.reports.records import CaseResult, Finding, Outcome, validate
+from ds_doctor.reports.model import CaseResult, Finding, Outcome, validate
 from tests.checks.test_baseline import report
 from tests.checks.test_equivalence import step
 

@@ -13,7 +13,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from ds_doctor.reports.records import SCHEMA_VERSION, load_schema, validate
+from ds_doctor.reports.model import SCHEMA_VERSION, load_schema, validate
 from ds_doctor.run.recover import InputError, load_report_file
 from tests.reports.fleet_samples import node, with_shared_gpu
 from tests.reports.samples import a_failed_case

@@ -9,7 +9,7 @@ import pytest
 
 from ds_doctor.reports.html import render_html
 from ds_doctor.reports.markdown import render_markdown
-from ds_doctor.reports.records import CaseResult, Finding, Outcome, Report, Severity
+from ds_doctor.reports.model import CaseResult, Finding, Outcome, Report, Severity
 from ds_doctor.reports.views import (
     AccelerateConfigNote,
     BandwidthCurve,

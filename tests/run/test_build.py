@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ds_doctor.reports.records import Report
+from ds_doctor.reports.model import Report
 from ds_doctor.run.build import clean_result, report_basename, shown_result, write_reports
 from tests.reports.samples import TOKEN, a_failed_case, a_report
 

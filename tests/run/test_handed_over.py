@@ -12,7 +12,7 @@ import pytest
 
 from ds_doctor import rundir
 from ds_doctor.cli import main
-from ds_doctor.reports.records import Outcome
+from ds_doctor.reports.model import Outcome
 from ds_doctor.rundir import RankLine, RunDir
 from tests.run.test_recover import a_run_dir
 

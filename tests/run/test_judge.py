@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from ds_doctor.reports.records import ErrorInfo, Finding, Outcome, Severity, Verdict
+from ds_doctor.reports.model import ErrorInfo, Finding, Outcome, Severity, Verdict
 from ds_doctor.run import judge
 from ds_doctor.rundir import Ended, How, PlannedCase, RankLine
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ds_doctor.reports.records import Outcome
+from ds_doctor.reports.model import Outcome
 from ds_doctor.run.command import free_port
 from ds_doctor.run.launch import LineTail, exit_codes, signal_name
 from ds_doctor.rundir import RankLine

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ds_doctor.forensics.evidence import Evidence
 from ds_doctor.probe.spec import Case
-from ds_doctor.reports.records import Finding, Outcome, Severity
+from ds_doctor.reports.model import Finding, Outcome, Severity
 from ds_doctor.run import judge
 from ds_doctor.run.attribution import Ending
 from ds_doctor.run.launch import Launch, LaunchEvents

@@ -9,7 +9,7 @@ import pytest
 
 from ds_doctor.knowledge.triage import triage
 from ds_doctor.probe.registry import find_case
-from ds_doctor.reports.records import ErrorInfo, Finding, Outcome, Severity, TensorRecord, Verdict
+from ds_doctor.reports.model import ErrorInfo, Finding, Outcome, Severity, TensorRecord, Verdict
 from ds_doctor.run.merge import merge_case
 from ds_doctor.run.pipeline import planned_case
 from ds_doctor.rundir import PlannedCase, RankLine
@@ -216,7 +216,7 @@ def test_what_raised_is_classified_before_what_a_rank_printed() -> None:
 def test_a_possibly_verdict_says_how_to_confirm_it_in_the_markdown_and_the_html() -> None:
     from ds_doctor.reports.html import render_html
     from ds_doctor.reports.markdown import render_markdown
-    from ds_doctor.reports.records import validate
+    from ds_doctor.reports.model import validate
     from tests.reports.samples import a_report
 
     crash = line(S2, 1, Outcome.ERROR, reason="rank 1 killed by SIGKILL", signal="SIGKILL", exit_code=-9)
@@ -235,7 +235,7 @@ def test_a_case_matched_by_structure_says_how_in_every_format() -> None:
     from ds_doctor.reports.console import compact_summary
     from ds_doctor.reports.html import render_html
     from ds_doctor.reports.markdown import render_markdown
-    from ds_doctor.reports.records import validate
+    from ds_doctor.reports.model import validate
     from tests.reports.samples import a_report
 
     printed = "[2/3] c++ -c /x/site-packages/deepspeed/ops/csrc/adam/cpu_adam.cpp -o cpu_adam.o\nFAILED: cpu_adam.o\n"

@@ -13,7 +13,7 @@ from ds_doctor.cluster.exchange import SECRET_ENV, Refused, exchange_command, jo
 from ds_doctor.cluster.nodes import Cluster, ClusterError
 from ds_doctor.cluster.route import facing
 from ds_doctor.probe.rankoptions import DEFAULTS
-from ds_doctor.reports.records import Report
+from ds_doctor.reports.model import Report
 from ds_doctor.run.command import rank_environment, torchrun_command
 from ds_doctor.run.multinode import disagreement, malformed, plan_hash
 from ds_doctor.run.pipeline import RunOptions, make_plan

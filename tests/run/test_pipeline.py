@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ds_doctor.probe.registry import EXTRA_ENV
-from ds_doctor.reports.records import CaseResult, ExitCode, Outcome
+from ds_doctor.reports.model import CaseResult, ExitCode, Outcome
 from ds_doctor.run import pipeline
 from ds_doctor.run.plan import Hardware
 from ds_doctor.rundir import RunDir

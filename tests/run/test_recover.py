@@ -11,7 +11,7 @@ import pytest
 
 from ds_doctor.probe.rankoptions import DEFAULTS
 from ds_doctor.probe.registry import find_case
-from ds_doctor.reports.records import ExitCode, Outcome, Report, RunStop, validate
+from ds_doctor.reports.model import ExitCode, Outcome, Report, RunStop, validate
 from ds_doctor.run.groups import GroupRun
 from ds_doctor.run.launch import LaunchEvents
 from ds_doctor.run.pipeline import planned_case

@@ -11,13 +11,13 @@ import pytest
 
 from ds_doctor.probe.rankoptions import DEFAULTS
 from ds_doctor.probe.spec import Case
+from ds_doctor.releases.overlay import Overlay, Release
 from ds_doctor.run import pipeline
 from ds_doctor.run.attribution import Ending
 from ds_doctor.run.groups import Exits, GroupRun
 from ds_doctor.run.launch import Launch, LaunchEvents
 from ds_doctor.run.plan import Hardware, LaunchGroup
 from ds_doctor.rundir import LAUNCH, WAITING_TURN, Beat, Ended, How, LaunchDir, RankLine, RunDir
-from ds_doctor.stacks.overlay import Overlay, Release
 
 CASE = Case("comm", "smoke", "a", 2, 2)
 

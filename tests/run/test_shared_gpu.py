@@ -10,8 +10,8 @@ from ds_doctor.checks.baseline import measure_changes
 from ds_doctor.probe import registry
 from ds_doctor.reports.console import case_line
 from ds_doctor.reports.markdown import render_markdown
+from ds_doctor.reports.model import CaseResult, Outcome, validate
 from ds_doctor.reports.prometheus import render_prometheus
-from ds_doctor.reports.records import CaseResult, Outcome, validate
 from ds_doctor.run.command import torchrun_command
 from ds_doctor.run.merge import merge_case
 from ds_doctor.run.pipeline import RunOptions, make_plan

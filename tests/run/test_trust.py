@@ -278,7 +278,7 @@ def test_an_output_reached_through_another_users_link_on_the_way_is_refused(
 @root_only
 def test_a_table_partition_planted_as_another_users_link_is_not_written_through(tmp_path: Path) -> None:
     pytest.importorskip("pyarrow")
-    from ds_doctor.reports.records import Outcome
+    from ds_doctor.reports.model import Outcome
     from ds_doctor.table.parquet import TableError, write_table
     from ds_doctor.table.rows import night_of
     from tests.reports.samples import a_report, case

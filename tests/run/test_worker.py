@@ -12,7 +12,7 @@ from ds_doctor.plugins import ProbeContext
 from ds_doctor.probe import context as context_module
 from ds_doctor.probe.registry import find_case
 from ds_doctor.reports.hang import StageKind
-from ds_doctor.reports.records import ErrorInfo, Finding, Outcome, Severity
+from ds_doctor.reports.model import ErrorInfo, Finding, Outcome, Severity
 from ds_doctor.run import judge
 from ds_doctor.run.worker import Worker, run_case, unrun_line
 from ds_doctor.rundir import Ended, How, LaunchDir, RankLine

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from ds_doctor.api import DoctorError, watch
-from ds_doctor.reports.records import Outcome, Report
+from ds_doctor.reports.model import Outcome, Report
 from ds_doctor.watch import log
 from ds_doctor.watch.log import AUTO_MIN_EVERY, FIRST_KEPT, RECENT_KEPT, Pace, read_log
 from ds_doctor.watch.watcher import Watch

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from ds_doctor.reports.records import Outcome, Report
+from ds_doctor.reports.model import Outcome, Report
 from tests.bounds import GENEROUS_RUN_S
 from tests.conftest import requires_accelerate, requires_deepspeed
 

@@ -19,7 +19,7 @@ from ds_doctor.checks.placement import ZeroPromise, optimizer_state_colocation, 
 from ds_doctor.checks.structure import buffer_placement
 from ds_doctor.collect.devicemap import Recorder, collect, collect_rows, named_tensors
 from ds_doctor.probes.zero_offload import ZeroCase
-from ds_doctor.reports.records import Outcome, Report
+from ds_doctor.reports.model import Outcome, Report
 from ds_doctor.watch import fast, moments
 from ds_doctor.watch.target import Target, name_map_of
 from ds_doctor.watch.watcher import Watch

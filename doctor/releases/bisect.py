@@ -2,7 +2,7 @@
 
 Given the cases (`-k`), a package, a release where they behave one way (`--good`) and one where they behave another
 (`--bad`), the published releases between them are tried by binary search, each on an overlay (`--with`'s
-machinery, ds_doctor.stacks.overlay), the selected cases run on the overlay alone. A release's behaviour is each
+machinery, ds_doctor.releases.overlay), the selected cases run on the overlay alone. A release's behaviour is each
 case's outcome there; the search keeps the good end's behaviour on one side and looks for the first release that
 differs from it. A release that does not install or import here is skipped, listed with pip's or the import's reason,
 and the search goes on with its neighbours. This is how a known issue's range is measured rather than copied, and
@@ -32,8 +32,8 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
+from ds_doctor.releases.overlay import OverlayError, Release, canonical
 from ds_doctor.reports.safe import md_cell, md_code, md_text
-from ds_doctor.stacks.overlay import OverlayError, Release, canonical
 
 Runner = Callable[[Release], dict[str, str]]  # a release -> each selected case's outcome on it
 PACKAGE_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,200}[A-Za-z0-9])?")  # PEP 508's name, bounded

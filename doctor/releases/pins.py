@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ds_doctor.stacks.overlay import (
+from ds_doctor.releases.overlay import (
     Overlay,
     Release,
     build,

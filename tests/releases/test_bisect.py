@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ds_doctor.stacks.bisect import BisectError, between, bisect, releases_in
-from ds_doctor.stacks.overlay import OverlayError, Release
+from ds_doctor.releases.bisect import BisectError, between, bisect, releases_in
+from ds_doctor.releases.overlay import OverlayError, Release
 from tests.stacks.test_overlay import make_wheel
 from tests.test_e2e import ds_doctor
 
@@ -64,9 +64,9 @@ def test_the_release_installed_here_runs_as_installed(
     """pip has nothing to put into an overlay of the installed release: the bisection runs the stack as installed
     for it (and an overlay for any other), each taking its own results only."""
     from ds_doctor import cli_bisect
-    from ds_doctor.reports.records import Outcome
+    from ds_doctor.releases import overlay
+    from ds_doctor.reports.model import Outcome
     from ds_doctor.run import pipeline
-    from ds_doctor.stacks import overlay
     from tests.reports.samples import a_report, case
 
     built: list[str] = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ds_doctor.reports.records import CaseResult, Outcome, Report
+from ds_doctor.reports.model import CaseResult, Outcome, Report
 
 SHOWN = (Outcome.XFAIL, Outcome.ERROR, Outcome.FAIL)  # the ways a known issue shows on a case
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ds_doctor.stacks.overlay import OverlayError, Release, pip_reason, resolve, shorter_versions
+from ds_doctor.releases.overlay import OverlayError, Release, pip_reason, resolve, shorter_versions
 
 #: what pip 26.3 printed here for `deepspeed==9.9.9` against a page listing 0.14.0, 0.14.1 (yanked) and 0.14.2
 PIP_SAID = """Looking in links: /tmp/idx/simple/deepspeed/index.html

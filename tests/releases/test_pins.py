@@ -6,10 +6,10 @@ from __future__ import annotations
 import importlib.metadata
 from pathlib import Path
 
-from ds_doctor.reports.records import Report
-from ds_doctor.reports.stacks import ignored_pins
-from ds_doctor.stacks.overlay import MARKER, parse_releases
-from ds_doctor.stacks.pins import build_ignoring_pins
+from ds_doctor.releases.overlay import MARKER, parse_releases
+from ds_doctor.releases.pins import build_ignoring_pins
+from ds_doctor.reports.model import Report
+from ds_doctor.reports.sides import ignored_pins
 from tests.reports.samples import a_report, every_outcome
 from tests.stacks.test_overlay import make_wheel
 

@@ -4,7 +4,7 @@ An overlay is resolved against the stack as installed (`pip install --dry-run --
 environment holds): only the named releases and whatever of their requirements the environment does not satisfy
 go into it, each exactly as resolved, with `--no-deps` and without build isolation (a release built from source
 builds against this torch). torch is never replaced unless it is named. The overlay lands in
-`~/.cache/ds-doctor/stacks/<key>/` (`DS_DOCTOR_STACKS` moves it), the key hashing the Python, the releases, where
+`~/.cache/ds-doctor/releases/<key>/` (`DS_DOCTOR_STACKS` moves it), the key hashing the Python, the releases, where
 they come from and the installed torch, and is reused while it holds a finished marker; it is checked to import
 before any case runs. Nothing is installed into the user's environment.
 
@@ -407,7 +407,7 @@ def build(
     ignoring_pins: Resolver | None = None,
 ) -> Overlay:
     """The overlay for `releases`: from the cache when it is there and finished, else resolved, installed and
-    checked (progress through `say`). `ignoring_pins` resolves it instead (ds_doctor.stacks.pins)."""
+    checked (progress through `say`). `ignoring_pins` resolves it instead (ds_doctor.releases.pins)."""
     ignore_pins = ignoring_pins is not None
     if find_links is not None and not find_links.is_dir():
         raise OverlayError(f"--find-links {one_line(str(find_links))[:300]}: not a folder")

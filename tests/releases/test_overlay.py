@@ -13,11 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ds_doctor.reports.markdown import render_markdown
-from ds_doctor.reports.records import Outcome, Report, Verdict
-from ds_doctor.reports.stacks import changes
-from ds_doctor.run.build import build_report
-from ds_doctor.stacks.overlay import (
+from ds_doctor.releases.overlay import (
     MARKER,
     OverlayError,
     Release,
@@ -26,6 +22,10 @@ from ds_doctor.stacks.overlay import (
     parse_release,
     parse_releases,
 )
+from ds_doctor.reports.markdown import render_markdown
+from ds_doctor.reports.model import Outcome, Report, Verdict
+from ds_doctor.reports.sides import changes
+from ds_doctor.run.build import build_report
 from tests.reports.samples import NOW, case, issue
 from tests.test_e2e import ROOT, ds_doctor, read_report
 
