@@ -11,7 +11,7 @@ import pytest
 
 from ds_doctor.releases.bisect import BisectError, between, bisect, releases_in
 from ds_doctor.releases.overlay import OverlayError, Release
-from tests.stacks.test_overlay import make_wheel
+from tests.releases.test_overlay import make_wheel
 from tests.test_e2e import ds_doctor
 
 VERSIONS = ["1.0", "1.1", "1.2", "1.3", "1.4", "1.5"]

@@ -11,7 +11,7 @@ from ds_doctor.releases.pins import build_ignoring_pins
 from ds_doctor.reports.model import Report
 from ds_doctor.reports.sides import ignored_pins
 from tests.reports.samples import a_report, every_outcome
-from tests.stacks.test_overlay import make_wheel
+from tests.releases.test_overlay import make_wheel
 
 TORCH = importlib.metadata.version("torch")
 
