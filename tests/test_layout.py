@@ -5,6 +5,7 @@ lines. Imports are read with ast, lazy ones inside functions included."""
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 import warnings
@@ -282,3 +283,16 @@ def test_entry_points_stay_light(module: str) -> None:
     code = f"import sys, {module}; print('torch' in sys.modules)"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "False", proc.stderr[-2000:]
+
+
+def test_every_loaded_test_is_in_a_file_make_test_runs_beside_the_hog() -> None:
+    """`make test` runs the `loaded` tests from the files its LOADED names (collecting only those): a test marked
+    `loaded` in any other file would never run."""
+    makefile = (ROOT / "Makefile").read_text()
+    listed = set(re.search(r"^LOADED := (.+)$", makefile, re.MULTILINE).group(1).split())  # type: ignore[union-attr]
+    marked = {
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "tests").rglob("test_*.py")
+        if re.search(r"pytest\.mark\.loaded\b", path.read_text())
+    }
+    assert marked == listed, (marked, listed)
