@@ -10,8 +10,8 @@ from ds_doctor.releases.overlay import MARKER, parse_releases
 from ds_doctor.releases.pins import build_ignoring_pins
 from ds_doctor.reports.model import Report
 from ds_doctor.reports.sides import ignored_pins
-from tests.reports.samples import a_report, every_outcome
 from tests.releases.test_overlay import make_wheel
+from tests.reports.samples import a_report, every_outcome
 
 TORCH = importlib.metadata.version("torch")
 
