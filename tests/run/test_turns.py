@@ -117,7 +117,7 @@ def test_the_launch_mode_is_read_once_and_a_typo_is_a_usage_error(tmp_path: Path
 
 
 @pytest.mark.multirank
-@pytest.mark.loaded  # `make test` runs it beside a CPU hog: the turns must hold when the cores are taken
+@pytest.mark.loaded  # `make test` runs it beside its sessions and a CPU hog: turns must hold when cores are taken
 def test_launches_run_at_once_and_a_case_that_runs_alone_overlaps_no_other(tmp_path: Path) -> None:
     """Two real launches (ws1, ws2) of a run: the busy cases of both overlap in time, and each timed case (one that
     runs alone) overlaps no case of the other launch."""
