@@ -45,6 +45,7 @@ SQUATTER = textwrap.dedent("""\
     import torch.distributed as dist
 
     port, key, forged, once = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4] == "once"
+    print("ready", flush=True)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
@@ -72,14 +73,17 @@ def job_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def squatter(port: int, key: str, *, once: bool) -> subprocess.Popen[str]:
     """A process without the secret that writes UNSEALED at `key` as soon as node 0's nonce is there: once, or on
-    and on."""
-    return subprocess.Popen(
+    and on. Returned once it has imported torch and is ready to write: on a loaded box that import alone can outlast
+    a short join timeout, which would leave the squatter's answers out of the test."""
+    rogue = subprocess.Popen(
         [sys.executable, "-c", SQUATTER, str(port), key, UNSEALED, "once" if once else "always"],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
     )
+    assert rogue.stdout is not None and rogue.stdout.readline().strip() == "ready"
+    return rogue
 
 
 class Store:

@@ -13,8 +13,8 @@ from tests.bounds import GENEROUS_RUN_S, GENEROUS_S
 from tests.resources import hang_probes
 from tests.test_e2e import ds_doctor, leftover_processes, read_report
 
-#: `make test` runs these beside its two sessions and a spinning process per core (a hang cut short at its limit, and
-#: its evidence, on a loaded node: the field's first runs are on busy nodes)
+#: `make test` runs these beside its two sessions and a spinning process per two cores (a hang cut short at its limit,
+#: and its evidence, on a loaded node: the field's first runs are on busy nodes)
 pytestmark = [pytest.mark.multirank, pytest.mark.loaded]
 PROBES = {"DS_DOCTOR_EXTRA_PROBES": "tests.resources.hang_probes"}
 
