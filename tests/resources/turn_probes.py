@@ -9,7 +9,9 @@ import time
 
 from ds_doctor.plugins import ProbeContext, ProbeSpec, Requirement, Variant
 
-BUSY_S = 1.5
+#: long enough that the two launches' busy cases meet on a loaded box: a fresh clone's `make test` started the ws2
+#: launch's 1.7 s after the ws1 launch's (a 1.5 s case missed it)
+BUSY_S = 5.0
 TIMED_S = 0.3
 
 
