@@ -240,6 +240,15 @@ FREEZE: Option[str | None] = Option(
     metavar="PATTERN",
     into=Into.RANKS,
 )
+MATRIX: Option[str] = Option(
+    "matrix",
+    ("--matrix",),
+    "pairs",
+    "equivalence's knob matrix at level 3: every pair of knob values ('pairs'), or every combination ('full').",
+    type=click.Choice(["pairs", "full"]),
+    show_default=True,
+    into=Into.RANKS,
+)
 WITH: Option[tuple[str, ...]] = Option(
     "with_releases",
     ("--with",),
@@ -287,6 +296,7 @@ BUILT_IN: tuple[Option[object], ...] = (
     ACCELERATE_CONFIG,
     MODEL,
     FREEZE,
+    MATRIX,
     WITH,
     FIND_LINKS,
     IGNORE_PINS,

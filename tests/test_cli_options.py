@@ -106,7 +106,7 @@ def test_every_built_in_definition_names_a_field_of_its_value_with_the_same_defa
         assert option.target in {f.name for f in dataclasses.fields(kept)}, option.name
         assert getattr(kept, option.target) == option.default, option.name
     marked = {option.target for option in BUILT_IN if option.into is Into.RANKS}
-    assert marked == {"deepspeed_config", "accelerate_config", "model", "freeze", "suspect_below"}
+    assert marked == {"deepspeed_config", "accelerate_config", "model", "freeze", "suspect_below", "matrix"}
 
 
 def test_a_toy_option_appears_in_the_help_and_reaches_the_run_options(tmp_path: Path) -> None:

@@ -36,6 +36,7 @@ class RankOptions:
         model: `--model`'s spec text (`hf:qwen3`, `pkg.mod:factory`), or None for the families' own models.
         freeze: `--freeze`'s pattern, or None for the default.
         suspect_below: `--suspect-below`, the fabric family's threshold.
+        matrix: `--matrix`, how much of the equivalence family's knob matrix level 3 runs ("pairs", "full").
         shared_gpu: how ranks share a GPU where there are more ranks than GPUs (a key of
             `ds_doctor.run.plan.SHARED_GPU_MODES`).
         overlay: the `--with` overlay folder the ranks import first, or None on the installed stack.
@@ -57,6 +58,7 @@ class RankOptions:
     model: str | None = None
     freeze: str | None = None
     suspect_below: float = DEFAULT_SUSPECT_BELOW
+    matrix: str = "pairs"
     shared_gpu: str = "nccl-hostid"
     overlay: str | None = None
     extensions_dir: str | None = None

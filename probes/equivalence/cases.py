@@ -5,9 +5,13 @@ DeepSpeed and Accelerate configs add one each)."""
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 from ds_doctor.plugins import RankOptions, Variant, Wrapper
 from ds_doctor.plugins.usersetup import UserConfig
+
+if TYPE_CHECKING:
+    from ds_doctor.probes.equivalence.knobs import Knobs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +47,9 @@ class Route:
     user_accelerate: bool = False  # the Accelerate route on the user's --accelerate-config
     # a model spec of the route's own, as --model spells it (the tests' planted models)
     model: str | None = None
+    knobs: Knobs | None = (
+        None  # a setting of the knob matrix (`knobs`): it decides what the fields above decide
+    )
 
 
 #: transformers >= 4.46.2 counts num_items_in_batch on the labels as given; a causal LM's loss shifts them
@@ -247,4 +254,65 @@ def variants(options: RankOptions) -> list[Variant]:
                 level=2,
             )
         )
-    return [Variant(r.name, r, level=r.level, reproduce=r.reproduce) for r in routes]
+    return [Variant(r.name, r, level=r.level, reproduce=r.reproduce) for r in routes + matrix(options.matrix)]
+
+
+#: the routes the knob matrix drives, each with the knobs its library offers (`knobs.offered`'s groups)
+MATRIX_ROUTES = (
+    ("ddp", Wrapper.DDP, 0, "torch"),
+    ("fsdp1", Wrapper.FSDP1, 0, "torch"),
+    ("fsdp2", Wrapper.FSDP2, 0, "torch"),
+    ("deepspeed-z0", Wrapper.DEEPSPEED, 0, "deepspeed"),
+    ("deepspeed-z1", Wrapper.DEEPSPEED, 1, "zero"),
+    ("deepspeed-z2", Wrapper.DEEPSPEED, 2, "zero"),
+    ("deepspeed-z3", Wrapper.DEEPSPEED, 3, "zero"),
+    ("accelerate", Wrapper.ACCELERATE, 0, "accelerate"),
+    ("accelerate-deepspeed", Wrapper.ACCELERATE_DEEPSPEED, 2, "torch"),
+)
+#: level 2's slice: the routes whose most-turned setting runs there
+SLICED = ("ddp", "deepspeed-z2", "deepspeed-z3", "accelerate")
+
+
+def needed() -> dict[str, list[Knobs]]:
+    """The settings real bugs needed, added to the pairs by hand (docs/invariants.md, "The knob matrix")."""
+    from ds_doctor.probes.equivalence.knobs import Knobs
+
+    return {
+        # DeepSpeed PR #7967: ZeRO-2 offload keeps micro-batch 0 of a window of 3 or more
+        "deepspeed-z2": [Knobs(accumulation=4, offload=True)],
+        # DeepSpeed #7837: bf16 without ZeRO and a client optimizer
+        "deepspeed-z0": [Knobs(precision="bf16", source="client")],
+        # Accelerate PR #2790: sync_each_batch stepped the optimizer at every micro-batch
+        "accelerate": [Knobs(sync_each_batch=True)],
+    }
+
+
+def matrix(extent: str = "pairs") -> list[Route]:
+    """The knob matrix's cases: per route, its covering design (`knobs.pairs`, level 3; `--matrix full`: every
+    combination) and, at level 2, the slice (`knobs.slice_of`). Named `matrix-<route>-<the knobs turned>`."""
+    from ds_doctor.probes.equivalence import knobs as k
+
+    offered = {"torch": k.TORCH_KNOBS, "deepspeed": k.DEEPSPEED_KNOBS, "zero": k.ZERO_KNOBS}
+    offered["accelerate"] = k.ACCELERATE_KNOBS
+    out = []
+    for name, wrapper, stage, kind in MATRIX_ROUTES:
+        design = k.pairs(offered[kind], needed().get(name, ()))
+        level2 = k.slice_of(design) if name in SLICED else None
+        if extent == "full":
+            design += [c for c in k.combinations(offered[kind]) if c not in design]
+        for setting in design[1:]:  # the defaults are the route's own case
+            out.append(
+                Route(
+                    "-".join(["matrix", name, *setting.tokens()]),
+                    wrapper,
+                    f"the {name} route with {setting.describe()} (the knob matrix)",
+                    stage=stage,
+                    offload=setting.offload,
+                    accumulation=setting.accumulation,
+                    bf16=setting.precision == "bf16",
+                    sync_each_batch=setting.sync_each_batch,
+                    level=2 if setting == level2 else 3,
+                    knobs=setting,
+                )
+            )
+    return out

@@ -39,6 +39,11 @@ class Session:
     def step(self, s: int) -> StepRecord:
         raise NotImplementedError
 
+    def autocast(self) -> Any:
+        """The forward's precision context: torch's autocast where the route's bf16 is autocast (DDP in the
+        matrix), else nothing (the wrapper casts: FSDP's mixed precision, DeepSpeed's bf16, Accelerate's)."""
+        return contextlib.nullcontext()
+
     def params(self) -> dict[str, Any]:
         """Every parameter's full value (gathered), fp32, on the CPU, under its original name."""
         raise NotImplementedError
@@ -58,7 +63,7 @@ class Session:
         recorder: contextlib.AbstractContextManager[dict[str, Any]] = (
             recording(model, self.grads.setdefault(s, {})) if k == 0 else contextlib.nullcontext({})
         )
-        with recorder as outputs:
+        with recorder as outputs, self.autocast():
             loss = self.subject.micro_loss(
                 model, s, k, self.ctx.rank, self.hyper.micro_batch, dtype=self.dtype, device=self.device
             )
@@ -87,13 +92,23 @@ class TorchSession(Session):
         import torch
 
         super().__init__(ctx, route, subject, hyper)
+        if route.knobs is not None:  # the model stays fp32; bf16 is the wrapper's mixed precision or autocast
+            self.dtype = torch.float32
         ctx.enter("wrap")
         self.module = subject.build(ctx.world_size).to(self.device)
         self.model = self.wrap(self.module)
-        params = [p for p in self.model.parameters() if p.requires_grad]
         self.opt = (torch.optim.AdamW if hyper.adamw else torch.optim.Adam)(
-            params, lr=hyper.lr, betas=hyper.betas, eps=hyper.eps, weight_decay=hyper.weight_decay
+            hyper.param_groups(self.model.named_parameters()),
+            lr=hyper.lr,
+            betas=hyper.betas,
+            eps=hyper.eps,
+            weight_decay=hyper.weight_decay,
         )
+        self.scheduler = linear_schedule(self.opt) if hyper.schedule == "linear" else None
+
+    def bf16(self) -> bool:
+        """Whether the matrix asks this route for bf16 (the wrapper's own mixed precision)."""
+        return self.route.knobs is not None and self.route.knobs.precision == "bf16"
 
     def wrap(self, module: Any) -> Any:
         raise NotImplementedError
@@ -122,6 +137,8 @@ class TorchSession(Session):
         loss_value = self.global_loss(window)
         norm = self.clip()
         self.opt.step()
+        if self.scheduler is not None:
+            self.scheduler.step()
         self.opt.zero_grad(set_to_none=True)
         norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
         return StepRecord(loss_value, float(norm), lr, self.params())
@@ -138,6 +155,13 @@ class DDPSession(TorchSession):
             module, device_ids=[self.device.index] if self.device.type == "cuda" else None
         )
 
+    def autocast(self) -> Any:
+        import torch
+
+        if self.bf16():  # torch's documented mixed precision for DDP: autocast around the forward
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
     def sync(self, k: int) -> Any:
         return self.model.no_sync() if k < self.hyper.accumulation - 1 else contextlib.nullcontext()
 
@@ -150,7 +174,15 @@ class FSDP1Session(TorchSession):
 
         # a tied model: root
         policy = None if self.subject.user is not None else ModuleWrapPolicy({torch.nn.Linear})
-        return FSDP(module, auto_wrap_policy=policy, device_id=self.device)
+        extra: dict[str, Any] = {}
+        if self.bf16():
+            from torch.distributed.fsdp import MixedPrecision
+
+            bf16 = torch.bfloat16
+            extra["mixed_precision"] = MixedPrecision(param_dtype=bf16, reduce_dtype=bf16, buffer_dtype=bf16)
+        if self.hyper.groups != "one":  # parameter groups by name need the original parameters (FSDP's docs)
+            extra["use_orig_params"] = True
+        return FSDP(module, auto_wrap_policy=policy, device_id=self.device, **extra)
 
     def sync(self, k: int) -> Any:
         return self.model.no_sync() if k < self.hyper.accumulation - 1 else contextlib.nullcontext()
@@ -176,11 +208,16 @@ class FSDP2Session(TorchSession):
         from torch.distributed.fsdp import fully_shard
 
         refuse_fsdp2_over_gloo_on_gpu(self.ctx)
+        extra: dict[str, Any] = {}
+        if self.bf16():  # the FSDP2 tutorial's policy: bf16 compute, fp32 reduction
+            from torch.distributed.fsdp import MixedPrecisionPolicy
+
+            extra["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
         if self.subject.user is None:  # the MLP: each Linear its own unit, as users shard blocks
             for child in module:
                 if isinstance(child, torch.nn.Linear):
-                    fully_shard(child)
-        return fully_shard(module)
+                    fully_shard(child, **extra)
+        return fully_shard(module, **extra)
 
     def sync(self, k: int) -> Any:
         self.model.set_requires_gradient_sync(k == self.hyper.accumulation - 1)
@@ -212,12 +249,21 @@ class DeepSpeedSession(Session):
         super().__init__(ctx, route, subject, hyper)
         ctx.enter("initialize")
         module = subject.build(ctx.world_size)
-        optimizer = client_optimizer(module.parameters()) if client_optimizer else None
+        # the matrix's parameter groups, as the user's code builds them; else every trainable parameter
+        params: Any = (
+            hyper.param_groups(module.named_parameters())
+            if route.knobs is not None
+            else [p for p in module.parameters() if p.requires_grad]
+        )
+        optimizer = client_optimizer(params) if client_optimizer else None
+        # a client scheduler where the client passes the optimizer (the engine steps it per optimizer step)
+        scheduler = linear_schedule if optimizer is not None and hyper.schedule == "linear" else None
         self.engine, _, _, _ = deepspeed.initialize(
             model=module,
             optimizer=optimizer,
             config=config,
-            model_parameters=None if optimizer else [p for p in module.parameters() if p.requires_grad],
+            model_parameters=None if optimizer else params,
+            lr_scheduler=scheduler,
         )
 
     def step(self, s: int) -> StepRecord:
@@ -267,6 +313,16 @@ class DeepSpeedSession(Session):
         return None if scheduler is None else int(getattr(scheduler, "last_batch_iteration", -2))
 
 
+def linear_schedule(optimizer: Any) -> Any:
+    """transformers' `get_linear_schedule_with_warmup` as the user's loop builds it: a `LambdaLR` over the documented
+    factor (`knobs.linear_factor`), stepped once per optimizer step."""
+    import torch
+
+    from ds_doctor.probes.equivalence.knobs import linear_factor
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, linear_factor)
+
+
 def _grad_norm(module: Any) -> float:
     import torch
 
@@ -313,10 +369,15 @@ class AccelerateSession(Session):
         self.accelerator = Accelerator(
             cpu=cpu, kwargs_handlers=[InitProcessGroupKwargs(backend=ctx.backend)], **kwargs
         )
+        if route.knobs is not None and plugin_config is None:
+            self.dtype = torch.float32  # the model stays fp32: Accelerate's bf16 is autocast
         self.module = subject.build(ctx.world_size)
-        params = [p for p in self.module.parameters() if p.requires_grad]
         optimizer = (torch.optim.AdamW if hyper.adamw else torch.optim.Adam)(
-            params, lr=hyper.lr, betas=hyper.betas, eps=hyper.eps, weight_decay=hyper.weight_decay
+            hyper.param_groups(self.module.named_parameters()),
+            lr=hyper.lr,
+            betas=hyper.betas,
+            eps=hyper.eps,
+            weight_decay=hyper.weight_decay,
         )
         self.scheduler = schedule(optimizer) if schedule is not None else None
         prepared = [self.module, optimizer] + (
@@ -350,7 +411,10 @@ class AccelerateSession(Session):
                         self.model.parameters(), self.hyper.clip or float("inf")
                     )
                 self.opt.step()
-                if self.scheduler is not None and accelerator.sync_gradients:
+                # Accelerate's documented loop steps the scheduler at every micro-batch (it counts the skipped ones)
+                if self.scheduler is not None and (
+                    accelerator.sync_gradients or self.route.knobs is not None
+                ):
                     self.scheduler.step()
                 self.opt.zero_grad()
             window += loss.detach().float()

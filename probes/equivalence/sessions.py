@@ -27,6 +27,8 @@ from ds_doctor.probes.shared.common import require_deepspeed_ops
 def open_session(ctx: ProbeContext, route: Route, subject: Subject) -> Session:
     """The route built for this case: its settings (the family's, or the user's config made runnable here), the
     packages it needs, and the session that trains it."""
+    if route.knobs is not None:
+        return _matrix_session(ctx, route, subject)
     if route.wrapper in SESSIONS:
         return SESSIONS[route.wrapper](ctx, route, subject, Hyper())
     if route.wrapper is Wrapper.DEEPSPEED:
@@ -53,6 +55,69 @@ def open_session(ctx: ProbeContext, route: Route, subject: Subject) -> Session:
         ctx.note("deepspeed_config", config)
         return AccelerateSession(ctx, route, subject, hyper, plugin_config=config, schedule=schedule)
     return AccelerateSession(ctx, route, subject, Hyper(), schedule=schedule)
+
+
+def knob_hyper(route: Route, kernel: str, schedule: str, stride: int = 1) -> Hyper:
+    """What one step of a matrix setting does, for the reference: `schedule` names the documented schedule the
+    route's library runs where the setting has one (`Hyper.lrs`), `stride` its scheduler steps per optimizer step."""
+    knobs = route.knobs
+    assert knobs is not None
+    return Hyper(
+        accumulation=knobs.accumulation,
+        clip=Hyper.clip if knobs.clip else 0.0,
+        dtype="bfloat16" if knobs.precision == "bf16" else "float32",
+        kernel=kernel,
+        groups=knobs.groups,
+        schedule=schedule if knobs.schedule != "constant" else "constant",
+        stride=stride,
+    )
+
+
+def _matrix_session(ctx: ProbeContext, route: Route, subject: Subject) -> Session:
+    """A setting of the knob matrix on its route: the route's library configured as its documentation says."""
+    knobs = route.knobs
+    assert knobs is not None
+    ctx.note("knobs", knobs.describe(), shown=True)
+    if route.wrapper in SESSIONS:
+        return SESSIONS[route.wrapper](ctx, route, subject, knob_hyper(route, "torch", "linear"))
+    if route.wrapper is Wrapper.DEEPSPEED:
+        ctx.require(DEEPSPEED)
+        require_deepspeed_ops(ctx)
+        client = knobs.source == "client"
+        hyper = knob_hyper(route, "torch" if client else "deepspeed", "linear" if client else "deepspeed")
+        config = _ds_config(route, hyper)
+        if client:  # a torch AdamW (and a LambdaLR) passed in: the config names neither
+            del config["optimizer"]
+            config.pop("scheduler", None)
+            config["zero_allow_untested_optimizer"] = True
+            config["zero_force_ds_cpu_optimizer"] = False
+        ctx.note("deepspeed_config", config)
+        return DeepSpeedSession(
+            ctx, route, subject, hyper, config, (lambda p: _torch_adamw(p, hyper)) if client else None
+        )
+    ctx.require(ACCELERATE, TRANSFORMERS)
+    extra = {"mixed_precision": "bf16"} if knobs.precision == "bf16" else {}
+    if route.wrapper is Wrapper.ACCELERATE_DEEPSPEED:
+        ctx.require(DEEPSPEED)
+        require_deepspeed_ops(ctx)
+        # a torch scheduler is not DeepSpeed's (`VALID_LR_SCHEDULES`): Accelerate keeps it, stepped once per process
+        hyper = knob_hyper(route, "torch", "linear", stride=ctx.world_size)
+        config = {**_ds_config(route, hyper), "zero_allow_untested_optimizer": True}
+        del config["optimizer"]
+        config.pop("scheduler", None)
+        ctx.note("deepspeed_config", config)
+        return AccelerateSession(
+            ctx, route, subject, hyper, plugin_config=config, extra=extra, schedule=_linear(hyper)
+        )
+    # a prepared scheduler steps once per process per optimizer step where batches are not split (its docs)
+    hyper = knob_hyper(route, "torch", "linear", stride=ctx.world_size)
+    return AccelerateSession(ctx, route, subject, hyper, extra=extra, schedule=_linear(hyper))
+
+
+def _linear(hyper: Hyper) -> Any:
+    from ds_doctor.probes.equivalence.routes import linear_schedule
+
+    return linear_schedule if hyper.schedule == "linear" else None
 
 
 def warmup(optimizer: Any) -> Any:
@@ -97,6 +162,20 @@ def _ds_config(route: Route, hyper: Hyper) -> dict[str, Any]:
     }
     if route.bf16:
         config["bf16"] = {"enabled": True}
+    if route.knobs is not None and route.knobs.schedule != "constant":
+        from ds_doctor.probes.equivalence.knobs import TOTAL, WARMUP, group_settings
+
+        rates = [g["lr"] for g in group_settings(hyper.groups, hyper.lr, hyper.weight_decay)]
+        config["scheduler"] = {
+            "type": "WarmupDecayLR",
+            "params": {
+                "warmup_min_lr": 0.0,
+                "warmup_max_lr": rates if len(rates) > 1 else rates[0],  # each group its own (a list)
+                "warmup_num_steps": WARMUP,
+                "total_num_steps": TOTAL,
+                "warmup_type": "linear",
+            },
+        }
     if route.resume:
         config["scheduler"] = {
             "type": "WarmupDecayLR",

@@ -38,12 +38,39 @@ class Hyper:
     adamw: bool = True  # decoupled weight decay (AdamW); False: Adam's L2
     dtype: str = "float32"  # the route's compute dtype (the reference is fp32 always)
     kernel: str = "torch"  # whose Adam the route steps with: "torch", or "deepspeed" (fp32 bias corrections)
+    groups: str = "one"  # the parameter groups (`knobs.split`): "one", "decay", "rates"
+    # the lr schedule, as documented: "constant", "linear" (transformers' linear warm-up and decay, a LambdaLR
+    # stepped per optimizer step), "deepspeed" (the config's WarmupDecayLR, stepped by the engine)
+    schedule: str = "constant"
+    stride: int = 1  # scheduler steps per optimizer step (Accelerate's prepared scheduler: one per process)
+
+    def lrs(self, step: int) -> list[float]:
+        """Each parameter group's lr at optimizer step `step`, from the documented schedule (never the route's)."""
+        from ds_doctor.probes.equivalence import knobs
+
+        factor = knobs.deepspeed_factor if self.schedule == "deepspeed" else knobs.linear_factor
+        scale = 1.0 if self.schedule == "constant" else factor(step * self.stride)
+        return [g["lr"] * scale for g in knobs.group_settings(self.groups, self.lr, self.weight_decay)]
+
+    def param_groups(self, named: Any) -> list[dict[str, Any]]:
+        """The optimizer's parameter groups of `named` ((name, parameter) pairs), as the user's code builds them."""
+        from ds_doctor.probes.equivalence import knobs
+
+        return knobs.split(
+            ((n, p) for n, p in named if p.requires_grad), self.groups, self.lr, self.weight_decay
+        )
 
     def describe(self) -> str:
         clip = f"clip {self.clip:g}" if self.clip else "no clipping"
+        groups = {
+            "one": "",
+            "decay": ", biases and norms without weight decay",
+            "rates": (", biases and norms without weight decay at their own lr"),
+        }[self.groups]
+        schedule = "" if self.schedule == "constant" else f", {self.schedule} warm-up schedule"
         return (
             f"gradient_accumulation_steps={self.accumulation}, micro batch {self.micro_batch}, {clip}, "
-            f"{'AdamW' if self.adamw else 'Adam'} lr {self.lr:g}, {self.dtype}"
+            f"{'AdamW' if self.adamw else 'Adam'} lr {self.lr:g}{groups}{schedule}, {self.dtype}"
         )
 
 
@@ -151,9 +178,9 @@ def _run(
     initial = full_params(model, dtype=dtype)
     records = []
     for step in range(hyper.steps):
-        lr = lrs[step] if lrs is not None else hyper.lr
+        lr = [lrs[step]] if lrs is not None else hyper.lrs(step)
         loss, norm = _step(subject, trainee, hyper, world_size, step, lr, dtype)
-        records.append(StepRecord(float(loss), float(norm), lr, full_params(model, dtype=dtype)))
+        records.append(StepRecord(float(loss), float(norm), lr[0], full_params(model, dtype=dtype)))
     return records, initial
 
 
@@ -165,7 +192,11 @@ def _trainee(subject: Subject, hyper: Hyper, dtype: Any) -> tuple[Any, list[Any]
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = (torch.optim.AdamW if hyper.adamw else torch.optim.Adam)(
-        params, lr=hyper.lr, betas=hyper.betas, eps=hyper.eps, weight_decay=hyper.weight_decay
+        hyper.param_groups(model.named_parameters()),
+        lr=hyper.lr,
+        betas=hyper.betas,
+        eps=hyper.eps,
+        weight_decay=hyper.weight_decay,
     )
     return model, params, optimizer
 
@@ -176,17 +207,17 @@ def _step(
     hyper: Hyper,
     world_size: int,
     step: int,
-    lr: float,
+    lr: Sequence[float],
     dtype: Any,
 ) -> tuple[Any, Any]:
-    """One reference step of `trainee` (`_trainee`'s) at `lr`: the global loss and the gradient norm before
-    clipping."""
+    """One reference step of `trainee` (`_trainee`'s) at `lr`, each group's (one for all where it holds one): the
+    global loss and the gradient norm before clipping."""
     import torch
 
     model, params, optimizer = trainee
 
-    for group in optimizer.param_groups:
-        group["lr"] = lr
+    for i, group in enumerate(optimizer.param_groups):
+        group["lr"] = lr[i] if len(lr) > 1 else lr[0]
     loss = _accumulate(subject, model, params, hyper, world_size, step, dtype)
     norm = torch.nn.utils.clip_grad_norm_(params, hyper.clip) if hyper.clip else _norm(params)
     optimizer.step()
@@ -206,7 +237,15 @@ def reference_outputs(
     dtype = torch.float32
     trainee = _trainee(subject, hyper, dtype)
     for step in range(at_step):
-        _step(subject, trainee, hyper, world_size, step, lrs[step] if lrs is not None else hyper.lr, dtype)
+        _step(
+            subject,
+            trainee,
+            hyper,
+            world_size,
+            step,
+            [lrs[step]] if lrs is not None else hyper.lrs(step),
+            dtype,
+        )
     model = trainee[0]
     grads: dict[str, Any] = {}
     with recording(model, grads) as outputs:

@@ -1,0 +1,199 @@
+"""The knobs where silent bugs of real releases live, and the matrix each route is driven over (issue 50).
+
+A `Knobs` is one setting of them: precision, the accumulation window, clipping, the parameter groups (one; decay
+groups that exclude biases and norms by name, as the Trainer's `get_decay_parameter_names` does; groups with their
+own learning rates), a learning-rate schedule stepped per optimizer step, optimizer offload, whether DeepSpeed builds
+the optimizer and scheduler from its config or the client passes them, and Accelerate's `sync_each_batch`. A route
+offers the knobs its library has (`offered`); which settings run is a covering design (`pairs`: every pair of two
+knobs' values in at least one setting, greedily, the all-defaults setting first), plus the settings real bugs
+needed, added by hand (`NEEDED`). Level 2 runs a slice, level 3 the pairs, `--matrix full` every combination.
+
+What the reference needs of a setting is here too, computed as each library documents it and never read back from
+the route: each parameter's group (`group_of`), each group's learning rate at each optimizer step (`group_lrs`).
+Nothing here imports torch: `ds-doctor list` reads the cases.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Callable, Iterable, Sequence
+
+#: the base learning rate of the matrix's runs (the family's `Hyper.lr`)
+BASE_LR = 1e-2
+#: a "rates" setting's second group (no decay) steps at this multiple of the base rate
+SECOND_GROUP_RATE = 0.1
+#: the schedule: a linear warm-up over WARMUP optimizer steps, then a linear decay to 0 at TOTAL
+WARMUP, TOTAL = 2, 6
+
+
+@dataclasses.dataclass(frozen=True)
+class Knobs:
+    """One setting of the knobs; each field's default is the family's route as it was before the matrix."""
+
+    precision: str = "fp32"  # "fp32" | "bf16" (fp16's loss scaler needs a GPU: not offered on a CPU)
+    accumulation: int = 2  # the accumulation window, in micro-batches
+    clip: bool = True  # clip to the global norm (0.05: engages at every step)
+    groups: str = (
+        "one"  # "one" | "decay" (biases and norms without weight decay) | "rates" (decay, own rates)
+    )
+    schedule: str = (
+        "constant"  # "constant" | "warmup" (linear warm-up, then linear decay, per optimizer step)
+    )
+    offload: bool = False  # DeepSpeed ZeRO 1-3: the optimizer offloaded to the CPU
+    source: str = "config"  # DeepSpeed: the optimizer (and scheduler) "config" builds, or the "client" passes
+    sync_each_batch: bool = False  # Accelerate: GradientAccumulationPlugin(sync_each_batch=True)
+
+    def tokens(self) -> list[str]:
+        """The settings that differ from the defaults, in a case name's words."""
+        out = []
+        if self.precision != "fp32":
+            out.append(self.precision)
+        if self.accumulation != Knobs.accumulation:
+            out.append(f"ga{self.accumulation}")
+        if not self.clip:
+            out.append("noclip")
+        if self.groups != "one":
+            out.append(self.groups)
+        if self.schedule != "constant":
+            out.append(self.schedule)
+        if self.offload:
+            out.append("offload")
+        if self.source != "config":
+            out.append(self.source)
+        if self.sync_each_batch:
+            out.append("sync-each-batch")
+        return out
+
+    def describe(self) -> str:
+        return ", ".join(self.tokens()) or "the defaults"
+
+    def changed(self) -> list[str]:
+        """The knobs set away from their defaults, by field name."""
+        base = Knobs()
+        return [f.name for f in dataclasses.fields(self) if getattr(self, f.name) != getattr(base, f.name)]
+
+    def back(self, knob: str) -> Knobs:
+        """This setting with `knob` back at its default."""
+        return dataclasses.replace(self, **{knob: getattr(Knobs(), knob)})
+
+
+#: every value of each knob, the default first
+VALUES: dict[str, tuple[object, ...]] = {
+    "precision": ("fp32", "bf16"),
+    "accumulation": (2, 1, 4),
+    "clip": (True, False),
+    "groups": ("one", "decay", "rates"),
+    "schedule": ("constant", "warmup"),
+    "offload": (False, True),
+    "source": ("config", "client"),
+    "sync_each_batch": (False, True),
+}
+
+#: the knobs each kind of route offers (`offered`)
+TORCH_KNOBS = ("precision", "accumulation", "clip", "groups", "schedule")
+ACCELERATE_KNOBS = (*TORCH_KNOBS, "sync_each_batch")
+DEEPSPEED_KNOBS = (*TORCH_KNOBS, "source")
+ZERO_KNOBS = (*DEEPSPEED_KNOBS, "offload")
+
+
+def allowed(knobs: Knobs) -> bool:
+    """Settings that mean nothing are left out: `sync_each_batch` without accumulation."""
+    return not (knobs.sync_each_batch and knobs.accumulation == 1)
+
+
+def combinations(offered: Sequence[str]) -> list[Knobs]:
+    """Every allowed setting of the `offered` knobs (the others at their defaults), the defaults first."""
+    out = []
+    for values in itertools.product(*(VALUES[k] for k in offered)):
+        knobs = Knobs(**dict(zip(offered, values, strict=True)))  # type: ignore[arg-type]
+        if allowed(knobs):
+            out.append(knobs)
+    return out
+
+
+def pairs(offered: Sequence[str], needed: Iterable[Knobs] = ()) -> list[Knobs]:
+    """A covering design of strength two: every pair of values of two offered knobs appears in at least one
+    setting (of those `allowed`), the all-defaults setting first and `needed` next; then, greedily, the setting that
+    covers the most pairs not yet covered (the first in `combinations`' order on a tie). Deterministic."""
+    candidates = combinations(offered)
+
+    def covered(knobs: Knobs) -> set[tuple[str, object, str, object]]:
+        return {(a, getattr(knobs, a), b, getattr(knobs, b)) for a, b in itertools.combinations(offered, 2)}
+
+    wanted: set[tuple[str, object, str, object]] = set().union(*(covered(k) for k in candidates))
+    chosen = [candidates[0], *(k for k in needed if k != candidates[0])]
+    left = wanted - set().union(*(covered(k) for k in chosen))
+    while left:
+        best = max(candidates, key=lambda k: len(covered(k) & left))
+        chosen.append(best)
+        left -= covered(best)
+    return chosen
+
+
+def slice_of(design: Sequence[Knobs]) -> Knobs:
+    """Level 2's setting of a route: the design's setting that turns the most knobs (the first such)."""
+    return max(design, key=lambda k: len(k.changed()))
+
+
+# -- what the reference needs of a setting: groups and learning rates, as the libraries document them ----------
+
+NO_DECAY_WORDS = ("bias", "norm")
+
+
+def group_of(name: str, groups: str) -> int:
+    """The group of parameter `name`: 0, or 1 for a bias or a norm's parameter where groups split ("decay",
+    "rates"): the rule of transformers' `get_decay_parameter_names` (no decay for biases and normalisation layers),
+    read on the name."""
+    if groups == "one":
+        return 0
+    leaf = name.rsplit(".", 1)[-1].lower()
+    return 1 if leaf == "bias" or any("norm" in part.lower() for part in name.split(".")[:-1]) else 0
+
+
+def group_settings(groups: str, lr: float, weight_decay: float) -> list[dict[str, float]]:
+    """Each group's own lr and weight decay (what its dict in the optimizer holds besides its parameters)."""
+    if groups == "one":
+        return [{"lr": lr, "weight_decay": weight_decay}]
+    second = lr * SECOND_GROUP_RATE if groups == "rates" else lr
+    return [{"lr": lr, "weight_decay": weight_decay}, {"lr": second, "weight_decay": 0.0}]
+
+
+def split(named: Iterable[tuple[str, object]], groups: str, lr: float, weight_decay: float) -> list[dict]:
+    """The optimizer's parameter groups of `named` (name, parameter) pairs: empty groups left out."""
+    settings = group_settings(groups, lr, weight_decay)
+    members: list[list[object]] = [[] for _ in settings]
+    for name, param in named:
+        members[group_of(name, groups)].append(param)
+    return [{"params": m, **s} for m, s in zip(members, settings, strict=True) if m]
+
+
+def linear_factor(step: int) -> float:
+    """transformers' `get_linear_schedule_with_warmup` (a `LambdaLR`): the multiple of the base rate at scheduler
+    step `step`: step / WARMUP during the warm-up, then falling linearly to 0 at TOTAL."""
+    if step < WARMUP:
+        return step / WARMUP
+    return max(0.0, (TOTAL - step) / (TOTAL - WARMUP))
+
+
+def deepspeed_factor(step: int) -> float:
+    """DeepSpeed's `WarmupDecayLR` (linear warm-up, `warmup_min_lr` 0) as its docstring and `get_lr` define it: at
+    construction (iteration -1) the min lr; the engine steps it after each optimizer step, so optimizer step `step`
+    runs at iteration step - 1: iteration / WARMUP during the warm-up, then (TOTAL - iteration) / (TOTAL - WARMUP)."""
+    iteration = step - 1
+    if iteration < 0:
+        return 0.0
+    if iteration < WARMUP:
+        return iteration / WARMUP
+    return max(0.0, (TOTAL - iteration) / max(1.0, TOTAL - WARMUP))
+
+
+def group_lrs(
+    knobs: Knobs, step: int, lr: float, factor: Callable[[int], float], stride: int = 1
+) -> list[float]:
+    """Each group's learning rate at optimizer step `step` (0-based): its own rate times the documented schedule's
+    factor at the scheduler's count then. `stride`: scheduler steps per optimizer step (Accelerate's prepared
+    scheduler steps once per process, "the training dataloader batch size was multiplied by num_processes", when
+    batches are not split)."""
+    scale = 1.0 if knobs.schedule == "constant" else factor(step * stride)
+    return [s["lr"] * scale for s in group_settings(knobs.groups, lr, 0.0)]

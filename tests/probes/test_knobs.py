@@ -1,0 +1,104 @@
+"""The knob matrix's design (every pair of two knobs' values in some setting, the hand-added settings kept, names
+unique and stable) and the reference's own learning rates and groups, held to the libraries' real schedulers:
+transformers' `get_linear_schedule_with_warmup`, DeepSpeed's `WarmupDecayLR` stepped as its engine steps it, and
+Accelerate's prepared scheduler, which steps once per process."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from ds_doctor.probes.equivalence import knobs as k
+from ds_doctor.probes.equivalence.cases import matrix, needed
+from ds_doctor.probes.equivalence.subject import Hyper
+from tests.conftest import requires_deepspeed
+
+
+def _pairs(design: list[k.Knobs], offered: tuple[str, ...]) -> set[tuple[str, object, str, object]]:
+    return {
+        (a, getattr(s, a), b, getattr(s, b)) for s in design for a, b in itertools.combinations(offered, 2)
+    }
+
+
+@pytest.mark.parametrize("offered", [k.TORCH_KNOBS, k.ACCELERATE_KNOBS, k.DEEPSPEED_KNOBS, k.ZERO_KNOBS])
+def test_the_design_covers_every_pair_of_values(offered: tuple[str, ...]) -> None:
+    design = k.pairs(offered)
+    assert design[0] == k.Knobs()
+    assert _pairs(design, offered) == _pairs(k.combinations(offered), offered)
+    assert len(design) < len(k.combinations(offered)) / 4  # a covering design, not the product
+    assert all(k.allowed(s) for s in design)
+    assert len(set(design)) == len(design)
+
+
+def test_a_pair_left_out_is_found() -> None:
+    """The check above can fail: a design without one of its settings misses a pair."""
+    design = k.pairs(k.TORCH_KNOBS)
+    full = _pairs(k.combinations(k.TORCH_KNOBS), k.TORCH_KNOBS)
+    assert any(_pairs(design[:i] + design[i + 1 :], k.TORCH_KNOBS) != full for i in range(1, len(design)))
+
+
+def test_the_settings_bugs_needed_are_in_the_matrix_and_names_are_unique() -> None:
+    routes = matrix()
+    names = [r.name for r in routes]
+    assert len(names) == len(set(names))
+    for route, settings in needed().items():
+        for setting in settings:
+            assert "-".join(["matrix", route, *setting.tokens()]) in names
+    assert "matrix-deepspeed-z2-ga4-offload" in names
+    assert sum(r.level == 2 for r in routes) == 4
+    full = matrix("full")
+    assert {r.name for r in routes} <= {r.name for r in full} and len(full) > 10 * len(routes)
+    assert names == [r.name for r in matrix()]  # deterministic
+
+
+def test_groups_by_name_follow_the_trainers_rule() -> None:
+    assert k.group_of("0.weight", "decay") == 0
+    assert k.group_of("0.bias", "decay") == 1
+    assert k.group_of("model.layers.0.input_layernorm.weight", "rates") == 1
+    assert k.group_of("model.norm.weight", "decay") == 1
+    assert k.group_of("model.layers.0.mlp.down_proj.weight", "decay") == 0
+    assert k.group_of("anything.bias", "one") == 0
+
+
+def test_the_linear_schedule_is_transformers_own() -> None:
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    sched = transformers.get_linear_schedule_with_warmup(opt, k.WARMUP, k.TOTAL)
+    seen = []
+    for _ in range(k.TOTAL):
+        seen.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert seen == pytest.approx([k.linear_factor(s) for s in range(k.TOTAL)], abs=0)
+
+
+@requires_deepspeed
+def test_the_deepspeed_schedule_is_warmup_decay_lr_as_the_engine_steps_it() -> None:
+    torch = pytest.importorskip("torch")
+    from deepspeed.runtime.lr_schedules import WarmupDecayLR
+
+    opt = torch.optim.SGD(
+        [{"params": [torch.nn.Parameter(torch.zeros(1))]}, {"params": [torch.nn.Parameter(torch.zeros(1))]}],
+        lr=1.0,
+    )
+    sched = WarmupDecayLR(
+        opt,
+        total_num_steps=k.TOTAL,
+        warmup_min_lr=0.0,
+        warmup_max_lr=[1.0, 0.1],
+        warmup_num_steps=k.WARMUP,
+        warmup_type="linear",
+    )
+    hyper = Hyper(groups="rates", schedule="deepspeed", lr=1.0)
+    for step in range(k.TOTAL):
+        assert [g["lr"] for g in opt.param_groups] == pytest.approx(hyper.lrs(step), rel=1e-12)
+        opt.step()
+        sched.step()
+
+
+def test_accelerates_prepared_scheduler_strides_by_the_processes() -> None:
+    at_two = Hyper(schedule="linear", stride=2)
+    assert [at_two.lrs(s)[0] for s in range(3)] == pytest.approx([0.0, Hyper.lr, Hyper.lr * 0.5])
+    assert Hyper(groups="rates").lrs(0) == pytest.approx([Hyper.lr, Hyper.lr * k.SECOND_GROUP_RATE])
