@@ -301,18 +301,24 @@ def matrix(extent: str = "pairs") -> list[Route]:
         if extent == "full":
             design += [c for c in k.combinations(offered[kind]) if c not in design]
         for setting in design[1:]:  # the defaults are the route's own case
-            out.append(
-                Route(
-                    "-".join(["matrix", name, *setting.tokens()]),
-                    wrapper,
-                    f"the {name} route with {setting.describe()} (the knob matrix)",
-                    stage=stage,
-                    offload=setting.offload,
-                    accumulation=setting.accumulation,
-                    bf16=setting.precision == "bf16",
-                    sync_each_batch=setting.sync_each_batch,
-                    level=2 if setting == level2 else 3,
-                    knobs=setting,
-                )
+            base = Route(
+                "-".join(["matrix", name, *setting.tokens()]),
+                wrapper,
+                f"the {name} route with {setting.describe()} (the knob matrix)",
+                stage=stage,
+                level=2 if setting == level2 else 3,
             )
+            out.append(with_knobs(base, setting))
     return out
+
+
+def with_knobs(route: Route, setting: Knobs) -> Route:
+    """`route` at the matrix's `setting`: the fields the knobs decide, set from them."""
+    return dataclasses.replace(
+        route,
+        offload=setting.offload,
+        accumulation=setting.accumulation,
+        bf16=setting.precision == "bf16",
+        sync_each_batch=setting.sync_each_batch,
+        knobs=setting,
+    )

@@ -48,6 +48,8 @@ def tolerance_for(ctx: ProbeContext, route: Route, hyper: Hyper) -> Tolerance:
 def setting(ctx: ProbeContext, route: Route, hyper: Hyper) -> str:
     extra = f", zero stage {route.stage}" if route.wrapper.zero else ""
     extra += ", offload_optimizer cpu" if route.offload else ""
+    if route.knobs is not None:
+        extra += f"; the knobs turned: {route.knobs.describe()}"
     return f"{route.name} at {ctx.world_size} rank(s): {hyper.describe()}{extra}"
 
 
@@ -68,6 +70,11 @@ class Judging:
     explain: Callable[[list[StepRecord]], str | None] | None = None
     outputs: dict[int, dict[str, Any]] | None = None  # the route's module outputs per step (where.py)
     grads: dict[int, dict[str, Any]] | None = None  # the gradients of those outputs per step
+    # the reference's request for each module's output at a step (rank 0's micro-batch 0), where the route's
+    # reference is not the family's subject (the Trainer's token mean); None: the subject's
+    outputs_request: Callable[[int], dict[str, Any]] | None = None
+    # a matrix setting's divergence: the smallest setting found that still shows it, in words (`probe.smallest`)
+    smallest: Callable[[], str] | None = None
 
 
 def judge(
@@ -79,21 +86,7 @@ def judge(
     ref = (
         reference_run
         if reference_run is not None
-        else independent_reference(
-            {
-                "call": "ds_doctor.probes.equivalence.reference:subject_reference",
-                "args": (
-                    ctx.options.to_json(),
-                    route.model,
-                    hyper,
-                    ctx.world_size,
-                    [r.lr for r in records] if schedule else None,
-                ),
-            },
-            ctx.rank,
-            ctx.world_size,
-            ctx.device,
-        )
+        else subject_reference(ctx, route, hyper, records, schedule)
     )
     tolerance = tolerance_for(ctx, route, hyper)
     compared, missing = gaps(ref, records)
@@ -119,23 +112,19 @@ def judge(
     findings = missing_finding(missing, "update", setting(ctx, route, hyper))
     divergence = first_divergence(compared, tolerance)
     if divergence is not None and how.outputs:
-        where_it_starts(
-            ctx,
-            route,
-            hyper,
-            records if schedule else None,
-            divergence.step,
-            tolerance,
-            (how.outputs, how.grads or {}),
+        request = (
+            how.outputs_request(divergence.step)
+            if how.outputs_request is not None
+            else outputs_request(ctx, route, hyper, records if schedule else None, divergence.step)
         )
+        where_it_starts(ctx, request, divergence, tolerance, (how.outputs, how.grads or {}))
     if divergence is not None:
+        said = setting(ctx, route, hyper)
+        if how.smallest is not None:
+            said += f"; {how.smallest()}"
         findings.append(
             divergence_finding(
-                divergence,
-                hyper.steps,
-                setting(ctx, route, hyper),
-                remedy,
-                first_divergence(compared, tolerance, ("update",)),
+                divergence, hyper.steps, said, remedy, first_divergence(compared, tolerance, ("update",))
             )
         )
     ctx.add_findings(findings)
@@ -147,37 +136,76 @@ def judge(
         ctx.reproduce(issue, showed=showed, caught=bool(findings))
 
 
-def where_it_starts(
-    ctx: ProbeContext,
-    route: Route,
-    hyper: Hyper,
-    scheduled: list[StepRecord] | None,
-    step: int,
-    tolerance: Any,
-    recorded: tuple[dict[int, dict[str, Any]], dict[int, dict[str, Any]]],
-) -> None:
-    """At the first diverging step, the first module whose output (then whose output's gradient) leaves the
-    reference's (rank 0's micro-batch 0), noted for the reader; every rank takes part in the reference's answer,
-    rank 0 compares. `recorded`: the route's module outputs and their gradients, per step."""
-    from ds_doctor.probes.equivalence import where
-
-    reference = independent_reference(
+def subject_reference(
+    ctx: ProbeContext, route: Route, hyper: Hyper, records: list[StepRecord], schedule: bool = False
+) -> list[StepRecord]:
+    """The independent reference of the route's model at `hyper` (rank 0's reference process, sent to every rank);
+    `schedule`: each step's lr copied from the route's `records` (the resume routes), else the documented one."""
+    return independent_reference(
         {
-            "call": "ds_doctor.probes.equivalence.reference:subject_outputs",
+            "call": "ds_doctor.probes.equivalence.reference:subject_reference",
             "args": (
                 ctx.options.to_json(),
                 route.model,
                 hyper,
                 ctx.world_size,
-                [r.lr for r in scheduled] if scheduled is not None else None,
-                step,
-                0,
+                [r.lr for r in records] if schedule else None,
             ),
         },
         ctx.rank,
         ctx.world_size,
         ctx.device,
     )
+
+
+def diverges(ctx: ProbeContext, route: Route, hyper: Hyper, records: list[StepRecord]) -> bool:
+    """Whether the route's steps leave the reference's tolerance anywhere, agreed by every rank (the largest answer:
+    a rank that saw a divergence decides, so that all ranks go on with the same next run)."""
+    compared, _ = gaps(subject_reference(ctx, route, hyper, records), records)
+    found = first_divergence(compared, tolerance_for(ctx, route, hyper)) is not None
+    if ctx.world_size > 1:
+        import torch
+        import torch.distributed as dist
+
+        flag = torch.tensor([int(found)], device=ctx.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        found = bool(flag.item())
+    return found
+
+
+def outputs_request(
+    ctx: ProbeContext, route: Route, hyper: Hyper, scheduled: list[StepRecord] | None, step: int
+) -> dict[str, Any]:
+    """The reference's request for each module's output on rank 0's micro-batch 0 at `step` (the family's
+    subject)."""
+    return {
+        "call": "ds_doctor.probes.equivalence.reference:subject_outputs",
+        "args": (
+            ctx.options.to_json(),
+            route.model,
+            hyper,
+            ctx.world_size,
+            [r.lr for r in scheduled] if scheduled is not None else None,
+            step,
+            0,
+        ),
+    }
+
+
+def where_it_starts(
+    ctx: ProbeContext,
+    request: dict[str, Any],
+    divergence: Any,
+    tolerance: Any,
+    recorded: tuple[dict[int, dict[str, Any]], dict[int, dict[str, Any]]],
+) -> None:
+    """At the first diverging step, the first module whose output (then whose output's gradient) leaves the
+    reference's (rank 0's micro-batch 0), noted for the reader; every rank takes part in the reference's answer
+    (`request`), rank 0 compares. `recorded`: the route's module outputs and their gradients, per step."""
+    from ds_doctor.probes.equivalence import where
+
+    step = divergence.step
+    reference = independent_reference(request, ctx.rank, ctx.world_size, ctx.device)
     outputs, grads = recorded
     if ctx.rank != 0 or step not in outputs:
         return
@@ -193,7 +221,11 @@ def where_it_starts(
             sum(1 for name in my_grads if name in their_grads),
             next(iter(my_grads), None),
         )
-    ctx.note("divergence_starts", where.describe(step + 1, found, compared, bound, backward), shown=True)
+    ctx.note(
+        "divergence_starts",
+        where.describe(step + 1, found, compared, bound, backward, divergence.stage),
+        shown=True,
+    )
 
 
 def _finite(value: float) -> float | None:

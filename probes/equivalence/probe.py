@@ -14,15 +14,17 @@ the finding, with the route's settings. Resume cases save at step k, load in a n
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 from ds_doctor.plugins import ModelNote, ProbeContext, ProbeSpec, Wrapper
 from ds_doctor.plugins.requirements import TORCH
 from ds_doctor.probes.equivalence import resume as equivalence_resume
 from ds_doctor.probes.equivalence import trainer as equivalence_trainer
-from ds_doctor.probes.equivalence.cases import Route, variants
-from ds_doctor.probes.equivalence.invariants import Judging, judge
+from ds_doctor.probes.equivalence.cases import Route, variants, with_knobs
+from ds_doctor.probes.equivalence.invariants import Judging, diverges, judge
 from ds_doctor.probes.equivalence.reference import prestart as prestart_reference
 from ds_doctor.probes.equivalence.sessions import follows_schedule, open_session
-from ds_doctor.probes.equivalence.subject import current_subject
+from ds_doctor.probes.equivalence.subject import Subject, current_subject
 from ds_doctor.probes.shared.common import accelerate_session
 
 SPEC = ProbeSpec(
@@ -81,5 +83,51 @@ def run(ctx: ProbeContext) -> None:
         subject,
         opened.hyper,
         records,
-        Judging(schedule=follows_schedule(route), outputs=opened.outputs, grads=opened.grads),
+        Judging(
+            schedule=follows_schedule(route),
+            outputs=opened.outputs,
+            grads=opened.grads,
+            smallest=(lambda: smallest(ctx, route, subject)) if route.knobs is not None else None,
+        ),
+    )
+
+
+class _Quiet:
+    """The case's context for a rerun of another setting: what that run would note or find is not this case's."""
+
+    def __init__(self, ctx: ProbeContext) -> None:
+        self._ctx = ctx
+
+    def note(self, *_args: Any, **_kwargs: Any) -> None:
+        pass
+
+    def add_findings(self, *_args: Any, **_kwargs: Any) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ctx, name)
+
+
+def smallest(ctx: ProbeContext, route: Route, subject: Subject) -> str:
+    """The smallest setting found that still diverges: each turned knob set back to its default in turn, and kept
+    there where the divergence stays (every rank reruns the same settings: `diverges` agrees). In words."""
+    assert route.knobs is not None
+    current, tried = route.knobs, 0
+    quiet = cast(ProbeContext, _Quiet(ctx))
+    for knob in route.knobs.changed():
+        candidate = with_knobs(route, current.back(knob))
+        ctx.enter(f"shrink: {knob} back")
+        with accelerate_session():
+            opened = open_session(quiet, candidate, subject)
+            try:
+                records = [opened.step(s) for s in range(opened.hyper.steps)]
+            finally:
+                opened.close()
+        tried += 1
+        if diverges(quiet, candidate, opened.hyper, records):
+            current = current.back(knob)
+    kept = current.describe()
+    return (
+        f"the smallest setting found that still shows it ({tried} rerun{'s' if tried != 1 else ''}, each turned knob set back to its default "
+        f"in turn and kept there where the divergence stayed): {kept}"
     )

@@ -165,49 +165,107 @@ def _token_run(
     kind: str, hyper: Hyper, world_size: int, lrs: list[float], dtype: Any, shape: tuple[int | None, float]
 ) -> tuple[list[StepRecord], dict[str, Any]]:
     """`shape`: the last window's micro-batches (None: a whole window) and the label smoothing."""
-    import torch
-
-    last_window, smoothing = shape
-    model = build_lm(kind).to(dtype)
-    model.train()
-    vocab = model.config.vocab_size
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=hyper.lr, betas=hyper.betas, eps=hyper.eps, weight_decay=0.0)
+    model, params, optimizer = _token_trainee(kind, dtype, hyper)
     initial = {n: p.detach().clone() for n, p in model.named_parameters()}
     records = []
     for step in range(hyper.steps):
-        batches = [
-            stacked(micro_indices(step, k, r, hyper, world_size), vocab)
-            for r in range(world_size)
-            for k in range(window(hyper, step, last_window))
-        ]
-        tokens = sum(int((b["labels"][:, 1:] != -100).sum()) for b in batches)
-        optimizer.zero_grad(set_to_none=True)
-        total = torch.zeros((), dtype=dtype)
-        for b in batches:
-            logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
-            summed = torch.nn.functional.cross_entropy(
-                logits[:, :-1].reshape(-1, logits.shape[-1]),
-                b["labels"][:, 1:].reshape(-1),
-                ignore_index=-100,
-                reduction="sum",
-                label_smoothing=smoothing,  # as the Trainer's LabelSmoother: (1 - e) nll + e mean(-log p)
-            )
-            (summed / tokens).backward()
-            total += summed.detach()
-        for group in optimizer.param_groups:
-            group["lr"] = lrs[step]
-        norm = torch.nn.utils.clip_grad_norm_(params, hyper.clip)
-        optimizer.step()
+        loss, norm = _token_step((model, params, optimizer), hyper, world_size, step, lrs[step], dtype, shape)
         records.append(
-            StepRecord(
-                float(total / tokens),
-                float(norm),
-                lrs[step],
-                {n: p.detach().clone() for n, p in model.named_parameters()},
-            )
+            StepRecord(loss, norm, lrs[step], {n: p.detach().clone() for n, p in model.named_parameters()})
         )
     return records, initial
+
+
+def _token_trainee(kind: str, dtype: Any, hyper: Hyper) -> tuple[Any, list[Any], Any]:
+    import torch
+
+    model = build_lm(kind).to(dtype)
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=hyper.lr, betas=hyper.betas, eps=hyper.eps, weight_decay=0.0)
+    return model, params, optimizer
+
+
+def _token_batches(
+    vocab: int, hyper: Hyper, world_size: int, step: int, last_window: int | None
+) -> tuple[list[dict[str, Any]], int]:
+    """Step `step`'s micro-batches, rank by rank (rank r's micro-batch k at r * window + k), and the label tokens a
+    causal LM predicts in them."""
+    batches = [
+        stacked(micro_indices(step, k, r, hyper, world_size), vocab)
+        for r in range(world_size)
+        for k in range(window(hyper, step, last_window))
+    ]
+    return batches, sum(int((b["labels"][:, 1:] != -100).sum()) for b in batches)
+
+
+def _summed(model: Any, b: dict[str, Any], smoothing: float) -> Any:
+    """A micro-batch's summed token cross-entropy (labels shifted, -100 ignored)."""
+    import torch
+
+    logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
+    return torch.nn.functional.cross_entropy(
+        logits[:, :-1].reshape(-1, logits.shape[-1]),
+        b["labels"][:, 1:].reshape(-1),
+        ignore_index=-100,
+        reduction="sum",
+        label_smoothing=smoothing,  # as the Trainer's LabelSmoother: (1 - e) nll + e mean(-log p)
+    )
+
+
+def _token_step(
+    trainee: tuple[Any, list[Any], Any],
+    hyper: Hyper,
+    world_size: int,
+    step: int,
+    lr: float,
+    dtype: Any,
+    shape: tuple[int | None, float],
+) -> tuple[float, float]:
+    import torch
+
+    model, params, optimizer = trainee
+    batches, tokens = _token_batches(model.config.vocab_size, hyper, world_size, step, shape[0])
+    optimizer.zero_grad(set_to_none=True)
+    total = torch.zeros((), dtype=dtype)
+    for b in batches:
+        summed = _summed(model, b, shape[1])
+        (summed / tokens).backward()
+        total += summed.detach()
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    norm = torch.nn.utils.clip_grad_norm_(params, hyper.clip)
+    optimizer.step()
+    return float(total / tokens), float(norm)
+
+
+def token_outputs(
+    kind: str,
+    hyper: Hyper,
+    world_size: int,
+    lrs: list[float],
+    shape: tuple[int | None, float],
+    at_step: int,
+    rank: int,
+) -> dict[str, Any]:
+    """Each module's output on `rank`'s micro-batch 0 of step `at_step` in the token-mean reference (fp32), the steps
+    before it replayed, and each output's gradient from that micro-batch's share of the global loss as the rank's
+    backward must give it (its summed cross-entropy over the step's label tokens, times the world size: DDP averages
+    the ranks' gradients). {"outputs": ..., "grads": ...}."""
+    import torch
+
+    from ds_doctor.probes.equivalence.where import recording
+
+    trainee = _token_trainee(kind, torch.float32, hyper)
+    for step in range(at_step):
+        _token_step(trainee, hyper, world_size, step, lrs[step], torch.float32, shape)
+    model = trainee[0]
+    batches, tokens = _token_batches(model.config.vocab_size, hyper, world_size, at_step, shape[0])
+    grads: dict[str, Any] = {}
+    with recording(model, grads) as outputs:
+        summed = _summed(model, batches[rank * window(hyper, at_step, shape[0])], shape[1])
+    (summed / tokens * world_size).backward()
+    return {"outputs": outputs, "grads": grads}
 
 
 @dataclasses.dataclass
@@ -220,6 +278,9 @@ class Recorder:
     lr: float = 0.0
     fingerprint: dict[str, Any] | None = None
     fingerprint_at_first_step: bool = False
+    # per step, each module's output on micro-batch 0, and their gradients (where.py)
+    outputs: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    grads: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
 
 def make_trainer(
@@ -236,6 +297,8 @@ def make_trainer(
     """A Trainer over the stream, with the recording callbacks."""
     import torch
     import transformers
+
+    from ds_doctor.probes.equivalence.where import recording
 
     kind = model_type(ctx.options, route)
     assert kind is not None
@@ -254,8 +317,16 @@ def make_trainer(
             return sample(index, vocab, route.first_label_masked)
 
     class Recording(transformers.Trainer):
-        def training_step(self, *args: Any, **kwargs: Any) -> Any:
-            loss = super().training_step(*args, **kwargs)
+        def training_step(self, model: Any, *args: Any, **kwargs: Any) -> Any:
+            step = len(recorder.records)
+            if recorder.micro_losses or step in recorder.outputs:  # micro-batch 0 of each step is recorded
+                loss = super().training_step(model, *args, **kwargs)
+            else:
+                grads: dict[str, Any] = {}
+                with recording(model, grads) as outputs:
+                    loss = super().training_step(model, *args, **kwargs)
+                recorder.outputs[step] = {n.removeprefix("inner."): v for n, v in outputs.items()}
+                recorder.grads[step] = {n.removeprefix("inner."): v for n, v in grads.items()}
             recorder.micro_losses.append(loss.detach().float().reshape(()))
             return loss
 
@@ -419,6 +490,20 @@ def run(ctx: ProbeContext, route: Route) -> None:
             ctx.device,
         ),
         explain=explain,
+        outputs=recorder.outputs,
+        grads=recorder.grads,
+        outputs_request=lambda step: {
+            "call": "ds_doctor.probes.equivalence.trainer:token_outputs",
+            "args": (
+                kind,
+                hyper,
+                ctx.world_size,
+                [r.lr for r in records],
+                (1 if route.partial_window else None, route.label_smoothing),
+                step,
+                0,
+            ),
+        },
     )
     judge(ctx, route, subject, hyper, records, judging)
     if route.resume:

@@ -108,12 +108,27 @@ def first_module_over(
     return None
 
 
+AFTER = "the difference starts after the backward (the gradients' reduction across ranks, clipping or the optimizer)"
+#: where the difference starts after the backward, by the first quantity that left its tolerance
+AFTER_BACKWARD = {
+    "grad_norm": (
+        "the difference starts after the backward, in the parameters' gradients (their reduction across ranks or "
+        "their accumulation over the window), before the optimizer step: the global gradient norm is off first"
+    ),
+    "update": (
+        "the difference starts at the optimizer step: the loss and the gradient norm agree and the update does not "
+        "(its learning rate, weight decay, parameter groups, clipping or the optimizer's state)"
+    ),
+}
+
+
 def describe(
     step: int,
     found: tuple[str, float] | None,
     compared: int,
     bound: float,
     backward: tuple[tuple[str, float] | None, int, str | None] | None = None,
+    stage: str = "",
 ) -> str:
     """The note: the first module whose output leaves the reference's; where none does, the first whose output's
     gradient does (`backward`: what `first_module_over` found on the gradients, how many were compared, and the
@@ -137,10 +152,7 @@ def describe(
             "clipping or the optimizer step)"
         )
     if gradient is None:
-        return (
-            f"{within}, and so is the gradient of each ({counted} compared): the difference starts after the "
-            "backward (the gradients' reduction across ranks, clipping or the optimizer step)"
-        )
+        return f"{within}, and so is the gradient of each ({counted} compared): {AFTER_BACKWARD.get(stage, AFTER)}"
     name, relative = gradient
     where = (
         "it is the module next to the loss, so the gradient that reaches the model is already off: the loss's own "
