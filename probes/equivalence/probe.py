@@ -126,8 +126,8 @@ def smallest(ctx: ProbeContext, route: Route, subject: Subject) -> str:
         tried += 1
         if diverges(quiet, candidate, opened.hyper, records):
             current = current.back(knob)
-    kept = current.describe()
+    reruns = f"{tried} rerun{'s' if tried != 1 else ''}"
     return (
-        f"the smallest setting found that still shows it ({tried} rerun{'s' if tried != 1 else ''}, each turned knob set back to its default "
-        f"in turn and kept there where the divergence stayed): {kept}"
+        f"the smallest setting found that still shows it ({reruns}, each turned knob set back to its default in "
+        f"turn and kept there where the divergence stayed): {current.describe()}"
     )
