@@ -126,9 +126,11 @@ class RankOptions:
             return cls()
         return cls.from_json(path.read_text(encoding="utf-8"))
 
-    def with_overlay(self, path: Path) -> RankOptions:
-        """The same run on an overlay: its folder first on the ranks' path, its own extensions folder."""
-        return dataclasses.replace(self, overlay=str(path), extensions_dir=str(path / "torch_extensions"))
+    def with_overlay(self, path: Path, own_ops: bool = True) -> RankOptions:
+        """The same run on an overlay: its folder first on the ranks' path and, where it holds what DeepSpeed's ops
+        are built against (`own_ops`), its own extensions folder."""
+        extensions = str(path / "torch_extensions") if own_ops else self.extensions_dir
+        return dataclasses.replace(self, overlay=str(path), extensions_dir=extensions)
 
     # what the probes read: parsed and loaded here, once per process
 

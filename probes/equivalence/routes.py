@@ -313,6 +313,31 @@ class DeepSpeedSession(Session):
         return None if scheduler is None else int(getattr(scheduler, "last_batch_iteration", -2))
 
 
+def _sync_each_batch(ctx: ProbeContext, steps: int) -> Any:
+    """`GradientAccumulationPlugin(num_steps, sync_each_batch=True)`; a skip on a release without the flag (it came
+    in Accelerate 0.28.0)."""
+    import dataclasses
+
+    try:
+        from accelerate.utils import GradientAccumulationPlugin
+    except ImportError:
+        ctx.skip("this Accelerate has no GradientAccumulationPlugin (sync_each_batch came in 0.28.0)")
+    if "sync_each_batch" not in {f.name for f in dataclasses.fields(GradientAccumulationPlugin)}:
+        ctx.skip("this Accelerate's GradientAccumulationPlugin has no sync_each_batch (it came in 0.28.0)")
+    return GradientAccumulationPlugin(num_steps=steps, sync_each_batch=True)
+
+
+def _group_kwargs(backend: str) -> Any:
+    """Accelerate's process-group settings naming `backend`: a field since Accelerate 0.19; before, Accelerate chose
+    it itself (gloo on a CPU), so older releases (the corpus's) run the route too."""
+    import dataclasses
+
+    from accelerate.utils import InitProcessGroupKwargs
+
+    fields = {f.name for f in dataclasses.fields(InitProcessGroupKwargs)}
+    return InitProcessGroupKwargs(backend=backend) if "backend" in fields else InitProcessGroupKwargs()
+
+
 def linear_schedule(optimizer: Any) -> Any:
     """transformers' `get_linear_schedule_with_warmup` as the user's loop builds it: a `LambdaLR` over the documented
     factor (`knobs.linear_factor`), stepped once per optimizer step."""
@@ -348,7 +373,7 @@ class AccelerateSession(Session):
         import torch
         from accelerate import Accelerator
         from accelerate.state import AcceleratorState
-        from accelerate.utils import DeepSpeedPlugin, InitProcessGroupKwargs
+        from accelerate.utils import DeepSpeedPlugin
 
         super().__init__(ctx, route, subject, hyper)
         ctx.enter("prepare")
@@ -356,19 +381,13 @@ class AccelerateSession(Session):
         if plugin_config is not None:
             kwargs["deepspeed_plugin"] = DeepSpeedPlugin(hf_ds_config=plugin_config)
         elif route.sync_each_batch:
-            from accelerate.utils import GradientAccumulationPlugin
-
-            kwargs["gradient_accumulation_plugin"] = GradientAccumulationPlugin(
-                num_steps=hyper.accumulation, sync_each_batch=True
-            )
+            kwargs["gradient_accumulation_plugin"] = _sync_each_batch(ctx, hyper.accumulation)
         else:
             kwargs.setdefault("gradient_accumulation_steps", hyper.accumulation)
         # on CPU Accelerate sees the process group only with cpu=True, which drops a DeepSpeed plugin (measured)
         cpu = ctx.device_kind == "cpu" and "deepspeed_plugin" not in kwargs
         AcceleratorState._reset_state()
-        self.accelerator = Accelerator(
-            cpu=cpu, kwargs_handlers=[InitProcessGroupKwargs(backend=ctx.backend)], **kwargs
-        )
+        self.accelerator = Accelerator(cpu=cpu, kwargs_handlers=[_group_kwargs(ctx.backend)], **kwargs)
         if route.knobs is not None and plugin_config is None:
             self.dtype = torch.float32  # the model stays fp32: Accelerate's bf16 is autocast
         self.module = subject.build(ctx.world_size)

@@ -22,12 +22,31 @@ def accelerate_session() -> Iterator[None]:
         if (
             "accelerate.state" in sys.modules
         ):  # a route that never used Accelerate (on a node with none) resets none
-            from accelerate.state import AcceleratorState, GradientState
-
-            AcceleratorState._reset_state(reset_partial_state=True)
-            GradientState._reset_state()
+            _reset_accelerate()
         os.environ.clear()
         os.environ.update(saved_env)
+
+
+def _reset_accelerate() -> None:
+    """Accelerate's singletons reset, as each release allows (`reset_partial_state`, `GradientState._reset_state`
+    came after 0.17); where a release has no reset, its shared state dicts emptied (the corpus runs 0.15 and 0.17)."""
+    import inspect
+
+    from accelerate.state import AcceleratorState, GradientState
+
+    if "reset_partial_state" in inspect.signature(AcceleratorState._reset_state).parameters:
+        AcceleratorState._reset_state(reset_partial_state=True)
+    else:
+        AcceleratorState._reset_state()
+        partial = getattr(
+            sys.modules["accelerate.state"], "PartialState", None
+        )  # 0.17-0.19: no reset of its own
+        if partial is not None:
+            partial._shared_state = {}
+    if hasattr(GradientState, "_reset_state"):
+        GradientState._reset_state()
+    else:
+        GradientState._shared_state = {}
 
 
 def dist_world_size() -> int | None:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from ds_doctor.plugins import RankOptions
 from ds_doctor.probe.rankoptions import DEFAULTS
 from ds_doctor.probe.spec import Case
 from ds_doctor.releases.overlay import Overlay, Release
@@ -108,6 +109,18 @@ def test_on_an_overlay_the_ranks_import_it_first_and_build_its_ops(tmp_path: Pat
     assert pipeline.on_stack(options, None) is options
     on_it = pipeline.on_stack(options, overlay)
     assert on_it.rank.overlay == str(tmp_path / "stack") and not on_it.ops_ready
+    assert on_it.rank.extensions_dir == str(tmp_path / "stack" / "torch_extensions")
+
+
+def test_an_overlay_without_deepspeed_or_torch_keeps_the_stacks_built_ops(tmp_path: Path) -> None:
+    """`--with accelerate==X` changes nothing DeepSpeed's ops are built against: no second build."""
+    overlay = Overlay((Release("accelerate", "0.15.0"),), tmp_path / "stack", {"accelerate": "0.15.0"})
+    built = pipeline.RunOptions(ops_ready=True, rank=RankOptions(extensions_dir=str(tmp_path / "ops")))
+    on_it = pipeline.on_stack(built, overlay)
+    assert on_it.rank.overlay == str(tmp_path / "stack") and on_it.ops_ready
+    assert on_it.rank.extensions_dir == str(tmp_path / "ops")
+    with_torch = Overlay(overlay.releases, overlay.path, {"accelerate": "0.15.0", "torch": "2.12.0"})
+    assert not pipeline.on_stack(built, with_torch).ops_ready
 
 
 def test_a_context_with_nothing_planned_makes_no_run_directory(tmp_path: Path) -> None:
