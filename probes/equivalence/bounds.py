@@ -13,10 +13,16 @@
 - DeepSpeed's Adam kernels compute the bias corrections in fp32 from fp32 betas (0.999 is 0.99900001287 there), so
   their update differs from torch's by a relative amount that follows from the betas alone (`kernel_epsilon`),
   allowed on the reference's summed update norms.
+- A gradient below the route's rounding (bf16 routes). A parameter whose exact gradient is a near-cancellation
+  (a key projection's bias: softmax ignores a shift shared by every key, so its gradient is 0 in exact arithmetic)
+  has a gradient of pure rounding noise in bf16, and Adam turns noise above its eps into a full step of about lr
+  per element. The fp32 reference's own gradient error, scaled by the two dtypes' unit roundoffs, predicts the
+  route's (`noise_allowances`): where that reaches half the gradient, the step is allowed Adam's largest move.
 """
 
 from __future__ import annotations
 
+import math
 import struct
 from collections.abc import Sequence
 from typing import Any
@@ -64,4 +70,47 @@ def allowances(
             )
         previous = s.params
         out.append(extra)
+    return out
+
+
+#: a gradient whose predicted relative error in the route's dtype reaches this is noise: its sign is not known
+NOISE = 0.5
+
+
+def adam_bound(betas: tuple[float, float]) -> float:
+    """Adam's largest step per element, in units of lr (Kingma and Ba, section 2.1): (1 - b1) / sqrt(1 - b2) where
+    that exceeds 1, else 1."""
+    return max(1.0, (1 - betas[0]) / math.sqrt(1 - betas[1]))
+
+
+def noise_allowances(
+    single: Sequence[dict[str, Any]],
+    double: Sequence[dict[str, Any]],
+    lrs: Sequence[float],
+    dtype: str,
+    betas: tuple[float, float],
+) -> list[dict[str, float]]:
+    """Per step, each parameter's absolute allowance for elements stepped on a gradient below the route's rounding:
+    `single` and `double` are the fp32 and float64 references' gradients per step (by name), `lrs` each step's
+    largest lr. The fp32 gradient's error, times u(dtype) / u(fp32), spread over the tensor's elements, is the
+    route's predicted error per element; an element whose exact gradient is below it over NOISE may take its sign
+    from the rounding, and Adam steps it by up to lr * adam_bound either way: 2 lr adam_bound * sqrt(such elements)
+    from that step on (summed over steps). Nothing for an fp32 route."""
+    import torch
+
+    from ds_doctor.plugins.checks import UNIT_ROUNDOFF
+
+    if dtype == "float32":
+        return [{} for _ in single]
+    out: list[dict[str, float]] = []
+    carried: dict[str, float] = {}
+    scale = UNIT_ROUNDOFF[dtype] / UNIT_ROUNDOFF["float32"]
+    for grads, exact, lr in zip(single, double, lrs, strict=True):
+        for name, value in grads.items():
+            truth = exact[name].double()
+            error = float(torch.linalg.vector_norm(value.double() - truth)) * scale / math.sqrt(truth.numel())
+            noisy = int((truth.abs() <= error / NOISE).sum())
+            if noisy:
+                carried[name] = carried.get(name, 0.0) + 2 * lr * adam_bound(betas) * math.sqrt(noisy)
+        out.append(dict(carried))
     return out

@@ -268,6 +268,7 @@ MATRIX_ROUTES = (
     ("deepspeed-z3", Wrapper.DEEPSPEED, 3, "zero"),
     ("accelerate", Wrapper.ACCELERATE, 0, "accelerate"),
     ("accelerate-deepspeed", Wrapper.ACCELERATE_DEEPSPEED, 2, "torch"),
+    ("trainer", Wrapper.TRAINER, 0, "trainer"),
 )
 #: level 2's slice: the routes whose most-turned setting runs there
 SLICED = ("ddp", "deepspeed-z2", "deepspeed-z3", "accelerate")
@@ -293,7 +294,7 @@ def matrix(extent: str = "pairs") -> list[Route]:
     from ds_doctor.probes.equivalence import knobs as k
 
     offered = {"torch": k.TORCH_KNOBS, "deepspeed": k.DEEPSPEED_KNOBS, "zero": k.ZERO_KNOBS}
-    offered["accelerate"] = k.ACCELERATE_KNOBS
+    offered |= {"accelerate": k.ACCELERATE_KNOBS, "trainer": k.TRAINER_KNOBS}
     out = []
     for name, wrapper, stage, kind in MATRIX_ROUTES:
         design = k.pairs(offered[kind], needed().get(name, ()))
@@ -320,5 +321,6 @@ def with_knobs(route: Route, setting: Knobs) -> Route:
         accumulation=setting.accumulation,
         bf16=setting.precision == "bf16",
         sync_each_batch=setting.sync_each_batch,
+        label_smoothing=0.1 if setting.smoothing else 0.0,
         knobs=setting,
     )

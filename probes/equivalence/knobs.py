@@ -9,7 +9,8 @@ knobs' values in at least one setting, greedily, the all-defaults setting first)
 needed, added by hand (`NEEDED`). Level 2 runs a slice, level 3 the pairs, `--matrix full` every combination.
 
 What the reference needs of a setting is here too, computed as each library documents it and never read back from
-the route: each parameter's group (`group_of`), each group's learning rate at each optimizer step (`group_lrs`).
+the route: each parameter's group (`group_of`), each group's settings (`group_settings`) and the documented schedules' factors (`linear_factor`,
+`deepspeed_factor`), which `subject.Hyper.lrs` turns into each group's rate at each step.
 Nothing here imports torch: `ds-doctor list` reads the cases.
 """
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 #: the base learning rate of the matrix's runs (the family's `Hyper.lr`)
 BASE_LR = 1e-2
@@ -43,6 +44,7 @@ class Knobs:
     offload: bool = False  # DeepSpeed ZeRO 1-3: the optimizer offloaded to the CPU
     source: str = "config"  # DeepSpeed: the optimizer (and scheduler) "config" builds, or the "client" passes
     sync_each_batch: bool = False  # Accelerate: GradientAccumulationPlugin(sync_each_batch=True)
+    smoothing: bool = False  # the Trainer: label_smoothing_factor 0.1
 
     def tokens(self) -> list[str]:
         """The settings that differ from the defaults, in a case name's words."""
@@ -63,6 +65,8 @@ class Knobs:
             out.append(self.source)
         if self.sync_each_batch:
             out.append("sync-each-batch")
+        if self.smoothing:
+            out.append("smoothing")
         return out
 
     def describe(self) -> str:
@@ -88,13 +92,23 @@ VALUES: dict[str, tuple[object, ...]] = {
     "offload": (False, True),
     "source": ("config", "client"),
     "sync_each_batch": (False, True),
+    "smoothing": (False, True),
 }
 
-#: the knobs each kind of route offers (`offered`)
-TORCH_KNOBS = ("precision", "accumulation", "clip", "groups", "schedule")
-ACCELERATE_KNOBS = (*TORCH_KNOBS, "sync_each_batch")
-DEEPSPEED_KNOBS = (*TORCH_KNOBS, "source")
-ZERO_KNOBS = (*DEEPSPEED_KNOBS, "offload")
+
+def _offer(*names: str, **values: tuple[object, ...]) -> dict[str, tuple[object, ...]]:
+    return {name: values.get(name, VALUES[name]) for name in names}
+
+
+#: the knobs each kind of route offers, with the values it offers of each
+TORCH_KNOBS = _offer("precision", "accumulation", "clip", "groups", "schedule")
+ACCELERATE_KNOBS = {**TORCH_KNOBS, **_offer("sync_each_batch")}
+DEEPSPEED_KNOBS = {**TORCH_KNOBS, **_offer("source")}
+ZERO_KNOBS = {**DEEPSPEED_KNOBS, **_offer("offload")}
+#: the Trainer builds its own groups (decay by name: "decay" turns weight decay on) at one rate
+TRAINER_KNOBS = _offer(
+    "precision", "accumulation", "clip", "groups", "schedule", "smoothing", groups=("one", "decay")
+)
 
 
 def allowed(knobs: Knobs) -> bool:
@@ -102,17 +116,17 @@ def allowed(knobs: Knobs) -> bool:
     return not (knobs.sync_each_batch and knobs.accumulation == 1)
 
 
-def combinations(offered: Sequence[str]) -> list[Knobs]:
+def combinations(offered: Mapping[str, Sequence[object]]) -> list[Knobs]:
     """Every allowed setting of the `offered` knobs (the others at their defaults), the defaults first."""
     out = []
-    for values in itertools.product(*(VALUES[k] for k in offered)):
+    for values in itertools.product(*offered.values()):
         knobs = Knobs(**dict(zip(offered, values, strict=True)))  # type: ignore[arg-type]
         if allowed(knobs):
             out.append(knobs)
     return out
 
 
-def pairs(offered: Sequence[str], needed: Iterable[Knobs] = ()) -> list[Knobs]:
+def pairs(offered: Mapping[str, Sequence[object]], needed: Iterable[Knobs] = ()) -> list[Knobs]:
     """A covering design of strength two: every pair of values of two offered knobs appears in at least one
     setting (of those `allowed`), the all-defaults setting first and `needed` next; then, greedily, the setting that
     covers the most pairs not yet covered (the first in `combinations`' order on a tie). Deterministic."""
@@ -168,12 +182,13 @@ def split(named: Iterable[tuple[str, object]], groups: str, lr: float, weight_de
     return [{"params": m, **s} for m, s in zip(members, settings, strict=True) if m]
 
 
-def linear_factor(step: int) -> float:
+def linear_factor(step: int, total: int = TOTAL) -> float:
     """transformers' `get_linear_schedule_with_warmup` (a `LambdaLR`): the multiple of the base rate at scheduler
-    step `step`: step / WARMUP during the warm-up, then falling linearly to 0 at TOTAL."""
+    step `step`: step / WARMUP during the warm-up, then falling linearly to 0 at `total` (the Trainer's: its
+    max_steps)."""
     if step < WARMUP:
         return step / WARMUP
-    return max(0.0, (TOTAL - step) / (TOTAL - WARMUP))
+    return max(0.0, (total - step) / max(1, total - WARMUP))
 
 
 def deepspeed_factor(step: int) -> float:
@@ -186,14 +201,3 @@ def deepspeed_factor(step: int) -> float:
     if iteration < WARMUP:
         return iteration / WARMUP
     return max(0.0, (TOTAL - iteration) / max(1.0, TOTAL - WARMUP))
-
-
-def group_lrs(
-    knobs: Knobs, step: int, lr: float, factor: Callable[[int], float], stride: int = 1
-) -> list[float]:
-    """Each group's learning rate at optimizer step `step` (0-based): its own rate times the documented schedule's
-    factor at the scheduler's count then. `stride`: scheduler steps per optimizer step (Accelerate's prepared
-    scheduler steps once per process, "the training dataloader batch size was multiplied by num_processes", when
-    batches are not split)."""
-    scale = 1.0 if knobs.schedule == "constant" else factor(step * stride)
-    return [s["lr"] * scale for s in group_settings(knobs.groups, lr, 0.0)]

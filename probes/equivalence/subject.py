@@ -16,7 +16,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ds_doctor.plugins.checks import Gap
-from ds_doctor.probes.equivalence.bounds import allowances, kernel_epsilon
+from ds_doctor.probes.equivalence.bounds import allowances, kernel_epsilon, noise_allowances
+from ds_doctor.probes.equivalence.knobs import TOTAL
 from ds_doctor.probes.shared.models import batch, build_mlp
 
 if TYPE_CHECKING:
@@ -43,13 +44,17 @@ class Hyper:
     # stepped per optimizer step), "deepspeed" (the config's WarmupDecayLR, stepped by the engine)
     schedule: str = "constant"
     stride: int = 1  # scheduler steps per optimizer step (Accelerate's prepared scheduler: one per process)
+    total: int = TOTAL  # the linear schedule's last step (the Trainer's: its max_steps)
 
     def lrs(self, step: int) -> list[float]:
         """Each parameter group's lr at optimizer step `step`, from the documented schedule (never the route's)."""
         from ds_doctor.probes.equivalence import knobs
 
-        factor = knobs.deepspeed_factor if self.schedule == "deepspeed" else knobs.linear_factor
-        scale = 1.0 if self.schedule == "constant" else factor(step * self.stride)
+        at = step * self.stride
+        if self.schedule == "deepspeed":
+            scale = knobs.deepspeed_factor(at)
+        else:
+            scale = 1.0 if self.schedule == "constant" else knobs.linear_factor(at, self.total)
         return [g["lr"] * scale for g in knobs.group_settings(self.groups, self.lr, self.weight_decay)]
 
     def param_groups(self, named: Any) -> list[dict[str, Any]]:
@@ -162,26 +167,39 @@ def reference(
     (else the configured lr throughout)."""
     import torch
 
-    single, initial = _run(subject, hyper, world_size, lrs, torch.float32)
-    double, _ = _run(subject, hyper, world_size, lrs, torch.float64)
+    single, initial, single_grads = _run(subject, hyper, world_size, lrs, torch.float32)
+    double, _, double_grads = _run(subject, hyper, world_size, lrs, torch.float64)
     kernel = kernel_epsilon(hyper.betas) if hyper.kernel == "deepspeed" else 0.0
-    for record, extra in zip(single, allowances(single, double, kernel, initial), strict=True):
-        record.allowance = extra
+    noise = noise_allowances(
+        single_grads,
+        double_grads,
+        [lrs[s] if lrs is not None else max(hyper.lrs(s)) for s in range(hyper.steps)],
+        hyper.dtype,
+        hyper.betas,
+    )
+    for record, extra, more in zip(single, allowances(single, double, kernel, initial), noise, strict=True):
+        record.allowance = {k: v + more.get(k, 0.0) for k, v in extra.items()}
     return single
 
 
 def _run(
     subject: Subject, hyper: Hyper, world_size: int, lrs: Sequence[float] | None, dtype: Any
-) -> tuple[list[StepRecord], dict[str, Any]]:
+) -> tuple[list[StepRecord], dict[str, Any], list[dict[str, Any]]]:
     trainee = _trainee(subject, hyper, dtype)
     model = trainee[0]
     initial = full_params(model, dtype=dtype)
-    records = []
+    records, grads = [], []
     for step in range(hyper.steps):
         lr = [lrs[step]] if lrs is not None else hyper.lrs(step)
         loss, norm = _step(subject, trainee, hyper, world_size, step, lr, dtype)
         records.append(StepRecord(float(loss), float(norm), lr[0], full_params(model, dtype=dtype)))
-    return records, initial
+        grads.append(named_grads(model))
+    return records, initial, grads
+
+
+def named_grads(model: Any) -> dict[str, Any]:
+    """Each trainable parameter's gradient of the last step (clipped as the step used it), by name."""
+    return {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
 def _trainee(subject: Subject, hyper: Hyper, dtype: Any) -> tuple[Any, list[Any], Any]:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ds_doctor.plugins import ModelNote, ProbeContext
 from ds_doctor.plugins.requirements import ACCELERATE, TRANSFORMERS
 from ds_doctor.probes.equivalence.cases import DOUBLE_DIVISION_ISSUE, OVERCOUNT_ISSUE, Route
+from ds_doctor.probes.equivalence.knobs import WARMUP
 from ds_doctor.probes.equivalence.reference import independent as independent_reference
 from ds_doctor.probes.equivalence.subject import Hyper, StepRecord, Subject, digest
 from ds_doctor.probes.shared.common import accelerate_session
@@ -50,8 +51,8 @@ def model_type(options: RankOptions, route: Route | None = None) -> str | None:
     spec = (
         user_model.ModelSpec.parse(route.model) if route is not None and route.model else options.model_spec()
     )
-    if spec is None:
-        return "llama"
+    if spec is None:  # the matrix's: Qwen2, whose attention has biases and whose norms are RMSNorms by name
+        return "qwen2" if route is not None and route.knobs is not None else "llama"
     return spec.target if spec.kind == "hf" else None
 
 
@@ -152,37 +153,50 @@ def token_reference(
     float64 for the allowances (ds_doctor.probes.equivalence.bounds)."""
     import torch
 
-    from ds_doctor.probes.equivalence.bounds import allowances
+    from ds_doctor.probes.equivalence.bounds import allowances, noise_allowances
 
-    single, initial = _token_run(kind, hyper, world_size, lrs, torch.float32, (last_window, label_smoothing))
-    double, _ = _token_run(kind, hyper, world_size, lrs, torch.float64, (last_window, label_smoothing))
-    for record, extra in zip(single, allowances(single, double, 0.0, initial), strict=True):
-        record.allowance = extra
+    shape = (last_window, label_smoothing)
+    single, initial, single_grads = _token_run(kind, hyper, world_size, lrs, torch.float32, shape)
+    double, _, double_grads = _token_run(kind, hyper, world_size, lrs, torch.float64, shape)
+    noise = noise_allowances(single_grads, double_grads, lrs, hyper.dtype, hyper.betas)
+    for record, extra, more in zip(single, allowances(single, double, 0.0, initial), noise, strict=True):
+        record.allowance = {k: v + more.get(k, 0.0) for k, v in extra.items()}
     return single
 
 
 def _token_run(
     kind: str, hyper: Hyper, world_size: int, lrs: list[float], dtype: Any, shape: tuple[int | None, float]
-) -> tuple[list[StepRecord], dict[str, Any]]:
+) -> tuple[list[StepRecord], dict[str, Any], list[dict[str, Any]]]:
     """`shape`: the last window's micro-batches (None: a whole window) and the label smoothing."""
+    from ds_doctor.probes.equivalence.subject import named_grads
+
     model, params, optimizer = _token_trainee(kind, dtype, hyper)
     initial = {n: p.detach().clone() for n, p in model.named_parameters()}
-    records = []
+    records, grads = [], []
     for step in range(hyper.steps):
         loss, norm = _token_step((model, params, optimizer), hyper, world_size, step, lrs[step], dtype, shape)
         records.append(
             StepRecord(loss, norm, lrs[step], {n: p.detach().clone() for n, p in model.named_parameters()})
         )
-    return records, initial
+        grads.append(named_grads(model))
+    return records, initial, grads
 
 
 def _token_trainee(kind: str, dtype: Any, hyper: Hyper) -> tuple[Any, list[Any], Any]:
+    """The reference's model and AdamW, its weight-decay groups as the Trainer documents them (`knobs.group_of`:
+    no decay for biases and normalisation layers), read on the names here, not from the Trainer."""
     import torch
 
     model = build_lm(kind).to(dtype)
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=hyper.lr, betas=hyper.betas, eps=hyper.eps, weight_decay=0.0)
+    optimizer = torch.optim.AdamW(
+        hyper.param_groups(model.named_parameters()),
+        lr=hyper.lr,
+        betas=hyper.betas,
+        eps=hyper.eps,
+        weight_decay=hyper.weight_decay,
+    )
     return model, params, optimizer
 
 
@@ -234,9 +248,15 @@ def _token_step(
         total += summed.detach()
     for group in optimizer.param_groups:
         group["lr"] = lr
-    norm = torch.nn.utils.clip_grad_norm_(params, hyper.clip)
+    norm = torch.nn.utils.clip_grad_norm_(params, hyper.clip) if hyper.clip else _total_norm(params)
     optimizer.step()
     return float(total / tokens), float(norm)
+
+
+def _total_norm(params: list[Any]) -> Any:
+    import torch
+
+    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in params]))
 
 
 def token_outputs(
@@ -339,12 +359,13 @@ def make_trainer(
         gradient_accumulation_steps=hyper.accumulation,
         max_steps=max_steps,
         learning_rate=hyper.lr,
-        weight_decay=0.0,
+        weight_decay=hyper.weight_decay,
         max_grad_norm=hyper.clip,
         label_smoothing_factor=route.label_smoothing,
         optim="adamw_torch",
         lr_scheduler_type="linear" if schedule else "constant",
-        warmup_steps=2 if schedule else 0,
+        warmup_steps=WARMUP if schedule else 0,
+        bf16=hyper.dtype == "bfloat16",
         logging_steps=1,
         save_strategy="steps" if save_steps else "no",
         save_steps=save_steps or 500,
@@ -428,7 +449,9 @@ def run(ctx: ProbeContext, route: Route) -> None:
             "through it, a factory (package.module:fn) does not"
         )
     ctx.note(ModelNote.NOTE, f"hf:{kind} (tiny), right-padded sequences of 2-{SEQUENCE} tokens")
-    hyper = TRAINER_HYPER
+    hyper = matrix_hyper(route) if route.knobs is not None else TRAINER_HYPER
+    if route.knobs is not None:
+        ctx.note("knobs", route.knobs.describe(), shown=True)
     out = ctx.scratch_dir() / "checkpoint"
     recorder = Recorder()
     with accelerate_session():
@@ -441,7 +464,7 @@ def run(ctx: ProbeContext, route: Route) -> None:
             recorder,
             max_steps=hyper.steps,
             save_steps=_resume_at(hyper) if route.resume else None,
-            schedule=bool(route.resume),
+            schedule=bool(route.resume) or hyper.schedule != "constant",
         )
         trainer.train()
     subject = Subject(build=lambda _ws: None, spec=f"hf:{kind}")
@@ -470,6 +493,8 @@ def run(ctx: ProbeContext, route: Route) -> None:
                 return DOUBLE_DIVISION_ISSUE
         return UNEXPLAINED if route.issue in (OVERCOUNT_ISSUE, DOUBLE_DIVISION_ISSUE) else None
 
+    # a matrix setting's rates from the documented schedule; the resume route's copied from the Trainer's
+    lrs = [hyper.lrs(s)[0] for s in range(hyper.steps)] if route.knobs else [r.lr for r in records]
     judging = Judging(
         schedule=True,
         remedy=REMEDY_GA if not route.loss_kwargs else None,
@@ -480,7 +505,7 @@ def run(ctx: ProbeContext, route: Route) -> None:
                     kind,
                     hyper,
                     ctx.world_size,
-                    [r.lr for r in records],
+                    lrs,
                     1 if route.partial_window else None,
                     route.label_smoothing,
                 ),
@@ -498,7 +523,7 @@ def run(ctx: ProbeContext, route: Route) -> None:
                 kind,
                 hyper,
                 ctx.world_size,
-                [r.lr for r in records],
+                lrs,
                 (1 if route.partial_window else None, route.label_smoothing),
                 step,
                 0,
@@ -514,6 +539,23 @@ def run(ctx: ProbeContext, route: Route) -> None:
         from ds_doctor.plugins.checks import Tolerance
 
         compare(ctx, route, recorder.fingerprint or {}, loaded, records, resumed, k, Tolerance(hyper.dtype))
+
+
+def matrix_hyper(route: Route) -> Hyper:
+    """A matrix setting on the Trainer: the route's settings with the knobs' accumulation, clipping, precision,
+    weight decay ("decay": the Trainer's groups, by name) and linear warm-up over its max_steps."""
+    knobs = route.knobs
+    assert knobs is not None
+    return dataclasses.replace(
+        TRAINER_HYPER,
+        accumulation=knobs.accumulation,
+        clip=TRAINER_HYPER.clip if knobs.clip else 0.0,
+        dtype="bfloat16" if knobs.precision == "bf16" else "float32",
+        groups=knobs.groups,
+        weight_decay=0.01 if knobs.groups == "decay" else 0.0,
+        schedule="constant" if knobs.schedule == "constant" else "linear",
+        total=TRAINER_HYPER.steps,
+    )
 
 
 def _norm_scale(records: list[StepRecord], ref: list[StepRecord]) -> float | None:

@@ -15,14 +15,16 @@ from ds_doctor.probes.equivalence.subject import Hyper
 from tests.conftest import requires_deepspeed
 
 
-def _pairs(design: list[k.Knobs], offered: tuple[str, ...]) -> set[tuple[str, object, str, object]]:
+def _pairs(design: list[k.Knobs], offered: dict) -> set[tuple[str, object, str, object]]:
     return {
         (a, getattr(s, a), b, getattr(s, b)) for s in design for a, b in itertools.combinations(offered, 2)
     }
 
 
-@pytest.mark.parametrize("offered", [k.TORCH_KNOBS, k.ACCELERATE_KNOBS, k.DEEPSPEED_KNOBS, k.ZERO_KNOBS])
-def test_the_design_covers_every_pair_of_values(offered: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(
+    "offered", [k.TORCH_KNOBS, k.ACCELERATE_KNOBS, k.DEEPSPEED_KNOBS, k.ZERO_KNOBS, k.TRAINER_KNOBS]
+)
+def test_the_design_covers_every_pair_of_values(offered: dict) -> None:
     design = k.pairs(offered)
     assert design[0] == k.Knobs()
     assert _pairs(design, offered) == _pairs(k.combinations(offered), offered)
