@@ -6,11 +6,12 @@ own learning rates), a learning-rate schedule stepped per optimizer step, optimi
 the optimizer and scheduler from its config or the client passes them, and Accelerate's `sync_each_batch`. A route
 offers the knobs its library has (`offered`); which settings run is a covering design (`pairs`: every pair of two
 knobs' values in at least one setting, greedily, the all-defaults setting first), plus the settings real bugs
-needed, added by hand (`NEEDED`). Level 2 runs a slice, level 3 the pairs, `--matrix full` every combination.
+needed, added by hand (`cases.needed`). Level 2 runs a slice, level 3 the pairs, `--matrix full` every combination.
 
 What the reference needs of a setting is here too, computed as each library documents it and never read back from
-the route: each parameter's group (`group_of`), each group's settings (`group_settings`) and the documented schedules' factors (`linear_factor`,
-`deepspeed_factor`), which `subject.Hyper.lrs` turns into each group's rate at each step.
+the route: each parameter's group (`group_of`), each group's settings (`group_settings`) and the documented
+schedules' factors (`linear_factor`, `deepspeed_factor`), which `subject.Hyper.lrs` turns into each group's rate at
+each step. The settings real bugs needed are `cases.needed`.
 Nothing here imports torch: `ds-doctor list` reads the cases.
 """
 
