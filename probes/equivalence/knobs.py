@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
-#: the base learning rate of the matrix's runs (the family's `Hyper.lr`)
-BASE_LR = 1e-2
 #: a "rates" setting's second group (no decay) steps at this multiple of the base rate
 SECOND_GROUP_RATE = 0.1
 #: the schedule: a linear warm-up over WARMUP optimizer steps, then a linear decay to 0 at TOTAL
