@@ -167,16 +167,14 @@ def reference(
     (else the configured lr throughout)."""
     import torch
 
-    single, initial, single_grads = _run(subject, hyper, world_size, lrs, torch.float32)
-    double, _, double_grads = _run(subject, hyper, world_size, lrs, torch.float64)
+    single, initial, _ = _run(subject, hyper, world_size, lrs, torch.float32)
+    double, _, exact = _run(subject, hyper, world_size, lrs, torch.float64)
     kernel = kernel_epsilon(hyper.betas) if hyper.kernel == "deepspeed" else 0.0
-    noise = noise_allowances(
-        single_grads,
-        double_grads,
-        [lrs[s] if lrs is not None else max(hyper.lrs(s)) for s in range(hyper.steps)],
-        hyper.dtype,
-        hyper.betas,
-    )
+    noise: list[dict[str, float]] = [{} for _ in single]
+    if hyper.dtype != "float32":  # the reference once more in the route's dtype: its rounding, measured
+        rough = _run(subject, hyper, world_size, lrs, getattr(torch, hyper.dtype))[2]
+        rates = [lrs[s] if lrs is not None else max(hyper.lrs(s)) for s in range(hyper.steps)]
+        noise = noise_allowances(rough, exact, rates, hyper.betas)
     for record, extra, more in zip(single, allowances(single, double, kernel, initial), noise, strict=True):
         record.allowance = {k: v + more.get(k, 0.0) for k, v in extra.items()}
     return single
