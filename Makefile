@@ -127,6 +127,7 @@ bench: $(BIN)/.installed
 	$(BIN)/python bench/bench_recorder.py
 	$(BIN)/python bench/bench_collect.py
 	$(BIN)/python bench/bench_equivalence.py
+	$(BIN)/python bench/bench_matrix.py
 	$(BIN)/python bench/bench_false_alarms.py
 	$(BIN)/python bench/bench_digest.py
 	$(BIN)/python bench/bench_level2.py

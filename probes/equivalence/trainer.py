@@ -414,8 +414,9 @@ def _callback(ctx: ProbeContext, recorder: Recorder) -> Any:
 
     class Record(transformers.TrainerCallback):
         def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            optimizer = kw["optimizer"]
-            recorder.lr = float(optimizer.param_groups[0]["lr"])
+            # transformers 4.49-4.52 hand the callbacks no optimizer here: its scheduler holds it
+            optimizer = kw.get("optimizer") or getattr(kw.get("lr_scheduler"), "optimizer", None)
+            recorder.lr = float(optimizer.param_groups[0]["lr"]) if optimizer is not None else float("nan")
             if recorder.fingerprint_at_first_step and recorder.fingerprint is None:
                 recorder.fingerprint = fingerprint(kw["model"], optimizer, kw["lr_scheduler"])
 
@@ -555,7 +556,7 @@ def matrix_hyper(route: Route) -> Hyper:
         clip=TRAINER_HYPER.clip if knobs.clip else 0.0,
         dtype="bfloat16" if knobs.precision == "bf16" else "float32",
         groups=knobs.groups,
-        weight_decay=0.01 if knobs.groups == "decay" else 0.0,
+        weight_decay=0.1 if knobs.groups == "decay" else 0.0,  # the Trainer's common setting: its decay shows
         schedule="constant" if knobs.schedule == "constant" else "linear",
         total=TRAINER_HYPER.steps,
     )

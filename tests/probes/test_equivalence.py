@@ -27,6 +27,7 @@ CASES = (
     "equivalence_planted[deepspeed-z2-averaged-by-hand-ws2]",
     "equivalence_planted[deepspeed-z3-averaged-by-hand-ws2]",
     "equivalence_planted[ddp-mid-layer-by-hand-ws2]",
+    "equivalence_planted[matrix-ddp-ga4-decay-warmup-loss-over-world-size-ws2]",
     "equivalence_planted[fsdp1-torch-clip-ws1]",
     "equivalence_planted[fsdp1-torch-clip-ws2]",
     "equivalence_planted[resume-deepspeed-no-optimizer-ws1]",
@@ -243,3 +244,25 @@ def test_labels_counted_unshifted_are_told_apart_from_per_micro_batch_normalisat
         )
     else:
         assert result["outcome"] == "xpass" and abs(scale - 1) < 1e-4 and issue["verdict"] == "not_affected"
+
+
+def test_a_matrix_setting_names_its_knobs_and_the_smallest_setting_that_still_diverges(
+    run: dict[str, dict],
+) -> None:
+    """The planted module divides its loss by the world size whatever the knobs: each turned knob set back to its
+    default still diverges, so the smallest setting is the route's defaults (three reruns, every rank in step)."""
+    result = run["equivalence_planted[matrix-ddp-ga4-decay-warmup-loss-over-world-size-ws2]"]
+    assert result["outcome"] == "fail", result["reason"]
+    (message,) = set(errors(result, "equivalence"))
+    assert "the knobs turned: ga4, decay, warmup" in message
+    assert "the smallest setting found that still shows it (3 reruns" in message
+    assert message.rstrip(")").endswith(": the defaults")
+
+
+def test_the_trainer_routes_name_where_the_divergence_starts(run: dict[str, dict]) -> None:
+    """The Trainer's module outputs against the token-mean reference's, replayed to the diverging step: a loss
+    normalised per micro-batch leaves the reference at the gradient of the module next to the loss."""
+    for case in ("equivalence[trainer-no-loss-kwargs-ws1]", "equivalence[trainer-num-items-ws2]"):
+        starts = run[case]["notes"]["divergence_starts"]
+        assert "every submodule's forward output" in starts and "is lm_head" in starts, (case, starts)
+        assert "it is the module next to the loss" in starts

@@ -9,6 +9,7 @@ import dataclasses
 from ds_doctor.plugins import Variant
 from ds_doctor.probes.equivalence import cases
 from ds_doctor.probes.equivalence import probe as equivalence
+from ds_doctor.probes.equivalence.knobs import Knobs
 
 SPEC = dataclasses.replace(
     equivalence.SPEC,
@@ -52,6 +53,17 @@ PLANTED = (
         model="tests.resources.equivalence_models:mid_layer_over_process_group",
         issue="ddp_loss_averaged_twice",
         what="DDP on a module with a layer that divides by dist.get_world_size()",
+    ),
+    # a matrix setting on that module: the divergence is the module's, so the shrink finds the route's defaults
+    cases.with_knobs(
+        dataclasses.replace(
+            _BY_NAME["ddp"],
+            name="matrix-ddp-ga4-decay-warmup-loss-over-world-size",
+            model="tests.resources.equivalence_models:loss_over_world_size",
+            issue="ddp_loss_averaged_twice",
+            what="DDP at ga4, decay groups and a warm-up, on a module whose loss is divided by the world size",
+        ),
+        Knobs(accumulation=4, groups="decay", schedule="warmup"),
     ),
     # FSDP1 clipped with torch.nn.utils.clip_grad_norm_: each rank's norm of its own FlatParameter shards
     dataclasses.replace(
