@@ -248,7 +248,7 @@ def hyper_from_config(ctx: ProbeContext, config: dict[str, Any]) -> Hyper:
     return Hyper(
         micro_batch=int(config.get("train_micro_batch_size_per_gpu", 1)),
         accumulation=int(config.get("gradient_accumulation_steps", 1)),
-        clip=float(config.get("gradient_clipping") or 0.0),
+        clip=float(config.get("gradient_clipping", _deepspeed_default_clipping()) or 0.0),
         lr=float(params.get("lr", 1e-3)),
         betas=(float(betas[0]), float(betas[1])),
         eps=float(params.get("eps", 1e-8)),
@@ -257,6 +257,14 @@ def hyper_from_config(ctx: ProbeContext, config: dict[str, Any]) -> Hyper:
         dtype=dtype,
         kernel="torch" if block is None or params.get("torch_adam") else "deepspeed",
     )
+
+
+def _deepspeed_default_clipping() -> float:
+    """What DeepSpeed clips to where a config names no `gradient_clipping`: its own default, read from the release
+    that runs (1.0 since 0.19.3, PR #8068; 0.0, no clipping, before)."""
+    from deepspeed.runtime import constants
+
+    return float(getattr(constants, "GRADIENT_CLIPPING_DEFAULT", 0.0))
 
 
 def _user_accelerate(ctx: ProbeContext, route: Route, subject: Subject) -> Session:

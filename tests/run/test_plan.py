@@ -119,6 +119,11 @@ def test_levels() -> None:
         ("optimizer_coverage", "deepspeed-z2"),
         ("optimizer_state_placement", "prodigy-plus-schedule-free"),
         *(("equivalence", name) for name in ("ddp", "fsdp2", "deepspeed-z2", "deepspeed-z3")),
+        # the knob matrix's slice: each of four routes' most-turned setting
+        ("equivalence", "matrix-ddp-ga1-noclip-decay-warmup"),
+        ("equivalence", "matrix-deepspeed-z2-bf16-noclip-decay-warmup-offload-client"),
+        ("equivalence", "matrix-deepspeed-z3-ga1-noclip-decay-warmup-offload-client"),
+        ("equivalence", "matrix-accelerate-bf16-ga1-noclip-decay-warmup"),
         *(("comm", name) for name in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "alltoall")),
         *(
             ("comm", f"{name}-bf16")
