@@ -237,7 +237,10 @@ def test_a_deepspeed_config_is_read_as_the_step_the_reference_reproduces() -> No
     trainer = hyper_from_config(
         _Ctx(), {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4}
     )
-    # the Trainer's AdamW
-    assert (trainer.lr, trainer.adamw, trainer.kernel, trainer.clip) == (5e-5, True, "torch", 0.0)
+    # the Trainer's AdamW; no gradient_clipping: DeepSpeed's own default (1.0 since 0.19.3, PR #8068), not none
+    from deepspeed.runtime.constants import GRADIENT_CLIPPING_DEFAULT
+
+    assert (trainer.lr, trainer.adamw, trainer.kernel) == (5e-5, True, "torch")
+    assert trainer.clip == GRADIENT_CLIPPING_DEFAULT == 1.0
     with pytest.raises(RuntimeError, match="reproduces Adam and AdamW; the config's optimizer is 'Lamb'"):
         hyper_from_config(_Ctx(), {"optimizer": {"type": "Lamb", "params": {}}})
