@@ -5,6 +5,7 @@ DeepSpeed and Accelerate configs add one each)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import TYPE_CHECKING
 
 from ds_doctor.plugins import RankOptions, Variant, Wrapper
@@ -289,6 +290,12 @@ def needed() -> dict[str, list[Knobs]]:
 
 
 def matrix(extent: str = "pairs") -> list[Route]:
+    """The knob matrix's cases (a fresh list of the settings `_matrix` designed once per process)."""
+    return list(_matrix(extent))
+
+
+@functools.cache
+def _matrix(extent: str) -> tuple[Route, ...]:
     """The knob matrix's cases: per route, its covering design (`knobs.pairs`, level 3; `--matrix full`: every
     combination) and, at level 2, the slice (`knobs.slice_of`). Named `matrix-<route>-<the knobs turned>`."""
     from ds_doctor.probes.equivalence import knobs as k
@@ -310,7 +317,7 @@ def matrix(extent: str = "pairs") -> list[Route]:
                 level=2 if setting == level2 else 3,
             )
             out.append(with_knobs(base, setting))
-    return out
+    return tuple(out)
 
 
 def with_knobs(route: Route, setting: Knobs) -> Route:

@@ -130,17 +130,18 @@ def pairs(offered: Mapping[str, Sequence[object]], needed: Iterable[Knobs] = ())
     setting (of those `allowed`), the all-defaults setting first and `needed` next; then, greedily, the setting that
     covers the most pairs not yet covered (the first in `combinations`' order on a tie). Deterministic."""
     candidates = combinations(offered)
+    couples = list(itertools.combinations(offered, 2))
 
-    def covered(knobs: Knobs) -> set[tuple[str, object, str, object]]:
-        return {(a, getattr(knobs, a), b, getattr(knobs, b)) for a, b in itertools.combinations(offered, 2)}
+    def covered(knobs: Knobs) -> frozenset[tuple[str, object, str, object]]:
+        return frozenset((a, getattr(knobs, a), b, getattr(knobs, b)) for a, b in couples)
 
-    wanted: set[tuple[str, object, str, object]] = set().union(*(covered(k) for k in candidates))
+    each = [covered(k) for k in candidates]
     chosen = [candidates[0], *(k for k in needed if k != candidates[0])]
-    left = wanted - set().union(*(covered(k) for k in chosen))
+    left = frozenset().union(*each) - frozenset().union(*(covered(k) for k in chosen))
     while left:
-        best = max(candidates, key=lambda k: len(covered(k) & left))
-        chosen.append(best)
-        left -= covered(best)
+        best = max(range(len(candidates)), key=lambda i: len(each[i] & left))
+        chosen.append(candidates[best])
+        left -= each[best]
     return chosen
 
 
