@@ -4,5 +4,6 @@ issues they reproduce; `routes` how each wrapper trains (its session); `sessions
 opened; `subject` the model, its data and the reference's math; `invariants` the route's steps judged against the
 reference's; `bounds` the tolerances; `knobs` the knob matrix (its settings, their covering design, and the groups
 and learning rates the reference computes for a setting); `where` where a divergence starts; `reference` the
-reference's own process; `trainer` the Trainer routes; `resume` and `child` the resume cases' new process.
+reference's own process; `trainer` the Trainer routes and `tokens` their stream and token-mean reference; `resume`
+and `child` the resume cases' new process.
 """

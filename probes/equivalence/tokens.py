@@ -1,0 +1,228 @@
+"""The Trainer route's stream and its reference: right-padded token sequences dealt to ranks and micro-batches as the
+Trainer's sequential sampler and Accelerate's per-rank batches deal them, and the token mean over the global batch of
+each optimizer step computed in plain torch (`token_reference`), its module outputs at a step (`token_outputs`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ds_doctor.probes.equivalence.subject import Hyper, StepRecord
+
+SEQUENCE = 8
+PAD = 0
+
+
+def build_lm(kind: str, seed: int = 0) -> Any:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from ds_doctor.plugins.usersetup import tiny_config
+
+    config = tiny_config(kind)
+    # dropout is randomness no reference reproduces (GPT-2 drops 0.1)
+    for key, value in config.to_dict().items():
+        if isinstance(value, float) and ("dropout" in key or "pdrop" in key):
+            setattr(config, key, 0.0)
+    torch.manual_seed(seed)
+    return AutoModelForCausalLM.from_config(config).to(torch.float32)
+
+
+def sample(index: int, vocab: int, first_label_masked: bool = False) -> dict[str, Any]:
+    """Sample `index` of the stream: a right-padded sequence of 2..SEQUENCE real tokens, labels -100 on padding (and
+    on the first token where asked: a causal LM never predicts it, so the loss is the same)."""
+    import torch
+
+    length = 2 + (5 * index) % (SEQUENCE - 1)
+    ids = torch.randint(1, vocab, (SEQUENCE,), generator=torch.Generator().manual_seed(7919 + index))
+    mask = torch.arange(SEQUENCE) < length
+    labels = torch.where(mask, ids, -100)
+    if first_label_masked:
+        labels[0] = -100
+    return {"input_ids": torch.where(mask, ids, PAD), "attention_mask": mask.long(), "labels": labels}
+
+
+def micro_indices(step: int, micro: int, rank: int, hyper: Hyper, world_size: int) -> range:
+    """The samples of one rank's micro-batch, as the Trainer's sequential sampler and Accelerate's per-rank batches
+    deal them: batch b = (step * accumulation + micro) * world_size + rank of the stream."""
+    b = (step * hyper.accumulation + micro) * world_size + rank
+    return range(b * hyper.micro_batch, (b + 1) * hyper.micro_batch)
+
+
+def predicted_over_counted(
+    hyper: Hyper, world_size: int, first_label_masked: bool = False
+) -> tuple[int, int]:
+    """The first step's global batch: the label tokens a causal LM predicts (labels shifted by one), and the labels
+    that are not -100 as given (what the Trainer counts as num_items_in_batch where it does not shift)."""
+    batches = [
+        stacked(micro_indices(0, k, r, hyper, world_size), 2, first_label_masked)
+        for r in range(world_size)
+        for k in range(hyper.accumulation)
+    ]
+    return (
+        sum(int((b["labels"][:, 1:] != -100).sum()) for b in batches),
+        sum(int((b["labels"] != -100).sum()) for b in batches),
+    )
+
+
+def stacked(indices: range, vocab: int, first_label_masked: bool = False) -> dict[str, Any]:
+    import torch
+
+    samples = [sample(i, vocab, first_label_masked) for i in indices]
+    return {key: torch.stack([s[key] for s in samples]) for key in samples[0]}
+
+
+def window(hyper: Hyper, step: int, last_window: int | None) -> int:
+    """The micro-batches of optimizer step `step` on each rank: the accumulation steps, or fewer in a last window the
+    stream cuts short."""
+    return last_window if last_window and step == hyper.steps - 1 else hyper.accumulation
+
+
+def token_reference(
+    kind: str,
+    hyper: Hyper,
+    world_size: int,
+    lrs: list[float],
+    last_window: int | None = None,
+    label_smoothing: float = 0.0,
+) -> list[StepRecord]:
+    """Plain torch, single process: each step's loss is the summed token cross-entropy of the global batch over its
+    label-token count; gradients accumulate over every rank's micro-batches; clip; AdamW. Run in fp32 and again in
+    float64 for the allowances (ds_doctor.probes.equivalence.bounds)."""
+    import torch
+
+    from ds_doctor.probes.equivalence.bounds import allowances, noise_allowances
+
+    shape = (last_window, label_smoothing)
+    single, initial, _ = _token_run(kind, hyper, world_size, lrs, torch.float32, shape)
+    double, _, exact = _token_run(kind, hyper, world_size, lrs, torch.float64, shape)
+    noise: list[dict[str, float]] = [{} for _ in single]
+    if hyper.dtype != "float32":  # the reference once more in the route's dtype: its rounding, measured
+        rough = _token_run(kind, hyper, world_size, lrs, getattr(torch, hyper.dtype), shape)[2]
+        noise = noise_allowances(rough, exact, lrs, hyper.betas)
+    for record, extra, more in zip(single, allowances(single, double, 0.0, initial), noise, strict=True):
+        record.allowance = {k: v + more.get(k, 0.0) for k, v in extra.items()}
+    return single
+
+
+def _token_run(
+    kind: str, hyper: Hyper, world_size: int, lrs: list[float], dtype: Any, shape: tuple[int | None, float]
+) -> tuple[list[StepRecord], dict[str, Any], list[dict[str, Any]]]:
+    """`shape`: the last window's micro-batches (None: a whole window) and the label smoothing."""
+    from ds_doctor.probes.equivalence.subject import named_grads
+
+    model, params, optimizer = _token_trainee(kind, dtype, hyper)
+    initial = {n: p.detach().clone() for n, p in model.named_parameters()}
+    records, grads = [], []
+    for step in range(hyper.steps):
+        loss, norm = _token_step((model, params, optimizer), hyper, world_size, step, lrs[step], dtype, shape)
+        records.append(
+            StepRecord(loss, norm, lrs[step], {n: p.detach().clone() for n, p in model.named_parameters()})
+        )
+        grads.append(named_grads(model))
+    return records, initial, grads
+
+
+def _token_trainee(kind: str, dtype: Any, hyper: Hyper) -> tuple[Any, list[Any], Any]:
+    """The reference's model and AdamW, its weight-decay groups as the Trainer documents them (`knobs.group_of`:
+    no decay for biases and normalisation layers), read on the names here, not from the Trainer."""
+    import torch
+
+    model = build_lm(kind).to(dtype)
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(
+        hyper.param_groups(model.named_parameters()),
+        lr=hyper.lr,
+        betas=hyper.betas,
+        eps=hyper.eps,
+        weight_decay=hyper.weight_decay,
+    )
+    return model, params, optimizer
+
+
+def _token_batches(
+    vocab: int, hyper: Hyper, world_size: int, step: int, last_window: int | None
+) -> tuple[list[dict[str, Any]], int]:
+    """Step `step`'s micro-batches, rank by rank (rank r's micro-batch k at r * window + k), and the label tokens a
+    causal LM predicts in them."""
+    batches = [
+        stacked(micro_indices(step, k, r, hyper, world_size), vocab)
+        for r in range(world_size)
+        for k in range(window(hyper, step, last_window))
+    ]
+    return batches, sum(int((b["labels"][:, 1:] != -100).sum()) for b in batches)
+
+
+def _summed(model: Any, b: dict[str, Any], smoothing: float) -> Any:
+    """A micro-batch's summed token cross-entropy (labels shifted, -100 ignored)."""
+    import torch
+
+    logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
+    return torch.nn.functional.cross_entropy(
+        logits[:, :-1].reshape(-1, logits.shape[-1]),
+        b["labels"][:, 1:].reshape(-1),
+        ignore_index=-100,
+        reduction="sum",
+        label_smoothing=smoothing,  # as the Trainer's LabelSmoother: (1 - e) nll + e mean(-log p)
+    )
+
+
+def _token_step(
+    trainee: tuple[Any, list[Any], Any],
+    hyper: Hyper,
+    world_size: int,
+    step: int,
+    lr: float,
+    dtype: Any,
+    shape: tuple[int | None, float],
+) -> tuple[float, float]:
+    import torch
+
+    model, params, optimizer = trainee
+    batches, tokens = _token_batches(model.config.vocab_size, hyper, world_size, step, shape[0])
+    optimizer.zero_grad(set_to_none=True)
+    total = torch.zeros((), dtype=dtype)
+    for b in batches:
+        summed = _summed(model, b, shape[1])
+        (summed / tokens).backward()
+        total += summed.detach()
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    norm = torch.nn.utils.clip_grad_norm_(params, hyper.clip) if hyper.clip else _total_norm(params)
+    optimizer.step()
+    return float(total / tokens), float(norm)
+
+
+def _total_norm(params: list[Any]) -> Any:
+    import torch
+
+    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in params]))
+
+
+def token_outputs(
+    kind: str,
+    hyper: Hyper,
+    world_size: int,
+    lrs: list[float],
+    shape: tuple[int | None, float],
+    at_step: int,
+    rank: int,
+) -> dict[str, Any]:
+    """Each module's output on `rank`'s micro-batch 0 of step `at_step` in the token-mean reference (fp32), the steps
+    before it replayed, and each output's gradient from that micro-batch's share of the global loss as the rank's
+    backward must give it (its summed cross-entropy over the step's label tokens, times the world size: DDP averages
+    the ranks' gradients). {"outputs": ..., "grads": ...}."""
+    import torch
+
+    from ds_doctor.probes.equivalence.where import recording
+
+    trainee = _token_trainee(kind, torch.float32, hyper)
+    for step in range(at_step):
+        _token_step(trainee, hyper, world_size, step, lrs[step], torch.float32, shape)
+    model = trainee[0]
+    batches, tokens = _token_batches(model.config.vocab_size, hyper, world_size, at_step, shape[0])
+    grads: dict[str, Any] = {}
+    with recording(model, grads) as outputs:
+        summed = _summed(model, batches[rank * window(hyper, at_step, shape[0])], shape[1])
+    (summed / tokens * world_size).backward()
+    return {"outputs": outputs, "grads": grads}
