@@ -97,13 +97,7 @@ class TorchSession(Session):
         ctx.enter("wrap")
         self.module = subject.build(ctx.world_size).to(self.device)
         self.model = self.wrap(self.module)
-        self.opt = (torch.optim.AdamW if hyper.adamw else torch.optim.Adam)(
-            hyper.param_groups(self.model.named_parameters()),
-            lr=hyper.lr,
-            betas=hyper.betas,
-            eps=hyper.eps,
-            weight_decay=hyper.weight_decay,
-        )
+        self.opt = hyper.optimizer(self.model)
         self.scheduler = linear_schedule(self.opt) if hyper.schedule == "linear" else None
 
     def bf16(self) -> bool:
@@ -391,13 +385,7 @@ class AccelerateSession(Session):
         if route.knobs is not None and plugin_config is None:
             self.dtype = torch.float32  # the model stays fp32: Accelerate's bf16 is autocast
         self.module = subject.build(ctx.world_size)
-        optimizer = (torch.optim.AdamW if hyper.adamw else torch.optim.Adam)(
-            hyper.param_groups(self.module.named_parameters()),
-            lr=hyper.lr,
-            betas=hyper.betas,
-            eps=hyper.eps,
-            weight_decay=hyper.weight_decay,
-        )
+        optimizer = hyper.optimizer(self.module)
         self.scheduler = schedule(optimizer) if schedule is not None else None
         prepared = [self.module, optimizer] + (
             [self.scheduler] if self.scheduler is not None and "scheduler" not in route.drop else []

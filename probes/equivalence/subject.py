@@ -57,6 +57,20 @@ class Hyper:
             scale = 1.0 if self.schedule == "constant" else knobs.linear_factor(at, self.total)
         return [g["lr"] * scale for g in knobs.group_settings(self.groups, self.lr, self.weight_decay)]
 
+    def optimizer(self, model: Any) -> Any:
+        """The torch AdamW (Adam where `adamw` is off) over `model`'s parameter groups (`param_groups`), as the
+        user's code builds it: every route's torch optimizer and the references' own."""
+        import torch
+
+        kind = torch.optim.AdamW if self.adamw else torch.optim.Adam
+        return kind(
+            self.param_groups(model.named_parameters()),
+            lr=self.lr,
+            betas=self.betas,
+            eps=self.eps,
+            weight_decay=self.weight_decay,
+        )
+
     def param_groups(self, named: Any) -> list[dict[str, Any]]:
         """The optimizer's parameter groups of `named` ((name, parameter) pairs), as the user's code builds them."""
         from ds_doctor.probes.equivalence import knobs
@@ -202,19 +216,11 @@ def named_grads(model: Any) -> dict[str, Any]:
 
 def _trainee(subject: Subject, hyper: Hyper, dtype: Any) -> tuple[Any, list[Any], Any]:
     """The reference's model (one process), its trainable parameters, and the optimizer `hyper` names."""
-    import torch
 
     model = subject.build(1).to("cpu", dtype)
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = (torch.optim.AdamW if hyper.adamw else torch.optim.Adam)(
-        hyper.param_groups(model.named_parameters()),
-        lr=hyper.lr,
-        betas=hyper.betas,
-        eps=hyper.eps,
-        weight_decay=hyper.weight_decay,
-    )
-    return model, params, optimizer
+    return model, params, hyper.optimizer(model)
 
 
 def _step(

@@ -125,19 +125,11 @@ def _token_run(
 def _token_trainee(kind: str, dtype: Any, hyper: Hyper) -> tuple[Any, list[Any], Any]:
     """The reference's model and AdamW, its weight-decay groups as the Trainer documents them (`knobs.group_of`:
     no decay for biases and normalisation layers), read on the names here, not from the Trainer."""
-    import torch
 
     model = build_lm(kind).to(dtype)
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(
-        hyper.param_groups(model.named_parameters()),
-        lr=hyper.lr,
-        betas=hyper.betas,
-        eps=hyper.eps,
-        weight_decay=hyper.weight_decay,
-    )
-    return model, params, optimizer
+    return model, params, hyper.optimizer(model)
 
 
 def _token_batches(
