@@ -172,12 +172,22 @@ def _token_step(
 
     model, params, optimizer = trainee
     batches, tokens = _token_batches(model.config.vocab_size, hyper, world_size, step, shape[0])
-    optimizer.zero_grad(set_to_none=True)
+    per_rank = len(batches) // world_size
     total = torch.zeros((), dtype=dtype)
-    for b in batches:
-        summed = _summed(model, b, shape[1])
-        (summed / tokens).backward()
-        total += summed.detach()
+    ranks: list[list[Any]] = []
+    for rank in range(
+        world_size
+    ):  # each rank's window on its own, then the ranks summed: an all-reduce's order
+        optimizer.zero_grad(set_to_none=True)
+        for b in batches[rank * per_rank : (rank + 1) * per_rank]:
+            summed = _summed(model, b, shape[1])
+            (summed / tokens).backward()
+            total += summed.detach()
+        ranks.append([p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in params])
+    for i, p in enumerate(params):
+        p.grad = ranks[0][i].clone()
+        for rank_grads in ranks[1:]:
+            p.grad += rank_grads[i]
     for group in optimizer.param_groups:
         group["lr"] = lr
     norm = torch.nn.utils.clip_grad_norm_(params, hyper.clip) if hyper.clip else _total_norm(params)
