@@ -48,17 +48,23 @@ def kernel_epsilon(betas: tuple[float, float]) -> float:
 
 
 def allowances(
-    single: Sequence[Any], double: Sequence[Any], kernel: float, initial: dict[str, Any]
+    single: Sequence[Any],
+    double: Sequence[Any],
+    kernel: float,
+    initial: dict[str, Any],
+    noise: Sequence[dict[str, float]] | None = None,
 ) -> list[dict[str, float]]:
     """Per step, each quantity's absolute allowance: SHADOW_FACTOR times the distance of the fp32 reference from the
-    float64 one, plus (for the parameters) the kernel term on the reference's summed update norms. `single` and
-    `double` are the two runs' StepRecords, `initial` the parameters before the first step."""
+    float64 one, plus (for the parameters) the kernel term on the reference's summed update norms and, for a bf16
+    route, `noise` (`noise_allowances`, per step). `single` and `double` are the two runs' StepRecords, `initial` the
+    parameters before the first step."""
     import torch
 
     out: list[dict[str, float]] = []
     path = dict.fromkeys(initial, 0.0)
     previous = initial
-    for s, d in zip(single, double, strict=True):
+    for step, (s, d) in enumerate(zip(single, double, strict=True)):
+        rounding = noise[step] if noise is not None else {}
         extra = {"loss": SHADOW_FACTOR * abs(s.loss - d.loss)}
         if s.grad_norm is not None and d.grad_norm is not None:
             extra["grad_norm"] = SHADOW_FACTOR * abs(s.grad_norm - d.grad_norm)
@@ -68,6 +74,7 @@ def allowances(
             extra[name] = (
                 SHADOW_FACTOR * float(torch.linalg.vector_norm(here - d.params[name].double()))
                 + kernel * path[name]
+                + rounding.get(name, 0.0)
             )
         previous = s.params
         out.append(extra)

@@ -23,8 +23,9 @@ from ds_doctor.probes.equivalence import trainer as equivalence_trainer
 from ds_doctor.probes.equivalence.cases import Route, variants, with_knobs
 from ds_doctor.probes.equivalence.invariants import Judging, diverges, judge
 from ds_doctor.probes.equivalence.reference import prestart as prestart_reference
+from ds_doctor.probes.equivalence.routes import Session
 from ds_doctor.probes.equivalence.sessions import follows_schedule, open_session
-from ds_doctor.probes.equivalence.subject import Subject, current_subject
+from ds_doctor.probes.equivalence.subject import StepRecord, Subject, current_subject
 from ds_doctor.probes.shared.common import accelerate_session
 
 SPEC = ProbeSpec(
@@ -73,10 +74,7 @@ def run(ctx: ProbeContext) -> None:
         if route.resume:
             equivalence_resume.run(ctx, route, subject, opened)
             return
-        try:
-            records = [opened.step(s) for s in range(opened.hyper.steps)]
-        finally:
-            opened.close()
+        records = train(opened)
     judge(
         ctx,
         route,
@@ -90,6 +88,14 @@ def run(ctx: ProbeContext) -> None:
             smallest=(lambda: smallest(ctx, route, subject)) if route.knobs is not None else None,
         ),
     )
+
+
+def train(opened: Session) -> list[StepRecord]:
+    """Every step of the opened route, then its engine and groups released."""
+    try:
+        return [opened.step(s) for s in range(opened.hyper.steps)]
+    finally:
+        opened.close()
 
 
 class _Quiet:
@@ -119,10 +125,7 @@ def smallest(ctx: ProbeContext, route: Route, subject: Subject) -> str:
         ctx.enter(f"shrink: {knob} back")
         with accelerate_session():
             opened = open_session(quiet, candidate, subject)
-            try:
-                records = [opened.step(s) for s in range(opened.hyper.steps)]
-            finally:
-                opened.close()
+            records = train(opened)
         tried += 1
         if diverges(quiet, candidate, opened.hyper, records):
             current = current.back(knob)

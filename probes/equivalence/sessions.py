@@ -92,9 +92,7 @@ def _matrix_session(ctx: ProbeContext, route: Route, subject: Subject) -> Sessio
             config["zero_allow_untested_optimizer"] = True
             config["zero_force_ds_cpu_optimizer"] = False
         ctx.note("deepspeed_config", config)
-        return DeepSpeedSession(
-            ctx, route, subject, hyper, config, (lambda p: _torch_adamw(p, hyper)) if client else None
-        )
+        return DeepSpeedSession(ctx, route, subject, hyper, config, hyper.optimizer_over if client else None)
     ctx.require(ACCELERATE, TRANSFORMERS)
     extra = {"mixed_precision": "bf16"} if knobs.precision == "bf16" else {}
     if route.wrapper is Wrapper.ACCELERATE_DEEPSPEED:
@@ -166,28 +164,25 @@ def _ds_config(route: Route, hyper: Hyper) -> dict[str, Any]:
         from ds_doctor.probes.equivalence.knobs import TOTAL, WARMUP, group_settings
 
         rates = [g["lr"] for g in group_settings(hyper.groups, hyper.lr, hyper.weight_decay)]
-        config["scheduler"] = {
-            "type": "WarmupDecayLR",
-            "params": {
-                "warmup_min_lr": 0.0,
-                "warmup_max_lr": rates if len(rates) > 1 else rates[0],  # each group its own (a list)
-                "warmup_num_steps": WARMUP,
-                "total_num_steps": TOTAL,
-                "warmup_type": "linear",
-            },
-        }
+        # each group its own max rate (a list)
+        config["scheduler"] = _warmup_decay(rates if len(rates) > 1 else rates[0], WARMUP, TOTAL)
     if route.resume:
-        config["scheduler"] = {
-            "type": "WarmupDecayLR",
-            "params": {
-                "warmup_min_lr": 0.0,
-                "warmup_max_lr": hyper.lr,
-                "warmup_num_steps": 3,
-                "total_num_steps": 12,
-                "warmup_type": "linear",
-            },
-        }
+        config["scheduler"] = _warmup_decay(hyper.lr, 3, 12)
     return config
+
+
+def _warmup_decay(max_lr: float | list[float], warmup: int, total: int) -> dict[str, Any]:
+    """DeepSpeed's config block of a linear `WarmupDecayLR` from 0."""
+    return {
+        "type": "WarmupDecayLR",
+        "params": {
+            "warmup_min_lr": 0.0,
+            "warmup_max_lr": max_lr,
+            "warmup_num_steps": warmup,
+            "total_num_steps": total,
+            "warmup_type": "linear",
+        },
+    }
 
 
 def deepspeed_config(ctx: ProbeContext, route: Route) -> tuple[dict[str, Any], Any]:
@@ -196,7 +191,7 @@ def deepspeed_config(ctx: ProbeContext, route: Route) -> tuple[dict[str, Any], A
     if route.user is None and (route.resume or route.bf16):
         hyper = _route_hyper(route, "torch")
         config = {k: v for k, v in _ds_config(route, hyper).items() if k != "optimizer"}
-        return config, lambda params: _torch_adamw(params, hyper)
+        return config, hyper.optimizer_over
     if route.user is None:
         return _ds_config(route, _route_hyper(route, "deepspeed")), None
     user: UserConfig = route.user
@@ -216,14 +211,6 @@ def deepspeed_config(ctx: ProbeContext, route: Route) -> tuple[dict[str, Any], A
     config = {**filled.config, "steps_per_print": 10**9, "wall_clock_breakdown": False}
     client = None if "optimizer" in config else (lambda params: route_optimizer(config, params))
     return config, client
-
-
-def _torch_adamw(params: Any, hyper: Hyper) -> Any:
-    import torch
-
-    return torch.optim.AdamW(
-        params, lr=hyper.lr, betas=hyper.betas, eps=hyper.eps, weight_decay=hyper.weight_decay
-    )
 
 
 def hyper_from_config(ctx: ProbeContext, config: dict[str, Any]) -> Hyper:

@@ -58,18 +58,17 @@ class Hyper:
         return [g["lr"] * scale for g in knobs.group_settings(self.groups, self.lr, self.weight_decay)]
 
     def optimizer(self, model: Any) -> Any:
-        """The torch AdamW (Adam where `adamw` is off) over `model`'s parameter groups (`param_groups`), as the
-        user's code builds it: every route's torch optimizer and the references' own."""
+        """The torch optimizer over `model`'s parameter groups (`param_groups`), as the user's code builds it: every
+        route's torch optimizer and the references' own."""
+        return self.optimizer_over(self.param_groups(model.named_parameters()))
+
+    def optimizer_over(self, params: Any) -> Any:
+        """The torch AdamW (Adam where `adamw` is off) over `params` (parameters or groups): also the one a client
+        passes to `deepspeed.initialize`."""
         import torch
 
         kind = torch.optim.AdamW if self.adamw else torch.optim.Adam
-        return kind(
-            self.param_groups(model.named_parameters()),
-            lr=self.lr,
-            betas=self.betas,
-            eps=self.eps,
-            weight_decay=self.weight_decay,
-        )
+        return kind(params, lr=self.lr, betas=self.betas, eps=self.eps, weight_decay=self.weight_decay)
 
     def param_groups(self, named: Any) -> list[dict[str, Any]]:
         """The optimizer's parameter groups of `named` ((name, parameter) pairs), as the user's code builds them."""
@@ -84,7 +83,7 @@ class Hyper:
         groups = {
             "one": "",
             "decay": ", biases and norms without weight decay",
-            "rates": (", biases and norms without weight decay at their own lr"),
+            "rates": ", biases and norms without weight decay at their own lr",
         }[self.groups]
         schedule = "" if self.schedule == "constant" else f", {self.schedule} warm-up schedule"
         return (
@@ -184,13 +183,13 @@ def reference(
     single, initial, _ = _run(subject, hyper, world_size, lrs, torch.float32)
     double, _, exact = _run(subject, hyper, world_size, lrs, torch.float64)
     kernel = kernel_epsilon(hyper.betas) if hyper.kernel == "deepspeed" else 0.0
-    noise: list[dict[str, float]] = [{} for _ in single]
+    noise = None
     if hyper.dtype != "float32":  # the reference once more in the route's dtype: its rounding, measured
         rough = _run(subject, hyper, world_size, lrs, getattr(torch, hyper.dtype))[2]
         rates = [lrs[s] if lrs is not None else max(hyper.lrs(s)) for s in range(hyper.steps)]
         noise = noise_allowances(rough, exact, rates, hyper.betas)
-    for record, extra, more in zip(single, allowances(single, double, kernel, initial), noise, strict=True):
-        record.allowance = {k: v + more.get(k, 0.0) for k, v in extra.items()}
+    for record, extra in zip(single, allowances(single, double, kernel, initial, noise), strict=True):
+        record.allowance = extra
     return single
 
 

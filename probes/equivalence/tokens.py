@@ -95,12 +95,12 @@ def token_reference(
     shape = (last_window, label_smoothing)
     single, initial, _ = _token_run(kind, hyper, world_size, lrs, torch.float32, shape)
     double, _, exact = _token_run(kind, hyper, world_size, lrs, torch.float64, shape)
-    noise: list[dict[str, float]] = [{} for _ in single]
+    noise = None
     if hyper.dtype != "float32":  # the reference once more in the route's dtype: its rounding, measured
         rough = _token_run(kind, hyper, world_size, lrs, getattr(torch, hyper.dtype), shape)[2]
         noise = noise_allowances(rough, exact, lrs, hyper.betas)
-    for record, extra, more in zip(single, allowances(single, double, 0.0, initial), noise, strict=True):
-        record.allowance = {k: v + more.get(k, 0.0) for k, v in extra.items()}
+    for record, extra in zip(single, allowances(single, double, 0.0, initial, noise), strict=True):
+        record.allowance = extra
     return single
 
 
