@@ -72,6 +72,9 @@ class KnownIssue:
     # whose message was cut names it as "possibly", matched as a frame
     native_frames: tuple[str, ...] = ()
     lookalikes: tuple[Lookalike, ...] = ()
+    # a silent bug's conditions on a knob-matrix setting ("schedule=cosine", "groups=decay|rates", "route=deepspeed-*",
+    # "world_size=2"): a matrix case that fits them all and diverges on an affected release names this entry
+    knobs: tuple[str, ...] = ()
 
     def matches(self, text: str) -> bool:
         if not any(re.search(p, text, REGEX_FLAGS) for p in self.patterns):

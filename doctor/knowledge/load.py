@@ -22,6 +22,8 @@ Schema of a data file, format 1 (the comment at the top of each file says how it
     fixed_in = '0.14.3'                 # PEP 440 version, outside `affected`; absent = no fix known
     families = ['zero_offload']         # probe families that exercise it
     invariants = ['clip_norm_device']   # invariants whose error findings show it
+    knobs = ['schedule=cosine', ...]    # a silent entry's conditions on a knob-matrix setting: name=glob|glob (the
+                                        # Knobs' fields, route, world_size); a diverging case that fits names it
     [[issue.wording]]                   # after the entry's keys, one table per wording its message ever had
     text = '...'                        # the message as printed, placeholders filled with sample values
     source = 'torch torch/x/y.py'       # the distribution and its file that raise it
@@ -89,11 +91,13 @@ _LISTS = (
     "banners",
     "paraphrases",
     "native_frames",
+    "knobs",
 )
 _KEYS = frozenset((*_TEXTS, *_LISTS, "wording", "lookalike"))
 _WORDING_KEYS = ("text", "source", "versions", "read")
 _LOOKALIKE_KEYS = ("text", "why")
 _ID = re.compile(r"[a-z][a-z0-9_]*")
+_KNOB = re.compile(r"[a-z_0-9]+=[^=|\s]+(\|[^=|\s]+)*")
 
 
 class CatalogError(ValueError):
@@ -200,6 +204,7 @@ def _entry(raw: Mapping[str, Any], label: str) -> KnownIssue:
         paraphrases=tuple(raw.get("paraphrases", ())),
         native_frames=tuple(raw.get("native_frames", ())),
         lookalikes=_lookalikes(raw.get("lookalike", []), label),
+        knobs=tuple(raw.get("knobs", ())),
     )
 
 
@@ -312,6 +317,13 @@ def _check_kind(raw: Mapping[str, Any], label: str) -> None:
             f"{label}: requires, banners, paraphrases and native frames go with patterns (the error they narrow, "
             "precede, name or raise), not without"
         )
+    if raw.get("knobs") and not raw.get("silent"):
+        raise CatalogError(
+            f"{label}: knobs are a silent issue's conditions on a matrix setting, not an error's"
+        )
+    for condition in raw.get("knobs", ()):
+        if not _KNOB.fullmatch(condition):
+            raise CatalogError(f"{label}: knob condition {condition!r} is not name=value or name=value|value")
     if bool(raw.get("evidence")) != bool(raw.get("confirm")) or (
         raw.get("evidence") and not raw.get("patterns")
     ):

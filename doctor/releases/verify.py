@@ -26,7 +26,18 @@ class Plan:
     keyword: str  # `-k` selecting the reproducing case
     device: str  # where the issue can show: "cpu" (any node), or "cuda" (measured on a GPU node only)
     extra: tuple[str, ...] = ()  # releases whose place in the range is in doubt
+    # `--with` pins the release needs beside it here (an old transformers' hub and tokenizers)
+    pins: tuple[str, ...] = ()
+    # the keyword selects knob-matrix cases, not a reproducing case: reproduced where one of them fails naming the
+    # entry (its `knobs` fit), not reproduced where every one passes
+    matrix: bool = False
+    ignore_pins: bool = False  # the release's own requirements are not met here (`--ignore-pins`)
+    # the first fixed release that runs the case here, where the fix itself cannot (the range's fixed end)
+    fixed_end: str | None = None
 
+
+#: what transformers 4.48-4.53 need beside them on this stack to import (measured)
+HF_PINS = ("huggingface_hub==0.30.2", "tokenizers==0.21.1", "requests==2.32.3")
 
 #: The entries with a range and a reproducing case. Not here, and why: the S0 Accelerate entries and the S1 name-map
 #: entries hold for every release (no range to measure); ds_z3_offload_gradnorm_device_mismatch and
@@ -64,6 +75,36 @@ PLAN = {
     # Accelerate PR #2790: sync_each_batch (new in 0.28.0, PR #2531) forced sync_gradients on every micro-batch
     "acc_sync_each_batch_steps_every_microbatch": Plan(
         "equivalence and accelerate-sync-each-batch", "cpu", ("0.28.0",)
+    ),
+    # issue 50's corpus: caught by the knob matrix, no case of their own (docs/invariants.md)
+    "ds_z2_accumulation_keeps_last_microbatch": Plan(
+        "equivalence and matrix-deepspeed-z2 and not ga1 and not offload", "cpu", matrix=True
+    ),
+    "ds_warmup_schedulers_start_at_optimizer_lr": Plan(
+        "equivalence and matrix-deepspeed-z0 and warmup and not client", "cpu", matrix=True
+    ),
+    "ds_warmup_cosine_groups_start_at_base_lr": Plan(
+        "equivalence and matrix-deepspeed-z0 and cosine and (decay or rates)", "cpu", matrix=True
+    ),
+    "ds_warmup_lr_groups_take_group0_peak": Plan(
+        "equivalence and matrix-deepspeed and warmup-lr and rates and ws1", "cpu", matrix=True
+    ),
+    # 0.17.0, the fix, asserts on a CPU before a step (PartialState built with cpu=True, the optimizer's with
+    # cpu=False): 0.18.0 is the first fixed release that runs here
+    "acc_torch2_scheduler_not_prepared": Plan(
+        "equivalence and matrix-accelerate-decay-warmup",
+        "cpu",
+        ("0.18.0",),
+        pins=("setuptools==69.5.1",),
+        matrix=True,
+        ignore_pins=True,
+        fixed_end="0.18.0",
+    ),
+    "hf_trainer_decays_rmsnorm_weights": Plan(
+        "equivalence and matrix-trainer and decay and ws1", "cpu", pins=HF_PINS, matrix=True
+    ),
+    "hf_trainer_decays_final_norm": Plan(
+        "equivalence and matrix-trainer and decay and ws1", "cpu", pins=HF_PINS, matrix=True
     ),
 }
 
@@ -145,8 +186,9 @@ def ends_of_range(fixed_in: str, available: list[str]) -> list[str]:
     return [*before[-1:], fixed_in]
 
 
-def _run(keyword: str, overlay: str | None) -> subprocess.CompletedProcess[str]:
-    """`ds-doctor run --level 3 -k KEYWORD [--with OVERLAY] --json`, its report in the verify cache."""
+def _run(keyword: str, overlay: str | None, pins: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    """`ds-doctor run --level 3 -k KEYWORD [--with OVERLAY --with PIN ...] --json`, its report in the verify cache
+    (a pin that is an option, `--ignore-pins`, passed as it is)."""
     out = Path.home() / ".cache" / "ds-doctor" / "verify"
     return subprocess.run(
         [
@@ -159,6 +201,11 @@ def _run(keyword: str, overlay: str | None) -> subprocess.CompletedProcess[str]:
             "-k",
             keyword,
             *(("--with", overlay) if overlay else ()),
+            *(
+                arg
+                for pin in (pins if overlay else ())
+                for arg in ((pin,) if pin.startswith("--") else ("--with", pin))
+            ),
             "--json",
             "--out",
             str(out),
@@ -180,7 +227,9 @@ def _report(proc: subprocess.CompletedProcess[str], label: str) -> dict | None:
 
 def measure(issue: str, package: str, version: str, plan: Plan, torch_version: str) -> Measured | None:
     """One run of the case on an overlay of the release; None where it neither ran nor was refused at import."""
-    proc = _run(plan.keyword, f"{package}=={version}")
+    proc = _run(
+        plan.keyword, f"{package}=={version}", plan.pins + (("--ignore-pins",) if plan.ignore_pins else ())
+    )
     today = dt.date.today().isoformat()
     if proc.returncode == 2 and "does not import on this stack" in proc.stderr:
         return Measured(
@@ -189,8 +238,12 @@ def measure(issue: str, package: str, version: str, plan: Plan, torch_version: s
     report = _report(proc, f"{issue} {version}")
     if report is None:
         return None
-    ran = [r for r in report["results"] if r.get("stack") == f"{package}=={version}"]
-    found = records_of(ran, {issue}, package, version, torch_version, today)
+    ran = [r for r in report["results"] if str(r.get("stack", "")).startswith(f"{package}=={version}")]
+    found = (
+        matrix_records(ran, issue, package, version, torch_version, today)
+        if plan.matrix
+        else records_of(ran, {issue}, package, version, torch_version, today)
+    )
     if not found:
         print(
             f"{issue} {version}: the case neither reproduced nor passed: "
@@ -259,6 +312,23 @@ def records_of(
             named, package, version, outcome, r["case"], r["device_kind"], torch_version, today
         )
     return list(records.values())
+
+
+def matrix_records(
+    results: list[dict], issue: str, package: str, version: str, torch_version: str, today: str
+) -> list[Measured]:
+    """The entry's record from knob-matrix cases: `reproduced` where one failed naming it (the first such), else
+    `not_reproduced` where every one passed (the first); none where they did neither (an error, a skip)."""
+
+    def record(outcome: str, case: str, device: str) -> list[Measured]:
+        return [Measured(issue, package, version, outcome, case, device, torch_version, today)]
+
+    for r in results:
+        if r["outcome"] == "fail" and (r.get("known_issue") or {}).get("id") == issue:
+            return record("reproduced", r["case"], r["device_kind"])
+    if results and all(r["outcome"] == "pass" for r in results):
+        return record("not_reproduced", results[0]["case"], results[0]["device_kind"])
+    return []
 
 
 def table(records: list[Measured], issues: list) -> str:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ds_doctor.plugins.checks import UNIT_ROUNDOFF
@@ -96,12 +96,13 @@ def adam_bound(betas: tuple[float, float]) -> float:
 def noise_allowances(
     noisy: Sequence[dict[str, Any]],
     exact: Sequence[dict[str, Any]],
-    lrs: Sequence[float],
+    rate: Callable[[int, str], float],
     betas: tuple[float, float],
 ) -> list[dict[str, float]]:
     """Per step, each parameter's absolute allowance for elements stepped on a gradient below the route's rounding:
     `noisy` the gradients per step (by name) of the reference run once more in the route's dtype, `exact` the
-    float64 run's, `lrs` each step's largest lr. The first's distance from the second, spread over the tensor's
+    float64 run's, `rate(step, name)` the lr that parameter steps at (its group's). The first's distance from the
+    second, spread over the tensor's
     elements, is the route's error per element; an element whose exact gradient is below it over NOISE may take its
     sign from the rounding, and Adam steps it by up to lr * adam_bound either way: 2 lr adam_bound * sqrt(such
     elements) from that step on (summed over steps)."""
@@ -109,8 +110,9 @@ def noise_allowances(
 
     out: list[dict[str, float]] = []
     carried: dict[str, float] = {}
-    for grads, truths, lr in zip(noisy, exact, lrs, strict=True):
+    for step, (grads, truths) in enumerate(zip(noisy, exact, strict=True)):
         for name, value in grads.items():
+            lr = rate(step, name)
             truth = truths[name].double()
             error = float(torch.linalg.vector_norm(value.double() - truth)) / math.sqrt(truth.numel())
             noisy_elements = int((truth.abs() <= error / NOISE).sum())

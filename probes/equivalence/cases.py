@@ -320,6 +320,13 @@ def _matrix(extent: str) -> tuple[Route, ...]:
     return tuple(out)
 
 
+def matrix_route(route: Route) -> str:
+    """The matrix route a setting's case runs on ("deepspeed-z2" of "matrix-deepspeed-z2-ga4-offload")."""
+    rest = route.name.removeprefix("matrix-")
+    names = sorted((name for name, *_ in MATRIX_ROUTES), key=len, reverse=True)
+    return next(name for name in names if rest == name or rest.startswith(f"{name}-"))
+
+
 def with_knobs(route: Route, setting: Knobs) -> Route:
     """`route` at the matrix's `setting`: the fields the knobs decide, set from them."""
     return dataclasses.replace(

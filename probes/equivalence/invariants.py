@@ -128,12 +128,41 @@ def judge(
             )
         )
     ctx.add_findings(findings)
-    issue = (explain(ref) if explain is not None and findings else None) or route.issue
+    issue = (
+        (explain(ref) if explain is not None and findings else None)
+        or (matrix_issue(route, ctx.world_size) if route.knobs is not None and findings else None)
+        or route.issue
+    )
     if route.reproduce and issue != route.issue:  # another issue showing is no reproduction of this one
         ctx.reproduce(None if issue == UNEXPLAINED else issue, instead=True)
     elif issue:
         showed = [finding.message for finding in findings] if route.reproduce else []
         ctx.reproduce(issue, showed=showed, caught=bool(findings))
+
+
+def matrix_issue(
+    route: Route, world_size: int, installed: Callable[[str], str | None] | None = None
+) -> str | None:
+    """The catalog's silent bug a diverging matrix setting fits (every condition of the entry's `knobs`) on an
+    affected release of the stack it ran on (`installed`: a package's version, default the one this process
+    imports): the entry with the most conditions where several fit; None where none does."""
+    from ds_doctor.knowledge import catalog
+    from ds_doctor.knowledge.issues import Verdict
+    from ds_doctor.probes.equivalence.cases import matrix_route
+    from ds_doctor.probes.equivalence.knobs import fits
+    from ds_doctor.releases.overlay import installed as imported
+
+    assert route.knobs is not None
+    version = installed or imported
+    name = matrix_route(route)
+    fitting = [
+        issue
+        for issue in catalog.ISSUES
+        if issue.knobs
+        and fits(issue.knobs, name, route.knobs, world_size)
+        and issue.version_verdict({issue.package: version(issue.package)}) is Verdict.AFFECTED
+    ]
+    return max(fitting, key=lambda issue: len(issue.knobs)).id if fitting else None
 
 
 def subject_reference(
@@ -159,18 +188,22 @@ def subject_reference(
 
 
 def diverges(ctx: ProbeContext, route: Route, hyper: Hyper, records: list[StepRecord]) -> bool:
-    """Whether the route's steps leave the reference's tolerance anywhere, agreed by every rank (the largest answer:
-    a rank that saw a divergence decides, so that all ranks go on with the same next run)."""
+    """Whether the route's steps leave the reference's tolerance anywhere, on this rank (`agree` makes it every
+    rank's)."""
     compared, _ = gaps(subject_reference(ctx, route, hyper, records), records)
-    found = first_divergence(compared, tolerance_for(ctx, route, hyper)) is not None
+    return first_divergence(compared, tolerance_for(ctx, route, hyper)) is not None
+
+
+def agree(ctx: ProbeContext, answer: int) -> int:
+    """The largest of every rank's `answer` (an all-reduce), so that all ranks go on with the same next run."""
     if ctx.world_size > 1:
         import torch
         import torch.distributed as dist
 
-        flag = torch.tensor([int(found)], device=ctx.device)
+        flag = torch.tensor([answer], device=ctx.device)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        found = bool(flag.item())
-    return found
+        return int(flag.item())
+    return answer
 
 
 def outputs_request(

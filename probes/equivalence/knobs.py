@@ -18,13 +18,17 @@ Nothing here imports torch: `ds-doctor list` reads the cases.
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import itertools
+import math
 from collections.abc import Iterable, Mapping, Sequence
 
 #: a "rates" setting's second group (no decay) steps at this multiple of the base rate
 SECOND_GROUP_RATE = 0.1
 #: the schedule: a linear warm-up over WARMUP optimizer steps, then a linear decay to 0 at TOTAL
 WARMUP, TOTAL = 2, 6
+#: `WarmupCosineLR`'s floor, a multiple of the base rate (its `cos_min_ratio`)
+COS_MIN = 0.1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,36 +41,19 @@ class Knobs:
     groups: str = (
         "one"  # "one" | "decay" (biases and norms without weight decay) | "rates" (decay, own rates)
     )
-    schedule: str = (
-        "constant"  # "constant" | "warmup" (linear warm-up, then linear decay, per optimizer step)
-    )
+    # "constant" | "warmup" (linear warm-up, then linear decay, per optimizer step); DeepSpeed's config schedulers
+    # too: "warmup-lr" (WarmupLR, its max rate left to the default) and "cosine" (WarmupCosineLR)
+    schedule: str = "constant"
     offload: bool = False  # DeepSpeed ZeRO 1-3: the optimizer offloaded to the CPU
     source: str = "config"  # DeepSpeed: the optimizer (and scheduler) "config" builds, or the "client" passes
+    accumulate_fp32: bool = False  # DeepSpeed ZeRO 1-3 in bf16: data_types.grad_accum_dtype "fp32"
     sync_each_batch: bool = False  # Accelerate: GradientAccumulationPlugin(sync_each_batch=True)
     smoothing: bool = False  # the Trainer: label_smoothing_factor 0.1
 
     def tokens(self) -> list[str]:
-        """The settings that differ from the defaults, in a case name's words."""
-        out = []
-        if self.precision != "fp32":
-            out.append(self.precision)
-        if self.accumulation != Knobs.accumulation:
-            out.append(f"ga{self.accumulation}")
-        if not self.clip:
-            out.append("noclip")
-        if self.groups != "one":
-            out.append(self.groups)
-        if self.schedule != "constant":
-            out.append(self.schedule)
-        if self.offload:
-            out.append("offload")
-        if self.source != "config":
-            out.append(self.source)
-        if self.sync_each_batch:
-            out.append("sync-each-batch")
-        if self.smoothing:
-            out.append("smoothing")
-        return out
+        """The settings that differ from the defaults, in a case name's words: a value's own ("bf16", "rates"),
+        "ga<n>", "noclip", or a switch's name ("offload", "sync-each-batch")."""
+        return [_word(name, getattr(self, name)) for name in self.changed()]
 
     def describe(self) -> str:
         return ", ".join(self.tokens()) or "the defaults"
@@ -81,6 +68,14 @@ class Knobs:
         return dataclasses.replace(self, **{knob: getattr(Knobs(), knob)})
 
 
+def _word(knob: str, value: object) -> str:
+    if knob == "accumulation":
+        return f"ga{value}"
+    if knob == "clip":
+        return "noclip"
+    return knob.replace("_", "-") if value is True else str(value)
+
+
 #: every value of each knob, the default first
 VALUES: dict[str, tuple[object, ...]] = {
     "precision": ("fp32", "bf16"),
@@ -90,6 +85,7 @@ VALUES: dict[str, tuple[object, ...]] = {
     "schedule": ("constant", "warmup"),
     "offload": (False, True),
     "source": ("config", "client"),
+    "accumulate_fp32": (False, True),
     "sync_each_batch": (False, True),
     "smoothing": (False, True),
 }
@@ -102,8 +98,14 @@ def _offer(*names: str, **values: tuple[object, ...]) -> dict[str, tuple[object,
 #: the knobs each kind of route offers, with the values it offers of each
 TORCH_KNOBS = _offer("precision", "accumulation", "clip", "groups", "schedule")
 ACCELERATE_KNOBS = {**TORCH_KNOBS, **_offer("sync_each_batch")}
-DEEPSPEED_KNOBS = {**TORCH_KNOBS, **_offer("source")}
-ZERO_KNOBS = {**DEEPSPEED_KNOBS, **_offer("offload")}
+#: DeepSpeed's own schedulers, from the config (a client optimizer too: the engine builds them over it)
+DEEPSPEED_SCHEDULES = ("warmup-lr", "cosine")
+DEEPSPEED_KNOBS = {
+    **TORCH_KNOBS,
+    **_offer("schedule", "source", schedule=(*VALUES["schedule"], *DEEPSPEED_SCHEDULES)),
+}
+#: ZeRO 0 with bf16 and fp32 accumulation raises (`_do_optimizer_sanity_check`): offered from stage 1
+ZERO_KNOBS = {**DEEPSPEED_KNOBS, **_offer("offload", "accumulate_fp32")}
 #: the Trainer builds its own groups (decay by name: "decay" turns weight decay on) at one rate
 TRAINER_KNOBS = _offer(
     "precision", "accumulation", "clip", "groups", "schedule", "smoothing", groups=("one", "decay")
@@ -111,8 +113,11 @@ TRAINER_KNOBS = _offer(
 
 
 def allowed(knobs: Knobs) -> bool:
-    """Settings that mean nothing are left out: `sync_each_batch` without accumulation."""
-    return not (knobs.sync_each_batch and knobs.accumulation == 1)
+    """Settings that mean nothing are left out: `sync_each_batch` without accumulation, an fp32 accumulation of
+    fp32 gradients."""
+    return not (knobs.sync_each_batch and knobs.accumulation == 1) and not (
+        knobs.accumulate_fp32 and knobs.precision != "bf16"
+    )
 
 
 def combinations(offered: Mapping[str, Sequence[object]]) -> list[Knobs]:
@@ -148,6 +153,25 @@ def pairs(offered: Mapping[str, Sequence[object]], needed: Iterable[Knobs] = ())
 def slice_of(design: Sequence[Knobs]) -> Knobs:
     """Level 2's setting of a route: the design's setting that turns the most knobs (the first such)."""
     return max(design, key=lambda k: len(k.changed()))
+
+
+def fits(conditions: Iterable[str], route: str, setting: Knobs, world_size: int) -> bool:
+    """Whether `setting` on the matrix's `route` ("deepspeed-z2") at `world_size` meets every condition of a catalog
+    entry's `knobs`: "name=glob|glob" on a Knobs field (a switch's value "true"/"false"), "route" or "world_size".
+    A name that is none of these fits nothing."""
+    values = {"route": route, "world_size": str(world_size)}
+    values |= {f.name: str(getattr(setting, f.name)).lower() for f in dataclasses.fields(Knobs)}
+    for condition in conditions:
+        name, _, alternatives = condition.partition("=")
+        if name not in values or not any(
+            fnmatch.fnmatchcase(values[name], alternative.lower()) for alternative in alternatives.split("|")
+        ):
+            return False
+    return True
+
+
+#: what a catalog entry's knob conditions may name besides the Knobs' fields
+SETTING_NAMES = ("route", "world_size")
 
 
 # -- what the reference needs of a setting: groups and learning rates, as the libraries document them ----------
@@ -191,13 +215,21 @@ def linear_factor(step: int, total: int = TOTAL) -> float:
     return max(0.0, (total - step) / max(1, total - WARMUP))
 
 
-def deepspeed_factor(step: int) -> float:
-    """DeepSpeed's `WarmupDecayLR` (linear warm-up, `warmup_min_lr` 0) as its docstring and `get_lr` define it: at
-    construction (iteration -1) the min lr; the engine steps it after each optimizer step, so optimizer step `step`
-    runs at iteration step - 1: iteration / WARMUP during the warm-up, then (TOTAL - iteration) / (TOTAL - WARMUP)."""
+def deepspeed_factor(step: int, kind: str = "decay") -> float:
+    """DeepSpeed's schedulers (linear warm-up from 0) as their docstrings and `get_lr` define them, the multiple of
+    each group's peak rate: at construction (iteration -1) 0; the engine steps them after each optimizer step, so
+    optimizer step `step` runs at iteration step - 1: iteration / WARMUP during the warm-up; then `WarmupDecayLR`
+    ("decay") falls as (TOTAL - iteration) / (TOTAL - WARMUP), `WarmupLR` ("warmup") stays at 1, and `WarmupCosineLR`
+    ("cosine") follows a half cosine from 1 to COS_MIN over TOTAL - WARMUP iterations, the first after the warm-up
+    already one along."""
     iteration = step - 1
     if iteration < 0:
         return 0.0
     if iteration < WARMUP:
         return iteration / WARMUP
+    if kind == "warmup":
+        return 1.0
+    if kind == "cosine":
+        progress = min(1.0, (iteration - WARMUP + 1) / max(1, TOTAL - WARMUP))
+        return COS_MIN + (1.0 - COS_MIN) * (1.0 + math.cos(math.pi * progress)) / 2.0
     return max(0.0, (TOTAL - iteration) / max(1.0, TOTAL - WARMUP))

@@ -21,7 +21,7 @@ from ds_doctor.plugins.requirements import TORCH
 from ds_doctor.probes.equivalence import resume as equivalence_resume
 from ds_doctor.probes.equivalence import trainer as equivalence_trainer
 from ds_doctor.probes.equivalence.cases import Route, variants, with_knobs
-from ds_doctor.probes.equivalence.invariants import Judging, diverges, judge
+from ds_doctor.probes.equivalence.invariants import Judging, agree, diverges, judge
 from ds_doctor.probes.equivalence.reference import prestart as prestart_reference
 from ds_doctor.probes.equivalence.routes import Session
 from ds_doctor.probes.equivalence.sessions import follows_schedule, open_session
@@ -118,19 +118,30 @@ def smallest(ctx: ProbeContext, route: Route, subject: Subject) -> str:
     """The smallest setting found that still diverges: each turned knob set back to its default in turn, and kept
     there where the divergence stays (every rank reruns the same settings: `diverges` agrees). In words."""
     assert route.knobs is not None
-    current, tried = route.knobs, 0
+    current, tried, raised = route.knobs, 0, []
     quiet = cast(ProbeContext, _Quiet(ctx))
     for knob in route.knobs.changed():
         candidate = with_knobs(route, current.back(knob))
         ctx.enter(f"shrink: {knob} back")
-        with accelerate_session():
-            opened = open_session(quiet, candidate, subject)
-            records = train(opened)
         tried += 1
-        if diverges(quiet, candidate, opened.hyper, records):
+        # each rank's answer: 1 it still diverges, 0 it does not, 2 the rerun raised (a setting this release cannot
+        # run, or skips): any rank's 2 keeps the knob turned on every rank, else any rank's 1 sets it back
+        try:
+            with accelerate_session():
+                opened = open_session(quiet, candidate, subject)
+                records = train(opened)
+            answer = int(diverges(quiet, candidate, opened.hyper, records))
+        except Exception as exc:  # a rerun's failure is reported in the finding, not the case's
+            raised.append(f"with {knob} back it raised {type(exc).__name__}: {str(exc)[:120]}")
+            answer = 2
+        agreed = agree(ctx, answer)
+        if agreed == 2 and not raised:
+            raised.append(f"with {knob} back another rank raised")
+        if agreed == 1:
             current = current.back(knob)
     reruns = f"{tried} rerun{'s' if tried != 1 else ''}"
+    caveat = f"; kept turned where a rerun could not tell: {'; '.join(raised)}" if raised else ""
     return (
         f"the smallest setting found that still shows it ({reruns}, each turned knob set back to its default in "
-        f"turn and kept there where the divergence stayed): {current.describe()}"
+        f"turn and kept there where the divergence stayed): {current.describe()}{caveat}"
     )

@@ -5,6 +5,7 @@ process (`ds_doctor.probes.equivalence.child`)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from ds_doctor.plugins import AccelerateConfigNote, DeepSpeedConfigNote, ProbeContext, Wrapper
@@ -84,11 +85,17 @@ def _matrix_session(ctx: ProbeContext, route: Route, subject: Subject) -> Sessio
         ctx.require(DEEPSPEED)
         require_deepspeed_ops(ctx)
         client = knobs.source == "client"
-        hyper = knob_hyper(route, "torch" if client else "deepspeed", "linear" if client else "deepspeed")
+        # the warm-up a client passes is a LambdaLR; DeepSpeed's own schedulers stay in the config over its optimizer
+        lambda_lr = client and knobs.schedule == "warmup"
+        schedule = "linear" if lambda_lr else DEEPSPEED_SCHEDULERS[knobs.schedule][1]
+        hyper = knob_hyper(route, "torch" if client else "deepspeed", schedule)
+        if knobs.schedule == "warmup-lr":
+            hyper = dataclasses.replace(hyper, peak=_warmup_lr_default_peak())
         config = _ds_config(route, hyper)
-        if client:  # a torch AdamW (and a LambdaLR) passed in: the config names neither
+        if client:  # a torch AdamW passed in: the config names no optimizer
             del config["optimizer"]
-            config.pop("scheduler", None)
+            if lambda_lr:
+                del config["scheduler"]
             config["zero_allow_untested_optimizer"] = True
             config["zero_force_ds_cpu_optimizer"] = False
         ctx.note("deepspeed_config", config)
@@ -161,14 +168,44 @@ def _ds_config(route: Route, hyper: Hyper) -> dict[str, Any]:
     if route.bf16:
         config["bf16"] = {"enabled": True}
     if route.knobs is not None and route.knobs.schedule != "constant":
-        from ds_doctor.probes.equivalence.knobs import TOTAL, WARMUP, group_settings
+        from ds_doctor.probes.equivalence.knobs import COS_MIN, TOTAL, WARMUP, group_settings
 
         rates = [g["lr"] for g in group_settings(hyper.groups, hyper.lr, hyper.weight_decay)]
-        # each group its own max rate (a list)
-        config["scheduler"] = _warmup_decay(rates if len(rates) > 1 else rates[0], WARMUP, TOTAL)
+        kind = DEEPSPEED_SCHEDULERS[route.knobs.schedule][0]
+        if kind == "WarmupDecayLR":  # each group its own max rate (a list)
+            config["scheduler"] = _warmup_decay(rates if len(rates) > 1 else rates[0], WARMUP, TOTAL)
+        else:  # WarmupLR's max rate left to its default; WarmupCosineLR's are the groups' own by design
+            params = {"warmup_num_steps": WARMUP, "warmup_type": "linear"}
+            if kind == "WarmupLR":
+                params["warmup_min_lr"] = 0.0
+            else:
+                params |= {"total_num_steps": TOTAL, "warmup_min_ratio": 0.0, "cos_min_ratio": COS_MIN}
+            config["scheduler"] = {"type": kind, "params": params}
+    if route.knobs is not None and route.knobs.accumulate_fp32:
+        config["data_types"] = {"grad_accum_dtype": "fp32"}
     if route.resume:
         config["scheduler"] = _warmup_decay(hyper.lr, 3, 12)
     return config
+
+
+#: a matrix `schedule` on a DeepSpeed route: the config's scheduler type, and the reference's name of it (`Hyper`)
+DEEPSPEED_SCHEDULERS = {
+    "warmup": ("WarmupDecayLR", "deepspeed"),
+    "warmup-lr": ("WarmupLR", "deepspeed-warmup"),
+    "cosine": ("WarmupCosineLR", "deepspeed-cosine"),
+    "constant": ("", "constant"),
+}
+
+
+def _warmup_lr_default_peak() -> float | None:
+    """`WarmupLR`'s max rate where a config names none, read from the release that runs: each group's own rate
+    (None) since 0.17.2 (PR #7360), 0.001 for every group before."""
+    import inspect
+
+    from deepspeed.runtime.lr_schedules import WarmupLR
+
+    default = inspect.signature(WarmupLR.__init__).parameters["warmup_max_lr"].default
+    return None if default is None else float(default)
 
 
 def _warmup_decay(max_lr: float | list[float], warmup: int, total: int) -> dict[str, Any]:

@@ -41,21 +41,26 @@ class Hyper:
     kernel: str = "torch"  # whose Adam the route steps with: "torch", or "deepspeed" (fp32 bias corrections)
     groups: str = "one"  # the parameter groups (`knobs.split`): "one", "decay", "rates"
     # the lr schedule, as documented: "constant", "linear" (transformers' linear warm-up and decay, a LambdaLR
-    # stepped per optimizer step), "deepspeed" (the config's WarmupDecayLR, stepped by the engine)
+    # stepped per optimizer step), DeepSpeed's config schedulers stepped by the engine: "deepspeed" (WarmupDecayLR),
+    # "deepspeed-warmup" (WarmupLR), "deepspeed-cosine" (WarmupCosineLR)
     schedule: str = "constant"
     stride: int = 1  # scheduler steps per optimizer step (Accelerate's prepared scheduler: one per process)
     total: int = TOTAL  # the linear schedule's last step (the Trainer's: its max_steps)
+    peak: float | None = (
+        None  # WarmupLR's max rate where one rate holds for every group, else each group's own
+    )
 
     def lrs(self, step: int) -> list[float]:
         """Each parameter group's lr at optimizer step `step`, from the documented schedule (never the route's)."""
         from ds_doctor.probes.equivalence import knobs
 
         at = step * self.stride
-        if self.schedule == "deepspeed":
-            scale = knobs.deepspeed_factor(at)
+        if self.schedule.startswith("deepspeed"):
+            scale = knobs.deepspeed_factor(at, self.schedule.partition("-")[2] or "decay")
         else:
             scale = 1.0 if self.schedule == "constant" else knobs.linear_factor(at, self.total)
-        return [g["lr"] * scale for g in knobs.group_settings(self.groups, self.lr, self.weight_decay)]
+        rates = [g["lr"] for g in knobs.group_settings(self.groups, self.lr, self.weight_decay)]
+        return [(self.peak if self.peak is not None else rate) * scale for rate in rates]
 
     def optimizer(self, model: Any) -> Any:
         """The torch optimizer over `model`'s parameter groups (`param_groups`), as the user's code builds it: every
@@ -186,11 +191,17 @@ def reference(
     noise = None
     if hyper.dtype != "float32":  # the reference once more in the route's dtype: its rounding, measured
         rough = _run(subject, hyper, world_size, lrs, getattr(torch, hyper.dtype))[2]
-        rates = [lrs[s] if lrs is not None else max(hyper.lrs(s)) for s in range(hyper.steps)]
-        noise = noise_allowances(rough, exact, rates, hyper.betas)
+        noise = noise_allowances(rough, exact, lambda step, name: _rate(hyper, lrs, step, name), hyper.betas)
     for record, extra in zip(single, allowances(single, double, kernel, initial, noise), strict=True):
         record.allowance = extra
     return single
+
+
+def _rate(hyper: Hyper, lrs: Sequence[float] | None, step: int, name: str) -> float:
+    """The lr parameter `name` steps at in step `step`: the route's where it is copied, else its group's."""
+    from ds_doctor.probes.equivalence.knobs import group_of
+
+    return lrs[step] if lrs is not None else hyper.lrs(step)[group_of(name, hyper.groups)]
 
 
 def _run(

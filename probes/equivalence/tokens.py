@@ -98,7 +98,9 @@ def token_reference(
     noise = None
     if hyper.dtype != "float32":  # the reference once more in the route's dtype: its rounding, measured
         rough = _token_run(kind, hyper, world_size, lrs, getattr(torch, hyper.dtype), shape)[2]
-        noise = noise_allowances(rough, exact, lrs, hyper.betas)
+        noise = noise_allowances(
+            rough, exact, lambda step, _name: lrs[step], hyper.betas
+        )  # one rate: the Trainer's
     for record, extra in zip(single, allowances(single, double, 0.0, initial, noise), strict=True):
         record.allowance = extra
     return single
