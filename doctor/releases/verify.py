@@ -100,6 +100,14 @@ PLAN = {
         ignore_pins=True,
         fixed_end="0.18.0",
     ),
+    "ds_backward_scale_wrt_gas_ignored": Plan(
+        "equivalence and matrix-trainer-deepspeed and not ga1 and ws1", "cpu", matrix=True
+    ),
+    "ds_bf16_optimizer_boundary_microbatch_not_reduced": Plan(
+        "equivalence and matrix-deepspeed-z1 and bf16 and accumulate-fp32 and not offload and ws2",
+        "cpu",
+        matrix=True,
+    ),
     "hf_trainer_decays_rmsnorm_weights": Plan(
         "equivalence and matrix-trainer and decay and ws1", "cpu", pins=HF_PINS, matrix=True
     ),
@@ -318,7 +326,9 @@ def matrix_records(
     results: list[dict], issue: str, package: str, version: str, torch_version: str, today: str
 ) -> list[Measured]:
     """The entry's record from knob-matrix cases: `reproduced` where one failed naming it (the first such), else
-    `not_reproduced` where every one passed (the first); none where they did neither (an error, a skip)."""
+    `not_reproduced` where every one passed or failed naming another entry (a bug of its own that the release
+    has, as transformers 4.49.0's final norm beside the fixed layers' norms); none where they did neither (an
+    error, a skip, a divergence nothing names)."""
 
     def record(outcome: str, case: str, device: str) -> list[Measured]:
         return [Measured(issue, package, version, outcome, case, device, torch_version, today)]
@@ -326,7 +336,10 @@ def matrix_records(
     for r in results:
         if r["outcome"] == "fail" and (r.get("known_issue") or {}).get("id") == issue:
             return record("reproduced", r["case"], r["device_kind"])
-    if results and all(r["outcome"] == "pass" for r in results):
+    if results and all(
+        r["outcome"] == "pass" or (r["outcome"] == "fail" and (r.get("known_issue") or {}).get("id"))
+        for r in results
+    ):
         return record("not_reproduced", results[0]["case"], results[0]["device_kind"])
     return []
 

@@ -270,6 +270,8 @@ MATRIX_ROUTES = (
     ("accelerate", Wrapper.ACCELERATE, 0, "accelerate"),
     ("accelerate-deepspeed", Wrapper.ACCELERATE_DEEPSPEED, 2, "torch"),
     ("trainer", Wrapper.TRAINER, 0, "trainer"),
+    # the Trainer with a DeepSpeed config of "auto" values (ZeRO-2), its own optimizer and schedule passed in
+    ("trainer-deepspeed", Wrapper.TRAINER, 2, "trainer"),
 )
 #: level 2's slice: the routes whose most-turned setting runs there
 SLICED = ("ddp", "deepspeed-z2", "deepspeed-z3", "accelerate")
@@ -308,7 +310,8 @@ def _matrix(extent: str) -> tuple[Route, ...]:
         level2 = k.slice_of(design) if name in SLICED else None
         if extent == "full":
             design += [c for c in k.combinations(offered[kind]) if c not in design]
-        for setting in design[1:]:  # the defaults are the route's own case
+        own = any(r.name == name for r in ROUTES)  # then the defaults are the route's own case
+        for setting in design[1:] if own else design:
             base = Route(
                 "-".join(["matrix", name, *setting.tokens()]),
                 wrapper,

@@ -49,6 +49,9 @@ class Knobs:
     accumulate_fp32: bool = False  # DeepSpeed ZeRO 1-3 in bf16: data_types.grad_accum_dtype "fp32"
     sync_each_batch: bool = False  # Accelerate: GradientAccumulationPlugin(sync_each_batch=True)
     smoothing: bool = False  # the Trainer: label_smoothing_factor 0.1
+    # DeepSpeed and Accelerate: save at the middle step (their own checkpoint), load into a fresh engine in the
+    # same process, go on
+    resume: bool = False
 
     def tokens(self) -> list[str]:
         """The settings that differ from the defaults, in a case name's words: a value's own ("bf16", "rates"),
@@ -88,6 +91,7 @@ VALUES: dict[str, tuple[object, ...]] = {
     "accumulate_fp32": (False, True),
     "sync_each_batch": (False, True),
     "smoothing": (False, True),
+    "resume": (False, True),
 }
 
 
@@ -97,12 +101,12 @@ def _offer(*names: str, **values: tuple[object, ...]) -> dict[str, tuple[object,
 
 #: the knobs each kind of route offers, with the values it offers of each
 TORCH_KNOBS = _offer("precision", "accumulation", "clip", "groups", "schedule")
-ACCELERATE_KNOBS = {**TORCH_KNOBS, **_offer("sync_each_batch")}
+ACCELERATE_KNOBS = {**TORCH_KNOBS, **_offer("sync_each_batch", "resume")}
 #: DeepSpeed's own schedulers, from the config (a client optimizer too: the engine builds them over it)
 DEEPSPEED_SCHEDULES = ("warmup-lr", "cosine")
 DEEPSPEED_KNOBS = {
     **TORCH_KNOBS,
-    **_offer("schedule", "source", schedule=(*VALUES["schedule"], *DEEPSPEED_SCHEDULES)),
+    **_offer("schedule", "source", "resume", schedule=(*VALUES["schedule"], *DEEPSPEED_SCHEDULES)),
 }
 #: ZeRO 0 with bf16 and fp32 accumulation raises (`_do_optimizer_sanity_check`): offered from stage 1
 ZERO_KNOBS = {**DEEPSPEED_KNOBS, **_offer("offload", "accumulate_fp32")}

@@ -22,11 +22,13 @@ from ds_doctor.probes.equivalence import resume as equivalence_resume
 from ds_doctor.probes.equivalence import trainer as equivalence_trainer
 from ds_doctor.probes.equivalence.cases import Route, variants, with_knobs
 from ds_doctor.probes.equivalence.invariants import Judging, agree, diverges, judge
+from ds_doctor.probes.equivalence.knobs import allowed
 from ds_doctor.probes.equivalence.reference import prestart as prestart_reference
+from ds_doctor.probes.equivalence.resume import resume_step
 from ds_doctor.probes.equivalence.routes import Session
 from ds_doctor.probes.equivalence.sessions import follows_schedule, open_session
 from ds_doctor.probes.equivalence.subject import StepRecord, Subject, current_subject
-from ds_doctor.probes.shared.common import accelerate_session
+from ds_doctor.probes.shared.common import accelerate_session, reset_accelerate
 
 SPEC = ProbeSpec(
     name="equivalence",
@@ -91,11 +93,30 @@ def run(ctx: ProbeContext) -> None:
 
 
 def train(opened: Session) -> list[StepRecord]:
-    """Every step of the opened route, then its engine and groups released."""
+    """Every step of the opened route, then its engine and groups released. A matrix setting with `resume` saves
+    at the middle step through the route's own checkpoint, and a fresh session of the same route (a new engine or
+    Accelerator, in this process) loads it and takes the remaining steps: the reference is the run uninterrupted."""
+    knobs = opened.route.knobs
+    k = resume_step(opened.hyper.steps) if knobs is not None and knobs.resume else opened.hyper.steps
     try:
-        return [opened.step(s) for s in range(opened.hyper.steps)]
+        records = [opened.step(s) for s in range(k)]
+        if k < opened.hyper.steps:
+            opened.ctx.enter(f"save at step {k}")
+            directory = opened.ctx.scratch_dir() / "matrix-checkpoint"
+            opened.save(directory)
     finally:
         opened.close()
+    if k == opened.hyper.steps:
+        return records
+    ctx = opened.ctx
+    reset_accelerate()  # Accelerate's singletons, between the saving Accelerator and the loading one
+    again = open_session(cast(ProbeContext, _Quiet(ctx)), opened.route, opened.subject)
+    try:
+        ctx.enter(f"load at step {k}, a fresh engine")
+        again.load(directory)
+        return records + [again.step(s) for s in range(k, again.hyper.steps)]
+    finally:
+        again.close()
 
 
 class _Quiet:
@@ -121,6 +142,10 @@ def smallest(ctx: ProbeContext, route: Route, subject: Subject) -> str:
     current, tried, raised = route.knobs, 0, []
     quiet = cast(ProbeContext, _Quiet(ctx))
     for knob in route.knobs.changed():
+        if not allowed(
+            current.back(knob)
+        ):  # a setting that means nothing (fp32 accumulation of fp32 gradients)
+            continue
         candidate = with_knobs(route, current.back(knob))
         ctx.enter(f"shrink: {knob} back")
         tried += 1

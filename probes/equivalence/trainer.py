@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ds_doctor.plugins import ModelNote, ProbeContext
-from ds_doctor.plugins.requirements import ACCELERATE, TRANSFORMERS
+from ds_doctor.plugins.requirements import ACCELERATE, DEEPSPEED, TRANSFORMERS
 from ds_doctor.probes.equivalence.cases import DOUBLE_DIVISION_ISSUE, OVERCOUNT_ISSUE, Route
 from ds_doctor.probes.equivalence.knobs import WARMUP
 from ds_doctor.probes.equivalence.reference import independent as independent_reference
@@ -162,8 +162,26 @@ def make_trainer(
         dataloader_num_workers=0,
         use_cpu=ctx.device_kind == "cpu",
         ddp_backend=ctx.backend if ctx.world_size > 1 else None,
+        deepspeed=deepspeed_config(route) if route.stage else None,
     )
     return Recording(model=model, args=args, train_dataset=Stream(), callbacks=[_callback(ctx, recorder)])
+
+
+def deepspeed_config(route: Route) -> dict[str, Any]:
+    """The Trainer's DeepSpeed config as its docs write one: ZeRO at the route's stage and "auto" for what the
+    TrainingArguments say (micro-batch, accumulation, clipping, bf16); no optimizer or scheduler, so the Trainer
+    passes its own (adamw_torch and its schedule) to the engine."""
+    auto = "auto"
+    return {
+        "zero_optimization": {"stage": route.stage},
+        "train_micro_batch_size_per_gpu": auto,
+        "train_batch_size": auto,
+        "gradient_accumulation_steps": auto,
+        "gradient_clipping": auto,
+        "bf16": {"enabled": auto},
+        "zero_allow_untested_optimizer": True,
+        "steps_per_print": 10**9,
+    }
 
 
 def _params(model: Any) -> dict[str, Any]:
@@ -230,6 +248,8 @@ def run(ctx: ProbeContext, route: Route) -> None:
     from ds_doctor.probes.equivalence.invariants import UNEXPLAINED, Judging, judge
 
     ctx.require(TRANSFORMERS, ACCELERATE)
+    if route.stage:
+        ctx.require(DEEPSPEED)
     kind = model_type(ctx.options, route)
     if kind is None:
         ctx.skip(

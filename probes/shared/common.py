@@ -19,18 +19,19 @@ def accelerate_session() -> Iterator[None]:
     try:
         yield
     finally:
-        if (
-            "accelerate.state" in sys.modules
-        ):  # a route that never used Accelerate (on a node with none) resets none
-            _reset_accelerate()
+        reset_accelerate()
         os.environ.clear()
         os.environ.update(saved_env)
 
 
-def _reset_accelerate() -> None:
-    """Accelerate's singletons reset, as each release allows (`reset_partial_state`, `GradientState._reset_state`
+def reset_accelerate() -> None:
+    """Accelerate's singletons reset, where this process imported Accelerate (a route that never used it, on a
+    node with none, resets none), as each release allows (`reset_partial_state`, `GradientState._reset_state`
     came after 0.17); where a release has no reset, its shared state dicts emptied (the corpus runs 0.15 and 0.17)."""
     import inspect
+
+    if "accelerate.state" not in sys.modules:
+        return
 
     from accelerate.state import AcceleratorState, GradientState
 

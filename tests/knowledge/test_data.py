@@ -205,6 +205,20 @@ BAD = [
         "requires, banners, paraphrases and native frames go with patterns",
         id="requires-without-patterns",
     ),
+    pytest.param(
+        {"knobs": ["schedule=cosine"]}, "knobs are a silent issue's conditions", id="knobs-on-an-error"
+    ),
+    pytest.param(
+        {
+            "patterns": None,
+            "requires": None,
+            "silent": "quiet",
+            "invariants": ["equivalence"],
+            "knobs": ["cosine"],
+        },
+        "knob condition 'cosine' is not name=value",
+        id="knob-without-a-name",
+    ),
 ]
 
 

@@ -107,3 +107,25 @@ def test_a_verdict_says_whether_its_range_was_measured() -> None:
     )
     ref = known["prodigy_group_tensors_left_on_cpu"].to_ref(Verdict.AFFECTED)
     assert ref.affected_versions.endswith("<1.9.2 (from upstream reports)")
+
+
+def test_a_matrix_entry_is_reproduced_where_a_setting_fails_naming_it() -> None:
+    from ds_doctor.releases.verify import matrix_records
+
+    def result(case: str, outcome: str, issue: str | None = None) -> dict:
+        named = {"id": issue} if issue else None
+        return {"case": case, "outcome": outcome, "known_issue": named, "device_kind": "cpu"}
+
+    def outcome(*results: dict) -> list[str]:
+        return [
+            r.outcome for r in matrix_records(list(results), "ds_x", "deepspeed", "0.18.9", "2.13.0", "today")
+        ]
+
+    assert outcome(result("a", "pass"), result("b", "fail", "ds_x")) == ["reproduced"]
+    assert outcome(result("a", "pass"), result("b", "pass")) == ["not_reproduced"]
+    # another entry's bug on the same release: this one did not show
+    assert outcome(result("a", "pass"), result("b", "fail", "ds_y")) == ["not_reproduced"]
+    # a divergence nothing names, an error, or nothing ran: no record either way
+    assert outcome(result("a", "pass"), result("b", "fail")) == []
+    assert outcome(result("a", "error")) == []
+    assert outcome() == []

@@ -28,6 +28,8 @@ CASES = (
     "equivalence_planted[deepspeed-z3-averaged-by-hand-ws2]",
     "equivalence_planted[ddp-mid-layer-by-hand-ws2]",
     "equivalence_planted[matrix-ddp-ga4-decay-warmup-loss-over-world-size-ws2]",
+    "equivalence_planted[matrix-ddp-bf16-ga4-refuses-fp32-ws2]",
+    "equivalence_planted[matrix-deepspeed-z2-resume-no-optimizer-ws2]",
     "equivalence_planted[fsdp1-torch-clip-ws1]",
     "equivalence_planted[fsdp1-torch-clip-ws2]",
     "equivalence_planted[resume-deepspeed-no-optimizer-ws1]",
@@ -257,6 +259,31 @@ def test_a_matrix_setting_names_its_knobs_and_the_smallest_setting_that_still_di
     assert "the knobs turned: ga4, decay, warmup" in message
     assert "the smallest setting found that still shows it (3 reruns" in message
     assert message.rstrip(")").endswith(": the defaults")
+
+
+def test_a_shrink_rerun_that_raises_keeps_its_knob_and_says_so(run: dict[str, dict]) -> None:
+    """The planted module raises under a process group without autocast: the rerun with precision back at fp32
+    raises on both ranks, so bf16 stays turned (and the finding says why), while accumulation goes back: the case
+    is still the divergence's `fail`, not an error of the rerun."""
+    result = run["equivalence_planted[matrix-ddp-bf16-ga4-refuses-fp32-ws2]"]
+    assert result["outcome"] == "fail", result["reason"]
+    (message,) = set(errors(result, "equivalence"))
+    assert "the smallest setting found that still shows it (2 reruns" in message
+    assert (
+        ": bf16; kept turned where a rerun could not tell: with precision back it raised RuntimeError: planted"
+        in (message)
+    )
+
+
+def test_the_matrix_resume_knob_catches_a_load_that_leaves_state_out(run: dict[str, dict]) -> None:
+    """Saved at step 2, loaded into a fresh engine without the optimizer's moments: the first resumed step (3 of 4)
+    leaves the uninterrupted reference; the straight steps before it do not."""
+    result = run["equivalence_planted[matrix-deepspeed-z2-resume-no-optimizer-ws2]"]
+    assert result["outcome"] == "fail", result["reason"]
+    (message,) = set(errors(result, "equivalence"))
+    assert message.startswith("step 3 of 4:") and "the knobs turned: resume" in message, message
+    stages = [s["stage"] for s in result["ranks"][0]["stages"]]
+    assert "save at step 2" in stages and "load at step 2, a fresh engine" in stages
 
 
 def test_the_trainer_routes_name_where_the_divergence_starts(run: dict[str, dict]) -> None:

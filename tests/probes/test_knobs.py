@@ -5,6 +5,7 @@ Accelerate's prepared scheduler, which steps once per process."""
 
 from __future__ import annotations
 
+import fnmatch
 import itertools
 
 import pytest
@@ -104,3 +105,88 @@ def test_accelerates_prepared_scheduler_strides_by_the_processes() -> None:
     at_two = Hyper(schedule="linear", stride=2)
     assert [at_two.lrs(s)[0] for s in range(3)] == pytest.approx([0.0, Hyper.lr, Hyper.lr * 0.5])
     assert Hyper(groups="rates").lrs(0) == pytest.approx([Hyper.lr, Hyper.lr * k.SECOND_GROUP_RATE])
+
+
+@requires_deepspeed
+@pytest.mark.parametrize("kind", ["WarmupLR", "WarmupCosineLR"])
+def test_deepspeeds_other_schedulers_are_its_own_as_the_engine_steps_them(kind: str) -> None:
+    """WarmupLR with its max rate left to the release's default (each group's own since 0.17.2) and WarmupCosineLR,
+    over two groups of their own rates: each step's rates are what `Hyper.lrs` computes without them."""
+    torch = pytest.importorskip("torch")
+    from deepspeed.runtime import lr_schedules
+
+    from ds_doctor.probes.equivalence.sessions import _warmup_lr_default_peak
+
+    opt = torch.optim.SGD(
+        [
+            {"params": [torch.nn.Parameter(torch.zeros(1))], "lr": 1.0},
+            {"params": [torch.nn.Parameter(torch.zeros(1))], "lr": k.SECOND_GROUP_RATE},
+        ],
+        lr=1.0,
+    )
+    if kind == "WarmupLR":
+        sched = lr_schedules.WarmupLR(opt, warmup_min_lr=0.0, warmup_num_steps=k.WARMUP, warmup_type="linear")
+        hyper = Hyper(groups="rates", schedule="deepspeed-warmup", lr=1.0, peak=_warmup_lr_default_peak())
+    else:
+        sched = lr_schedules.WarmupCosineLR(
+            opt,
+            total_num_steps=k.TOTAL,
+            warmup_num_steps=k.WARMUP,
+            cos_min_ratio=k.COS_MIN,
+            warmup_type="linear",
+        )
+        hyper = Hyper(groups="rates", schedule="deepspeed-cosine", lr=1.0)
+    for step in range(k.TOTAL):
+        assert [g["lr"] for g in opt.param_groups] == pytest.approx(hyper.lrs(step), rel=1e-12), step
+        opt.step()
+        sched.step()
+    # each group at its own rate (group 0's rate for both is the bug of 0.17.2-0.19.3's WarmupLR): this can fail
+    at = hyper.lrs(k.WARMUP + 1)
+    assert at[1] == pytest.approx(at[0] * k.SECOND_GROUP_RATE) and at[0] > 0
+
+
+def test_a_setting_fits_an_entrys_conditions() -> None:
+    setting = k.Knobs(precision="bf16", accumulation=4, schedule="cosine", groups="rates", offload=True)
+    assert k.fits(["route=deepspeed-z*", "schedule=cosine", "groups=decay|rates"], "deepspeed-z2", setting, 2)
+    assert k.fits(["offload=true", "accumulation=2|4", "world_size=2"], "deepspeed-z2", setting, 2)
+    assert not k.fits(["world_size=2"], "deepspeed-z2", setting, 1)
+    assert not k.fits(["offload=false"], "deepspeed-z2", setting, 2)
+    assert not k.fits(["route=deepspeed-z*"], "accelerate-deepspeed", setting, 2)
+    assert not k.fits(["schedul=cosine"], "deepspeed-z2", setting, 2)  # a name that is no knob fits nothing
+    assert k.fits([], "ddp", k.Knobs(), 1)
+
+
+def test_every_catalog_entrys_conditions_name_knobs_and_values_the_matrix_has() -> None:
+    """A condition naming a knob or value no matrix setting has would never fit: each alternative matches one."""
+    from ds_doctor.knowledge import catalog
+    from ds_doctor.probes.equivalence.cases import MATRIX_ROUTES
+
+    known = {name: [str(v).lower() for v in values] for name, values in k.VALUES.items()}
+    known["schedule"] += list(k.DEEPSPEED_SCHEDULES)
+    known |= {"route": [name for name, *_ in MATRIX_ROUTES], "world_size": ["1", "2"]}
+    entries = [issue for issue in catalog.ISSUES if issue.knobs]
+    assert len(entries) >= 7
+    for issue in entries:
+        for condition in issue.knobs:
+            name, _, alternatives = condition.partition("=")
+            assert name in known, (issue.id, condition)
+            for alternative in alternatives.split("|"):
+                assert any(fnmatch.fnmatchcase(v, alternative) for v in known[name]), (issue.id, condition)
+
+
+def test_a_diverging_setting_names_the_entry_it_fits_on_an_affected_release() -> None:
+    from ds_doctor.probes.equivalence.invariants import matrix_issue
+
+    cosine = next(
+        r
+        for r in matrix()
+        if r.name.startswith("matrix-deepspeed-z1-") and "cosine" in r.name and "decay" in r.name
+    )
+    assert matrix_issue(cosine, 1, lambda _package: "0.18.9") == "ds_warmup_cosine_groups_start_at_base_lr"
+    assert matrix_issue(cosine, 1, lambda _package: "0.19.0") is None  # fixed: a divergence there is new
+    assert matrix_issue(cosine, 1, lambda _package: None) is None  # not installed: no verdict
+    plain = next(r for r in matrix() if r.name == "matrix-deepspeed-z1-rates")
+    assert matrix_issue(plain, 1, lambda _package: "0.18.9") is None
+    norms = next(r for r in matrix() if r.name.startswith("matrix-trainer-") and "decay" in r.name)
+    assert matrix_issue(norms, 1, lambda _package: "4.48.3") == "hf_trainer_decays_rmsnorm_weights"
+    assert matrix_issue(norms, 1, lambda _package: "4.52.4") == "hf_trainer_decays_final_norm"

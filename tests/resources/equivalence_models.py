@@ -78,3 +78,21 @@ class MidLayerByHand(torch.nn.Module):
 
 def mid_layer_over_process_group() -> tuple[torch.nn.Module, Any]:
     return MidLayerByHand(), make_batch
+
+
+class RefusesFullPrecision(Regression):
+    """The world-size division of `loss_over_world_size`, in a module that raises when it runs under a process
+    group without autocast: a route's bf16 setting trains, the same setting in fp32 cannot (a shrink rerun that
+    raises). The reference (no process group) runs it in any dtype."""
+
+    def forward(self, x: Any, y: Any) -> Any:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized() and not torch.is_autocast_enabled("cpu"):
+            raise RuntimeError("planted: this module refuses to train without autocast")
+        return super().forward(x, y)
+
+
+def refuses_full_precision(world_size: int) -> tuple[torch.nn.Module, Any]:
+    module = RefusesFullPrecision(divide_by=world_size)
+    return module, make_batch

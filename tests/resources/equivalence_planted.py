@@ -65,6 +65,29 @@ PLANTED = (
         ),
         Knobs(accumulation=4, groups="decay", schedule="warmup"),
     ),
+    # the same, where the setting with precision back at fp32 raises: the shrink keeps bf16 and says why
+    cases.with_knobs(
+        dataclasses.replace(
+            _BY_NAME["ddp"],
+            name="matrix-ddp-bf16-ga4-refuses-fp32",
+            model="tests.resources.equivalence_models:refuses_full_precision",
+            issue="ddp_loss_averaged_twice",
+            what="DDP in bf16 at ga4 on a module that divides its loss by the world size and raises in fp32",
+        ),
+        Knobs(precision="bf16", accumulation=4),
+    ),
+    # the matrix's resume knob on a load that leaves the optimizer's state out: the first resumed step diverges
+    cases.with_knobs(
+        dataclasses.replace(
+            _BY_NAME["deepspeed-z2"],
+            name="matrix-deepspeed-z2-resume-no-optimizer",
+            drop=("optimizer",),
+            model=REGRESSION,
+            issue="ds_resume_state_not_restored",
+            what="ZeRO-2 saved at step 2 and loaded into a fresh engine with load_optimizer_states=False",
+        ),
+        Knobs(resume=True),
+    ),
     # FSDP1 clipped with torch.nn.utils.clip_grad_norm_: each rank's norm of its own FlatParameter shards
     dataclasses.replace(
         _BY_NAME["fsdp1"],
