@@ -22,7 +22,15 @@ TARGET_PAIRS_S = 120.0
 def route_of(case: str) -> str:
     """`equivalence[matrix-deepspeed-z2-ga4-offload-ws1]` -> `deepspeed-z2`."""
     name = case.split("[", 1)[1].removeprefix("matrix-")
-    for route in ("accelerate-deepspeed", "accelerate", "ddp", "fsdp1", "fsdp2", "trainer"):
+    for route in (
+        "accelerate-deepspeed",
+        "accelerate",
+        "ddp",
+        "fsdp1",
+        "fsdp2",
+        "trainer-deepspeed",
+        "trainer",
+    ):
         if name.startswith(route):
             return route
     return "-".join(name.split("-")[:2])

@@ -286,8 +286,10 @@ def needed() -> dict[str, list[Knobs]]:
         "deepspeed-z2": [Knobs(accumulation=4, offload=True)],
         # DeepSpeed #7837: bf16 without ZeRO and a client optimizer
         "deepspeed-z0": [Knobs(precision="bf16", source="client")],
-        # Accelerate PR #2790: sync_each_batch stepped the optimizer at every micro-batch
-        "accelerate": [Knobs(sync_each_batch=True)],
+        # Accelerate PR #2790: sync_each_batch stepped the optimizer at every micro-batch; PR #1140: a torch 2
+        # scheduler not prepared (releases <= 0.16 run no bf16 on a CPU and have no sync_each_batch: the pairs'
+        # other warm-up settings turn one of them)
+        "accelerate": [Knobs(sync_each_batch=True), Knobs(groups="decay", schedule="warmup")],
     }
 
 

@@ -128,16 +128,18 @@ def judge(
             )
         )
     ctx.add_findings(findings)
+    # a matrix setting's failure, a divergence or what its resume's load left out (`probe.train`'s findings)
+    failed = bool(findings) or (route.knobs is not None and ctx.has_error_findings)
     issue = (
         (explain(ref) if explain is not None and findings else None)
-        or (matrix_issue(route, ctx.world_size) if route.knobs is not None and findings else None)
+        or (matrix_issue(route, ctx.world_size) if route.knobs is not None and failed else None)
         or route.issue
     )
     if route.reproduce and issue != route.issue:  # another issue showing is no reproduction of this one
         ctx.reproduce(None if issue == UNEXPLAINED else issue, instead=True)
     elif issue:
         showed = [finding.message for finding in findings] if route.reproduce else []
-        ctx.reproduce(issue, showed=showed, caught=bool(findings))
+        ctx.reproduce(issue, showed=showed, caught=failed)
 
 
 def matrix_issue(

@@ -14,9 +14,12 @@ the finding, with the route's settings. Resume cases save at step k, load in a n
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any, cast
 
 from ds_doctor.plugins import ModelNote, ProbeContext, ProbeSpec, Wrapper
+from ds_doctor.plugins.checks import not_restored
 from ds_doctor.plugins.requirements import TORCH
 from ds_doctor.probes.equivalence import resume as equivalence_resume
 from ds_doctor.probes.equivalence import trainer as equivalence_trainer
@@ -24,7 +27,7 @@ from ds_doctor.probes.equivalence.cases import Route, variants, with_knobs
 from ds_doctor.probes.equivalence.invariants import Judging, agree, diverges, judge
 from ds_doctor.probes.equivalence.knobs import allowed
 from ds_doctor.probes.equivalence.reference import prestart as prestart_reference
-from ds_doctor.probes.equivalence.resume import resume_step
+from ds_doctor.probes.equivalence.resume import PATHS, fingerprint, resume_step
 from ds_doctor.probes.equivalence.routes import Session
 from ds_doctor.probes.equivalence.sessions import follows_schedule, open_session
 from ds_doctor.probes.equivalence.subject import StepRecord, Subject, current_subject
@@ -41,6 +44,8 @@ SPEC = ProbeSpec(
     deepspeed_ops=True,  # its DeepSpeed routes
 )
 __all__ = ["SPEC", "prepare", "run", "setup", "variants"]
+#: how long a diverging matrix setting may spend shrinking (its reruns), of the case's SPEC.timeout_s
+SHRINK_BUDGET_S = 90.0
 
 
 def prepare(rank: int) -> None:
@@ -87,7 +92,9 @@ def run(ctx: ProbeContext) -> None:
             schedule=follows_schedule(route),
             outputs=opened.outputs,
             grads=opened.grads,
-            smallest=(lambda: smallest(ctx, route, subject)) if route.knobs is not None else None,
+            smallest=(lambda: smallest(ctx, route, lambda c, r: _rerun(c, r, subject)))
+            if route.knobs is not None
+            else None,
         ),
     )
 
@@ -95,25 +102,29 @@ def run(ctx: ProbeContext) -> None:
 def train(opened: Session) -> list[StepRecord]:
     """Every step of the opened route, then its engine and groups released. A matrix setting with `resume` saves
     at the middle step through the route's own checkpoint, and a fresh session of the same route (a new engine or
-    Accelerator, in this process) loads it and takes the remaining steps: the reference is the run uninterrupted."""
+    Accelerator, in this process) loads it and takes the remaining steps: the reference is the run uninterrupted,
+    and what the load left out of the parameters, the optimizer's state or the lr (digests: any dtype) is a finding
+    of its own."""
     knobs = opened.route.knobs
     k = resume_step(opened.hyper.steps) if knobs is not None and knobs.resume else opened.hyper.steps
+    ctx, directory = opened.ctx, opened.ctx.scratch_dir() / "matrix-checkpoint"
     try:
         records = [opened.step(s) for s in range(k)]
         if k < opened.hyper.steps:
-            opened.ctx.enter(f"save at step {k}")
-            directory = opened.ctx.scratch_dir() / "matrix-checkpoint"
+            ctx.enter(f"save at step {k}")
             opened.save(directory)
+            saved = fingerprint(opened, records[-1].params, rng=False)
     finally:
         opened.close()
     if k == opened.hyper.steps:
         return records
-    ctx = opened.ctx
     reset_accelerate()  # Accelerate's singletons, between the saving Accelerator and the loading one
     again = open_session(cast(ProbeContext, _Quiet(ctx)), opened.route, opened.subject)
     try:
         ctx.enter(f"load at step {k}, a fresh engine")
         again.load(directory)
+        path = f"{PATHS[again.route.wrapper]}, into a fresh engine in the same process"
+        ctx.add_findings(not_restored(saved, fingerprint(again, again.params(), rng=False), path))
         return records + [again.step(s) for s in range(k, again.hyper.steps)]
     finally:
         again.close()
@@ -135,30 +146,43 @@ class _Quiet:
         return getattr(self._ctx, name)
 
 
-def smallest(ctx: ProbeContext, route: Route, subject: Subject) -> str:
+def _rerun(ctx: ProbeContext, route: Route, subject: Subject) -> bool:
+    """A shrink's rerun on a session's route: whether it leaves the reference, on this rank."""
+    with accelerate_session():
+        opened = open_session(ctx, route, subject)
+        records = train(opened)
+    return diverges(ctx, route, opened.hyper, records)
+
+
+def smallest(ctx: ProbeContext, route: Route, rerun: Callable[[ProbeContext, Route], bool]) -> str:
     """The smallest setting found that still diverges: each turned knob set back to its default in turn, and kept
-    there where the divergence stays (every rank reruns the same settings: `diverges` agrees). In words."""
+    there where the divergence stays (`rerun` the setting: every rank reruns the same settings and the ranks agree
+    on each answer), within SHRINK_BUDGET_S (a release whose reruns are slow stops early, and says so). In words."""
     assert route.knobs is not None
-    current, tried, raised = route.knobs, 0, []
+    current, tried, raised, stopped = route.knobs, 0, [], ""
     quiet = cast(ProbeContext, _Quiet(ctx))
+    started, longest = time.monotonic(), 0.0
     for knob in route.knobs.changed():
         if not allowed(
             current.back(knob)
         ):  # a setting that means nothing (fp32 accumulation of fp32 gradients)
             continue
+        # every rank stops where any would pass the budget with one more rerun as long as the longest so far
+        if agree(ctx, int(time.monotonic() - started + longest > SHRINK_BUDGET_S)):
+            stopped = f"; stopped before {knob}: the shrink's {SHRINK_BUDGET_S:g} s were spent"
+            break
         candidate = with_knobs(route, current.back(knob))
         ctx.enter(f"shrink: {knob} back")
         tried += 1
+        began = time.monotonic()
         # each rank's answer: 1 it still diverges, 0 it does not, 2 the rerun raised (a setting this release cannot
         # run, or skips): any rank's 2 keeps the knob turned on every rank, else any rank's 1 sets it back
         try:
-            with accelerate_session():
-                opened = open_session(quiet, candidate, subject)
-                records = train(opened)
-            answer = int(diverges(quiet, candidate, opened.hyper, records))
+            answer = int(rerun(quiet, candidate))
         except Exception as exc:  # a rerun's failure is reported in the finding, not the case's
             raised.append(f"with {knob} back it raised {type(exc).__name__}: {str(exc)[:120]}")
             answer = 2
+        longest = max(longest, time.monotonic() - began)
         agreed = agree(ctx, answer)
         if agreed == 2 and not raised:
             raised.append(f"with {knob} back another rank raised")
@@ -166,6 +190,7 @@ def smallest(ctx: ProbeContext, route: Route, subject: Subject) -> str:
             current = current.back(knob)
     reruns = f"{tried} rerun{'s' if tried != 1 else ''}"
     caveat = f"; kept turned where a rerun could not tell: {'; '.join(raised)}" if raised else ""
+    caveat += stopped
     return (
         f"the smallest setting found that still shows it ({reruns}, each turned knob set back to its default in "
         f"turn and kept there where the divergence stayed): {current.describe()}{caveat}"

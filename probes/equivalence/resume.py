@@ -110,7 +110,12 @@ def optimizer_state(optimizer: Any) -> dict[str, object]:
     """Each tensor (or number) of the optimizer's per-parameter state, and its master tensors, as digests."""
     base = _base_optimizer(optimizer)
     out: dict[str, object] = {}
-    for index, state in base.state_dict()["state"].items():
+    try:
+        states = base.state_dict()["state"].items()
+    # ZeRO-3 keys its state by fp32 partitions it swaps into its groups only around a step: the state by position
+    except KeyError:
+        states = enumerate(base.state.values())
+    for index, state in states:
         for key, value in state.items():
             local = value.to_local() if hasattr(value, "to_local") else value
             out[f"state.{index}.{key}"] = digest(local) if hasattr(local, "dtype") else repr(local)

@@ -16,12 +16,18 @@ norm, lr and parameters, and each module's output on micro-batch 0. The stream a
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ds_doctor.plugins import ModelNote, ProbeContext
 from ds_doctor.plugins.requirements import ACCELERATE, DEEPSPEED, TRANSFORMERS
-from ds_doctor.probes.equivalence.cases import DOUBLE_DIVISION_ISSUE, OVERCOUNT_ISSUE, Route
+from ds_doctor.probes.equivalence.cases import (
+    DOUBLE_DIVISION_ISSUE,
+    LABEL_SMOOTHING_ISSUE,
+    OVERCOUNT_ISSUE,
+    Route,
+)
 from ds_doctor.probes.equivalence.knobs import WARMUP
 from ds_doctor.probes.equivalence.reference import independent as independent_reference
 from ds_doctor.probes.equivalence.subject import Hyper, StepRecord, Subject, digest
@@ -245,7 +251,8 @@ def _callback(ctx: ProbeContext, recorder: Recorder) -> Any:
 def run(ctx: ProbeContext, route: Route) -> None:
     """Train through the Trainer; judge its steps against the token-mean reference (and, for a resume case, resume
     in a new process and compare)."""
-    from ds_doctor.probes.equivalence.invariants import UNEXPLAINED, Judging, judge
+    from ds_doctor.probes.equivalence.invariants import Judging, judge
+    from ds_doctor.probes.equivalence.probe import smallest
 
     ctx.require(TRANSFORMERS, ACCELERATE)
     if route.stage:
@@ -262,19 +269,7 @@ def run(ctx: ProbeContext, route: Route) -> None:
         ctx.note("knobs", route.knobs.describe(), shown=True)
     out = ctx.scratch_dir() / "checkpoint"
     recorder = Recorder()
-    with accelerate_session():
-        ctx.enter("trainer.train")
-        trainer = make_trainer(
-            ctx,
-            route,
-            hyper,
-            out,
-            recorder,
-            max_steps=hyper.steps,
-            save_steps=_resume_at(hyper) if route.resume else None,
-            schedule=bool(route.resume) or hyper.schedule != "constant",
-        )
-        trainer.train()
+    trainer = _train(ctx, route, hyper, out, recorder)
     subject = Subject(build=lambda _ws: None, spec=f"hf:{kind}")
     records = recorder.records
     ctx.note(
@@ -287,42 +282,16 @@ def run(ctx: ProbeContext, route: Route) -> None:
     ratio = predicted_over_counted(hyper, ctx.world_size, route.first_label_masked)
     ctx.note("label_tokens_first_step", {"predicted": ratio[0], "counted_unshifted": ratio[1]})
 
-    def explain(ref: list[StepRecord]) -> str | None:
-        """The overcount where the first step's loss is the reference's scaled by predicted/counted tokens; the
-        double division where the loss is right and the first gradient norm is the reference's / accumulation steps;
-        on either's own route, anything else is not it (transformers 4.46.0-4.46.1 dropped the division by the
-        accumulation steps for models without loss kwargs, GPT-2 among them: no entry of the catalog)."""
-        scale = records[0].loss / ref[0].loss if records and ref and ref[0].loss else None
-        if scale is not None and abs(scale - ratio[0] / ratio[1]) <= OVERCOUNT_MATCH and ratio[0] != ratio[1]:
-            return OVERCOUNT_ISSUE
-        norm = _norm_scale(records, ref)
-        if scale is not None and abs(scale - 1) <= OVERCOUNT_MATCH and norm is not None:
-            if abs(norm * hyper.accumulation - 1) <= DOUBLE_DIVISION_MATCH:
-                return DOUBLE_DIVISION_ISSUE
-        return UNEXPLAINED if route.issue in (OVERCOUNT_ISSUE, DOUBLE_DIVISION_ISSUE) else None
+    explain = _explainer(ctx, route, hyper, records, ratio)
 
     # a matrix setting's rates from the documented schedule; the resume route's copied from the Trainer's
     lrs = [hyper.lrs(s)[0] for s in range(hyper.steps)] if route.knobs else [r.lr for r in records]
     judging = Judging(
         schedule=True,
         remedy=REMEDY_GA if not route.loss_kwargs else None,
-        reference_run=independent_reference(
-            {
-                "call": "ds_doctor.probes.equivalence.tokens:token_reference",
-                "args": (
-                    kind,
-                    hyper,
-                    ctx.world_size,
-                    lrs,
-                    1 if route.partial_window else None,
-                    route.label_smoothing,
-                ),
-            },
-            ctx.rank,
-            ctx.world_size,
-            ctx.device,
-        ),
+        reference_run=_reference(ctx, route, hyper, kind, lrs),
         explain=explain,
+        smallest=(lambda: smallest(ctx, route, diverges)) if route.knobs is not None else None,
         outputs=recorder.outputs,
         grads=recorder.grads,
         outputs_request=lambda step: {
@@ -347,6 +316,96 @@ def run(ctx: ProbeContext, route: Route) -> None:
         from ds_doctor.plugins.checks import Tolerance
 
         compare(ctx, route, recorder.fingerprint or {}, loaded, records, resumed, k, Tolerance(hyper.dtype))
+
+
+def _explainer(
+    ctx: ProbeContext, route: Route, hyper: Hyper, records: list[StepRecord], ratio: tuple[int, int]
+) -> Callable[[list[StepRecord]], str | None]:
+    """The known issue a Trainer route's divergence is, where the route tells them apart (`judge`'s explain)."""
+    from ds_doctor.probes.equivalence.invariants import UNEXPLAINED, tolerance_for
+
+    def explain(ref: list[StepRecord]) -> str | None:
+        """The overcount where the first step's loss is the reference's scaled by predicted/counted tokens; the
+        double division where the loss is right and the first gradient norm is the reference's / accumulation steps;
+        on either's own route, anything else is not it (transformers 4.46.0-4.46.1 dropped the division by the
+        accumulation steps for models without loss kwargs, GPT-2 among them: no entry of the catalog)."""
+        scale = records[0].loss / ref[0].loss if records and ref and ref[0].loss else None
+        # as close as the route's dtype lets a loss come (a bf16 loss is off by its rounding too)
+        near = max(OVERCOUNT_MATCH, tolerance_for(ctx, route, hyper).at(0))
+        if scale is not None and abs(scale - ratio[0] / ratio[1]) <= near and ratio[0] != ratio[1]:
+            return OVERCOUNT_ISSUE
+        # the LabelSmoother's own mean per micro-batch, summed: the loss times the accumulation steps (and the
+        # ranks, where average_tokens_across_devices multiplies by them)
+        if route.label_smoothing and scale is not None and hyper.accumulation > 1:
+            if any(
+                abs(scale / times - 1) <= near
+                for times in {hyper.accumulation, hyper.accumulation * ctx.world_size}
+            ):
+                return LABEL_SMOOTHING_ISSUE
+        norm = _norm_scale(records, ref)
+        if scale is not None and abs(scale - 1) <= OVERCOUNT_MATCH and norm is not None:
+            if abs(norm * hyper.accumulation - 1) <= DOUBLE_DIVISION_MATCH:
+                return DOUBLE_DIVISION_ISSUE
+        return UNEXPLAINED if route.issue in (OVERCOUNT_ISSUE, DOUBLE_DIVISION_ISSUE) else None
+
+    return explain
+
+
+def _train(ctx: ProbeContext, route: Route, hyper: Hyper, out: Path, recorder: Recorder) -> Any:
+    """The Trainer built for `route` and trained (its recorder holds the steps)."""
+    with accelerate_session():
+        ctx.enter("trainer.train")
+        trainer = make_trainer(
+            ctx,
+            route,
+            hyper,
+            out,
+            recorder,
+            max_steps=hyper.steps,
+            save_steps=_resume_at(hyper) if route.resume else None,
+            schedule=bool(route.resume) or hyper.schedule != "constant",
+        )
+        trainer.train()
+    return trainer
+
+
+def _reference(
+    ctx: ProbeContext, route: Route, hyper: Hyper, kind: str, lrs: list[float]
+) -> list[StepRecord]:
+    """The token-mean reference of `route`'s steps, computed in the reference's own process."""
+    return independent_reference(
+        {
+            "call": "ds_doctor.probes.equivalence.tokens:token_reference",
+            "args": (
+                kind,
+                hyper,
+                ctx.world_size,
+                lrs,
+                1 if route.partial_window else None,
+                route.label_smoothing,
+            ),
+        },
+        ctx.rank,
+        ctx.world_size,
+        ctx.device,
+    )
+
+
+def diverges(ctx: ProbeContext, route: Route) -> bool:
+    """A shrink's rerun of a matrix setting (`probe.smallest`): the Trainer at `route`'s setting, against its
+    token-mean reference; whether it leaves the tolerance anywhere, on this rank."""
+    from ds_doctor.plugins.checks import first_divergence
+    from ds_doctor.probes.equivalence.invariants import tolerance_for
+    from ds_doctor.probes.equivalence.subject import gaps
+
+    kind = model_type(ctx.options, route)
+    assert kind is not None
+    hyper = matrix_hyper(route)
+    recorder = Recorder()
+    _train(ctx, route, hyper, ctx.scratch_dir() / "shrink", recorder)
+    ref = _reference(ctx, route, hyper, kind, [hyper.lrs(s)[0] for s in range(hyper.steps)])
+    compared, _ = gaps(ref, recorder.records)
+    return first_divergence(compared, tolerance_for(ctx, route, hyper)) is not None
 
 
 def matrix_hyper(route: Route) -> Hyper:
