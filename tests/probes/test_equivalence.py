@@ -30,6 +30,7 @@ CASES = (
     "equivalence_planted[matrix-ddp-ga4-decay-warmup-loss-over-world-size-ws2]",
     "equivalence_planted[matrix-ddp-bf16-ga4-refuses-fp32-ws2]",
     "equivalence_planted[matrix-deepspeed-z2-resume-no-optimizer-ws2]",
+    "equivalence_planted[matrix-trainer-ga4-noclip-gpt2-num-items-ws1]",
     "equivalence_planted[fsdp1-torch-clip-ws1]",
     "equivalence_planted[fsdp1-torch-clip-ws2]",
     "equivalence_planted[resume-deepspeed-no-optimizer-ws1]",
@@ -284,6 +285,23 @@ def test_the_matrix_resume_knob_catches_a_load_that_leaves_state_out(run: dict[s
     assert message.startswith("step 3 of 4:") and "the knobs turned: resume" in message, message
     stages = [s["stage"] for s in result["ranks"][0]["stages"]]
     assert "save at step 2" in stages and "load at step 2, a fresh engine" in stages
+    (restored,) = set(errors(result, "resume_restores"))  # what the load left out, by digest
+    assert restored.startswith(
+        "optimizer state not restored by DeepSpeed save_checkpoint / load_checkpoint, into a"
+    )
+    assert "state.0.exp_avg" in restored
+
+
+def test_a_trainer_setting_is_shrunk_and_named(run: dict[str, dict]) -> None:
+    """The Trainer's settings shrink too (each rerun a Trainer against its own token-mean reference): GPT-2's
+    unshifted count shows at every setting, so both knobs go back, and the loss's scale names the entry."""
+    result = run["equivalence_planted[matrix-trainer-ga4-noclip-gpt2-num-items-ws1]"]
+    assert result["outcome"] == "fail", result["reason"]
+    assert result["known_issue"]["id"] == "hf_trainer_num_items_unshifted_overcount"
+    (message,) = set(errors(result, "equivalence"))
+    assert "the knobs turned: ga4, noclip" in message
+    assert "the smallest setting found that still shows it (2 reruns" in message
+    assert message.rstrip(")").endswith(": the defaults")
 
 
 def test_the_trainer_routes_name_where_the_divergence_starts(run: dict[str, dict]) -> None:
