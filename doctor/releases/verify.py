@@ -114,6 +114,15 @@ PLAN = {
     "ds_z0_bf16_resume_loses_optimizer_state": Plan(
         "equivalence and matrix-deepspeed-z0 and bf16 and resume", "cpu", matrix=True
     ),
+    # found by the matrix on the fresh sample's Accelerate release, dated by ds-doctor bisect; one rank: at two,
+    # 1.8.0's accumulate() enters the engine's no_sync, which ZeRO-2 refuses (an assertion, not this entry)
+    "acc_deepspeed_accumulation_steps_not_synced": Plan(
+        "equivalence and matrix-accelerate-deepspeed and warmup and not ga1 and ws1", "cpu", matrix=True
+    ),
+    # found by the matrix on the fresh sample's DeepSpeed releases, dated by ds-doctor bisect (a CPU-only bug)
+    "ds_cpu_zero12_allreduce_buckets_dropped": Plan(
+        "equivalence and matrix-deepspeed-z1 and offload and accumulate-fp32 and ws2", "cpu", matrix=True
+    ),
     "hf_trainer_decays_rmsnorm_weights": Plan(
         "equivalence and matrix-trainer and decay and ga1 and ws1", "cpu", pins=HF_PINS, matrix=True
     ),
@@ -240,9 +249,15 @@ def _report(proc: subprocess.CompletedProcess[str], label: str) -> dict | None:
 
 
 def measure(issue: str, package: str, version: str, plan: Plan, torch_version: str) -> Measured | None:
-    """One run of the case on an overlay of the release; None where it neither ran nor was refused at import."""
+    """One run of the case on an overlay of the release (on the stack as installed where that is the release);
+    None where it neither ran nor was refused at import."""
+    from ds_doctor.releases.overlay import installed
+
+    here = installed(package) == version
     proc = _run(
-        plan.keyword, f"{package}=={version}", plan.pins + (("--ignore-pins",) if plan.ignore_pins else ())
+        plan.keyword,
+        None if here else f"{package}=={version}",
+        plan.pins + (("--ignore-pins",) if plan.ignore_pins else ()),
     )
     today = dt.date.today().isoformat()
     if proc.returncode == 2 and "does not import on this stack" in proc.stderr:
@@ -252,7 +267,11 @@ def measure(issue: str, package: str, version: str, plan: Plan, torch_version: s
     report = _report(proc, f"{issue} {version}")
     if report is None:
         return None
-    ran = [r for r in report["results"] if str(r.get("stack", "")).startswith(f"{package}=={version}")]
+    ran = [
+        r
+        for r in report["results"]
+        if (not r.get("stack") if here else str(r.get("stack", "")).startswith(f"{package}=={version}"))
+    ]
     found = (
         matrix_records(ran, issue, package, version, torch_version, today)
         if plan.matrix

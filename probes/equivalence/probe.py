@@ -44,7 +44,7 @@ SPEC = ProbeSpec(
     deepspeed_ops=True,  # its DeepSpeed routes
 )
 __all__ = ["SPEC", "prepare", "run", "setup", "variants"]
-#: how long a diverging matrix setting may spend shrinking (its reruns), of the case's SPEC.timeout_s
+#: how long a diverging matrix setting may spend on its shrink's reruns (the whole case has SPEC.timeout_s)
 SHRINK_BUDGET_S = 90.0
 
 
@@ -163,9 +163,8 @@ def smallest(ctx: ProbeContext, route: Route, rerun: Callable[[ProbeContext, Rou
     quiet = cast(ProbeContext, _Quiet(ctx))
     started, longest = time.monotonic(), 0.0
     for knob in route.knobs.changed():
-        if not allowed(
-            current.back(knob)
-        ):  # a setting that means nothing (fp32 accumulation of fp32 gradients)
+        # a setting that means nothing (fp32 accumulation of fp32 gradients) is not rerun: the knob stays
+        if not allowed(current.back(knob)):
             continue
         # every rank stops where any would pass the budget with one more rerun as long as the longest so far
         if agree(ctx, int(time.monotonic() - started + longest > SHRINK_BUDGET_S)):
@@ -184,7 +183,7 @@ def smallest(ctx: ProbeContext, route: Route, rerun: Callable[[ProbeContext, Rou
             answer = 2
         longest = max(longest, time.monotonic() - began)
         agreed = agree(ctx, answer)
-        if agreed == 2 and not raised:
+        if agreed == 2 and answer != 2:
             raised.append(f"with {knob} back another rank raised")
         if agreed == 1:
             current = current.back(knob)

@@ -325,8 +325,10 @@ def _explainer(
     from ds_doctor.probes.equivalence.invariants import UNEXPLAINED, tolerance_for
 
     def explain(ref: list[StepRecord]) -> str | None:
-        """The overcount where the first step's loss is the reference's scaled by predicted/counted tokens; the
-        double division where the loss is right and the first gradient norm is the reference's / accumulation steps;
+        """The overcount where the first step's loss is the reference's scaled by predicted/counted tokens (as
+        near as the dtype's tolerance); the LabelSmoother's missing division where a smoothed loss is the
+        reference's times the accumulation steps (and the ranks); the double division where the loss is right and
+        the first gradient norm is the reference's / accumulation steps;
         on either's own route, anything else is not it (transformers 4.46.0-4.46.1 dropped the division by the
         accumulation steps for models without loss kwargs, GPT-2 among them: no entry of the catalog)."""
         scale = records[0].loss / ref[0].loss if records and ref and ref[0].loss else None
@@ -336,12 +338,9 @@ def _explainer(
             return OVERCOUNT_ISSUE
         # the LabelSmoother's own mean per micro-batch, summed: the loss times the accumulation steps (and the
         # ranks, where average_tokens_across_devices multiplies by them)
-        if route.label_smoothing and scale is not None and hyper.accumulation > 1:
-            if any(
-                abs(scale / times - 1) <= near
-                for times in {hyper.accumulation, hyper.accumulation * ctx.world_size}
-            ):
-                return LABEL_SMOOTHING_ISSUE
+        times = {hyper.accumulation, hyper.accumulation * ctx.world_size} - {1}
+        if route.label_smoothing and scale is not None and any(abs(scale / t - 1) <= near for t in times):
+            return LABEL_SMOOTHING_ISSUE
         norm = _norm_scale(records, ref)
         if scale is not None and abs(scale - 1) <= OVERCOUNT_MATCH and norm is not None:
             if abs(norm * hyper.accumulation - 1) <= DOUBLE_DIVISION_MATCH:
