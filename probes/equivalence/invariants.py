@@ -148,23 +148,13 @@ def matrix_issue(
     """The catalog's silent bug a diverging matrix setting fits (every condition of the entry's `knobs`) on an
     affected release of the stack it ran on (`installed`: a package's version, default the one this process
     imports): the entry with the most conditions where several fit; None where none does."""
-    from ds_doctor.knowledge import catalog
-    from ds_doctor.knowledge.issues import Verdict
+    from ds_doctor.plugins.known import fitting_silent_issue
     from ds_doctor.probes.equivalence.cases import matrix_route
     from ds_doctor.probes.equivalence.knobs import fits
-    from ds_doctor.releases.overlay import installed as imported
 
-    assert route.knobs is not None
-    version = installed or imported
-    name = matrix_route(route)
-    fitting = [
-        issue
-        for issue in catalog.ISSUES
-        if issue.knobs
-        and fits(issue.knobs, name, route.knobs, world_size)
-        and issue.version_verdict({issue.package: version(issue.package)}) is Verdict.AFFECTED
-    ]
-    return max(fitting, key=lambda issue: len(issue.knobs)).id if fitting else None
+    knobs, name = route.knobs, matrix_route(route)
+    assert knobs is not None
+    return fitting_silent_issue(lambda conditions: fits(conditions, name, knobs, world_size), installed)
 
 
 def subject_reference(

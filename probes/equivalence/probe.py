@@ -14,22 +14,18 @@ the finding, with the route's settings. Resume cases save at step k, load in a n
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from typing import Any, cast
-
 from ds_doctor.plugins import ModelNote, ProbeContext, ProbeSpec, Wrapper
 from ds_doctor.plugins.checks import not_restored
 from ds_doctor.plugins.requirements import TORCH
 from ds_doctor.probes.equivalence import resume as equivalence_resume
 from ds_doctor.probes.equivalence import trainer as equivalence_trainer
-from ds_doctor.probes.equivalence.cases import Route, variants, with_knobs
-from ds_doctor.probes.equivalence.invariants import Judging, agree, diverges, judge
-from ds_doctor.probes.equivalence.knobs import allowed
+from ds_doctor.probes.equivalence.cases import Route, variants
+from ds_doctor.probes.equivalence.invariants import Judging, diverges, judge
 from ds_doctor.probes.equivalence.reference import prestart as prestart_reference
 from ds_doctor.probes.equivalence.resume import PATHS, fingerprint, resume_step
 from ds_doctor.probes.equivalence.routes import Session
 from ds_doctor.probes.equivalence.sessions import follows_schedule, open_session
+from ds_doctor.probes.equivalence.shrink import quiet, smallest
 from ds_doctor.probes.equivalence.subject import StepRecord, Subject, current_subject
 from ds_doctor.probes.shared.common import accelerate_session, reset_accelerate
 
@@ -44,8 +40,6 @@ SPEC = ProbeSpec(
     deepspeed_ops=True,  # its DeepSpeed routes
 )
 __all__ = ["SPEC", "prepare", "run", "setup", "variants"]
-#: how long a diverging matrix setting may spend on its shrink's reruns (the whole case has SPEC.timeout_s)
-SHRINK_BUDGET_S = 90.0
 
 
 def prepare(rank: int) -> None:
@@ -119,7 +113,7 @@ def train(opened: Session) -> list[StepRecord]:
     if k == opened.hyper.steps:
         return records
     reset_accelerate()  # Accelerate's singletons, between the saving Accelerator and the loading one
-    again = open_session(cast(ProbeContext, _Quiet(ctx)), opened.route, opened.subject)
+    again = open_session(quiet(ctx), opened.route, opened.subject)
     try:
         ctx.enter(f"load at step {k}, a fresh engine")
         again.load(directory)
@@ -130,67 +124,9 @@ def train(opened: Session) -> list[StepRecord]:
         again.close()
 
 
-class _Quiet:
-    """The case's context for a rerun of another setting: what that run would note or find is not this case's."""
-
-    def __init__(self, ctx: ProbeContext) -> None:
-        self._ctx = ctx
-
-    def note(self, *_args: Any, **_kwargs: Any) -> None:
-        pass
-
-    def add_findings(self, *_args: Any, **_kwargs: Any) -> None:
-        pass
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._ctx, name)
-
-
 def _rerun(ctx: ProbeContext, route: Route, subject: Subject) -> bool:
     """A shrink's rerun on a session's route: whether it leaves the reference, on this rank."""
     with accelerate_session():
         opened = open_session(ctx, route, subject)
         records = train(opened)
     return diverges(ctx, route, opened.hyper, records)
-
-
-def smallest(ctx: ProbeContext, route: Route, rerun: Callable[[ProbeContext, Route], bool]) -> str:
-    """The smallest setting found that still diverges: each turned knob set back to its default in turn, and kept
-    there where the divergence stays (`rerun` the setting: every rank reruns the same settings and the ranks agree
-    on each answer), within SHRINK_BUDGET_S (a release whose reruns are slow stops early, and says so). In words."""
-    assert route.knobs is not None
-    current, tried, raised, stopped = route.knobs, 0, [], ""
-    quiet = cast(ProbeContext, _Quiet(ctx))
-    started, longest = time.monotonic(), 0.0
-    for knob in route.knobs.changed():
-        # a setting that means nothing (fp32 accumulation of fp32 gradients) is not rerun: the knob stays
-        if not allowed(current.back(knob)):
-            continue
-        # every rank stops where any would pass the budget with one more rerun as long as the longest so far
-        if agree(ctx, int(time.monotonic() - started + longest > SHRINK_BUDGET_S)):
-            stopped = f"; stopped before {knob}: the shrink's {SHRINK_BUDGET_S:g} s were spent"
-            break
-        candidate = with_knobs(route, current.back(knob))
-        ctx.enter(f"shrink: {knob} back")
-        tried += 1
-        began = time.monotonic()
-        # each rank's answer: 1 it still diverges, 0 it does not, 2 the rerun raised (a setting this release cannot
-        # run, or skips): any rank's 2 keeps the knob turned on every rank, else any rank's 1 sets it back
-        try:
-            answer = int(rerun(quiet, candidate))
-        except Exception as exc:  # a rerun's failure is reported in the finding, not the case's
-            raised.append(f"with {knob} back it raised {type(exc).__name__}: {str(exc)[:120]}")
-            answer = 2
-        longest = max(longest, time.monotonic() - began)
-        agreed = agree(ctx, answer)
-        if agreed == 2 and answer != 2:
-            raised.append(f"with {knob} back another rank raised")
-        if agreed == 1:
-            current = current.back(knob)
-    reruns = f"{tried} rerun{'s' if tried != 1 else ''}"
-    caveat = f"; kept turned where a rerun could not tell: {'; '.join(raised)}" if raised else ""
-    caveat += stopped
-    return (
-        f"the smallest setting found that still shows it ({reruns}, each turned knob set back to its default in "
-        f"turn and kept there where the divergence stayed): {current.describe()}{caveat}"
-    )

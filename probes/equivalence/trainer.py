@@ -252,7 +252,7 @@ def run(ctx: ProbeContext, route: Route) -> None:
     """Train through the Trainer; judge its steps against the token-mean reference (and, for a resume case, resume
     in a new process and compare)."""
     from ds_doctor.probes.equivalence.invariants import Judging, judge
-    from ds_doctor.probes.equivalence.probe import smallest
+    from ds_doctor.probes.equivalence.shrink import smallest
 
     ctx.require(TRANSFORMERS, ACCELERATE)
     if route.stage:
