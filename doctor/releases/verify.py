@@ -108,8 +108,6 @@ PLAN = {
         "cpu",
         matrix=True,
     ),
-    # the settings at accumulation 1: at 2 and 4 the releases of both ranges (4.48-4.53) also show the unshifted
-    # label count (loss x 63/79 at step 1) and the LabelSmoother's missing division (x 2), entries of their own
     # the fresh sample's #2 (docs/invariants.md): caught by the resume knob, added after reading it
     "ds_z0_bf16_resume_loses_optimizer_state": Plan(
         "equivalence and matrix-deepspeed-z0 and bf16 and resume", "cpu", matrix=True
@@ -123,6 +121,8 @@ PLAN = {
     "ds_cpu_zero12_allreduce_buckets_dropped": Plan(
         "equivalence and matrix-deepspeed-z1 and offload and accumulate-fp32 and ws2", "cpu", matrix=True
     ),
+    # the settings at accumulation 1: at 2 and 4 the releases of both ranges (4.48-4.53) also show the unshifted
+    # label count (loss x 63/79 at step 1) and the LabelSmoother's missing division (x 2), entries of their own
     "hf_trainer_decays_rmsnorm_weights": Plan(
         "equivalence and matrix-trainer and decay and ga1 and ws1", "cpu", pins=HF_PINS, matrix=True
     ),
