@@ -2,8 +2,10 @@
 
 A `Knobs` is one setting of them: precision, the accumulation window, clipping, the parameter groups (one; decay
 groups that exclude biases and norms by name, as the Trainer's `get_decay_parameter_names` does; groups with their
-own learning rates), a learning-rate schedule stepped per optimizer step, optimizer offload, whether DeepSpeed builds
-the optimizer and scheduler from its config or the client passes them, and Accelerate's `sync_each_batch`. A route
+own learning rates), a learning-rate schedule stepped per optimizer step (DeepSpeed's own `WarmupLR` and
+`WarmupCosineLR` too), optimizer offload, whether DeepSpeed builds the optimizer and scheduler from its config or the
+client passes them, DeepSpeed's fp32 gradient accumulation, Accelerate's `sync_each_batch`, the Trainer's label
+smoothing, and a resume into a fresh engine. A catalog entry's `knobs` conditions are matched here (`fits`). A route
 offers the knobs its library has (`offered`); which settings run is a covering design (`pairs`: every pair of two
 knobs' values in at least one setting, greedily, the all-defaults setting first), plus the settings real bugs
 needed, added by hand (`cases.needed`). Level 2 runs a slice, level 3 the pairs, `--matrix full` every combination.
@@ -172,10 +174,6 @@ def fits(conditions: Iterable[str], route: str, setting: Knobs, world_size: int)
         ):
             return False
     return True
-
-
-#: what a catalog entry's knob conditions may name besides the Knobs' fields
-SETTING_NAMES = ("route", "world_size")
 
 
 # -- what the reference needs of a setting: groups and learning rates, as the libraries document them ----------
