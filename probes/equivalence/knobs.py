@@ -31,6 +31,8 @@ SECOND_GROUP_RATE = 0.1
 WARMUP, TOTAL = 2, 6
 #: `WarmupCosineLR`'s floor, a multiple of the base rate (its `cos_min_ratio`)
 COS_MIN = 0.1
+#: the "sgd" optimizer's momentum
+MOMENTUM = 0.9
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +50,9 @@ class Knobs:
     schedule: str = "constant"
     offload: bool = False  # DeepSpeed ZeRO 1-3: the optimizer offloaded to the CPU
     source: str = "config"  # DeepSpeed: the optimizer (and scheduler) "config" builds, or the "client" passes
+    optimizer: str = (
+        "adamw"  # "adamw" | "sgd" (torch's SGD with momentum: the config's "SGD", the Trainer's "sgd")
+    )
     accumulate_fp32: bool = False  # DeepSpeed ZeRO 1-3 in bf16: data_types.grad_accum_dtype "fp32"
     sync_each_batch: bool = False  # Accelerate: GradientAccumulationPlugin(sync_each_batch=True)
     smoothing: bool = False  # the Trainer: label_smoothing_factor 0.1
@@ -90,6 +95,7 @@ VALUES: dict[str, tuple[object, ...]] = {
     "schedule": ("constant", "warmup"),
     "offload": (False, True),
     "source": ("config", "client"),
+    "optimizer": ("adamw", "sgd"),
     "accumulate_fp32": (False, True),
     "sync_each_batch": (False, True),
     "smoothing": (False, True),
@@ -102,7 +108,7 @@ def _offer(*names: str, **values: tuple[object, ...]) -> dict[str, tuple[object,
 
 
 #: the knobs each kind of route offers, with the values it offers of each
-TORCH_KNOBS = _offer("precision", "accumulation", "clip", "groups", "schedule")
+TORCH_KNOBS = _offer("precision", "accumulation", "clip", "groups", "schedule", "optimizer")
 ACCELERATE_KNOBS = {**TORCH_KNOBS, **_offer("sync_each_batch", "resume")}
 #: DeepSpeed's own schedulers, from the config (a client optimizer too: the engine builds them over it)
 DEEPSPEED_SCHEDULES = ("warmup-lr", "cosine")
@@ -114,7 +120,14 @@ DEEPSPEED_KNOBS = {
 ZERO_KNOBS = {**DEEPSPEED_KNOBS, **_offer("offload", "accumulate_fp32")}
 #: the Trainer builds its own groups (decay by name: "decay" turns weight decay on) at one rate
 TRAINER_KNOBS = _offer(
-    "precision", "accumulation", "clip", "groups", "schedule", "smoothing", groups=("one", "decay")
+    "precision",
+    "accumulation",
+    "clip",
+    "groups",
+    "schedule",
+    "optimizer",
+    "smoothing",
+    groups=("one", "decay"),
 )
 
 

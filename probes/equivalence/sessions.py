@@ -20,6 +20,7 @@ from ds_doctor.plugins.usersetup import (
     trainer_optimizer,
 )
 from ds_doctor.probes.equivalence.cases import Route
+from ds_doctor.probes.equivalence.knobs import MOMENTUM
 from ds_doctor.probes.equivalence.routes import SESSIONS, AccelerateSession, DeepSpeedSession, Session
 from ds_doctor.probes.equivalence.subject import Hyper, Subject
 from ds_doctor.probes.shared.common import require_deepspeed_ops
@@ -71,6 +72,7 @@ def knob_hyper(route: Route, kernel: str, schedule: str, stride: int = 1) -> Hyp
         groups=knobs.groups,
         schedule=schedule if knobs.schedule != "constant" else "constant",
         stride=stride,
+        momentum=MOMENTUM if knobs.optimizer == "sgd" else None,
     )
 
 
@@ -85,10 +87,11 @@ def _matrix_session(ctx: ProbeContext, route: Route, subject: Subject) -> Sessio
         ctx.require(DEEPSPEED)
         require_deepspeed_ops(ctx)
         client = knobs.source == "client"
+        sgd = knobs.optimizer == "sgd"
         # the warm-up a client passes is a LambdaLR; DeepSpeed's own schedulers stay in the config over its optimizer
         lambda_lr = client and knobs.schedule == "warmup"
         schedule = "linear" if lambda_lr else DEEPSPEED_SCHEDULERS[knobs.schedule][1]
-        hyper = knob_hyper(route, "torch" if client else "deepspeed", schedule)
+        hyper = knob_hyper(route, "torch" if client or sgd else "deepspeed", schedule)  # "SGD" is torch's
         if knobs.schedule == "warmup-lr":
             hyper = dataclasses.replace(hyper, peak=_warmup_lr_default_peak())
         config = _ds_config(route, hyper)
@@ -181,6 +184,11 @@ def _ds_config(route: Route, hyper: Hyper) -> dict[str, Any]:
             else:
                 params |= {"total_num_steps": TOTAL, "warmup_min_ratio": 0.0, "cos_min_ratio": COS_MIN}
             config["scheduler"] = {"type": kind, "params": params}
+    if hyper.momentum is not None:  # torch's SGD by name (DeepSpeed builds any torch.optim type it is given)
+        params = {"lr": hyper.lr, "momentum": hyper.momentum, "weight_decay": hyper.weight_decay}
+        config["optimizer"] = {"type": "SGD", "params": params}
+        config["zero_allow_untested_optimizer"] = True
+        config["zero_force_ds_cpu_optimizer"] = False
     if route.knobs is not None and route.knobs.accumulate_fp32:
         config["data_types"] = {"grad_accum_dtype": "fp32"}
     if route.resume:

@@ -46,9 +46,10 @@ class Hyper:
     schedule: str = "constant"
     stride: int = 1  # scheduler steps per optimizer step (Accelerate's prepared scheduler: one per process)
     total: int = TOTAL  # the linear schedule's last step (the Trainer's: its max_steps)
-    peak: float | None = (
-        None  # WarmupLR's max rate where one rate holds for every group, else each group's own
-    )
+    # WarmupLR's max rate where one rate holds for every group, else each group's own
+    peak: float | None = None
+    # torch's SGD with this momentum (L2 weight decay) instead of Adam(W)
+    momentum: float | None = None
 
     def lrs(self, step: int) -> list[float]:
         """Each parameter group's lr at optimizer step `step`, from the documented schedule (never the route's)."""
@@ -72,6 +73,8 @@ class Hyper:
         passes to `deepspeed.initialize`."""
         import torch
 
+        if self.momentum is not None:
+            return torch.optim.SGD(params, lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
         kind = torch.optim.AdamW if self.adamw else torch.optim.Adam
         return kind(params, lr=self.lr, betas=self.betas, eps=self.eps, weight_decay=self.weight_decay)
 
@@ -91,9 +94,12 @@ class Hyper:
             "rates": ", biases and norms without weight decay at their own lr",
         }[self.groups]
         schedule = "" if self.schedule == "constant" else f", {self.schedule} warm-up schedule"
+        kind = "AdamW" if self.adamw else "Adam"
+        if self.momentum is not None:
+            kind = f"SGD (momentum {self.momentum:g})"
         return (
             f"gradient_accumulation_steps={self.accumulation}, micro batch {self.micro_batch}, {clip}, "
-            f"{'AdamW' if self.adamw else 'Adam'} lr {self.lr:g}{groups}{schedule}, {self.dtype}"
+            f"{kind} lr {self.lr:g}{groups}{schedule}, {self.dtype}"
         )
 
 

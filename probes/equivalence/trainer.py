@@ -28,7 +28,7 @@ from ds_doctor.probes.equivalence.cases import (
     OVERCOUNT_ISSUE,
     Route,
 )
-from ds_doctor.probes.equivalence.knobs import WARMUP
+from ds_doctor.probes.equivalence.knobs import MOMENTUM, WARMUP
 from ds_doctor.probes.equivalence.reference import independent as independent_reference
 from ds_doctor.probes.equivalence.subject import Hyper, StepRecord, Subject, digest
 from ds_doctor.probes.equivalence.tokens import SEQUENCE, build_lm, predicted_over_counted, sample
@@ -155,7 +155,8 @@ def make_trainer(
         weight_decay=hyper.weight_decay,
         max_grad_norm=hyper.clip,
         label_smoothing_factor=route.label_smoothing,
-        optim="adamw_torch",
+        optim="sgd" if hyper.momentum is not None else "adamw_torch",
+        optim_args=f"momentum={hyper.momentum}" if hyper.momentum is not None else None,
         lr_scheduler_type="linear" if schedule else "constant",
         warmup_steps=WARMUP if schedule else 0,
         bf16=hyper.dtype == "bfloat16",
@@ -421,6 +422,7 @@ def matrix_hyper(route: Route) -> Hyper:
         weight_decay=0.1 if knobs.groups == "decay" else 0.0,  # the Trainer's common setting: its decay shows
         schedule="constant" if knobs.schedule == "constant" else "linear",
         total=TRAINER_HYPER.steps,
+        momentum=MOMENTUM if knobs.optimizer == "sgd" else None,
     )
 
 

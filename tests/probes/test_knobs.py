@@ -185,8 +185,43 @@ def test_a_diverging_setting_names_the_entry_it_fits_on_an_affected_release() ->
     assert matrix_issue(cosine, 1, lambda _package: "0.18.9") == "ds_warmup_cosine_groups_start_at_base_lr"
     assert matrix_issue(cosine, 1, lambda _package: "0.19.0") is None  # fixed: a divergence there is new
     assert matrix_issue(cosine, 1, lambda _package: None) is None  # not installed: no verdict
-    plain = next(r for r in matrix() if r.name == "matrix-deepspeed-z1-rates")
+    plain = next(
+        r
+        for r in matrix()
+        if r.name.startswith("matrix-deepspeed-z1-")
+        and r.knobs is not None
+        and (r.knobs.schedule, r.knobs.offload, r.knobs.precision) == ("constant", False, "fp32")
+    )
     assert matrix_issue(plain, 1, lambda _package: "0.18.9") is None
-    norms = next(r for r in matrix() if r.name == "matrix-trainer-bf16-ga4-noclip-decay")
+    norms = next(
+        r
+        for r in matrix()
+        if r.name.startswith("matrix-trainer-")
+        and not r.name.startswith("matrix-trainer-deepspeed")
+        and r.knobs is not None
+        and r.knobs.groups == "decay"
+        and not r.knobs.smoothing
+    )
     assert matrix_issue(norms, 1, lambda _package: "4.48.3") == "hf_trainer_decays_rmsnorm_weights"
     assert matrix_issue(norms, 1, lambda _package: "4.52.4") == "hf_trainer_decays_final_norm"
+
+
+def test_the_sgd_knob_is_torchs_sgd_on_every_side() -> None:
+    """The reference's optimizer and DeepSpeed's config name the same torch SGD with momentum (L2 weight decay)."""
+    torch = pytest.importorskip("torch")
+    from ds_doctor.probes.equivalence.sessions import _ds_config, knob_hyper
+
+    route = next(
+        r
+        for r in matrix()
+        if r.name.startswith("matrix-deepspeed-z1-") and r.knobs and r.knobs.optimizer == "sgd"
+    )
+    hyper = knob_hyper(route, "torch", "deepspeed")
+    assert hyper.momentum == k.MOMENTUM and "SGD (momentum 0.9)" in hyper.describe()
+    block = _ds_config(route, hyper)["optimizer"]
+    assert block == {
+        "type": "SGD",
+        "params": {"lr": hyper.lr, "momentum": k.MOMENTUM, "weight_decay": hyper.weight_decay},
+    }
+    optimizer = hyper.optimizer_over([torch.nn.Parameter(torch.zeros(1))])
+    assert type(optimizer) is torch.optim.SGD and optimizer.param_groups[0]["momentum"] == k.MOMENTUM
