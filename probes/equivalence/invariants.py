@@ -179,10 +179,17 @@ def subject_reference(
     )
 
 
-def diverges(ctx: ProbeContext, route: Route, hyper: Hyper, records: list[StepRecord]) -> bool:
+def diverges(
+    ctx: ProbeContext,
+    route: Route,
+    hyper: Hyper,
+    records: list[StepRecord],
+    reference_run: list[StepRecord] | None = None,
+) -> bool:
     """Whether the route's steps leave the reference's tolerance anywhere, on this rank (`agree` makes it every
-    rank's)."""
-    compared, _ = gaps(subject_reference(ctx, route, hyper, records), records)
+    rank's); `reference_run` where the route computes its own (the Trainer's token mean), else the subject's."""
+    ref = reference_run if reference_run is not None else subject_reference(ctx, route, hyper, records)
+    compared, _ = gaps(ref, records)
     return first_divergence(compared, tolerance_for(ctx, route, hyper)) is not None
 
 

@@ -286,7 +286,7 @@ def run(ctx: ProbeContext, route: Route) -> None:
     explain = _explainer(ctx, route, hyper, records, ratio)
 
     # a matrix setting's rates from the documented schedule; the resume route's copied from the Trainer's
-    lrs = [hyper.lrs(s)[0] for s in range(hyper.steps)] if route.knobs else [r.lr for r in records]
+    lrs = _documented_lrs(hyper) if route.knobs else [r.lr for r in records]
     judging = Judging(
         schedule=True,
         remedy=REMEDY_GA if not route.loss_kwargs else None,
@@ -392,20 +392,22 @@ def _reference(
 
 
 def diverges(ctx: ProbeContext, route: Route) -> bool:
-    """A shrink's rerun of a matrix setting (`probe.smallest`): the Trainer at `route`'s setting, against its
+    """A shrink's rerun of a matrix setting (`shrink.smallest`): the Trainer at `route`'s setting, against its
     token-mean reference; whether it leaves the tolerance anywhere, on this rank."""
-    from ds_doctor.plugins.checks import first_divergence
-    from ds_doctor.probes.equivalence.invariants import tolerance_for
-    from ds_doctor.probes.equivalence.subject import gaps
+    from ds_doctor.probes.equivalence import invariants
 
     kind = model_type(ctx.options, route)
     assert kind is not None
     hyper = matrix_hyper(route)
     recorder = Recorder()
     _train(ctx, route, hyper, ctx.scratch_dir() / "shrink", recorder)
-    ref = _reference(ctx, route, hyper, kind, [hyper.lrs(s)[0] for s in range(hyper.steps)])
-    compared, _ = gaps(ref, recorder.records)
-    return first_divergence(compared, tolerance_for(ctx, route, hyper)) is not None
+    ref = _reference(ctx, route, hyper, kind, _documented_lrs(hyper))
+    return invariants.diverges(ctx, route, hyper, recorder.records, ref)
+
+
+def _documented_lrs(hyper: Hyper) -> list[float]:
+    """A matrix setting's lr at each step, from the documented schedule (the Trainer's groups share one rate)."""
+    return [hyper.lrs(s)[0] for s in range(hyper.steps)]
 
 
 def matrix_hyper(route: Route) -> Hyper:

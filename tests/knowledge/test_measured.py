@@ -129,3 +129,19 @@ def test_a_matrix_entry_is_reproduced_where_a_setting_fails_naming_it() -> None:
     assert outcome(result("a", "pass"), result("b", "fail")) == []
     assert outcome(result("a", "error")) == []
     assert outcome() == []
+
+
+def test_a_release_s_results_are_its_overlay_s_alone() -> None:
+    from ds_doctor.releases.verify import _ran_on
+
+    report = {
+        "results": [
+            {"case": "a", "stack": None},
+            {"case": "b", "stack": "deepspeed==0.19.1"},
+            {"case": "c", "stack": "deepspeed==0.19.10"},
+            {"case": "d", "stack": "transformers==4.49.0+huggingface-hub==0.30.2"},
+        ]
+    }
+    assert [r["case"] for r in _ran_on(report, None)] == ["a"]
+    assert [r["case"] for r in _ran_on(report, "deepspeed==0.19.1")] == ["b"]  # not 0.19.10's
+    assert [r["case"] for r in _ran_on(report, "transformers==4.49.0")] == ["d"]
