@@ -89,6 +89,12 @@ PLAN = {
     "ds_warmup_lr_groups_take_group0_peak": Plan(
         "equivalence and matrix-deepspeed and warmup-lr and rates and ws1", "cpu", matrix=True
     ),
+    # the fresh sample's #5, caught by the OneCycle knob (added after reading it); fp32: a bf16 setting's step is
+    # within its tolerance, and the ZeRO-3 bf16 resume setting at two ranks is left out (a parameter not restored
+    # on 0.19.3 and 0.19.4 in one run of two: not yet told apart)
+    "ds_onecycle_stair_count_ignored": Plan(
+        "equivalence and matrix-deepspeed and onecycle and not bf16", "cpu", matrix=True
+    ),
     # 0.17.0, the fix, asserts on a CPU before a step (PartialState built with cpu=True, the optimizer's with
     # cpu=False): 0.18.0 is the first fixed release that runs here
     "acc_torch2_scheduler_not_prepared": Plan(

@@ -33,6 +33,9 @@ WARMUP, TOTAL = 2, 6
 COS_MIN = 0.1
 #: the "sgd" optimizer's momentum
 MOMENTUM = 0.9
+#: `OneCycle`: its first half-cycle's length in scheduler steps, its stairs over it, its floor (a multiple of each
+#: group's rate; the ceiling is the rate)
+ONECYCLE_STEPS, ONECYCLE_STAIRS, ONECYCLE_MIN = 4, 2, 0.1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +49,8 @@ class Knobs:
         "one"  # "one" | "decay" (biases and norms without weight decay) | "rates" (decay, own rates)
     )
     # "constant" | "warmup" (linear warm-up, then linear decay, per optimizer step); DeepSpeed's config schedulers
-    # too: "warmup-lr" (WarmupLR, its max rate left to the default) and "cosine" (WarmupCosineLR)
+    # too: "warmup-lr" (WarmupLR, its max rate left to the default), "cosine" (WarmupCosineLR) and "onecycle" (OneCycle
+    # with a staircase)
     schedule: str = "constant"
     offload: bool = False  # DeepSpeed ZeRO 1-3: the optimizer offloaded to the CPU
     source: str = "config"  # DeepSpeed: the optimizer (and scheduler) "config" builds, or the "client" passes
@@ -111,7 +115,7 @@ def _offer(*names: str, **values: tuple[object, ...]) -> dict[str, tuple[object,
 TORCH_KNOBS = _offer("precision", "accumulation", "clip", "groups", "schedule", "optimizer")
 ACCELERATE_KNOBS = {**TORCH_KNOBS, **_offer("sync_each_batch", "resume")}
 #: DeepSpeed's own schedulers, from the config (a client optimizer too: the engine builds them over it)
-DEEPSPEED_SCHEDULES = ("warmup-lr", "cosine")
+DEEPSPEED_SCHEDULES = ("warmup-lr", "cosine", "onecycle")
 DEEPSPEED_KNOBS = {
     **TORCH_KNOBS,
     **_offer("schedule", "source", "resume", schedule=(*VALUES["schedule"], *DEEPSPEED_SCHEDULES)),
@@ -237,6 +241,8 @@ def deepspeed_factor(step: int, kind: str = "decay") -> float:
     ("decay") falls as (TOTAL - iteration) / (TOTAL - WARMUP), `WarmupLR` ("warmup") stays at 1, and `WarmupCosineLR`
     ("cosine") follows a half cosine from 1 to COS_MIN over TOTAL - WARMUP iterations, the first after the warm-up
     already one along."""
+    if kind == "onecycle":
+        return onecycle_factor(step)
     iteration = step - 1
     if iteration < 0:
         return 0.0
@@ -248,3 +254,13 @@ def deepspeed_factor(step: int, kind: str = "decay") -> float:
         progress = min(1.0, (iteration - WARMUP + 1) / max(1, TOTAL - WARMUP))
         return COS_MIN + (1.0 - COS_MIN) * (1.0 + math.cos(math.pi * progress)) / 2.0
     return max(0.0, (TOTAL - iteration) / max(1.0, TOTAL - WARMUP))
+
+
+def onecycle_factor(step: int) -> float:
+    """DeepSpeed's `OneCycle` as its docstring defines it, in its first half-cycle (ONECYCLE_STEPS scheduler steps
+    from the floor to the rate) with `cycle_first_stair_count` ONECYCLE_STAIRS: "lr/mom are changed in staircase
+    fashion", each stair held flat (the floor of the position, as its LR range test's staircase does). It sets the
+    floor at construction and computes the rate of batch `last_batch_iteration + 1` at each step, so optimizer step
+    `step` (from 0) runs at batch `step`."""
+    position = min(step, ONECYCLE_STEPS) * ONECYCLE_STAIRS / ONECYCLE_STEPS
+    return ONECYCLE_MIN + (1.0 - ONECYCLE_MIN) * math.floor(position) / ONECYCLE_STAIRS

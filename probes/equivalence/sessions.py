@@ -171,18 +171,32 @@ def _ds_config(route: Route, hyper: Hyper) -> dict[str, Any]:
     if route.bf16:
         config["bf16"] = {"enabled": True}
     if route.knobs is not None and route.knobs.schedule != "constant":
-        from ds_doctor.probes.equivalence.knobs import COS_MIN, TOTAL, WARMUP, group_settings
+        from ds_doctor.probes.equivalence import knobs as k
 
-        rates = [g["lr"] for g in group_settings(hyper.groups, hyper.lr, hyper.weight_decay)]
+        rates = [g["lr"] for g in k.group_settings(hyper.groups, hyper.lr, hyper.weight_decay)]
         kind = DEEPSPEED_SCHEDULERS[route.knobs.schedule][0]
         if kind == "WarmupDecayLR":  # each group its own max rate (a list)
-            config["scheduler"] = _warmup_decay(rates if len(rates) > 1 else rates[0], WARMUP, TOTAL)
+            config["scheduler"] = _warmup_decay(rates if len(rates) > 1 else rates[0], k.WARMUP, k.TOTAL)
+        elif (
+            kind == "OneCycle"
+        ):  # every group from a tenth of the rate to the rate, in stairs; Adam's betas left
+            # (a float: releases before 0.19.6 take no list, and set every group's lr to one they are given)
+            config["scheduler"] = {
+                "type": kind,
+                "params": {
+                    "cycle_min_lr": hyper.lr * k.ONECYCLE_MIN,
+                    "cycle_max_lr": hyper.lr,
+                    "cycle_first_step_size": k.ONECYCLE_STEPS,
+                    "cycle_first_stair_count": k.ONECYCLE_STAIRS,
+                    "cycle_momentum": False,
+                },
+            }
         else:  # WarmupLR's max rate left to its default; WarmupCosineLR's are the groups' own by design
-            params = {"warmup_num_steps": WARMUP, "warmup_type": "linear"}
+            params = {"warmup_num_steps": k.WARMUP, "warmup_type": "linear"}
             if kind == "WarmupLR":
                 params["warmup_min_lr"] = 0.0
             else:
-                params |= {"total_num_steps": TOTAL, "warmup_min_ratio": 0.0, "cos_min_ratio": COS_MIN}
+                params |= {"total_num_steps": k.TOTAL, "warmup_min_ratio": 0.0, "cos_min_ratio": k.COS_MIN}
             config["scheduler"] = {"type": kind, "params": params}
     if hyper.momentum is not None:  # torch's SGD by name (DeepSpeed builds any torch.optim type it is given)
         params = {"lr": hyper.lr, "momentum": hyper.momentum, "weight_decay": hyper.weight_decay}
@@ -201,6 +215,7 @@ DEEPSPEED_SCHEDULERS = {
     "warmup": ("WarmupDecayLR", "deepspeed"),
     "warmup-lr": ("WarmupLR", "deepspeed-warmup"),
     "cosine": ("WarmupCosineLR", "deepspeed-cosine"),
+    "onecycle": ("OneCycle", "deepspeed-onecycle"),
     "constant": ("", "constant"),
 }
 

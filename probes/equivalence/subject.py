@@ -42,7 +42,7 @@ class Hyper:
     groups: str = "one"  # the parameter groups (`knobs.split`): "one", "decay", "rates"
     # the lr schedule, as documented: "constant", "linear" (transformers' linear warm-up and decay, a LambdaLR
     # stepped per optimizer step), DeepSpeed's config schedulers stepped by the engine: "deepspeed" (WarmupDecayLR),
-    # "deepspeed-warmup" (WarmupLR), "deepspeed-cosine" (WarmupCosineLR)
+    # "deepspeed-warmup" (WarmupLR), "deepspeed-cosine" (WarmupCosineLR), "deepspeed-onecycle" (OneCycle, stairs)
     schedule: str = "constant"
     stride: int = 1  # scheduler steps per optimizer step (Accelerate's prepared scheduler: one per process)
     total: int = TOTAL  # the linear schedule's last step (the Trainer's: its max_steps)
@@ -61,6 +61,10 @@ class Hyper:
         else:
             scale = 1.0 if self.schedule == "constant" else knobs.linear_factor(at, self.total)
         rates = [g["lr"] for g in knobs.group_settings(self.groups, self.lr, self.weight_decay)]
+        if (
+            self.schedule == "deepspeed-onecycle"
+        ):  # one floor and ceiling for every group (a float until 0.19.6)
+            rates = [self.lr] * len(rates)
         return [(self.peak if self.peak is not None else rate) * scale for rate in rates]
 
     def optimizer(self, model: Any) -> Any:

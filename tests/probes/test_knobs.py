@@ -108,7 +108,7 @@ def test_accelerates_prepared_scheduler_strides_by_the_processes() -> None:
 
 
 @requires_deepspeed
-@pytest.mark.parametrize("kind", ["WarmupLR", "WarmupCosineLR"])
+@pytest.mark.parametrize("kind", ["WarmupLR", "WarmupCosineLR", "OneCycle"])
 def test_deepspeeds_other_schedulers_are_its_own_as_the_engine_steps_them(kind: str) -> None:
     """WarmupLR with its max rate left to the release's default (each group's own since 0.17.2) and WarmupCosineLR,
     over two groups of their own rates: each step's rates are what `Hyper.lrs` computes without them."""
@@ -127,6 +127,18 @@ def test_deepspeeds_other_schedulers_are_its_own_as_the_engine_steps_them(kind: 
     if kind == "WarmupLR":
         sched = lr_schedules.WarmupLR(opt, warmup_min_lr=0.0, warmup_num_steps=k.WARMUP, warmup_type="linear")
         hyper = Hyper(groups="rates", schedule="deepspeed-warmup", lr=1.0, peak=_warmup_lr_default_peak())
+    elif kind == "OneCycle":  # the config `sessions` writes: every group from a tenth of the rate, in stairs
+        sched = lr_schedules.OneCycle(
+            opt,
+            cycle_min_lr=k.ONECYCLE_MIN,
+            cycle_max_lr=1.0,
+            cycle_first_step_size=k.ONECYCLE_STEPS,
+            cycle_first_stair_count=k.ONECYCLE_STAIRS,
+            cycle_momentum=False,
+        )
+        hyper = Hyper(groups="rates", schedule="deepspeed-onecycle", lr=1.0)
+        # a staircase: flat across each stair (releases <= 0.19.3 ignore the count, PR #8179)
+        assert [hyper.lrs(s)[0] for s in range(4)] == pytest.approx([0.1, 0.1, 0.55, 0.55])
     else:
         sched = lr_schedules.WarmupCosineLR(
             opt,
@@ -136,12 +148,15 @@ def test_deepspeeds_other_schedulers_are_its_own_as_the_engine_steps_them(kind: 
             warmup_type="linear",
         )
         hyper = Hyper(groups="rates", schedule="deepspeed-cosine", lr=1.0)
-    for step in range(k.TOTAL):
+    for step in range(k.ONECYCLE_STEPS if kind == "OneCycle" else k.TOTAL):
         assert [g["lr"] for g in opt.param_groups] == pytest.approx(hyper.lrs(step), rel=1e-12), step
         opt.step()
         sched.step()
     # each group at its own rate (group 0's rate for both is the bug of 0.17.2-0.19.3's WarmupLR): this can fail
     at = hyper.lrs(k.WARMUP + 1)
+    if kind == "OneCycle":  # OneCycle's one floor and ceiling: both groups at them
+        assert at[1] == at[0] > 0
+        return
     assert at[1] == pytest.approx(at[0] * k.SECOND_GROUP_RATE) and at[0] > 0
 
 
