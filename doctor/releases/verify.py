@@ -95,6 +95,16 @@ PLAN = {
     "ds_onecycle_stair_count_ignored": Plan(
         "equivalence and matrix-deepspeed and onecycle and not bf16", "cpu", matrix=True
     ),
+    # found by the matrix's `adam` knob at today's release (no fix released): measured as installed and at 0.17.5,
+    # whose bf16 without ZeRO went through BF16_Optimizer, not the fp16 wrappers
+    "ds_fp16_wrapper_init_step_moves_l2_weights": Plan(
+        "equivalence and matrix-deepspeed-z0 and bf16 and adam", "cpu", ("0.17.5", "0.19.8"), matrix=True
+    ),
+    # the fresh sample's #9, caught by the `adam` knob and offload on Accelerate's DeepSpeed route (added after
+    # reading it)
+    "acc_deepspeed_offload_swaps_adam_for_adamw": Plan(
+        "equivalence and matrix-accelerate-deepspeed and offload and adam", "cpu", matrix=True
+    ),
     # 0.17.0, the fix, asserts on a CPU before a step (PartialState built with cpu=True, the optimizer's with
     # cpu=False): 0.18.0 is the first fixed release that runs here
     "acc_torch2_scheduler_not_prepared": Plan(

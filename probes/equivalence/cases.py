@@ -268,7 +268,7 @@ MATRIX_ROUTES = (
     ("deepspeed-z2", Wrapper.DEEPSPEED, 2, "zero"),
     ("deepspeed-z3", Wrapper.DEEPSPEED, 3, "zero"),
     ("accelerate", Wrapper.ACCELERATE, 0, "accelerate"),
-    ("accelerate-deepspeed", Wrapper.ACCELERATE_DEEPSPEED, 2, "torch"),
+    ("accelerate-deepspeed", Wrapper.ACCELERATE_DEEPSPEED, 2, "accelerate-deepspeed"),
     ("trainer", Wrapper.TRAINER, 0, "trainer"),
     # the Trainer with a DeepSpeed config of "auto" values (ZeRO-2), its own optimizer and schedule passed in
     ("trainer-deepspeed", Wrapper.TRAINER, 2, "trainer"),
@@ -306,6 +306,7 @@ def _matrix(extent: str) -> tuple[Route, ...]:
 
     offered = {"torch": k.TORCH_KNOBS, "deepspeed": k.DEEPSPEED_KNOBS, "zero": k.ZERO_KNOBS}
     offered |= {"accelerate": k.ACCELERATE_KNOBS, "trainer": k.TRAINER_KNOBS}
+    offered |= {"accelerate-deepspeed": k.ACCELERATE_DEEPSPEED_KNOBS}
     out = []
     for name, wrapper, stage, kind in MATRIX_ROUTES:
         design = k.pairs(offered[kind], needed().get(name, ()))

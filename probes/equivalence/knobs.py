@@ -54,9 +54,9 @@ class Knobs:
     schedule: str = "constant"
     offload: bool = False  # DeepSpeed ZeRO 1-3: the optimizer offloaded to the CPU
     source: str = "config"  # DeepSpeed: the optimizer (and scheduler) "config" builds, or the "client" passes
-    optimizer: str = (
-        "adamw"  # "adamw" | "sgd" (torch's SGD with momentum: the config's "SGD", the Trainer's "sgd")
-    )
+    # "adamw" | "adam" (Adam's L2 weight decay: torch's Adam, the config's "Adam" with adam_w_mode false) | "sgd"
+    # (torch's SGD with momentum: the config's "SGD", the Trainer's "sgd")
+    optimizer: str = "adamw"
     accumulate_fp32: bool = False  # DeepSpeed ZeRO 1-3 in bf16: data_types.grad_accum_dtype "fp32"
     sync_each_batch: bool = False  # Accelerate: GradientAccumulationPlugin(sync_each_batch=True)
     smoothing: bool = False  # the Trainer: label_smoothing_factor 0.1
@@ -99,7 +99,7 @@ VALUES: dict[str, tuple[object, ...]] = {
     "schedule": ("constant", "warmup"),
     "offload": (False, True),
     "source": ("config", "client"),
-    "optimizer": ("adamw", "sgd"),
+    "optimizer": ("adamw", "adam", "sgd"),
     "accumulate_fp32": (False, True),
     "sync_each_batch": (False, True),
     "smoothing": (False, True),
@@ -114,6 +114,9 @@ def _offer(*names: str, **values: tuple[object, ...]) -> dict[str, tuple[object,
 #: the knobs each kind of route offers, with the values it offers of each
 TORCH_KNOBS = _offer("precision", "accumulation", "clip", "groups", "schedule", "optimizer")
 ACCELERATE_KNOBS = {**TORCH_KNOBS, **_offer("sync_each_batch", "resume")}
+#: Accelerate with a DeepSpeed plugin (ZeRO-2): the optimizer offloaded too, where Accelerate swaps the prepared torch
+#: optimizer for DeepSpeed's CPU Adam of the same kind (`map_pytorch_optim_to_deepspeed`)
+ACCELERATE_DEEPSPEED_KNOBS = {**TORCH_KNOBS, **_offer("offload")}
 #: DeepSpeed's own schedulers, from the config (a client optimizer too: the engine builds them over it)
 DEEPSPEED_SCHEDULES = ("warmup-lr", "cosine", "onecycle")
 DEEPSPEED_KNOBS = {
@@ -132,6 +135,7 @@ TRAINER_KNOBS = _offer(
     "optimizer",
     "smoothing",
     groups=("one", "decay"),
+    optimizer=("adamw", "sgd"),  # the Trainer has no optim of torch's Adam (L2)
 )
 
 

@@ -73,6 +73,7 @@ def knob_hyper(route: Route, kernel: str, schedule: str, stride: int = 1) -> Hyp
         schedule=schedule if knobs.schedule != "constant" else "constant",
         stride=stride,
         momentum=MOMENTUM if knobs.optimizer == "sgd" else None,
+        adamw=knobs.optimizer != "adam",
     )
 
 
@@ -108,11 +109,19 @@ def _matrix_session(ctx: ProbeContext, route: Route, subject: Subject) -> Sessio
     if route.wrapper is Wrapper.ACCELERATE_DEEPSPEED:
         ctx.require(DEEPSPEED)
         require_deepspeed_ops(ctx)
-        # a torch scheduler is not DeepSpeed's (`VALID_LR_SCHEDULES`): Accelerate keeps it, stepped once per process
-        hyper = knob_hyper(route, "torch", "linear", stride=ctx.world_size)
+        # a torch scheduler is not DeepSpeed's (`VALID_LR_SCHEDULES`): Accelerate keeps it, stepped once per process;
+        # offloaded, Accelerate swaps a torch Adam(W) for DeepSpeed's CPU Adam of the same kind (1.2.0, PR #3255)
+        kernel = "deepspeed" if knobs.offload and knobs.optimizer != "sgd" else "torch"
+        hyper = knob_hyper(route, kernel, "linear", stride=ctx.world_size)
         config = {**_ds_config(route, hyper), "zero_allow_untested_optimizer": True}
         del config["optimizer"]
         config.pop("scheduler", None)
+        if (
+            knobs.offload and knobs.optimizer == "sgd"
+        ):  # else Accelerate swaps any other torch optimizer for CPU
+            config["zero_force_ds_cpu_optimizer"] = (
+                False  # Adam too, by design (PR #3255's review): the user's way out
+            )
         ctx.note("deepspeed_config", config)
         return AccelerateSession(
             ctx, route, subject, hyper, plugin_config=config, extra=extra, schedule=_linear(hyper)
@@ -171,33 +180,15 @@ def _ds_config(route: Route, hyper: Hyper) -> dict[str, Any]:
     if route.bf16:
         config["bf16"] = {"enabled": True}
     if route.knobs is not None and route.knobs.schedule != "constant":
-        from ds_doctor.probes.equivalence import knobs as k
-
-        rates = [g["lr"] for g in k.group_settings(hyper.groups, hyper.lr, hyper.weight_decay)]
-        kind = DEEPSPEED_SCHEDULERS[route.knobs.schedule][0]
-        if kind == "WarmupDecayLR":  # each group its own max rate (a list)
-            config["scheduler"] = _warmup_decay(rates if len(rates) > 1 else rates[0], k.WARMUP, k.TOTAL)
-        elif (
-            kind == "OneCycle"
-        ):  # every group from a tenth of the rate to the rate, in stairs; Adam's betas left
-            # (a float: releases before 0.19.6 take no list, and set every group's lr to one they are given)
-            config["scheduler"] = {
-                "type": kind,
-                "params": {
-                    "cycle_min_lr": hyper.lr * k.ONECYCLE_MIN,
-                    "cycle_max_lr": hyper.lr,
-                    "cycle_first_step_size": k.ONECYCLE_STEPS,
-                    "cycle_first_stair_count": k.ONECYCLE_STAIRS,
-                    "cycle_momentum": False,
-                },
-            }
-        else:  # WarmupLR's max rate left to its default; WarmupCosineLR's are the groups' own by design
-            params = {"warmup_num_steps": k.WARMUP, "warmup_type": "linear"}
-            if kind == "WarmupLR":
-                params["warmup_min_lr"] = 0.0
-            else:
-                params |= {"total_num_steps": k.TOTAL, "warmup_min_ratio": 0.0, "cos_min_ratio": k.COS_MIN}
-            config["scheduler"] = {"type": kind, "params": params}
+        config["scheduler"] = _knob_scheduler(route.knobs.schedule, hyper)
+    if not hyper.adamw:  # Adam's L2: "Adam" alone means AdamW to DeepSpeed (its adam_w_mode defaults to true)
+        adam = {
+            "lr": hyper.lr,
+            "betas": list(hyper.betas),
+            "eps": hyper.eps,
+            "weight_decay": hyper.weight_decay,
+        }
+        config["optimizer"] = {"type": "Adam", "params": {**adam, "adam_w_mode": False}}
     if hyper.momentum is not None:  # torch's SGD by name (DeepSpeed builds any torch.optim type it is given)
         params = {"lr": hyper.lr, "momentum": hyper.momentum, "weight_decay": hyper.weight_decay}
         config["optimizer"] = {"type": "SGD", "params": params}
@@ -208,6 +199,30 @@ def _ds_config(route: Route, hyper: Hyper) -> dict[str, Any]:
     if route.resume:
         config["scheduler"] = _warmup_decay(hyper.lr, 3, 12)
     return config
+
+
+def _knob_scheduler(schedule: str, hyper: Hyper) -> dict[str, Any]:
+    """DeepSpeed's config block of a matrix `schedule`, over `hyper`'s groups."""
+    from ds_doctor.probes.equivalence import knobs as k
+
+    rates = [g["lr"] for g in k.group_settings(hyper.groups, hyper.lr, hyper.weight_decay)]
+    kind = DEEPSPEED_SCHEDULERS[schedule][0]
+    if kind == "WarmupDecayLR":  # each group its own max rate (a list)
+        return _warmup_decay(rates if len(rates) > 1 else rates[0], k.WARMUP, k.TOTAL)
+    if (
+        kind == "OneCycle"
+    ):  # every group from a tenth of the rate to the rate, in stairs; Adam's betas left alone
+        # (a float: releases before 0.19.6 take no list, and set every group's lr to one they are given)
+        cycle = {"cycle_min_lr": hyper.lr * k.ONECYCLE_MIN, "cycle_max_lr": hyper.lr}
+        cycle |= {"cycle_first_step_size": k.ONECYCLE_STEPS, "cycle_first_stair_count": k.ONECYCLE_STAIRS}
+        return {"type": kind, "params": {**cycle, "cycle_momentum": False}}
+    # WarmupLR's max rate left to its default; WarmupCosineLR's are the groups' own by design
+    params: dict[str, Any] = {"warmup_num_steps": k.WARMUP, "warmup_type": "linear"}
+    if kind == "WarmupLR":
+        params["warmup_min_lr"] = 0.0
+    else:
+        params |= {"total_num_steps": k.TOTAL, "warmup_min_ratio": 0.0, "cos_min_ratio": k.COS_MIN}
+    return {"type": kind, "params": params}
 
 
 #: a matrix `schedule` on a DeepSpeed route: the config's scheduler type, and the reference's name of it (`Hyper`)

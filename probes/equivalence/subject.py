@@ -220,13 +220,25 @@ def _run(
     trainee = _trainee(subject, hyper, dtype)
     model = trainee[0]
     initial = full_params(model, dtype=dtype)
-    records, grads = [], []
+    records, grads, before = [], [], initial
     for step in range(hyper.steps):
         lr = [lrs[step]] if lrs is not None else hyper.lrs(step)
         loss, norm = _step(subject, trainee, hyper, world_size, step, lr, dtype)
         records.append(StepRecord(float(loss), float(norm), lr[0], full_params(model, dtype=dtype)))
-        grads.append(named_grads(model))
+        grads.append(_adam_input(hyper, named_grads(model), before))
+        before = records[-1].params
     return records, initial, grads
+
+
+def _adam_input(hyper: Hyper, grads: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
+    """What Adam normalises: the gradient, plus weight_decay times the parameter for Adam's L2 (torch's Adam adds it
+    to the gradient before the moments), so an element where the two cancel is near-cancellation too."""
+    from ds_doctor.probes.equivalence.knobs import group_of, group_settings
+
+    if hyper.adamw or hyper.momentum is not None:
+        return grads
+    decay = [g["weight_decay"] for g in group_settings(hyper.groups, hyper.lr, hyper.weight_decay)]
+    return {n: g + decay[group_of(n, hyper.groups)] * before[n].to(g.dtype) for n, g in grads.items()}
 
 
 def named_grads(model: Any) -> dict[str, Any]:

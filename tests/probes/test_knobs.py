@@ -240,3 +240,17 @@ def test_the_sgd_knob_is_torchs_sgd_on_every_side() -> None:
     }
     optimizer = hyper.optimizer_over([torch.nn.Parameter(torch.zeros(1))])
     assert type(optimizer) is torch.optim.SGD and optimizer.param_groups[0]["momentum"] == k.MOMENTUM
+
+
+def test_adams_l2_input_adds_the_decay_of_each_group_only_for_adam() -> None:
+    """Where Adam's L2 adds weight_decay x the parameter to the gradient, an element where the two cancel is
+    near-cancellation for the bf16 allowance: what Adam normalises is their sum, per group (no decay on biases)."""
+    torch = pytest.importorskip("torch")
+    from ds_doctor.probes.equivalence.subject import _adam_input
+
+    grads = {"0.weight": torch.tensor([-0.01, 0.5]), "0.bias": torch.tensor([0.2])}
+    before = {"0.weight": torch.tensor([1.0, 1.0]), "0.bias": torch.tensor([3.0])}
+    l2 = _adam_input(Hyper(adamw=False, groups="decay", weight_decay=0.01), grads, before)
+    assert l2["0.weight"].tolist() == pytest.approx([0.0, 0.51])  # the first element cancels
+    assert l2["0.bias"].tolist() == pytest.approx([0.2])  # the no-decay group
+    assert _adam_input(Hyper(groups="decay"), grads, before) is grads  # AdamW: the gradient alone
