@@ -105,6 +105,14 @@ PLAN = {
     "acc_deepspeed_offload_swaps_adam_for_adamw": Plan(
         "equivalence and matrix-accelerate-deepspeed and offload and adam", "cpu", matrix=True
     ),
+    # the fresh sample's #3 and #6, caught by the `muon` knob (added after reading them); ZeRO-3's at one rank: at two,
+    # 0.19.2-0.19.7 raise in gloo's all_gather of matrices of different shapes
+    "ds_muon_zero12_reduce_scatter_partial_grads": Plan(
+        "equivalence and matrix-deepspeed and muon and not z3 and not offload and ws2", "cpu", matrix=True
+    ),
+    "ds_muon_zero3_per_microbatch": Plan(
+        "equivalence and matrix-deepspeed-z3 and muon and not ga1 and ws1", "cpu", matrix=True
+    ),
     # 0.17.0, the fix, asserts on a CPU before a step (PartialState built with cpu=True, the optimizer's with
     # cpu=False): 0.18.0 is the first fixed release that runs here
     "acc_torch2_scheduler_not_prepared": Plan(

@@ -4,7 +4,7 @@ issues they reproduce; `routes` how each wrapper trains (its session); `sessions
 opened; `subject` the model, its data and the reference's math; `invariants` the route's steps judged against the
 reference's; `bounds` the tolerances; `knobs` the knob matrix (its settings, their covering design, and the groups
 and learning rates the reference computes for a setting); `shrink` a diverging setting shrunk to the smallest that
-still diverges; `where` where a divergence starts; `reference` the
+still diverges; `where` where a divergence starts; `muon` the reference's Muon; `reference` the
 reference's own process; `trainer` the Trainer routes and `tokens` their stream and token-mean reference; `resume`
 and `child` the resume cases' new process.
 """

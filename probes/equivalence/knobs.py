@@ -55,7 +55,8 @@ class Knobs:
     offload: bool = False  # DeepSpeed ZeRO 1-3: the optimizer offloaded to the CPU
     source: str = "config"  # DeepSpeed: the optimizer (and scheduler) "config" builds, or the "client" passes
     # "adamw" | "adam" (Adam's L2 weight decay: torch's Adam, the config's "Adam" with adam_w_mode false) | "sgd"
-    # (torch's SGD with momentum: the config's "SGD", the Trainer's "sgd")
+    # (torch's SGD with momentum: the config's "SGD", the Trainer's "sgd") | "muon" (DeepSpeed ZeRO 1-3's "Muon":
+    # Muon on the matrices, AdamW on the rest)
     optimizer: str = "adamw"
     accumulate_fp32: bool = False  # DeepSpeed ZeRO 1-3 in bf16: data_types.grad_accum_dtype "fp32"
     sync_each_batch: bool = False  # Accelerate: GradientAccumulationPlugin(sync_each_batch=True)
@@ -99,7 +100,7 @@ VALUES: dict[str, tuple[object, ...]] = {
     "schedule": ("constant", "warmup"),
     "offload": (False, True),
     "source": ("config", "client"),
-    "optimizer": ("adamw", "adam", "sgd"),
+    "optimizer": ("adamw", "adam", "sgd", "muon"),
     "accumulate_fp32": (False, True),
     "sync_each_batch": (False, True),
     "smoothing": (False, True),
@@ -112,7 +113,9 @@ def _offer(*names: str, **values: tuple[object, ...]) -> dict[str, tuple[object,
 
 
 #: the knobs each kind of route offers, with the values it offers of each
-TORCH_KNOBS = _offer("precision", "accumulation", "clip", "groups", "schedule", "optimizer")
+TORCH_KNOBS = _offer(
+    "precision", "accumulation", "clip", "groups", "schedule", "optimizer", optimizer=("adamw", "adam", "sgd")
+)
 ACCELERATE_KNOBS = {**TORCH_KNOBS, **_offer("sync_each_batch", "resume")}
 #: Accelerate with a DeepSpeed plugin (ZeRO-2): the optimizer offloaded too, where Accelerate swaps the prepared torch
 #: optimizer for DeepSpeed's CPU Adam of the same kind (`map_pytorch_optim_to_deepspeed`)
@@ -124,7 +127,8 @@ DEEPSPEED_KNOBS = {
     **_offer("schedule", "source", "resume", schedule=(*VALUES["schedule"], *DEEPSPEED_SCHEDULES)),
 }
 #: ZeRO 0 with bf16 and fp32 accumulation raises (`_do_optimizer_sanity_check`): offered from stage 1
-ZERO_KNOBS = {**DEEPSPEED_KNOBS, **_offer("offload", "accumulate_fp32")}
+#: and Muon (DeepSpeed's own from 0.19.2; ZeRO-0 gave its matrices plain SGD until 0.19.7)
+ZERO_KNOBS = {**DEEPSPEED_KNOBS, **_offer("offload", "accumulate_fp32", "optimizer")}
 #: the Trainer builds its own groups (decay by name: "decay" turns weight decay on) at one rate
 TRAINER_KNOBS = _offer(
     "precision",
@@ -141,9 +145,19 @@ TRAINER_KNOBS = _offer(
 
 def allowed(knobs: Knobs) -> bool:
     """Settings that mean nothing are left out: `sync_each_batch` without accumulation, an fp32 accumulation of
-    fp32 gradients."""
-    return not (knobs.sync_each_batch and knobs.accumulation == 1) and not (
-        knobs.accumulate_fp32 and knobs.precision != "bf16"
+    fp32 gradients; and Muon where the reference would not be DeepSpeed's documented Muon: only from the config, in
+    fp32, one group, no clipping (ZeRO clips on the orthogonalised update), no resume."""
+    muon_fits = knobs.optimizer != "muon" or (
+        knobs.precision == "fp32"
+        and knobs.groups == "one"
+        and knobs.source == "config"
+        and not knobs.clip
+        and not knobs.resume
+    )
+    return (
+        muon_fits
+        and not (knobs.sync_each_batch and knobs.accumulation == 1)
+        and not (knobs.accumulate_fp32 and knobs.precision != "bf16")
     )
 
 

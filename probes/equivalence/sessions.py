@@ -74,6 +74,7 @@ def knob_hyper(route: Route, kernel: str, schedule: str, stride: int = 1) -> Hyp
         stride=stride,
         momentum=MOMENTUM if knobs.optimizer == "sgd" else None,
         adamw=knobs.optimizer != "adam",
+        muon=knobs.optimizer == "muon",
     )
 
 
@@ -87,6 +88,11 @@ def _matrix_session(ctx: ProbeContext, route: Route, subject: Subject) -> Sessio
     if route.wrapper is Wrapper.DEEPSPEED:
         ctx.require(DEEPSPEED)
         require_deepspeed_ops(ctx)
+        if knobs.optimizer == "muon" and _muon_below_fp32():
+            ctx.skip(
+                "Muon's Newton-Schulz runs in fp16 on this accelerator (DeepSpeed's `ns_compute_dtype`); the "
+                "reference's tolerance is fp32's"
+            )
         client = knobs.source == "client"
         sgd = knobs.optimizer == "sgd"
         # the warm-up a client passes is a LambdaLR; DeepSpeed's own schedulers stay in the config over its optimizer
@@ -129,6 +135,14 @@ def _matrix_session(ctx: ProbeContext, route: Route, subject: Subject) -> Sessio
     # a prepared scheduler steps once per process per optimizer step where batches are not split (its docs)
     hyper = knob_hyper(route, "torch", "linear", stride=ctx.world_size)
     return AccelerateSession(ctx, route, subject, hyper, extra=extra, schedule=_linear(hyper))
+
+
+def _muon_below_fp32() -> bool:
+    """Whether DeepSpeed's default Newton-Schulz ("gram") runs below fp32 here: in fp16 where the accelerator
+    supports it (a GPU; a CPU with AVX512-FP16)."""
+    from deepspeed.accelerator import get_accelerator
+
+    return bool(get_accelerator().is_fp16_supported())
 
 
 def _linear(hyper: Hyper) -> Any:
@@ -189,6 +203,12 @@ def _ds_config(route: Route, hyper: Hyper) -> dict[str, Any]:
             "weight_decay": hyper.weight_decay,
         }
         config["optimizer"] = {"type": "Adam", "params": {**adam, "adam_w_mode": False}}
+    if (
+        hyper.muon
+    ):  # both halves take the config's lr, betas, eps and weight decay; ZeRO-3 refuses reduce_scatter
+        config["optimizer"]["type"] = "Muon"
+        if route.stage == 3:
+            zero["reduce_scatter"] = False
     if hyper.momentum is not None:  # torch's SGD by name (DeepSpeed builds any torch.optim type it is given)
         params = {"lr": hyper.lr, "momentum": hyper.momentum, "weight_decay": hyper.weight_decay}
         config["optimizer"] = {"type": "SGD", "params": params}

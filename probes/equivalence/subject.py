@@ -50,6 +50,8 @@ class Hyper:
     peak: float | None = None
     # torch's SGD with this momentum (L2 weight decay) instead of Adam(W)
     momentum: float | None = None
+    # Muon on the matrices and AdamW on the rest (`ds_doctor.probes.equivalence.muon`), one group
+    muon: bool = False
 
     def lrs(self, step: int) -> list[float]:
         """Each parameter group's lr at optimizer step `step`, from the documented schedule (never the route's)."""
@@ -70,6 +72,12 @@ class Hyper:
     def optimizer(self, model: Any) -> Any:
         """The torch optimizer over `model`'s parameter groups (`param_groups`), as the user's code builds it: every
         route's torch optimizer and the references' own."""
+        if self.muon:
+            from ds_doctor.probes.equivalence import muon
+
+            named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+            group = {"named": named, "lr": self.lr, "weight_decay": self.weight_decay}
+            return muon.optimizer([group], self.lr, self.betas, self.eps)
         return self.optimizer_over(self.param_groups(model.named_parameters()))
 
     def optimizer_over(self, params: Any) -> Any:
@@ -101,6 +109,8 @@ class Hyper:
         kind = "AdamW" if self.adamw else "Adam"
         if self.momentum is not None:
             kind = f"SGD (momentum {self.momentum:g})"
+        if self.muon:
+            kind = "Muon (AdamW off the matrices)"
         return (
             f"gradient_accumulation_steps={self.accumulation}, micro batch {self.micro_batch}, {clip}, "
             f"{kind} lr {self.lr:g}{groups}{schedule}, {self.dtype}"
@@ -235,7 +245,7 @@ def _adam_input(hyper: Hyper, grads: dict[str, Any], before: dict[str, Any]) -> 
     to the gradient before the moments), so an element where the two cancel is near-cancellation too."""
     from ds_doctor.probes.equivalence.knobs import group_of, group_settings
 
-    if hyper.adamw or hyper.momentum is not None:
+    if hyper.adamw or hyper.momentum is not None or hyper.muon:
         return grads
     decay = [g["weight_decay"] for g in group_settings(hyper.groups, hyper.lr, hyper.weight_decay)]
     return {n: g + decay[group_of(n, hyper.groups)] * before[n].to(g.dtype) for n, g in grads.items()}
