@@ -47,7 +47,7 @@ def optimizer(
     import torch
 
     class Muon(torch.optim.Optimizer):
-        def step(self, closure: Any = None) -> None:
+        def step(self, closure: Any = None) -> Any:
             with torch.no_grad():
                 for group in self.param_groups:
                     for p in group["params"]:

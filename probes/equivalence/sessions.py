@@ -174,7 +174,7 @@ def _ds_config(route: Route, hyper: Hyper) -> dict[str, Any]:
     zero: dict[str, Any] = {"stage": route.stage}
     if route.offload:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": False}
-    config = {
+    config: dict[str, Any] = {
         "train_micro_batch_size_per_gpu": hyper.micro_batch,
         "gradient_accumulation_steps": hyper.accumulation,
         "gradient_clipping": hyper.clip,
@@ -203,9 +203,8 @@ def _ds_config(route: Route, hyper: Hyper) -> dict[str, Any]:
             "weight_decay": hyper.weight_decay,
         }
         config["optimizer"] = {"type": "Adam", "params": {**adam, "adam_w_mode": False}}
-    if (
-        hyper.muon
-    ):  # both halves take the config's lr, betas, eps and weight decay; ZeRO-3 refuses reduce_scatter
+    # Muon: both halves take the config's lr, betas, eps and weight decay; ZeRO-3 refuses reduce_scatter
+    if hyper.muon:
         config["optimizer"]["type"] = "Muon"
         if route.stage == 3:
             zero["reduce_scatter"] = False
