@@ -113,6 +113,13 @@ PLAN = {
     "ds_muon_zero3_per_microbatch": Plan(
         "equivalence and matrix-deepspeed-z3 and muon and not ga1 and ws1", "cpu", matrix=True
     ),
+    # found by the `muon` knob on 0.19.7 (the release of the sample's #6); 0.19.6, before the staging, passes
+    "ds_muon_zero12_momentum_staging_lost": Plan(
+        "equivalence and matrix-deepspeed and muon and not z3 and not offload and ws1",
+        "cpu",
+        ("0.19.6",),
+        matrix=True,
+    ),
     # 0.17.0, the fix, asserts on a CPU before a step (PartialState built with cpu=True, the optimizer's with
     # cpu=False): 0.18.0 is the first fixed release that runs here
     "acc_torch2_scheduler_not_prepared": Plan(
