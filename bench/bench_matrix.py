@@ -16,7 +16,8 @@ from pathlib import Path
 from runs import timed_run
 
 #: the pairs (198 cases at 1 and 2 ranks) took 31.7 s on 2 quiet cores (2026-11-29); with DeepSpeed's two
-#: schedulers, fp32 accumulation, the resume knob and the Trainer with DeepSpeed, 252 cases took 51.3 s (same day)
+#: schedulers, fp32 accumulation, the resume knob and the Trainer with DeepSpeed, 252 cases took 51.3 s (same day);
+#: with OneCycle, Adam's L2, Muon and offload on Accelerate's DeepSpeed route, 324 cases (see docs/invariants.md)
 TARGET_PAIRS_S = 120.0
 
 
@@ -45,7 +46,15 @@ def show(label: str, elapsed: float, report: dict) -> bool:
         per_route[route_of(result["case"])] += result["duration_s"]
     print(f"{label}: {elapsed:.1f} s wall, {len(cases)} cases ({dict(outcomes)})")
     print("  in the cases, per route: " + ", ".join(f"{r} {s:.1f} s" for r, s in sorted(per_route.items())))
-    alarms = [r["case"] for r in cases if r["outcome"] in ("fail", "error", "timeout")]
+    bad = [r for r in cases if r["outcome"] in ("fail", "error", "timeout")]
+    # a setting that fails naming a catalog entry whose range holds the installed release is a bug of today's
+    # release, not a false alarm (ds_fp16_wrapper_init_step_moves_l2_weights: no DeepSpeed release fixes it)
+    known = [
+        r for r in bad if r["outcome"] == "fail" and (r.get("known_issue") or {}).get("verdict") == "affected"
+    ]
+    for result in known:
+        print(f"  a known bug of this stack: {result['case']} ({result['known_issue']['id']})")
+    alarms = [r["case"] for r in bad if r not in known]
     for case in alarms:
         print(f"  false alarm: {case}")
     return not alarms
