@@ -120,16 +120,16 @@ def test_levels() -> None:
         ("optimizer_state_placement", "prodigy-plus-schedule-free"),
         *(("equivalence", name) for name in ("ddp", "fsdp2", "deepspeed-z2", "deepspeed-z3")),
         # the knob matrix's slice: each of four routes' most-turned setting
-        ("equivalence", "matrix-ddp-ga1-noclip-decay-warmup-sgd"),
+        ("equivalence", "matrix-ddp-ga1-noclip-decay-warmup-adam"),
         (
             "equivalence",
-            "matrix-deepspeed-z2-bf16-noclip-decay-warmup-offload-client-sgd-accumulate-fp32-resume",
+            "matrix-deepspeed-z2-bf16-noclip-decay-warmup-offload-client-adam-accumulate-fp32-resume",
         ),
         (
             "equivalence",
-            "matrix-deepspeed-z3-bf16-noclip-decay-warmup-offload-client-sgd-accumulate-fp32-resume",
+            "matrix-deepspeed-z3-bf16-noclip-decay-warmup-offload-client-adam-accumulate-fp32-resume",
         ),
-        ("equivalence", "matrix-accelerate-bf16-ga4-noclip-rates-warmup-sgd-sync-each-batch-resume"),
+        ("equivalence", "matrix-accelerate-bf16-ga4-noclip-rates-warmup-adam-sync-each-batch-resume"),
         *(("comm", name) for name in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "alltoall")),
         *(
             ("comm", f"{name}-bf16")
