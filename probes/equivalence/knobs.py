@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import functools
 import itertools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+import operator
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 #: a "rates" setting's second group (no decay) steps at this multiple of the base rate
 SECOND_GROUP_RATE = 0.1
@@ -175,20 +177,36 @@ def pairs(offered: Mapping[str, Sequence[object]], needed: Iterable[Knobs] = ())
     """A covering design of strength two: every pair of values of two offered knobs appears in at least one
     setting (of those `allowed`), the all-defaults setting first and `needed` next; then, greedily, the setting that
     covers the most pairs not yet covered (the first in `combinations`' order on a tie). Deterministic."""
-    candidates = combinations(offered)
-    couples = list(itertools.combinations(offered, 2))
-
-    def covered(knobs: Knobs) -> frozenset[tuple[str, object, str, object]]:
-        return frozenset((a, getattr(knobs, a), b, getattr(knobs, b)) for a, b in couples)
-
-    each = [covered(k) for k in candidates]
+    candidates, each, covered = _coverage(tuple(offered.items()))
     chosen = [candidates[0], *(k for k in needed if k != candidates[0])]
-    left = frozenset().union(*each) - frozenset().union(*(covered(k) for k in chosen))
+    done = functools.reduce(operator.or_, (covered(k) for k in chosen), 0)
+    left = functools.reduce(operator.or_, each, 0) & ~done
     while left:
-        best = max(range(len(candidates)), key=lambda i: len(each[i] & left))
+        best = max(range(len(candidates)), key=lambda i: (each[i] & left).bit_count())
         chosen.append(candidates[best])
-        left -= each[best]
+        left &= ~each[best]
     return chosen
+
+
+@functools.cache
+def _coverage(
+    offered: tuple[tuple[str, Sequence[object]], ...],
+) -> tuple[list[Knobs], list[int], Callable[[Knobs], int]]:
+    """The `offered` knobs' allowed settings, the pairs each covers (one bit per pair of two knobs' values: a set as
+    an int, which the greedy step counts with bit_count), and that function; once per kind of route."""
+    names = [name for name, _ in offered]
+    couples = list(itertools.combinations(range(len(names)), 2))
+    bits: dict[tuple[int, object, int, object], int] = {}
+
+    def covered(knobs: Knobs) -> int:
+        values = [getattr(knobs, name) for name in names]
+        mask = 0
+        for a, b in couples:
+            mask |= 1 << bits.setdefault((a, values[a], b, values[b]), len(bits))
+        return mask
+
+    candidates = combinations(dict(offered))
+    return candidates, [covered(k) for k in candidates], covered
 
 
 def slice_of(design: Sequence[Knobs]) -> Knobs:
