@@ -120,6 +120,15 @@ PLAN = {
         ("0.19.6",),
         matrix=True,
     ),
+    # the third sample's #6, caught by the matrix before any case (the Trainer's loss the reference's times the
+    # accumulation steps); its two affected releases, each beside its fix (which shows the unshifted count instead)
+    "hf_trainer_kwargs_models_loss_not_divided": Plan(
+        "equivalence and matrix-trainer and not deepspeed and not smoothing and not ga1 and ws1",
+        "cpu",
+        ("4.47.0", "4.47.1"),
+        pins=HF_PINS,
+        matrix=True,
+    ),
     # 0.17.0, the fix, asserts on a CPU before a step (PartialState built with cpu=True, the optimizer's with
     # cpu=False): 0.18.0 is the first fixed release that runs here
     "acc_torch2_scheduler_not_prepared": Plan(

@@ -59,6 +59,9 @@ OVERCOUNT_ISSUE = "hf_trainer_num_items_unshifted_overcount"
 LABEL_SMOOTHING_ISSUE = "hf_trainer_label_smoothing_ignores_num_items"
 #: transformers 5.2.0-5.5.3 also hands the accumulation steps to Accelerate, whose backward divides again
 DOUBLE_DIVISION_ISSUE = "hf_trainer_accelerate_double_ga_division"
+#: transformers 4.47.0 and 4.48.0 give a **kwargs model no num_items_in_batch and never divide: the loss times the
+#: accumulation steps
+NOT_DIVIDED_ISSUE = "hf_trainer_kwargs_models_loss_not_divided"
 GA_ISSUE = "hf_trainer_ga_loss_per_microbatch"
 NO_KWARGS_ISSUE = "hf_trainer_ga_no_loss_kwargs"
 OFFLOAD_ACCUMULATION_ISSUE = "ds_offload_accumulation_keeps_first_microbatch"

@@ -25,6 +25,7 @@ from ds_doctor.plugins.requirements import ACCELERATE, DEEPSPEED, TRANSFORMERS
 from ds_doctor.probes.equivalence.cases import (
     DOUBLE_DIVISION_ISSUE,
     LABEL_SMOOTHING_ISSUE,
+    NOT_DIVIDED_ISSUE,
     OVERCOUNT_ISSUE,
     Route,
 )
@@ -329,7 +330,8 @@ def _explainer(
         """The overcount where the first step's loss is the reference's scaled by predicted/counted tokens (as
         near as the dtype's tolerance); the LabelSmoother's missing division where a smoothed loss is the
         reference's times the accumulation steps (and the ranks); the double division where the loss is right and
-        the first gradient norm is the reference's / accumulation steps;
+        the first gradient norm is the reference's / accumulation steps; the undivided loss of 4.47.0 and 4.48.0
+        where an unsmoothed loss is the reference's times the accumulation steps;
         on either's own route, anything else is not it (transformers 4.46.0-4.46.1 dropped the division by the
         accumulation steps for models without loss kwargs, GPT-2 among them: no entry of the catalog)."""
         scale = records[0].loss / ref[0].loss if records and ref and ref[0].loss else None
@@ -342,6 +344,9 @@ def _explainer(
         times = {hyper.accumulation, hyper.accumulation * ctx.world_size} - {1}
         if route.label_smoothing and scale is not None and any(abs(scale / t - 1) <= near for t in times):
             return LABEL_SMOOTHING_ISSUE
+        # the same sum of micro-batch means without smoothing: 4.47.0's and 4.48.0's undivided loss
+        if not route.label_smoothing and scale is not None and any(abs(scale / t - 1) <= near for t in times):
+            return NOT_DIVIDED_ISSUE
         norm = _norm_scale(records, ref)
         if scale is not None and abs(scale - 1) <= OVERCOUNT_MATCH and norm is not None:
             if abs(norm * hyper.accumulation - 1) <= DOUBLE_DIVISION_MATCH:
