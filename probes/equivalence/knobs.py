@@ -35,8 +35,8 @@ WARMUP, TOTAL = 2, 6
 COS_MIN = 0.1
 #: the "sgd" optimizer's momentum
 MOMENTUM = 0.9
-#: `OneCycle`: its first half-cycle's length in scheduler steps, its stairs over it, its floor (a multiple of each
-#: group's rate; the ceiling is the rate)
+#: `OneCycle`: its first half-cycle's length in scheduler steps, its stairs over it, its floor (a multiple of the
+#: base rate, which is its ceiling: one for every group)
 ONECYCLE_STEPS, ONECYCLE_STAIRS, ONECYCLE_MIN = 4, 2, 0.1
 
 
@@ -129,7 +129,8 @@ DEEPSPEED_KNOBS = {
     **_offer("schedule", "source", "resume", schedule=(*VALUES["schedule"], *DEEPSPEED_SCHEDULES)),
 }
 #: ZeRO 0 with bf16 and fp32 accumulation raises (`_do_optimizer_sanity_check`): offered from stage 1
-#: and Muon (DeepSpeed's own from 0.19.2; ZeRO-0 gave its matrices plain SGD until 0.19.7)
+#: and Muon (DeepSpeed's at ZeRO-1/2 since 0.17.6, at ZeRO-3 since 0.18.9; ZeRO-0 ran no Newton-Schulz before 0.19.7,
+#: PR #8442: not offered there)
 ZERO_KNOBS = {**DEEPSPEED_KNOBS, **_offer("offload", "accumulate_fp32", "optimizer")}
 #: the Trainer builds its own groups (decay by name: "decay" turns weight decay on) at one rate
 TRAINER_KNOBS = _offer(

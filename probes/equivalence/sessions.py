@@ -122,12 +122,10 @@ def _matrix_session(ctx: ProbeContext, route: Route, subject: Subject) -> Sessio
         config = {**_ds_config(route, hyper), "zero_allow_untested_optimizer": True}
         del config["optimizer"]
         config.pop("scheduler", None)
-        if (
-            knobs.offload and knobs.optimizer == "sgd"
-        ):  # else Accelerate swaps any other torch optimizer for CPU
-            config["zero_force_ds_cpu_optimizer"] = (
-                False  # Adam too, by design (PR #3255's review): the user's way out
-            )
+        # Accelerate swaps any other offloaded torch optimizer for CPU Adam too, by design (PR #3255's review): a
+        # user keeps SGD with zero_force_ds_cpu_optimizer false
+        if knobs.offload and knobs.optimizer == "sgd":
+            config["zero_force_ds_cpu_optimizer"] = False
         ctx.note("deepspeed_config", config)
         return AccelerateSession(
             ctx, route, subject, hyper, plugin_config=config, extra=extra, schedule=_linear(hyper)
@@ -228,10 +226,9 @@ def _knob_scheduler(schedule: str, hyper: Hyper) -> dict[str, Any]:
     kind = DEEPSPEED_SCHEDULERS[schedule][0]
     if kind == "WarmupDecayLR":  # each group its own max rate (a list)
         return _warmup_decay(rates if len(rates) > 1 else rates[0], k.WARMUP, k.TOTAL)
-    if (
-        kind == "OneCycle"
-    ):  # every group from a tenth of the rate to the rate, in stairs; Adam's betas left alone
-        # (a float: releases before 0.19.6 take no list, and set every group's lr to one they are given)
+    # OneCycle: every group from a tenth of the rate to the rate, in stairs, Adam's betas left alone (a float:
+    # releases before 0.19.6 take no list, and set every group's lr to one they are given)
+    if kind == "OneCycle":
         cycle = {"cycle_min_lr": hyper.lr * k.ONECYCLE_MIN, "cycle_max_lr": hyper.lr}
         cycle |= {"cycle_first_step_size": k.ONECYCLE_STEPS, "cycle_first_stair_count": k.ONECYCLE_STAIRS}
         return {"type": kind, "params": {**cycle, "cycle_momentum": False}}

@@ -63,9 +63,8 @@ class Hyper:
         else:
             scale = 1.0 if self.schedule == "constant" else knobs.linear_factor(at, self.total)
         rates = [g["lr"] for g in knobs.group_settings(self.groups, self.lr, self.weight_decay)]
-        if (
-            self.schedule == "deepspeed-onecycle"
-        ):  # one floor and ceiling for every group (a float until 0.19.6)
+        # OneCycle: one floor and ceiling for every group (a float: releases before 0.19.6 take no list)
+        if self.schedule == "deepspeed-onecycle":
             rates = [self.lr] * len(rates)
         return [(self.peak if self.peak is not None else rate) * scale for rate in rates]
 
