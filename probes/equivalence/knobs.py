@@ -35,6 +35,8 @@ WARMUP, TOTAL = 2, 6
 COS_MIN = 0.1
 #: the "sgd" optimizer's momentum
 MOMENTUM = 0.9
+#: "shuffle": optimizer steps an epoch, and the seed the job sets before preparing its DataLoader
+EPOCH_STEPS, SHUFFLE_SEED = 2, 1234
 #: `OneCycle`: its first half-cycle's length in scheduler steps, its stairs over it, its floor (a multiple of the
 #: base rate, which is its ceiling: one for every group)
 ONECYCLE_STEPS, ONECYCLE_STAIRS, ONECYCLE_MIN = 4, 2, 0.1
@@ -66,6 +68,9 @@ class Knobs:
     # DeepSpeed and Accelerate: save at the middle step (their own checkpoint), load into a fresh engine in the
     # same process, go on
     resume: bool = False
+    # Accelerate: the batches from a prepared DataLoader(shuffle=True) of sample indices with its seedable sampler,
+    # EPOCH_STEPS steps an epoch (two epochs), `set_epoch` at each
+    shuffle: bool = False
 
     def tokens(self) -> list[str]:
         """The settings that differ from the defaults, in a case name's words: a value's own ("bf16", "rates"),
@@ -107,6 +112,7 @@ VALUES: dict[str, tuple[object, ...]] = {
     "sync_each_batch": (False, True),
     "smoothing": (False, True),
     "resume": (False, True),
+    "shuffle": (False, True),
 }
 
 
@@ -118,7 +124,7 @@ def _offer(*names: str, **values: tuple[object, ...]) -> dict[str, tuple[object,
 TORCH_KNOBS = _offer(
     "precision", "accumulation", "clip", "groups", "schedule", "optimizer", optimizer=("adamw", "adam", "sgd")
 )
-ACCELERATE_KNOBS = {**TORCH_KNOBS, **_offer("sync_each_batch", "resume")}
+ACCELERATE_KNOBS = {**TORCH_KNOBS, **_offer("sync_each_batch", "resume", "shuffle")}
 #: Accelerate with a DeepSpeed plugin (ZeRO-2): the optimizer offloaded too, where Accelerate swaps the prepared torch
 #: optimizer for DeepSpeed's CPU Adam of the same kind (`map_pytorch_optim_to_deepspeed`)
 ACCELERATE_DEEPSPEED_KNOBS = {**TORCH_KNOBS, **_offer("offload")}
@@ -150,6 +156,8 @@ def allowed(knobs: Knobs) -> bool:
     """Settings that mean nothing are left out: `sync_each_batch` without accumulation, an fp32 accumulation of
     fp32 gradients; and Muon where the reference would not be DeepSpeed's documented Muon: only from the config, in
     fp32, one group, no clipping (ZeRO clips on the orthogonalised update), no resume."""
+    if knobs.shuffle and knobs.resume:  # a resume of the data order is a knob of its own (not built)
+        return False
     muon_fits = knobs.optimizer != "muon" or (
         knobs.precision == "fp32"
         and knobs.groups == "one"
@@ -301,3 +309,19 @@ def onecycle_factor(step: int) -> float:
     `step` (from 0) runs at batch `step`."""
     position = min(step, ONECYCLE_STEPS) * ONECYCLE_STAIRS / ONECYCLE_STEPS
     return ONECYCLE_MIN + (1.0 - ONECYCLE_MIN) * math.floor(position) / ONECYCLE_STAIRS
+
+
+def documented_order(
+    step: int, micro: int, rank: int, micro_batch: int, accumulation: int, world_size: int
+) -> list[int]:
+    """The sample indices of micro-batch `micro` of optimizer step `step` on `rank` under the "shuffle" knob, as
+    Accelerate documents its seedable sampler and sharding: each epoch one permutation of the epoch's samples drawn
+    from a generator seeded with the job's seed plus the epoch (`SeedableRandomSampler`), cut into micro-batches,
+    handed to the processes in turn (`BatchSamplerShard`, batches not split)."""
+    import torch
+
+    epoch, within = divmod(step, EPOCH_STEPS)
+    samples = EPOCH_STEPS * accumulation * micro_batch * world_size
+    order = torch.randperm(samples, generator=torch.Generator().manual_seed(SHUFFLE_SEED + epoch)).tolist()
+    index = (within * accumulation + micro) * world_size + rank
+    return order[index * micro_batch : (index + 1) * micro_batch]

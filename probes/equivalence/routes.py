@@ -58,14 +58,22 @@ class Session:
         dist.all_reduce(window)
         return float(window) / (self.hyper.accumulation * self.ctx.world_size)
 
-    def micro(self, model: Any, s: int, k: int) -> Any:
-        """Micro-batch `k` of step `s` through `model`; on the first, each module's output is recorded."""
+    def micro(self, model: Any, s: int, k: int, indices: Any = None) -> Any:
+        """Micro-batch `k` of step `s` through `model` (the samples `indices` where a DataLoader drew them); on the
+        first, each module's output is recorded."""
         recorder: contextlib.AbstractContextManager[dict[str, Any]] = (
             recording(model, self.grads.setdefault(s, {})) if k == 0 else contextlib.nullcontext({})
         )
         with recorder as outputs, self.autocast():
             loss = self.subject.micro_loss(
-                model, s, k, self.ctx.rank, self.hyper.micro_batch, dtype=self.dtype, device=self.device
+                model,
+                s,
+                k,
+                self.ctx.rank,
+                self.hyper.micro_batch,
+                dtype=self.dtype,
+                device=self.device,
+                indices=indices,
             )
         if k == 0:
             self.outputs[s] = outputs
@@ -402,6 +410,18 @@ class AccelerateSession(Session):
             prepared.append(loader)
         out = self.accelerator.prepare(*prepared)
         self.model, self.opt = out[0], out[1]
+        self.loader: Any = None
+        self.batches: Any = None
+        if hyper.shuffle:  # the "shuffle" knob: sample indices from a prepared, shuffled DataLoader
+            from accelerate.utils import set_seed
+
+            from ds_doctor.probes.equivalence.knobs import EPOCH_STEPS, SHUFFLE_SEED
+
+            samples = EPOCH_STEPS * hyper.accumulation * hyper.micro_batch * ctx.world_size
+            set_seed(SHUFFLE_SEED)  # as a job sets it before building its data
+            dataset = torch.utils.data.TensorDataset(torch.arange(samples))
+            loader = torch.utils.data.DataLoader(dataset, batch_size=hyper.micro_batch, shuffle=True)
+            self.loader = self.accelerator.prepare(loader)
         if self.scheduler is not None and "scheduler" not in route.drop:
             self.scheduler = out[2]
         self.engine = self.model if plugin_config is not None else None
@@ -414,8 +434,9 @@ class AccelerateSession(Session):
         window = torch.zeros((), dtype=torch.float32, device=accelerator.device)
         for k in range(self.hyper.accumulation):
             self.ctx.enter(f"step {s} micro {k}")
+            indices = self.next_indices(s, k)  # fetched before accumulate(), as `for batch in loader` does
             with accelerator.accumulate(self.model):
-                loss = self.micro(self.model, s, k)
+                loss = self.micro(self.model, s, k, indices)
                 accelerator.backward(loss)
                 if accelerator.sync_gradients and self.engine is None:
                     norm = accelerator.clip_grad_norm_(
@@ -432,6 +453,20 @@ class AccelerateSession(Session):
         if self.engine is not None:
             norm = self.engine.get_global_grad_norm()
         return StepRecord(self.global_loss(window), None if norm is None else float(norm), lr, self.params())
+
+    def next_indices(self, s: int, k: int) -> list[int] | None:
+        """The samples of the next micro-batch from the prepared DataLoader (None without one): a new epoch every
+        EPOCH_STEPS steps, `set_epoch` called at its start, as a training loop over epochs does."""
+        from ds_doctor.probes.equivalence.knobs import EPOCH_STEPS
+
+        if self.loader is None:
+            return None
+        epoch, within = divmod(s, EPOCH_STEPS)
+        if within == 0 and k == 0:
+            self.loader.set_epoch(epoch)
+            self.batches = iter(self.loader)
+        assert self.batches is not None
+        return [int(i) for i in next(self.batches)[0].tolist()]
 
     def params(self) -> dict[str, Any]:
         import torch

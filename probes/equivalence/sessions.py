@@ -20,7 +20,7 @@ from ds_doctor.plugins.usersetup import (
     trainer_optimizer,
 )
 from ds_doctor.probes.equivalence.cases import Route
-from ds_doctor.probes.equivalence.knobs import MOMENTUM
+from ds_doctor.probes.equivalence.knobs import MOMENTUM, Knobs
 from ds_doctor.probes.equivalence.routes import SESSIONS, AccelerateSession, DeepSpeedSession, Session
 from ds_doctor.probes.equivalence.subject import Hyper, Subject
 from ds_doctor.probes.shared.common import require_deepspeed_ops
@@ -75,6 +75,7 @@ def knob_hyper(route: Route, kernel: str, schedule: str, stride: int = 1) -> Hyp
         momentum=MOMENTUM if knobs.optimizer == "sgd" else None,
         adamw=knobs.optimizer != "adam",
         muon=knobs.optimizer == "muon",
+        shuffle=knobs.shuffle,
     )
 
 
@@ -86,30 +87,7 @@ def _matrix_session(ctx: ProbeContext, route: Route, subject: Subject) -> Sessio
     if route.wrapper in SESSIONS:
         return SESSIONS[route.wrapper](ctx, route, subject, knob_hyper(route, "torch", "linear"))
     if route.wrapper is Wrapper.DEEPSPEED:
-        ctx.require(DEEPSPEED)
-        require_deepspeed_ops(ctx)
-        if knobs.optimizer == "muon" and _muon_below_fp32():
-            ctx.skip(
-                "Muon's Newton-Schulz runs in fp16 on this accelerator (DeepSpeed's `ns_compute_dtype`); the "
-                "reference's tolerance is fp32's"
-            )
-        client = knobs.source == "client"
-        sgd = knobs.optimizer == "sgd"
-        # the warm-up a client passes is a LambdaLR; DeepSpeed's own schedulers stay in the config over its optimizer
-        lambda_lr = client and knobs.schedule == "warmup"
-        schedule = "linear" if lambda_lr else DEEPSPEED_SCHEDULERS[knobs.schedule][1]
-        hyper = knob_hyper(route, "torch" if client or sgd else "deepspeed", schedule)  # "SGD" is torch's
-        if knobs.schedule == "warmup-lr":
-            hyper = dataclasses.replace(hyper, peak=_warmup_lr_default_peak())
-        config = _ds_config(route, hyper)
-        if client:  # a torch AdamW passed in: the config names no optimizer
-            del config["optimizer"]
-            if lambda_lr:
-                del config["scheduler"]
-            config["zero_allow_untested_optimizer"] = True
-            config["zero_force_ds_cpu_optimizer"] = False
-        ctx.note("deepspeed_config", config)
-        return DeepSpeedSession(ctx, route, subject, hyper, config, hyper.optimizer_over if client else None)
+        return _matrix_deepspeed(ctx, route, subject, knobs)
     ctx.require(ACCELERATE, TRANSFORMERS)
     extra = {"mixed_precision": "bf16"} if knobs.precision == "bf16" else {}
     if route.wrapper is Wrapper.ACCELERATE_DEEPSPEED:
@@ -132,7 +110,41 @@ def _matrix_session(ctx: ProbeContext, route: Route, subject: Subject) -> Sessio
         )
     # a prepared scheduler steps once per process per optimizer step where batches are not split (its docs)
     hyper = knob_hyper(route, "torch", "linear", stride=ctx.world_size)
+    if knobs.shuffle:  # the family's samples by index; the seedable sampler is what Accelerate documents
+        if subject.user is not None:
+            ctx.skip("the shuffle knob draws the family's own samples by index; --model's data has no index")
+        from accelerate.utils import DataLoaderConfiguration
+
+        extra["dataloader_config"] = DataLoaderConfiguration(use_seedable_sampler=True)
     return AccelerateSession(ctx, route, subject, hyper, extra=extra, schedule=_linear(hyper))
+
+
+def _matrix_deepspeed(ctx: ProbeContext, route: Route, subject: Subject, knobs: Knobs) -> Session:
+    """A matrix setting on a DeepSpeed route: its config (or a client optimizer) as DeepSpeed documents it."""
+    ctx.require(DEEPSPEED)
+    require_deepspeed_ops(ctx)
+    if knobs.optimizer == "muon" and _muon_below_fp32():
+        ctx.skip(
+            "Muon's Newton-Schulz runs in fp16 on this accelerator (DeepSpeed's `ns_compute_dtype`); the "
+            "reference's tolerance is fp32's"
+        )
+    client = knobs.source == "client"
+    sgd = knobs.optimizer == "sgd"
+    # the warm-up a client passes is a LambdaLR; DeepSpeed's own schedulers stay in the config over its optimizer
+    lambda_lr = client and knobs.schedule == "warmup"
+    schedule = "linear" if lambda_lr else DEEPSPEED_SCHEDULERS[knobs.schedule][1]
+    hyper = knob_hyper(route, "torch" if client or sgd else "deepspeed", schedule)  # "SGD" is torch's
+    if knobs.schedule == "warmup-lr":
+        hyper = dataclasses.replace(hyper, peak=_warmup_lr_default_peak())
+    config = _ds_config(route, hyper)
+    if client:  # a torch AdamW passed in: the config names no optimizer
+        del config["optimizer"]
+        if lambda_lr:
+            del config["scheduler"]
+        config["zero_allow_untested_optimizer"] = True
+        config["zero_force_ds_cpu_optimizer"] = False
+    ctx.note("deepspeed_config", config)
+    return DeepSpeedSession(ctx, route, subject, hyper, config, hyper.optimizer_over if client else None)
 
 
 def _muon_below_fp32() -> bool:

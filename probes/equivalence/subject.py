@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ds_doctor.plugins.checks import Gap
 from ds_doctor.probes.equivalence.bounds import allowances, kernel_epsilon, noise_allowances
-from ds_doctor.probes.equivalence.knobs import TOTAL
+from ds_doctor.probes.equivalence.knobs import TOTAL, documented_order
 from ds_doctor.probes.shared.models import batch, build_mlp
 
 if TYPE_CHECKING:
@@ -52,6 +52,8 @@ class Hyper:
     momentum: float | None = None
     # Muon on the matrices and AdamW on the rest (`ds_doctor.probes.equivalence.muon`), one group
     muon: bool = False
+    # the samples of each micro-batch in the order Accelerate documents for a shuffled DataLoader (`knobs.shuffle`)
+    shuffle: bool = False
 
     def lrs(self, step: int) -> list[float]:
         """Each parameter group's lr at optimizer step `step`, from the documented schedule (never the route's)."""
@@ -132,6 +134,10 @@ class StepRecord:
         return dataclasses.asdict(self)
 
 
+#: the "shuffle" knob's sample `i` is the regression pair of seed SAMPLE_SEED + i
+SAMPLE_SEED = 500_000
+
+
 def micro_seed(step: int, micro: int, rank: int) -> int:
     """The seed of micro-batch `micro` of optimizer step `step` on rank `rank`: one data stream for every route."""
     return 100_003 * step + 1_009 * micro + rank + 7
@@ -146,11 +152,25 @@ class Subject:
     spec: str = "ds_doctor.probes.shared.models:build_mlp (MSE regression)"
 
     def micro_loss(
-        self, model: Any, step: int, micro: int, rank: int, micro_batch: int, *, dtype: Any, device: Any
+        self,
+        model: Any,
+        step: int,
+        micro: int,
+        rank: int,
+        micro_batch: int,
+        *,
+        dtype: Any,
+        device: Any,
+        indices: Sequence[int] | None = None,
     ) -> Any:
-        """The loss of one micro-batch through `model` (a module or a wrapper: DDP, FSDP, an engine)."""
+        """The loss of one micro-batch through `model` (a module or a wrapper: DDP, FSDP, an engine); `indices`: the
+        samples a DataLoader drew (the "shuffle" knob), each its own regression pair, instead of the step's stream."""
         import torch
 
+        if indices is not None:
+            pairs = [batch(1, dtype=dtype, device=device, seed=SAMPLE_SEED + i) for i in indices]
+            x, y = torch.cat([p[0] for p in pairs]), torch.cat([p[1] for p in pairs])
+            return torch.nn.functional.mse_loss(model(x), y)
         seed = micro_seed(step, micro, rank)
         if self.user is not None:
             return self.user.loss(model, micro_batch, device=device, dtype=dtype, seed=seed)
@@ -332,7 +352,14 @@ def _accumulate(
             p.grad = None
         window = torch.zeros((), dtype=dtype)
         for micro in range(hyper.accumulation):
-            loss = subject.micro_loss(model, step, micro, rank, hyper.micro_batch, dtype=dtype, device="cpu")
+            indices = (
+                documented_order(step, micro, rank, hyper.micro_batch, hyper.accumulation, world_size)
+                if hyper.shuffle
+                else None
+            )
+            loss = subject.micro_loss(
+                model, step, micro, rank, hyper.micro_batch, dtype=dtype, device="cpu", indices=indices
+            )
             (loss / hyper.accumulation).backward()
             window += loss.detach().to(dtype)
         total += window

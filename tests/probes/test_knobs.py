@@ -254,3 +254,34 @@ def test_adams_l2_input_adds_the_decay_of_each_group_only_for_adam() -> None:
     assert l2["0.weight"].tolist() == pytest.approx([0.0, 0.51])  # the first element cancels
     assert l2["0.bias"].tolist() == pytest.approx([0.2])  # the no-decay group
     assert _adam_input(Hyper(groups="decay"), grads, before) is grads  # AdamW: the gradient alone
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_the_shuffle_knobs_reference_order_is_accelerates_seedable_sampler_sharded(world_size: int) -> None:
+    """`knobs.documented_order` (what the reference trains on under "shuffle") is what Accelerate's prepared
+    DataLoader gives each process, epoch by epoch with `set_epoch`; a wrong seed, epoch or sharding fails it."""
+    torch = pytest.importorskip("torch")
+    data_loader = pytest.importorskip("accelerate.data_loader")
+
+    micro, accumulation = 4, 2
+    samples = k.EPOCH_STEPS * accumulation * micro * world_size
+    for rank in range(world_size):
+        torch.manual_seed(k.SHUFFLE_SEED)  # the job's set_seed before it builds its data
+        loader = torch.utils.data.DataLoader(
+            torch.utils.data.TensorDataset(torch.arange(samples)), batch_size=micro, shuffle=True
+        )
+        shard = data_loader.prepare_data_loader(
+            loader, num_processes=world_size, process_index=rank, use_seedable_sampler=True
+        )
+        for epoch in range(2):
+            shard.set_epoch(epoch)
+            got = [batch[0].tolist() for batch in shard]
+            want = [
+                k.documented_order(epoch * k.EPOCH_STEPS + s, m, rank, micro, accumulation, world_size)
+                for s in range(k.EPOCH_STEPS)
+                for m in range(accumulation)
+            ]
+            assert got == want, (rank, epoch)
+    assert k.documented_order(0, 0, 0, micro, accumulation, 1) != k.documented_order(
+        2, 0, 0, micro, accumulation, 1
+    )
