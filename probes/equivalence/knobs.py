@@ -35,8 +35,9 @@ WARMUP, TOTAL = 2, 6
 COS_MIN = 0.1
 #: the "sgd" optimizer's momentum
 MOMENTUM = 0.9
-#: "shuffle": optimizer steps an epoch, and the seed the job sets before preparing its DataLoader
-EPOCH_STEPS, SHUFFLE_SEED = 2, 1234
+#: "shuffle": optimizer steps an epoch, the seed the job sets before preparing its DataLoader, and the Trainer's
+#: `data_seed` (not its `seed`, 0: the two must not be confused)
+EPOCH_STEPS, SHUFFLE_SEED, DATA_SEED = 2, 1234, 4321
 #: `OneCycle`: its first half-cycle's length in scheduler steps, its stairs over it, its floor (a multiple of the
 #: base rate, which is its ceiling: one for every group)
 ONECYCLE_STEPS, ONECYCLE_STAIRS, ONECYCLE_MIN = 4, 2, 0.1
@@ -69,7 +70,8 @@ class Knobs:
     # same process, go on
     resume: bool = False
     # Accelerate: the batches from a prepared DataLoader(shuffle=True) of sample indices with its seedable sampler,
-    # EPOCH_STEPS steps an epoch (two epochs), `set_epoch` at each
+    # EPOCH_STEPS steps an epoch (two epochs), `set_epoch` at each; the Trainer: its own shuffled sampler with
+    # `data_seed` DATA_SEED over two epochs
     shuffle: bool = False
 
     def tokens(self) -> list[str]:
@@ -147,6 +149,7 @@ TRAINER_KNOBS = _offer(
     "schedule",
     "optimizer",
     "smoothing",
+    "shuffle",
     groups=("one", "decay"),
     optimizer=("adamw", "sgd"),  # the Trainer has no optim of torch's Adam (L2)
 )
@@ -312,16 +315,23 @@ def onecycle_factor(step: int) -> float:
 
 
 def documented_order(
-    step: int, micro: int, rank: int, micro_batch: int, accumulation: int, world_size: int
+    step: int,
+    micro: int,
+    rank: int,
+    micro_batch: int,
+    accumulation: int,
+    world_size: int,
+    seed: int = SHUFFLE_SEED,
 ) -> list[int]:
     """The sample indices of micro-batch `micro` of optimizer step `step` on `rank` under the "shuffle" knob, as
     Accelerate documents its seedable sampler and sharding: each epoch one permutation of the epoch's samples drawn
     from a generator seeded with the job's seed plus the epoch (`SeedableRandomSampler`), cut into micro-batches,
-    handed to the processes in turn (`BatchSamplerShard`, batches not split)."""
+    handed to the processes in turn (`BatchSamplerShard`, batches not split). `seed`: the job's, or the Trainer's
+    `data_seed`, which it hands to Accelerate's sampler as its initial seed."""
     import torch
 
     epoch, within = divmod(step, EPOCH_STEPS)
     samples = EPOCH_STEPS * accumulation * micro_batch * world_size
-    order = torch.randperm(samples, generator=torch.Generator().manual_seed(SHUFFLE_SEED + epoch)).tolist()
+    order = torch.randperm(samples, generator=torch.Generator().manual_seed(seed + epoch)).tolist()
     index = (within * accumulation + micro) * world_size + rank
     return order[index * micro_batch : (index + 1) * micro_batch]

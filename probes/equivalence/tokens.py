@@ -4,6 +4,7 @@ each optimizer step computed in plain torch (`token_reference`), its module outp
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ds_doctor.probes.equivalence.subject import Hyper, StepRecord
@@ -41,9 +42,16 @@ def sample(index: int, vocab: int, first_label_masked: bool = False) -> dict[str
     return {"input_ids": torch.where(mask, ids, PAD), "attention_mask": mask.long(), "labels": labels}
 
 
-def micro_indices(step: int, micro: int, rank: int, hyper: Hyper, world_size: int) -> range:
+def micro_indices(step: int, micro: int, rank: int, hyper: Hyper, world_size: int) -> Sequence[int]:
     """The samples of one rank's micro-batch, as the Trainer's sequential sampler and Accelerate's per-rank batches
-    deal them: batch b = (step * accumulation + micro) * world_size + rank of the stream."""
+    deal them: batch b = (step * accumulation + micro) * world_size + rank of the stream; under the matrix's
+    shuffle, the order Accelerate documents for the Trainer's sampler seeded with its `data_seed`."""
+    if hyper.shuffle:
+        from ds_doctor.probes.equivalence.knobs import DATA_SEED, documented_order
+
+        return documented_order(
+            step, micro, rank, hyper.micro_batch, hyper.accumulation, world_size, seed=DATA_SEED
+        )
     b = (step * hyper.accumulation + micro) * world_size + rank
     return range(b * hyper.micro_batch, (b + 1) * hyper.micro_batch)
 
@@ -64,7 +72,7 @@ def predicted_over_counted(
     )
 
 
-def stacked(indices: range, vocab: int, first_label_masked: bool = False) -> dict[str, Any]:
+def stacked(indices: Sequence[int], vocab: int, first_label_masked: bool = False) -> dict[str, Any]:
     import torch
 
     samples = [sample(i, vocab, first_label_masked) for i in indices]

@@ -29,7 +29,7 @@ from ds_doctor.probes.equivalence.cases import (
     OVERCOUNT_ISSUE,
     Route,
 )
-from ds_doctor.probes.equivalence.knobs import MOMENTUM, WARMUP
+from ds_doctor.probes.equivalence.knobs import DATA_SEED, EPOCH_STEPS, MOMENTUM, WARMUP
 from ds_doctor.probes.equivalence.reference import independent as independent_reference
 from ds_doctor.probes.equivalence.subject import Hyper, StepRecord, Subject, digest
 from ds_doctor.probes.equivalence.tokens import SEQUENCE, build_lm, predicted_over_counted, sample
@@ -122,6 +122,10 @@ def make_trainer(
         model = NoLossKwargs.wrap(model)
     short = hyper.accumulation - 1 if route.partial_window else 0  # the last window: one micro-batch per rank
     count = (max_steps * hyper.accumulation - short) * hyper.micro_batch * ctx.world_size
+    if (
+        hyper.shuffle
+    ):  # the matrix's shuffle: an epoch of EPOCH_STEPS steps, the Trainer's own sampler over it
+        count = EPOCH_STEPS * hyper.accumulation * hyper.micro_batch * ctx.world_size
 
     class Stream(torch.utils.data.Dataset):
         def __len__(self) -> int:
@@ -145,6 +149,8 @@ def make_trainer(
             return loss
 
         def _get_train_sampler(self, *args: Any, **kwargs: Any) -> Any:
+            if hyper.shuffle:
+                return super()._get_train_sampler(*args, **kwargs)
             return torch.utils.data.SequentialSampler(self.train_dataset)
 
     args = transformers.TrainingArguments(
@@ -167,6 +173,7 @@ def make_trainer(
         report_to="none",
         disable_tqdm=True,
         seed=0,
+        data_seed=DATA_SEED if hyper.shuffle else None,
         dataloader_num_workers=0,
         use_cpu=ctx.device_kind == "cpu",
         ddp_backend=ctx.backend if ctx.world_size > 1 else None,
@@ -430,6 +437,7 @@ def matrix_hyper(route: Route) -> Hyper:
         schedule="constant" if knobs.schedule == "constant" else "linear",
         total=TRAINER_HYPER.steps,
         momentum=MOMENTUM if knobs.optimizer == "sgd" else None,
+        shuffle=knobs.shuffle,
     )
 
 
