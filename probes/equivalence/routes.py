@@ -286,9 +286,8 @@ class DeepSpeedSession(Session):
             window += loss.detach().float()
         norm = engine.get_global_grad_norm()
         norm = float(norm) if norm is not None else measured
-        if (
-            self.hyper.muon
-        ):  # ZeRO takes it over Muon's orthogonalised update, by design: not the gradients' norm
+        # Muon: ZeRO takes the norm over the orthogonalised update, by design, not over the gradients
+        if self.hyper.muon:
             norm = None
         return StepRecord(self.global_loss(window), norm, lr, self.params())
 

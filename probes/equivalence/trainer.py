@@ -122,9 +122,8 @@ def make_trainer(
         model = NoLossKwargs.wrap(model)
     short = hyper.accumulation - 1 if route.partial_window else 0  # the last window: one micro-batch per rank
     count = (max_steps * hyper.accumulation - short) * hyper.micro_batch * ctx.world_size
-    if (
-        hyper.shuffle
-    ):  # the matrix's shuffle: an epoch of EPOCH_STEPS steps, the Trainer's own sampler over it
+    # the matrix's shuffle: an epoch of EPOCH_STEPS steps, the Trainer's own sampler over it
+    if hyper.shuffle:
         count = EPOCH_STEPS * hyper.accumulation * hyper.micro_batch * ctx.world_size
 
     class Stream(torch.utils.data.Dataset):
@@ -351,8 +350,12 @@ def _explainer(
         times = {hyper.accumulation, hyper.accumulation * ctx.world_size} - {1}
         if route.label_smoothing and scale is not None and any(abs(scale / t - 1) <= near for t in times):
             return LABEL_SMOOTHING_ISSUE
-        # the same sum of micro-batch means without smoothing: 4.47.0's and 4.48.0's undivided loss
-        if not route.label_smoothing and scale is not None and any(abs(scale / t - 1) <= near for t in times):
+        # the window's micro-batch means summed without smoothing: 4.47.0's and 4.48.0's undivided loss (the
+        # accumulation steps alone: a loss off by the world size is another bug, transformers#35078)
+        undivided = (
+            hyper.accumulation > 1 and scale is not None and abs(scale / hyper.accumulation - 1) <= near
+        )
+        if not route.label_smoothing and undivided:
             return NOT_DIVIDED_ISSUE
         norm = _norm_scale(records, ref)
         if scale is not None and abs(scale - 1) <= OVERCOUNT_MATCH and norm is not None:
