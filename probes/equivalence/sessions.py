@@ -191,36 +191,15 @@ def _ds_config(route: Route, hyper: Hyper) -> dict[str, Any]:
         "zero_optimization": zero,
         "steps_per_print": 10**9,
         "wall_clock_breakdown": False,
-        "optimizer": {
-            "type": "AdamW",
-            "params": {
-                "lr": hyper.lr,
-                "betas": list(hyper.betas),
-                "eps": hyper.eps,
-                "weight_decay": hyper.weight_decay,
-            },
-        },
+        "optimizer": _ds_optimizer(hyper),
     }
     if route.bf16:
         config["bf16"] = {"enabled": True}
     if route.knobs is not None and route.knobs.schedule != "constant":
         config["scheduler"] = _knob_scheduler(route.knobs.schedule, hyper)
-    if not hyper.adamw:  # Adam's L2: "Adam" alone means AdamW to DeepSpeed (its adam_w_mode defaults to true)
-        adam = {
-            "lr": hyper.lr,
-            "betas": list(hyper.betas),
-            "eps": hyper.eps,
-            "weight_decay": hyper.weight_decay,
-        }
-        config["optimizer"] = {"type": "Adam", "params": {**adam, "adam_w_mode": False}}
-    # Muon: both halves take the config's lr, betas, eps and weight decay; ZeRO-3 refuses reduce_scatter
-    if hyper.muon:
-        config["optimizer"]["type"] = "Muon"
-        if route.stage == 3:
-            zero["reduce_scatter"] = False
-    if hyper.momentum is not None:  # torch's SGD by name (DeepSpeed builds any torch.optim type it is given)
-        params = {"lr": hyper.lr, "momentum": hyper.momentum, "weight_decay": hyper.weight_decay}
-        config["optimizer"] = {"type": "SGD", "params": params}
+    if hyper.muon and route.stage == 3:  # ZeRO-3 refuses Muon with reduce_scatter
+        zero["reduce_scatter"] = False
+    if hyper.momentum is not None:  # torch's SGD is not one ZeRO knows
         config["zero_allow_untested_optimizer"] = True
         config["zero_force_ds_cpu_optimizer"] = False
     if route.knobs is not None and route.knobs.accumulate_fp32:
@@ -228,6 +207,28 @@ def _ds_config(route: Route, hyper: Hyper) -> dict[str, Any]:
     if route.resume:
         config["scheduler"] = _warmup_decay(hyper.lr, 3, 12)
     return config
+
+
+def _ds_optimizer(hyper: Hyper) -> dict[str, Any]:
+    """DeepSpeed's config block of `hyper`'s optimizer: torch's SGD by name (DeepSpeed builds any torch.optim type it
+    is given); Muon, both halves taking the config's lr, betas, eps and weight decay; Adam's L2 ("Adam" alone means
+    AdamW to DeepSpeed: its adam_w_mode defaults to true); else AdamW."""
+    if hyper.momentum is not None:
+        return {
+            "type": "SGD",
+            "params": {"lr": hyper.lr, "momentum": hyper.momentum, "weight_decay": hyper.weight_decay},
+        }
+    params = {
+        "lr": hyper.lr,
+        "betas": list(hyper.betas),
+        "eps": hyper.eps,
+        "weight_decay": hyper.weight_decay,
+    }
+    if hyper.muon:
+        return {"type": "Muon", "params": params}
+    if not hyper.adamw:
+        return {"type": "Adam", "params": {**params, "adam_w_mode": False}}
+    return {"type": "AdamW", "params": params}
 
 
 def _knob_scheduler(schedule: str, hyper: Hyper) -> dict[str, Any]:
