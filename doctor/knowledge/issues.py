@@ -75,6 +75,10 @@ class KnownIssue:
     # a silent bug's conditions on a knob-matrix setting ("schedule=cosine", "groups=decay|rates", "route=deepspeed-*",
     # "world_size=2"): a matrix case that fits them all and diverges on an affected release names this entry
     knobs: tuple[str, ...] = ()
+    # a class, not a cause, named only where nothing more specific matches the text: 1 a class of causes (a native
+    # crash, an import error, a hang with no error), 2 a summary that a process failed (a launcher's line), which
+    # gives way to a class too; 0 (the default) an entry of its own cause
+    fallback: int = 0
 
     def matches(self, text: str) -> bool:
         if not any(re.search(p, text, REGEX_FLAGS) for p in self.patterns):

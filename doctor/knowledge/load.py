@@ -24,6 +24,9 @@ Schema of a data file, format 1 (the comment at the top of each file says how it
     invariants = ['clip_norm_device']   # invariants whose error findings show it
     knobs = ['schedule=cosine', ...]    # a silent entry's conditions on a knob-matrix setting: name=glob|glob (the
                                         # Knobs' fields, route, world_size); a diverging case that fits names it
+    fallback = 1                        # a class, named only where nothing more specific matches the text: 1 a
+                                        # class of causes (a segfault), 2 a summary that a process failed (a
+                                        # launcher's line: it gives way to a class too); absent = 0, a cause
     [[issue.wording]]                   # after the entry's keys, one table per wording its message ever had
     text = '...'                        # the message as printed, placeholders filled with sample values
     source = 'torch torch/x/y.py'       # the distribution and its file that raise it
@@ -93,7 +96,7 @@ _LISTS = (
     "native_frames",
     "knobs",
 )
-_KEYS = frozenset((*_TEXTS, *_LISTS, "wording", "lookalike"))
+_KEYS = frozenset((*_TEXTS, *_LISTS, "wording", "lookalike", "fallback"))
 _WORDING_KEYS = ("text", "source", "versions", "read")
 _LOOKALIKE_KEYS = ("text", "why")
 _ID = re.compile(r"[a-z][a-z0-9_]*")
@@ -181,6 +184,8 @@ def _entry(raw: Mapping[str, Any], label: str) -> KnownIssue:
         value = raw.get(key, [])
         if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
             raise CatalogError(f"{label}: {key} must be a list of non-empty strings, not {value!r}")
+    if raw.get("fallback", 0) not in (0, 1, 2) or isinstance(raw.get("fallback"), bool):
+        raise CatalogError(f"{label}: fallback must be 1 (a class) or 2 (a summary), not {raw['fallback']!r}")
     _check(raw, label)
     fixed_in: str | None = raw.get("fixed_in")
     return KnownIssue(
@@ -205,6 +210,7 @@ def _entry(raw: Mapping[str, Any], label: str) -> KnownIssue:
         native_frames=tuple(raw.get("native_frames", ())),
         lookalikes=_lookalikes(raw.get("lookalike", []), label),
         knobs=tuple(raw.get("knobs", ())),
+        fallback=raw.get("fallback", 0),
     )
 
 
@@ -317,6 +323,8 @@ def _check_kind(raw: Mapping[str, Any], label: str) -> None:
             f"{label}: requires, banners, paraphrases and native frames go with patterns (the error they narrow, "
             "precede, name or raise), not without"
         )
+    if raw.get("fallback") and not raw.get("patterns"):
+        raise CatalogError(f"{label}: a fallback is named by what a text shows, so it needs patterns")
     if raw.get("knobs") and not raw.get("silent"):
         raise CatalogError(
             f"{label}: knobs are a silent issue's conditions on a matrix setting, not an error's"

@@ -14,7 +14,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 from ds_doctor.knowledge.catalog import ISSUES
 from ds_doctor.knowledge.catalog import get as catalog_issue
@@ -36,6 +37,7 @@ from ds_doctor.redact import scrub_text
 from ds_doctor.reports.model import ErrorInfo
 
 SPAN_CHARS = 200
+_T = TypeVar("_T")
 _FLAGS = REGEX_FLAGS
 _LEADING_FLAGS = re.compile(r"\(\?[aiLmsux]+\)")
 
@@ -158,9 +160,18 @@ def issue_matches(issue: KnownIssue, text: str) -> bool:
 
 def classify(text: str, issues: Iterable[KnownIssue] | None = None) -> list[KnownIssue]:
     """The known issues (default: the whole catalog) whose signature matches `text`, through `search`, most specific
-    (most patterns required) first."""
+    (most patterns required) first; a fallback class only where nothing else matches."""
     hits = [issue for issue in (ISSUES if issues is None else issues) if issue_matches(issue, text)]
-    return sorted(hits, key=lambda issue: -len(issue.requires))
+    return sorted(_give_way(hits, lambda issue: issue), key=lambda issue: -len(issue.requires))
+
+
+def _give_way(found: list[_T], issue_of: Callable[[_T], KnownIssue]) -> list[_T]:
+    """`found` less what gives way to something more specific in it: a fallback class (a segfault, an import error,
+    a hang) to an entry of its own cause, a launcher's summary to either."""
+    if not found:
+        return found
+    least = min(issue_of(item).fallback for item in found)
+    return [item for item in found if issue_of(item).fallback == least]
 
 
 def _shown(span: str) -> str:
@@ -373,7 +384,7 @@ def matches(text: str) -> list[Match]:
         return []
     seen: set[str] = set()
     found = _by_wording(text, seen) + _cut(text, seen) + _framed(text, seen) + _bannered(text, seen)
-    return found + _paraphrased(text, seen)
+    return _give_way(found + _paraphrased(text, seen), lambda match: match.issue)
 
 
 #: the kinds a run trusts first: a text's own message, before anything a structure or a paraphrase suggests
@@ -388,6 +399,9 @@ def judged(texts: Iterable[str]) -> Match | None:
     texts = [text for text in texts if text]
     everything = "\n".join(texts)
     found = [matches(text) for text in texts]
+    # a class in one text (the launcher's summary in the error) gives way to a cause in another (a rank's own lines)
+    least = min((m.issue.fallback for hits in found for m in hits), default=0)
+    found = [[m for m in hits if m.issue.fallback == least] for hits in found]
     for worded in (True, False):
         for hits in found:
             hits = [m for m in hits if (m.kind in _WORDED) == worded]

@@ -162,13 +162,13 @@ def test_an_error_is_classified_by_the_matcher_triage_uses(printed: str, verdict
 def test_an_unrecognised_error_is_not_given_the_familys_issue() -> None:
     """An exception no signature matches stays unclassified, even where the family's issue is affected by version."""
     error = ErrorInfo(
-        "ImportError",
-        "cannot import name 'x' from 'y'",
-        "Traceback (most recent call last):\nImportError: cannot import name 'x' from 'y'",
+        "ValueError",
+        "the batch this rank built has no rows",
+        "Traceback (most recent call last):\nValueError: the batch this rank built has no rows",
     )
     result = merge_case(
         planned(S2),
-        [line(S2, 0, Outcome.ERROR, error=error, reason="ImportError")],
+        [line(S2, 0, Outcome.ERROR, error=error, reason="ValueError")],
         {**VERSIONS, "deepspeed": "0.14.2"},
     )
     assert result.outcome == Outcome.ERROR and result.known_issue is None

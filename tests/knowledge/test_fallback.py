@@ -1,0 +1,142 @@
+"""A class is the answer only where no cause is: a launcher's summary that a rank failed, a segmentation fault, an
+import error and a hang with no error are named on a text that shows nothing more specific, and give way to any
+entry of its own cause in the same text (and a launcher's summary to a class too), in triage and in a run alike."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ds_doctor.knowledge import catalog
+from ds_doctor.knowledge.load import CatalogError, load_file
+from ds_doctor.knowledge.matching import classify, judged
+from ds_doctor.knowledge.triage import triage
+
+#: torchrun's closing table where rank 1 raised an error of the user's own (no entry names it)
+SUMMARY = """\
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+train.py FAILED
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-29_17:49:58
+  rank      : 1 (local_rank: 1)
+  exitcode  : 1 (pid: 12245)
+  error_file: <N/A>
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+"""
+
+#: the rank's own error above the same table: an entry of its own cause
+OOM = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.14 GiB "
+    "of which 1.12 GiB is free.\n"
+)
+
+
+#: Ray's lines when an actor's process died: its list of what might have killed it names SIGKILL and SIGSEGV as guesses
+RAY = """\
+ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.
+\tclass_name: create_colocated_worker_cls.<locals>.WorkerDict
+The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker exit detail: Worker \
+unexpectedly exits with a connection error code 2. End of file. There are some potential root causes. (1) The process \
+is killed by SIGKILL by OOM killer due to high memory usage. (2) ray stop --force is called. (3) The worker is crashed \
+unexpectedly due to SIGSEGV or other unexpected errors.
+"""
+
+
+def named(text: str) -> list[str]:
+    return [m.issue.id for m in triage(text, {})]
+
+
+@pytest.mark.parametrize(
+    ("text", "entry"),
+    [
+        (SUMMARY, "launcher_child_failed"),
+        (RAY, "launcher_child_failed"),
+        (
+            "[ERROR] [launch.py:325:sigkill_handler] ['/usr/bin/python', '-u', 'train.py'] exits with return code = 1",
+            "launcher_child_failed",
+        ),
+        ("Error executing job with overrides: ['trainer.n_gpus_per_node=8']", "launcher_child_failed"),
+        ("Segmentation fault (core dumped) when training Qwen2 with ZeRO-2", "native_crash_segfault"),
+        (
+            SUMMARY.replace("exitcode  : 1 (pid: 12245)", "exitcode  : -11 (pid: 12245)  (SIGSEGV)"),
+            "native_crash_segfault",
+        ),
+        (
+            "ImportError: cannot import name 'AdamW' from 'transformers' (/opt/venv/transformers/__init__.py)",
+            "python_import_mismatch",
+        ),
+        ("ModuleNotFoundError: No module named 'swift.llm'", "python_import_mismatch"),
+        ("Multi-node training hangs at the first all_reduce, no error", "distributed_hang_no_error"),
+        ("多机训练卡住，没有报错", "distributed_hang_no_error"),
+    ],
+)
+def test_a_class_is_named_where_nothing_more_specific_shows(text: str, entry: str) -> None:
+    assert named(text) == [entry]
+
+
+@pytest.mark.parametrize(
+    ("text", "entry", "gone"),
+    [
+        (OOM + SUMMARY, "cuda_oom", "launcher_child_failed"),
+        # the OOM killer's -9 in the same table is torchrun_child_sigkill's
+        (
+            SUMMARY.replace("exitcode  : 1 (pid: 12245)", "exitcode  : -9 (pid: 12245)"),
+            "torchrun_child_sigkill",
+            "launcher_child_failed",
+        ),
+        (
+            "ImportError: cannot import name 'DataCollatorForCompletionOnlyLM' from 'trl' "
+            "(/usr/local/lib/python3.11/dist-packages/trl/__init__.py)",
+            "trl_removed_name_import",
+            "python_import_mismatch",
+        ),
+        (
+            "training hangs and then NCCL times out after 30 minutes",
+            "nccl_watchdog_timeout",
+            "distributed_hang_no_error",
+        ),
+        (
+            "RuntimeError: DataLoader worker (pid 46794) is killed by signal: Segmentation fault.\n"
+            "RuntimeError: DataLoader worker (pid(s) 46794) exited unexpectedly",
+            "dataloader_worker_oom_killed",
+            "native_crash_segfault",
+        ),
+    ],
+)
+def test_a_class_gives_way_to_an_entry_of_its_own_cause(text: str, entry: str, gone: str) -> None:
+    found = named(text)
+    assert entry in found and gone not in found
+    assert gone not in {issue.id for issue in classify(text)}
+
+
+def test_a_run_gives_the_class_way_to_a_cause_in_another_text() -> None:
+    """A run's error is the launcher's summary and a rank's own lines hold the OOM: the run names the OOM."""
+    found = judged([SUMMARY, OOM])
+    assert found is not None and found.issue.id == "cuda_oom"
+    alone = judged([SUMMARY])
+    assert alone is not None and alone.issue.id == "launcher_child_failed"
+
+
+def test_the_classes_are_the_ones_marked_in_the_catalog() -> None:
+    marked = {issue.id: issue.fallback for issue in catalog.ISSUES if issue.fallback}
+    assert marked == {
+        "launcher_child_failed": 2,
+        "native_crash_segfault": 1,
+        "python_import_mismatch": 1,
+        "distributed_hang_no_error": 1,
+    }
+
+
+@pytest.mark.parametrize("value", ["true", "3", "'yes'"])
+def test_a_fallback_is_one_or_two(tmp_path: Path, value: str) -> None:
+    path = tmp_path / "x.toml"
+    path.write_text(
+        "format = 1\n[[issue]]\nid = 'x'\ntitle = 't'\npackage = 'torch'\npatterns = ['a']\ncause = 'c'\n"
+        f"remedy = 'r'\nrefs = ['https://example.org/1']\nfallback = {value}\n"
+    )
+    with pytest.raises(CatalogError, match="fallback"):
+        load_file(path)
