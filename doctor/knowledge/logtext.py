@@ -124,6 +124,7 @@ ALIASES = {
     "prodigy-plus-schedule-free": ("prodigyplus", "prodigy plus", "prodigy-plus"),
     "mosaicml": ("composer",),
     "deepspeed": ("ds",),  # "ds 0.14": read where a version follows it, as a word of its own
+    "llamafactory": ("llamafactory-cli",),  # what `llamafactory-cli version` is pasted as
 }
 
 

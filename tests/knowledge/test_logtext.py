@@ -194,6 +194,12 @@ def test_bars_are_stripped_as_before_in_linear_time() -> None:
         ("- **torch**: 2.5.1", "torch", "2.5.1"),
         ("**transformers version:** 4.46.0", "transformers", "4.46.0"),
         ("- __accelerate__: 1.2.0", "accelerate", "1.2.0"),
+        # what `llamafactory-cli version` is pasted as (sample 48g)
+        (
+            "llamafactory-cli: 0.9.2.dev0   (obtained via **llamafactory-cli version**)",
+            "llamafactory",
+            "0.9.2.dev0",
+        ),
     ],
 )
 def test_other_packages_named_in_prose(text: str, package: str, version: str) -> None:
