@@ -194,10 +194,16 @@ class Lead:
     distinct: int
 
 
+#: an operating system's error as Python words it ("FileNotFoundError: [Errno 2] No such file or directory:"): every
+#: failing open or write begins so, so a leading part holds at least a word past it (the path, in a library's wording)
+_OS_ERROR = re.compile(r"(?:[\w.]+: )?\[errno \d+\] [^:\n]*:? ?")
+
+
 def leads(issues: Sequence[KnownIssue]) -> tuple[Lead, ...]:
     """Each wording's distinctive leading part: its shortest run of whole first words, `LEAD_MIN` characters or
-    more, found in no other entry's wording (none where the whole wording is in another's; an entry narrowed by
-    `requires` that shares the very wording leaves it to the entry that is not)."""
+    more and past an operating system's error text, found in no other entry's wording (none where the whole wording
+    is in another's; an entry narrowed by `requires` that shares the very wording leaves it to the entry that is
+    not)."""
     forms = [(issue.id, " ".join(cut_form(w.text).split())) for issue in issues for w in issue.wordings]
     # a wording a narrowed entry shares with the generic one (the allocator's OOM message, told apart by the phase
     # its frames show) is the generic entry's to lead with
@@ -206,7 +212,9 @@ def leads(issues: Sequence[KnownIssue]) -> tuple[Lead, ...]:
     for owner, wording in forms:
         own = {form for other, form in forms if other == owner}
         others = [form for other, form in forms if other != owner and not (other in narrowed and form in own)]
-        ends = [m.start() for m in re.finditer(" ", wording) if m.start() >= LEAD_MIN] + [len(wording)]
+        floor = found_os.end() if (found_os := _OS_ERROR.match(wording)) else 0
+        ends = [m.start() for m in re.finditer(" ", wording) if m.start() >= max(LEAD_MIN, floor + 1)]
+        ends += [len(wording)]
         for end in ends:
             if len(wording) >= LEAD_MIN and not any(wording[:end] in other for other in others):
                 found.append(Lead(owner, wording, end))

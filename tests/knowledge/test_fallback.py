@@ -11,6 +11,7 @@ import pytest
 from ds_doctor.knowledge import catalog
 from ds_doctor.knowledge.load import CatalogError, load_file
 from ds_doctor.knowledge.matching import classify, judged
+from ds_doctor.knowledge.structure import leads
 from ds_doctor.knowledge.triage import triage
 
 #: torchrun's closing table where rank 1 raised an error of the user's own (no entry names it)
@@ -174,3 +175,39 @@ def test_the_seventh_samples_misses_after_its_first_run(number: str, entry: str)
     """Sample 48g's first run (recorded before these changes) missed each; what it led to is named now."""
     (path,) = SEVENTH.glob(f"{number}-*.txt")
     assert entry in named(path.read_text())
+
+
+EIGHTH = SEVENTH.with_name("2026-11-29h")
+
+
+@pytest.mark.parametrize(
+    ("number", "entry"),
+    [
+        (
+            "102",
+            "launcher_child_failed",
+        ),  # "ERROR:torch.distributed.elastic.multiprocessing.api:failed" cut there
+        (
+            "104",
+            "env_rendezvous_variables_unset",
+        ),  # KeyError: 'LOCAL_RANK': a script run without its launcher
+        (
+            "308",
+            "python_import_mismatch",
+        ),  # "module '...modeling_llama' has no attribute 'LLAMA_ATTENTION_CLASSES'"
+        ("401", "hf_argparser_unused_args"),  # ms-swift's "ValueError: remaining_argv: [...]"
+    ],
+)
+def test_the_eighth_samples_misses_after_its_first_run(number: str, entry: str) -> None:
+    """Sample 48h's first run (recorded before these changes) missed each; what it led to is named now."""
+    (path,) = EIGHTH.glob(f"{number}-*.txt")
+    assert entry in named(path.read_text())
+
+
+def test_an_os_error_cut_before_its_path_names_no_entry() -> None:
+    """48h's 302: Python's "[Errno 2] No such file or directory" alone is every missing file, not DeepSpeed's missing
+    optimizer shard, whose wording begins so: a cut match needs a word past the operating system's text."""
+    (path,) = EIGHTH.glob("302-*.txt")
+    assert "ds_ckpt_zero_optim_file_missing" not in named(path.read_text())
+    (lead,) = [lead for lead in leads(catalog.ISSUES) if lead.issue == "ds_ckpt_zero_optim_file_missing"]
+    assert lead.distinct > len("[errno 2] no such file or directory: ")

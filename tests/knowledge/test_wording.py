@@ -103,5 +103,6 @@ def test_each_wording_names_where_it_was_read() -> None:
                 "verl",
                 "python",  # CPython's own messages (an import error, faulthandler)
                 "py-spy",  # a stack dump of a rank waiting in a collective
+                "ms-swift",
             }, wording.source
             assert wording.read and wording.versions, issue.id
