@@ -179,6 +179,23 @@ def test_an_unrecognised_error_is_not_given_the_familys_issue() -> None:
     )
 
 
+def test_an_error_of_a_class_names_the_class_and_no_verdict_on_the_stack() -> None:
+    """An ImportError no entry of its own cause matches is the import-error class: named, with its remedy, but a class
+    says what kind of failure it was, not that this stack is affected by a known bug (the verdict stays unknown)."""
+    error = ErrorInfo(
+        "ImportError",
+        "cannot import name 'x' from 'y'",
+        "Traceback (most recent call last):\nImportError: cannot import name 'x' from 'y' (/opt/venv/y/__init__.py)",
+    )
+    result = merge_case(
+        planned(S2),
+        [line(S2, 0, Outcome.ERROR, error=error, reason="ImportError")],
+        {**VERSIONS, "deepspeed": "0.14.2"},
+    )
+    assert result.outcome == Outcome.ERROR
+    assert (result.known_issue.id, result.known_issue.verdict) == ("python_import_mismatch", Verdict.UNKNOWN)
+
+
 def test_the_traceback_of_a_rank_reaches_the_case() -> None:
     error = ErrorInfo(
         "ValueError", "planted", "Traceback (most recent call last):\n  ...\nValueError: planted"
