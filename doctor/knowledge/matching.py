@@ -34,7 +34,7 @@ from ds_doctor.knowledge.structure import (
     raised,
 )
 from ds_doctor.redact import scrub_text
-from ds_doctor.reports.model import ErrorInfo
+from ds_doctor.reports.model import ErrorInfo, Verdict
 
 SPAN_CHARS = 200
 _T = TypeVar("_T")
@@ -385,6 +385,15 @@ def matches(text: str) -> list[Match]:
     seen: set[str] = set()
     found = _by_wording(text, seen) + _cut(text, seen) + _framed(text, seen) + _bannered(text, seen)
     return _give_way(found + _paraphrased(text, seen), lambda match: match.issue)
+
+
+def verdict(match: Match) -> Verdict:
+    """What a match says of the stack whose error it is: `possibly` for generic words without their evidence;
+    `unknown` for a class (a launcher's summary, a segfault), which says what kind of failure it was, not that the
+    stack has a known bug; else `affected`: the failure showed there."""
+    if match.issue.fallback:
+        return Verdict.UNKNOWN
+    return Verdict.POSSIBLY if match.possibly else Verdict.AFFECTED
 
 
 #: the kinds a run trusts first: a text's own message, before anything a structure or a paraphrase suggests

@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 
 from ds_doctor.knowledge import catalog
-from ds_doctor.knowledge.matching import Match, judged
+from ds_doctor.knowledge.matching import judged, verdict
 from ds_doctor.reports.model import Finding, IssueRef, Outcome, Verdict, worst
 from ds_doctor.rundir import Ended, How, PlannedCase, RankLine
 
@@ -159,15 +159,6 @@ def named_issue(lines: Sequence[RankLine]) -> tuple[str, bool] | None:
     return (shown or named)[0].known_issue or "", bool(shown)
 
 
-def _matched_verdict(found: Match) -> Verdict:
-    """An error's match: `possibly` for generic words without their evidence; `unknown` for a class (a launcher's
-    summary, a segfault), which says what kind of failure it was, not that this stack has a known bug; else
-    `affected`: the failure showed here."""
-    if found.issue.fallback:
-        return Verdict.UNKNOWN
-    return Verdict.POSSIBLY if found.possibly else Verdict.AFFECTED
-
-
 def known_issue_for(
     planned: PlannedCase,
     outcome: Outcome,
@@ -196,7 +187,7 @@ def known_issue_for(
         # the one matcher triage uses: a generic message with none of its entry's evidence is `possibly`
         found = judged(texts)
         if found is not None:
-            return found.issue.to_ref(_matched_verdict(found), found.confirm, found.kind.value)
+            return found.issue.to_ref(verdict(found), found.confirm, found.kind.value)
         if named is None:
             return None
     if named is not None:

@@ -19,7 +19,7 @@ from ds_doctor.checks.placement import ZeroPromise, optimizer_state_colocation, 
 from ds_doctor.checks.structure import buffer_placement
 from ds_doctor.collect.devicemap import Recorder, collect, collect_rows, named_tensors
 from ds_doctor.probes.zero_offload import ZeroCase
-from ds_doctor.reports.model import Outcome, Report
+from ds_doctor.reports.model import Outcome, Report, Verdict
 from ds_doctor.watch import fast, moments
 from ds_doctor.watch.target import Target, name_map_of
 from ds_doctor.watch.watcher import Watch
@@ -354,3 +354,19 @@ def test_the_jobs_own_error_is_classified_by_the_matcher_runs_and_triage_use(
     assert case.known_issue.match == "wording" and "does not require grad" in (case.reason or "")
     watcher.close()
     assert "known issue loss_without_grad_fn" in capsys.readouterr().err
+
+
+def test_a_jobs_error_of_a_class_names_the_class_with_no_verdict_on_the_stack(tmp_path: Path) -> None:
+    """A job's ImportError that no entry of its own cause matches is the import-error class: named with its remedy,
+    its verdict unknown (a class says what kind of failure it was, not that the stack has a known bug)."""
+    model, optimizer = trained(TiedWithBuffers())
+    watcher = Watch(target_of(model, optimizer), out=tmp_path / "w.json")
+    try:
+        from transformers import AdamW  # noqa: F401  (gone from transformers since 4.52)
+    except ImportError as exc:
+        watcher.job_failed(exc, "step 1")
+    report = Report.from_dict(json.loads((tmp_path / "w.json").read_text()))
+    (case,) = report.results
+    assert case.known_issue is not None
+    assert (case.known_issue.id, case.known_issue.verdict) == ("python_import_mismatch", Verdict.UNKNOWN)
+    watcher.close()
