@@ -13,6 +13,7 @@ from ds_doctor.knowledge.load import CatalogError, load_file
 from ds_doctor.knowledge.matching import classify, judged
 from ds_doctor.knowledge.structure import leads
 from ds_doctor.knowledge.triage import triage
+from tests.knowledge.samples import sample_text
 
 #: torchrun's closing table where rank 1 raised an error of the user's own (no entry names it)
 SUMMARY = """\
@@ -143,71 +144,69 @@ def test_a_fallback_is_one_or_two(tmp_path: Path, value: str) -> None:
         load_file(path)
 
 
-SEVENTH = Path(__file__).resolve().parents[2] / "bench" / "triage_fresh" / "2026-11-29g"
-
-
 @pytest.mark.parametrize(
-    ("number", "entry"),
+    ("sample", "number", "entry"),
     [
+        # sample 48g's first run
         (
+            "2026-11-29g",
             "104",
             "shm_exhausted_sigbus",
-        ),  # "Finetuning crashes with return code=-7": the DeepSpeed launcher's SIGBUS
+        ),  # "crashes with return code=-7": the DeepSpeed launcher's SIGBUS
+        ("2026-11-29g", "203", "nccl_watchdog_timeout"),  # "collective operation timeout (AllGather,Reduce)"
         (
-            "203",
-            "nccl_watchdog_timeout",
-        ),  # "collective operation timeout (AllGather,Reduce)": the watchdog's words
-        ("310", "launcher_child_failed"),  # torchrun's title row alone: ".../launcher.py FAILED"
-        ("312", "launcher_child_failed"),  # torchrun's agent: "failed (exitcode: 1) local_rank: 0 (pid: ...)"
+            "2026-11-29g",
+            "310",
+            "launcher_child_failed",
+        ),  # torchrun's title row alone: ".../launcher.py FAILED"
         (
+            "2026-11-29g",
+            "312",
+            "launcher_child_failed",
+        ),  # torchrun's agent: "failed (exitcode: 1) local_rank: 0"
+        (
+            "2026-11-29g",
             "403",
             "launcher_child_failed",
-        ),  # the DeepSpeed launcher's "sigkill_handler] Killing subprocess" lines
+        ),  # the DeepSpeed launcher's "Killing subprocess" lines
         (
+            "2026-11-29g",
             "315",
             "cublas_not_initialized",
-        ),  # CUBLAS_STATUS_ALLOC_FAILED at cublasCreate: the same call, out of memory
-        ("405", "python_import_mismatch"),  # "No module named 'swift.cli.main'" without the exception's name
-        ("420", "nccl_unhandled_cuda_error"),  # "NCCL P2P Access Not Supported Between Devices" in the title
-    ],
-)
-def test_the_seventh_samples_misses_after_its_first_run(number: str, entry: str) -> None:
-    """Sample 48g's first run (recorded before these changes) missed each; what it led to is named now."""
-    (path,) = SEVENTH.glob(f"{number}-*.txt")
-    assert entry in named(path.read_text())
-
-
-EIGHTH = SEVENTH.with_name("2026-11-29h")
-
-
-@pytest.mark.parametrize(
-    ("number", "entry"),
-    [
+        ),  # CUBLAS_STATUS_ALLOC_FAILED at cublasCreate: out of memory
         (
-            "102",
-            "launcher_child_failed",
-        ),  # "ERROR:torch.distributed.elastic.multiprocessing.api:failed" cut there
+            "2026-11-29g",
+            "405",
+            "python_import_mismatch",
+        ),  # "No module named 'swift.cli.main'", no exception's name
         (
+            "2026-11-29g",
+            "420",
+            "nccl_unhandled_cuda_error",
+        ),  # "NCCL P2P Access Not Supported Between Devices"
+        # sample 48h's first run
+        ("2026-11-29h", "102", "launcher_child_failed"),  # "...elastic.multiprocessing.api:failed", cut there
+        (
+            "2026-11-29h",
             "104",
             "env_rendezvous_variables_unset",
-        ),  # KeyError: 'LOCAL_RANK': a script run without its launcher
+        ),  # KeyError: 'LOCAL_RANK': run without a launcher
         (
+            "2026-11-29h",
             "308",
             "python_import_mismatch",
-        ),  # "module '...modeling_llama' has no attribute 'LLAMA_ATTENTION_CLASSES'"
-        ("401", "hf_argparser_unused_args"),  # ms-swift's "ValueError: remaining_argv: [...]"
+        ),  # "module '...' has no attribute 'LLAMA_ATTENTION_CLASSES'"
+        ("2026-11-29h", "401", "hf_argparser_unused_args"),  # ms-swift's "ValueError: remaining_argv: [...]"
     ],
 )
-def test_the_eighth_samples_misses_after_its_first_run(number: str, entry: str) -> None:
-    """Sample 48h's first run (recorded before these changes) missed each; what it led to is named now."""
-    (path,) = EIGHTH.glob(f"{number}-*.txt")
-    assert entry in named(path.read_text())
+def test_what_a_samples_first_run_missed_is_named_now(sample: str, number: str, entry: str) -> None:
+    """The first run of each sample (recorded before these changes) missed each; what it led to is named now."""
+    assert entry in named(sample_text(sample, number))
 
 
 def test_an_os_error_cut_before_its_path_names_no_entry() -> None:
     """48h's 302: Python's "[Errno 2] No such file or directory" alone is every missing file, not DeepSpeed's missing
     optimizer shard, whose wording begins so: a cut match needs a word past the operating system's text."""
-    (path,) = EIGHTH.glob("302-*.txt")
-    assert "ds_ckpt_zero_optim_file_missing" not in named(path.read_text())
+    assert "ds_ckpt_zero_optim_file_missing" not in named(sample_text("2026-11-29h", "302"))
     (lead,) = [lead for lead in leads(catalog.ISSUES) if lead.issue == "ds_ckpt_zero_optim_file_missing"]
     assert lead.distinct > len("[errno 2] no such file or directory: ")

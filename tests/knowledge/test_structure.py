@@ -28,6 +28,7 @@ from ds_doctor.knowledge.structure import (
 )
 from ds_doctor.knowledge.triage import triage
 from ds_doctor.reports.triage import render_triage, render_triage_markdown
+from tests.knowledge.samples import sample_text
 
 STRUCTURE = Path(__file__).resolve().parents[1] / "resources" / "structure"
 
@@ -256,13 +257,10 @@ def test_the_frames_file_is_what_the_installed_sources_give() -> None:
 
 # --- paraphrase: the failure named in prose, not by its message ---
 
-FRESH = Path(__file__).resolve().parents[2] / "bench" / "triage_fresh" / "2026-11-29"
-
 
 def fresh(number: str) -> str:
     """A text of the sample gathered 2026-11-29 (its first run recorded before these entries were changed)."""
-    (path,) = FRESH.glob(f"{number}-*.txt")
-    return path.read_text()
+    return sample_text("2026-11-29", number)
 
 
 @pytest.mark.parametrize(
@@ -294,9 +292,6 @@ def test_words_that_only_sound_like_a_failure_name_none(text: str) -> None:
     assert not {"hf_trainer_loss_nan", "cuda_oom", "nccl_watchdog_timeout"} & set(named(text))
 
 
-FOURTH = FRESH.with_name("2026-11-29d")
-
-
 @pytest.mark.parametrize(
     "number",
     [
@@ -304,8 +299,7 @@ FOURTH = FRESH.with_name("2026-11-29d")
     ],
 )
 def test_a_run_said_to_turn_nan_is_possibly_the_nan_entry(number: str) -> None:
-    (path,) = FOURTH.glob(f"{number}-*.txt")
-    assert named(path.read_text())["hf_trainer_loss_nan"] == (Kind.PARAPHRASE, "possibly")
+    assert named(sample_text("2026-11-29d", number))["hf_trainer_loss_nan"] == (Kind.PARAPHRASE, "possibly")
     assert named("after 300 steps the loss became NaN")["hf_trainer_loss_nan"] == (
         Kind.PARAPHRASE,
         "possibly",
@@ -335,10 +329,8 @@ def test_a_kernel_fault_the_nccl_watchdog_reports_is_its_entry() -> None:
         "stacktrace below might be incorrect."
     )
     assert named(watchdog)["cuda_kernel_fault"] == (Kind.WORDING, "message only")
-    (path,) = FOURTH.glob(
-        "019-*.txt"
-    )  # OpenRLHF#829: the title quotes 'CUDA error: unspecified launch failure'
-    assert named(path.read_text())["cuda_kernel_fault"] == (Kind.WORDING, "message only")
+    # OpenRLHF#829: the title quotes 'CUDA error: unspecified launch failure'
+    assert named(sample_text("2026-11-29d", "019"))["cuda_kernel_fault"] == (Kind.WORDING, "message only")
     assert "cuda_illegal_memory_access" not in named(watchdog)
 
 
@@ -367,12 +359,8 @@ def test_a_run_trusts_a_message_in_any_text_before_a_shape_in_the_first() -> Non
     )
 
 
-SIXTH = FRESH.with_name("2026-11-29f")
-
-
 def sixth(number: str) -> str:
-    (path,) = SIXTH.glob(f"{number}-*.txt")
-    return path.read_text()
+    return sample_text("2026-11-29f", number)
 
 
 def test_a_native_stack_raising_from_the_watchdogs_timeout_check_is_possibly_the_timeout() -> None:
