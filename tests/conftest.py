@@ -5,18 +5,24 @@ from __future__ import annotations
 import importlib.util
 import os
 import socket
+import sys
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from ds_doctor.ops import cache, interpreter_first
+from ds_doctor.ops import cache, interpreter_first, locks
 
 # DeepSpeed engines built in this process (the unit tests' own) load the ops as the README tells a job to: with the
 # ninja the run's build phase and ranks use (another ninja first on PATH records builds otherwise, and the shared
 # folder would be rebuilt each time one or the other loads it), from the folder that phase left them in (make's set-up
 # built them: torch's default, or ds-doctor's own where another environment's builds are in the default)
 os.environ["PATH"] = interpreter_first(os.environ.get("PATH"))
+# a build killed mid-way (a Ctrl-C'd `make`, a SIGKILLed run) may have left its lock in either folder: DeepSpeed in
+# this process would wait on it with no bound, so it is cleared first, as a run's build phase clears it
+for _root in (cache.likely_root(os.environ), cache.private_root(os.environ)):
+    for _line in locks.heal_root(_root) if _root is not None else []:
+        print(f"conftest: {_line}", file=sys.stderr)
 if "TORCH_EXTENSIONS_DIR" not in os.environ and (_built := cache.stamped_root(os.environ)) is not None:
     os.environ["TORCH_EXTENSIONS_DIR"] = str(_built)
 

@@ -28,6 +28,7 @@ PACKAGES = (
     "deepspeed",
     "accelerate",
     "transformers",
+    "datasets",
     "numpy",
     "triton",
     "ninja",

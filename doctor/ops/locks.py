@@ -329,6 +329,16 @@ def heal_folder(folder: Path, op: str) -> str | None:
     return None
 
 
+def heal_root(root: Path) -> list[str]:
+    """Every stale lock in `root`'s op folders cleared, for a process about to load ops from `root` in itself (torch's
+    own wait on a lock whose builder was killed has no bound); the lines that say what was removed."""
+    try:
+        folders = sorted(lock.parent for lock in root.glob(f"*/{LOCK}"))
+    except OSError:
+        return []
+    return [line for folder in folders if (line := heal_folder(folder, folder.name)) is not None]
+
+
 def heal_op(op: str, environ: Mapping[str, str]) -> str | None:
     """For a rank about to load `op` from the run's folder (`TORCH_EXTENSIONS_DIR`): a lock that a killed launch's
     rank left there cleared first, so a relaunch does not wait on it; the line that says so, or None."""

@@ -130,6 +130,8 @@ def test_the_classes_are_the_ones_marked_in_the_catalog() -> None:
         "native_crash_segfault": 1,
         "python_import_mismatch": 1,
         "distributed_hang_no_error": 1,
+        "datasets_load_failed": 1,
+        "cuda_error_unspecific": 1,
     }
 
 
@@ -210,3 +212,75 @@ def test_an_os_error_cut_before_its_path_names_no_entry() -> None:
     assert "ds_ckpt_zero_optim_file_missing" not in named(sample_text("2026-11-29h", "302"))
     (lead,) = [lead for lead in leads(catalog.ISSUES) if lead.issue == "ds_ckpt_zero_optim_file_missing"]
     assert lead.distinct > len("[errno 2] no such file or directory: ")
+
+
+@pytest.mark.parametrize(
+    ("sample", "number", "entry"),
+    [
+        ("2026-11-29", "018", "cuda_error_unspecific"),  # "CUDA error: unknown error" under FSDP
+        ("2026-11-29g", "302", "cuda_error_unspecific"),  # "CUDA error: peer mapping resources exhausted"
+        (
+            "2026-11-29g",
+            "411",
+            "cuda_error_unspecific",
+        ),  # "OS call failed or operation not supported on this OS"
+        ("2026-11-29h", "309", "cuda_error_unspecific"),  # "CUDA driver error: invalid argument", title only
+        ("2026-11-29g", "202", "datasets_load_failed"),  # SchemaInferenceError after "0 examples"
+        ("2026-11-29h", "312", "datasets_load_failed"),  # a local .json read as a dataset script
+        ("2026-11-29h", "408", "datasets_load_failed"),  # "Couldn't find cache for ... for config 'default'"
+        (
+            "2026-11-29g",
+            "319",
+            "hf_trainer_resume_no_valid_checkpoint",
+        ),  # resume of a save_only_model checkpoint
+        ("2026-11-29g", "321", "hf_trainer_resume_no_valid_checkpoint"),  # axolotl's auto-resume under ZeRO-2
+        ("2026-11-29g", "410", "hf_trainer_empty_batch"),  # the raising f-string's second line alone
+        (
+            "2026-11-29h",
+            "201",
+            "hf_model_files_not_found",
+        ),  # "does not appear to have a file named config.json"
+    ],
+)
+def test_what_the_samples_labelled_none_for_want_of_an_entry_is_named_now(
+    sample: str, number: str, entry: str
+) -> None:
+    """Texts whose cause earlier samples labelled 'none' because the catalog had no entry (the recurring kinds 48g
+    and 48h met most: a CUDA error that names no cause, a dataset that would not load, a resume or a model folder
+    without the files it needs, a batch emptied of its columns): each is named by the entry added for it, alone."""
+    assert named(sample_text(sample, number)) == [entry]
+
+
+@pytest.mark.parametrize(
+    ("text", "entry", "gone"),
+    [
+        (
+            "RuntimeError: CUDA error: an illegal memory access was encountered\nCUDA kernel errors might be "
+            "asynchronously reported at some other API call",
+            "cuda_illegal_memory_access",
+            "cuda_error_unspecific",
+        ),
+        (
+            "ValueError: Error occurred while packing the dataset. Make sure that your dataset has enough samples to "
+            "at least yield one packed sequence.\n"
+            "datasets.arrow_writer.SchemaInferenceError: Please pass `features` or at least one example when writing "
+            "data",
+            "trl_sft_packing_no_sequence",
+            "datasets_load_failed",
+        ),
+    ],
+)
+def test_the_new_classes_give_way_to_a_cause_of_their_own(text: str, entry: str, gone: str) -> None:
+    found = named(text)
+    assert entry in found and gone not in found
+
+
+def test_a_progress_bar_at_zero_is_not_a_dataset_failure() -> None:
+    """datasets prints 'Generating train split: 0 examples' at the start of every split: nothing failed."""
+    assert (
+        named(
+            "Generating train split: 0 examples [00:00, ? examples/s]\nGenerating train split: 19255347 "
+            "examples [03:14, 97585.27 examples/s]"
+        )
+        == []
+    )

@@ -104,5 +104,6 @@ def test_each_wording_names_where_it_was_read() -> None:
                 "python",  # CPython's own messages (an import error, faulthandler)
                 "py-spy",  # a stack dump of a rank waiting in a collective
                 "ms-swift",
+                "datasets",
             }, wording.source
             assert wording.read and wording.versions, issue.id

@@ -165,3 +165,22 @@ def test_a_builder_that_ended_unreaped_is_gone(tmp_path: Path) -> None:
         assert state.state == "stale" and f"pid {ended.pid}" in state.why
     finally:
         ended.wait()
+
+
+def test_a_folder_of_ops_is_healed_of_its_killed_builds_only(
+    tmp_path: Path, holder: subprocess.Popen[str]
+) -> None:
+    """What the test session does before DeepSpeed loads ops in its own process: a build killed mid-way (fused_adam)
+    leaves a lock no process holds, cleared with one line; the live build beside it (cpu_adam) keeps its lock."""
+    killed = tmp_path / "fused_adam"
+    killed.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(killed / "lock")], stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    proc.kill()
+    proc.wait()
+    (lines,) = [locks.heal_root(tmp_path)]
+    assert len(lines) == 1 and lines[0].startswith("fused_adam: removed a build lock left behind")
+    assert not (killed / "lock").exists() and (tmp_path / "cpu_adam" / "lock").exists()
+    assert locks.heal_root(tmp_path) == [] and locks.heal_root(tmp_path / "absent") == []
