@@ -199,6 +199,34 @@ def test_a_fallback_is_one_or_two(tmp_path: Path, value: str) -> None:
             "python_import_mismatch",
         ),  # "module '...' has no attribute 'LLAMA_ATTENTION_CLASSES'"
         ("2026-11-29h", "401", "hf_argparser_unused_args"),  # ms-swift's "ValueError: remaining_argv: [...]"
+        # sample 48i's first run
+        (
+            "2026-11-29i",
+            "102",
+            "launcher_child_failed",
+        ),  # DeepSpeed-Chat: "Step 1 exited with non-zero status 1"
+        ("2026-11-29i", "402", "launcher_child_failed"),  # Ray: "The actor <id> is unavailable"
+        (
+            "2026-11-29i",
+            "411",
+            "launcher_child_failed",
+        ),  # torchrun's "Sending process N closing signal SIGTERM" alone
+        (
+            "2026-11-29i",
+            "203",
+            "env_rendezvous_variables_unset",
+        ),  # "Using fsdp only works in distributed training."
+        (
+            "2026-11-29i",
+            "302",
+            "hf_remote_code_old_gradient_checkpointing",
+        ),  # the message as a title, no frame
+        (
+            "2026-11-29i",
+            "304",
+            "datasets_load_failed",
+        ),  # LLaMA-Factory: "Cannot open data\dataset_info.json due to"
+        ("2026-11-29i", "404", "hf_trainer_loss_nan"),  # "指标会变成 nan" (a metric becomes nan)
     ],
 )
 def test_what_a_samples_first_run_missed_is_named_now(sample: str, number: str, entry: str) -> None:
@@ -284,3 +312,20 @@ def test_a_progress_bar_at_zero_is_not_a_dataset_failure() -> None:
         )
         == []
     )
+
+
+def test_the_old_remote_codes_message_alone_is_only_possibly_its_entry_and_never_beside_diffusers() -> None:
+    """48i's 302 is the message as a title: no frame says whose _set_gradient_checkpointing raised it, so the entry is
+    named as "possibly"; where diffusers' frame shows (its look-alike), not at all."""
+    found = [
+        m
+        for m in triage(sample_text("2026-11-29i", "302"), {})
+        if m.issue.id == "hf_remote_code_old_gradient_checkpointing"
+    ]
+    assert [m.strength for m in found] == ["possibly"]
+    diffusers = (
+        '  File "/opt/conda/lib/python3.10/site-packages/diffusers/models/modeling_utils.py", line 221, in '
+        "enable_gradient_checkpointing\n    self._set_gradient_checkpointing(enable=True)\n"
+        "TypeError: _set_gradient_checkpointing() got an unexpected keyword argument 'enable'"
+    )
+    assert "hf_remote_code_old_gradient_checkpointing" not in named(diffusers)
