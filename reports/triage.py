@@ -43,6 +43,9 @@ class TriageMatch:
     kind: str = (
         "wording"  # how it matched (`ds_doctor.knowledge.structure.Kind`): wording, loose, cut, frame, banner
     )
+    # a class of failures (a launcher's summary, a segfault, an import error, ...): the entry's `fallback`, named only
+    # where nothing more specific shows; it says what kind of failure it was, never that a release has a bug
+    fallback: int = 0
 
     @property
     def possibly(self) -> bool:
@@ -61,11 +64,19 @@ class TriageMatch:
             "possibly": self.possibly,
             "confirm": self.confirm,
             "kind": self.kind,
+            "class": bool(self.fallback),
         }
 
     @property
     def strength_line(self) -> str:
         return self.strength + (f" ({'; '.join(self.context)})" if self.context else "")
+
+
+#: what a class's match says instead of a verdict on the stack's versions
+CLASS_SAID = (
+    "a class of failures, named because nothing more specific shows: it says what kind of failure this was, not "
+    "that a release has a bug; the cause ranks where to look"
+)
 
 
 def render_triage(matches: list[TriageMatch]) -> str:
@@ -81,8 +92,12 @@ def render_triage(matches: list[TriageMatch]) -> str:
             f"  strength: {match.strength_line}",
             f"  by:       {MATCH_SAID.get(match.kind, match.kind)}",
             *([f"  confirm:  {match.confirm} (nothing in this input does)"] if match.possibly else []),
-            f"  affected: {issue.affected_versions}; {match.package} {version} (from {match.version.source}): "
-            f"{issue.verdict.value}" + (f"; fixed in {issue.fixed_in}" if issue.fixed_in else ""),
+            (
+                f"  kind:     {CLASS_SAID}"
+                if match.fallback
+                else f"  affected: {issue.affected_versions}; {match.package} {version} (from {match.version.source}): "
+                f"{issue.verdict.value}" + (f"; fixed in {issue.fixed_in}" if issue.fixed_in else "")
+            ),
             f"  cause:    {match.cause}",
             f"  remedy:   {issue.remedy}",
             *[f"  ref:      {ref}" for ref in issue.refs],
@@ -111,9 +126,13 @@ def render_triage_markdown(matches: list[TriageMatch], findings: Iterable[Findin
                 if match.possibly
                 else []
             ),
-            f"- **verdict:** {md_text(issue.verdict.value)}: {md_text(issue.affected_versions)}; "
-            f"{md_text(match.package)} {md_text(match.version.version or 'not installed')} (from "
-            f"{md_text(match.version.source)}){fixed}",
+            (
+                f"- **kind:** {md_text(CLASS_SAID)}"
+                if match.fallback
+                else f"- **verdict:** {md_text(issue.verdict.value)}: {md_text(issue.affected_versions)}; "
+                f"{md_text(match.package)} {md_text(match.version.version or 'not installed')} (from "
+                f"{md_text(match.version.source)}){fixed}"
+            ),
             f"- **cause:** {md_text(match.cause)}",
             f"- **remedy:** {md_text(issue.remedy)}",
             *[f"- {md_url(ref)}" for ref in issue.refs],

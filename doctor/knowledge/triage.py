@@ -65,6 +65,7 @@ def _matches(
                 match.context,
                 match.confirm if match.possibly else None,
                 match.kind.value,
+                issue.fallback,
             )
         )
     return in_order(found, text)

@@ -329,3 +329,17 @@ def test_the_old_remote_codes_message_alone_is_only_possibly_its_entry_and_never
         "TypeError: _set_gradient_checkpointing() got an unexpected keyword argument 'enable'"
     )
     assert "hf_remote_code_old_gradient_checkpointing" not in named(diffusers)
+
+
+def test_a_class_says_it_is_a_class_in_every_format_and_gives_no_verdict_on_versions() -> None:
+    """A class says what kind of failure it was; its text, Markdown and JSON say so, where an entry of a cause gives
+    its verdict on the installed release."""
+    from ds_doctor.knowledge.triage import read_log
+    from ds_doctor.reports.triage import CLASS_SAID, render_triage, render_triage_markdown
+
+    (summary,) = read_log(SUMMARY, {"torch": "2.13.0"}).matches
+    (oom,) = read_log(OOM, {"torch": "2.13.0"}).matches
+    assert summary.to_dict()["class"] is True and oom.to_dict()["class"] is False
+    text, markdown = render_triage([summary, oom]), render_triage_markdown([summary, oom])
+    assert text.count(f"kind:     {CLASS_SAID}") == 1 and text.count("  affected: ") == 1
+    assert markdown.count("- **kind:** a class of failures") == 1 and markdown.count("- **verdict:** ") == 1
