@@ -123,6 +123,11 @@ def _matrix_deepspeed(ctx: ProbeContext, route: Route, subject: Subject, knobs: 
     """A matrix setting on a DeepSpeed route: its config (or a client optimizer) as DeepSpeed documents it."""
     ctx.require(DEEPSPEED)
     require_deepspeed_ops(ctx)
+    if knobs.optimizer == "muon":
+        import deepspeed
+
+        if missing := muon_missing(route.stage, deepspeed.__version__):
+            ctx.skip(missing)
     if knobs.optimizer == "muon" and _muon_below_fp32():
         ctx.skip(
             "Muon's Newton-Schulz runs in fp16 on this accelerator (DeepSpeed's `ns_compute_dtype`); the "
@@ -145,6 +150,21 @@ def _matrix_deepspeed(ctx: ProbeContext, route: Route, subject: Subject, knobs: 
         config["zero_force_ds_cpu_optimizer"] = False
     ctx.note("deepspeed_config", config)
     return DeepSpeedSession(ctx, route, subject, hyper, config, hyper.optimizer_over if client else None)
+
+
+#: the first DeepSpeed release whose config builds its own Muon at each ZeRO stage (knobs.ZERO_KNOBS)
+MUON_SINCE = {1: "0.17.6", 2: "0.17.6", 3: "0.18.9"}
+
+
+def muon_missing(stage: int, release: str) -> str | None:
+    """Why DeepSpeed `release` has no Muon at `stage`, or None: before its first release there, a config's "Muon" is
+    not DeepSpeed's (0.16.4 hands its params to torch's own `torch.optim.Muon`, which refuses `betas`)."""
+    from packaging.version import Version
+
+    first = MUON_SINCE.get(stage)
+    if first is None or Version(release) >= Version(first):
+        return None
+    return f"DeepSpeed {release} has no Muon at ZeRO-{stage} (its first release there: {first})"
 
 
 def _muon_below_fp32() -> bool:

@@ -285,3 +285,25 @@ def test_the_shuffle_knobs_reference_order_is_accelerates_seedable_sampler_shard
     assert k.documented_order(0, 0, 0, micro, accumulation, 1) != k.documented_order(
         2, 0, 0, micro, accumulation, 1
     )
+
+
+@pytest.mark.parametrize(
+    ("stage", "release", "has"),
+    [
+        (1, "0.16.4", False),
+        (2, "0.17.5", False),
+        (2, "0.17.6", True),
+        (3, "0.18.8", False),
+        (3, "0.18.9", True),
+    ],
+)
+def test_muon_settings_skip_on_a_deepspeed_without_its_muon(stage: int, release: str, has: bool) -> None:
+    """Before DeepSpeed's own Muon (ZeRO-1/2: 0.17.6, read in the release's tree; ZeRO-3: 0.18.9) a config's "Muon"
+    reaches torch's `torch.optim.Muon` (0.16.4: "unexpected keyword argument 'betas'", an error on every Muon setting
+    of the matrix): the settings skip, saying which release brought it."""
+    from ds_doctor.probes.equivalence.sessions import muon_missing
+
+    why = muon_missing(stage, release)
+    assert (why is None) == has
+    if why is not None:
+        assert f"DeepSpeed {release} has no Muon at ZeRO-{stage}" in why
