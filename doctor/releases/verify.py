@@ -100,6 +100,11 @@ PLAN = {
     "ds_fp16_wrapper_init_step_moves_l2_weights": Plan(
         "equivalence and matrix-deepspeed-z0 and bf16 and adam", "cpu", ("0.17.5", "0.19.8"), matrix=True
     ),
+    # found by the matrix's `adam` knob while the fourth sample's DeepSpeed 0.16.4 bug was run (in no search);
+    # bisected to 0.19.5 / 0.19.6 at ZeRO-3, one rank
+    "ds_cpu_fused_adam_ignores_l2_mode": Plan(
+        "equivalence and matrix-deepspeed-z3-warmup-lr-adam-ws1", "cpu", matrix=True
+    ),
     # the fresh sample's #9, caught by the `adam` knob and offload on Accelerate's DeepSpeed route (added after
     # reading it)
     "acc_deepspeed_offload_swaps_adam_for_adamw": Plan(
