@@ -34,7 +34,7 @@ from ds_doctor.knowledge.structure import (
     raised,
 )
 from ds_doctor.redact import scrub_text
-from ds_doctor.reports.model import ErrorInfo, Verdict
+from ds_doctor.reports.model import ErrorInfo, IssueRef, Verdict
 
 SPAN_CHARS = 200
 _T = TypeVar("_T")
@@ -394,6 +394,12 @@ def verdict(match: Match) -> Verdict:
     if match.issue.fallback:
         return Verdict.UNKNOWN
     return Verdict.POSSIBLY if match.possibly else Verdict.AFFECTED
+
+
+def issue_ref(match: Match) -> IssueRef:
+    """The known issue a run's case or a watched job's error carries: the entry with `verdict(match)`, how to confirm
+    a "possibly", and how it matched."""
+    return match.issue.to_ref(verdict(match), match.confirm, match.kind.value)
 
 
 #: the kinds a run trusts first: a text's own message, before anything a structure or a paraphrase suggests

@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 
 from ds_doctor.knowledge import catalog
-from ds_doctor.knowledge.matching import judged, verdict
+from ds_doctor.knowledge.matching import issue_ref, judged
 from ds_doctor.reports.model import Finding, IssueRef, Outcome, Verdict, worst
 from ds_doctor.rundir import Ended, How, PlannedCase, RankLine
 
@@ -187,7 +187,7 @@ def known_issue_for(
         # the one matcher triage uses: a generic message with none of its entry's evidence is `possibly`
         found = judged(texts)
         if found is not None:
-            return found.issue.to_ref(verdict(found), found.confirm, found.kind.value)
+            return issue_ref(found)
         if named is None:
             return None
     if named is not None:

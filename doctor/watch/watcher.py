@@ -512,12 +512,12 @@ class Watch:
             return
         import traceback
 
-        from ds_doctor.knowledge.matching import judged, verdict
+        from ds_doctor.knowledge.matching import issue_ref, judged
         from ds_doctor.reports.model import ErrorInfo, RankSummary
 
         error = ErrorInfo.of(exc)
         found = judged(["".join(traceback.format_exception(type(exc), exc, exc.__traceback__))])
-        issue = found.issue.to_ref(verdict(found), found.confirm, found.kind.value) if found else None
+        issue = issue_ref(found) if found else None
         self.job_error = (error.headline, issue)
         case = CaseResult(
             probe="watch",

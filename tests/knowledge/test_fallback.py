@@ -107,6 +107,20 @@ def test_a_class_is_named_where_nothing_more_specific_shows(text: str, entry: st
             "dataloader_worker_oom_killed",
             "native_crash_segfault",
         ),
+        (
+            "RuntimeError: CUDA error: an illegal memory access was encountered\nCUDA kernel errors might be "
+            "asynchronously reported at some other API call",
+            "cuda_illegal_memory_access",
+            "cuda_error_unspecific",
+        ),
+        (
+            "ValueError: Error occurred while packing the dataset. Make sure that your dataset has enough samples to "
+            "at least yield one packed sequence.\n"
+            "datasets.arrow_writer.SchemaInferenceError: Please pass `features` or at least one example when writing "
+            "data",
+            "trl_sft_packing_no_sequence",
+            "datasets_load_failed",
+        ),
     ],
 )
 def test_a_class_gives_way_to_an_entry_of_its_own_cause(text: str, entry: str, gone: str) -> None:
@@ -277,30 +291,6 @@ def test_what_the_samples_labelled_none_for_want_of_an_entry_is_named_now(
     and 48h met most: a CUDA error that names no cause, a dataset that would not load, a resume or a model folder
     without the files it needs, a batch emptied of its columns): each is named by the entry added for it, alone."""
     assert named(sample_text(sample, number)) == [entry]
-
-
-@pytest.mark.parametrize(
-    ("text", "entry", "gone"),
-    [
-        (
-            "RuntimeError: CUDA error: an illegal memory access was encountered\nCUDA kernel errors might be "
-            "asynchronously reported at some other API call",
-            "cuda_illegal_memory_access",
-            "cuda_error_unspecific",
-        ),
-        (
-            "ValueError: Error occurred while packing the dataset. Make sure that your dataset has enough samples to "
-            "at least yield one packed sequence.\n"
-            "datasets.arrow_writer.SchemaInferenceError: Please pass `features` or at least one example when writing "
-            "data",
-            "trl_sft_packing_no_sequence",
-            "datasets_load_failed",
-        ),
-    ],
-)
-def test_the_new_classes_give_way_to_a_cause_of_their_own(text: str, entry: str, gone: str) -> None:
-    found = named(text)
-    assert entry in found and gone not in found
 
 
 def test_a_progress_bar_at_zero_is_not_a_dataset_failure() -> None:
