@@ -104,10 +104,12 @@ def _block_start_escaped(text: str) -> str:
 
 
 def _plain(text: str) -> str:
-    """Inline text that is not code: HTML made text; backslashes, stray backticks and pipes literal; no link or
-    image (`[text](url)` shows as written)."""
+    """Inline text that is not code: HTML made text; backslashes, stray backticks, pipes and asterisks literal (a
+    remedy's `worker-*.err, python-core-worker-*.log` is a glob, not emphasis); no link or image (`[text](url)`
+    shows as written)."""
     text = html.escape(text.replace("\\", "\\\\"), quote=False)
-    return text.replace("`", "\\`").replace("|", "\\|").replace("![", "!\\[").replace("](", "]\\(")
+    text = text.replace("`", "\\`").replace("|", "\\|").replace("*", "\\*")
+    return text.replace("![", "!\\[").replace("](", "]\\(")
 
 
 #: What GitHub or GitLab makes live in text, and neither does in a code span (GitHub's mention and reference

@@ -40,6 +40,15 @@ def test_markdown_text_cannot_start_a_block_or_be_html() -> None:
     assert md_text("C:\\path\\") == "C:\\\\path\\\\"
 
 
+def test_an_asterisk_in_text_stays_an_asterisk() -> None:
+    """A remedy's glob (Ray's worker logs) read as emphasis lost both asterisks and italicised what lay between."""
+    from markdown_it import MarkdownIt
+
+    glob = "worker-*.err, python-core-worker-*.log"
+    assert MarkdownIt().renderInline(md_text(glob)) == glob
+    assert "<em>" in MarkdownIt().renderInline(glob)  # what it rendered as before
+
+
 def test_a_code_span_and_a_code_block_outlast_the_backticks_inside() -> None:
     assert md_code("zero_offload[z3]") == "`zero_offload[z3]`"
     assert md_code("a ``` b") == "````a ``` b````" and md_code("`x") == "`` `x ``"
