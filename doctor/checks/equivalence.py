@@ -231,6 +231,24 @@ def missing_finding(missing: Sequence[str], stage: str, setting: str) -> list[Fi
     ]
 
 
+def steps_finding(reference: int, route: int, setting: str) -> list[Finding]:
+    """The route took another number of optimizer steps than the reference over the same data (a window it never
+    stepped, or one it stepped twice): a failed invariant, whatever the steps they share show."""
+    if reference == route:
+        return []
+    return [
+        Finding(
+            "equivalence",
+            Severity.ERROR,
+            f"the route took {route} optimizer step(s) where plain torch takes {reference} over the same "
+            f"micro-batches ({setting})",
+            stage="steps",
+            expected="one optimizer step per accumulation window, the short last window of an epoch included",
+            data={"reference_steps": reference, "route_steps": route},
+        )
+    ]
+
+
 #: what a resume must restore, in the order a finding names them
 CATEGORIES = ("parameters", "optimizer state", "lr", "scheduler step", "grad scaler", "rng")
 

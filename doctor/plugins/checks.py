@@ -14,6 +14,7 @@ from ds_doctor.checks.equivalence import (
     largest,
     missing_finding,
     not_restored,
+    steps_finding,
     worst_ratio,
 )
 from ds_doctor.checks.fabric import fabric_findings, rounds
@@ -50,6 +51,7 @@ __all__ = [
     "process_count_agreement",
     "rounds",
     "step_changes",
+    "steps_finding",
     "ties_kept",
     "tracked_live",
     "tracked_set",

@@ -105,6 +105,11 @@ PLAN = {
     "ds_cpu_fused_adam_ignores_l2_mode": Plan(
         "equivalence and matrix-deepspeed-z3-warmup-lr-adam-ws1", "cpu", matrix=True
     ),
+    # the fourth sample's #2 (transformers PR #40347), caught by the Trainer's `resume` and `partial_window` knobs
+    # (built after reading it): one optimizer step fewer than plain torch
+    "hf_trainer_resume_partial_window_not_stepped": Plan(
+        "equivalence and matrix-trainer-bf16-warmup-sgd-resume-partial-window-ws1", "cpu", matrix=True
+    ),
     # the fresh sample's #9, caught by the `adam` knob and offload on Accelerate's DeepSpeed route (added after
     # reading it)
     "acc_deepspeed_offload_swaps_adam_for_adamw": Plan(

@@ -93,11 +93,16 @@ def adam_bound(betas: tuple[float, float]) -> float:
     return max(1.0, (1 - betas[0]) / math.sqrt(1 - betas[1]))
 
 
+#: an element's gradient error may be this many times the measured error per element (one element is not the mean)
+SPREAD = 4.0
+
+
 def noise_allowances(
     noisy: Sequence[dict[str, Any]],
     exact: Sequence[dict[str, Any]],
     rate: Callable[[int, str], float],
     betas: tuple[float, float],
+    eps: float | None = None,
 ) -> list[dict[str, float]]:
     """Per step, each parameter's absolute allowance for elements stepped on a gradient below the route's rounding:
     `noisy` the gradients per step (by name) of the reference run once more in the route's dtype, `exact` the
@@ -105,7 +110,14 @@ def noise_allowances(
     second, spread over the tensor's
     elements, is the route's error per element; an element whose exact gradient is below it over NOISE may take its
     sign from the rounding, and Adam steps it by up to lr * adam_bound either way: 2 lr adam_bound * sqrt(such
-    elements) from that step on (summed over steps)."""
+    elements) from that step on (summed over steps).
+
+    `eps` (Adam's): an element whose gradient is near eps. Adam's update g / (|g| + eps) moves by
+    lr eps / (|g| + eps)^2 per unit of gradient there (10^4 lr at |g| = eps = 1e-8), so the rounding of a correct
+    route moves such an element's update far more than its value's ulps: each element is allowed
+    lr SPREAD error eps / (|g| + eps)^2 (its exact |g| standing for Adam's running RMS), at most Adam's largest move,
+    from that step on. Measured, not assumed: a tiny Qwen2 has gate_proj elements at |g| = 2 eps whose update moved by
+    1.1e-6 for a gradient 1e-10 off, while the fp32 reference happened to round that element right."""
     import torch
 
     out: list[dict[str, float]] = []
@@ -120,5 +132,10 @@ def noise_allowances(
                 carried[name] = carried.get(name, 0.0) + 2 * lr * adam_bound(betas) * math.sqrt(
                     noisy_elements
                 )
+            if eps is not None and error > 0:
+                moved = (lr * SPREAD * error * eps / (truth.abs() + eps) ** 2).clamp(
+                    max=2 * lr * adam_bound(betas)
+                )
+                carried[name] = carried.get(name, 0.0) + float(torch.linalg.vector_norm(moved))
         out.append(dict(carried))
     return out

@@ -15,6 +15,7 @@ from ds_doctor.plugins.checks import (
     first_divergence,
     largest,
     missing_finding,
+    steps_finding,
     worst_ratio,
 )
 from ds_doctor.probes.equivalence.cases import Route
@@ -103,13 +104,14 @@ def judge(
                     "grad_norm": {"route": g.grad_norm, "reference": r.grad_norm},
                     "lr": g.lr,
                 }
-                for r, g in zip(ref, records, strict=True)
+                for r, g in zip(ref, records, strict=False)
             ],
             "clipping_engaged_steps": clipped_steps(ref, hyper.clip),
             "setting": hyper.describe(),
         },
     )
     findings = missing_finding(missing, "update", setting(ctx, route, hyper))
+    findings += steps_finding(len(ref), len(records), setting(ctx, route, hyper))
     divergence = first_divergence(compared, tolerance)
     if divergence is not None and how.outputs:
         request = (
@@ -130,8 +132,11 @@ def judge(
     ctx.add_findings(findings)
     # a matrix setting's failure, a divergence or what its resume's load left out (`probe.train`'s findings)
     failed = bool(findings) or (route.knobs is not None and ctx.has_error_findings)
+    # a window never stepped (or stepped twice) is the setting's own bug before any loss scale the explainer reads
+    miscounted = route.knobs is not None and len(ref) != len(records)
     issue = (
-        (explain(ref) if explain is not None and findings else None)
+        (matrix_issue(route, ctx.world_size) if miscounted else None)
+        or (explain(ref) if explain is not None and findings else None)
         or (matrix_issue(route, ctx.world_size) if route.knobs is not None and failed else None)
         or route.issue
     )

@@ -41,6 +41,8 @@ EPOCH_STEPS, SHUFFLE_SEED, DATA_SEED = 2, 1234, 4321
 #: `OneCycle`: its first half-cycle's length in scheduler steps, its stairs over it, its floor (a multiple of the
 #: base rate, which is its ceiling: one for every group)
 ONECYCLE_STEPS, ONECYCLE_STAIRS, ONECYCLE_MIN = 4, 2, 0.1
+#: the Trainer's "resume": the optimizer step its checkpoint is written at, inside the first epoch of EPOCH_STEPS
+RESUME_AT = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +75,9 @@ class Knobs:
     # EPOCH_STEPS steps an epoch (two epochs), `set_epoch` at each; the Trainer: its own shuffled sampler with
     # `data_seed` DATA_SEED over two epochs
     shuffle: bool = False
+    # the Trainer: epochs of EPOCH_STEPS optimizer steps whose length is not a multiple of the accumulation window,
+    # the last window of each one micro-batch per rank (two epochs)
+    partial_window: bool = False
 
     def tokens(self) -> list[str]:
         """The settings that differ from the defaults, in a case name's words: a value's own ("bf16", "rates"),
@@ -115,6 +120,7 @@ VALUES: dict[str, tuple[object, ...]] = {
     "smoothing": (False, True),
     "resume": (False, True),
     "shuffle": (False, True),
+    "partial_window": (False, True),
 }
 
 
@@ -140,7 +146,9 @@ DEEPSPEED_KNOBS = {
 #: and Muon (DeepSpeed's at ZeRO-1/2 since 0.17.6, at ZeRO-3 since 0.18.9; ZeRO-0 ran no Newton-Schulz before 0.19.7,
 #: PR #8442: not offered there)
 ZERO_KNOBS = {**DEEPSPEED_KNOBS, **_offer("offload", "accumulate_fp32", "optimizer")}
-#: the Trainer builds its own groups (decay by name: "decay" turns weight decay on) at one rate
+#: the Trainer builds its own groups (decay by name: "decay" turns weight decay on) at one rate; its resume is its
+#: own checkpoint at optimizer step RESUME_AT (inside the first epoch) and `train(resume_from_checkpoint=...)` in a
+#: fresh Trainer
 TRAINER_KNOBS = _offer(
     "precision",
     "accumulation",
@@ -150,15 +158,17 @@ TRAINER_KNOBS = _offer(
     "optimizer",
     "smoothing",
     "shuffle",
+    "resume",
+    "partial_window",
     groups=("one", "decay"),
     optimizer=("adamw", "sgd"),  # the Trainer has no optim of torch's Adam (L2)
 )
 
 
 def allowed(knobs: Knobs) -> bool:
-    """Settings that mean nothing are left out: `sync_each_batch` without accumulation, an fp32 accumulation of
-    fp32 gradients; and Muon where the reference would not be DeepSpeed's documented Muon: only from the config, in
-    fp32, one group, no clipping (ZeRO clips on the orthogonalised update), no resume."""
+    """Settings that mean nothing are left out: `sync_each_batch` or a partial window without accumulation, an fp32
+    accumulation of fp32 gradients; and Muon where the reference would not be DeepSpeed's documented Muon: only
+    from the config, in fp32, one group, no clipping (ZeRO clips on the orthogonalised update), no resume."""
     if knobs.shuffle and knobs.resume:  # a resume of the data order is a knob of its own (not built)
         return False
     muon_fits = knobs.optimizer != "muon" or (
@@ -170,7 +180,7 @@ def allowed(knobs: Knobs) -> bool:
     )
     return (
         muon_fits
-        and not (knobs.sync_each_batch and knobs.accumulation == 1)
+        and not ((knobs.sync_each_batch or knobs.partial_window) and knobs.accumulation == 1)
         and not (knobs.accumulate_fp32 and knobs.precision != "bf16")
     )
 
@@ -314,6 +324,19 @@ def onecycle_factor(step: int) -> float:
     return ONECYCLE_MIN + (1.0 - ONECYCLE_MIN) * math.floor(position) / ONECYCLE_STAIRS
 
 
+def epoch_micro_batches(accumulation: int, partial_window: bool) -> int:
+    """The micro-batches of an epoch on each rank: EPOCH_STEPS windows, the last one micro-batch where the
+    "partial_window" knob cuts it short."""
+    return EPOCH_STEPS * accumulation - (accumulation - 1 if partial_window else 0)
+
+
+def epoch_window(step: int, accumulation: int, partial_window: bool) -> int:
+    """The micro-batches of optimizer step `step` on each rank where the stream runs in epochs of EPOCH_STEPS
+    steps: the window, or one in an epoch's last step under "partial_window"."""
+    last = step % EPOCH_STEPS == EPOCH_STEPS - 1
+    return 1 if partial_window and last else accumulation
+
+
 def documented_order(
     step: int,
     micro: int,
@@ -322,16 +345,18 @@ def documented_order(
     accumulation: int,
     world_size: int,
     seed: int = SHUFFLE_SEED,
+    partial_window: bool = False,
 ) -> list[int]:
     """The sample indices of micro-batch `micro` of optimizer step `step` on `rank` under the "shuffle" knob, as
     Accelerate documents its seedable sampler and sharding: each epoch one permutation of the epoch's samples drawn
     from a generator seeded with the job's seed plus the epoch (`SeedableRandomSampler`), cut into micro-batches,
     handed to the processes in turn (`BatchSamplerShard`, batches not split). `seed`: the job's, or the Trainer's
-    `data_seed`, which it hands to Accelerate's sampler as its initial seed."""
+    `data_seed`, which it hands to Accelerate's sampler as its initial seed; `partial_window`: an epoch one
+    micro-batch per rank into its last window."""
     import torch
 
     epoch, within = divmod(step, EPOCH_STEPS)
-    samples = EPOCH_STEPS * accumulation * micro_batch * world_size
+    samples = epoch_micro_batches(accumulation, partial_window) * micro_batch * world_size
     order = torch.randperm(samples, generator=torch.Generator().manual_seed(seed + epoch)).tolist()
     index = (within * accumulation + micro) * world_size + rank
     return order[index * micro_batch : (index + 1) * micro_batch]

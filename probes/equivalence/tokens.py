@@ -11,6 +11,8 @@ from ds_doctor.probes.equivalence.subject import Hyper, StepRecord
 
 SEQUENCE = 8
 PAD = 0
+#: a label-smoothing route's allowance adds this many times the distance of the LabelSmoother's formula from torch's
+SPREAD_FACTOR = 2.0
 
 
 def build_lm(kind: str, seed: int = 0) -> Any:
@@ -45,13 +47,24 @@ def sample(index: int, vocab: int, first_label_masked: bool = False) -> dict[str
 def micro_indices(step: int, micro: int, rank: int, hyper: Hyper, world_size: int) -> Sequence[int]:
     """The samples of one rank's micro-batch, as the Trainer's sequential sampler and Accelerate's per-rank batches
     deal them: batch b = (step * accumulation + micro) * world_size + rank of the stream; under the matrix's
-    shuffle, the order Accelerate documents for the Trainer's sampler seeded with its `data_seed`."""
-    if hyper.shuffle:
-        from ds_doctor.probes.equivalence.knobs import DATA_SEED, documented_order
+    shuffle, the order Accelerate documents for the Trainer's sampler seeded with its `data_seed`; under the
+    matrix's partial window, epochs of EPOCH_STEPS steps, each over the same samples in order (a sequential sampler
+    starts again at each), the last window one micro-batch per rank."""
+    from ds_doctor.probes.equivalence.knobs import DATA_SEED, EPOCH_STEPS, documented_order
 
+    if hyper.shuffle:
         return documented_order(
-            step, micro, rank, hyper.micro_batch, hyper.accumulation, world_size, seed=DATA_SEED
+            step,
+            micro,
+            rank,
+            hyper.micro_batch,
+            hyper.accumulation,
+            world_size,
+            seed=DATA_SEED,
+            partial_window=hyper.partial_window,
         )
+    if hyper.partial_window:
+        step %= EPOCH_STEPS
     b = (step * hyper.accumulation + micro) * world_size + rank
     return range(b * hyper.micro_batch, (b + 1) * hyper.micro_batch)
 
@@ -81,7 +94,11 @@ def stacked(indices: Sequence[int], vocab: int, first_label_masked: bool = False
 
 def window(hyper: Hyper, step: int, last_window: int | None) -> int:
     """The micro-batches of optimizer step `step` on each rank: the accumulation steps, or fewer in a last window the
-    stream cuts short."""
+    stream cuts short (the route's last step, or each epoch's under the matrix's partial window)."""
+    from ds_doctor.probes.equivalence.knobs import epoch_window
+
+    if hyper.partial_window:
+        return epoch_window(step, hyper.accumulation, True)
     return last_window if last_window and step == hyper.steps - 1 else hyper.accumulation
 
 
@@ -101,23 +118,36 @@ def token_reference(
     from ds_doctor.probes.equivalence.bounds import allowances, noise_allowances
 
     shape = (last_window, label_smoothing)
-    single, initial, _ = _token_run(kind, hyper, world_size, lrs, torch.float32, shape)
+    single, initial, grads = _token_run(kind, hyper, world_size, lrs, torch.float32, shape)
     double, _, exact = _token_run(kind, hyper, world_size, lrs, torch.float64, shape)
-    noise = None
-    if hyper.dtype != "float32":  # the reference once more in the route's dtype: its rounding, measured
+    # the route's rounding, measured: the reference once more in the route's dtype; in fp32 the reference's own
+    # fp32 gradients (the Trainer computes the loss by its own formula - the LabelSmoother's log-softmax, its own
+    # reductions - so an element whose exact gradient is below fp32's rounding may take another sign there)
+    rough = grads
+    if hyper.dtype != "float32":
         rough = _token_run(kind, hyper, world_size, lrs, getattr(torch, hyper.dtype), shape)[2]
-        noise = noise_allowances(
-            rough, exact, lambda step, _name: lrs[step], hyper.betas
-        )  # one rate: the Trainer's
+    adam_eps = hyper.eps if hyper.momentum is None else None  # SGD has no eps
+    noise = noise_allowances(
+        rough, exact, lambda step, _name: lrs[step], hyper.betas, adam_eps
+    )  # one rate: the Trainer's
+    if (
+        label_smoothing
+    ):  # the LabelSmoother's own formula in fp32: how far another correct formula lands, measured
+        other = _token_run(kind, hyper, world_size, lrs, torch.float32, (*shape, True))[0]
+        for step, (mine, theirs) in enumerate(zip(single, other, strict=True)):
+            for name, value in mine.params.items():
+                spread = float(torch.linalg.vector_norm(value.double() - theirs.params[name].double()))
+                noise[step][name] = noise[step].get(name, 0.0) + SPREAD_FACTOR * spread
     for record, extra in zip(single, allowances(single, double, 0.0, initial, noise), strict=True):
         record.allowance = extra
     return single
 
 
 def _token_run(
-    kind: str, hyper: Hyper, world_size: int, lrs: list[float], dtype: Any, shape: tuple[int | None, float]
+    kind: str, hyper: Hyper, world_size: int, lrs: list[float], dtype: Any, shape: tuple[Any, ...]
 ) -> tuple[list[StepRecord], dict[str, Any], list[dict[str, Any]]]:
-    """`shape`: the last window's micro-batches (None: a whole window) and the label smoothing."""
+    """`shape`: the last window's micro-batches (None: a whole window), the label smoothing, and (optionally)
+    whether the smoothed loss is computed by the LabelSmoother's formula instead of torch's cross-entropy."""
     from ds_doctor.probes.equivalence.subject import named_grads
 
     model, params, optimizer = _token_trainee(kind, dtype, hyper)
@@ -155,11 +185,20 @@ def _token_batches(
     return batches, sum(int((b["labels"][:, 1:] != -100).sum()) for b in batches)
 
 
-def _summed(model: Any, b: dict[str, Any], smoothing: float) -> Any:
-    """A micro-batch's summed token cross-entropy (labels shifted, -100 ignored)."""
+def _summed(model: Any, b: dict[str, Any], smoothing: float, smoother: bool = False) -> Any:
+    """A micro-batch's summed token cross-entropy (labels shifted, -100 ignored); `smoother`: the smoothed loss as
+    transformers' LabelSmoother computes it (the negative log-softmax gathered at the label, and summed over the
+    vocabulary over its size), the same quantity by another formula."""
     import torch
 
     logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
+    if smoother:
+        labels = b["labels"][:, 1:]
+        active = labels != -100
+        negative = -torch.nn.functional.log_softmax(logits[:, :-1], dim=-1)
+        nll = negative.gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+        smoothed = negative.sum(dim=-1) / logits.shape[-1]
+        return ((1 - smoothing) * nll[active]).sum() + (smoothing * smoothed[active]).sum()
     return torch.nn.functional.cross_entropy(
         logits[:, :-1].reshape(-1, logits.shape[-1]),
         b["labels"][:, 1:].reshape(-1),
@@ -176,7 +215,7 @@ def _token_step(
     step: int,
     lr: float,
     dtype: Any,
-    shape: tuple[int | None, float],
+    shape: tuple[Any, ...],
 ) -> tuple[float, float]:
     import torch
 
@@ -190,7 +229,7 @@ def _token_step(
     ):  # each rank's window on its own, then the ranks summed: an all-reduce's order
         optimizer.zero_grad(set_to_none=True)
         for b in batches[rank * per_rank : (rank + 1) * per_rank]:
-            summed = _summed(model, b, shape[1])
+            summed = _summed(model, b, shape[1], len(shape) > 2 and shape[2])
             (summed / tokens).backward()
             total += summed.detach()
         ranks.append([p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in params])

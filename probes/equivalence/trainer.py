@@ -29,7 +29,7 @@ from ds_doctor.probes.equivalence.cases import (
     OVERCOUNT_ISSUE,
     Route,
 )
-from ds_doctor.probes.equivalence.knobs import DATA_SEED, EPOCH_STEPS, MOMENTUM, WARMUP
+from ds_doctor.probes.equivalence.knobs import DATA_SEED, MOMENTUM, RESUME_AT, WARMUP, epoch_micro_batches
 from ds_doctor.probes.equivalence.reference import independent as independent_reference
 from ds_doctor.probes.equivalence.subject import Hyper, StepRecord, Subject, digest
 from ds_doctor.probes.equivalence.tokens import SEQUENCE, build_lm, predicted_over_counted, sample
@@ -122,9 +122,12 @@ def make_trainer(
         model = NoLossKwargs.wrap(model)
     short = hyper.accumulation - 1 if route.partial_window else 0  # the last window: one micro-batch per rank
     count = (max_steps * hyper.accumulation - short) * hyper.micro_batch * ctx.world_size
-    # the matrix's shuffle: an epoch of EPOCH_STEPS steps, the Trainer's own sampler over it
-    if hyper.shuffle:
-        count = EPOCH_STEPS * hyper.accumulation * hyper.micro_batch * ctx.world_size
+    # the matrix's shuffle and partial window: an epoch of EPOCH_STEPS steps (the last window one micro-batch per
+    # rank under the latter), the Trainer's own sampler over it
+    if hyper.shuffle or hyper.partial_window:
+        count = (
+            epoch_micro_batches(hyper.accumulation, hyper.partial_window) * hyper.micro_batch * ctx.world_size
+        )
 
     class Stream(torch.utils.data.Dataset):
         def __len__(self) -> int:
@@ -179,6 +182,19 @@ def make_trainer(
         deepspeed=deepspeed_config(route) if route.stage else None,
     )
     return Recording(model=model, args=args, train_dataset=Stream(), callbacks=[_callback(ctx, recorder)])
+
+
+def _stop(at: int) -> Any:
+    """A callback that stops training after optimizer step `at` (its checkpoint is written first): a job cut off,
+    before its resume."""
+    import transformers
+
+    class Stop(transformers.TrainerCallback):
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            if state.global_step >= at:
+                control.should_training_stop = True
+
+    return Stop()
 
 
 def deepspeed_config(route: Route) -> dict[str, Any]:
@@ -358,7 +374,13 @@ def _explainer(
         if not route.label_smoothing and undivided:
             return NOT_DIVIDED_ISSUE
         norm = _norm_scale(records, ref)
-        if scale is not None and abs(scale - 1) <= OVERCOUNT_MATCH and norm is not None:
+        # with one micro-batch a window there is no second division to tell apart
+        if (
+            scale is not None
+            and abs(scale - 1) <= OVERCOUNT_MATCH
+            and norm is not None
+            and hyper.accumulation > 1
+        ):
             if abs(norm * hyper.accumulation - 1) <= DOUBLE_DIVISION_MATCH:
                 return DOUBLE_DIVISION_ISSUE
         return UNEXPLAINED if route.issue in (OVERCOUNT_ISSUE, DOUBLE_DIVISION_ISSUE) else None
@@ -367,9 +389,31 @@ def _explainer(
 
 
 def _train(ctx: ProbeContext, route: Route, hyper: Hyper, out: Path, recorder: Recorder) -> Any:
-    """The Trainer built for `route` and trained (its recorder holds the steps)."""
+    """The Trainer built for `route` and trained (its recorder holds the steps). A matrix setting with "resume":
+    trained to its checkpoint at optimizer step RESUME_AT and stopped there, then a fresh Trainer (a fresh model)
+    resumed from it with `train(resume_from_checkpoint=...)` to the end, as a job that was cut off and restarted."""
+    schedule = bool(route.resume) or hyper.schedule != "constant"
     with accelerate_session():
         ctx.enter("trainer.train")
+        if route.knobs is not None and route.knobs.resume:
+            first = make_trainer(
+                ctx,
+                route,
+                hyper,
+                out,
+                recorder,
+                max_steps=hyper.steps,
+                save_steps=RESUME_AT,
+                schedule=schedule,
+            )
+            first.add_callback(_stop(RESUME_AT))
+            first.train()
+            ctx.enter(f"trainer.train(resume_from_checkpoint=checkpoint-{RESUME_AT})")
+            resumed = make_trainer(
+                ctx, route, hyper, out, recorder, max_steps=hyper.steps, save_steps=None, schedule=schedule
+            )
+            resumed.train(resume_from_checkpoint=str(out / f"checkpoint-{RESUME_AT}"))
+            return resumed
         trainer = make_trainer(
             ctx,
             route,
@@ -378,7 +422,7 @@ def _train(ctx: ProbeContext, route: Route, hyper: Hyper, out: Path, recorder: R
             recorder,
             max_steps=hyper.steps,
             save_steps=_resume_at(hyper) if route.resume else None,
-            schedule=bool(route.resume) or hyper.schedule != "constant",
+            schedule=schedule,
         )
         trainer.train()
     return trainer
@@ -441,6 +485,7 @@ def matrix_hyper(route: Route) -> Hyper:
         total=TRAINER_HYPER.steps,
         momentum=MOMENTUM if knobs.optimizer == "sgd" else None,
         shuffle=knobs.shuffle,
+        partial_window=knobs.partial_window,
     )
 
 

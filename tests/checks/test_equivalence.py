@@ -18,6 +18,7 @@ from ds_doctor.checks.equivalence import (
     first_divergence,
     largest,
     not_restored,
+    steps_finding,
     worst_ratio,
 )
 
@@ -193,6 +194,49 @@ def test_allowances_follow_the_float64_reference_and_the_kernel_term() -> None:
     assert extra["loss"] == pytest.approx(SHADOW_FACTOR * 1e-7) and extra["grad_norm"] == 0.0
     # the update's norm is 5
     assert extra["w"] == pytest.approx(SHADOW_FACTOR * math.sqrt(2) * 1e-6 + 0.01 * 5.0)
+
+
+def test_adams_eps_region_is_allowed_the_move_rounding_gives_it_there() -> None:
+    """An element whose gradient is near Adam's eps moves its update by lr eps / (|g| + eps)^2 per unit of
+    gradient error (measured: a tiny Qwen2's gate_proj element at |g| = 2 eps moved 1.1e-6 for 1e-10): it is
+    allowed that move; an element far above eps next to nothing; without eps (SGD) nothing of the kind."""
+    import torch
+
+    from ds_doctor.probes.equivalence.bounds import SPREAD, noise_allowances
+
+    lr, eps = 1e-3, 1e-8
+    exact = [
+        {
+            "near": torch.tensor([2e-8, 1e-3], dtype=torch.float64),
+            "far": torch.tensor([1e-3, -1e-3], dtype=torch.float64),
+        }
+    ]
+    f64 = torch.float64
+    noisy = [
+        {
+            "near": torch.tensor([2e-8 + 1e-10, 1e-3 + 1e-10], dtype=f64),
+            "far": torch.tensor([1e-3 + 1e-10, -1e-3]),
+        }
+    ]
+    (got,) = noise_allowances(noisy, exact, lambda _s, _n: lr, (0.9, 0.999), eps)
+    error = 1e-10  # the measured error per element of "near": the RMS of its two elements' errors
+    assert got["near"] == pytest.approx(
+        math.hypot(lr * SPREAD * error * eps / (3e-8) ** 2, lr * SPREAD * error * eps / (1e-3 + eps) ** 2),
+        rel=1e-3,
+    )
+    assert got["near"] > 1e-6 > 1e-12 > got["far"]
+    assert noise_allowances(noisy, exact, lambda _s, _n: lr, (0.9, 0.999)) == [{}]
+
+
+def test_a_route_that_takes_another_number_of_steps_fails_on_it() -> None:
+    """A window never stepped (transformers PR #40347's resume) leaves the route a step short: a failed invariant
+    with both counts; equal counts, none."""
+    (finding,) = steps_finding(4, 3, "a setting")
+    assert (
+        "took 3 optimizer step(s) where plain torch takes 4" in finding.message and finding.stage == "steps"
+    )
+    assert finding.data == {"reference_steps": 4, "route_steps": 3}
+    assert steps_finding(4, 4, "a setting") == []
 
 
 def test_digests_are_bit_exact() -> None:

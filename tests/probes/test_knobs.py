@@ -256,15 +256,19 @@ def test_adams_l2_input_adds_the_decay_of_each_group_only_for_adam() -> None:
     assert _adam_input(Hyper(groups="decay"), grads, before) is grads  # AdamW: the gradient alone
 
 
+@pytest.mark.parametrize("partial", [False, True])
 @pytest.mark.parametrize("world_size", [1, 2])
-def test_the_shuffle_knobs_reference_order_is_accelerates_seedable_sampler_sharded(world_size: int) -> None:
+def test_the_shuffle_knobs_reference_order_is_accelerates_seedable_sampler_sharded(
+    world_size: int, partial: bool
+) -> None:
     """`knobs.documented_order` (what the reference trains on under "shuffle") is what Accelerate's prepared
-    DataLoader gives each process, epoch by epoch with `set_epoch`; a wrong seed, epoch or sharding fails it."""
+    DataLoader gives each process, epoch by epoch with `set_epoch`, an epoch cut one micro-batch into its last
+    window under "partial_window" too; a wrong seed, epoch, sharding or epoch length fails it."""
     torch = pytest.importorskip("torch")
     data_loader = pytest.importorskip("accelerate.data_loader")
 
     micro, accumulation = 4, 2
-    samples = k.EPOCH_STEPS * accumulation * micro * world_size
+    samples = k.epoch_micro_batches(accumulation, partial) * micro * world_size
     for rank in range(world_size):
         torch.manual_seed(k.SHUFFLE_SEED)  # the job's set_seed before it builds its data
         loader = torch.utils.data.DataLoader(
@@ -277,14 +281,48 @@ def test_the_shuffle_knobs_reference_order_is_accelerates_seedable_sampler_shard
             shard.set_epoch(epoch)
             got = [batch[0].tolist() for batch in shard]
             want = [
-                k.documented_order(epoch * k.EPOCH_STEPS + s, m, rank, micro, accumulation, world_size)
+                k.documented_order(
+                    epoch * k.EPOCH_STEPS + s,
+                    m,
+                    rank,
+                    micro,
+                    accumulation,
+                    world_size,
+                    partial_window=partial,
+                )
                 for s in range(k.EPOCH_STEPS)
-                for m in range(accumulation)
+                for m in range(k.epoch_window(s, accumulation, partial))
             ]
             assert got == want, (rank, epoch)
     assert k.documented_order(0, 0, 0, micro, accumulation, 1) != k.documented_order(
         2, 0, 0, micro, accumulation, 1
     )
+
+
+@pytest.mark.parametrize("accumulation", [2, 4])
+def test_a_partial_window_epoch_is_the_trainers_sequential_epoch_cut_one_micro_batch_into_its_last_window(
+    accumulation: int,
+) -> None:
+    """The Trainer route's stream under "partial_window" (`tokens.micro_indices`, `tokens.window`): each epoch
+    deals the same samples in order, EPOCH_STEPS windows, the last of one micro-batch per rank, exactly the
+    dataset length `make_trainer` gives its sequential sampler; not offered without accumulation."""
+    from ds_doctor.probes.equivalence.subject import Hyper
+    from ds_doctor.probes.equivalence.tokens import micro_indices, window
+
+    hyper, world_size = Hyper(accumulation=accumulation, partial_window=True), 2
+    length = k.epoch_micro_batches(accumulation, True) * hyper.micro_batch * world_size
+    for epoch in range(2):
+        dealt = [
+            i
+            for s in range(epoch * k.EPOCH_STEPS, (epoch + 1) * k.EPOCH_STEPS)
+            for m in range(window(hyper, s, None))
+            for r in range(world_size)
+            for i in micro_indices(s, m, r, hyper, world_size)
+        ]
+        assert dealt == list(range(length))
+    assert [window(hyper, s, None) for s in range(4)] == [accumulation, 1, accumulation, 1]
+    assert not k.allowed(k.Knobs(accumulation=1, partial_window=True))
+    assert k.allowed(k.Knobs(accumulation=accumulation, partial_window=True, resume=True))
 
 
 @pytest.mark.parametrize(
