@@ -11,8 +11,6 @@ from ds_doctor.probes.equivalence.subject import Hyper, StepRecord
 
 SEQUENCE = 8
 PAD = 0
-#: a label-smoothing route's allowance adds this many times the distance of the LabelSmoother's formula from torch's
-SPREAD_FACTOR = 2.0
 
 
 def build_lm(kind: str, seed: int = 0) -> Any:
@@ -121,8 +119,7 @@ def token_reference(
     single, initial, grads = _token_run(kind, hyper, world_size, lrs, torch.float32, shape)
     double, _, exact = _token_run(kind, hyper, world_size, lrs, torch.float64, shape)
     # the route's rounding, measured: the reference once more in the route's dtype; in fp32 the reference's own
-    # fp32 gradients (the Trainer computes the loss by its own formula - the LabelSmoother's log-softmax, its own
-    # reductions - so an element whose exact gradient is below fp32's rounding may take another sign there)
+    # fp32 gradients (an element whose exact gradient is below fp32's rounding, or near Adam's eps, moves with it)
     rough = grads
     if hyper.dtype != "float32":
         rough = _token_run(kind, hyper, world_size, lrs, getattr(torch, hyper.dtype), shape)[2]
@@ -130,24 +127,15 @@ def token_reference(
     noise = noise_allowances(
         rough, exact, lambda step, _name: lrs[step], hyper.betas, adam_eps
     )  # one rate: the Trainer's
-    if (
-        label_smoothing
-    ):  # the LabelSmoother's own formula in fp32: how far another correct formula lands, measured
-        other = _token_run(kind, hyper, world_size, lrs, torch.float32, (*shape, True))[0]
-        for step, (mine, theirs) in enumerate(zip(single, other, strict=True)):
-            for name, value in mine.params.items():
-                spread = float(torch.linalg.vector_norm(value.double() - theirs.params[name].double()))
-                noise[step][name] = noise[step].get(name, 0.0) + SPREAD_FACTOR * spread
     for record, extra in zip(single, allowances(single, double, 0.0, initial, noise), strict=True):
         record.allowance = extra
     return single
 
 
 def _token_run(
-    kind: str, hyper: Hyper, world_size: int, lrs: list[float], dtype: Any, shape: tuple[Any, ...]
+    kind: str, hyper: Hyper, world_size: int, lrs: list[float], dtype: Any, shape: tuple[int | None, float]
 ) -> tuple[list[StepRecord], dict[str, Any], list[dict[str, Any]]]:
-    """`shape`: the last window's micro-batches (None: a whole window), the label smoothing, and (optionally)
-    whether the smoothed loss is computed by the LabelSmoother's formula instead of torch's cross-entropy."""
+    """`shape`: the last window's micro-batches (None: a whole window) and the label smoothing."""
     from ds_doctor.probes.equivalence.subject import named_grads
 
     model, params, optimizer = _token_trainee(kind, dtype, hyper)
@@ -185,20 +173,11 @@ def _token_batches(
     return batches, sum(int((b["labels"][:, 1:] != -100).sum()) for b in batches)
 
 
-def _summed(model: Any, b: dict[str, Any], smoothing: float, smoother: bool = False) -> Any:
-    """A micro-batch's summed token cross-entropy (labels shifted, -100 ignored); `smoother`: the smoothed loss as
-    transformers' LabelSmoother computes it (the negative log-softmax gathered at the label, and summed over the
-    vocabulary over its size), the same quantity by another formula."""
+def _summed(model: Any, b: dict[str, Any], smoothing: float) -> Any:
+    """A micro-batch's summed token cross-entropy (labels shifted, -100 ignored)."""
     import torch
 
     logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
-    if smoother:
-        labels = b["labels"][:, 1:]
-        active = labels != -100
-        negative = -torch.nn.functional.log_softmax(logits[:, :-1], dim=-1)
-        nll = negative.gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)
-        smoothed = negative.sum(dim=-1) / logits.shape[-1]
-        return ((1 - smoothing) * nll[active]).sum() + (smoothing * smoothed[active]).sum()
     return torch.nn.functional.cross_entropy(
         logits[:, :-1].reshape(-1, logits.shape[-1]),
         b["labels"][:, 1:].reshape(-1),
@@ -215,7 +194,7 @@ def _token_step(
     step: int,
     lr: float,
     dtype: Any,
-    shape: tuple[Any, ...],
+    shape: tuple[int | None, float],
 ) -> tuple[float, float]:
     import torch
 
@@ -229,7 +208,7 @@ def _token_step(
     ):  # each rank's window on its own, then the ranks summed: an all-reduce's order
         optimizer.zero_grad(set_to_none=True)
         for b in batches[rank * per_rank : (rank + 1) * per_rank]:
-            summed = _summed(model, b, shape[1], len(shape) > 2 and shape[2])
+            summed = _summed(model, b, shape[1])
             (summed / tokens).backward()
             total += summed.detach()
         ranks.append([p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in params])
