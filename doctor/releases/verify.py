@@ -103,12 +103,17 @@ PLAN = {
     # found by the matrix's `adam` knob while the fourth sample's DeepSpeed 0.16.4 bug was run (in no search);
     # bisected to 0.19.5 / 0.19.6 at ZeRO-3, one rank
     "ds_cpu_fused_adam_ignores_l2_mode": Plan(
-        "equivalence and matrix-deepspeed-z3-warmup-lr-adam-ws1", "cpu", matrix=True
+        "equivalence and matrix-deepspeed-z3-decay-warmup-lr-adam-ws1", "cpu", matrix=True
     ),
     # the fourth sample's #2 (transformers PR #40347), caught by the Trainer's `resume` and `partial_window` knobs
     # (built after reading it): one optimizer step fewer than plain torch
     "hf_trainer_resume_partial_window_not_stepped": Plan(
         "equivalence and matrix-trainer-bf16-warmup-sgd-resume-partial-window-ws1", "cpu", matrix=True
+    ),
+    # the fourth sample's #1 (DeepSpeed PR #7050), caught by the `offload_states` knob (built after reading it) in
+    # the setting added for it by hand: decay groups, the states moved aside and back
+    "ds_z3_reload_states_group_order": Plan(
+        "equivalence and matrix-deepspeed-z3-decay-offload-states-ws1", "cpu", matrix=True
     ),
     # the fresh sample's #9, caught by the `adam` knob and offload on Accelerate's DeepSpeed route (added after
     # reading it)

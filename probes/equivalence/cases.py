@@ -269,7 +269,7 @@ MATRIX_ROUTES = (
     ("deepspeed-z0", Wrapper.DEEPSPEED, 0, "deepspeed"),
     ("deepspeed-z1", Wrapper.DEEPSPEED, 1, "zero"),
     ("deepspeed-z2", Wrapper.DEEPSPEED, 2, "zero"),
-    ("deepspeed-z3", Wrapper.DEEPSPEED, 3, "zero"),
+    ("deepspeed-z3", Wrapper.DEEPSPEED, 3, "zero3"),
     ("accelerate", Wrapper.ACCELERATE, 0, "accelerate"),
     ("accelerate-deepspeed", Wrapper.ACCELERATE_DEEPSPEED, 2, "accelerate-deepspeed"),
     ("trainer", Wrapper.TRAINER, 0, "trainer"),
@@ -287,6 +287,9 @@ def needed() -> dict[str, list[Knobs]]:
     return {
         # DeepSpeed PR #7967: ZeRO-2 offload keeps micro-batch 0 of a window of 3 or more
         "deepspeed-z2": [Knobs(accumulation=4, offload=True)],
+        # DeepSpeed PR #7050: ZeRO-3's reload_states maps shards in module order onto a buffer in group order (two
+        # groups whose order is not the module's: decay, then no decay)
+        "deepspeed-z3": [Knobs(groups="decay", offload_states=True)],
         # DeepSpeed #7837: bf16 without ZeRO and a client optimizer
         "deepspeed-z0": [Knobs(precision="bf16", source="client")],
         # Accelerate PR #2790: sync_each_batch stepped the optimizer at every micro-batch; PR #1140: a torch 2
@@ -307,7 +310,12 @@ def _matrix(extent: str) -> tuple[Route, ...]:
     combination) and, at level 2, the slice (`knobs.slice_of`). Named `matrix-<route>-<the knobs turned>`."""
     from ds_doctor.probes.equivalence import knobs as k
 
-    offered = {"torch": k.TORCH_KNOBS, "deepspeed": k.DEEPSPEED_KNOBS, "zero": k.ZERO_KNOBS}
+    offered = {
+        "torch": k.TORCH_KNOBS,
+        "deepspeed": k.DEEPSPEED_KNOBS,
+        "zero": k.ZERO_KNOBS,
+        "zero3": k.ZERO3_KNOBS,
+    }
     offered |= {"accelerate": k.ACCELERATE_KNOBS, "trainer": k.TRAINER_KNOBS}
     offered |= {"accelerate-deepspeed": k.ACCELERATE_DEEPSPEED_KNOBS}
     out = []

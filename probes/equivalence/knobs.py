@@ -78,6 +78,9 @@ class Knobs:
     # the Trainer: epochs of EPOCH_STEPS optimizer steps whose length is not a multiple of the accumulation window,
     # the last window of each one micro-batch per rank (two epochs)
     partial_window: bool = False
+    # DeepSpeed ZeRO-3: `engine.offload_states()` then `engine.reload_states()` before the middle step (the RLHF
+    # pattern of moving a trained model's states aside while another model generates)
+    offload_states: bool = False
 
     def tokens(self) -> list[str]:
         """The settings that differ from the defaults, in a case name's words: a value's own ("bf16", "rates"),
@@ -121,6 +124,7 @@ VALUES: dict[str, tuple[object, ...]] = {
     "resume": (False, True),
     "shuffle": (False, True),
     "partial_window": (False, True),
+    "offload_states": (False, True),
 }
 
 
@@ -146,6 +150,9 @@ DEEPSPEED_KNOBS = {
 #: and Muon (DeepSpeed's at ZeRO-1/2 since 0.17.6, at ZeRO-3 since 0.18.9; ZeRO-0 ran no Newton-Schulz before 0.19.7,
 #: PR #8442: not offered there)
 ZERO_KNOBS = {**DEEPSPEED_KNOBS, **_offer("offload", "accumulate_fp32", "optimizer")}
+#: ZeRO-3 moves its states aside and back (`offload_states` / `reload_states`, since 0.15.x, PR #6011): only with the
+#: config's FusedAdam (it asserts the class), no offload
+ZERO3_KNOBS = {**ZERO_KNOBS, **_offer("offload_states")}
 #: the Trainer builds its own groups (decay by name: "decay" turns weight decay on) at one rate; its resume is its
 #: own checkpoint at optimizer step RESUME_AT (inside the first epoch) and `train(resume_from_checkpoint=...)` in a
 #: fresh Trainer
@@ -167,8 +174,9 @@ TRAINER_KNOBS = _offer(
 
 def allowed(knobs: Knobs) -> bool:
     """Settings that mean nothing are left out: `sync_each_batch` or a partial window without accumulation, an fp32
-    accumulation of fp32 gradients; and Muon where the reference would not be DeepSpeed's documented Muon: only
-    from the config, in fp32, one group, no clipping (ZeRO clips on the orthogonalised update), no resume."""
+    accumulation of fp32 gradients, `offload_states` where DeepSpeed refuses it (see ZERO3_KNOBS); and Muon where
+    the reference would not be DeepSpeed's documented Muon: only from the config, in fp32, one group, no clipping
+    (ZeRO clips on the orthogonalised update), no resume."""
     if knobs.shuffle and knobs.resume:  # a resume of the data order is a knob of its own (not built)
         return False
     muon_fits = knobs.optimizer != "muon" or (
@@ -178,8 +186,13 @@ def allowed(knobs: Knobs) -> bool:
         and not knobs.clip
         and not knobs.resume
     )
+    # offload_states asserts DeepSpeed's FusedAdam (the config's Adam or AdamW) and no offload of its own
+    states_fit = not knobs.offload_states or (
+        knobs.source == "config" and knobs.optimizer in ("adamw", "adam") and not knobs.offload
+    )
     return (
         muon_fits
+        and states_fit
         and not ((knobs.sync_each_batch or knobs.partial_window) and knobs.accumulation == 1)
         and not (knobs.accumulate_fp32 and knobs.precision != "bf16")
     )

@@ -98,12 +98,20 @@ def train(opened: Session) -> list[StepRecord]:
     at the middle step through the route's own checkpoint, and a fresh session of the same route (a new engine or
     Accelerator, in this process) loads it and takes the remaining steps: the reference is the run uninterrupted,
     and what the load left out of the parameters, the optimizer's state or the lr (digests: any dtype) is a finding
-    of its own."""
+    of its own. A setting with `offload_states` moves the engine's states to the CPU and back before the middle
+    step."""
     knobs = opened.route.knobs
     k = resume_step(opened.hyper.steps) if knobs is not None and knobs.resume else opened.hyper.steps
+    # offload_states: the states moved aside and back before the middle step
+    aside = resume_step(opened.hyper.steps) if knobs is not None and knobs.offload_states else None
     ctx, directory = opened.ctx, opened.ctx.scratch_dir() / "matrix-checkpoint"
     try:
-        records = [opened.step(s) for s in range(k)]
+        records = []
+        for s in range(k):
+            if s == aside:
+                ctx.enter(f"offload_states / reload_states before step {s}")
+                opened.offload_and_reload()
+            records.append(opened.step(s))
         if k < opened.hyper.steps:
             ctx.enter(f"save at step {k}")
             opened.save(directory)

@@ -86,6 +86,11 @@ class Session:
     def load(self, directory: Path) -> None:
         raise NotImplementedError(f"{self.route.wrapper} has no resume path here")
 
+    def offload_and_reload(self) -> None:
+        """The route's states moved aside and back (DeepSpeed's `offload_states` knob): a route without them has
+        no such setting."""
+        raise NotImplementedError(f"{type(self).__name__} has no offload_states")
+
     def optimizer(self) -> Any:
         raise NotImplementedError
 
@@ -295,6 +300,12 @@ class DeepSpeedSession(Session):
         import torch
 
         return {n: v.to(torch.float32) for n, v in full_values(self.engine.module).items()}
+
+    def offload_and_reload(self) -> None:
+        """The engine's states moved to the CPU and back (`offload_states`, `reload_states`), as an RLHF job does
+        between its training and generation phases."""
+        self.engine.offload_states()
+        self.engine.reload_states()
 
     def close(self) -> None:
         self.engine.destroy()

@@ -133,6 +133,13 @@ def _matrix_deepspeed(ctx: ProbeContext, route: Route, subject: Subject, knobs: 
             "Muon's Newton-Schulz runs in fp16 on this accelerator (DeepSpeed's `ns_compute_dtype`); the "
             "reference's tolerance is fp32's"
         )
+    if knobs.offload_states:
+        import deepspeed
+
+        if not hasattr(deepspeed.DeepSpeedEngine, "offload_states"):
+            ctx.skip(
+                f"DeepSpeed {deepspeed.__version__} has no engine.offload_states (it came in 0.15.x, PR #6011)"
+            )
     client = knobs.source == "client"
     sgd = knobs.optimizer == "sgd"
     # the warm-up a client passes is a LambdaLR; DeepSpeed's own schedulers stay in the config over its optimizer

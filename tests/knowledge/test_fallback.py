@@ -121,6 +121,22 @@ def test_a_class_is_named_where_nothing_more_specific_shows(text: str, entry: st
             "trl_sft_packing_no_sequence",
             "datasets_load_failed",
         ),
+        # the Last error line names the check: the entry for it, not the NCCL class
+        (
+            "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:"
+            "2588, internal error - please report this issue to the NCCL developers, NCCL version 2.21.5\n"
+            "ncclInternalError: Internal check failed.\nLast error:\nBootstrap : no socket interface found",
+            "nccl_bootstrap_no_socket_interface",
+            "nccl_internal_error_unspecific",
+        ),
+        # ZeRO-3's empty placeholders in the file: that entry, not the state-dict class
+        (
+            "RuntimeError: Error(s) in loading state_dict for OPTForCausalLM:\n\tsize mismatch for "
+            "model.decoder.layers.5.fc1.weight: copying a param with shape torch.Size([0]) from checkpoint, the shape "
+            "in current model is torch.Size([10240, 2560]).",
+            "ds_z3_partitioned_state_dict_saved",
+            "state_dict_load_mismatch",
+        ),
     ],
 )
 def test_a_class_gives_way_to_an_entry_of_its_own_cause(text: str, entry: str, gone: str) -> None:
@@ -146,6 +162,8 @@ def test_the_classes_are_the_ones_marked_in_the_catalog() -> None:
         "distributed_hang_no_error": 1,
         "datasets_load_failed": 1,
         "cuda_error_unspecific": 1,
+        "state_dict_load_mismatch": 1,
+        "nccl_internal_error_unspecific": 1,
     }
 
 
@@ -241,6 +259,13 @@ def test_a_fallback_is_one_or_two(tmp_path: Path, value: str) -> None:
             "datasets_load_failed",
         ),  # LLaMA-Factory: "Cannot open data\dataset_info.json due to"
         ("2026-11-29i", "404", "hf_trainer_loss_nan"),  # "指标会变成 nan" (a metric becomes nan)
+        # ZeRO-3's fetch assert with an INFLIGHT summary
+        ("2026-11-29j", "101", "ds_z3_param_not_available_on_fetch"),
+        (
+            "2026-11-29j",
+            "405",
+            "trl_grpo_vllm_server_unreachable",
+        ),  # ms-swift's "Server is not up yet." alone
     ],
 )
 def test_what_a_samples_first_run_missed_is_named_now(sample: str, number: str, entry: str) -> None:
@@ -282,6 +307,23 @@ def test_an_os_error_cut_before_its_path_names_no_entry() -> None:
             "201",
             "hf_model_files_not_found",
         ),  # "does not appear to have a file named config.json"
+        (
+            "2026-11-29j",
+            "104",
+            "ds_z3_param_twice_in_ipg_bucket",
+        ),  # "params_in_ipg_bucket AssertionError" title
+        (
+            "2026-11-29j",
+            "402",
+            "acc_meta_weight_no_value",
+        ),  # "weight is on the meta device, we need a `value`"
+        (
+            "2026-11-29j",
+            "203",
+            "state_dict_load_mismatch",
+        ),  # a DTensor shard's size mismatch under FSDP2 + TP
+        ("2026-11-29e", "006", "nccl_internal_error_unspecific"),  # ncclInternalError with no Last error line
+        ("2026-11-29", "022", "nccl_internal_error_unspecific"),  # "internal check failed" on two machines
     ],
 )
 def test_what_the_samples_labelled_none_for_want_of_an_entry_is_named_now(

@@ -23,7 +23,8 @@ def _pairs(design: list[k.Knobs], offered: dict) -> set[tuple[str, object, str, 
 
 
 @pytest.mark.parametrize(
-    "offered", [k.TORCH_KNOBS, k.ACCELERATE_KNOBS, k.DEEPSPEED_KNOBS, k.ZERO_KNOBS, k.TRAINER_KNOBS]
+    "offered",
+    [k.TORCH_KNOBS, k.ACCELERATE_KNOBS, k.DEEPSPEED_KNOBS, k.ZERO_KNOBS, k.ZERO3_KNOBS, k.TRAINER_KNOBS],
 )
 def test_the_design_covers_every_pair_of_values(offered: dict) -> None:
     design = k.pairs(offered)
@@ -323,6 +324,22 @@ def test_a_partial_window_epoch_is_the_trainers_sequential_epoch_cut_one_micro_b
     assert [window(hyper, s, None) for s in range(4)] == [accumulation, 1, accumulation, 1]
     assert not k.allowed(k.Knobs(accumulation=1, partial_window=True))
     assert k.allowed(k.Knobs(accumulation=accumulation, partial_window=True, resume=True))
+
+
+def test_offload_states_runs_only_where_deepspeed_allows_it_and_only_at_zero3() -> None:
+    """`engine.offload_states` asserts DeepSpeed's FusedAdam (the config's Adam or AdamW) and no offload of its own:
+    other settings are left out; ZeRO-3 offers the knob, ZeRO 1 and 2 do not; DeepSpeed PR #7050's setting (decay
+    groups whose order is not the module's, the states moved aside) is added to ZeRO-3's design by hand."""
+    from ds_doctor.probes.equivalence import cases
+
+    assert k.allowed(k.Knobs(groups="decay", offload_states=True))
+    assert k.allowed(k.Knobs(optimizer="adam", offload_states=True))
+    for other in ({"source": "client"}, {"offload": True}, {"optimizer": "sgd"}, {"optimizer": "muon"}):
+        assert not k.allowed(k.Knobs(offload_states=True, **other)), other  # type: ignore[arg-type]
+    assert set(k.ZERO3_KNOBS) - set(k.ZERO_KNOBS) == {"offload_states"}
+    names = [r.name for r in cases.matrix()]
+    assert "matrix-deepspeed-z3-decay-offload-states" in names
+    assert not any("offload-states" in n for n in names if not n.startswith("matrix-deepspeed-z3-"))
 
 
 @pytest.mark.parametrize(
