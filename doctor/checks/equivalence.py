@@ -9,6 +9,7 @@ route's dtype; 0 where the reference performs the route's own operations in the 
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 from collections.abc import Mapping, Sequence
@@ -247,6 +248,30 @@ def steps_finding(reference: int, route: int, setting: str) -> list[Finding]:
             data={"reference_steps": reference, "route_steps": route},
         )
     ]
+
+
+def samples_finding(epochs: Sequence[Sequence[int]], samples: int, setting: str) -> list[Finding]:
+    """Each epoch's samples as every rank drew them, against the dataset's `samples`: an epoch that deals a sample
+    twice or never (the ranks each shuffled on their own) is a failed invariant, whatever the math of the steps."""
+    findings = []
+    for epoch, drawn in enumerate(epochs):
+        counts = collections.Counter(drawn)
+        twice = sorted(i for i, c in counts.items() if c > 1)
+        never = sorted(set(range(samples)) - set(counts))
+        if twice or never:
+            findings.append(
+                Finding(
+                    "equivalence",
+                    Severity.ERROR,
+                    f"epoch {epoch}: the ranks drew {len(drawn)} samples of {samples}: {len(twice)} more than once "
+                    f"({', '.join(map(str, twice[:8]))}), {len(never)} never ({', '.join(map(str, never[:8]))}) "
+                    f"({setting})",
+                    stage="data",
+                    expected="each epoch's samples dealt once between the ranks (one permutation, sharded)",
+                    data={"epoch": epoch, "twice": twice, "never": never},
+                )
+            )
+    return findings
 
 
 #: what a resume must restore, in the order a finding names them

@@ -14,6 +14,7 @@ from ds_doctor.checks.equivalence import (
     largest,
     missing_finding,
     not_restored,
+    samples_finding,
     steps_finding,
     worst_ratio,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "optimizer_state_colocation",
     "process_count_agreement",
     "rounds",
+    "samples_finding",
     "step_changes",
     "steps_finding",
     "ties_kept",

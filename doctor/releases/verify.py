@@ -115,6 +115,14 @@ PLAN = {
     "ds_z3_reload_states_group_order": Plan(
         "equivalence and matrix-deepspeed-z3-decay-offload-states-ws1", "cpu", matrix=True
     ),
+    # the third sample's #2 (Accelerate PR #2694), caught by the `rank_seeds` knob (built after reading it): each rank
+    # shuffles on its own; 0.24.0 swapped the plain sampler for its seedable one, 0.25.0 made that opt-in (read)
+    "acc_plain_sampler_unsynced_across_ranks": Plan(
+        "equivalence and matrix-accelerate and not deepspeed and rank-seeds and not sync-each-batch and ws2",
+        "cpu",
+        ("0.24.0", "0.25.0"),
+        matrix=True,
+    ),
     # the fresh sample's #9, caught by the `adam` knob and offload on Accelerate's DeepSpeed route (added after
     # reading it)
     "acc_deepspeed_offload_swaps_adam_for_adamw": Plan(
@@ -147,7 +155,7 @@ PLAN = {
     # the third sample's #1, caught by the shuffle knob (added after that sample); 0.29.0, the fix, raises at two
     # processes on a CPU ("Can't set device for DistributedType.NO"): 0.29.3 is the first fixed release that runs
     "acc_seedable_sampler_unused_across_processes": Plan(
-        "equivalence and matrix-accelerate and not deepspeed and shuffle and ga1 and ws2",
+        "equivalence and matrix-accelerate-ga1-shuffle-ws2",
         "cpu",
         ("0.29.3",),
         matrix=True,

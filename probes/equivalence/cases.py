@@ -295,7 +295,13 @@ def needed() -> dict[str, list[Knobs]]:
         # Accelerate PR #2790: sync_each_batch stepped the optimizer at every micro-batch; PR #1140: a torch 2
         # scheduler not prepared (releases <= 0.16 run no bf16 on a CPU and have no sync_each_batch: the pairs'
         # other warm-up settings turn one of them)
-        "accelerate": [Knobs(sync_each_batch=True), Knobs(groups="decay", schedule="warmup")],
+        # Accelerate PR #2584 (the seedable sampler unused across processes): the shuffle knob alone, its seedable
+        # sampler on every rank (rank_seeds turns it off)
+        "accelerate": [
+            Knobs(sync_each_batch=True),
+            Knobs(groups="decay", schedule="warmup"),
+            Knobs(accumulation=1, shuffle=True),
+        ],
     }
 
 

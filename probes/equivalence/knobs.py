@@ -75,6 +75,10 @@ class Knobs:
     # EPOCH_STEPS steps an epoch (two epochs), `set_epoch` at each; the Trainer: its own shuffled sampler with
     # `data_seed` DATA_SEED over two epochs
     shuffle: bool = False
+    # Accelerate with "shuffle": each rank seeds its own RNG (`set_seed(seed, device_specific=True)`) and the
+    # DataLoader keeps Accelerate's default sampler (a plain RandomSampler, not the seedable one): the ranks must still
+    # deal one permutation of each epoch between them (Accelerate synchronises the sampler's generator from rank 0)
+    rank_seeds: bool = False
     # the Trainer: epochs of EPOCH_STEPS optimizer steps whose length is not a multiple of the accumulation window,
     # the last window of each one micro-batch per rank (two epochs)
     partial_window: bool = False
@@ -123,6 +127,7 @@ VALUES: dict[str, tuple[object, ...]] = {
     "smoothing": (False, True),
     "resume": (False, True),
     "shuffle": (False, True),
+    "rank_seeds": (False, True),
     "partial_window": (False, True),
     "offload_states": (False, True),
 }
@@ -136,7 +141,7 @@ def _offer(*names: str, **values: tuple[object, ...]) -> dict[str, tuple[object,
 TORCH_KNOBS = _offer(
     "precision", "accumulation", "clip", "groups", "schedule", "optimizer", optimizer=("adamw", "adam", "sgd")
 )
-ACCELERATE_KNOBS = {**TORCH_KNOBS, **_offer("sync_each_batch", "resume", "shuffle")}
+ACCELERATE_KNOBS = {**TORCH_KNOBS, **_offer("sync_each_batch", "resume", "shuffle", "rank_seeds")}
 #: Accelerate with a DeepSpeed plugin (ZeRO-2): the optimizer offloaded too, where Accelerate swaps the prepared torch
 #: optimizer for DeepSpeed's CPU Adam of the same kind (`map_pytorch_optim_to_deepspeed`)
 ACCELERATE_DEEPSPEED_KNOBS = {**TORCH_KNOBS, **_offer("offload")}
@@ -178,6 +183,8 @@ def allowed(knobs: Knobs) -> bool:
     the reference would not be DeepSpeed's documented Muon: only from the config, in fp32, one group, no clipping
     (ZeRO clips on the orthogonalised update), no resume."""
     if knobs.shuffle and knobs.resume:  # a resume of the data order is a knob of its own (not built)
+        return False
+    if knobs.rank_seeds and not knobs.shuffle:  # the ranks' seeds matter to a shuffled DataLoader only
         return False
     muon_fits = knobs.optimizer != "muon" or (
         knobs.precision == "fp32"

@@ -14,7 +14,9 @@ the finding, with the route's settings. Resume cases save at step k, load in a n
 
 from __future__ import annotations
 
-from ds_doctor.plugins import ModelNote, ProbeContext, ProbeSpec, Wrapper
+import dataclasses
+
+from ds_doctor.plugins import Finding, ModelNote, ProbeContext, ProbeSpec, Wrapper
 from ds_doctor.plugins.checks import not_restored
 from ds_doctor.plugins.requirements import TORCH
 from ds_doctor.probes.equivalence import resume as equivalence_resume
@@ -26,7 +28,7 @@ from ds_doctor.probes.equivalence.resume import PATHS, fingerprint, resume_step
 from ds_doctor.probes.equivalence.routes import Session
 from ds_doctor.probes.equivalence.sessions import follows_schedule, open_session
 from ds_doctor.probes.equivalence.shrink import quiet, smallest
-from ds_doctor.probes.equivalence.subject import StepRecord, Subject, current_subject
+from ds_doctor.probes.equivalence.subject import Hyper, StepRecord, Subject, current_subject
 from ds_doctor.probes.shared.common import accelerate_session, reset_accelerate
 
 SPEC = ProbeSpec(
@@ -76,11 +78,13 @@ def run(ctx: ProbeContext) -> None:
             equivalence_resume.run(ctx, route, subject, opened)
             return
         records = train(opened)
+    hyper, drawn_findings = drawn_order(opened)
+    ctx.add_findings(drawn_findings)
     judge(
         ctx,
         route,
         subject,
-        opened.hyper,
+        hyper,
         records,
         Judging(
             schedule=follows_schedule(route),
@@ -137,4 +141,26 @@ def _rerun(ctx: ProbeContext, route: Route, subject: Subject) -> bool:
     with accelerate_session():
         opened = open_session(ctx, route, subject)
         records = train(opened)
-    return diverges(ctx, route, opened.hyper, records)
+    hyper, drawn_findings = drawn_order(opened)
+    return bool(drawn_findings) or diverges(ctx, route, hyper, records)
+
+
+def drawn_order(opened: Session) -> tuple[Hyper, list[Finding]]:
+    """Where the order is the library's own (`rank_seeds`: Accelerate's default sampler, each rank seeded on its
+    own), the samples every rank drew, gathered: each epoch must deal the dataset's samples once between the ranks
+    (`samples_finding`), and the reference trains on them (its math, their order). Elsewhere the setting's own."""
+    from ds_doctor.plugins.checks import samples_finding
+    from ds_doctor.probes.equivalence.knobs import EPOCH_STEPS
+
+    knobs, hyper = opened.route.knobs, opened.hyper
+    if knobs is None or not knobs.rank_seeds:
+        return hyper, []
+    mine = [[s, k, indices] for s, k, indices in getattr(opened, "drawn", [])]
+    everyone = opened.ctx.all_gather_json(mine)
+    order = tuple((s, k, rank, tuple(i)) for rank, drawn in enumerate(everyone) for s, k, i in drawn)
+    epochs: list[list[int]] = [[] for _ in range(-(-hyper.steps // EPOCH_STEPS))]
+    for s, _k, _rank, indices in order:
+        epochs[s // EPOCH_STEPS].extend(indices)
+    samples = EPOCH_STEPS * hyper.accumulation * hyper.micro_batch * opened.ctx.world_size
+    setting = f"{opened.route.name} at {opened.ctx.world_size} rank(s)"
+    return dataclasses.replace(hyper, order=order), samples_finding(epochs, samples, setting)

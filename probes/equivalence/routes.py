@@ -422,13 +422,17 @@ class AccelerateSession(Session):
         self.model, self.opt = out[0], out[1]
         self.loader: Any = None
         self.batches: Any = None
+        self.drawn: list[
+            tuple[int, int, list[int]]
+        ] = []  # (step, micro-batch, samples) as this rank drew them
         if hyper.shuffle:  # the "shuffle" knob: sample indices from a prepared, shuffled DataLoader
             from accelerate.utils import set_seed
 
             from ds_doctor.probes.equivalence.knobs import EPOCH_STEPS, SHUFFLE_SEED
 
             samples = EPOCH_STEPS * hyper.accumulation * hyper.micro_batch * ctx.world_size
-            set_seed(SHUFFLE_SEED)  # as a job sets it before building its data
+            # as a job sets it before building its data; "rank_seeds": each rank its own (device_specific)
+            set_seed(SHUFFLE_SEED, device_specific=route.knobs is not None and route.knobs.rank_seeds)
             dataset = torch.utils.data.TensorDataset(torch.arange(samples))
             loader = torch.utils.data.DataLoader(dataset, batch_size=hyper.micro_batch, shuffle=True)
             self.loader = self.accelerator.prepare(loader)
@@ -476,7 +480,9 @@ class AccelerateSession(Session):
             self.loader.set_epoch(epoch)
             self.batches = iter(self.loader)
         assert self.batches is not None
-        return [int(i) for i in next(self.batches)[0].tolist()]
+        indices = [int(i) for i in next(self.batches)[0].tolist()]
+        self.drawn.append((s, k, indices))
+        return indices
 
     def params(self) -> dict[str, Any]:
         import torch

@@ -113,9 +113,12 @@ def _matrix_session(ctx: ProbeContext, route: Route, subject: Subject) -> Sessio
     if knobs.shuffle:  # the family's samples by index; the seedable sampler is what Accelerate documents
         if subject.user is not None:
             ctx.skip("the shuffle knob draws the family's own samples by index; --model's data has no index")
-        from accelerate.utils import DataLoaderConfiguration
+        # "rank_seeds" keeps Accelerate's default (a plain RandomSampler whose generator it synchronises), which
+        # releases before the seedable sampler (0.26) have too
+        if not knobs.rank_seeds:
+            from accelerate.utils import DataLoaderConfiguration
 
-        extra["dataloader_config"] = DataLoaderConfiguration(use_seedable_sampler=True)
+            extra["dataloader_config"] = DataLoaderConfiguration(use_seedable_sampler=True)
     return AccelerateSession(ctx, route, subject, hyper, extra=extra, schedule=_linear(hyper))
 
 

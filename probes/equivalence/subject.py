@@ -54,6 +54,9 @@ class Hyper:
     muon: bool = False
     # the samples of each micro-batch in the order Accelerate documents for a shuffled DataLoader (`knobs.shuffle`)
     shuffle: bool = False
+    # the samples each (step, micro-batch, rank) drew where the order is the library's own (`knobs.rank_seeds`):
+    # recorded on the route and checked to deal each epoch's samples once (`drawn_order`), then trained on here
+    order: tuple[tuple[int, int, int, tuple[int, ...]], ...] | None = None
     # the Trainer's stream in epochs of `knobs.EPOCH_STEPS` steps whose last window is one micro-batch per rank
     partial_window: bool = False
 
@@ -349,16 +352,19 @@ def _accumulate(
 
     grads: list[list[Any]] = []
     total = torch.zeros((), dtype=dtype)
+    drawn = {(s, m, r): list(i) for s, m, r, i in hyper.order or ()}
     for rank in range(world_size):
         for p in params:
             p.grad = None
         window = torch.zeros((), dtype=dtype)
         for micro in range(hyper.accumulation):
-            indices = (
-                documented_order(step, micro, rank, hyper.micro_batch, hyper.accumulation, world_size)
-                if hyper.shuffle
-                else None
-            )
+            indices: Sequence[int] | None = None
+            if hyper.order is not None:
+                indices = drawn[(step, micro, rank)]
+            elif hyper.shuffle:
+                indices = documented_order(
+                    step, micro, rank, hyper.micro_batch, hyper.accumulation, world_size
+                )
             loss = subject.micro_loss(
                 model, step, micro, rank, hyper.micro_batch, dtype=dtype, device="cpu", indices=indices
             )

@@ -18,6 +18,7 @@ from ds_doctor.checks.equivalence import (
     first_divergence,
     largest,
     not_restored,
+    samples_finding,
     steps_finding,
     worst_ratio,
 )
@@ -237,6 +238,17 @@ def test_a_route_that_takes_another_number_of_steps_fails_on_it() -> None:
     )
     assert finding.data == {"reference_steps": 4, "route_steps": 3}
     assert steps_finding(4, 4, "a setting") == []
+
+
+def test_an_epoch_that_deals_a_sample_twice_or_never_fails_on_it() -> None:
+    """Accelerate PR #2694's symptom (each rank shuffling on its own): the gathered samples of an epoch against the
+    dataset; one permutation dealt once passes, whatever its order."""
+    assert samples_finding([[3, 0, 2, 1], [1, 2, 3, 0]], 4, "a setting") == []
+    (finding,) = samples_finding([[0, 1, 2, 3], [0, 1, 1, 3]], 4, "a setting")
+    assert finding.message.startswith(
+        "epoch 1: the ranks drew 4 samples of 4: 1 more than once (1), 1 never (2)"
+    )
+    assert finding.stage == "data" and finding.data == {"epoch": 1, "twice": [1], "never": [2]}
 
 
 def test_digests_are_bit_exact() -> None:

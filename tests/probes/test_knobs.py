@@ -326,6 +326,22 @@ def test_a_partial_window_epoch_is_the_trainers_sequential_epoch_cut_one_micro_b
     assert k.allowed(k.Knobs(accumulation=accumulation, partial_window=True, resume=True))
 
 
+def test_rank_seeds_needs_a_shuffled_dataloader_and_is_accelerates_alone() -> None:
+    """Each rank's own seed matters only to a shuffled DataLoader; the knob is Accelerate's (its default sampler)."""
+    assert k.allowed(k.Knobs(shuffle=True, rank_seeds=True))
+    assert not k.allowed(k.Knobs(rank_seeds=True))
+    offers = {
+        name: "rank_seeds" in offered
+        for name, offered in (
+            ("accelerate", k.ACCELERATE_KNOBS),
+            ("torch", k.TORCH_KNOBS),
+            ("trainer", k.TRAINER_KNOBS),
+            ("zero3", k.ZERO3_KNOBS),
+        )
+    }
+    assert offers == {"accelerate": True, "torch": False, "trainer": False, "zero3": False}
+
+
 def test_offload_states_runs_only_where_deepspeed_allows_it_and_only_at_zero3() -> None:
     """`engine.offload_states` asserts DeepSpeed's FusedAdam (the config's Adam or AdamW) and no offload of its own:
     other settings are left out; ZeRO-3 offers the knob, ZeRO 1 and 2 do not; DeepSpeed PR #7050's setting (decay

@@ -129,7 +129,10 @@ def test_levels() -> None:
             "equivalence",
             "matrix-deepspeed-z3-bf16-ga1-noclip-decay-warmup-offload-client-adam-accumulate-fp32-resume",
         ),
-        ("equivalence", "matrix-accelerate-bf16-ga4-noclip-rates-warmup-adam-sync-each-batch-shuffle"),
+        (
+            "equivalence",
+            "matrix-accelerate-bf16-ga4-noclip-rates-warmup-adam-sync-each-batch-shuffle-rank-seeds",
+        ),
         *(("comm", name) for name in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "alltoall")),
         *(
             ("comm", f"{name}-bf16")
