@@ -393,37 +393,23 @@ def _train(ctx: ProbeContext, route: Route, hyper: Hyper, out: Path, recorder: R
     trained to its checkpoint at optimizer step RESUME_AT and stopped there, then a fresh Trainer (a fresh model)
     resumed from it with `train(resume_from_checkpoint=...)` to the end, as a job that was cut off and restarted."""
     schedule = bool(route.resume) or hyper.schedule != "constant"
+
+    def build(save_steps: int | None) -> Any:
+        return make_trainer(
+            ctx, route, hyper, out, recorder, max_steps=hyper.steps, save_steps=save_steps, schedule=schedule
+        )
+
     with accelerate_session():
         ctx.enter("trainer.train")
         if route.knobs is not None and route.knobs.resume:
-            first = make_trainer(
-                ctx,
-                route,
-                hyper,
-                out,
-                recorder,
-                max_steps=hyper.steps,
-                save_steps=RESUME_AT,
-                schedule=schedule,
-            )
+            first = build(RESUME_AT)
             first.add_callback(_stop(RESUME_AT))
             first.train()
             ctx.enter(f"trainer.train(resume_from_checkpoint=checkpoint-{RESUME_AT})")
-            resumed = make_trainer(
-                ctx, route, hyper, out, recorder, max_steps=hyper.steps, save_steps=None, schedule=schedule
-            )
+            resumed = build(None)
             resumed.train(resume_from_checkpoint=str(out / f"checkpoint-{RESUME_AT}"))
             return resumed
-        trainer = make_trainer(
-            ctx,
-            route,
-            hyper,
-            out,
-            recorder,
-            max_steps=hyper.steps,
-            save_steps=_resume_at(hyper) if route.resume else None,
-            schedule=schedule,
-        )
+        trainer = build(_resume_at(hyper) if route.resume else None)
         trainer.train()
     return trainer
 
