@@ -378,3 +378,42 @@ def test_muon_settings_skip_on_a_deepspeed_without_its_muon(stage: int, release:
     assert (why is None) == has
     if why is not None:
         assert f"DeepSpeed {release} has no Muon at ZeRO-{stage}" in why
+
+
+def test_the_drawn_order_is_gathered_by_epoch_and_a_sample_dealt_twice_is_named() -> None:
+    """`probe.drawn_order`: every rank's drawn samples gathered into the order the reference trains on, each epoch
+    held to the dataset once (two ranks that shuffled alike but were dealt the same shard fail on it)."""
+    import dataclasses
+
+    from ds_doctor.probes.equivalence import cases
+    from ds_doctor.probes.equivalence.probe import drawn_order
+    from ds_doctor.probes.equivalence.subject import Hyper
+
+    route = cases.with_knobs(
+        cases.Route("matrix-accelerate-ga1-shuffle-rank-seeds", cases.Wrapper.ACCELERATE, "planted"),
+        k.Knobs(accumulation=1, shuffle=True, rank_seeds=True),
+    )
+    hyper = Hyper(
+        accumulation=1, micro_batch=2, shuffle=True
+    )  # 4 steps: two epochs of 2 x 1 x 2 x 2 = 8 samples
+
+    @dataclasses.dataclass
+    class Ctx:
+        ranks: list[list[list[object]]]
+        world_size: int = 2
+
+        def all_gather_json(self, _mine: object) -> list[list[list[object]]]:
+            return self.ranks
+
+    class Opened:
+        def __init__(self, ctx: Ctx) -> None:
+            self.ctx, self.route, self.hyper, self.drawn = ctx, route, hyper, ()
+
+    dealt = [[[s, 0, [4 * (s % 2) + 2 * r, 4 * (s % 2) + 2 * r + 1]] for s in range(4)] for r in range(2)]
+    ordered, findings = drawn_order(Opened(Ctx(dealt)))  # type: ignore[arg-type]
+    assert findings == [] and ordered.order is not None and len(ordered.order) == 8
+    assert (2, 0, 1, (2, 3)) in ordered.order  # step 2 (epoch 1), rank 1: its second pair again
+    same = [[[s, 0, [4 * (s % 2), 4 * (s % 2) + 1]] for s in range(4)] for _r in range(2)]  # both ranks alike
+    _, findings = drawn_order(Opened(Ctx(same)))  # type: ignore[arg-type]
+    assert [f.data["epoch"] for f in findings] == [0, 1]
+    assert findings[0].data["twice"] == [0, 1, 4, 5] and findings[0].data["never"] == [2, 3, 6, 7]
