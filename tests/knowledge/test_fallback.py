@@ -324,6 +324,8 @@ def test_an_os_error_cut_before_its_path_names_no_entry() -> None:
         ),  # a DTensor shard's size mismatch under FSDP2 + TP
         ("2026-11-29e", "006", "nccl_internal_error_unspecific"),  # ncclInternalError with no Last error line
         ("2026-11-29", "022", "nccl_internal_error_unspecific"),  # "internal check failed" on two machines
+        # ZeRO-3's "expected the next 4 parameters in the parameter fetch queue to be ... but got ()" title
+        ("2026-11-29b", "001", "ds_z3_prefetch_trace_mismatch"),
     ],
 )
 def test_what_the_samples_labelled_none_for_want_of_an_entry_is_named_now(
