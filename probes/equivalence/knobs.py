@@ -155,7 +155,7 @@ DEEPSPEED_KNOBS = {
 #: and Muon (DeepSpeed's at ZeRO-1/2 since 0.17.6, at ZeRO-3 since 0.18.9; ZeRO-0 ran no Newton-Schulz before 0.19.7,
 #: PR #8442: not offered there)
 ZERO_KNOBS = {**DEEPSPEED_KNOBS, **_offer("offload", "accumulate_fp32", "optimizer")}
-#: ZeRO-3 moves its states aside and back (`offload_states` / `reload_states`, since 0.15.x, PR #6011): only with the
+#: ZeRO-3 moves its states aside and back (`offload_states` / `reload_states`, since 0.15.2, PR #6011): only with the
 #: config's FusedAdam (it asserts the class), no offload
 ZERO3_KNOBS = {**ZERO_KNOBS, **_offer("offload_states")}
 #: the Trainer builds its own groups (decay by name: "decay" turns weight decay on) at one rate; its resume is its

@@ -155,12 +155,11 @@ def drawn_order(opened: Session) -> tuple[Hyper, list[Finding]]:
     knobs, hyper = opened.route.knobs, opened.hyper
     if knobs is None or not knobs.rank_seeds:
         return hyper, []
-    mine = [[s, k, indices] for s, k, indices in getattr(opened, "drawn", [])]
+    mine = [[s, k, indices] for s, k, indices in opened.drawn]
     everyone = opened.ctx.all_gather_json(mine)
     order = tuple((s, k, rank, tuple(i)) for rank, drawn in enumerate(everyone) for s, k, i in drawn)
     epochs: list[list[int]] = [[] for _ in range(-(-hyper.steps // EPOCH_STEPS))]
     for s, _k, _rank, indices in order:
         epochs[s // EPOCH_STEPS].extend(indices)
-    samples = EPOCH_STEPS * hyper.accumulation * hyper.micro_batch * opened.ctx.world_size
     setting = f"{opened.route.name} at {opened.ctx.world_size} rank(s)"
-    return dataclasses.replace(hyper, order=order), samples_finding(epochs, samples, setting)
+    return dataclasses.replace(hyper, order=order), samples_finding(epochs, opened.samples, setting)

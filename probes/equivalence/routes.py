@@ -31,6 +31,9 @@ class Session:
             int, dict[str, Any]
         ] = {}  # step -> each module's output on micro-batch 0 (`where`)
         self.grads: dict[int, dict[str, Any]] = {}  # step -> the gradient of each of those outputs
+        # a shuffled DataLoader's: its length, and (step, micro-batch, samples) as this rank drew them
+        self.samples = 0
+        self.drawn: list[tuple[int, int, list[int]]] = []
         self.device = torch.device(ctx.device)
         self.dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[
             hyper.dtype
@@ -422,18 +425,15 @@ class AccelerateSession(Session):
         self.model, self.opt = out[0], out[1]
         self.loader: Any = None
         self.batches: Any = None
-        self.drawn: list[
-            tuple[int, int, list[int]]
-        ] = []  # (step, micro-batch, samples) as this rank drew them
         if hyper.shuffle:  # the "shuffle" knob: sample indices from a prepared, shuffled DataLoader
             from accelerate.utils import set_seed
 
-            from ds_doctor.probes.equivalence.knobs import EPOCH_STEPS, SHUFFLE_SEED
+            from ds_doctor.probes.equivalence.knobs import SHUFFLE_SEED, epoch_micro_batches
 
-            samples = EPOCH_STEPS * hyper.accumulation * hyper.micro_batch * ctx.world_size
+            self.samples = epoch_micro_batches(hyper.accumulation, False) * hyper.micro_batch * ctx.world_size
             # as a job sets it before building its data; "rank_seeds": each rank its own (device_specific)
             set_seed(SHUFFLE_SEED, device_specific=route.knobs is not None and route.knobs.rank_seeds)
-            dataset = torch.utils.data.TensorDataset(torch.arange(samples))
+            dataset = torch.utils.data.TensorDataset(torch.arange(self.samples))
             loader = torch.utils.data.DataLoader(dataset, batch_size=hyper.micro_batch, shuffle=True)
             self.loader = self.accelerator.prepare(loader)
         if self.scheduler is not None and "scheduler" not in route.drop:

@@ -141,7 +141,7 @@ def _matrix_deepspeed(ctx: ProbeContext, route: Route, subject: Subject, knobs: 
 
         if not hasattr(deepspeed.DeepSpeedEngine, "offload_states"):
             ctx.skip(
-                f"DeepSpeed {deepspeed.__version__} has no engine.offload_states (it came in 0.15.x, PR #6011)"
+                f"DeepSpeed {deepspeed.__version__} has no engine.offload_states (it came in 0.15.2, PR #6011)"
             )
     client = knobs.source == "client"
     sgd = knobs.optimizer == "sgd"

@@ -407,7 +407,7 @@ def test_the_drawn_order_is_gathered_by_epoch_and_a_sample_dealt_twice_is_named(
 
     class Opened:
         def __init__(self, ctx: Ctx) -> None:
-            self.ctx, self.route, self.hyper, self.drawn = ctx, route, hyper, ()
+            self.ctx, self.route, self.hyper, self.drawn, self.samples = ctx, route, hyper, [], 8
 
     dealt = [[[s, 0, [4 * (s % 2) + 2 * r, 4 * (s % 2) + 2 * r + 1]] for s in range(4)] for r in range(2)]
     ordered, findings = drawn_order(Opened(Ctx(dealt)))  # type: ignore[arg-type]
