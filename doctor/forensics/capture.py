@@ -5,9 +5,9 @@ Python stack to the rank's stacks file (from the C signal handler: it works whil
 collective or holds the GIL), and a daemon thread waits for the parent's request file, then writes the rank's
 collective record (torch's Flight Recorder, or the thin record) and its thread names.
 
-In the parent (`take`, when a case overruns its timeout): write the request, signal each local rank, run
-`py-spy dump --native` beside it where py-spy is installed, and wait for every rank's files, at most
-`TAKE_BOUND_S`. What did not come in time is simply missing from the report; the launch is killed either way.
+In the parent (`take`, when a case overruns its timeout): write the request, signal each local rank and wait for
+every rank's files, at most `TAKE_BOUND_S`; then `py-spy dump --native` where py-spy is installed, in what is left
+of the bound. What did not come in time is simply missing from the report; the launch is killed either way.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from ds_doctor.rundir import LaunchDir
 STACK_SIGNAL = signal.SIGUSR2
 TAKE_BOUND_S = 10.0  # the most a timeout waits for the evidence before the launch is killed
 PY_SPY_S = 8.0
+PY_SPY_FLOOR_S = 2.0  # py-spy's least time, after the ranks' own evidence came or the bound passed
 _POLL_S = 0.05
 THREAD_NAME = "ds-doctor-forensics"
 
@@ -63,7 +64,9 @@ class Armed:
         if dump is not None:
             path = self.launch.flight_dump(self.rank)
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(pickle.dumps(dump))
+            tmp = path.with_name(f".{path.name}.part")
+            tmp.write_bytes(pickle.dumps(dump))
+            os.replace(tmp, path)  # a rank killed while writing leaves no half a pickle
 
 
 def _recorder_dump(backend: str) -> dict[str, Any] | None:
@@ -119,25 +122,24 @@ def _py_spy(pid: int) -> subprocess.Popen[str] | None:
 
 
 def take(launch: LaunchDir, pids: dict[int, int], bound_s: float = TAKE_BOUND_S) -> float:
-    """Ask every local rank for its evidence and wait for it (at most `bound_s`); seconds it took. `pids` are the
-    ranks' processes, each checked by the caller to be one its launch started (`ds_doctor.procs.tree_of`)."""
+    """Ask every local rank for its evidence and wait for it (at most `bound_s`), then py-spy's native stacks in
+    what is left of the bound (never under `PY_SPY_FLOOR_S`); seconds it took. py-spy stops the process it reads,
+    so run beside the request it held a rank's own thread still on a loaded box until the bound passed, and the
+    collectives of that rank were missing. `pids` are the ranks' processes, each checked by the caller to be one
+    its launch started (`ds_doctor.procs.tree_of`)."""
     started = time.monotonic()
     launch.forensics.mkdir(parents=True, exist_ok=True)
     write_atomic(launch.forensics_request, json.dumps({"time": time.time()}))
-    spies = {}
-    for rank, pid in pids.items():
+    for pid in pids.values():
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, STACK_SIGNAL)
-        if (spy := _py_spy(pid)) is not None:
-            spies[rank] = spy
     while time.monotonic() - started < bound_s:
-        if all(launch.forensics_done(rank).exists() for rank in pids) and all(
-            s.poll() is not None for s in spies.values()
-        ):
+        if all(launch.forensics_done(rank).exists() for rank in pids):
             break
         time.sleep(_POLL_S)
+    spies = {rank: spy for rank, pid in pids.items() if (spy := _py_spy(pid)) is not None}
     for rank, spy in spies.items():
-        _keep_py_spy(launch, rank, spy, max(0.1, bound_s - (time.monotonic() - started)))
+        _keep_py_spy(launch, rank, spy, max(PY_SPY_FLOOR_S, bound_s - (time.monotonic() - started)))
     return time.monotonic() - started
 
 

@@ -170,6 +170,7 @@ def test_the_thin_record_gives_the_same_findings_without_the_recorder(tmp_path: 
     missing, mismatch = results["hangs[missing-ws2]"], results["hangs[mismatch-ws2]"]
     assert missing["notes"]["forensics"]["collectives_from"] == "ds-doctor thin record"
     assert [(f["invariant"], f["rank"]) for f in missing["findings"]] == [("missing_rank", 1)]
+    assert len(mismatch["findings"]) == 1, (mismatch["outcome"], mismatch.get("reason"), mismatch["notes"])
     [finding] = mismatch["findings"]
     assert finding["invariant"] == "collective_mismatch"
     assert "rank 0 is in all_reduce of [[1024]] Float" in finding["message"]
