@@ -273,3 +273,25 @@ def log_tail(path: Path, lines: int = TAIL_LINES) -> str:
     except FileNotFoundError:
         return ""
     return "\n".join(text.splitlines()[-lines:])[-4000:]
+
+
+def untrusted_folder(path: Path) -> str | None:
+    """Why `path` cannot be trusted to hold what ds-doctor runs or believes (as root, on every rank), or None: it and
+    every folder above it must be a folder owned by the user running ds-doctor or by root, writable by nobody else (a
+    folder others may write is fine only with the sticky bit, as /tmp: they cannot rename what is not theirs); `path`
+    itself must not be a link."""
+    me = os.geteuid()
+    try:
+        here = os.lstat(path)
+    except OSError as exc:
+        return f"{path} cannot be examined ({exc.strerror})"
+    if not stat.S_ISDIR(here.st_mode):
+        return f"{path} is not a folder (a link or a file)"
+    for folder in (path, *path.parents):
+        info = here if folder == path else os.stat(folder)
+        if info.st_uid not in (me, 0):
+            return f"{folder} belongs to uid {info.st_uid}, not to this user ({me}) or root"
+        writable_by_others = info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+        if writable_by_others and (folder == path or not info.st_mode & stat.S_ISVTX):
+            return f"{folder} is writable by others (mode {stat.filemode(info.st_mode)})"
+    return None

@@ -21,7 +21,6 @@ import json
 import os
 import re
 import shutil
-import stat
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,7 @@ from typing import Any
 
 import click
 
+from ds_doctor.files import untrusted_folder as untrusted
 from ds_doctor.reports.safe import one_line
 
 CACHE_ENV = "DS_DOCTOR_STACKS"
@@ -291,28 +291,6 @@ def check_imports(folder: Path, releases: tuple[Release, ...]) -> None:
 def prepended(folder: Path) -> str:
     """This process's PYTHONPATH with `folder` first: what a child started with it imports from the folder first."""
     return os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))
-
-
-def untrusted(path: Path) -> str | None:
-    """Why `path` cannot be trusted to hold code ds-doctor runs (as root, on every rank), or None: it and every folder
-    above it must be a folder owned by the user running ds-doctor or by root, writable by nobody else (a folder others
-    may write is fine only with the sticky bit, as /tmp: they cannot rename what is not theirs); `path` itself must
-    not be a link."""
-    me = os.geteuid()
-    try:
-        here = os.lstat(path)
-    except OSError as exc:
-        return f"{path} cannot be examined ({exc.strerror})"
-    if not stat.S_ISDIR(here.st_mode):
-        return f"{path} is not a folder (a link or a file)"
-    for folder in (path, *path.parents):
-        info = here if folder == path else os.stat(folder)
-        if info.st_uid not in (me, 0):
-            return f"{folder} belongs to uid {info.st_uid}, not to this user ({me}) or root"
-        writable_by_others = info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-        if writable_by_others and (folder == path or not info.st_mode & stat.S_ISVTX):
-            return f"{folder} is writable by others (mode {stat.filemode(info.st_mode)})"
-    return None
 
 
 def refuse_untrusted_root(root: Path) -> None:

@@ -11,19 +11,29 @@ The parent does not wait for the answer: a process of its own asks while the fir
 otherwise come before them), and a rank waits for the file only when DeepSpeed first asks, long after its imports.
 Where no answer comes (py-cpuinfo failed there, or took over `WAIT_S`), the rank asks py-cpuinfo itself, as
 DeepSpeed would have.
+
+The answer is also kept in ds-doctor's own cache, under a key of what it is computed from: /proc/cpuinfo less its
+clock lines (the model, its flags, the count), py-cpuinfo's version and this Python. The next run on the node copies
+it (a nightly job, `bisect`, `fleet`'s nodes, a test suite: 1.1 s of CPU each, and a process). A CPU that changed
+(another VM host, a microcode's flags) is another key. Only a folder this user alone can write is read or written
+(`untrusted_folder`): the answer chooses the instructions DeepSpeed builds its ops with, and another user's planted
+answer would choose them for root.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import platform
+import stat
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from ds_doctor.files import write_atomic
+from ds_doctor.files import untrusted_folder, write_atomic
 
 CPUINFO_ENV = "DS_DOCTOR_CPUINFO_JSON"
 FILE = "cpuinfo.json"
@@ -32,6 +42,64 @@ FAILED = (
 )
 WAIT_S = 30.0  # a rank's wait for the answer, at DeepSpeed's first question
 _ASKING: dict[Path, subprocess.Popen[bytes]] = {}
+PROC_CPUINFO = Path("/proc/cpuinfo")
+MAX_BYTES = 1 << 20  # a kept answer is a few KB; /proc/cpuinfo of 512 threads about 1 MB
+_CLOCK = ("cpu mhz", "bogomips")  # lines that move with the clock, not with the CPU
+
+
+def cache_key(cpuinfo_text: str, version: str) -> str:
+    """The key of an answer: what py-cpuinfo computes it from, less the lines that change by the second."""
+    kept = [line for line in cpuinfo_text.splitlines() if not line.strip().lower().startswith(_CLOCK)]
+    digest = hashlib.sha256()
+    for part in ("\n".join(kept), version, sys.version, sys.executable, platform.machine()):
+        digest.update(part.encode("utf-8", "backslashreplace") + b"\0")
+    return digest.hexdigest()[:32]
+
+
+def kept_path(environ: Mapping[str, str] | None = None) -> Path | None:
+    """Where this node's kept answer is (None where /proc/cpuinfo or py-cpuinfo cannot be read: nothing kept)."""
+    env = os.environ if environ is None else environ
+    try:
+        with PROC_CPUINFO.open("rb") as handle:
+            text = handle.read(MAX_BYTES).decode("utf-8", "replace")
+        import importlib.metadata
+
+        version = importlib.metadata.version("py-cpuinfo")
+    except Exception:
+        return None
+    cache = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(cache) / "ds-doctor" / "cpuinfo" / f"{cache_key(text, version)}.json"
+
+
+def _read_kept(path: Path) -> str | None:
+    """The kept answer at `path` where its folder and the file are this user's alone, and it is py-cpuinfo's JSON."""
+    if untrusted_folder(path.parent) is not None:
+        return None
+    try:
+        info = os.lstat(path)
+        if (
+            not stat.S_ISREG(info.st_mode)
+            or info.st_uid != os.geteuid()
+            or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+            or info.st_size > MAX_BYTES
+        ):
+            return None
+        text = path.read_text(encoding="utf-8")
+        return text if isinstance(json.loads(text), dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def _keep(path: Path | None, text: str) -> None:
+    """The answer kept for the next run, where its folder is (or can be made) this user's alone; else nothing."""
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if untrusted_folder(path.parent) is None:
+            write_atomic(path, text, fsync=False)
+    except OSError:
+        pass  # a read-only or full home: the next run asks again
 
 
 def computed(run_root: Path) -> Path | None:
@@ -43,6 +111,7 @@ def computed(run_root: Path) -> Path | None:
     try:
         import cpuinfo
 
+        kept = kept_path()
         text = cpuinfo.get_cpu_info_json()
         text = text.decode("utf-8") if isinstance(text, bytes) else str(text)
         json.loads(text)
@@ -50,6 +119,7 @@ def computed(run_root: Path) -> Path | None:
         write_atomic(run_root / FAILED, "", fsync=False)
         return None
     write_atomic(path, text, fsync=False)
+    _keep(kept, text)
     return path
 
 
@@ -65,6 +135,9 @@ def ask(run_root: Path) -> Path | None:
         return path
     if importlib.util.find_spec("cpuinfo") is None:
         return None
+    if (kept := kept_path()) is not None and (text := _read_kept(kept)) is not None:
+        write_atomic(path, text, fsync=False)  # an earlier run's answer on this CPU: no process, no second
+        return path
     _ASKING[run_root] = subprocess.Popen(
         [*module_command(__name__), str(run_root)],
         stdin=subprocess.DEVNULL,

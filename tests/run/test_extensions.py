@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from ds_doctor.probe.rankoptions import RankOptions
 from ds_doctor.run.command import rank_environment
 from tests.bounds import GENEROUS_S, PLANTED_HANG_S
@@ -67,15 +69,18 @@ def test_py_cpuinfo_answers_every_rank_with_the_runs_one_answer(tmp_path: Path) 
 
 
 def test_the_runs_py_cpuinfo_answer_is_asked_beside_the_launches_and_waited_for_when_deepspeed_asks(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The parent does not wait for py-cpuinfo (1.1 s before the first launch): a process of its own asks, and a
     rank waits for the answer at DeepSpeed's first question; where py-cpuinfo failed there, the rank asks itself
     at once instead of waiting out WAIT_S."""
-    from ds_doctor.run.cpufacts import FAILED, answer, ask
+    from ds_doctor.run.cpufacts import _ASKING, FAILED, answer, ask
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # nothing kept by an earlier run
 
     path = ask(tmp_path)
     assert path == tmp_path / "cpuinfo.json" and ask(tmp_path) == path  # one process per run
+    assert tmp_path in _ASKING
     text = answer(path, wait_s=60)
     assert text is not None and json.loads(text)  # written by that process, once it had asked
     failed = tmp_path / "failed-run"
@@ -84,3 +89,43 @@ def test_the_runs_py_cpuinfo_answer_is_asked_beside_the_launches_and_waited_for_
     started = time.perf_counter()
     assert answer(failed / "cpuinfo.json", wait_s=PLANTED_HANG_S) is None
     assert time.perf_counter() - started < GENEROUS_S  # WAIT_S waited out although py-cpuinfo had failed
+
+
+def test_a_nodes_answer_is_kept_for_its_next_runs_where_this_user_alone_can_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The next run on the node copies the answer an earlier run kept (no process, no second); one planted in a
+    folder others can write is never read (it would choose the instructions DeepSpeed builds its ops with)."""
+    from ds_doctor.run import cpufacts
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    runs = [tmp_path / f"run{i}" for i in range(3)]
+    for run in runs:
+        run.mkdir()
+    first = cpufacts.computed(runs[0])
+    kept = cpufacts.kept_path()
+    assert first is not None and kept is not None and kept.read_text() == first.read_text()
+    assert kept.parent.stat().st_mode & 0o077 == 0  # made this user's alone
+
+    second = cpufacts.ask(runs[1])
+    assert second is not None and second.read_text() == first.read_text()  # there at once: copied
+    assert runs[1] not in cpufacts._ASKING
+
+    planted = json.dumps({"flags": ["planted"]})
+    kept.write_text(planted)
+    kept.parent.chmod(0o770)  # a group member may write there now
+    third = cpufacts.ask(runs[2])
+    assert runs[2] in cpufacts._ASKING  # not read: asked afresh
+    text = cpufacts.answer(third, wait_s=GENEROUS_S) if third is not None else None
+    assert text is not None and "planted" not in text
+
+
+def test_the_kept_answers_key_moves_with_the_cpu_and_not_with_its_clock() -> None:
+    from ds_doctor.run.cpufacts import cache_key
+
+    base = "processor\t: 0\nmodel name\t: Some CPU\ncpu MHz\t\t: 2400.000\n"
+    base += "flags\t\t: fpu sse avx2\nbogomips\t: 4800.00\n"
+    clocked = base.replace("2400.000", "3100.512").replace("4800.00", "4801.12")
+    other = base.replace("avx2", "avx2 avx512f")
+    assert cache_key(base, "9.0.0") == cache_key(clocked, "9.0.0")
+    assert len({cache_key(base, "9.0.0"), cache_key(other, "9.0.0"), cache_key(base, "9.0.1")}) == 3
