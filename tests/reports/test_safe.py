@@ -69,3 +69,11 @@ def test_prometheus_names_and_labels() -> None:
     assert prom_label('a"b\\c\x1b') == 'a"b\\c\\x1b'  # quotes and backslashes: prometheus_client's to escape
     long = prom_label("a" * 5000 + "END")
     assert len(long) == LABEL_CHARS and long.endswith("END") and "…" in long
+
+
+def test_a_value_longer_than_a_line_shows_is_cut_with_an_ellipsis() -> None:
+    from ds_doctor.reports.safe import INLINE_MAX
+
+    text = md_text("see https://example.com " + "x" * (5 * INLINE_MAX))
+    assert len(text) <= INLINE_MAX + 40 and text.endswith("…")
+    assert "`https://example.com`" in text  # what it shows is defused all the same
