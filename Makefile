@@ -50,9 +50,11 @@ run: $(BIN)/.installed
 
 # Two pytest sessions at once, each about half the suite's time: the multi-rank tests leave a core idle while ranks
 # wait on each other, on hung ranks and on killed nodes. Beside them from the start, the tests marked `loaded` (a real
-# hang cut short with its evidence, launches taking turns) and one spinning process per two cores until those end:
-# with both sessions' own work the box then carries about 1.85 times its cores, as a busy node does. Run after the
-# sessions beside two spinning processes per core (2.45 times), they took 1.7-2 min more: `make test` took 12:18.
+# hang cut short with its evidence, launches taking turns) and one spinning process per two cores until those end, at
+# the lowest priority (nice 19): it takes a core whenever the sessions leave one idle (a wait, a hang being cut short),
+# so the loaded tests never meet an idle box, and next to nothing while the sessions are busy. At the default priority
+# it took a core from the sessions for the loaded tests' 2.3 min, and `make test` 11:56 of its 12 minutes. Run after
+# the sessions beside two spinning processes per core (2.45 times), the loaded tests took 1.7-2 min more (12:18).
 # The second session's output and the loaded tests' follow the first's. Any of the three failing fails.
 TESTS_A := tests/test_e2e.py tests/probes tests/releases tests/ops tests/cluster/test_slurm.py
 # the files holding the tests marked `loaded` (collecting the whole tree to deselect all but these took 9-15 s beside
@@ -61,13 +63,13 @@ LOADED := tests/forensics/test_hang.py tests/run/test_turns.py
 PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
 test: $(BIN)/.installed lint $(BIN)/.sysdeps
 	@log=$$(mktemp); loaded=$$(mktemp); hogs=$$(( ($$(nproc) + 1) / 2 )); pids=""; \
-	for i in $$(seq $$hogs); do timeout 1800 sh -c 'while :; do :; done' & pids="$$pids $$!"; done; \
+	for i in $$(seq $$hogs); do timeout 1800 nice -n 19 sh -c 'while :; do :; done' & pids="$$pids $$!"; done; \
 	( $(PYTEST) -m loaded $(LOADED) > $$loaded 2>&1; c=$$?; kill $$pids 2>/dev/null; exit $$c ) & hogged=$$!; \
 	$(PYTEST) -m "not loaded" $(addprefix --ignore=,$(TESTS_A)) > $$log 2>&1 & other=$$!; \
 	$(PYTEST) -m "not loaded" $(TESTS_A); a=$$?; wait $$other; b=$$?; wait $$hogged; c=$$?; \
 	kill $$pids 2>/dev/null; wait $$pids 2>/dev/null; \
 	echo "--- the rest of the suite (run beside it):"; cat $$log; rm -f $$log; \
-	echo "--- the tests marked loaded (beside both, and $$hogs processes that spun a core each until they ended):"; \
+	echo "--- the tests marked loaded (beside both, and $$hogs processes at nice 19 that spun a core each until they ended):"; \
 	cat $$loaded; rm -f $$loaded; \
 	[ $$a -eq 0 ] && [ $$b -eq 0 ] && [ $$c -eq 0 ]
 
