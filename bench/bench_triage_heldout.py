@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -37,6 +38,7 @@ HERE = Path(__file__).resolve().parent
 COLLECTION = HERE / "triage_heldout"
 REPO = HERE.parent
 
+LISTED = re.compile(r"\s*(?:&|,|/|\band\b|\bor\b)\s*", re.IGNORECASE)
 RIGHT = "right (certain)"
 RIGHT_POSSIBLY = "right (possibly)"
 WRONG = "wrong (certain)"
@@ -146,9 +148,12 @@ def measure(label: Label, ds_doctor: str, timeout: float, collection: Path = COL
     )
     verdict, extra = judge(label, named)
     from_log = {
-        k: v.get("version") for k, v in data.get("versions", {}).items() if v.get("source") == "the log"
+        k: [v.get("version"), *v.get("also", [])]
+        for k, v in data.get("versions", {}).items()
+        if v.get("source") == "the log"
     }
-    read = tuple(f"{k} {v}" for k, v in label.versions if from_log.get(k) == v)
+    # a label of several versions ("0.15.3 & 0.14.5", as the text lists them) is read when triage reads each, in order
+    read = tuple(f"{k} {v}" for k, v in label.versions if from_log.get(k) == LISTED.split(v))
     return Outcome(label, named, len(data.get("findings", [])), seconds, verdict, extra, versions_read=read)
 
 

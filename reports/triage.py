@@ -19,10 +19,19 @@ from ds_doctor.reports.safe import md_code, md_text, md_url, one_line
 
 @dataclasses.dataclass(frozen=True)
 class VersionUsed:
-    """The version of a package a verdict was judged on, and where it came from ("the log", "this machine")."""
+    """The version of a package a verdict was judged on, and where it came from ("the log", "this machine"); `also`:
+    the versions the log lists after it ("deepspeed: 0.15.3 & 0.14.5": the user ran each). The verdict is judged on
+    the first, and says the others."""
 
     version: str | None
     source: str
+    also: tuple[str, ...] = ()
+
+    @property
+    def said(self) -> str:
+        """ "0.15.3 (also 0.14.5)", "2.5.1", or "not installed"."""
+        first = self.version or "not installed"
+        return f"{first} (also {', '.join(self.also)})" if self.also else first
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +67,7 @@ class TriageMatch:
             "package": self.package,
             "version": self.version.version,
             "version_from": self.version.source,
+            "version_also": list(self.version.also),
             "matched": self.line,
             "strength": self.strength,
             "context": list(self.context),
@@ -85,7 +95,7 @@ def render_triage(matches: list[TriageMatch]) -> str:
     blocks = []
     for match in matches:
         issue = match.issue
-        version = match.version.version or "not installed"
+        version = match.version.said
         lines = [
             f"[{issue.id}] {'possibly: ' if match.possibly else ''}{issue.title}",
             f"  matched:  {match.line}",
@@ -130,7 +140,7 @@ def render_triage_markdown(matches: list[TriageMatch], findings: Iterable[Findin
                 f"- **kind:** {md_text(CLASS_SAID)}"
                 if match.fallback
                 else f"- **verdict:** {md_text(issue.verdict.value)}: {md_text(issue.affected_versions)}; "
-                f"{md_text(match.package)} {md_text(match.version.version or 'not installed')} (from "
+                f"{md_text(match.package)} {md_text(match.version.said)} (from "
                 f"{md_text(match.version.source)}){fixed}"
             ),
             f"- **cause:** {md_text(match.cause)}",
@@ -143,7 +153,7 @@ def render_triage_markdown(matches: list[TriageMatch], findings: Iterable[Findin
 
 
 def render_versions(versions: Mapping[str, VersionUsed]) -> str:
-    from_log = [f"{p} {v.version}" for p, v in sorted(versions.items()) if v.source == "the log"]
+    from_log = [f"{p} {v.said}" for p, v in sorted(versions.items()) if v.source == "the log"]
     here = [f"{p} {v.version}" for p, v in sorted(versions.items()) if v.source != "the log"]
     lines = []
     if from_log:

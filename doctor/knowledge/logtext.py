@@ -133,9 +133,20 @@ def _spellings(package: str) -> list[str]:
     return sorted(names, key=len, reverse=True)
 
 
+#: a further version listed right after the first ("deepspeed: 0.15.3 & 0.14.5", "NCCL versions tested: 2.27.5,
+#: 2.30.4", "torch 2.4.1 or 2.5.0"): each one a version the user ran
+_FURTHER = re.compile(r"[ \t]*(?:&|,|/|\band\b|\bor\b)[ \t]*v?" + _VERSION + r"(?![\w.+])", re.IGNORECASE)
+MAX_LISTED = 8
+
+
 def log_versions(text: str, packages: Iterable[str]) -> dict[str, str]:
     """package -> the first version the log shows for it (packages it does not mention are left out)."""
-    found: dict[str, tuple[int, str]] = {}
+    return {package: listed[0] for package, listed in log_version_lists(text, packages).items()}
+
+
+def log_version_lists(text: str, packages: Iterable[str]) -> dict[str, tuple[str, ...]]:
+    """package -> the first version the log shows for it, and those listed right after it (`_FURTHER`)."""
+    found: dict[str, tuple[int, tuple[str, ...]]] = {}
     text = _QUOTED.sub(
         lambda m: " " * len(m.group(0)), text
     )  # same length: positions still order the matches
@@ -152,5 +163,15 @@ def log_versions(text: str, packages: Iterable[str]) -> dict[str, str]:
             pattern = template.replace("{n}", f"(?:{alternatives})").replace("{{2,}}", "{2,}")
             match = re.search(pattern, text, re.IGNORECASE | re.MULTILINE)
             if match and (package not in found or match.start() < found[package][0]):
-                found[package] = (match.start(), match.group(1))
-    return {package: version for package, (_, version) in found.items()}
+                found[package] = (match.start(), _listed(text, match))
+    return {package: listed for package, (_, listed) in found.items()}
+
+
+def _listed(text: str, match: re.Match[str]) -> tuple[str, ...]:
+    versions = [match.group(1)]
+    pos = match.end(1)
+    while len(versions) < MAX_LISTED and (further := _FURTHER.match(text, pos)):
+        if further.group(1) not in versions:
+            versions.append(further.group(1))
+        pos = further.end()
+    return tuple(versions)

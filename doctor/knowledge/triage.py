@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterable, Mapping
 
 from ds_doctor.knowledge.catalog import ISSUES
-from ds_doctor.knowledge.logtext import log_versions, normalise
+from ds_doctor.knowledge.logtext import log_version_lists, normalise
 from ds_doctor.knowledge.matching import matches
 from ds_doctor.knowledge.peers import peer_findings
 from ds_doctor.knowledge.watchdog import WatchdogReport, read_watchdog, watchdog_findings
@@ -36,9 +36,9 @@ MAX_INPUT_BYTES = MAX_LOG_BYTES  # a longer log is read from its tail
 def versions_used(text: str, installed: Mapping[str, str | None]) -> dict[str, VersionUsed]:
     """For every package a known issue is judged on: the version the log shows, else the installed one."""
     packages = sorted({issue.package for issue in ISSUES} | {"torch"})
-    from_log = log_versions(text, packages)
+    from_log = log_version_lists(text, packages)
     return {
-        p: VersionUsed(from_log[p], "the log")
+        p: VersionUsed(from_log[p][0], "the log", from_log[p][1:])
         if p in from_log
         else VersionUsed(installed.get(p), "this machine")
         for p in packages

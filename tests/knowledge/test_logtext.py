@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ds_doctor.knowledge.logtext import log_versions, normalise
+from ds_doctor.knowledge.logtext import log_version_lists, log_versions, normalise
 from ds_doctor.knowledge.matching import classify
 from ds_doctor.knowledge.triage import read_log, triage
 from ds_doctor.reports.model import Verdict
@@ -261,3 +261,36 @@ def test_verls_diagnose_section_and_a_dev_release_are_read() -> None:
     "0.7.0.dev" (PEP 440's .dev0), as a verl issue report of 2026 shows."""
     text = "torch        : 2.8.0\n----------verl Info-----------\nVersion      : 0.7.0.dev\nDirectory    : /w/verl\n"
     assert log_versions(text, ["verl", "torch"]) == {"verl": "0.7.0.dev", "torch": "2.8.0"}
+
+
+@pytest.mark.parametrize(
+    ("text", "package", "listed"),
+    [
+        (
+            "deepspeed: 0.15.3 & 0.14.5",
+            "deepspeed",
+            ("0.15.3", "0.14.5"),
+        ),  # sample k's 102, a "+1" commenter's
+        ("tried with torch 2.4.1 or 2.5.0+cu121", "torch", ("2.4.1", "2.5.0+cu121")),
+        ("transformers==4.46.0, 4.47.1 and 4.48.0", "transformers", ("4.46.0", "4.47.1", "4.48.0")),
+        ("torch 2.3.1, transformers 4.45.2", "torch", ("2.3.1",)),  # the next package's version is its own
+        ("deepspeed 0.14.5, 2 nodes", "deepspeed", ("0.14.5",)),
+        ("deepspeed 0.14.5 / 0.14.5", "deepspeed", ("0.14.5",)),  # said twice, read once
+    ],
+)
+def test_versions_listed_after_the_first_are_read_each(
+    text: str, package: str, listed: tuple[str, ...]
+) -> None:
+    assert log_version_lists(text, [package]) == {package: listed}
+    assert log_versions(text, [package]) == {package: listed[0]}  # the verdict's version: the first
+
+
+def test_triage_judges_on_the_first_listed_and_says_the_others() -> None:
+    from ds_doctor.knowledge.triage import read_log
+    from ds_doctor.reports.triage import render_triage
+
+    reading = read_log("deepspeed: 0.15.3 & 0.14.5\nAssertionError: zero stage 2 requires an optimizer", {})
+    used = reading.versions["deepspeed"]
+    assert (used.version, used.also, used.source) == ("0.15.3", ("0.14.5",), "the log")
+    assert [m.issue.id for m in reading.matches] == ["ds_zero_config_without_optimizer"]
+    assert "deepspeed 0.15.3 (also 0.14.5) (from the log)" in render_triage(reading.matches)
