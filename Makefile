@@ -50,16 +50,17 @@ run: $(BIN)/.installed
 
 # Two pytest sessions at once, each about half the suite's time: the multi-rank tests leave a core idle while ranks
 # wait on each other, on hung ranks and on killed nodes. Beside them from the start, the tests marked `loaded` (a real
-# hang cut short with its evidence, launches taking turns) and one spinning process per two cores until those end, at
-# the lowest priority (nice 19): it takes a core whenever the sessions leave one idle (a wait, a hang being cut short),
-# so the loaded tests never meet an idle box, and next to nothing while the sessions are busy. At the default priority
-# it took a core from the sessions for the loaded tests' 2.3 min, and `make test` 11:56 of its 12 minutes. Run after
-# the sessions beside two spinning processes per core (2.45 times), the loaded tests took 1.7-2 min more (12:18).
-# The second session's output and the loaded tests' follow the first's. Any of the three failing fails.
+# hang cut short with its evidence, launches taking turns, an op build killed at any moment) and one spinning process
+# per two cores until those end, at the lowest priority (nice 19): it takes a core whenever the sessions leave one
+# idle (a wait, a hang being cut short), so the loaded tests never meet an idle box, and next to nothing while the
+# sessions are busy. At the default priority it took a core from the sessions for the loaded tests' 2.3 min, and
+# `make test` took 11:56 of its 12 minutes. Run after the sessions beside two spinning processes per core (2.45
+# times), the loaded tests took 1.7-2 min more (12:18). The second session's output and the loaded tests' follow the
+# first's. Any of the three failing fails.
 TESTS_A := tests/test_e2e.py tests/probes tests/releases tests/ops tests/cluster/test_slurm.py
 # the files holding the tests marked `loaded` (collecting the whole tree to deselect all but these took 9-15 s beside
 # the hog); tests/test_layout.py fails on a `loaded` test in a file not listed here
-LOADED := tests/forensics/test_hang.py tests/run/test_turns.py
+LOADED := tests/forensics/test_hang.py tests/run/test_turns.py tests/ops/test_phase.py
 PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
 test: $(BIN)/.installed lint $(BIN)/.sysdeps
 	@log=$$(mktemp); loaded=$$(mktemp); hogs=$$(( ($$(nproc) + 1) / 2 )); pids=""; \

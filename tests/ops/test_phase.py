@@ -78,6 +78,7 @@ def ops_command(env: dict[str, str]) -> subprocess.Popen[str]:
 
 
 @pytest.mark.multirank
+@pytest.mark.loaded  # `make test` runs it beside its sessions: a build killed on a busy node, as the field meets it
 @requires_deepspeed
 def test_a_build_killed_at_any_moment_is_healed_and_the_next_run_passes(ext: Path, tmp_path: Path) -> None:
     env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(ext), "XDG_CACHE_HOME": str(tmp_path / "cache")}
