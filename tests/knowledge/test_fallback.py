@@ -266,6 +266,9 @@ def test_a_fallback_is_one_or_two(tmp_path: Path, value: str) -> None:
             "405",
             "trl_grpo_vllm_server_unreachable",
         ),  # ms-swift's "Server is not up yet." alone
+        # Ray's "Unhandled error (suppress with ...): ray::WorkerDict..." and Hydra's HYDRA_FULL_ERROR line
+        ("2026-11-30l", "408", "launcher_child_failed"),
+        ("2026-11-30l", "406", "launcher_child_failed"),  # vLLM's "Worker failed with error ''"
     ],
 )
 def test_what_a_samples_first_run_missed_is_named_now(sample: str, number: str, entry: str) -> None:
@@ -377,3 +380,10 @@ def test_a_class_says_it_is_a_class_in_every_format_and_gives_no_verdict_on_vers
     text, markdown = render_triage([summary, oom]), render_triage_markdown([summary, oom])
     assert text.count(f"kind:     {CLASS_SAID}") == 1 and text.count("  affected: ") == 1
     assert markdown.count("- **kind:** a class of failures") == 1 and markdown.count("- **verdict:** ") == 1
+
+
+def test_a_warning_that_a_hang_may_come_is_no_hang() -> None:
+    """l's 401: Accelerate's kernel warning ("this can cause the process to hang") above an AssertionError was named
+    "possibly" a hang with no error."""
+    assert "distributed_hang_no_error" not in named(sample_text("2026-11-30l", "401"))
+    assert "distributed_hang_no_error" in named("the training process hangs after the first step on 2 nodes")
