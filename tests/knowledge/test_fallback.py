@@ -269,6 +269,11 @@ def test_a_fallback_is_one_or_two(tmp_path: Path, value: str) -> None:
         # Ray's "Unhandled error (suppress with ...): ray::WorkerDict..." and Hydra's HYDRA_FULL_ERROR line
         ("2026-11-30l", "408", "launcher_child_failed"),
         ("2026-11-30l", "406", "launcher_child_failed"),  # vLLM's "Worker failed with error ''"
+        (
+            "2026-11-30k",
+            "304",
+            "hf_bf16_unsupported_gpu",
+        ),  # axolotl's own "bf16 requested, but AMP is not supported"
     ],
 )
 def test_what_a_samples_first_run_missed_is_named_now(sample: str, number: str, entry: str) -> None:
