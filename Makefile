@@ -57,7 +57,7 @@ run: $(BIN)/.installed
 # `make test` took 11:56 of its 12 minutes. Run after the sessions beside two spinning processes per core (2.45
 # times), the loaded tests took 1.7-2 min more (12:18). The second session's output and the loaded tests' follow the
 # first's. Any of the three failing fails.
-TESTS_A := tests/test_e2e.py tests/probes tests/releases tests/ops tests/cluster/test_slurm.py
+TESTS_A := tests/test_e2e.py tests/probes tests/releases tests/ops tests/cluster/test_slurm.py tests/test_readme.py
 # the files holding the tests marked `loaded` (collecting the whole tree to deselect all but these took 9-15 s beside
 # the hog); tests/test_layout.py fails on a `loaded` test in a file not listed here
 LOADED := tests/forensics/test_hang.py tests/run/test_turns.py tests/ops/test_phase.py
