@@ -123,6 +123,19 @@ PLAN = {
         ("0.24.0", "0.25.0"),
         matrix=True,
     ),
+    # the fresh sample's #8 (Accelerate PR #3246), caught by the `batch_sampler` knob (built after reading it) at one
+    # process; at two the same setting fails on every release (the sharded entry below)
+    "acc_batch_sampler_set_epoch_not_forwarded": Plan(
+        "equivalence and matrix-accelerate-ga1-shuffle-batch-sampler-ws1", "cpu", matrix=True
+    ),
+    # found by the same knob at two processes: no fixed release, so its ends are its first measured release and the
+    # installed one
+    "acc_sharded_batch_sampler_set_epoch_not_forwarded": Plan(
+        "equivalence and matrix-accelerate-ga1-shuffle-batch-sampler-ws2",
+        "cpu",
+        ("1.1.1", "1.2.0"),
+        matrix=True,
+    ),
     # the fresh sample's #9, caught by the `adam` knob and offload on Accelerate's DeepSpeed route (added after
     # reading it)
     "acc_deepspeed_offload_swaps_adam_for_adamw": Plan(

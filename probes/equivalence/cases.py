@@ -301,6 +301,10 @@ def needed() -> dict[str, list[Knobs]]:
             Knobs(sync_each_batch=True),
             Knobs(groups="decay", schedule="warmup"),
             Knobs(accumulation=1, shuffle=True),
+            # Accelerate PR #3246 (the fresh sample's #8): `set_epoch` never reaches the job's own batch sampler, so
+            # every epoch replays epoch 0 (at one process before 1.2.0; at two, where BatchSamplerShard wraps it,
+            # in 1.15.0 too)
+            Knobs(accumulation=1, shuffle=True, batch_sampler=True),
         ],
     }
 

@@ -7,6 +7,7 @@ route computed before clipping, the lr and the full parameters (gathered)."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -374,6 +375,29 @@ def _grad_norm(module: Any) -> float:
     return float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
 
 
+class EpochBatchSampler:
+    """A job's own batch sampler, as bucketing and no-duplicates samplers are: each `set_epoch(e)` makes epoch `e`
+    one permutation of the samples drawn from a generator seeded with `seed + e` (the seedable sampler's order),
+    yielded in batches of `batch_size`. Only `set_epoch` moves it to another epoch."""
+
+    def __init__(self, samples: int, batch_size: int, seed: int) -> None:
+        self.samples, self.batch_size, self.seed, self.epoch = samples, batch_size, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.samples // self.batch_size
+
+    def __iter__(self) -> Iterator[list[int]]:
+        import torch
+
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        order = torch.randperm(self.samples, generator=generator).tolist()
+        for start in range(0, len(self) * self.batch_size, self.batch_size):
+            yield order[start : start + self.batch_size]
+
+
 class AccelerateSession(Session):
     """Accelerator(gradient_accumulation_steps=...) with `accelerator.accumulate`, `accelerator.backward`,
     `accelerator.clip_grad_norm_` and the prepared optimizer (and scheduler), as Accelerate's docs write the loop;
@@ -434,7 +458,11 @@ class AccelerateSession(Session):
             # as a job sets it before building its data; "rank_seeds": each rank its own (device_specific)
             set_seed(SHUFFLE_SEED, device_specific=route.knobs is not None and route.knobs.rank_seeds)
             dataset = torch.utils.data.TensorDataset(torch.arange(self.samples))
-            loader = torch.utils.data.DataLoader(dataset, batch_size=hyper.micro_batch, shuffle=True)
+            if route.knobs is not None and route.knobs.batch_sampler:  # the job's own batch sampler
+                own = EpochBatchSampler(self.samples, hyper.micro_batch, SHUFFLE_SEED)
+                loader = torch.utils.data.DataLoader(dataset, batch_sampler=own)
+            else:
+                loader = torch.utils.data.DataLoader(dataset, batch_size=hyper.micro_batch, shuffle=True)
             self.loader = self.accelerator.prepare(loader)
         if self.scheduler is not None and "scheduler" not in route.drop:
             self.scheduler = out[2]

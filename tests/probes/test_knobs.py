@@ -342,6 +342,32 @@ def test_rank_seeds_needs_a_shuffled_dataloader_and_is_accelerates_alone() -> No
     assert offers == {"accelerate": True, "torch": False, "trainer": False, "zero3": False}
 
 
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_the_jobs_own_batch_sampler_draws_the_documented_order_once_told_each_epoch(world_size: int) -> None:
+    """The batch-sampler setting's reference is the seedable sampler's documented order: the job's own batch sampler,
+    handed out in turn as BatchSamplerShard hands batches, gives exactly that order at every epoch it is told of,
+    and epoch 0's again where `set_epoch` never reaches it."""
+    from ds_doctor.probes.equivalence.routes import EpochBatchSampler
+
+    assert k.allowed(k.Knobs(shuffle=True, batch_sampler=True))
+    assert not k.allowed(k.Knobs(batch_sampler=True))
+    assert not k.allowed(k.Knobs(shuffle=True, rank_seeds=True, batch_sampler=True))
+    assert k.Knobs(accumulation=1, shuffle=True, batch_sampler=True) in needed()["accelerate"]
+    micro, accumulation = 4, 1
+    samples = k.epoch_micro_batches(accumulation, False) * micro * world_size
+    own = EpochBatchSampler(samples, micro, k.SHUFFLE_SEED)
+    drawn = {}
+    for epoch in range(2):
+        own.set_epoch(epoch)
+        drawn[epoch] = list(own)
+    for step in range(2 * k.EPOCH_STEPS):
+        epoch, within = divmod(step, k.EPOCH_STEPS)
+        for rank in range(world_size):
+            batch = drawn[epoch][within * accumulation * world_size + rank]
+            assert batch == k.documented_order(step, 0, rank, micro, accumulation, world_size)
+    assert drawn[0] != drawn[1]
+
+
 def test_offload_states_runs_only_where_deepspeed_allows_it_and_only_at_zero3() -> None:
     """`engine.offload_states` asserts DeepSpeed's FusedAdam (the config's Adam or AdamW) and no offload of its own:
     other settings are left out; ZeRO-3 offers the knob, ZeRO 1 and 2 do not; DeepSpeed PR #7050's setting (decay
