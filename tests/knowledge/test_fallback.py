@@ -164,6 +164,7 @@ def test_the_classes_are_the_ones_marked_in_the_catalog() -> None:
         "cuda_error_unspecific": 1,
         "state_dict_load_mismatch": 1,
         "nccl_internal_error_unspecific": 1,
+        "nccl_invalid_usage_unspecific": 1,
     }
 
 
@@ -334,6 +335,11 @@ def test_an_os_error_cut_before_its_path_names_no_entry() -> None:
         ("2026-11-29", "022", "nccl_internal_error_unspecific"),  # "internal check failed" on two machines
         # ZeRO-3's "expected the next 4 parameters in the parameter fetch queue to be ... but got ()" title
         ("2026-11-29b", "001", "ds_z3_prefetch_trace_mismatch"),
+        (
+            "2026-11-30l",
+            "301",
+            "nccl_invalid_usage_unspecific",
+        ),  # a title-only ProcessGroupNCCL "invalid usage"
     ],
 )
 def test_what_the_samples_labelled_none_for_want_of_an_entry_is_named_now(
