@@ -30,7 +30,7 @@ from typing import Any
 
 import click
 
-from ds_doctor.files import untrusted_folder as untrusted
+from ds_doctor.files import untrusted_folder
 from ds_doctor.reports.safe import one_line
 
 CACHE_ENV = "DS_DOCTOR_STACKS"
@@ -296,7 +296,7 @@ def prepended(folder: Path) -> str:
 def refuse_untrusted_root(root: Path) -> None:
     """The cache folder itself: another user who can write there could plant an overlay at a key (predictable) whose
     sitecustomize.py every rank runs. One line, exit 2."""
-    why = untrusted(root.resolve())
+    why = untrusted_folder(root.resolve())
     if why is not None:
         raise OverlayError(
             f"the overlay cache {root} cannot be trusted: {why}; set {CACHE_ENV} to a folder only you can write"
@@ -313,7 +313,7 @@ def from_cache(
     if not marker.is_file():
         return None
     refuse_untrusted_root(root)
-    why = untrusted(target)
+    why = untrusted_folder(target)
     overlay = None
     if why is None:
         try:

@@ -26,7 +26,6 @@ import hashlib
 import json
 import os
 import platform
-import stat
 import subprocess
 import sys
 import time
@@ -34,6 +33,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from ds_doctor.files import untrusted_folder, write_atomic
+from ds_doctor.rundir import read_own
 
 CPUINFO_ENV = "DS_DOCTOR_CPUINFO_JSON"
 FILE = "cpuinfo.json"
@@ -72,21 +72,14 @@ def kept_path(environ: Mapping[str, str] | None = None) -> Path | None:
 
 
 def _read_kept(path: Path) -> str | None:
-    """The kept answer at `path` where its folder and the file are this user's alone, and it is py-cpuinfo's JSON."""
+    """The kept answer at `path` where its folder and the file are this user's alone (`read_own`: a regular file,
+    never followed through a link), and it is py-cpuinfo's JSON."""
     if untrusted_folder(path.parent) is not None:
         return None
+    text = read_own(path, MAX_BYTES)
     try:
-        info = os.lstat(path)
-        if (
-            not stat.S_ISREG(info.st_mode)
-            or info.st_uid != os.geteuid()
-            or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-            or info.st_size > MAX_BYTES
-        ):
-            return None
-        text = path.read_text(encoding="utf-8")
-        return text if isinstance(json.loads(text), dict) else None
-    except (OSError, ValueError):
+        return text if text is not None and isinstance(json.loads(text), dict) else None
+    except ValueError:
         return None
 
 
