@@ -11,6 +11,7 @@ import dataclasses
 import re
 from collections.abc import Mapping
 
+from packaging.requirements import Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
@@ -79,6 +80,13 @@ class KnownIssue:
     # crash, an import error, a hang with no error), 2 a summary that a process failed (a launcher's line), which
     # gives way to a class too; 0 (the default) an entry of its own cause
     fallback: int = 0
+    # other releases the range holds only beside ("transformers>=5.0.0"): a bug of two libraries' meeting, where
+    # `affected` on `package` alone would name stacks the bug cannot reach
+    alongside: tuple[str, ...] = ()
+
+    def packages(self) -> tuple[str, ...]:
+        """The distributions whose versions decide the verdict: `package`, then those of `alongside`."""
+        return (self.package, *(Requirement(a).name for a in self.alongside))
 
     def matches(self, text: str) -> bool:
         if not any(re.search(p, text, REGEX_FLAGS) for p in self.patterns):
@@ -102,7 +110,19 @@ class KnownIssue:
             return Verdict.UNKNOWN
         if split:
             return Verdict.UNKNOWN
-        return Verdict.AFFECTED if inside else Verdict.NOT_AFFECTED
+        if not inside:
+            return Verdict.NOT_AFFECTED
+        for condition in self.alongside:  # the range holds only beside these releases
+            requirement = Requirement(condition)
+            beside = versions.get(requirement.name)
+            if not beside:
+                return Verdict.UNKNOWN
+            try:
+                if not requirement.specifier.contains(Version(beside), prereleases=True):
+                    return Verdict.NOT_AFFECTED
+            except InvalidVersion:
+                return Verdict.UNKNOWN
+        return Verdict.AFFECTED
 
     def to_ref(self, verdict: Verdict, confirm: str | None = None, match: str | None = None) -> IssueRef:
         """The `known_issue` of a case result: this issue with this stack's verdict (a `possibly` one says how to
@@ -115,6 +135,8 @@ class KnownIssue:
                 {r.version for r in for_issue(self.id) if r.outcome != "does_not_import"}, key=Version
             )
             affected += f" (measured here at {', '.join(seen)})" if seen else " (from upstream reports)"
+        if self.alongside:
+            affected += f", with {' and '.join(self.alongside)}"
         return IssueRef(
             id=self.id,
             title=self.title,

@@ -24,6 +24,8 @@ Schema of a data file, format 1 (the comment at the top of each file says how it
     invariants = ['clip_norm_device']   # invariants whose error findings show it
     knobs = ['schedule=cosine', ...]    # a silent entry's conditions on a knob-matrix setting: name=glob|glob (the
                                         # Knobs' fields, route, world_size); a diverging case that fits names it
+    alongside = ['transformers>=5.0.0'] # the range holds only beside these releases of other distributions (a
+                                        # bug where two libraries meet); absent = the package's range alone
     fallback = 1                        # a class, named only where nothing more specific matches the text: 1 a
                                         # class of causes (a segfault), 2 a summary that a process failed (a
                                         # launcher's line: it gives way to a class too); absent = 0, a cause
@@ -53,6 +55,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
@@ -95,6 +98,7 @@ _LISTS = (
     "paraphrases",
     "native_frames",
     "knobs",
+    "alongside",
 )
 _KEYS = frozenset((*_TEXTS, *_LISTS, "wording", "lookalike", "fallback"))
 _WORDING_KEYS = ("text", "source", "versions", "read")
@@ -211,6 +215,7 @@ def _entry(raw: Mapping[str, Any], label: str) -> KnownIssue:
         lookalikes=_lookalikes(raw.get("lookalike", []), label),
         knobs=tuple(raw.get("knobs", ())),
         fallback=raw.get("fallback", 0),
+        alongside=tuple(raw.get("alongside", ())),
     )
 
 
@@ -289,7 +294,18 @@ def _check_refs(refs: list[str], label: str) -> None:
 
 
 def _check_versions(raw: Mapping[str, Any], label: str) -> None:
-    """`affected` a specifier set, `fixed_in` a version outside it."""
+    """`affected` a specifier set, `fixed_in` a version outside it, `alongside` requirements on other
+    distributions, each with a range."""
+    for condition in raw.get("alongside", ()):
+        try:
+            requirement = Requirement(condition)
+        except InvalidRequirement as exc:
+            raise CatalogError(f"{label}: alongside {condition!r} is not a requirement: {exc}") from exc
+        if not str(requirement.specifier) or requirement.name == raw["package"] or requirement.marker:
+            raise CatalogError(
+                f"{label}: alongside {condition!r} must be another distribution with a range, like "
+                "'transformers>=5.0.0'"
+            )
     try:
         affected = SpecifierSet(raw.get("affected", ""))
     except InvalidSpecifier as exc:

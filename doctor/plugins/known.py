@@ -27,6 +27,6 @@ def fitting_silent_issue(
         for issue in catalog.ISSUES
         if issue.knobs
         and fits(issue.knobs)
-        and issue.version_verdict({issue.package: version(issue.package)}) is Verdict.AFFECTED
+        and issue.version_verdict({name: version(name) for name in issue.packages()}) is Verdict.AFFECTED
     ]
     return max(fitting, key=lambda issue: len(issue.knobs)).id if fitting else None

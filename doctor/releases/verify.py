@@ -130,6 +130,16 @@ PLAN = {
     ),
     # found by the same knob at two processes: no fixed release, so its ends are its first measured release and the
     # installed one
+    # Accelerate PR #3556 and transformers #40690 (docs/research/corpus-hf.md #3, read and measured before the knob):
+    # the Trainer's shuffled sampler resumed inside its second epoch, the setting added beside the design for them
+    "acc_skip_first_batches_set_epoch_not_forwarded": Plan(
+        "equivalence and matrix-trainer-resume-shuffle-ws1", "cpu", ("1.3.0",), matrix=True
+    ),
+    # ...which shows on transformers 4 only beside Accelerate 1.7.0-1.14.0 (4.46.3 cannot resume on torch 2.13 at
+    # all: its torch.load of the RNG state is refused by weights_only, an error, not a measure)
+    "hf_trainer_resume_replays_epoch0_order": Plan(
+        "equivalence and matrix-trainer-resume-shuffle-ws1", "cpu", pins=("accelerate==1.14.0",), matrix=True
+    ),
     "acc_sharded_batch_sampler_set_epoch_not_forwarded": Plan(
         "equivalence and matrix-accelerate-ga1-shuffle-batch-sampler-ws2",
         "cpu",
@@ -493,7 +503,8 @@ def table(records: list[Measured], issues: list) -> str:
                 else "not measured yet"
             )
         )
-        lines.append(f"| `{issue.id}` | {issue.package} | {issue.affected or 'every version'} | {said} |")
+        affected = (issue.affected or "every version") + "".join(f", with {a}" for a in issue.alongside)
+        lines.append(f"| `{issue.id}` | {issue.package} | {affected} | {said} |")
     return "\n".join(lines) + "\n"
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ds_doctor.plugins import RankOptions, Variant, Wrapper
 from ds_doctor.plugins.usersetup import UserConfig
@@ -309,6 +309,21 @@ def needed() -> dict[str, list[Knobs]]:
     }
 
 
+def beside() -> dict[str, list[tuple[Knobs, dict[str, Any]]]]:
+    """Settings real bugs needed that no pair may hold, run after a route's design, each with the route fields it
+    sets besides its knobs: they take no part in the design's coverage, so the design (whose settings the measured
+    records name) stays as it was."""
+    from ds_doctor.probes.equivalence.knobs import Knobs
+
+    return {
+        # Accelerate PR #3556 (transformers >= 5 with Accelerate 1.3.0-1.6.0) and transformers #40690 (<= 4.57.6 with
+        # Accelerate 1.7.0-1.14.0): a resume inside the second epoch of a shuffled sampler draws epoch 0's order.
+        # Each row's first label -100 (the overcount's remedy: a causal LM never predicts it, so the loss is the
+        # same): on 4.46-4.57 every other Trainer setting fails on the overcount at step 1, which would hide it
+        "trainer": [(Knobs(shuffle=True, resume=True), {"first_label_masked": True})]
+    }
+
+
 def matrix(extent: str = "pairs") -> list[Route]:
     """The knob matrix's cases (a fresh list of the settings `_matrix` designed once per process)."""
     return list(_matrix(extent))
@@ -335,7 +350,9 @@ def _matrix(extent: str) -> tuple[Route, ...]:
         if extent == "full":
             design += [c for c in k.combinations(offered[kind]) if c not in design]
         own = any(r.name == name for r in ROUTES)  # then the defaults are the route's own case
-        for setting in design[1:] if own else design:
+        settings: list[tuple[Knobs, dict[str, Any]]] = [(s, {}) for s in (design[1:] if own else design)]
+        settings += [(setting, fields) for setting, fields in beside().get(name, ()) if setting not in design]
+        for setting, fields in settings:
             base = Route(
                 "-".join(["matrix", name, *setting.tokens()]),
                 wrapper,
@@ -343,7 +360,7 @@ def _matrix(extent: str) -> tuple[Route, ...]:
                 stage=stage,
                 level=2 if setting == level2 else 3,
             )
-            out.append(with_knobs(base, setting))
+            out.append(with_knobs(dataclasses.replace(base, **fields), setting))
     return tuple(out)
 
 

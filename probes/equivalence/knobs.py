@@ -43,6 +43,9 @@ EPOCH_STEPS, SHUFFLE_SEED, DATA_SEED = 2, 1234, 4321
 ONECYCLE_STEPS, ONECYCLE_STAIRS, ONECYCLE_MIN = 4, 2, 0.1
 #: the Trainer's "resume": the optimizer step its checkpoint is written at, inside the first epoch of EPOCH_STEPS
 RESUME_AT = 1
+#: ...and with "shuffle": inside the second epoch, where the resumed sampler must draw that epoch's order (a resume
+#: inside the first draws epoch 0's order whether or not its epoch was restored)
+SHUFFLED_RESUME_AT = EPOCH_STEPS + 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,7 +193,8 @@ def allowed(knobs: Knobs) -> bool:
     accumulation of fp32 gradients, `offload_states` where DeepSpeed refuses it (see ZERO3_KNOBS); and Muon where
     the reference would not be DeepSpeed's documented Muon: only from the config, in fp32, one group, no clipping
     (ZeRO clips on the orthogonalised update), no resume."""
-    if knobs.shuffle and knobs.resume:  # a resume of the data order is a knob of its own (not built)
+    # a resume of a shuffled order: the Trainer's one setting, added beside its design (`cases.beside`), not a pair
+    if knobs.shuffle and knobs.resume:
         return False
     if knobs.rank_seeds and not knobs.shuffle:  # the ranks' seeds matter to a shuffled DataLoader only
         return False
@@ -353,6 +357,12 @@ def onecycle_factor(step: int) -> float:
     `step` (from 0) runs at batch `step`."""
     position = min(step, ONECYCLE_STEPS) * ONECYCLE_STAIRS / ONECYCLE_STEPS
     return ONECYCLE_MIN + (1.0 - ONECYCLE_MIN) * math.floor(position) / ONECYCLE_STAIRS
+
+
+def resume_at(knobs: Knobs) -> int:
+    """The optimizer step the Trainer's "resume" checkpoint is written at (and training cut off): RESUME_AT, or
+    SHUFFLED_RESUME_AT in a shuffled setting."""
+    return SHUFFLED_RESUME_AT if knobs.shuffle else RESUME_AT
 
 
 def epoch_micro_batches(accumulation: int, partial_window: bool) -> int:

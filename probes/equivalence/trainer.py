@@ -29,7 +29,7 @@ from ds_doctor.probes.equivalence.cases import (
     OVERCOUNT_ISSUE,
     Route,
 )
-from ds_doctor.probes.equivalence.knobs import DATA_SEED, MOMENTUM, RESUME_AT, WARMUP, epoch_micro_batches
+from ds_doctor.probes.equivalence.knobs import DATA_SEED, MOMENTUM, WARMUP, epoch_micro_batches, resume_at
 from ds_doctor.probes.equivalence.reference import independent as independent_reference
 from ds_doctor.probes.equivalence.subject import Hyper, StepRecord, Subject, digest
 from ds_doctor.probes.equivalence.tokens import SEQUENCE, build_lm, predicted_over_counted, sample
@@ -390,7 +390,8 @@ def _explainer(
 
 def _train(ctx: ProbeContext, route: Route, hyper: Hyper, out: Path, recorder: Recorder) -> Any:
     """The Trainer built for `route` and trained (its recorder holds the steps). A matrix setting with "resume":
-    trained to its checkpoint at optimizer step RESUME_AT and stopped there, then a fresh Trainer (a fresh model)
+    trained to its checkpoint at optimizer step `knobs.resume_at` (inside the first epoch; with "shuffle", inside
+    the second) and stopped there, then a fresh Trainer (a fresh model)
     resumed from it with `train(resume_from_checkpoint=...)` to the end, as a job that was cut off and restarted."""
     schedule = bool(route.resume) or hyper.schedule != "constant"
 
@@ -402,12 +403,13 @@ def _train(ctx: ProbeContext, route: Route, hyper: Hyper, out: Path, recorder: R
     with accelerate_session():
         ctx.enter("trainer.train")
         if route.knobs is not None and route.knobs.resume:
-            first = build(RESUME_AT)
-            first.add_callback(_stop(RESUME_AT))
+            at = resume_at(route.knobs)
+            first = build(at)
+            first.add_callback(_stop(at))
             first.train()
-            ctx.enter(f"trainer.train(resume_from_checkpoint=checkpoint-{RESUME_AT})")
+            ctx.enter(f"trainer.train(resume_from_checkpoint=checkpoint-{at})")
             resumed = build(None)
-            resumed.train(resume_from_checkpoint=str(out / f"checkpoint-{RESUME_AT}"))
+            resumed.train(resume_from_checkpoint=str(out / f"checkpoint-{at}"))
             return resumed
         trainer = build(_resume_at(hyper) if route.resume else None)
         trainer.train()

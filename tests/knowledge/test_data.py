@@ -148,6 +148,20 @@ def test_a_good_planted_entry_loads(tmp_path: Path) -> None:
     assert silent.patterns == () and silent.silent == "nothing raises"
 
 
+def test_an_entry_alongside_another_release_is_affected_only_beside_it(tmp_path: Path) -> None:
+    """`alongside`: the range holds only where the other distribution's release lies in its own range; where that
+    release is not known, no verdict."""
+    from ds_doctor.knowledge.issues import Verdict
+
+    (issue,) = load_file(plant(tmp_path, entry(alongside=["accelerate>=1.7.0,<1.15.0"])))
+    assert issue.packages() == ("deepspeed", "accelerate")
+    assert issue.version_verdict({"deepspeed": "0.14.2", "accelerate": "1.14.0"}) is Verdict.AFFECTED
+    assert issue.version_verdict({"deepspeed": "0.14.2", "accelerate": "1.15.0"}) is Verdict.NOT_AFFECTED
+    assert issue.version_verdict({"deepspeed": "0.14.3", "accelerate": "1.14.0"}) is Verdict.NOT_AFFECTED
+    assert issue.version_verdict({"deepspeed": "0.14.2"}) is Verdict.UNKNOWN
+    assert issue.to_ref(Verdict.AFFECTED).affected_versions.endswith(", with accelerate>=1.7.0,<1.15.0")
+
+
 BAD = [
     pytest.param({"wordings": "planted error 1"}, "unknown key(s) wordings", id="unknown-key"),
     pytest.param(
@@ -178,6 +192,17 @@ BAD = [
     pytest.param({"affected": "0.14.2"}, "is not a PEP 440 specifier", id="version-as-specifier"),
     pytest.param({"fixed_in": "soon"}, "fixed_in 'soon' is not a PEP 440 version", id="bad-fixed-in"),
     pytest.param({"fixed_in": "0.14.2"}, "fixed_in 0.14.2 lies inside affected", id="fixed-in-affected"),
+    pytest.param(
+        {"alongside": ["transformers 5"]},
+        "alongside 'transformers 5' is not a requirement",
+        id="bad-alongside",
+    ),
+    pytest.param(
+        {"alongside": ["transformers"]}, "must be another distribution with a range", id="alongside-no-range"
+    ),
+    pytest.param(
+        {"alongside": ["deepspeed<1"]}, "must be another distribution with a range", id="alongside-itself"
+    ),
     pytest.param({"remedy": None}, "missing required key(s) remedy", id="missing-remedy"),
     pytest.param({"refs": None}, "missing required key(s) refs", id="missing-refs"),
     pytest.param(

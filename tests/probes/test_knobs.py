@@ -11,7 +11,7 @@ import itertools
 import pytest
 
 from ds_doctor.probes.equivalence import knobs as k
-from ds_doctor.probes.equivalence.cases import matrix, needed
+from ds_doctor.probes.equivalence.cases import beside, matrix, needed
 from ds_doctor.probes.equivalence.subject import Hyper
 from tests.conftest import requires_deepspeed
 
@@ -54,6 +54,45 @@ def test_the_settings_bugs_needed_are_in_the_matrix_and_names_are_unique() -> No
     full = matrix("full")
     assert {r.name for r in routes} <= {r.name for r in full} and len(full) > 10 * len(routes)
     assert names == [r.name for r in matrix()]  # deterministic
+
+
+def test_a_setting_beside_the_design_runs_without_redrawing_it() -> None:
+    """The Trainer's shuffled resume is no pair (`allowed` refuses it): it runs after the design, with its own route
+    fields, and the design's settings (which the measured records name) are those of the pairs alone."""
+    routes = {r.name: r for r in matrix()}
+    setting, fields = beside()["trainer"][0]
+    assert not k.allowed(setting)
+    added = routes["matrix-trainer-resume-shuffle"]
+    assert added.knobs == setting and added.first_label_masked is fields["first_label_masked"] is True
+    designed = [
+        r.knobs
+        for name, r in routes.items()
+        if name.startswith("matrix-trainer-")
+        and not name.startswith("matrix-trainer-deepspeed")
+        and r is not added
+    ]
+    assert designed == k.pairs(k.TRAINER_KNOBS, needed().get("trainer", ()))[1:]
+    assert k.resume_at(setting) == k.EPOCH_STEPS + 1  # inside the second epoch, where the epoch matters
+    assert k.resume_at(k.Knobs(resume=True)) == k.RESUME_AT
+
+
+def test_an_entry_of_two_libraries_names_only_the_stacks_holding_both() -> None:
+    """transformers #40690 shows on transformers 4 beside Accelerate 1.7-1.14 only: a diverging shuffled resume
+    names it there, Accelerate PR #3556's entry on transformers 5 beside Accelerate before 1.7, and neither
+    elsewhere."""
+    from ds_doctor.probes.equivalence.invariants import matrix_issue
+
+    route = next(r for r in matrix() if r.name == "matrix-trainer-resume-shuffle")
+
+    def stack(transformers: str, accelerate: str):  # type: ignore[no-untyped-def]
+        return {"transformers": transformers, "accelerate": accelerate}.get
+
+    assert matrix_issue(route, 1, stack("4.57.6", "1.14.0")) == "hf_trainer_resume_replays_epoch0_order"
+    assert (
+        matrix_issue(route, 2, stack("5.24.0", "1.6.0")) == "acc_skip_first_batches_set_epoch_not_forwarded"
+    )
+    for fine in (("4.57.6", "1.6.0"), ("4.57.6", "1.15.0"), ("5.24.0", "1.7.0"), ("5.0.0", "1.14.0")):
+        assert matrix_issue(route, 1, stack(*fine)) is None, fine
 
 
 def test_groups_by_name_follow_the_trainers_rule() -> None:
