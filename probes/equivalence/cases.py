@@ -320,7 +320,10 @@ def beside() -> dict[str, list[tuple[Knobs, dict[str, Any]]]]:
         # Accelerate 1.7.0-1.14.0): a resume inside the second epoch of a shuffled sampler draws epoch 0's order.
         # Each row's first label -100 (the overcount's remedy: a causal LM never predicts it, so the loss is the
         # same): on 4.46-4.57 every other Trainer setting fails on the overcount at step 1, which would hide it
-        "trainer": [(Knobs(shuffle=True, resume=True), {"first_label_masked": True})]
+        "trainer": [(Knobs(shuffle=True, resume=True), {"first_label_masked": True})],
+        # accelerate PR #4071 (1.7.0-1.14.0): the loop's set_epoch, then skip_first_batches, whose fresh loader
+        # starts its epoch count at 0 again; the job's own resume through save_state / load_state
+        "accelerate": [(Knobs(accumulation=1, shuffle=True, resume=True), {})],
     }
 
 

@@ -23,6 +23,7 @@ from ds_doctor.probes.equivalence import resume as equivalence_resume
 from ds_doctor.probes.equivalence import trainer as equivalence_trainer
 from ds_doctor.probes.equivalence.cases import Route, variants
 from ds_doctor.probes.equivalence.invariants import Judging, diverges, judge
+from ds_doctor.probes.equivalence.knobs import SHUFFLED_RESUME_AT, Knobs
 from ds_doctor.probes.equivalence.reference import prestart as prestart_reference
 from ds_doctor.probes.equivalence.resume import PATHS, fingerprint, resume_step
 from ds_doctor.probes.equivalence.routes import Session
@@ -105,7 +106,7 @@ def train(opened: Session) -> list[StepRecord]:
     of its own. A setting with `offload_states` moves the engine's states to the CPU and back before the middle
     step."""
     knobs = opened.route.knobs
-    k = resume_step(opened.hyper.steps) if knobs is not None and knobs.resume else opened.hyper.steps
+    k = matrix_resume_step(knobs, opened.hyper.steps)
     # offload_states: the states moved aside and back before the middle step
     aside = resume_step(opened.hyper.steps) if knobs is not None and knobs.offload_states else None
     ctx, directory = opened.ctx, opened.ctx.scratch_dir() / "matrix-checkpoint"
@@ -134,6 +135,15 @@ def train(opened: Session) -> list[StepRecord]:
         return records + [again.step(s) for s in range(k, again.hyper.steps)]
     finally:
         again.close()
+
+
+def matrix_resume_step(knobs: Knobs | None, steps: int) -> int:
+    """Where a matrix setting with "resume" saves and a fresh session goes on (`steps`: no resume): the middle
+    step; with "shuffle", inside the second epoch (`knobs.SHUFFLED_RESUME_AT`), where the resumed loader must
+    draw that epoch's order and skip the batches already trained."""
+    if knobs is None or not knobs.resume:
+        return steps
+    return SHUFFLED_RESUME_AT if knobs.shuffle else resume_step(steps)
 
 
 def _rerun(ctx: ProbeContext, route: Route, subject: Subject) -> bool:

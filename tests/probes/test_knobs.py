@@ -57,22 +57,27 @@ def test_the_settings_bugs_needed_are_in_the_matrix_and_names_are_unique() -> No
 
 
 def test_a_setting_beside_the_design_runs_without_redrawing_it() -> None:
-    """The Trainer's shuffled resume is no pair (`allowed` refuses it): it runs after the design, with its own route
-    fields, and the design's settings (which the measured records name) are those of the pairs alone."""
+    """A shuffled resume is no pair (`allowed` refuses it): it runs after the design, with its own route fields, and
+    the design's settings (which the measured records name) are those of the pairs alone."""
     routes = {r.name: r for r in matrix()}
-    setting, fields = beside()["trainer"][0]
-    assert not k.allowed(setting)
-    added = routes["matrix-trainer-resume-shuffle"]
-    assert added.knobs == setting and added.first_label_masked is fields["first_label_masked"] is True
-    designed = [
-        r.knobs
-        for name, r in routes.items()
-        if name.startswith("matrix-trainer-")
-        and not name.startswith("matrix-trainer-deepspeed")
-        and r is not added
-    ]
-    assert designed == k.pairs(k.TRAINER_KNOBS, needed().get("trainer", ()))[1:]
-    assert k.resume_at(setting) == k.EPOCH_STEPS + 1  # inside the second epoch, where the epoch matters
+    offered = {"trainer": k.TRAINER_KNOBS, "accelerate": k.ACCELERATE_KNOBS}
+    assert set(beside()) == set(offered)
+    for route, extra in beside().items():
+        (setting, fields), *_ = extra
+        assert not k.allowed(setting)
+        added = routes["-".join(["matrix", route, *setting.tokens()])]
+        assert added.knobs == setting
+        assert all(getattr(added, name) == value for name, value in fields.items())
+        designed = [
+            r.knobs
+            for name, r in routes.items()
+            if name.startswith(f"matrix-{route}-")
+            and not name.startswith(f"matrix-{route}-deepspeed")
+            and r is not added
+        ]
+        assert designed == k.pairs(offered[route], needed().get(route, ()))[1:], route
+    assert routes["matrix-trainer-resume-shuffle"].first_label_masked
+    assert k.resume_at(beside()["trainer"][0][0]) == k.EPOCH_STEPS + 1  # inside the second epoch
     assert k.resume_at(k.Knobs(resume=True)) == k.RESUME_AT
 
 
