@@ -96,6 +96,20 @@ _TEMPLATES = (
     + _VERSION,  # verl's diagnose: its section
     r"`?{n}`? version(?: \(GPU\?\))?:\s*" + _VERSION,  # accelerate env, transformers-cli env
     r"[/\\]{n}-" + _VERSION + r"(?:\.dist-info|\.egg|-py\d|[/\\])",  # versioned package paths
+    # a traceback's source listing of the package's own __init__.py (IPython's "File .../peft/__init__.py:22", then
+    # its lines): the __version__ it assigns, alone on a listing line (double underscores are read as emphasis, so
+    # spaces, by then)
+    r"[/\\]{n}[/\\][_ ]{2}init[_ ]{2}\.py\b[^\n]*(?:\n[^\n]*){0,40}?\n[ \t]*(?:-+>[ \t]*)?(?:\d+[ \t]+)?"
+    r"(?:__|[ ]{2})version(?:__|[ ]{2})[ \t]*=[ \t]*['\"]" + _VERSION,
+    # an upgrade the failure came after: the release it went to ("after upgrading trl 0.21.0 > 0.22.0", "updated
+    # transformers from 4.45.2 to 4.46.0")
+    r"\b(?:upgrad|updat|bump|downgrad)\w*[ \t]+(?:from[ \t]+)?{n}[ \t]+(?:from[ \t]+)?v?\d+(?:\.\d+)+[\w.+]*[ \t]*"
+    r"(?:->|=>|→|>|\bto\b)[ \t]*v?" + _VERSION,
+    # a library's own check naming the release it found ("you need flash_attn package version to be greater or equal
+    # than 2.1.0. Detected version 2.0.4."): the installed one, not the one required, with no other package's
+    # requirement between them
+    r"(?<![\w.-]){n}\b(?:(?![\w.-]+[ \t]*[<>=!~]=?[ \t]*\d)[^\n]){0,80}?\b(?:detected|found|installed|got)[ \t]+"
+    r"(?:version[ \t]+)?v?" + _VERSION,
     r"(?<![\w-]){n}\s+v" + _VERSION + r"\b",  # "prodigy-plus-schedule-free v1.8.51"
     # what tickets write in prose and issue templates
     r"(?<![\w.-]){n}\s*\(\s*v?" + _VERSION + r"\s*\)",  # "deepspeed (0.14.2)"

@@ -275,6 +275,31 @@ def test_a_fallback_is_one_or_two(tmp_path: Path, value: str) -> None:
             "304",
             "hf_bf16_unsupported_gpu",
         ),  # axolotl's own "bf16 requested, but AMP is not supported"
+        # eight of sample m's nine misses, each a wording read in its source
+        ("2026-11-30m", "106", "flash_attn_needs_ampere"),  # "Expected is_sm80 || is_sm90 to be true"
+        ("2026-11-30m", "301", "nccl_unhandled_cuda_error"),  # "NCCL Cuda failure 999 'unknown error'"
+        (
+            "2026-11-30m",
+            "308",
+            "cuda_error_unspecific",
+        ),  # bitsandbytes' "Error ... at line 119 in file ops.cu"
+        (
+            "2026-11-30m",
+            "414",
+            "flash_attn_abi_mismatch",
+        ),  # "DLL load failed while importing flash_attn_2_cuda"
+        ("2026-11-30m", "407", "cuda_no_kernel_image"),  # "named symbol not found", as "possibly"
+        ("2026-11-30m", "408", "python_import_mismatch"),  # "'_OpNamespace' '_C' object has no attribute"
+        (
+            "2026-11-30m",
+            "415",
+            "python_import_mismatch",
+        ),  # "No package metadata was found for flashattn-hopper"
+        (
+            "2026-11-30m",
+            "302",
+            "python_import_mismatch",
+        ),  # Unsloth's "your xformers version of ... is too new"
     ],
 )
 def test_what_a_samples_first_run_missed_is_named_now(sample: str, number: str, entry: str) -> None:

@@ -200,6 +200,21 @@ def test_bars_are_stripped_as_before_in_linear_time() -> None:
             "llamafactory",
             "0.9.2.dev0",
         ),
+        # sample 48m's three: an upgrade the failure came after, a check naming the release it found, and a
+        # traceback's listing of the package's own __init__.py (IPython's)
+        ("AttributeError after upgrading trl 0.21.0 > 0.22.0", "trl", "0.22.0"),
+        ("updated transformers from 4.45.2 to 4.46.0 and now", "transformers", "4.46.0"),
+        (
+            "you need flash_attn package version to be greater or equal than 2.1.0. Detected version 2.0.4.",
+            "flash-attn",
+            "2.0.4",
+        ),
+        (
+            "File ~/.conda/lib/python3.10/site-packages/peft/__init__.py:22\n     18 # limitations\n"
+            '     20 __version__ = "0.5.0.dev0"\n---> 22 from .auto import (',
+            "peft",
+            "0.5.0.dev0",
+        ),
     ],
 )
 def test_other_packages_named_in_prose(text: str, package: str, version: str) -> None:
@@ -218,6 +233,8 @@ def test_other_packages_named_in_prose(text: str, package: str, version: str) ->
         "| deepspeed-kernels | 0.14.2 |",  # another package's row
         "the deepspeed version is not 0.14.2",  # a sentence about a version that is not the one run
         "see deepspeed.__init__ 0.14.2x",
+        "deepspeed needs accelerate>=0.20.1 but found 0.19.0 installed",  # another package's release, after it
+        "File /x/site-packages/deepspeed/__init__.py:3\n    import torch\ntorch.__version__ = '2.3.0'",
     ],
 )
 def test_a_name_inside_another_is_no_version(text: str) -> None:

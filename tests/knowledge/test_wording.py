@@ -105,5 +105,7 @@ def test_each_wording_names_where_it_was_read() -> None:
                 "py-spy",  # a stack dump of a rank waiting in a collective
                 "ms-swift",
                 "datasets",
+                "unsloth",
+                "bitsandbytes",
             }, wording.source
             assert wording.read and wording.versions, issue.id
