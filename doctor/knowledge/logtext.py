@@ -79,8 +79,16 @@ def _unwrap(lines: list[str]) -> list[str]:
     return ["".join(parts) for parts in out]
 
 
+#: a CJK character touching an ASCII letter or digit ("报错No module named"): to a regex both are word characters, so
+#: no word boundary lies between them, and a message glued to a Chinese title would not match
+_CJK_TOUCHING = re.compile(
+    r"(?<=[\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff])(?=[A-Za-z0-9])"
+    r"|(?<=[A-Za-z0-9])(?=[\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff])"
+)
+
+
 def normalise(text: str) -> str:
-    lines = _strip_bars(text).split("\n")
+    lines = _strip_bars(_CJK_TOUCHING.sub(" ", text)).split("\n")
     return "\n".join(_deinterleave(_unwrap(lines)))  # a viewer wraps what the launcher prefixed: unwrap first
 
 

@@ -300,6 +300,17 @@ def test_a_fallback_is_one_or_two(tmp_path: Path, value: str) -> None:
             "302",
             "python_import_mismatch",
         ),  # Unsloth's "your xformers version of ... is too new"
+        # sample n's
+        ("2026-11-30n", "101", "ds_fp16_loss_scale_at_minimum"),  # the message without "Current", as a title
+        ("2026-11-30n", "104", "python_import_mismatch"),  # slurmstepd's "execve(): accelerate: No such file"
+        ("2026-11-30n", "105", "host_ram_allocation_failed"),  # "std::bad_alloc", as "possibly"
+        ("2026-11-30n", "202", "device_mismatch_across_gpus"),  # "Device Mismatch Error" in a title
+        ("2026-11-30n", "303", "hf_model_files_not_found"),  # sentencepiece's "TypeError: not a string"
+        ("2026-11-30n", "305", "nccl_not_in_torch_build"),  # retyped: "doesn't hava NCCL built in"
+        ("2026-11-30n", "306", "launcher_child_failed"),  # axolotl's "Failed to train/fine-tune config"
+        ("2026-11-30n", "309", "python_import_mismatch"),  # torchao's warning, as "possibly"
+        ("2026-11-30n", "310", "python_import_mismatch"),  # "报错No module named": glued to a Chinese title
+        ("2026-11-30n", "410", "cuda_no_kernel_image"),  # "HIP error: invalid device function"
     ],
 )
 def test_what_a_samples_first_run_missed_is_named_now(sample: str, number: str, entry: str) -> None:

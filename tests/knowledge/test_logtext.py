@@ -311,3 +311,11 @@ def test_triage_judges_on_the_first_listed_and_says_the_others() -> None:
     assert (used.version, used.also, used.source) == ("0.15.3", ("0.14.5",), "the log")
     assert [m.issue.id for m in reading.matches] == ["ds_zero_config_without_optimizer"]
     assert "deepspeed 0.15.3 (also 0.14.5) (from the log)" in render_triage(reading.matches)
+
+
+def test_a_message_glued_to_a_chinese_title_is_read_as_a_word_of_its_own() -> None:
+    """48n's 310: "做全参数SFT报错No module named ..." - to a regex a CJK character and a Latin letter are both word
+    characters, so no word boundary lay between them; the text is read with a space there, and nowhere else."""
+    assert normalise("做全参数SFT报错No module named 'x'") == "做全参数 SFT 报错 No module named 'x'"
+    assert normalise("No module named 'x' ok") == "No module named 'x' ok"
+    assert normalise("第0个step") == "第 0 个 step"

@@ -107,5 +107,8 @@ def test_each_wording_names_where_it_was_read() -> None:
                 "datasets",
                 "unsloth",
                 "bitsandbytes",
+                "slurm",
+                "axolotl",
+                "sentencepiece",
             }, wording.source
             assert wording.read and wording.versions, issue.id
