@@ -260,7 +260,7 @@ def where_it_starts(
         )
     ctx.note(
         "divergence_starts",
-        where.describe(step + 1, found, compared, bound, backward, divergence.stage),
+        where.describe(step + 1, found, compared, bound, backward, divergence.stage, next(iter(mine), None)),
         shown=True,
     )
 

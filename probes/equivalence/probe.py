@@ -132,7 +132,11 @@ def train(opened: Session) -> list[StepRecord]:
         again.load(directory)
         path = f"{PATHS[again.route.wrapper]}, into a fresh engine in the same process"
         ctx.add_findings(not_restored(saved, fingerprint(again, again.params(), rng=False), path))
-        return records + [again.step(s) for s in range(k, again.hyper.steps)]
+        resumed = [again.step(s) for s in range(k, again.hyper.steps)]
+        # what the resumed steps recorded for `where` (each module's output and its gradient), beside the first's
+        opened.outputs.update(again.outputs)
+        opened.grads.update(again.grads)
+        return records + resumed
     finally:
         again.close()
 

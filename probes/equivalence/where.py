@@ -129,18 +129,27 @@ def describe(
     bound: float,
     backward: tuple[tuple[str, float] | None, int, str | None] | None = None,
     stage: str = "",
+    first: str | None = None,
 ) -> str:
     """The note: the first module whose output leaves the reference's; where none does, the first whose output's
     gradient does (`backward`: what `first_module_over` found on the gradients, how many were compared, and the
-    module the backward reached first: the one next to the loss)."""
+    module the backward reached first: the one next to the loss). `first`: the module the forward ran first; where
+    it is the one that leaves, its parameters agreed at the step's start (the steps before were within tolerance),
+    so what differs is most likely its input: another batch."""
     if compared == 0:
         return f"step {step}: no module output could be matched with the reference's"
     if found is not None:
         name, relative = found
-        return (
+        said = (
             f"step {step}: the first module whose forward output leaves the reference's is {name} "
             f"({relative:.3g} relative, bound {bound:.3g}; rank 0's micro-batch 0)"
         )
+        if name == first:
+            said += (
+                ": it is the first module the forward runs, and the parameters agreed at the step's start, so "
+                "most likely its input differs (another batch: the data order, or the samples a rank was dealt)"
+            )
+        return said
     within = (
         f"step {step}: every submodule's forward output ({compared} compared, rank 0's micro-batch 0) is within "
         f"{bound:.3g} of the reference's"

@@ -161,6 +161,18 @@ def test_the_first_module_whose_output_leaves_the_reference_is_named(run: dict[s
     assert "divergence_starts" not in run["equivalence[ddp-ws2]"]["notes"]  # nothing diverged: nothing asked
 
 
+def test_a_first_module_that_leaves_says_its_input_differs() -> None:
+    """The module the forward runs first had the reference's parameters at the step's start: where it leaves,
+    the note says the input most likely differs (another batch), as a resumed shuffle replaying epoch 0 shows at
+    model.embed_tokens; a later module gets no such reading."""
+    from ds_doctor.probes.equivalence.where import describe
+
+    first = describe(4, ("model.embed_tokens", 1.07), 12, 3.8e-6, first="model.embed_tokens")
+    assert "most likely its input differs (another batch" in first
+    later = describe(1, ("by_world", 0.5), 3, 1e-6, first="net.0")
+    assert later.endswith("rank 0's micro-batch 0)")
+
+
 def test_a_shard_local_clip_is_caught_at_the_gradient_norm(run: dict[str, dict]) -> None:
     # one rank: its shard is all of it
     assert run["equivalence_planted[fsdp1-torch-clip-ws1]"]["outcome"] == "pass"
