@@ -145,6 +145,14 @@ PLAN = {
     "acc_skip_first_batches_resets_epoch": Plan(
         "equivalence and matrix-accelerate-ga1-resume-shuffle-ws1", "cpu", ("1.6.0", "1.7.0"), matrix=True
     ),
+    # accelerate issue #3996 (open): the same resume without set_epoch, as Accelerate's checkpointing guide writes
+    # the loop; no fixed release, so its ends are the first release measured and the installed one
+    "acc_resume_loader_epoch_not_saved": Plan(
+        "equivalence and matrix-accelerate-ga1-resume-shuffle-no-set-epoch-ws1",
+        "cpu",
+        ("0.28.0", "1.6.0", "1.7.0"),
+        matrix=True,
+    ),
     "acc_sharded_batch_sampler_set_epoch_not_forwarded": Plan(
         "equivalence and matrix-accelerate-ga1-shuffle-batch-sampler-ws2",
         "cpu",

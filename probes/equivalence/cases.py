@@ -323,7 +323,12 @@ def beside() -> dict[str, list[tuple[Knobs, dict[str, Any]]]]:
         "trainer": [(Knobs(shuffle=True, resume=True), {"first_label_masked": True})],
         # accelerate PR #4071 (1.7.0-1.14.0): the loop's set_epoch, then skip_first_batches, whose fresh loader
         # starts its epoch count at 0 again; the job's own resume through save_state / load_state
-        "accelerate": [(Knobs(accumulation=1, shuffle=True, resume=True), {})],
+        "accelerate": [
+            (Knobs(accumulation=1, shuffle=True, resume=True), {}),
+            # accelerate issue #3996 (open): the loop without set_epoch, as Accelerate's checkpointing guide writes
+            # it; save_state keeps no DataLoader's epoch, so the resumed loader starts at epoch 0
+            (Knobs(accumulation=1, shuffle=True, resume=True, no_set_epoch=True), {}),
+        ],
     }
 
 

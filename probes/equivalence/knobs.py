@@ -87,6 +87,9 @@ class Knobs:
     # and prepared; its order is the seedable sampler's (`documented_order`), so a `set_epoch` that never reaches it
     # replays epoch 0 (Accelerate PR #3246)
     batch_sampler: bool = False
+    # Accelerate with "shuffle": the loop never calls set_epoch, as Accelerate's checkpointing guide writes it (the
+    # prepared DataLoader counts its own epochs); with "resume", load_state and then skip_first_batches alone
+    no_set_epoch: bool = False
     # the Trainer: epochs of EPOCH_STEPS optimizer steps whose length is not a multiple of the accumulation window,
     # the last window of each one micro-batch per rank (two epochs)
     partial_window: bool = False
@@ -137,6 +140,7 @@ VALUES: dict[str, tuple[object, ...]] = {
     "shuffle": (False, True),
     "rank_seeds": (False, True),
     "batch_sampler": (False, True),
+    "no_set_epoch": (False, True),
     "partial_window": (False, True),
     "offload_states": (False, True),
 }
@@ -200,6 +204,8 @@ def allowed(knobs: Knobs) -> bool:
         return False
     # the job's own batch sampler is a shuffled DataLoader's, seeded by the job (not each rank's seed)
     if knobs.batch_sampler and (not knobs.shuffle or knobs.rank_seeds):
+        return False
+    if knobs.no_set_epoch and not knobs.shuffle:  # the epoch matters to a shuffled DataLoader only
         return False
     muon_fits = knobs.optimizer != "muon" or (
         knobs.precision == "fp32"

@@ -498,20 +498,26 @@ class AccelerateSession(Session):
 
     def next_indices(self, s: int, k: int) -> list[int] | None:
         """The samples of the next micro-batch from the prepared DataLoader (None without one): a new epoch every
-        EPOCH_STEPS steps, `set_epoch` called at its start, as a training loop over epochs does. A session resumed
+        EPOCH_STEPS steps, `set_epoch` called at its start, as a training loop over epochs does (not under
+        "no_set_epoch": the loader counts its epochs itself, each time a loop over it runs out). A session resumed
         inside an epoch (its first draw is not an epoch's first) goes on as Accelerate's checkpointing docs write
-        it: the loop's `set_epoch` for the epoch it is in, then `skip_first_batches` past the batches that epoch
-        already trained."""
+        it: the loop's `set_epoch` for the epoch it is in (not under "no_set_epoch"), then `skip_first_batches`
+        past the batches that epoch already trained."""
         from ds_doctor.probes.equivalence.knobs import EPOCH_STEPS
 
         if self.loader is None:
             return None
         epoch, within = divmod(s, EPOCH_STEPS)
+        told = self.route.knobs is None or not self.route.knobs.no_set_epoch
         if within == 0 and k == 0:
-            self.loader.set_epoch(epoch)
+            for _ in self.batches or ():  # the last epoch's loop runs out, as `for batch in loader` does
+                pass
+            if told:
+                self.loader.set_epoch(epoch)
             self.batches = iter(self.loader)
         elif self.batches is None:  # resumed inside the epoch
-            self.loader.set_epoch(epoch)
+            if told:
+                self.loader.set_epoch(epoch)
             trained = within * self.hyper.accumulation + k
             self.batches = iter(self.accelerator.skip_first_batches(self.loader, trained))
         assert self.batches is not None

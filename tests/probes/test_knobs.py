@@ -63,17 +63,18 @@ def test_a_setting_beside_the_design_runs_without_redrawing_it() -> None:
     offered = {"trainer": k.TRAINER_KNOBS, "accelerate": k.ACCELERATE_KNOBS}
     assert set(beside()) == set(offered)
     for route, extra in beside().items():
-        (setting, fields), *_ = extra
-        assert not k.allowed(setting)
-        added = routes["-".join(["matrix", route, *setting.tokens()])]
-        assert added.knobs == setting
-        assert all(getattr(added, name) == value for name, value in fields.items())
+        added = []
+        for setting, fields in extra:
+            assert not k.allowed(setting)
+            added.append(routes["-".join(["matrix", route, *setting.tokens()])])
+            assert added[-1].knobs == setting
+            assert all(getattr(added[-1], name) == value for name, value in fields.items())
         designed = [
             r.knobs
             for name, r in routes.items()
             if name.startswith(f"matrix-{route}-")
             and not name.startswith(f"matrix-{route}-deepspeed")
-            and r is not added
+            and r not in added
         ]
         assert designed == k.pairs(offered[route], needed().get(route, ()))[1:], route
     assert routes["matrix-trainer-resume-shuffle"].first_label_masked
@@ -98,6 +99,14 @@ def test_an_entry_of_two_libraries_names_only_the_stacks_holding_both() -> None:
     )
     for fine in (("4.57.6", "1.6.0"), ("4.57.6", "1.15.0"), ("5.24.0", "1.7.0"), ("5.0.0", "1.14.0")):
         assert matrix_issue(route, 1, stack(*fine)) is None, fine
+    # Accelerate's own loop: with set_epoch, PR #4071 (1.7-1.14); without it, issue #3996 on every release (its four
+    # conditions outrank the other's three)
+    own = next(r for r in matrix() if r.name == "matrix-accelerate-ga1-resume-shuffle")
+    assert matrix_issue(own, 2, stack("5.24.0", "1.14.0")) == "acc_skip_first_batches_resets_epoch"
+    assert matrix_issue(own, 2, stack("5.24.0", "1.15.0")) is None
+    untold = next(r for r in matrix() if r.name == "matrix-accelerate-ga1-resume-shuffle-no-set-epoch")
+    for release in ("0.28.0", "1.14.0", "1.15.0"):
+        assert matrix_issue(untold, 2, stack("5.24.0", release)) == "acc_resume_loader_epoch_not_saved"
 
 
 def test_groups_by_name_follow_the_trainers_rule() -> None:
