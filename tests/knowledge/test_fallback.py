@@ -311,6 +311,24 @@ def test_a_fallback_is_one_or_two(tmp_path: Path, value: str) -> None:
         ("2026-11-30n", "309", "python_import_mismatch"),  # torchao's warning, as "possibly"
         ("2026-11-30n", "310", "python_import_mismatch"),  # "报错No module named": glued to a Chinese title
         ("2026-11-30n", "410", "cuda_no_kernel_image"),  # "HIP error: invalid device function"
+        # sample o's
+        ("2026-11-30o", "106", "shm_exhausted_sigbus"),  # "Exit with code -7", as "possibly"
+        ("2026-11-30o", "302", "datasets_load_failed"),  # "Not able to read records in the JSON file at"
+        ("2026-11-30o", "304", "peft_target_modules_not_found"),  # "not found in base model", without "the"
+        ("2026-11-30o", "306", "state_dict_load_mismatch"),  # Accelerate's "Trying to set a tensor of shape"
+        (
+            "2026-11-30o",
+            "311",
+            "python_import_mismatch",
+        ),  # Windows' "不是内部或外部命令" for llamafactory-cli
+        ("2026-11-30o", "404", "hf_trainer_accelerate_missing"),  # "data_seed requires Accelerate version"
+        ("2026-11-30o", "407", "datasets_load_failed"),  # "Feature type 'List' not found"
+        ("2026-11-30o", "408", "cuda_no_kernel_image"),  # torch's sm_120 warning retyped, as "possibly"
+        (
+            "2026-11-30o",
+            "412",
+            "cuda_driver_too_old",
+        ),  # "the provided PTX was compiled with an unsupported toolchain"
     ],
 )
 def test_what_a_samples_first_run_missed_is_named_now(sample: str, number: str, entry: str) -> None:
