@@ -197,7 +197,8 @@ def allowed(knobs: Knobs) -> bool:
     accumulation of fp32 gradients, `offload_states` where DeepSpeed refuses it (see ZERO3_KNOBS); and Muon where
     the reference would not be DeepSpeed's documented Muon: only from the config, in fp32, one group, no clipping
     (ZeRO clips on the orthogonalised update), no resume."""
-    # a resume of a shuffled order: the Trainer's one setting, added beside its design (`cases.beside`), not a pair
+    # a resume of a shuffled order: settings of the Trainer and Accelerate added beside their designs
+    # (`cases.beside`), not pairs
     if knobs.shuffle and knobs.resume:
         return False
     if knobs.rank_seeds and not knobs.shuffle:  # the ranks' seeds matter to a shuffled DataLoader only
