@@ -329,6 +329,9 @@ def test_a_fallback_is_one_or_two(tmp_path: Path, value: str) -> None:
             "412",
             "cuda_driver_too_old",
         ),  # "the provided PTX was compiled with an unsupported toolchain"
+        # sample p's
+        ("2026-11-30p", "301", "nccl_ib_completion_error"),  # "NET/IB : Got async event : port error"
+        ("2026-11-30p", "305", "hf_argparser_unused_args"),  # LLaMA-Factory's "Got unknown args"
     ],
 )
 def test_what_a_samples_first_run_missed_is_named_now(sample: str, number: str, entry: str) -> None:
