@@ -84,6 +84,10 @@ class KnownIssue:
     # `affected` on `package` alone would name stacks the bug cannot reach
     alongside: tuple[str, ...] = ()
 
+    def beside(self) -> str:
+        """How a range says its `alongside` conditions (", with accelerate>=1.7.0,<1.15.0"), or ""."""
+        return f", with {' and '.join(self.alongside)}" if self.alongside else ""
+
     def packages(self) -> tuple[str, ...]:
         """The distributions whose versions decide the verdict: `package`, then those of `alongside`."""
         return (self.package, *(Requirement(a).name for a in self.alongside))
@@ -135,8 +139,7 @@ class KnownIssue:
                 {r.version for r in for_issue(self.id) if r.outcome != "does_not_import"}, key=Version
             )
             affected += f" (measured here at {', '.join(seen)})" if seen else " (from upstream reports)"
-        if self.alongside:
-            affected += f", with {' and '.join(self.alongside)}"
+        affected += self.beside()
         return IssueRef(
             id=self.id,
             title=self.title,

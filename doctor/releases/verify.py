@@ -128,8 +128,6 @@ PLAN = {
     "acc_batch_sampler_set_epoch_not_forwarded": Plan(
         "equivalence and matrix-accelerate-ga1-shuffle-batch-sampler-ws1", "cpu", matrix=True
     ),
-    # found by the same knob at two processes: no fixed release, so its ends are its first measured release and the
-    # installed one
     # Accelerate PR #3556 and transformers #40690 (docs/research/corpus-hf.md #3, read and measured before the knob):
     # the Trainer's shuffled sampler resumed inside its second epoch, the setting added beside the design for them
     "acc_skip_first_batches_set_epoch_not_forwarded": Plan(
@@ -153,6 +151,8 @@ PLAN = {
         ("0.28.0", "1.6.0", "1.7.0"),
         matrix=True,
     ),
+    # found by the batch-sampler knob at two processes: no fixed release, so its ends are its first measured release
+    # and the installed one
     "acc_sharded_batch_sampler_set_epoch_not_forwarded": Plan(
         "equivalence and matrix-accelerate-ga1-shuffle-batch-sampler-ws2",
         "cpu",
@@ -516,7 +516,7 @@ def table(records: list[Measured], issues: list) -> str:
                 else "not measured yet"
             )
         )
-        affected = (issue.affected or "every version") + "".join(f", with {a}" for a in issue.alongside)
+        affected = (issue.affected or "every version") + issue.beside()
         lines.append(f"| `{issue.id}` | {issue.package} | {affected} | {said} |")
     return "\n".join(lines) + "\n"
 

@@ -366,10 +366,10 @@ def onecycle_factor(step: int) -> float:
     return ONECYCLE_MIN + (1.0 - ONECYCLE_MIN) * math.floor(position) / ONECYCLE_STAIRS
 
 
-def resume_at(knobs: Knobs) -> int:
-    """The optimizer step the Trainer's "resume" checkpoint is written at (and training cut off): RESUME_AT, or
-    SHUFFLED_RESUME_AT in a shuffled setting."""
-    return SHUFFLED_RESUME_AT if knobs.shuffle else RESUME_AT
+def resume_at(knobs: Knobs, plain: int = RESUME_AT) -> int:
+    """The optimizer step a "resume" setting's checkpoint is written at: the route's `plain` one (the Trainer's
+    RESUME_AT; the middle step elsewhere), or SHUFFLED_RESUME_AT in a shuffled setting, inside the second epoch."""
+    return SHUFFLED_RESUME_AT if knobs.shuffle else plain
 
 
 def epoch_micro_batches(accumulation: int, partial_window: bool) -> int:

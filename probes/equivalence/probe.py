@@ -23,7 +23,7 @@ from ds_doctor.probes.equivalence import resume as equivalence_resume
 from ds_doctor.probes.equivalence import trainer as equivalence_trainer
 from ds_doctor.probes.equivalence.cases import Route, variants
 from ds_doctor.probes.equivalence.invariants import Judging, diverges, judge
-from ds_doctor.probes.equivalence.knobs import SHUFFLED_RESUME_AT, Knobs
+from ds_doctor.probes.equivalence.knobs import Knobs, resume_at
 from ds_doctor.probes.equivalence.reference import prestart as prestart_reference
 from ds_doctor.probes.equivalence.resume import PATHS, fingerprint, resume_step
 from ds_doctor.probes.equivalence.routes import Session
@@ -143,11 +143,11 @@ def train(opened: Session) -> list[StepRecord]:
 
 def matrix_resume_step(knobs: Knobs | None, steps: int) -> int:
     """Where a matrix setting with "resume" saves and a fresh session goes on (`steps`: no resume): the middle
-    step; with "shuffle", inside the second epoch (`knobs.SHUFFLED_RESUME_AT`), where the resumed loader must
-    draw that epoch's order and skip the batches already trained."""
+    step, or inside the second epoch with "shuffle" (`knobs.resume_at`), where the resumed loader must draw that
+    epoch's order and skip the batches already trained."""
     if knobs is None or not knobs.resume:
         return steps
-    return SHUFFLED_RESUME_AT if knobs.shuffle else resume_step(steps)
+    return resume_at(knobs, resume_step(steps))
 
 
 def _rerun(ctx: ProbeContext, route: Route, subject: Subject) -> bool:
