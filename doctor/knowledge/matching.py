@@ -312,6 +312,10 @@ def _cut(text: str, seen: set[str]) -> list[Match]:
         if hit.issue in seen:
             continue
         issue = catalog_issue(hit.issue)
+        # an entry narrowed by `requires` (the frames that tell its message from the same words elsewhere) needs
+        # them however its message matched: Python's "max() arg is an empty sequence" is ZeRO-3's only in stage3.py
+        if not all(search(pattern, text) for pattern in issue.requires):
+            continue
         where = located(text, hit.matched)
         sure = hit.certain and not issue.confirm
         said = (
