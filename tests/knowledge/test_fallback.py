@@ -332,11 +332,37 @@ def test_a_fallback_is_one_or_two(tmp_path: Path, value: str) -> None:
         # sample p's
         ("2026-11-30p", "301", "nccl_ib_completion_error"),  # "NET/IB : Got async event : port error"
         ("2026-11-30p", "305", "hf_argparser_unused_args"),  # LLaMA-Factory's "Got unknown args"
+        # sample q's
+        (
+            "2026-11-30q",
+            "204",
+            "acc_accelerator_kwarg_version_skew",
+        ),  # "GradientAccumulationPlugin.__init__() got an unexpected keyword argument"
+        ("2026-11-30q", "206", "distributed_hang_no_error"),  # "vllm server generating stuck"
+        ("2026-11-30q", "207", "python_import_mismatch"),  # a bare "ModuleNotFoundError" in a title
+        ("2026-11-30q", "304", "datasets_load_failed"),  # pyarrow's "ArrowInvalid: JSON parse error"
+        ("2026-11-30q", "312", "datasets_load_failed"),  # LLaMA-Factory's raise line, its message cut
+        (
+            "2026-11-30q",
+            "406",
+            "ds_batch_size_arithmetic",
+        ),  # "Gradient accumulation steps: {grad_acc} has to be greater than 0"
+        ("2026-11-30q", "407", "ds_z3_inflight_params"),  # "Invalidate trace cache @ step", as "possibly"
+        ("2026-11-30q", "408", "distributed_hang_no_error"),  # "vllm +zero2 hangs"
+        ("2026-11-30q", "411", "host_ram_allocation_failed"),  # "内存 ... oom": the host's memory
+        ("2026-11-30q", "414", "lf_no_valid_samples"),  # ms-swift's "filtered dataset length: 0"
+        ("2026-11-30q", "419", "launcher_child_failed"),  # Ray's "RayTaskError(TypeError)"
     ],
 )
 def test_what_a_samples_first_run_missed_is_named_now(sample: str, number: str, entry: str) -> None:
     """The first run of each sample (recorded before these changes) missed each; what it led to is named now."""
     assert entry in named(sample_text(sample, number))
+
+
+def test_host_memory_said_in_chinese_is_not_the_gpu_s() -> None:
+    """48q's 411: "内存 ... oom" is the host's memory running out (the GPU's is 显存): not CUDA's out of memory."""
+    assert "cuda_oom" not in named(sample_text("2026-11-30q", "411"))
+    assert "cuda_oom" in named("训练到一半显存不足，OOM")
 
 
 def test_an_os_error_cut_before_its_path_names_no_entry() -> None:

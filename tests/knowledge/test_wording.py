@@ -110,5 +110,7 @@ def test_each_wording_names_where_it_was_read() -> None:
                 "slurm",
                 "axolotl",
                 "sentencepiece",
+                "pyarrow",
+                "ray",
             }, wording.source
             assert wording.read and wording.versions, issue.id
