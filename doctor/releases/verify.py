@@ -107,6 +107,15 @@ PLAN = {
     ),
     # the fourth sample's #2 (transformers PR #40347), caught by the Trainer's `resume` and `partial_window` knobs
     # (built after reading it): one optimizer step fewer than plain torch
+    # found by sweeping the Trainer's matrix over transformers 5.x (2026-11-30): an error, not a divergence; every
+    # trainer-deepspeed setting raises it on 5.1.0 (PR #43780 fixed it in 5.2.0)
+    "hf_trainer_deepspeed_model_never_prepared": Plan(
+        "equivalence and matrix-trainer-deepspeed-smoothing-ws1", "cpu", matrix=True
+    ),
+    # the same sweep: every resumed Trainer setting at two CPU processes raises from 4.56.2 to 5.17.0, none on 5.18.0
+    "hf_trainer_resume_cpu_indexed_map_location": Plan(
+        "equivalence and matrix-trainer-ga1-noclip-smoothing-resume-ws2", "cpu", matrix=True
+    ),
     "hf_trainer_resume_partial_window_not_stepped": Plan(
         "equivalence and matrix-trainer-bf16-warmup-sgd-resume-partial-window-ws1", "cpu", matrix=True
     ),
@@ -467,19 +476,21 @@ def records_of(
 def matrix_records(
     results: list[dict], issue: str, package: str, version: str, torch_version: str, today: str
 ) -> list[Measured]:
-    """The entry's record from knob-matrix cases: `reproduced` where one failed naming it (the first such), else
-    `not_reproduced` where every one passed or failed naming another entry (a bug of its own that the release
-    has, as transformers 4.49.0's final norm beside the fixed layers' norms); none where they did neither (an
-    error, a skip, a divergence nothing names)."""
+    """The entry's record from knob-matrix cases: `reproduced` where one failed or raised naming it (the first such:
+    an entry of an error the matrix meets, as transformers 5.1.0's unprepared DeepSpeed engine), else
+    `not_reproduced` where every one passed or failed or raised naming another entry (a bug of its own that the
+    release has, as transformers 4.49.0's final norm beside the fixed layers' norms); none where they did neither
+    (an error nothing names, a skip, a divergence nothing names)."""
 
     def record(outcome: str, case: str, device: str) -> list[Measured]:
         return [Measured(issue, package, version, outcome, case, device, torch_version, today)]
 
     for r in results:
-        if r["outcome"] == "fail" and (r.get("known_issue") or {}).get("id") == issue:
+        if r["outcome"] in ("fail", "error") and (r.get("known_issue") or {}).get("id") == issue:
             return record("reproduced", r["case"], r["device_kind"])
     if results and all(
-        r["outcome"] == "pass" or (r["outcome"] == "fail" and (r.get("known_issue") or {}).get("id"))
+        r["outcome"] == "pass"
+        or (r["outcome"] in ("fail", "error") and (r.get("known_issue") or {}).get("id"))
         for r in results
     ):
         return record("not_reproduced", results[0]["case"], results[0]["device_kind"])

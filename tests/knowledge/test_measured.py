@@ -125,7 +125,10 @@ def test_a_matrix_entry_is_reproduced_where_a_setting_fails_naming_it() -> None:
     assert outcome(result("a", "pass"), result("b", "pass")) == ["not_reproduced"]
     # another entry's bug on the same release: this one did not show
     assert outcome(result("a", "pass"), result("b", "fail", "ds_y")) == ["not_reproduced"]
-    # a divergence nothing names, an error, or nothing ran: no record either way
+    # an error that names the entry (an error's entry the matrix meets) shows it; one naming another does not
+    assert outcome(result("a", "pass"), result("b", "error", "ds_x")) == ["reproduced"]
+    assert outcome(result("a", "pass"), result("b", "error", "ds_y")) == ["not_reproduced"]
+    # a divergence nothing names, an error nothing names, or nothing ran: no record either way
     assert outcome(result("a", "pass"), result("b", "fail")) == []
     assert outcome(result("a", "error")) == []
     assert outcome() == []
