@@ -268,6 +268,66 @@ def grad_accum_dtype(promise: ZeroPromise) -> list[Finding]:
     return []
 
 
+@dataclasses.dataclass(frozen=True)
+class BuiltOptimizer:
+    """What a DeepSpeed engine was asked for and what it built: its ZeRO stage, bf16, gradient accumulation in fp32,
+    the optimizer offloaded to the CPU (each as the engine read its config), and its optimizer's class."""
+
+    stage: int
+    bf16: bool
+    accumulate_fp32: bool
+    cpu_offload: bool
+    built: str
+
+    @classmethod
+    def of(cls, engine: Any) -> BuiltOptimizer:
+        """A DeepSpeed engine's configuration as it read it, and the optimizer it built."""
+        import torch
+
+        return cls(
+            stage=int(engine.zero_optimization_stage()),
+            bf16=bool(engine.bfloat16_enabled()),
+            accumulate_fp32=engine.get_data_types()[1] == torch.float32,
+            cpu_offload=bool(engine.zero_cpu_offload()),
+            built=type(engine.optimizer).__name__,
+        )
+
+    def routed(self) -> str | None:
+        """The optimizer DeepSpeed's engine routes this configuration to (`_do_optimizer_sanity_check`, the same in
+        0.14.4, 0.17.1 and 0.19.8): ZeRO-3 its own; ZeRO-1 in bf16 with fp32 accumulation and no CPU offload the
+        BF16_Optimizer; ZeRO-1 or -2 otherwise the ZeRO optimizer. None at stage 0, whose wrappers follow the
+        precision and the optimizer's kind."""
+        if self.stage == 3:
+            return "DeepSpeedZeroOptimizer_Stage3"
+        if self.stage == 1 and self.bf16 and self.accumulate_fp32 and not self.cpu_offload:
+            return "BF16_Optimizer"
+        if self.stage in (1, 2):
+            return "DeepSpeedZeroOptimizer"
+        return None
+
+
+def zero_optimizer_built(engine: BuiltOptimizer, setting: str) -> list[Finding]:
+    """(I6) the engine built the optimizer its ZeRO configuration routes to. Another one is not that stage's
+    optimizer at all: DeepSpeed 0.17.6-0.18.4 built ZeRO-1 in bf16 with fp32 accumulation as the non-ZeRO fp16
+    wrapper (every rank keeping the whole optimizer state), which trained within bf16's tolerance and failed only
+    at a resume."""
+    routed = engine.routed()
+    if routed is None or engine.built == routed:
+        return []
+    return [
+        Finding(
+            invariant="zero_optimizer_built",
+            severity=Severity.ERROR,
+            message=f"ZeRO stage {engine.stage} was configured and the engine built {engine.built}, not "
+            f"{routed}: not that stage's optimizer ({setting})",
+            stage="initialize",
+            expected=f"{routed}, the optimizer DeepSpeed routes ZeRO stage {engine.stage} to"
+            + (" in bf16 with fp32 gradient accumulation" if routed == "BF16_Optimizer" else ""),
+            data=dataclasses.asdict(engine),
+        )
+    ]
+
+
 def zero_invariants(records: Iterable[TensorRecord], promise: ZeroPromise) -> list[Finding]:
     """The S2 set: I1-I5, where the config put each tensor. Advice on the config itself (`grad_accum_dtype`) is the
     caller's to ask for, of a user's config."""

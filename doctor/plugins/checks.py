@@ -22,15 +22,18 @@ from ds_doctor.checks.fabric import fabric_findings, rounds
 from ds_doctor.checks.identity import identity_invariants
 from ds_doctor.checks.lifecycle import PreparedFacts, lifecycle_invariants, process_count_agreement
 from ds_doctor.checks.placement import (
+    BuiltOptimizer,
     ZeroPromise,
     grad_accum_dtype,
     optimizer_state_colocation,
     zero_invariants,
+    zero_optimizer_built,
 )
 from ds_doctor.checks.structure import buffer_placement, ties_kept, zero3_hooks_own_state
 
 __all__ = [
     "UNIT_ROUNDOFF",
+    "BuiltOptimizer",
     "Gap",
     "PreparedFacts",
     "Tolerance",
@@ -60,4 +63,5 @@ __all__ = [
     "worst_ratio",
     "zero3_hooks_own_state",
     "zero_invariants",
+    "zero_optimizer_built",
 ]

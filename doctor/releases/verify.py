@@ -108,11 +108,15 @@ PLAN = {
     # the fourth sample's #2 (transformers PR #40347), caught by the Trainer's `resume` and `partial_window` knobs
     # (built after reading it): one optimizer step fewer than plain torch
     # found by sweeping ZeRO's matrix over DeepSpeed 0.18.1 (2026-11-30): the only setting with ZeRO-1, bf16, fp32
-    # accumulation and a resume raises at its load
-    "ds_z1_bf16_fp32_accum_gets_fp16_wrapper": Plan(
+    # accumulation and a resume raised at its load
+    "ds_z1_bf16_fp32_accum_load_fails": Plan(
         "equivalence and matrix-deepspeed-z1-bf16-ga4-onecycle-client-accumulate-fp32-resume-ws1",
         "cpu",
         matrix=True,
+    ),
+    # the same bug seen silently, since the `zero_optimizer_built` invariant: the engine's optimizer at initialize
+    "ds_z1_bf16_fp32_accum_gets_fp16_wrapper": Plan(
+        "equivalence and matrix-deepspeed-z1-bf16-ga4-decay-warmup-lr-accumulate-fp32-ws1", "cpu", matrix=True
     ),
     # found by sweeping the Trainer's matrix over transformers 5.x (2026-11-30): an error, not a divergence; every
     # trainer-deepspeed setting raises it on 5.1.0 (PR #43780 fixed it in 5.2.0)

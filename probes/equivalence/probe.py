@@ -75,6 +75,7 @@ def run(ctx: ProbeContext) -> None:
     ctx.note(ModelNote.NOTE, subject.spec)
     with accelerate_session():
         opened = open_session(ctx, route, subject)
+        ctx.add_findings(built_optimizer(opened))
         if route.resume:
             equivalence_resume.run(ctx, route, subject, opened)
             return
@@ -96,6 +97,18 @@ def run(ctx: ProbeContext) -> None:
             else None,
         ),
     )
+
+
+def built_optimizer(opened: Session) -> list[Finding]:
+    """A DeepSpeed engine's optimizer against the one its ZeRO configuration routes to (`zero_optimizer_built`):
+    whatever its steps show, ZeRO-1 built as a non-ZeRO wrapper is not ZeRO-1."""
+    from ds_doctor.plugins.checks import zero_optimizer_built
+    from ds_doctor.probes.equivalence.invariants import setting
+    from ds_doctor.probes.equivalence.routes import DeepSpeedSession
+
+    if not isinstance(opened, DeepSpeedSession):
+        return []
+    return zero_optimizer_built(opened.built(), setting(opened.ctx, opened.route, opened.hyper))
 
 
 def train(opened: Session) -> list[StepRecord]:

@@ -305,6 +305,13 @@ class DeepSpeedSession(Session):
 
         return {n: v.to(torch.float32) for n, v in full_values(self.engine.module).items()}
 
+    def built(self) -> Any:
+        """What the engine was asked for (its config as it read it) and the optimizer it built
+        (`checks.BuiltOptimizer`)."""
+        from ds_doctor.plugins.checks import BuiltOptimizer
+
+        return BuiltOptimizer.of(self.engine)
+
     def offload_and_reload(self) -> None:
         """The engine's states moved to the CPU and back (`offload_states`, `reload_states`), as an RLHF job does
         between its training and generation phases."""

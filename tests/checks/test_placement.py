@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -187,5 +189,60 @@ def test_a_real_healthy_engine_yields_no_error_finding(params) -> None:
             "fp32_partition_placement",
             "optimizer_state_colocation",
         ]
+    finally:
+        engine.destroy()
+
+
+def test_a_zero_stage_built_as_another_optimizer_is_flagged() -> None:
+    """(I6) DeepSpeed 0.17.6-0.18.4 built ZeRO-1 in bf16 with fp32 accumulation as the non-ZeRO fp16 wrapper
+    (measured: FP16_UnfusedOptimizer on 0.18.4, BF16_Optimizer on 0.18.5)."""
+    from ds_doctor.plugins.checks import BuiltOptimizer, zero_optimizer_built
+
+    broken = BuiltOptimizer(
+        stage=1, bf16=True, accumulate_fp32=True, cpu_offload=False, built="FP16_UnfusedOptimizer"
+    )
+    (finding,) = zero_optimizer_built(broken, "z1 at 1 rank(s)")
+    assert finding.stage == "initialize"
+    assert "built FP16_UnfusedOptimizer, not BF16_Optimizer" in finding.message
+    fixed = dataclasses.replace(broken, built="BF16_Optimizer")
+    assert zero_optimizer_built(fixed, "z1") == []
+    # the same stage offloaded, or accumulating in bf16, or stage 2 and 3: DeepSpeed's own ZeRO optimizers
+    assert dataclasses.replace(broken, cpu_offload=True).routed() == "DeepSpeedZeroOptimizer"
+    assert dataclasses.replace(broken, accumulate_fp32=False).routed() == "DeepSpeedZeroOptimizer"
+    assert dataclasses.replace(broken, stage=2).routed() == "DeepSpeedZeroOptimizer"
+    assert dataclasses.replace(broken, stage=3).routed() == "DeepSpeedZeroOptimizer_Stage3"
+    # stage 0's wrappers follow the precision and the optimizer's kind: nothing to hold them to
+    assert zero_optimizer_built(dataclasses.replace(broken, stage=0), "z0") == []
+
+
+@requires_deepspeed
+@pytest.mark.usefixtures("dist_group")
+@pytest.mark.parametrize(
+    ("stage", "accumulate"), [(1, "fp32"), (1, "bf16"), (2, "fp32"), (3, "fp32")], ids=lambda v: str(v)
+)
+def test_the_installed_deepspeed_builds_the_optimizer_its_zero_stage_routes_to(
+    stage: int, accumulate: str
+) -> None:
+    """(I6) on a real engine of the installed release: what the invariant expects is what DeepSpeed builds, so the
+    matrix's settings raise no false alarm (0.19.8: BF16_Optimizer for ZeRO-1 with fp32 accumulation)."""
+    import deepspeed
+
+    from ds_doctor.plugins.checks import BuiltOptimizer, zero_optimizer_built
+
+    model = build_mlp()
+    config = {
+        "train_micro_batch_size_per_gpu": 2,
+        "gradient_accumulation_steps": 2,
+        "bf16": {"enabled": True},
+        "zero_optimization": {"stage": stage},
+        "data_types": {"grad_accum_dtype": accumulate},
+    }
+    engine, _, _, _ = deepspeed.initialize(
+        model=model, optimizer=torch.optim.AdamW(model.parameters(), lr=1e-3), config=config
+    )
+    try:
+        built = BuiltOptimizer.of(engine)
+        assert built.stage == stage and built.accumulate_fp32 == (accumulate == "fp32")
+        assert zero_optimizer_built(built, f"z{stage}") == [], built
     finally:
         engine.destroy()
