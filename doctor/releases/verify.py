@@ -118,6 +118,11 @@ PLAN = {
     "ds_z1_bf16_fp32_accum_gets_fp16_wrapper": Plan(
         "equivalence and matrix-deepspeed-z1-bf16-ga4-decay-warmup-lr-accumulate-fp32-ws1", "cpu", matrix=True
     ),
+    # found by sweeping ZeRO's matrix over DeepSpeed 0.15.4 (2026-11-30): every ZeRO-3 setting raises it on a node
+    # without numactl (this one: no numactl here)
+    "ds_cpu_accelerator_needs_numactl": Plan(
+        "equivalence and matrix-deepspeed-z3-sgd-ws1", "cpu", matrix=True
+    ),
     # found by sweeping the Trainer's matrix over transformers 5.x (2026-11-30): an error, not a divergence; every
     # trainer-deepspeed setting raises it on 5.1.0 (PR #43780 fixed it in 5.2.0)
     "hf_trainer_deepspeed_model_never_prepared": Plan(
