@@ -278,6 +278,9 @@ class BuiltOptimizer:
     accumulate_fp32: bool
     cpu_offload: bool
     built: str
+    # the built class's own name and every class it derives from: ZenFlow's ZeRO-1/2 optimizer and SuperOffload's
+    # ZeRO-3 one derive from the ZeRO optimizers (read in 0.19.8) and are theirs
+    lineage: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, engine: Any) -> BuiltOptimizer:
@@ -290,6 +293,7 @@ class BuiltOptimizer:
             accumulate_fp32=engine.get_data_types()[1] == torch.float32,
             cpu_offload=bool(engine.zero_cpu_offload()),
             built=type(engine.optimizer).__name__,
+            lineage=tuple(klass.__name__ for klass in type(engine.optimizer).__mro__),
         )
 
     def routed(self) -> str | None:
@@ -312,7 +316,9 @@ def zero_optimizer_built(engine: BuiltOptimizer, setting: str) -> list[Finding]:
     wrapper (every rank keeping the whole optimizer state), which trained within bf16's tolerance and failed only
     at a resume."""
     routed = engine.routed()
-    if routed is None or engine.built == routed:
+    # ZeRO-3 given no optimizer keeps only its parameter offload (DeepSpeedZeRoOffload): that stage's, too
+    allowed = {routed, "DeepSpeedZeRoOffload"} if routed == "DeepSpeedZeroOptimizer_Stage3" else {routed}
+    if routed is None or allowed & {engine.built, *engine.lineage}:
         return []
     return [
         Finding(

@@ -105,8 +105,6 @@ PLAN = {
     "ds_cpu_fused_adam_ignores_l2_mode": Plan(
         "equivalence and matrix-deepspeed-z3-decay-warmup-lr-adam-ws1", "cpu", matrix=True
     ),
-    # the fourth sample's #2 (transformers PR #40347), caught by the Trainer's `resume` and `partial_window` knobs
-    # (built after reading it): one optimizer step fewer than plain torch
     # found by sweeping ZeRO's matrix over DeepSpeed 0.18.1 (2026-11-30): the only setting with ZeRO-1, bf16, fp32
     # accumulation and a resume raised at its load
     "ds_z1_bf16_fp32_accum_load_fails": Plan(
@@ -132,6 +130,8 @@ PLAN = {
     "hf_trainer_resume_cpu_indexed_map_location": Plan(
         "equivalence and matrix-trainer-ga1-noclip-smoothing-resume-ws2", "cpu", matrix=True
     ),
+    # the fourth sample's #2 (transformers PR #40347), caught by the Trainer's `resume` and `partial_window` knobs
+    # (built after reading it): one optimizer step fewer than plain torch
     "hf_trainer_resume_partial_window_not_stepped": Plan(
         "equivalence and matrix-trainer-bf16-warmup-sgd-resume-partial-window-ws1", "cpu", matrix=True
     ),

@@ -211,6 +211,19 @@ def test_a_zero_stage_built_as_another_optimizer_is_flagged() -> None:
     assert dataclasses.replace(broken, accumulate_fp32=False).routed() == "DeepSpeedZeroOptimizer"
     assert dataclasses.replace(broken, stage=2).routed() == "DeepSpeedZeroOptimizer"
     assert dataclasses.replace(broken, stage=3).routed() == "DeepSpeedZeroOptimizer_Stage3"
+    # a class derived from the routed one is that stage's (ZenFlow's, SuperOffload's, read in 0.19.8)
+    zenflow = dataclasses.replace(
+        broken,
+        accumulate_fp32=False,
+        built="ZenFlowZeroOptimizerSequential",
+        lineage=(
+            "ZenFlowZeroOptimizerSequential",
+            "ZenFlowZeroOptimizer",
+            "DeepSpeedZeroOptimizer",
+            "object",
+        ),
+    )
+    assert zero_optimizer_built(zenflow, "z1") == []
     # stage 0's wrappers follow the precision and the optimizer's kind: nothing to hold them to
     assert zero_optimizer_built(dataclasses.replace(broken, stage=0), "z0") == []
 
