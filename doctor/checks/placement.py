@@ -277,10 +277,14 @@ class BuiltOptimizer:
     bf16: bool
     accumulate_fp32: bool
     cpu_offload: bool
-    built: str
-    # the built class's own name and every class it derives from: ZenFlow's ZeRO-1/2 optimizer and SuperOffload's
+    # the built class's own name, then every class it derives from: ZenFlow's ZeRO-1/2 optimizer and SuperOffload's
     # ZeRO-3 one derive from the ZeRO optimizers (read in 0.19.8) and are theirs
-    lineage: tuple[str, ...] = ()
+    lineage: tuple[str, ...]
+
+    @property
+    def built(self) -> str:
+        """The class the engine built."""
+        return self.lineage[0]
 
     @classmethod
     def of(cls, engine: Any) -> BuiltOptimizer:
@@ -292,7 +296,6 @@ class BuiltOptimizer:
             bf16=bool(engine.bfloat16_enabled()),
             accumulate_fp32=engine.get_data_types()[1] == torch.float32,
             cpu_offload=bool(engine.zero_cpu_offload()),
-            built=type(engine.optimizer).__name__,
             lineage=tuple(klass.__name__ for klass in type(engine.optimizer).__mro__),
         )
 
@@ -318,7 +321,7 @@ def zero_optimizer_built(engine: BuiltOptimizer, setting: str) -> list[Finding]:
     routed = engine.routed()
     # ZeRO-3 given no optimizer keeps only its parameter offload (DeepSpeedZeRoOffload): that stage's, too
     allowed = {routed, "DeepSpeedZeRoOffload"} if routed == "DeepSpeedZeroOptimizer_Stage3" else {routed}
-    if routed is None or allowed & {engine.built, *engine.lineage}:
+    if routed is None or allowed & set(engine.lineage):
         return []
     return [
         Finding(

@@ -199,12 +199,16 @@ def test_a_zero_stage_built_as_another_optimizer_is_flagged() -> None:
     from ds_doctor.plugins.checks import BuiltOptimizer, zero_optimizer_built
 
     broken = BuiltOptimizer(
-        stage=1, bf16=True, accumulate_fp32=True, cpu_offload=False, built="FP16_UnfusedOptimizer"
+        stage=1,
+        bf16=True,
+        accumulate_fp32=True,
+        cpu_offload=False,
+        lineage=("FP16_UnfusedOptimizer", "object"),
     )
     (finding,) = zero_optimizer_built(broken, "z1 at 1 rank(s)")
     assert finding.stage == "initialize"
     assert "built FP16_UnfusedOptimizer, not BF16_Optimizer" in finding.message
-    fixed = dataclasses.replace(broken, built="BF16_Optimizer")
+    fixed = dataclasses.replace(broken, lineage=("BF16_Optimizer", "ZeROOptimizer", "object"))
     assert zero_optimizer_built(fixed, "z1") == []
     # the same stage offloaded, or accumulating in bf16, or stage 2 and 3: DeepSpeed's own ZeRO optimizers
     assert dataclasses.replace(broken, cpu_offload=True).routed() == "DeepSpeedZeroOptimizer"
@@ -215,7 +219,6 @@ def test_a_zero_stage_built_as_another_optimizer_is_flagged() -> None:
     zenflow = dataclasses.replace(
         broken,
         accumulate_fp32=False,
-        built="ZenFlowZeroOptimizerSequential",
         lineage=(
             "ZenFlowZeroOptimizerSequential",
             "ZenFlowZeroOptimizer",
