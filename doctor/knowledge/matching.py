@@ -157,11 +157,13 @@ def search(pattern: str, text: str) -> re.Match[str] | None:
 
 def issue_matches(issue: KnownIssue, text: str) -> bool:
     """`KnownIssue.matches`, through `search`."""
-    return (
-        bool(text)
-        and any(search(p, text) for p in issue.patterns)
-        and all(search(p, text) for p in issue.requires)
-    )
+    return bool(text) and any(search(p, text) for p in issue.patterns) and _narrowed(issue, text)
+
+
+def _narrowed(issue: KnownIssue, text: str) -> bool:
+    """Whether `text` holds every pattern the entry's `requires` narrows its message with (the frames that tell it
+    from the same words elsewhere), through `search`: true for an entry with none."""
+    return all(search(p, text) for p in issue.requires)
 
 
 def classify(text: str, issues: Iterable[KnownIssue] | None = None) -> list[KnownIssue]:
@@ -312,9 +314,8 @@ def _cut(text: str, seen: set[str]) -> list[Match]:
         if hit.issue in seen:
             continue
         issue = catalog_issue(hit.issue)
-        # an entry narrowed by `requires` (the frames that tell its message from the same words elsewhere) needs
-        # them however its message matched: Python's "max() arg is an empty sequence" is ZeRO-3's only in stage3.py
-        if not all(search(pattern, text) for pattern in issue.requires):
+        # however its message matched: Python's "max() arg is an empty sequence" is ZeRO-3's only in stage3.py
+        if not _narrowed(issue, text):
             continue
         where = located(text, hit.matched)
         sure = hit.certain and not issue.confirm
