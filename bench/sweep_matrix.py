@@ -19,27 +19,23 @@ from pathlib import Path
 
 from runs import timed_run
 
+from ds_doctor.releases.verify import ran_on
 
-def on(report: dict, spec: str) -> list[dict]:
-    """The results of `report` on the overlay `spec` ("transformers==5.1.0"), not the installed stack's beside them."""
-    return [r for r in report["results"] if str(r.get("stack") or "").startswith(spec)]
+#: what a sweep lists: a case that failed, raised or hung
+BAD = ("fail", "error", "timeout")
 
 
 def unnamed(results: list[dict]) -> list[dict]:
     """The fails and errors no catalog entry names."""
-    return [
-        r
-        for r in results
-        if r["outcome"] in ("fail", "error", "timeout") and not (r.get("known_issue") or {}).get("id")
-    ]
+    return [r for r in results if r["outcome"] in BAD and not (r.get("known_issue") or {}).get("id")]
 
 
 def named(results: list[dict]) -> collections.Counter:
-    """(outcome, entry, verdict) of each fail and error an entry names, counted."""
+    """(outcome, entry, verdict) of each fail, error and timeout an entry names, counted."""
     counts: collections.Counter = collections.Counter()
     for r in results:
         issue = r.get("known_issue") or {}
-        if r["outcome"] in ("fail", "error") and issue.get("id"):
+        if r["outcome"] in BAD and issue.get("id"):
             counts[(r["outcome"], issue["id"], issue.get("verdict"))] += 1
     return counts
 
@@ -59,7 +55,7 @@ def main() -> int:
             out.mkdir()
             spec = f"{args.package}=={version}"
             elapsed, report = timed_run(["--level", "3", "-k", args.expr, "--with", spec], out)
-            results = on(report, spec)
+            results = ran_on(report, spec)  # the overlay's alone, not the installed stack's run beside it
             outcomes = collections.Counter(r["outcome"] for r in results)
             print(f"{spec}: {elapsed:.0f} s (the installed stack's run beside it), {dict(outcomes)}")
             for (outcome, issue, verdict), count in sorted(named(results).items()):

@@ -406,7 +406,7 @@ def measure(issue: str, package: str, version: str, plan: Plan, torch_version: s
     report = _report(proc, f"{issue} {version}")
     if report is None:
         return None
-    ran = _ran_on(report, None if here else f"{package}=={version}")
+    ran = ran_on(report, None if here else f"{package}=={version}")
     found = (
         matrix_records(ran, issue, package, version, torch_version, today)
         if plan.matrix
@@ -456,11 +456,11 @@ def measure_ends(package: str, ends: Ends, version: str, overlay: bool, torch_ve
     if report is None:
         return []
     every = {i.id for i in catalog.ISSUES if i.package == package and not i.affected}
-    ran = _ran_on(report, f"{package}=={version}" if overlay else None)
+    ran = ran_on(report, f"{package}=={version}" if overlay else None)
     return records_of(ran, every, package, version, torch_version, today)
 
 
-def _ran_on(report: dict, spec: str | None) -> list[dict]:
+def ran_on(report: dict, spec: str | None) -> list[dict]:
     """The results of a report that ran on the overlay whose first release is `spec` (its pins after it, joined
     by "+"), or on the installed stack where `spec` is None: a run --with holds the installed stack too."""
     return [

@@ -135,7 +135,7 @@ def test_a_matrix_entry_is_reproduced_where_a_setting_fails_naming_it() -> None:
 
 
 def test_a_release_s_results_are_its_overlay_s_alone() -> None:
-    from ds_doctor.releases.verify import _ran_on
+    from ds_doctor.releases.verify import ran_on
 
     report = {
         "results": [
@@ -145,6 +145,6 @@ def test_a_release_s_results_are_its_overlay_s_alone() -> None:
             {"case": "d", "stack": "transformers==4.49.0+huggingface-hub==0.30.2"},
         ]
     }
-    assert [r["case"] for r in _ran_on(report, None)] == ["a"]
-    assert [r["case"] for r in _ran_on(report, "deepspeed==0.19.1")] == ["b"]  # not 0.19.10's
-    assert [r["case"] for r in _ran_on(report, "transformers==4.49.0")] == ["d"]
+    assert [r["case"] for r in ran_on(report, None)] == ["a"]
+    assert [r["case"] for r in ran_on(report, "deepspeed==0.19.1")] == ["b"]  # not 0.19.10's
+    assert [r["case"] for r in ran_on(report, "transformers==4.49.0")] == ["d"]
