@@ -250,6 +250,10 @@ PLAN = {
     "acc_deepspeed_accumulation_steps_not_synced": Plan(
         "equivalence and matrix-accelerate-deepspeed and warmup and not ga1 and ws1", "cpu", matrix=True
     ),
+    # found by the matrix's Trainer sweep over Accelerate releases (transformers 5.24.0): the partial window alone
+    "acc_deepspeed_short_window_not_stepped": Plan(
+        "equivalence and matrix-trainer-deepspeed and partial-window and ws1", "cpu", matrix=True
+    ),
     # found by the matrix on the fresh sample's DeepSpeed releases, dated by ds-doctor bisect (a CPU-only bug)
     "ds_cpu_zero12_allreduce_buckets_dropped": Plan(
         "equivalence and matrix-deepspeed-z1 and offload and accumulate-fp32 and ws2", "cpu", matrix=True
