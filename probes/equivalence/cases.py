@@ -328,7 +328,12 @@ def beside() -> dict[str, list[tuple[Knobs, dict[str, Any]]]]:
             # accelerate issue #3996 (open): the loop without set_epoch, as Accelerate's checkpointing guide writes
             # it; save_state keeps no DataLoader's epoch, so the resumed loader starts at epoch 0
             (Knobs(accumulation=1, shuffle=True, resume=True, no_set_epoch=True), {}),
+            # an epoch whose micro-batches are not a multiple of the window: accumulate() syncs at the DataLoader's
+            # end (the Trainer's partial window, met in a user's own loop)
+            (Knobs(partial_window=True), {}),
         ],
+        # Accelerate issue #3552, PR #3630 (< 1.8.0): the engine never told where that short window ends
+        "accelerate-deepspeed": [(Knobs(partial_window=True), {})],
     }
 
 

@@ -385,6 +385,24 @@ def epoch_window(step: int, accumulation: int, partial_window: bool) -> int:
     return 1 if partial_window and last else accumulation
 
 
+def sequential_order(
+    step: int,
+    micro: int,
+    rank: int,
+    micro_batch: int,
+    accumulation: int,
+    world_size: int,
+    partial_window: bool,
+) -> range:
+    """The sample indices of micro-batch `micro` of optimizer step `step` on `rank` from a sequential DataLoader
+    whose batches go to the processes in turn (`BatchSamplerShard`, batches not split): one endless stream, or
+    under "partial_window" epochs of EPOCH_STEPS steps over the same samples, the last window one micro-batch."""
+    if partial_window:
+        step %= EPOCH_STEPS
+    b = (step * accumulation + micro) * world_size + rank
+    return range(b * micro_batch, (b + 1) * micro_batch)
+
+
 def documented_order(
     step: int,
     micro: int,

@@ -55,12 +55,13 @@ class Session:
     def close(self) -> None:
         """Release what the route holds (a DeepSpeed engine's hooks and groups)."""
 
-    def global_loss(self, window: Any) -> float:
-        """The mean loss over the global batch: every rank's window summed, divided by the global micro-batches."""
+    def global_loss(self, window: Any, micros: int | None = None) -> float:
+        """The mean loss over the global batch: every rank's window summed, divided by the global micro-batches (each
+        rank's `micros`, where a window is cut short, else the accumulation steps)."""
         import torch.distributed as dist
 
         dist.all_reduce(window)
-        return float(window) / (self.hyper.accumulation * self.ctx.world_size)
+        return float(window) / ((micros or self.hyper.accumulation) * self.ctx.world_size)
 
     def micro(self, model: Any, s: int, k: int, indices: Any = None) -> Any:
         """Micro-batch `k` of step `s` through `model` (the samples `indices` where a DataLoader drew them); on the
@@ -456,16 +457,24 @@ class AccelerateSession(Session):
         self.model, self.opt = out[0], out[1]
         self.loader: Any = None
         self.batches: Any = None
-        if hyper.shuffle:  # the "shuffle" knob: sample indices from a prepared, shuffled DataLoader
+        # the "shuffle" knob: sample indices from a prepared, shuffled DataLoader; the partial window: from a prepared
+        # sequential one whose epoch ends one micro-batch into its last window (`accumulate()` syncs at its end)
+        if hyper.shuffle or hyper.partial_window:
             from accelerate.utils import set_seed
 
             from ds_doctor.probes.equivalence.knobs import SHUFFLE_SEED, epoch_micro_batches
 
-            self.samples = epoch_micro_batches(hyper.accumulation, False) * hyper.micro_batch * ctx.world_size
+            self.samples = (
+                epoch_micro_batches(hyper.accumulation, hyper.partial_window)
+                * hyper.micro_batch
+                * ctx.world_size
+            )
             # as a job sets it before building its data; "rank_seeds": each rank its own (device_specific)
             set_seed(SHUFFLE_SEED, device_specific=route.knobs is not None and route.knobs.rank_seeds)
             dataset = torch.utils.data.TensorDataset(torch.arange(self.samples))
-            if route.knobs is not None and route.knobs.batch_sampler:  # the job's own batch sampler
+            if not hyper.shuffle:
+                loader = torch.utils.data.DataLoader(dataset, batch_size=hyper.micro_batch)
+            elif route.knobs is not None and route.knobs.batch_sampler:  # the job's own batch sampler
                 own = EpochBatchSampler(self.samples, hyper.micro_batch, SHUFFLE_SEED)
                 loader = torch.utils.data.DataLoader(dataset, batch_sampler=own)
             else:
@@ -478,10 +487,13 @@ class AccelerateSession(Session):
     def step(self, s: int) -> StepRecord:
         import torch
 
+        from ds_doctor.probes.equivalence.knobs import epoch_window
+
         accelerator, norm = self.accelerator, None
         lr = float(self.opt.param_groups[0]["lr"]) if self.engine is None else float(self.engine.get_lr()[0])
         window = torch.zeros((), dtype=torch.float32, device=accelerator.device)
-        for k in range(self.hyper.accumulation):
+        micros = epoch_window(s, self.hyper.accumulation, self.hyper.partial_window)
+        for k in range(micros):
             self.ctx.enter(f"step {s} micro {k}")
             indices = self.next_indices(s, k)  # fetched before accumulate(), as `for batch in loader` does
             with accelerator.accumulate(self.model):
@@ -501,7 +513,9 @@ class AccelerateSession(Session):
             window += loss.detach().float()
         if self.engine is not None:
             norm = self.engine.get_global_grad_norm()
-        return StepRecord(self.global_loss(window), None if norm is None else float(norm), lr, self.params())
+        return StepRecord(
+            self.global_loss(window, micros), None if norm is None else float(norm), lr, self.params()
+        )
 
     def next_indices(self, s: int, k: int) -> list[int] | None:
         """The samples of the next micro-batch from the prepared DataLoader (None without one): a new epoch every

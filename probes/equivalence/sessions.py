@@ -76,6 +76,7 @@ def knob_hyper(route: Route, kernel: str, schedule: str, stride: int = 1) -> Hyp
         adamw=knobs.optimizer != "adam",
         muon=knobs.optimizer == "muon",
         shuffle=knobs.shuffle,
+        partial_window=knobs.partial_window,
     )
 
 

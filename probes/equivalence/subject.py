@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ds_doctor.plugins.checks import Gap
 from ds_doctor.probes.equivalence.bounds import allowances, kernel_epsilon, noise_allowances
-from ds_doctor.probes.equivalence.knobs import TOTAL, documented_order
+from ds_doctor.probes.equivalence.knobs import TOTAL, documented_order, epoch_window, sequential_order
 from ds_doctor.probes.shared.models import batch, build_mlp
 
 if TYPE_CHECKING:
@@ -57,7 +57,8 @@ class Hyper:
     # the samples each (step, micro-batch, rank) drew where the order is the library's own (`knobs.rank_seeds`):
     # recorded on the route and checked to deal each epoch's samples once (`drawn_order`), then trained on here
     order: tuple[tuple[int, int, int, tuple[int, ...]], ...] | None = None
-    # the Trainer's stream in epochs of `knobs.EPOCH_STEPS` steps whose last window is one micro-batch per rank
+    # the stream in epochs of `knobs.EPOCH_STEPS` steps whose last window is one micro-batch per rank: the Trainer's,
+    # and Accelerate's sequential DataLoader whose end `accumulate()` syncs at
     partial_window: bool = False
 
     def lrs(self, step: int) -> list[float]:
@@ -337,7 +338,16 @@ def reference_outputs(
     model = trainee[0]
     grads: dict[str, Any] = {}
     with recording(model, grads) as outputs:
-        loss = subject.micro_loss(model, at_step, 0, rank, hyper.micro_batch, dtype=dtype, device="cpu")
+        loss = subject.micro_loss(
+            model,
+            at_step,
+            0,
+            rank,
+            hyper.micro_batch,
+            dtype=dtype,
+            device="cpu",
+            indices=drawn_samples(hyper, at_step, 0, rank, world_size),
+        )
     if loss.requires_grad:  # as the route's backward of micro-batch 0: the loss over the accumulation steps
         (loss / hyper.accumulation).backward()
     return {"outputs": outputs, "grads": grads}
@@ -347,26 +357,28 @@ def _accumulate(
     subject: Subject, model: Any, params: list[Any], hyper: Hyper, world_size: int, step: int, dtype: Any
 ) -> Any:
     """Each simulated rank's accumulation window (loss / accumulation, backward), then the ranks' gradients summed
-    in rank order and divided by the world size, as an all-reduce average does; the global loss likewise."""
+    in rank order and divided by the world size, as an all-reduce average does; the global loss likewise. Under the
+    partial window an epoch's last window is one micro-batch, its loss still divided by the accumulation steps: as
+    Accelerate's `backward` divides every micro-batch's (and DeepSpeed's engine, `scale_wrt_gas`)."""
     import torch
 
     grads: list[list[Any]] = []
     total = torch.zeros((), dtype=dtype)
-    drawn = {(s, m, r): list(i) for s, m, r, i in hyper.order or ()}
+    micros = epoch_window(step, hyper.accumulation, hyper.partial_window)
     for rank in range(world_size):
         for p in params:
             p.grad = None
         window = torch.zeros((), dtype=dtype)
-        for micro in range(hyper.accumulation):
-            indices: Sequence[int] | None = None
-            if hyper.order is not None:
-                indices = drawn[(step, micro, rank)]
-            elif hyper.shuffle:
-                indices = documented_order(
-                    step, micro, rank, hyper.micro_batch, hyper.accumulation, world_size
-                )
+        for micro in range(micros):
             loss = subject.micro_loss(
-                model, step, micro, rank, hyper.micro_batch, dtype=dtype, device="cpu", indices=indices
+                model,
+                step,
+                micro,
+                rank,
+                hyper.micro_batch,
+                dtype=dtype,
+                device="cpu",
+                indices=drawn_samples(hyper, step, micro, rank, world_size),
             )
             (loss / hyper.accumulation).backward()
             window += loss.detach().to(dtype)
@@ -377,7 +389,21 @@ def _accumulate(
         for rank_grads in grads[1:]:
             summed += rank_grads[i]
         p.grad = summed / world_size
-    return total / (hyper.accumulation * world_size)
+    return total / (micros * world_size)
+
+
+def drawn_samples(hyper: Hyper, step: int, micro: int, rank: int, world_size: int) -> Sequence[int] | None:
+    """The sample indices a route's DataLoader gives micro-batch `micro` of step `step` on `rank` (None where the
+    route trains on the step's stream instead): the ones each rank drew (`order`), the order Accelerate documents
+    for a shuffled DataLoader, or, under the partial window, a sequential DataLoader's batches dealt to the ranks in
+    turn, each epoch over the same samples."""
+    if hyper.order is not None:
+        return next(list(i) for s, m, r, i in hyper.order if (s, m, r) == (step, micro, rank))
+    if hyper.shuffle:
+        return documented_order(step, micro, rank, hyper.micro_batch, hyper.accumulation, world_size)
+    if hyper.partial_window:
+        return sequential_order(step, micro, rank, hyper.micro_batch, hyper.accumulation, world_size, True)
+    return None
 
 
 def _norm(params: list[Any]) -> Any:

@@ -48,7 +48,7 @@ def micro_indices(step: int, micro: int, rank: int, hyper: Hyper, world_size: in
     shuffle, the order Accelerate documents for the Trainer's sampler seeded with its `data_seed`; under the
     matrix's partial window, epochs of EPOCH_STEPS steps, each over the same samples in order (a sequential sampler
     starts again at each), the last window one micro-batch per rank."""
-    from ds_doctor.probes.equivalence.knobs import DATA_SEED, EPOCH_STEPS, documented_order
+    from ds_doctor.probes.equivalence.knobs import DATA_SEED, documented_order, sequential_order
 
     if hyper.shuffle:
         return documented_order(
@@ -61,10 +61,9 @@ def micro_indices(step: int, micro: int, rank: int, hyper: Hyper, world_size: in
             seed=DATA_SEED,
             partial_window=hyper.partial_window,
         )
-    if hyper.partial_window:
-        step %= EPOCH_STEPS
-    b = (step * hyper.accumulation + micro) * world_size + rank
-    return range(b * hyper.micro_batch, (b + 1) * hyper.micro_batch)
+    return sequential_order(
+        step, micro, rank, hyper.micro_batch, hyper.accumulation, world_size, hyper.partial_window
+    )
 
 
 def predicted_over_counted(

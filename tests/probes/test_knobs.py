@@ -60,12 +60,20 @@ def test_a_setting_beside_the_design_runs_without_redrawing_it() -> None:
     """A shuffled resume is no pair (`allowed` refuses it): it runs after the design, with its own route fields, and
     the design's settings (which the measured records name) are those of the pairs alone."""
     routes = {r.name: r for r in matrix()}
-    offered = {"trainer": k.TRAINER_KNOBS, "accelerate": k.ACCELERATE_KNOBS}
+    offered = {
+        "trainer": k.TRAINER_KNOBS,
+        "accelerate": k.ACCELERATE_KNOBS,
+        "accelerate-deepspeed": k.ACCELERATE_DEEPSPEED_KNOBS,
+    }
     assert set(beside()) == set(offered)
     for route, extra in beside().items():
         added = []
         for setting, fields in extra:
-            assert not k.allowed(setting)
+            # no pair may hold it: refused, or it turns a knob the route's design is not offered
+            unoffered = [
+                n for n, v in k.VALUES.items() if n not in offered[route] and getattr(setting, n) != v[0]
+            ]
+            assert not k.allowed(setting) or unoffered, setting
             added.append(routes["-".join(["matrix", route, *setting.tokens()])])
             assert added[-1].knobs == setting
             assert all(getattr(added[-1], name) == value for name, value in fields.items())
@@ -351,6 +359,35 @@ def test_the_shuffle_knobs_reference_order_is_accelerates_seedable_sampler_shard
     assert k.documented_order(0, 0, 0, micro, accumulation, 1) != k.documented_order(
         2, 0, 0, micro, accumulation, 1
     )
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_accelerates_partial_window_reference_trains_what_its_sequential_dataloader_deals(
+    world_size: int,
+) -> None:
+    """Under "partial_window" on Accelerate's routes the reference trains micro-batch (step, micro, rank) on
+    `subject.drawn_samples`: what the route's prepared sequential DataLoader gives each process, epoch by epoch, the
+    last window one micro-batch; a wrong dealing, epoch length or window fails it."""
+    torch = pytest.importorskip("torch")
+    data_loader = pytest.importorskip("accelerate.data_loader")
+    from ds_doctor.probes.equivalence.subject import Hyper, drawn_samples
+
+    hyper = Hyper(accumulation=2, partial_window=True)
+    samples = k.epoch_micro_batches(hyper.accumulation, True) * hyper.micro_batch * world_size
+    for rank in range(world_size):
+        loader = torch.utils.data.DataLoader(
+            torch.utils.data.TensorDataset(torch.arange(samples)), batch_size=hyper.micro_batch
+        )
+        shard = data_loader.prepare_data_loader(loader, num_processes=world_size, process_index=rank)
+        for epoch in range(2):
+            got = [batch[0].tolist() for batch in shard]
+            want = [
+                list(drawn_samples(hyper, epoch * k.EPOCH_STEPS + s, m, rank, world_size) or ())
+                for s in range(k.EPOCH_STEPS)
+                for m in range(k.epoch_window(s, hyper.accumulation, True))
+            ]
+            assert got == want, (rank, epoch)
+    assert drawn_samples(Hyper(), 0, 0, 0, 1) is None  # the step's stream, where no DataLoader draws
 
 
 @pytest.mark.parametrize("accumulation", [2, 4])
