@@ -181,7 +181,7 @@ PLAN = {
     "acc_sharded_batch_sampler_set_epoch_not_forwarded": Plan(
         "equivalence and matrix-accelerate-ga1-shuffle-batch-sampler-ws2",
         "cpu",
-        ("1.1.1", "1.2.0"),
+        ("0.34.2", "1.0.1", "1.1.1", "1.2.0"),
         matrix=True,
     ),
     # the fresh sample's #9, caught by the `adam` knob and offload on Accelerate's DeepSpeed route (added after
