@@ -250,6 +250,15 @@ PLAN = {
     "acc_deepspeed_accumulation_steps_not_synced": Plan(
         "equivalence and matrix-accelerate-deepspeed and warmup and not ga1 and ws1", "cpu", matrix=True
     ),
+    # met by the matrix's Trainer sweep over Accelerate 1.1.1 and 1.2.1: every Trainer setting raises at train();
+    # the lower end is transformers' (4.52.0 began passing keep_torch_compile), beside an Accelerate without it
+    "hf_trainer_unwrap_keep_torch_compile_old_accelerate": Plan(
+        "equivalence and matrix-trainer-ga4-sgd and ws1",
+        "cpu",
+        ("4.51.3", "4.52.0"),
+        pins=("accelerate==1.2.1", *HF_PINS),
+        matrix=True,
+    ),
     # found by the matrix's Trainer sweep over Accelerate releases (transformers 5.24.0): the partial window alone
     "acc_deepspeed_short_window_not_stepped": Plan(
         "equivalence and matrix-trainer-deepspeed and partial-window and ws1", "cpu", matrix=True
@@ -306,6 +315,8 @@ NOT_HERE = {
     "in 4.34.1-4.36.2",
     "hf_rope_scaling_new_format_old_release": "needs a model config of the new rope format on transformers < 4.43; "
     "its range was read in 4.31.0-4.44.2",
+    "nccl_ib_collective_size_mismatch": "needs InfiniBand between nodes with NCCL < 2.20; its range was read at the "
+    "NCCL tags v2.4.6-v2.19.4 (v2.20 truncates instead)",
 }
 
 

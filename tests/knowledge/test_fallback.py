@@ -165,6 +165,8 @@ def test_the_classes_are_the_ones_marked_in_the_catalog() -> None:
         "state_dict_load_mismatch": 1,
         "nccl_internal_error_unspecific": 1,
         "nccl_invalid_usage_unspecific": 1,
+        # a secondary error of DeepSpeedCPUAdam's __del__: the constructor's own exception is the cause
+        "ds_cpu_adam_build_failed": 1,
     }
 
 
