@@ -90,6 +90,8 @@ def _matrix_session(ctx: ProbeContext, route: Route, subject: Subject) -> Sessio
     if route.wrapper is Wrapper.DEEPSPEED:
         return _matrix_deepspeed(ctx, route, subject, knobs)
     ctx.require(ACCELERATE, TRANSFORMERS)
+    if knobs.partial_window and subject.user is not None:
+        ctx.skip("the partial window draws the family's own samples by index; --model's data has no index")
     extra = {"mixed_precision": "bf16"} if knobs.precision == "bf16" else {}
     if route.wrapper is Wrapper.ACCELERATE_DEEPSPEED:
         ctx.require(DEEPSPEED)
