@@ -354,6 +354,18 @@ def test_a_fallback_is_one_or_two(tmp_path: Path, value: str) -> None:
         ("2026-11-30q", "411", "host_ram_allocation_failed"),  # "内存 ... oom": the host's memory
         ("2026-11-30q", "414", "lf_no_valid_samples"),  # ms-swift's "filtered dataset length: 0"
         ("2026-11-30q", "419", "launcher_child_failed"),  # Ray's "RayTaskError(TypeError)"
+        # sample r's
+        ("2026-11-30r", "102", "optimizer_empty_param_list"),  # before DeepSpeedCPUAdam's __del__ error
+        ("2026-11-30r", "106", "host_ram_allocation_failed"),  # "OOM out of CPU memory"
+        ("2026-11-30r", "203", "fsdp1_submodule_called_outside_root_forward"),  # "data is not allocated yet"
+        ("2026-11-30r", "302", "nccl_ib_collective_size_mismatch"),  # NET/IB's "collective mismatch error"
+        ("2026-11-30r", "305", "state_dict_load_mismatch"),  # a bare "size mismatch" in a title
+        ("2026-11-30r", "306", "cuda_illegal_memory_access"),  # "illegal memory" in a title
+        ("2026-11-30r", "307", "lf_no_valid_samples"),  # "Cannot find valid samples" without its hint
+        ("2026-11-30r", "309", "acc_megatron_lm_not_available"),  # "Megatron is not installed"
+        ("2026-11-30r", "311", "hf_model_files_not_found"),  # a TypeError, then SentencePiece's Load
+        ("2026-11-30r", "413", "nccl_watchdog_timeout"),  # "zero 3 stage ... time out error"
+        ("2026-11-30r", "416", "torchrun_child_sigkill"),  # Ray's memory monitor killing a worker
     ],
 )
 def test_what_a_samples_first_run_missed_is_named_now(sample: str, number: str, entry: str) -> None:
@@ -365,6 +377,25 @@ def test_host_memory_said_in_chinese_is_not_the_gpu_s() -> None:
     """48q's 411: "内存 ... oom" is the host's memory running out (the GPU's is 显存): not CUDA's out of memory."""
     assert "cuda_oom" not in named(sample_text("2026-11-30q", "411"))
     assert "cuda_oom" in named("训练到一半显存不足，OOM")
+
+
+def test_host_memory_said_in_english_or_by_ray_is_not_the_gpu_s() -> None:
+    """48r's 106 and 416: "OOM out of CPU memory", "out of memory - cpu" and Ray's memory monitor ("killed due to
+    memory pressure (OOM)", ray.exceptions.OutOfMemoryError) are the host's memory, not CUDA's; the GPU's still is."""
+    for number in ("106", "416"):
+        assert "cuda_oom" not in named(sample_text("2026-11-30r", number)), number
+    assert "cuda_oom" not in named("Ray::TaskRunner.run out of memory - cpu")
+    assert "cuda_oom" in named("Training OOM at step 3 on 8xA100")
+    assert "cuda_oom" in named("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
+
+
+def test_a_secondary_error_gives_way_to_the_first() -> None:
+    """DeepSpeedCPUAdam's __del__ error ('ds_opt_adam') follows the constructor's own exception: that one is named;
+    alone, the build failure it most often follows still is."""
+    first = "ValueError: optimizer got an empty parameter list"
+    second = "AttributeError: 'DeepSpeedCPUAdam' object has no attribute 'ds_opt_adam'"
+    assert named(f"{first}\n{second}") == ["optimizer_empty_param_list"]
+    assert named(second) == ["ds_cpu_adam_build_failed"]
 
 
 def test_an_os_error_cut_before_its_path_names_no_entry() -> None:
