@@ -400,6 +400,17 @@ def test_host_memory_said_in_english_or_by_ray_is_not_the_gpu_s() -> None:
     assert "cuda_oom" in named("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
 
 
+def test_the_wider_hang_timeout_and_oom_words_stay_where_they_were_meant() -> None:
+    """What 48r's and 48s's wider paraphrases met on the earlier samples, each mended: "hang" inside "changed" after
+    "zero2.json"; DeepSpeed's warning "if you experience slowdowns or hanging when DeepSpeed exits"; a rendezvous
+    socket that timed out under torchrun (not the NCCL watchdog); and OpenRLHF's train_ppo_ray script's OOM, which is
+    not Ray's memory monitor."""
+    assert named(sample_text("../triage_heldout", "017")) == []
+    assert "distributed_hang_no_error" not in named(sample_text("../triage_heldout", "037"))
+    assert named(sample_text("2026-11-30n", "204")) == ["torchrun_rendezvous_unreachable"]
+    assert named(sample_text("2026-11-29g", "414")) == ["cuda_oom"]
+
+
 def test_a_secondary_error_gives_way_to_the_first() -> None:
     """DeepSpeedCPUAdam's __del__ error ('ds_opt_adam') follows the constructor's own exception: that one is named;
     alone, the build failure it most often follows still is."""
