@@ -23,11 +23,18 @@ def test_the_s2_traceback_is_recognised() -> None:
 
 
 def test_a_generic_device_mismatch_without_zero3_frames_is_not_claimed() -> None:
+    """Without ZeRO-3's frames the device check is the class (its causes ranked, no verdict), never the 0.14.1-0.14.2
+    entry; with them, the entry, and the class gives way."""
     text = (
         "RuntimeError: Expected all tensors to be on the same device, but found at least two devices, "
         "cuda:0 and cpu!"
     )
-    assert classify(text) == []
+    assert [issue.id for issue in classify(text)] == ["device_mismatch_cpu_accelerator"]
+    framed = (
+        '  File "/x/deepspeed/runtime/zero/stage3.py", line 2117, in unscale_and_clip_grads\n'
+        "    grad.mul_(1. / combined_scale)\n" + text
+    )
+    assert [issue.id for issue in classify(framed)] == ["ds_z3_offload_gradnorm_device_mismatch"]
 
 
 @pytest.mark.parametrize(

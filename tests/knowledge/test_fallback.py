@@ -167,6 +167,7 @@ def test_the_classes_are_the_ones_marked_in_the_catalog() -> None:
         "nccl_invalid_usage_unspecific": 1,
         # a secondary error of DeepSpeedCPUAdam's __del__: the constructor's own exception is the cause
         "ds_cpu_adam_build_failed": 1,
+        "device_mismatch_cpu_accelerator": 1,
     }
 
 
@@ -376,6 +377,12 @@ def test_a_fallback_is_one_or_two(tmp_path: Path, value: str) -> None:
         ("2026-11-30s", "408", "distributed_hang_no_error"),  # "vllm在init engine后卡住"
         ("2026-11-30s", "411", "distributed_hang_no_error"),  # "Program hang ... without error"
         ("2026-11-30s", "416", "torchrun_child_sigkill"),  # "Ray OOM causes the process to be killed"
+        # sample t's
+        ("2026-11-30t", "103", "device_mismatch_cpu_accelerator"),  # "cuda:0 and cpu", no cause shown
+        ("2026-11-30t", "104", "ds_z3_no_trainable_param"),  # "max() arg is an empty sequence ... zero stage3"
+        ("2026-11-30t", "201", "hf_trainer_loss_nan"),  # "training instability (NaN)"
+        ("2026-11-30t", "306", "peft_config_field_unknown_to_release"),  # "LoraConfig.init()", underscores eaten
+        ("2026-11-30t", "415", "cuda_oom"),  # "FSDP backend OOMs during resume"
     ],
 )
 def test_what_a_samples_first_run_missed_is_named_now(sample: str, number: str, entry: str) -> None:

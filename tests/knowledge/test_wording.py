@@ -43,6 +43,10 @@ SHARED = {
     "cuda_oom_optimizer_first_step": {"cuda_oom"},
     "cuda_oom_eval_accumulating_logits": {"cuda_oom"},
     "oom_gathering_full_state_dict_on_save": {"cuda_oom"},
+    # torch's device check, told apart by the frames (ZeRO-3's unscale_and_clip_grads, prodigy's optimizer); without
+    # them it is the class
+    "ds_z3_offload_gradnorm_device_mismatch": {"device_mismatch_cpu_accelerator"},
+    "prodigy_group_tensors_left_on_cpu": {"device_mismatch_cpu_accelerator"},
 }
 
 
