@@ -379,9 +379,17 @@ def test_a_fallback_is_one_or_two(tmp_path: Path, value: str) -> None:
         ("2026-11-30s", "416", "torchrun_child_sigkill"),  # "Ray OOM causes the process to be killed"
         # sample t's
         ("2026-11-30t", "103", "device_mismatch_cpu_accelerator"),  # "cuda:0 and cpu", no cause shown
-        ("2026-11-30t", "104", "ds_z3_no_trainable_param"),  # "max() arg is an empty sequence ... zero stage3"
+        (
+            "2026-11-30t",
+            "104",
+            "ds_z3_no_trainable_param",
+        ),  # "max() arg is an empty sequence ... zero stage3"
         ("2026-11-30t", "201", "hf_trainer_loss_nan"),  # "training instability (NaN)"
-        ("2026-11-30t", "306", "peft_config_field_unknown_to_release"),  # "LoraConfig.init()", underscores eaten
+        (
+            "2026-11-30t",
+            "306",
+            "peft_config_field_unknown_to_release",
+        ),  # "LoraConfig.init()", underscores eaten
         ("2026-11-30t", "415", "cuda_oom"),  # "FSDP backend OOMs during resume"
     ],
 )
