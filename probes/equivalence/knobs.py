@@ -424,5 +424,7 @@ def documented_order(
     epoch, within = divmod(step, EPOCH_STEPS)
     samples = epoch_micro_batches(accumulation, partial_window) * micro_batch * world_size
     order = torch.randperm(samples, generator=torch.Generator().manual_seed(seed + epoch)).tolist()
-    index = (within * accumulation + micro) * world_size + rank
-    return order[index * micro_batch : (index + 1) * micro_batch]
+    # the permutation dealt as a sequential loader's batches are (`within` is already inside the epoch)
+    return [
+        order[i] for i in sequential_order(within, micro, rank, micro_batch, accumulation, world_size, False)
+    ]
