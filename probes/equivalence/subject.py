@@ -11,6 +11,7 @@ of the full global batch.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -398,12 +399,20 @@ def drawn_samples(hyper: Hyper, step: int, micro: int, rank: int, world_size: in
     for a shuffled DataLoader, or, under the partial window, a sequential DataLoader's batches dealt to the ranks in
     turn, each epoch over the same samples."""
     if hyper.order is not None:
-        return next(list(i) for s, m, r, i in hyper.order if (s, m, r) == (step, micro, rank))
+        return _by_draw(hyper.order)[(step, micro, rank)]
     if hyper.shuffle:
         return documented_order(step, micro, rank, hyper.micro_batch, hyper.accumulation, world_size)
     if hyper.partial_window:
         return sequential_order(step, micro, rank, hyper.micro_batch, hyper.accumulation, world_size, True)
     return None
+
+
+@functools.cache
+def _by_draw(
+    order: tuple[tuple[int, int, int, tuple[int, ...]], ...],
+) -> dict[tuple[int, int, int], list[int]]:
+    """`Hyper.order` by (step, micro-batch, rank), built once per order."""
+    return {(s, m, r): list(i) for s, m, r, i in order}
 
 
 def _norm(params: list[Any]) -> Any:
