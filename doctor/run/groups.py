@@ -31,6 +31,9 @@ from ds_doctor.run.launch import POLL_S, Launch, LaunchEvents
 from ds_doctor.run.plan import LaunchGroup
 from ds_doctor.rundir import RankLine, RunDir
 
+#: a port taken between free_port and torchrun's bind is a race, not a pattern: the fourth time is blamed
+PORT_RETRIES = 3
+
 #: How a node's launch groups run (`DS_DOCTOR_LAUNCHES`, read once by the parent into the run's options)
 LAUNCH_MODES = {
     "auto": "at once on a node's CPU, one after another on its GPUs",
@@ -117,6 +120,7 @@ class GroupRun:
         # each attempt settles at least one case (ds_doctor.run.attribution.remaining)
         self.bound = len(self.pending)
         self.launch: Launch | None = None  # the attempt running now
+        self.port_retries = 0  # launches that lost their master port before any rank started
 
     @property
     def done(self) -> bool:
@@ -149,6 +153,12 @@ class GroupRun:
             self.exits.add(launch)
         else:
             launch.dir.scrub_logs()
+        if self.port_retries < PORT_RETRIES and launch.lost_its_port():
+            # nothing ran, nothing to blame: the same cases again on a new port, as one more attempt
+            self.port_retries += 1
+            self.attempt += 1
+            self.bound += 1
+            return
         for case in self.pending:
             if launch.complete(case.id):
                 self.results[case.id] = launch.lines_of(case)

@@ -33,6 +33,9 @@ from ds_doctor.rundir import LAUNCH, WAITING_TURN, Beat, Ended, How, LaunchDir, 
 LAUNCH_TIMEOUT_S = 180.0  # process start, imports and process-group set-up
 POLL_S = 0.2
 EXIT_WAIT_S = 30.0  # a launch whose every line is in: its ranks and torchrun exit within this, or are killed
+# torchrun's master store could not bind its port (torch's socket.cpp, every release read: "errno: 98 - Address
+# already in use" before 2.7, "name: EADDRINUSE" since)
+PORT_TAKEN = re.compile(r"EADDRINUSE|address already in use", re.I)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -261,6 +264,14 @@ class Launch:
         pids = {rank: beat.pid for rank, beat in self.dir.read_beats().items() if beat.pid in started}
         took = capture.take(self.dir, pids) if pids else None
         self.evidence = evidence.read(self.dir, sorted(pids), took)
+
+    def lost_its_port(self) -> bool:
+        """Inside one node, torchrun could not bind the master port it was given, and no rank started: between
+        `free_port` closing it and torchrun's bind another process took it (a launch beside this one, another job
+        on a busy node). Nothing of the cases ran; a new port is all it needs."""
+        if self.cluster is not None or self.timed_out is not None or self.lines or self.dir.read_beats():
+            return False
+        return bool(PORT_TAKEN.search(log_tail(self.dir.torchrun_log, 200)))
 
     def unfinished(self) -> list[Case]:
         return [c for c in self.cases if not self.complete(c.id)]

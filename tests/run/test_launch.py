@@ -1,13 +1,20 @@
-"""Pieces of the launcher that parse what torchrun and the ranks leave behind."""
+"""Pieces of the launcher that parse what torchrun and the ranks leave behind, and a launch whose port was taken."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
+import pytest
+
+from ds_doctor.probe.registry import find_case
 from ds_doctor.reports.model import Outcome
+from ds_doctor.run import command
 from ds_doctor.run.command import free_port
-from ds_doctor.run.launch import LineTail, exit_codes, signal_name
-from ds_doctor.rundir import RankLine
+from ds_doctor.run.groups import run_groups
+from ds_doctor.run.launch import PORT_TAKEN, LaunchEvents, LineTail, exit_codes, signal_name
+from ds_doctor.run.plan import LaunchGroup
+from ds_doctor.rundir import How, RankLine, RunDir
 
 RESOURCES = Path(__file__).resolve().parents[1] / "resources"
 
@@ -37,3 +44,27 @@ def test_the_line_tail_waits_for_a_line_to_end(tmp_path: Path) -> None:
 
 def test_free_port_is_a_loopback_port() -> None:
     assert 1024 < free_port() < 65536
+
+
+def test_a_launch_whose_master_port_was_taken_runs_again_on_a_new_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`free_port` closes the port it found before torchrun binds it: another process can take it between (a launch
+    beside this one, another job on a busy node). Real torchrun, the port held by a listening socket: the launch that
+    lost it ran nothing, so nothing is blamed, and its cases run again on a new port, as one more attempt."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        ports = iter([int(held.getsockname()[1])])
+        monkeypatch.setattr(command, "free_port", lambda: next(ports, None) or free_port())
+        case = find_case("comm[all_reduce-ws2]")
+        run = RunDir(tmp_path / "run")
+        run.path.mkdir()
+        results = run_groups(
+            [LaunchGroup(2, "cpu", "gloo", (case,))], run, timeout_override=None, events=LaunchEvents()
+        )
+    lines = results[case.id]
+    assert [(line.ended and line.ended.how, line.findings) for line in lines] == [(How.RETURNED, ())] * 2
+    first, second = run.launch("ws2", "cpu", 0), run.launch("ws2", "cpu", 1)
+    assert PORT_TAKEN.search(first.torchrun_log.read_text()) and not first.read_beats()
+    assert second.read_beats() and not PORT_TAKEN.search(second.torchrun_log.read_text())

@@ -133,6 +133,9 @@ def test_a_case_a_timeout_took_down_is_rebuilt_as_it_was_never_as_not_run(tmp_pa
         def blame(self) -> dict[str, list[RankLine]]:
             return {HUNG: blamed}
 
+        def lost_its_port(self) -> bool:
+            return False
+
     heard: list[str] = []
     group_run = GroupRun(
         group,

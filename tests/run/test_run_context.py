@@ -45,6 +45,9 @@ class FakeLaunch:
     def blame(self) -> dict[str, list[RankLine]]:
         return {}
 
+    def lost_its_port(self) -> bool:
+        return False
+
     def bound_exit(self) -> None:
         self.done.append("bound")
 
