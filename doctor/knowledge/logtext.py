@@ -147,6 +147,9 @@ ALIASES = {
     "mosaicml": ("composer",),
     "deepspeed": ("ds",),  # "ds 0.14": read where a version follows it, as a word of its own
     "llamafactory": ("llamafactory-cli",),  # what `llamafactory-cli version` is pasted as
+    # the wheel torch's CUDA builds load NCCL from, versioned as the NCCL it holds (a pip list's "nvidia-nccl-cu12
+    # 2.20.5")
+    "nccl": ("nvidia-nccl-cu11", "nvidia-nccl-cu12", "nvidia-nccl-cu13"),
 }
 
 

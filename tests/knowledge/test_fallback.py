@@ -391,11 +391,28 @@ def test_a_fallback_is_one_or_two(tmp_path: Path, value: str) -> None:
             "peft_config_field_unknown_to_release",
         ),  # "LoraConfig.init()", underscores eaten
         ("2026-11-30t", "415", "cuda_oom"),  # "FSDP backend OOMs during resume"
+        # sample u's
+        ("2026-11-30u", "203", "ds_z12_empty_param_group"),  # the flatten's own line, no file frame
+        ("2026-11-30u", "404", "distributed_hang_no_error"),  # "Dataset stucked when using --dataloader_num_workers"
+        (
+            "2026-11-30u",
+            "311",
+            "optimizer_foreach_tensors_device_dtype_mismatch",
+        ),  # the foreach grouping's message, cut short in a title
     ],
 )
 def test_what_a_samples_first_run_missed_is_named_now(sample: str, number: str, entry: str) -> None:
     """The first run of each sample (recorded before these changes) missed each; what it led to is named now."""
     assert entry in named(sample_text(sample, number))
+
+
+def test_a_keyword_no_accelerate_release_takes_is_the_callers_misspelling() -> None:
+    """48u's 104 (a false claim of its first run): `kwargs_handler`, which no Accelerator() ever took, is no skew of
+    releases; a keyword one release took and another did not still is."""
+    assert "acc_accelerator_kwarg_version_skew" not in named(sample_text("2026-11-30u", "104"))
+    for keyword in ("dispatch_batches", "logging_dir", "dataloader_config", "parallelism_config"):
+        text = f"TypeError: Accelerator.__init__() got an unexpected keyword argument '{keyword}'"
+        assert "acc_accelerator_kwarg_version_skew" in named(text), keyword
 
 
 def test_host_memory_said_in_chinese_is_not_the_gpu_s() -> None:

@@ -215,6 +215,8 @@ def test_bars_are_stripped_as_before_in_linear_time() -> None:
             "peft",
             "0.5.0.dev0",
         ),
+        # a pip list's NCCL wheel, versioned as the NCCL it holds (samples 48t and 48u)
+        ("nvidia-nccl-cu12              2.20.5", "nccl", "2.20.5"),
     ],
 )
 def test_other_packages_named_in_prose(text: str, package: str, version: str) -> None:
