@@ -393,7 +393,7 @@ def test_a_fallback_is_one_or_two(tmp_path: Path, value: str) -> None:
         ("2026-11-30t", "415", "cuda_oom"),  # "FSDP backend OOMs during resume"
         # sample u's
         ("2026-11-30u", "203", "ds_z12_empty_param_group"),  # the flatten's own line, no file frame
-        ("2026-11-30u", "404", "distributed_hang_no_error"),  # "Dataset stucked when using --dataloader_num_workers"
+        ("2026-11-30u", "404", "distributed_hang_no_error"),  # "Dataset stucked when using ..."
         (
             "2026-11-30u",
             "311",
