@@ -400,6 +400,12 @@ def test_a_fallback_is_one_or_two(tmp_path: Path, value: str) -> None:
             "311",
             "optimizer_foreach_tensors_device_dtype_mismatch",
         ),  # the foreach grouping's message, cut short in a title
+        # sample v's
+        ("2026-11-30v", "101", "datasets_load_failed"),  # load_from_disk's "Directory ... not found"
+        ("2026-11-30v", "103", "hf_tokenizer_no_pad_token"),  # the collator's "does not have one."
+        ("2026-11-30v", "202", "hf_tokenizer_no_pad_token"),  # TRL's collator padding with None
+        ("2026-11-30v", "403", "hf_argparser_unused_args"),  # "ValueError remaining_argv" in a title
+        ("2026-11-30v", "408", "hf_model_files_not_found"),  # huggingface_hub's "Repo id must be in the form"
     ],
 )
 def test_what_a_samples_first_run_missed_is_named_now(sample: str, number: str, entry: str) -> None:

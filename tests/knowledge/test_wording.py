@@ -118,5 +118,6 @@ def test_each_wording_names_where_it_was_read() -> None:
                 "sentencepiece",
                 "pyarrow",
                 "ray",
+                "huggingface_hub",
             }, wording.source
             assert wording.read and wording.versions, issue.id
