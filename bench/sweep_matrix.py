@@ -1,10 +1,11 @@
 """The knob matrix run ahead of any bug (issue 50): a selection of its settings at each release given (`ds-doctor run
 --level 3 -k EXPR --with PKG==VER`), every fail and error listed by the catalog entry that names it (and whether its
-range holds the release), and the ones no entry names listed apart: those are what to read next. The sweep of
+range holds the release), and the ones no entry names listed apart: those are what to read next, with the ones only
+a class names (a kind of failure, not its cause). The sweep of
 2026-11-30 (docs/invariants.md, "The matrix swept over releases") found a DeepSpeed and two transformers bugs this way.
 
 A maintainer's command, not part of `make bench`: each release is an overlay to install, and each DeepSpeed release
-builds its ops (minutes). Exits 1 where any fail or error is named by no entry.
+builds its ops (minutes). Exits 1 where any fail or error is named by no entry, or by a class alone.
 
     python bench/sweep_matrix.py -k "equivalence and matrix-trainer" transformers 5.1.0 5.12.0
 """
@@ -19,10 +20,14 @@ from pathlib import Path
 
 from runs import timed_run
 
+from ds_doctor.knowledge.catalog import ISSUES
 from ds_doctor.releases.verify import ran_on
 
 #: what a sweep lists: a case that failed, raised or hung
 BAD = ("fail", "error", "timeout")
+#: the catalog's classes (a segfault, an import error, a keyword the callee does not take): a kind of failure, not
+#: its cause, so a case they alone name is read like an unnamed one
+CLASSES = frozenset(issue.id for issue in ISSUES if issue.fallback)
 
 
 def unnamed(results: list[dict]) -> list[dict]:
@@ -59,7 +64,9 @@ def main() -> int:
             outcomes = collections.Counter(r["outcome"] for r in results)
             print(f"{spec}: {elapsed:.0f} s (the installed stack's run beside it), {dict(outcomes)}")
             for (outcome, issue, verdict), count in sorted(named(results).items()):
-                print(f"  {count:4d} {outcome} {issue} ({verdict})")
+                clean = clean and issue not in CLASSES
+                kind = ", a class: read them" if issue in CLASSES else ""
+                print(f"  {count:4d} {outcome} {issue} ({verdict}{kind})")
             for result in unnamed(results):
                 clean = False
                 print(
