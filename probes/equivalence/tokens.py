@@ -106,15 +106,18 @@ def token_reference(
     lrs: list[float],
     last_window: int | None = None,
     label_smoothing: float = 0.0,
+    per_device: bool = False,
 ) -> list[StepRecord]:
     """Plain torch, single process: each step's loss is the summed token cross-entropy of the global batch over its
-    label-token count; gradients accumulate over every rank's micro-batches; clip; AdamW. Run in fp32 and again in
-    float64 for the allowances (ds_doctor.probes.equivalence.bounds)."""
+    label-token count (`per_device`: each rank's over its own count, the ranks averaged, as transformers 4.46.0 and
+    4.46.1 normalise it, with no way to ask for the global count); gradients accumulate over every rank's
+    micro-batches; clip; AdamW. Run in fp32 and again in float64 for the allowances
+    (ds_doctor.probes.equivalence.bounds)."""
     import torch
 
     from ds_doctor.probes.equivalence.bounds import allowances, noise_allowances
 
-    shape = (last_window, label_smoothing)
+    shape = (last_window, label_smoothing, per_device)
     single, initial, grads = _token_run(kind, hyper, world_size, lrs, torch.float32, shape)
     double, _, exact = _token_run(kind, hyper, world_size, lrs, torch.float64, shape)
     # the route's rounding, measured: the reference once more in the route's dtype; in fp32 the reference's own
@@ -132,9 +135,10 @@ def token_reference(
 
 
 def _token_run(
-    kind: str, hyper: Hyper, world_size: int, lrs: list[float], dtype: Any, shape: tuple[int | None, float]
+    kind: str, hyper: Hyper, world_size: int, lrs: list[float], dtype: Any, shape: Shape
 ) -> tuple[list[StepRecord], dict[str, Any], list[dict[str, Any]]]:
-    """`shape`: the last window's micro-batches (None: a whole window) and the label smoothing."""
+    """`shape`: the last window's micro-batches (None: a whole window), the label smoothing and whether each rank
+    normalises by its own tokens."""
     from ds_doctor.probes.equivalence.subject import named_grads
 
     model, params, optimizer = _token_trainee(kind, dtype, hyper)
@@ -159,6 +163,15 @@ def _token_trainee(kind: str, dtype: Any, hyper: Hyper) -> tuple[Any, list[Any],
     return model, params, hyper.optimizer(model)
 
 
+#: the reference's shape of a run: (the last window's micro-batches or None, the label smoothing, per-device tokens)
+Shape = tuple[int | None, float, bool]
+
+
+def _predicted(batches: Sequence[dict[str, Any]]) -> int:
+    """The label tokens a causal LM predicts in `batches` (labels shifted, -100 ignored)."""
+    return sum(int((b["labels"][:, 1:] != -100).sum()) for b in batches)
+
+
 def _token_batches(
     vocab: int, hyper: Hyper, world_size: int, step: int, last_window: int | None
 ) -> tuple[list[dict[str, Any]], int]:
@@ -169,7 +182,7 @@ def _token_batches(
         for r in range(world_size)
         for k in range(window(hyper, step, last_window))
     ]
-    return batches, sum(int((b["labels"][:, 1:] != -100).sum()) for b in batches)
+    return batches, _predicted(batches)
 
 
 def _summed(model: Any, b: dict[str, Any], smoothing: float) -> Any:
@@ -193,7 +206,7 @@ def _token_step(
     step: int,
     lr: float,
     dtype: Any,
-    shape: tuple[int | None, float],
+    shape: Shape,
 ) -> tuple[float, float]:
     import torch
 
@@ -201,15 +214,20 @@ def _token_step(
     batches, tokens = _token_batches(model.config.vocab_size, hyper, world_size, step, shape[0])
     per_rank = len(batches) // world_size
     total = torch.zeros((), dtype=dtype)
+    shares = torch.zeros((), dtype=dtype)  # per device: each rank's sum over its own count and the world size
     ranks: list[list[Any]] = []
     for rank in range(
         world_size
     ):  # each rank's window on its own, then the ranks summed: an all-reduce's order
         optimizer.zero_grad(set_to_none=True)
-        for b in batches[rank * per_rank : (rank + 1) * per_rank]:
+        own = batches[rank * per_rank : (rank + 1) * per_rank]
+        # the global count, or the rank's own with the ranks averaged
+        over = _predicted(own) * world_size if shape[2] else tokens
+        for b in own:
             summed = _summed(model, b, shape[1])
-            (summed / tokens).backward()
+            (summed / over).backward()
             total += summed.detach()
+            shares += summed.detach() / over
         ranks.append([p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in params])
     for i, p in enumerate(params):
         p.grad = ranks[0][i].clone()
@@ -219,7 +237,7 @@ def _token_step(
         group["lr"] = lr
     norm = torch.nn.utils.clip_grad_norm_(params, hyper.clip) if hyper.clip else _total_norm(params)
     optimizer.step()
-    return float(total / tokens), float(norm)
+    return float(shares if shape[2] else total / tokens), float(norm)
 
 
 def _total_norm(params: list[Any]) -> Any:
@@ -229,13 +247,7 @@ def _total_norm(params: list[Any]) -> Any:
 
 
 def token_outputs(
-    kind: str,
-    hyper: Hyper,
-    world_size: int,
-    lrs: list[float],
-    shape: tuple[int | None, float],
-    at_step: int,
-    rank: int,
+    kind: str, hyper: Hyper, world_size: int, lrs: list[float], shape: Shape, at_step: int, rank: int
 ) -> dict[str, Any]:
     """Each module's output on `rank`'s micro-batch 0 of step `at_step` in the token-mean reference (fp32), the steps
     before it replayed, and each output's gradient from that micro-batch's share of the global loss as the rank's
@@ -250,8 +262,12 @@ def token_outputs(
         _token_step(trainee, hyper, world_size, step, lrs[step], torch.float32, shape)
     model = trainee[0]
     batches, tokens = _token_batches(model.config.vocab_size, hyper, world_size, at_step, shape[0])
+    per_rank = window(hyper, at_step, shape[0])
     grads: dict[str, Any] = {}
     with recording(model, grads) as outputs:
-        summed = _summed(model, batches[rank * window(hyper, at_step, shape[0])], shape[1])
-    (summed / tokens * world_size).backward()
+        summed = _summed(model, batches[rank * per_rank], shape[1])
+    if shape[2]:  # the rank's own backward divides by its own count
+        (summed / _predicted(batches[rank * per_rank : (rank + 1) * per_rank])).backward()
+    else:  # by the global count, times the world size (DDP averages the ranks)
+        (summed / tokens * world_size).backward()
     return {"outputs": outputs, "grads": grads}

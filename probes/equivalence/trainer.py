@@ -162,7 +162,12 @@ def make_trainer(
                 return super()._get_train_sampler(*args, **kwargs)
             return torch.utils.data.SequentialSampler(self.train_dataset)
 
+    # the token mean over every rank's tokens, as the reference computes it (`per_device_tokens`)
+    offered = hasattr(transformers.TrainingArguments, "average_tokens_across_devices")
+    global_count = offered and not per_device_tokens()
+    averaging = {"average_tokens_across_devices": True} if global_count else {}
     args = transformers.TrainingArguments(
+        **averaging,
         output_dir=str(out),
         per_device_train_batch_size=hyper.micro_batch,
         gradient_accumulation_steps=hyper.accumulation,
@@ -189,6 +194,24 @@ def make_trainer(
         deepspeed=deepspeed_config(route) if route.stage else None,
     )
     return Recording(model=model, args=args, train_dataset=Stream(), callbacks=[_callback(ctx, recorder)])
+
+
+def per_device_tokens() -> bool:
+    """Whether the route's Trainer divides each rank's loss by that rank's own label tokens (the ranks then averaged)
+    rather than by every rank's, so the reference does too. transformers 4.46.0 and 4.46.1 count num_items_in_batch
+    per rank and offer nothing else; 4.46.2-4.53 default to it (`average_tokens_across_devices` False, a documented
+    choice, met wherever the ranks hold unequal tokens, as under a shuffled order), and before 4.48.0 turning the
+    option on gathers a None count at an epoch's end (accelerate's `_gpu_gather_one` raises TypeError: measured on
+    4.46.3, read in 4.47.0; 4.48.0 checks for None), so there the route keeps the default. From 4.48.0 the route
+    asks for the global count by name (the default from 4.54). Before 4.46 the Trainer counted no tokens at all (a
+    mean per micro-batch: `hf_trainer_ga_loss_per_microbatch`), which the reference does not follow."""
+    import inspect
+
+    import transformers
+    from packaging.version import Version
+
+    counts = "num_items_in_batch" in inspect.signature(transformers.Trainer.compute_loss).parameters
+    return counts and Version(transformers.__version__).release < (4, 48)
 
 
 def _stop(at: int) -> Any:
@@ -332,7 +355,7 @@ def run(ctx: ProbeContext, route: Route) -> None:
                 hyper,
                 ctx.world_size,
                 lrs,
-                (1 if route.partial_window else None, route.label_smoothing),
+                (1 if route.partial_window else None, route.label_smoothing, per_device_tokens()),
                 step,
                 0,
             ),
@@ -442,6 +465,7 @@ def _reference(
                 lrs,
                 1 if route.partial_window else None,
                 route.label_smoothing,
+                per_device_tokens(),
             ),
         },
         ctx.rank,
