@@ -109,8 +109,8 @@ def token_reference(
     per_device: bool = False,
 ) -> list[StepRecord]:
     """Plain torch, single process: each step's loss is the summed token cross-entropy of the global batch over its
-    label-token count (`per_device`: each rank's over its own count, the ranks averaged, as transformers 4.46.0 and
-    4.46.1 normalise it, with no way to ask for the global count); gradients accumulate over every rank's
+    label-token count (`per_device`: each rank's over its own count, the ranks averaged, as the Trainer of
+    transformers 4.46.0-4.47 runs here: `trainer.per_device_tokens`); gradients accumulate over every rank's
     micro-batches; clip; AdamW. Run in fp32 and again in float64 for the allowances
     (ds_doctor.probes.equivalence.bounds)."""
     import torch
