@@ -130,6 +130,10 @@ PLAN = {
     "hf_trainer_resume_cpu_indexed_map_location": Plan(
         "equivalence and matrix-trainer-ga1-noclip-smoothing-resume-ws2", "cpu", matrix=True
     ),
+    # the 2026-11-30 sweep of 4.46-4.57: every resumed Trainer setting raises it on 4.46.1 and 4.46.3 (torch 2.13)
+    "hf_trainer_resume_rng_state_weights_only": Plan(
+        "equivalence and matrix-trainer-ga1-noclip-smoothing-resume-ws1", "cpu", matrix=True
+    ),
     # the fourth sample's #2 (transformers PR #40347), caught by the Trainer's `resume` and `partial_window` knobs
     # (built after reading it): one optimizer step fewer than plain torch
     "hf_trainer_resume_partial_window_not_stepped": Plan(
