@@ -20,6 +20,7 @@ from pathlib import Path
 from ds_doctor.cluster.nodes import Cluster
 from ds_doctor.files import log_tail
 from ds_doctor.forensics import capture, evidence
+from ds_doctor.knowledge import catalog
 from ds_doctor.probe.rankoptions import DEFAULTS, RankOptions
 from ds_doctor.probe.registry import CaseEntry
 from ds_doctor.probe.spec import Case
@@ -33,9 +34,8 @@ from ds_doctor.rundir import LAUNCH, WAITING_TURN, Beat, Ended, How, LaunchDir, 
 LAUNCH_TIMEOUT_S = 180.0  # process start, imports and process-group set-up
 POLL_S = 0.2
 EXIT_WAIT_S = 30.0  # a launch whose every line is in: its ranks and torchrun exit within this, or are killed
-# torchrun's master store could not bind its port (torch's socket.cpp, every release read: "errno: 98 - Address
-# already in use" before 2.7, "name: EADDRINUSE" since)
-PORT_TAKEN = re.compile(r"EADDRINUSE|address already in use", re.I)
+#: the catalog's entry for torchrun's master store failing to bind its port (its patterns hold every wording read)
+PORT_TAKEN = "torchrun_port_in_use"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -271,7 +271,7 @@ class Launch:
         on a busy node). Nothing of the cases ran; a new port is all it needs."""
         if self.cluster is not None or self.timed_out is not None or self.lines or self.dir.read_beats():
             return False
-        return bool(PORT_TAKEN.search(log_tail(self.dir.torchrun_log, 200)))
+        return catalog.get(PORT_TAKEN).matches(log_tail(self.dir.torchrun_log, 200))
 
     def unfinished(self) -> list[Case]:
         return [c for c in self.cases if not self.complete(c.id)]

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from ds_doctor.knowledge import catalog
 from ds_doctor.probe.registry import find_case
 from ds_doctor.reports.model import Outcome
 from ds_doctor.run import command
@@ -66,5 +67,6 @@ def test_a_launch_whose_master_port_was_taken_runs_again_on_a_new_one(
     lines = results[case.id]
     assert [(line.ended and line.ended.how, line.findings) for line in lines] == [(How.RETURNED, ())] * 2
     first, second = run.launch("ws2", "cpu", 0), run.launch("ws2", "cpu", 1)
-    assert PORT_TAKEN.search(first.torchrun_log.read_text()) and not first.read_beats()
-    assert second.read_beats() and not PORT_TAKEN.search(second.torchrun_log.read_text())
+    port_taken = catalog.get(PORT_TAKEN)
+    assert port_taken.matches(first.torchrun_log.read_text()) and not first.read_beats()
+    assert second.read_beats() and not port_taken.matches(second.torchrun_log.read_text())
