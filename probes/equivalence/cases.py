@@ -325,7 +325,8 @@ def beside() -> dict[str, list[tuple[Knobs, dict[str, Any]]]]:
             # transformers PR #33673 (4.27.0-4.46.3): the accumulation window counted across epochs, so an epoch's
             # short last window is closed only with the next epoch's first micro-batch. The design's partial-window
             # settings show it on 4.46.0-4.46.1; on 4.46.2-4.46.3 the overcount fits them first at step 1, so here
-            # each row's first label is masked too (the overcount's remedy) and only the counter is left
+            # each row's first label is masked too (the overcount's remedy) and only the counter is left. Under
+            # `--matrix full` the design holds these knobs, and its own setting (labels as given) runs in its place
             (Knobs(partial_window=True), {"first_label_masked": True}),
         ],
         # accelerate PR #4071 (1.7.0-1.14.0): the loop's set_epoch, then skip_first_batches, whose fresh loader
