@@ -370,8 +370,8 @@ def test_a_stopped_run_exits_as_shells_say_and_reports_what_finished(tmp_path: P
     """A real SIGINT (a shell's Ctrl-C) to a running `ds-doctor run` of DeepSpeed's cases, once its first case
     finished: exit 128 + the signal, the launch stopped, and the report of the finished case written, the unfinished
     one marked. SIGTERM (`timeout`, a CI job's time limit: on an H100 a `timeout`-bounded level-3 run ended with no
-    report) and SIGHUP are test_e2e's stopped run, with the same checks and the leftover processes (run here too,
-    SIGTERM was the same launch twice)."""
+    report) and SIGHUP are test_e2e's stopped run, which makes the same checks and the one for leftover processes
+    (SIGTERM was parametrized here too: a second launch of the same checks)."""
     import signal
     import time
 

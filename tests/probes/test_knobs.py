@@ -70,12 +70,12 @@ def test_a_setting_beside_the_design_runs_without_redrawing_it() -> None:
     assert set(beside()) == set(offered)
     for route, extra in beside().items():
         added = []
+        design = k.pairs(offered[route], needed().get(route, ()))
         for setting, fields in extra:
             # no pair may hold it: refused, or it turns a knob the route's design is not offered
             unoffered = [
                 n for n, v in k.VALUES.items() if n not in offered[route] and getattr(setting, n) != v[0]
             ]
-            design = k.pairs(offered[route], needed().get(route, ()))
             assert not k.allowed(setting) or unoffered or (fields and setting not in design), setting
             added.append(routes["-".join(["matrix", route, *setting.tokens()])])
             assert added[-1].knobs == setting
@@ -87,7 +87,7 @@ def test_a_setting_beside_the_design_runs_without_redrawing_it() -> None:
             and not name.startswith(f"matrix-{route}-deepspeed")
             and r not in added
         ]
-        assert designed == k.pairs(offered[route], needed().get(route, ()))[1:], route
+        assert designed == design[1:], route
     assert routes["matrix-trainer-resume-shuffle"].first_label_masked
     assert routes["matrix-trainer-partial-window"].first_label_masked
     assert k.resume_at(beside()["trainer"][0][0]) == k.EPOCH_STEPS + 1  # inside the second epoch
