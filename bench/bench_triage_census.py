@@ -91,7 +91,12 @@ def words(text: str) -> set[str]:
 
 
 def git(*args: str) -> str:
-    done = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, check=True)
+    """git's output, or "" where there is no git or no history (an export, a shallow clone): the backtest then
+    skips the samples whose labels' commit it cannot find."""
+    try:
+        done = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return ""
     return done.stdout
 
 
