@@ -22,6 +22,7 @@ Needs the repository's git history (a clone, not an export). Usage, from the rep
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import re
 import subprocess
@@ -72,7 +73,6 @@ WORD = re.compile(r"[A-Za-z][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 @dataclass(frozen=True)
 class Text:
-    sample: str
     label: Label
     verdict: str
     body: str
@@ -109,7 +109,7 @@ def samples() -> list[tuple[str, list[Text], str]]:
             if match := RESULT.match(line):
                 verdicts[match.group(1)] = match.group(2)
         texts = [
-            Text(folder.name, label, verdicts[label.file], (folder / label.file).read_text(errors="replace"))
+            Text(label, verdicts[label.file], (folder / label.file).read_text(errors="replace"))
             for label in read_labels(folder / "index.toml")
             if label.file in verdicts
         ]
@@ -118,19 +118,20 @@ def samples() -> list[tuple[str, list[Text], str]]:
     return out
 
 
-def catalog_at(commit: str) -> list[dict]:
-    """The catalog's entries as the TOML data stood just before `commit`."""
+@functools.cache
+def catalog_at(commit: str) -> tuple[dict, ...]:
+    """The catalog's entries as the TOML data stood just before `commit` (read once: each fallback asks)."""
     entries: list[dict] = []
     for name in git("ls-tree", "--name-only", f"{commit}^", DATA).split():
         if name.endswith(".toml") and not name.endswith(("frames.toml", "measured.toml")):
             entries += tomllib.loads(git("show", f"{commit}^:{name}")).get("issue", [])
-    return entries
+    return tuple(entries)
 
 
 class WordingMatch:
     """An entry whose one wording's words the text mostly holds, in any order."""
 
-    def __init__(self, entries: list[dict], cover: float) -> None:
+    def __init__(self, entries: tuple[dict, ...], cover: float) -> None:
         self.cover = cover
         self.wordings: list[tuple[str, set[str]]] = []
         seen: dict[str, set[str]] = {}
@@ -242,11 +243,11 @@ def backtest(
     for i, (name, texts, commit) in enumerate(every):
         if not commit:
             continue
-        entries = catalog_at(commit)
-        ids = {e["id"] for e in entries}
         earlier = [t for _, ts, _ in every[:i] for t in ts]
         if mode == "neighbours" and len(earlier) < 50:
             continue
+        entries = catalog_at(commit)
+        ids = {e["id"] for e in entries}
         namer = WordingMatch(entries, cover) if mode == "wording" else Neighbours(earlier, threshold)
         for t in texts:
             if t.verdict not in (MISSED, SILENT):
