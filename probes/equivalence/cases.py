@@ -342,6 +342,12 @@ def beside() -> dict[str, list[tuple[Knobs, dict[str, Any]]]]:
         ],
         # Accelerate issue #3552, PR #3630 (< 1.8.0): the engine never told where that short window ends
         "accelerate-deepspeed": [(Knobs(partial_window=True), {})],
+        # torch issue #154888 (open at 2.14.1): HYBRID_SHARD whose shard groups hold one rank falls back to
+        # NO_SHARD over that group, and the replicas never all-reduce
+        "fsdp1": [(Knobs(hybrid=True), {})],
+        # torch issue #164929 (open at 2.14.1): DCP's get_state_dict on an optimizer with no state runs a step at
+        # lr 0 to make one, so Adam's first real step is its second
+        "fsdp2": [(Knobs(state_dict_first=True), {})],
     }
 
 

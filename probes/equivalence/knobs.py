@@ -96,6 +96,12 @@ class Knobs:
     # DeepSpeed ZeRO-3: `engine.offload_states()` then `engine.reload_states()` before the middle step (the RLHF
     # pattern of moving a trained model's states aside while another model generates)
     offload_states: bool = False
+    # FSDP1: HYBRID_SHARD over a (world size, 1) mesh, replicas across the ranks and each shard group one rank (one
+    # GPU per node, or a trainer's fsdp_size 1)
+    hybrid: bool = False
+    # torch's routes: the model and optimizer's state dict taken with DCP's `get_state_dict` before the first step
+    # (a step-0 checkpoint, or a template for a later load), as torchtitan and DCP's tutorial do
+    state_dict_first: bool = False
 
     def tokens(self) -> list[str]:
         """The settings that differ from the defaults, in a case name's words: a value's own ("bf16", "rates"),
@@ -143,6 +149,8 @@ VALUES: dict[str, tuple[object, ...]] = {
     "no_set_epoch": (False, True),
     "partial_window": (False, True),
     "offload_states": (False, True),
+    "hybrid": (False, True),
+    "state_dict_first": (False, True),
 }
 
 

@@ -117,6 +117,11 @@ class TorchSession(Session):
         self.model = self.wrap(self.module)
         self.opt = hyper.optimizer(self.model)
         self.scheduler = linear_schedule(self.opt) if hyper.schedule == "linear" else None
+        if route.knobs is not None and route.knobs.state_dict_first:
+            from torch.distributed.checkpoint.state_dict import get_state_dict
+
+            ctx.enter("state dict")
+            get_state_dict(self.model, self.opt)  # a step-0 checkpoint's dicts; nothing is loaded back
 
     def bf16(self) -> bool:
         """Whether the matrix asks this route for bf16 (the wrapper's own mixed precision)."""
@@ -194,6 +199,13 @@ class FSDP1Session(TorchSession):
             extra["mixed_precision"] = MixedPrecision(param_dtype=bf16, reduce_dtype=bf16, buffer_dtype=bf16)
         if self.hyper.groups != "one":  # parameter groups by name need the original parameters (FSDP's docs)
             extra["use_orig_params"] = True
+        if self.route.knobs is not None and self.route.knobs.hybrid:
+            from torch.distributed.device_mesh import init_device_mesh
+            from torch.distributed.fsdp import ShardingStrategy
+
+            # replicate across the ranks, shard within groups of one (FSDP's documented hybrid layout)
+            mesh = init_device_mesh(self.device.type, (self.ctx.world_size, 1), mesh_dim_names=("replicate", "shard"))
+            extra |= {"sharding_strategy": ShardingStrategy.HYBRID_SHARD, "device_mesh": mesh}
         return FSDP(module, auto_wrap_policy=policy, device_id=self.device, **extra)
 
     def sync(self, k: int) -> Any:
