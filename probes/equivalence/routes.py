@@ -204,7 +204,9 @@ class FSDP1Session(TorchSession):
             from torch.distributed.fsdp import ShardingStrategy
 
             # replicate across the ranks, shard within groups of one (FSDP's documented hybrid layout)
-            mesh = init_device_mesh(self.device.type, (self.ctx.world_size, 1), mesh_dim_names=("replicate", "shard"))
+            mesh = init_device_mesh(
+                self.device.type, (self.ctx.world_size, 1), mesh_dim_names=("replicate", "shard")
+            )
             extra |= {"sharding_strategy": ShardingStrategy.HYBRID_SHARD, "device_mesh": mesh}
         return FSDP(module, auto_wrap_policy=policy, device_id=self.device, **extra)
 
