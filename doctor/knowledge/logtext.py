@@ -104,6 +104,9 @@ _TEMPLATES = (
     + _VERSION,  # verl's diagnose: its section
     r"`?{n}`? version(?: \(GPU\?\))?:\s*" + _VERSION,  # accelerate env, transformers-cli env
     r"[/\\]{n}-" + _VERSION + r"(?:\.dist-info|\.egg|-py\d|[/\\])",  # versioned package paths
+    # a list of name-version pairs, as a wheel or sdist names its release ("peft-0.10.0, datasets-2.19.0,
+    # transformers-4.40.1"): each followed by a separator or the line's end (a file's name goes on: ".tar.gz", "-cp311")
+    r"(?<![\w./\\-]){n}-" + _VERSION + r"(?=[ \t]*(?:[,;]|$))",
     # a traceback's source listing of the package's own __init__.py (IPython's "File .../peft/__init__.py:22", then
     # its lines): the __version__ it assigns, alone on a listing line (double underscores are read as emphasis, so
     # spaces, by then)

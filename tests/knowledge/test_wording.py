@@ -122,5 +122,7 @@ def test_each_wording_names_where_it_was_read() -> None:
                 "glibc",  # the dynamic loader's dlerror
                 "binutils",  # the linker's
                 "pdsh",  # its ssh's exit, beside OpenSSH's refusal
+                "dash",  # a POSIX shell's "not found" for a tool's command
+                "bash",
             }, wording.source
             assert wording.read and wording.versions, issue.id
