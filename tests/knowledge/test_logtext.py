@@ -217,6 +217,9 @@ def test_bars_are_stripped_as_before_in_linear_time() -> None:
         ),
         # a pip list's NCCL wheel, versioned as the NCCL it holds (samples 48t and 48u)
         ("nvidia-nccl-cu12              2.20.5", "nccl", "2.20.5"),
+        # name-version pairs as wheels name them, listed (sample 48ze)
+        ("peft-0.10.0, datasets-2.19.0, transformers-4.40.1, Python 3.11.9", "transformers", "4.40.1"),
+        ("peft-0.10.0, datasets-2.19.0", "peft", "0.10.0"),
     ],
 )
 def test_other_packages_named_in_prose(text: str, package: str, version: str) -> None:
@@ -237,6 +240,10 @@ def test_other_packages_named_in_prose(text: str, package: str, version: str) ->
         "see deepspeed.__init__ 0.14.2x",
         "deepspeed needs accelerate>=0.20.1 but found 0.19.0 installed",  # another package's release, after it
         "File /x/site-packages/deepspeed/__init__.py:3\n    import torch\ntorch.__version__ = '2.3.0'",
+        # a file named by its release goes on past it: not a list of name-version pairs
+        "pip install deepspeed-0.14.2.tar.gz",
+        "torch-2.3.0+cu121-cp311-cp311-linux_x86_64.whl",
+        "my-deepspeed-0.14.2, then",
     ],
 )
 def test_a_name_inside_another_is_no_version(text: str) -> None:
