@@ -186,8 +186,6 @@ PLAN = {
         ("0.28.0", "1.6.0", "1.7.0"),
         matrix=True,
     ),
-    # found by the batch-sampler knob at two processes: no fixed release, so its ends are its first measured release
-    # and the installed one
     # the torch walk's #3 and #2 (docs/research/corpus-torch.md), both open: measured as installed and on 2.14.1
     "torch_fsdp1_hybrid_single_rank_shard_never_syncs": Plan(
         "equivalence and matrix-fsdp1-hybrid-ws2", "cpu", ("2.13.0+cpu", "2.14.1"), matrix=True
@@ -195,6 +193,8 @@ PLAN = {
     "torch_dcp_get_state_dict_steps_fresh_optimizer": Plan(
         "equivalence and matrix-fsdp2-state-dict-first", "cpu", ("2.13.0+cpu", "2.14.1"), matrix=True
     ),
+    # found by the batch-sampler knob at two processes: no fixed release, so its ends are its first measured release
+    # and the installed one
     "acc_sharded_batch_sampler_set_epoch_not_forwarded": Plan(
         "equivalence and matrix-accelerate-ga1-shuffle-batch-sampler-ws2",
         "cpu",

@@ -100,7 +100,7 @@ class Knobs:
     # GPU per node, or a trainer's fsdp_size 1)
     hybrid: bool = False
     # torch's routes: the model and optimizer's state dict taken with DCP's `get_state_dict` before the first step
-    # (a step-0 checkpoint, or a template for a later load), as torchtitan and DCP's tutorial do
+    # (a step-0 checkpoint, or a template for a later load: what torchtitan's PR #4382 patched around)
     state_dict_first: bool = False
 
     def tokens(self) -> list[str]:
