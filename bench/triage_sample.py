@@ -174,15 +174,18 @@ def new(prev: Path, name: str, out: Path, shapes: list[str]) -> int:
         raise SystemExit(f"{prev}/index.toml does not open with '# Held-out sample <name>:'")
     prev_name = named.group(1)
     first = next_number(prev)
-    for part in PARTS:
+    # each part's new queries: its three trackers' shapes, the parts in order
+    starts = {part: first + i * len(shapes) * len(PARTS[part]) for i, part in enumerate(PARTS)}
+    for part, start in starts.items():
         (out / part).mkdir(parents=True, exist_ok=True)
-        start = first + 24 * list(PARTS).index(part)
         (out / part / "queries.toml").write_text(part_queries(prev, part, name, prev_name, start, shapes))
     cases = "\n".join(f'  {key}) repos="{repos}";;' for key, repos in REPOS.items())
     check = out / ".chk.sh"
     check.write_text(CHECK.format(name=name, repo=REPO, out=out, cases=cases, keys=" ".join(REPOS)))
     check.chmod(0o755)
-    ranges = ", ".join(f"part {p} q{first + 24 * i}..q{first + 24 * i + 23}" for i, p in enumerate(PARTS))
+    per_part = len(shapes) * 3
+    last = first + per_part * len(PARTS) - 1
+    ranges = ", ".join(f"part {p} q{start}..q{start + per_part - 1}" for p, start in starts.items())
     (out / "PROTOCOL.md").write_text(
         PROTOCOL.format(
             name=name,
@@ -193,12 +196,12 @@ def new(prev: Path, name: str, out: Path, shapes: list[str]) -> int:
             repo=REPO,
             keys=" ".join(REPOS),
             first=first,
-            last=first + 95,
+            last=last,
             shapes=", ".join(f'"{s.format(p="<project>")}"' for s in shapes),
             ranges=ranges,
         )
     )
-    print(f"{out}: PROTOCOL.md, .chk.sh, A-D/queries.toml (q{first}..q{first + 95})")
+    print(f"{out}: PROTOCOL.md, .chk.sh, A-D/queries.toml (q{first}..q{last})")
     return 0
 
 
@@ -208,12 +211,8 @@ def collect(source: Path, target: Path) -> int:
         folder = source / part
         for text in sorted(folder.glob("*.txt")):
             shutil.copy2(text, target / text.name)
-        for own, as_named in (
-            ("meta.toml", "meta.toml"),
-            ("queries.toml", "queries.toml"),
-            ("walklog", "walklog"),
-        ):
-            shutil.copy2(folder / own, target / f"part-{part}.{as_named}")
+        for own in ("meta.toml", "queries.toml", "walklog"):
+            shutil.copy2(folder / own, target / f"part-{part}.{own}")
     shutil.copy2(source / "index.toml", target / "index.toml")
     print(f"{target}: {len(list(target.glob('*.txt')))} texts")
     return 0
