@@ -17,9 +17,11 @@ import re
 from collections.abc import Iterable
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]{0,32}[A-Za-z]")
-#: a tqdm bar: "  5%|▌     | 5/100 [00:02<00:40,  2.3it/s, loss=1.2]"; it and what precedes it on its line go, and what
-#: follows it on the line is a new line. No leading `[^\n]*?`: tried from every position of a long line, that took
-#: quadratic time (a 80 KB line, 57 s); the bar is found on its own and the text before it cut by position.
+#: a tqdm bar: "  5%|▌     | 5/100 [00:02<00:40,  2.3it/s, loss=1.2]"; it goes, and what follows it on the line is a
+#: new line. What precedes it on its line stays: its description ("Converting format of dataset (num_proc=15): ") is
+#: what a title saying the bar stops there names ("...examples/s]卡住": stuck); a redraw's repeats are lines of their
+#: own. (The text before it went too until 48zf's 301.) The regex has no leading `[^\n]*?`: tried from every position
+#: of a long line, that took quadratic time (a 80 KB line, 57 s).
 _BAR = re.compile(
     r"\d{1,3}%\|[^|\n]{0,1000}\|\s{0,100}[\d.]{1,20}[kMG]?/[\d.?]{1,20}[kMG]?\s{0,100}\[[^\]\n]{0,200}\]"
 )
@@ -37,9 +39,7 @@ def _strip_bars(text: str) -> str:
     out: list[str] = []
     kept = 0  # text[kept:] is not written yet
     for bar in _BAR.finditer(text):
-        # the bar's line starts after it (or where the last bar ended)
-        newline = text.rfind("\n", kept, bar.start())
-        out += [text[kept : newline + 1] if newline >= 0 else "", "\n"]
+        out += [text[kept : bar.start()], "\n"]
         kept = bar.end()
     return "".join(out) + text[kept:]
 

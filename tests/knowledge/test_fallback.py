@@ -406,6 +406,24 @@ def test_a_fallback_is_one_or_two(tmp_path: Path, value: str) -> None:
         ("2026-11-30v", "202", "hf_tokenizer_no_pad_token"),  # TRL's collator padding with None
         ("2026-11-30v", "403", "hf_argparser_unused_args"),  # "ValueError remaining_argv" in a title
         ("2026-11-30v", "408", "hf_model_files_not_found"),  # huggingface_hub's "Repo id must be in the form"
+        # sample zf's
+        (
+            "2026-11-30zf",
+            "101",
+            "default_process_group_not_initialized",
+        ),  # torch 1.x's AssertionError wording
+        (
+            "2026-11-30zf",
+            "205",
+            "nccl_duplicate_gpu",
+        ),  # "duplicate GPU detected (rank 0 and rank 1 ...", retyped
+        ("2026-11-30zf", "301", "distributed_hang_no_error"),  # a dataset bar's description, then "卡住"
+        ("2026-11-30zf", "407", "state_dict_load_mismatch"),  # vLLM's weight loader's size assertion
+        (
+            "2026-11-30zf",
+            "409",
+            "python_call_keyword_mismatch",
+        ),  # "missing required positional arguments: 'a'"
     ],
 )
 def test_what_a_samples_first_run_missed_is_named_now(sample: str, number: str, entry: str) -> None:
@@ -585,3 +603,12 @@ def test_a_warning_that_a_hang_may_come_is_no_hang() -> None:
     "possibly" a hang with no error."""
     assert "distributed_hang_no_error" not in named(sample_text("2026-11-30l", "401"))
     assert "distributed_hang_no_error" in named("the training process hangs after the first step on 2 nodes")
+
+
+def test_a_progress_bar_goes_and_its_description_stays() -> None:
+    """48zf's 301: a bar's description ("Converting format of dataset") is what a title saying the bar stops there
+    names; the bar itself is noise. Without the description the stuck word is not a hang: no subject."""
+    assert named(
+        "Converting format of dataset (num_proc=15): 100%|██████████| 15/15 [00:00<00:00, 74.5 examples/s]卡住"
+    ) == ["distributed_hang_no_error"]
+    assert named("100%|██████████| 15/15 [00:00<00:00, 74.5 examples/s]卡住") == []

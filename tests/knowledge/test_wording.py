@@ -124,5 +124,6 @@ def test_each_wording_names_where_it_was_read() -> None:
                 "pdsh",  # its ssh's exit, beside OpenSSH's refusal
                 "dash",  # a POSIX shell's "not found" for a tool's command
                 "bash",
+                "vllm",  # its weight loader, in the rollout engine of an RL trainer
             }, wording.source
             assert wording.read and wording.versions, issue.id
