@@ -315,7 +315,7 @@ def beside() -> dict[str, list[tuple[Knobs, dict[str, Any]]]]:
     records name) stays as it was."""
     from ds_doctor.probes.equivalence.knobs import Knobs
 
-    return {
+    settings: dict[str, list[tuple[Knobs, dict[str, Any]]]] = {
         # Accelerate PR #3556 (transformers >= 5 with Accelerate 1.3.0-1.6.0) and transformers #40690 (<= 4.57.6 with
         # Accelerate 1.7.0-1.14.0): a resume inside the second epoch of a shuffled sampler draws epoch 0's order.
         # Each row's first label -100 (the overcount's remedy: a causal LM never predicts it, so the loss is the
@@ -349,6 +349,17 @@ def beside() -> dict[str, list[tuple[Knobs, dict[str, Any]]]]:
         # lr 0 to make one, so Adam's first real step is its second
         "fsdp2": [(Knobs(state_dict_first=True), {})],
     }
+    # a frozen first layer on every route but the Trainer's (it builds its own model), before any bug of it was read:
+    # its parameters must sit out of every group and leave each step as they were; offloaded where the route
+    # offloads, and ZeRO-2/3 in bf16 with a window of 4, where a stage keeps its own gradient buffers
+    frozen = {name: [Knobs(frozen=True)] for name, *_ in MATRIX_ROUTES if not name.startswith("trainer")}
+    for name in ("deepspeed-z1", "deepspeed-z2", "deepspeed-z3", "accelerate-deepspeed"):
+        frozen[name].append(Knobs(frozen=True, offload=True))
+    for name in ("deepspeed-z2", "deepspeed-z3"):
+        frozen[name].append(Knobs(frozen=True, precision="bf16", accumulation=4))
+    for name, extra in frozen.items():
+        settings.setdefault(name, []).extend((setting, {}) for setting in extra)
+    return settings
 
 
 def matrix(extent: str = "pairs") -> list[Route]:

@@ -102,6 +102,10 @@ class Knobs:
     # torch's routes: the model and optimizer's state dict taken with DCP's `get_state_dict` before the first step
     # (a step-0 checkpoint, or a template for a later load: what torchtitan's PR #4382 patched around)
     state_dict_first: bool = False
+    # every route: the model's first layer frozen (`requires_grad=False` before the route wraps it: a frozen
+    # embedding or vision tower, a partly unfrozen model), so its parameters have no gradient, sit in no optimizer
+    # group and must leave every step exactly as they were
+    frozen: bool = False
 
     def tokens(self) -> list[str]:
         """The settings that differ from the defaults, in a case name's words: a value's own ("bf16", "rates"),
@@ -151,6 +155,7 @@ VALUES: dict[str, tuple[object, ...]] = {
     "offload_states": (False, True),
     "hybrid": (False, True),
     "state_dict_first": (False, True),
+    "frozen": (False, True),
 }
 
 
@@ -299,6 +304,18 @@ def fits(conditions: Iterable[str], route: str, setting: Knobs, world_size: int)
         ):
             return False
     return True
+
+
+def freeze_first(module: object) -> object:
+    """`module` with its first layer frozen (the "frozen" knob): the parameters of the first submodule, in
+    `named_modules` order, that holds parameters of its own (the MLP's first Linear; a user model's embedding)."""
+    for child in module.modules():  # type: ignore[attr-defined]
+        own = list(child.parameters(recurse=False))
+        if own:
+            for param in own:
+                param.requires_grad_(False)
+            break
+    return module
 
 
 # -- what the reference needs of a setting: groups and learning rates, as the libraries document them ----------

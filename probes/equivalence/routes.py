@@ -113,7 +113,7 @@ class TorchSession(Session):
         if route.knobs is not None:  # the model stays fp32; bf16 is the wrapper's mixed precision or autocast
             self.dtype = torch.float32
         ctx.enter("wrap")
-        self.module = subject.build(ctx.world_size).to(self.device)
+        self.module = hyper.module(subject, ctx.world_size).to(self.device)
         self.model = self.wrap(self.module)
         self.opt = hyper.optimizer(self.model)
         self.scheduler = linear_schedule(self.opt) if hyper.schedule == "linear" else None
@@ -274,7 +274,7 @@ class DeepSpeedSession(Session):
 
         super().__init__(ctx, route, subject, hyper)
         ctx.enter("initialize")
-        module = subject.build(ctx.world_size)
+        module = hyper.module(subject, ctx.world_size)
         # the matrix's parameter groups, as the user's code builds them; else every trainable parameter
         params: Any = (
             hyper.param_groups(module.named_parameters())
@@ -455,7 +455,7 @@ class AccelerateSession(Session):
         self.accelerator = Accelerator(cpu=cpu, kwargs_handlers=[_group_kwargs(ctx.backend)], **kwargs)
         if route.knobs is not None and plugin_config is None:
             self.dtype = torch.float32  # the model stays fp32: Accelerate's bf16 is autocast
-        self.module = subject.build(ctx.world_size)
+        self.module = hyper.module(subject, ctx.world_size)
         optimizer = hyper.optimizer(self.module)
         self.scheduler = schedule(optimizer) if schedule is not None else None
         prepared = [self.module, optimizer] + (

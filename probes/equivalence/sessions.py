@@ -77,6 +77,7 @@ def knob_hyper(route: Route, kernel: str, schedule: str, stride: int = 1) -> Hyp
         muon=knobs.optimizer == "muon",
         shuffle=knobs.shuffle,
         partial_window=knobs.partial_window,
+        frozen=knobs.frozen,
     )
 
 

@@ -61,6 +61,16 @@ class Hyper:
     # the stream in epochs of `knobs.EPOCH_STEPS` steps whose last window is one micro-batch per rank: the Trainer's,
     # and Accelerate's sequential DataLoader whose end `accumulate()` syncs at
     partial_window: bool = False
+    # the model's first layer frozen before it is wrapped (`knobs.freeze_first`), on the route and here alike
+    frozen: bool = False
+
+    def module(self, subject: Subject, world_size: int) -> Any:
+        """A fresh module of `subject` for `world_size`, its first layer frozen where the setting says so: what
+        every route wraps and the reference trains."""
+        from ds_doctor.probes.equivalence.knobs import freeze_first
+
+        module = subject.build(world_size)
+        return freeze_first(module) if self.frozen else module
 
     def lrs(self, step: int) -> list[float]:
         """Each parameter group's lr at optimizer step `step`, from the documented schedule (never the route's)."""
@@ -285,7 +295,7 @@ def named_grads(model: Any) -> dict[str, Any]:
 def _trainee(subject: Subject, hyper: Hyper, dtype: Any) -> tuple[Any, list[Any], Any]:
     """The reference's model (one process), its trainable parameters, and the optimizer `hyper` names."""
 
-    model = subject.build(1).to("cpu", dtype)
+    model = hyper.module(subject, 1).to("cpu", dtype)
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     return model, params, hyper.optimizer(model)

@@ -66,8 +66,13 @@ def test_a_setting_beside_the_design_runs_without_redrawing_it() -> None:
         "trainer": k.TRAINER_KNOBS,
         "accelerate": k.ACCELERATE_KNOBS,
         "accelerate-deepspeed": k.ACCELERATE_DEEPSPEED_KNOBS,
+        "ddp": k.TORCH_KNOBS,
         "fsdp1": k.TORCH_KNOBS,
         "fsdp2": k.TORCH_KNOBS,
+        "deepspeed-z0": k.DEEPSPEED_KNOBS,
+        "deepspeed-z1": k.ZERO_KNOBS,
+        "deepspeed-z2": k.ZERO_KNOBS,
+        "deepspeed-z3": k.ZERO3_KNOBS,
     }
     assert set(beside()) == set(offered)
     for route, extra in beside().items():
@@ -95,6 +100,12 @@ def test_a_setting_beside_the_design_runs_without_redrawing_it() -> None:
     # torch's own open bugs, each a knob no torch route offers to its pairs
     assert routes["matrix-fsdp1-hybrid"].knobs == k.Knobs(hybrid=True)
     assert routes["matrix-fsdp2-state-dict-first"].knobs == k.Knobs(state_dict_first=True)
+    # a frozen first layer on every route but the Trainer's, offloaded and in bf16 where a stage keeps its own buffers
+    frozen = sorted(name for name in routes if "frozen" in name)
+    assert len(frozen) == 15 and not any(name.startswith("matrix-trainer") for name in frozen)
+    assert routes["matrix-deepspeed-z3-bf16-ga4-frozen"].knobs == k.Knobs(
+        frozen=True, precision="bf16", accumulation=4
+    )
     assert k.resume_at(beside()["trainer"][0][0]) == k.EPOCH_STEPS + 1  # inside the second epoch
     assert k.resume_at(k.Knobs(resume=True)) == k.RESUME_AT
 
@@ -542,3 +553,26 @@ def test_the_drawn_order_is_gathered_by_epoch_and_a_sample_dealt_twice_is_named(
     _, findings = drawn_order(Opened(Ctx(same)))  # type: ignore[arg-type]
     assert [f.data["epoch"] for f in findings] == [0, 1]
     assert findings[0].data["twice"] == [0, 1, 4, 5] and findings[0].data["never"] == [2, 3, 6, 7]
+
+
+def test_the_frozen_knob_freezes_the_first_layer_on_both_sides_and_the_reference_keeps_it() -> None:
+    """The route's module and the reference's come from one place (`Hyper.module`): the first layer frozen on both,
+    its parameters out of every group, exactly as they started after every step; the others trained."""
+    pytest.importorskip("torch")
+    from ds_doctor.probes.equivalence.subject import family_subject, reference
+
+    subject = family_subject()
+    hyper = Hyper(frozen=True, groups="decay", steps=2)
+    module = hyper.module(subject, 2)
+    frozen = [n for n, p in module.named_parameters() if not p.requires_grad]
+    assert frozen == ["0.weight", "0.bias"]
+    grouped = {id(p) for g in hyper.param_groups(module.named_parameters()) for p in g["params"]}
+    assert not any(id(p) in grouped for n, p in module.named_parameters() if n in frozen)
+    start = dict(module.named_parameters())
+    plain, held = reference(subject, Hyper(steps=2), 2, None), reference(subject, hyper, 2, None)
+    for name in frozen:
+        assert all(step.params[name].equal(start[name].detach()) for step in held), name
+        assert not plain[-1].params[name].equal(start[name].detach()), (
+            name
+        )  # trained where nothing freezes it
+    assert not held[-1].params["2.weight"].equal(start["2.weight"].detach())
