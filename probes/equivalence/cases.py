@@ -359,6 +359,11 @@ def beside() -> dict[str, list[tuple[Knobs, dict[str, Any]]]]:
         frozen[name].append(Knobs(frozen=True, precision="bf16", accumulation=4))
     for name, extra in frozen.items():
         settings.setdefault(name, []).extend((setting, {}) for setting in extra)
+    # DeepSpeed's OneCycle at its default cycle_momentum (the design's "onecycle" turns it off), config and client
+    # optimizer: the seventh search's #8 (DeepSpeed PR #8495, open at 0.19.8: it writes beta2 0.99 into every group)
+    for name in ("deepspeed-z0", "deepspeed-z1", "deepspeed-z2", "deepspeed-z3"):
+        settings[name].append((Knobs(schedule="onecycle", cycle_momentum=True), {}))
+    settings["deepspeed-z0"].append((Knobs(schedule="onecycle", cycle_momentum=True, source="client"), {}))
     return settings
 
 

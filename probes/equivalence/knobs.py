@@ -41,6 +41,8 @@ EPOCH_STEPS, SHUFFLE_SEED, DATA_SEED = 2, 1234, 4321
 #: `OneCycle`: its first half-cycle's length in scheduler steps, its stairs over it, its floor (a multiple of the
 #: base rate, which is its ceiling: one for every group)
 ONECYCLE_STEPS, ONECYCLE_STAIRS, ONECYCLE_MIN = 4, 2, 0.1
+#: ...and its momentum where it cycles it (its default): Adam's beta1 from the first to the second, its defaults
+ONECYCLE_MIN_MOM, ONECYCLE_MAX_MOM = 0.8, 0.9
 #: the Trainer's "resume": the optimizer step its checkpoint is written at, inside the first epoch of EPOCH_STEPS
 RESUME_AT = 1
 #: ...and with "shuffle": inside the second epoch, where the resumed sampler must draw that epoch's order (a resume
@@ -106,6 +108,9 @@ class Knobs:
     # embedding or vision tower, a partly unfrozen model), so its parameters have no gradient, sit in no optimizer
     # group and must leave every step exactly as they were
     frozen: bool = False
+    # DeepSpeed's OneCycle at its default `cycle_momentum` (True): Adam's beta1 cycled inversely to the rate, from
+    # `cycle_min_mom` at construction; its beta2 is the optimizer's (the "onecycle" schedule alone turns it off)
+    cycle_momentum: bool = False
 
     def tokens(self) -> list[str]:
         """The settings that differ from the defaults, in a case name's words: a value's own ("bf16", "rates"),
@@ -156,6 +161,7 @@ VALUES: dict[str, tuple[object, ...]] = {
     "hybrid": (False, True),
     "state_dict_first": (False, True),
     "frozen": (False, True),
+    "cycle_momentum": (False, True),
 }
 
 
@@ -220,6 +226,8 @@ def allowed(knobs: Knobs) -> bool:
     if knobs.batch_sampler and (not knobs.shuffle or knobs.rank_seeds):
         return False
     if knobs.no_set_epoch and not knobs.shuffle:  # the epoch matters to a shuffled DataLoader only
+        return False
+    if knobs.cycle_momentum and knobs.schedule != "onecycle":  # OneCycle's own momentum
         return False
     muon_fits = knobs.optimizer != "muon" or (
         knobs.precision == "fp32"
@@ -389,6 +397,17 @@ def onecycle_factor(step: int) -> float:
     `step` (from 0) runs at batch `step`."""
     position = min(step, ONECYCLE_STEPS) * ONECYCLE_STAIRS / ONECYCLE_STEPS
     return ONECYCLE_MIN + (1.0 - ONECYCLE_MIN) * math.floor(position) / ONECYCLE_STAIRS
+
+
+def onecycle_beta1(step: int) -> float:
+    """Adam's beta1 at optimizer step `step` (from 0) where DeepSpeed's `OneCycle` cycles momentum, as its docstring
+    defines it: `cycle_min_mom` "Initial momentum" (set at construction, so step 0 runs at it), then "momentum is
+    cycled inversely to learning rate" between `cycle_max_mom` and `cycle_min_mom`, in the rate's stairs (the
+    engine's step k > 0 runs at batch k, as the rate does)."""
+    if step == 0:
+        return ONECYCLE_MIN_MOM
+    scale = (onecycle_factor(step) - ONECYCLE_MIN) / (1.0 - ONECYCLE_MIN)
+    return ONECYCLE_MAX_MOM - (ONECYCLE_MAX_MOM - ONECYCLE_MIN_MOM) * scale
 
 
 def resume_at(knobs: Knobs, plain: int = RESUME_AT) -> int:

@@ -78,6 +78,7 @@ def knob_hyper(route: Route, kernel: str, schedule: str, stride: int = 1) -> Hyp
         shuffle=knobs.shuffle,
         partial_window=knobs.partial_window,
         frozen=knobs.frozen,
+        cycle_momentum=knobs.cycle_momentum,
     )
 
 
@@ -278,6 +279,9 @@ def _knob_scheduler(schedule: str, hyper: Hyper) -> dict[str, Any]:
     if kind == "OneCycle":
         cycle = {"cycle_min_lr": hyper.lr * k.ONECYCLE_MIN, "cycle_max_lr": hyper.lr}
         cycle |= {"cycle_first_step_size": k.ONECYCLE_STEPS, "cycle_first_stair_count": k.ONECYCLE_STAIRS}
+        # the "cycle_momentum" knob: its momentum at its defaults (cycled, 0.8 to 0.9), written into Adam's betas
+        if hyper.cycle_momentum:
+            return {"type": kind, "params": cycle}
         return {"type": kind, "params": {**cycle, "cycle_momentum": False}}
     # WarmupLR's max rate left to its default; WarmupCosineLR's are the groups' own by design
     params: dict[str, Any] = {"warmup_num_steps": k.WARMUP, "warmup_type": "linear"}

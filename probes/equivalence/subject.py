@@ -63,6 +63,14 @@ class Hyper:
     partial_window: bool = False
     # the model's first layer frozen before it is wrapped (`knobs.freeze_first`), on the route and here alike
     frozen: bool = False
+    # Adam's beta1 cycled by DeepSpeed's OneCycle (`knobs.onecycle_beta1`), its beta2 this one's `betas[1]`
+    cycle_momentum: bool = False
+
+    def betas_at(self, step: int) -> tuple[float, float]:
+        """Adam's betas at optimizer step `step`: the configured ones, or beta1 as the cycle documents it."""
+        from ds_doctor.probes.equivalence.knobs import onecycle_beta1
+
+        return (onecycle_beta1(step), self.betas[1]) if self.cycle_momentum else self.betas
 
     def module(self, subject: Subject, world_size: int) -> Any:
         """A fresh module of `subject` for `world_size`, its first layer frozen where the setting says so: what
@@ -318,6 +326,8 @@ def _step(
 
     for i, group in enumerate(optimizer.param_groups):
         group["lr"] = lr[i] if len(lr) > 1 else lr[0]
+        if hyper.cycle_momentum:
+            group["betas"] = hyper.betas_at(step)
     loss = _accumulate(subject, model, params, hyper, world_size, step, dtype)
     norm = torch.nn.utils.clip_grad_norm_(params, hyper.clip) if hyper.clip else _norm(params)
     optimizer.step()

@@ -576,3 +576,33 @@ def test_the_frozen_knob_freezes_the_first_layer_on_both_sides_and_the_reference
             name
         )  # trained where nothing freezes it
     assert not held[-1].params["2.weight"].equal(start["2.weight"].detach())
+
+
+@requires_deepspeed
+def test_onecycles_cycled_momentum_is_beta1_as_its_docstring_and_the_engine_step_it() -> None:
+    """DeepSpeed's OneCycle at its default `cycle_momentum`, over a torch AdamW as the engine steps it (after each
+    optimizer step): `cycle_min_mom` ("Initial momentum") at step 0, then inversely to the rate in its stairs. Only
+    beta1 is the reference's to follow: beta2 is the optimizer's (0.19.8 writes 0.99 there: an entry of its own)."""
+    torch = pytest.importorskip("torch")
+    from deepspeed.runtime import lr_schedules
+
+    from ds_doctor.probes.equivalence.sessions import _knob_scheduler
+
+    opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=1.0, betas=(0.9, 0.999))
+    hyper = Hyper(schedule="deepspeed-onecycle", lr=1.0, cycle_momentum=True)
+    params = _knob_scheduler("onecycle", hyper)["params"]
+    assert "cycle_momentum" not in params  # its default, True
+    sched = lr_schedules.OneCycle(opt, **params)
+    seen = []
+    for step in range(k.ONECYCLE_STEPS):
+        seen.append(opt.param_groups[0]["betas"][0])
+        assert hyper.betas_at(step) == (pytest.approx(seen[-1]), 0.999)
+        opt.step()
+        sched.step()
+    assert seen == pytest.approx([k.ONECYCLE_MIN_MOM, k.ONECYCLE_MAX_MOM, 0.85, 0.85])
+    # off, the configured betas throughout; and no cycled momentum without OneCycle
+    assert Hyper().betas_at(2) == Hyper.betas
+    assert not k.allowed(k.Knobs(cycle_momentum=True)) and k.allowed(
+        k.Knobs(schedule="onecycle", cycle_momentum=True)
+    )
+    assert "cycle_momentum" in _knob_scheduler("onecycle", Hyper(schedule="deepspeed-onecycle"))["params"]
