@@ -424,6 +424,9 @@ def test_a_fallback_is_one_or_two(tmp_path: Path, value: str) -> None:
             "409",
             "python_call_keyword_mismatch",
         ),  # "missing required positional arguments: 'a'"
+        # sample zg's: torch's narrow on an empty tensor, in vLLM; DPOTrainer handed transformers' arguments
+        ("2026-11-30zg", "403", "ds_z3_partitioned_state_dict_saved"),
+        ("2026-11-30zg", "405", "trl_trainer_argument_moved"),
     ],
 )
 def test_what_a_samples_first_run_missed_is_named_now(sample: str, number: str, entry: str) -> None:

@@ -328,3 +328,12 @@ def test_a_message_glued_to_a_chinese_title_is_read_as_a_word_of_its_own() -> No
     assert normalise("做全参数SFT报错No module named 'x'") == "做全参数 SFT 报错 No module named 'x'"
     assert normalise("No module named 'x' ok") == "No module named 'x' ok"
     assert normalise("第0个step") == "第 0 个 step"
+
+
+def test_a_version_typed_in_parentheses_after_its_label_is_read() -> None:
+    """48zg's 105: "transformers version :  (4.33.3)"; a requirement in the same text ("accelerate>=0.20.1") is not
+    the installed release."""
+    from ds_doctor.knowledge.logtext import log_versions
+
+    text = "requires `accelerate>=0.20.1`\ntransformers version :  (4.33.3)"
+    assert log_versions(text, ["transformers", "accelerate"]) == {"transformers": "4.33.3"}
