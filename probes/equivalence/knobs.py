@@ -395,8 +395,14 @@ def onecycle_factor(step: int) -> float:
     fashion", each stair held flat (the floor of the position, as its LR range test's staircase does). It sets the
     floor at construction and computes the rate of batch `last_batch_iteration + 1` at each step, so optimizer step
     `step` (from 0) runs at batch `step`."""
+    return ONECYCLE_MIN + (1.0 - ONECYCLE_MIN) * _onecycle_scale(step)
+
+
+def _onecycle_scale(step: int) -> float:
+    """How far along its first half-cycle `OneCycle` is at batch `step`, 0 to 1, held flat on each stair: what it
+    moves the rate up and the momentum down by."""
     position = min(step, ONECYCLE_STEPS) * ONECYCLE_STAIRS / ONECYCLE_STEPS
-    return ONECYCLE_MIN + (1.0 - ONECYCLE_MIN) * math.floor(position) / ONECYCLE_STAIRS
+    return math.floor(position) / ONECYCLE_STAIRS
 
 
 def onecycle_beta1(step: int) -> float:
@@ -406,8 +412,7 @@ def onecycle_beta1(step: int) -> float:
     engine's step k > 0 runs at batch k, as the rate does)."""
     if step == 0:
         return ONECYCLE_MIN_MOM
-    scale = (onecycle_factor(step) - ONECYCLE_MIN) / (1.0 - ONECYCLE_MIN)
-    return ONECYCLE_MAX_MOM - (ONECYCLE_MAX_MOM - ONECYCLE_MIN_MOM) * scale
+    return ONECYCLE_MAX_MOM - (ONECYCLE_MAX_MOM - ONECYCLE_MIN_MOM) * _onecycle_scale(step)
 
 
 def resume_at(knobs: Knobs, plain: int = RESUME_AT) -> int:

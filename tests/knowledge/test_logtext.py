@@ -135,7 +135,7 @@ def test_prodigy_named_with_a_v_and_a_resume_mismatch_is_triaged() -> None:
 
 
 # the bar alone, every piece of it unbounded (the bounded one stops at lengths these texts never reach)
-_OLD_BAR = re.compile(r"\d{1,3}%\|[^|\n]*\|\s*[\d.]+[kMG]?/[\d.?]+[kMG]?\s*\[[^\]\n]*\]")
+_BAR_ALONE = re.compile(r"\d{1,3}%\|[^|\n]*\|\s*[\d.]+[kMG]?/[\d.?]+[kMG]?\s*\[[^\]\n]*\]")
 
 
 def test_bars_are_stripped_in_linear_time_and_their_descriptions_kept() -> None:
@@ -157,8 +157,8 @@ def test_bars_are_stripped_in_linear_time_and_their_descriptions_kept() -> None:
     rng = random.Random(0)
     for _ in range(3000):
         text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 10)))
-        assert _strip_bars(text) == _OLD_BAR.sub("\n", text.replace("\r\n", "\n").replace("\r", "\n")), repr(
-            text
+        assert _strip_bars(text) == _BAR_ALONE.sub("\n", text.replace("\r\n", "\n").replace("\r", "\n")), (
+            repr(text)
         )
     for unit in ("#", " ", "[rank0]: ", "1%||1/1[", "\r 45%|####   | 450/1000 [00:01<00:02]"):
         start = time.monotonic()
