@@ -200,6 +200,10 @@ PLAN = {
     "torch_dcp_get_state_dict_steps_fresh_optimizer": Plan(
         "equivalence and matrix-fsdp2-state-dict-first", "cpu", ("2.13.0+cpu", "2.14.1"), matrix=True
     ),
+    # the seventh search's #1 (open), caught by the nested knob added after reading it
+    "torch_sequentiallr_nested_composite_steps_ahead": Plan(
+        "equivalence and matrix-ddp-nested", "cpu", ("2.13.0+cpu", "2.14.1"), matrix=True
+    ),
     # found by the batch-sampler knob at two processes: no fixed release, so its ends are its first measured release
     # and the installed one
     "acc_sharded_batch_sampler_set_epoch_not_forwarded": Plan(

@@ -364,6 +364,15 @@ def beside() -> dict[str, list[tuple[Knobs, dict[str, Any]]]]:
     for name in ("deepspeed-z0", "deepspeed-z1", "deepspeed-z2", "deepspeed-z3"):
         settings[name].append((Knobs(schedule="onecycle", cycle_momentum=True), {}))
     settings["deepspeed-z0"].append((Knobs(schedule="onecycle", cycle_momentum=True, source="client"), {}))
+    # torch's SequentialLR (a LinearLR warm-up, then a CosineAnnealingLR), and the same inside another, as a framework
+    # wraps a user's scheduler: torch issue #196243 (open at 2.14.1, the seventh search's #1) steps the inner one
+    # ahead while the outer is built. Where a torch scheduler is the user's: the torch routes, Accelerate's prepared
+    # one (stepped once per process), a client's passed to DeepSpeed
+    for name in ("ddp", "accelerate"):
+        settings[name].append((Knobs(schedule="sequential"), {}))
+    for name in ("ddp", "fsdp1", "fsdp2", "accelerate"):
+        settings[name].append((Knobs(schedule="nested"), {}))
+    settings["deepspeed-z2"].append((Knobs(schedule="nested", source="client"), {}))
     return settings
 
 

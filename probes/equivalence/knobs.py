@@ -43,6 +43,12 @@ EPOCH_STEPS, SHUFFLE_SEED, DATA_SEED = 2, 1234, 4321
 ONECYCLE_STEPS, ONECYCLE_STAIRS, ONECYCLE_MIN = 4, 2, 0.1
 #: ...and its momentum where it cycles it (its default): Adam's beta1 from the first to the second, its defaults
 ONECYCLE_MIN_MOM, ONECYCLE_MAX_MOM = 0.8, 0.9
+#: torch's composite schedules ("sequential", "nested"): `LinearLR`'s start factor over the WARMUP steps, then
+#: `CosineAnnealingLR` over TOTAL - WARMUP
+SEQUENTIAL_START = 0.25
+#: the schedules built of torch's own schedulers (a `SequentialLR`; "nested": that one inside another), which the
+#: torch routes, Accelerate and a DeepSpeed client pass: each its own documented factor (`sequential_factor`)
+TORCH_SCHEDULES = ("sequential", "nested")
 #: the Trainer's "resume": the optimizer step its checkpoint is written at, inside the first epoch of EPOCH_STEPS
 RESUME_AT = 1
 #: ...and with "shuffle": inside the second epoch, where the resumed sampler must draw that epoch's order (a resume
@@ -62,7 +68,9 @@ class Knobs:
     )
     # "constant" | "warmup" (linear warm-up, then linear decay, per optimizer step); DeepSpeed's config schedulers
     # too: "warmup-lr" (WarmupLR, its max rate left to the default), "cosine" (WarmupCosineLR) and "onecycle" (OneCycle
-    # with a staircase)
+    # with a staircase); torch's composites (TORCH_SCHEDULES, settings beside the designs): "sequential" (a
+    # `SequentialLR` of a `LinearLR` warm-up and a `CosineAnnealingLR`) and "nested" (that `SequentialLR` the one
+    # child of another, as a framework wraps the user's scheduler: its docs make the wrapper a no-op)
     schedule: str = "constant"
     offload: bool = False  # DeepSpeed ZeRO 1-3: the optimizer offloaded to the CPU
     source: str = "config"  # DeepSpeed: the optimizer (and scheduler) "config" builds, or the "client" passes
@@ -413,6 +421,17 @@ def onecycle_beta1(step: int) -> float:
     if step == 0:
         return ONECYCLE_MIN_MOM
     return ONECYCLE_MAX_MOM - (ONECYCLE_MAX_MOM - ONECYCLE_MIN_MOM) * _onecycle_scale(step)
+
+
+def sequential_factor(step: int) -> float:
+    """torch's `SequentialLR([LinearLR(start_factor=SEQUENTIAL_START, total_iters=WARMUP), CosineAnnealingLR(T_max=
+    TOTAL - WARMUP)], milestones=[WARMUP])` as its docs define it, the multiple of each group's base rate at scheduler
+    step `step`: `LinearLR`'s factor, rising linearly from its start to 1 over WARMUP steps; from the milestone on
+    `CosineAnnealingLR`'s closed form from its own step 0, (1 + cos(pi t / T_max)) / 2 with `eta_min` 0. A
+    `SequentialLR` whose one child is this one (no milestones) runs that child's schedule unchanged."""
+    if step < WARMUP:
+        return SEQUENTIAL_START + (1.0 - SEQUENTIAL_START) * step / WARMUP
+    return (1.0 + math.cos(math.pi * (step - WARMUP) / (TOTAL - WARMUP))) / 2.0
 
 
 def resume_at(knobs: Knobs, plain: int = RESUME_AT) -> int:

@@ -116,7 +116,8 @@ class TorchSession(Session):
         self.module = hyper.module(subject, ctx.world_size).to(self.device)
         self.model = self.wrap(self.module)
         self.opt = hyper.optimizer(self.model)
-        self.scheduler = linear_schedule(self.opt) if hyper.schedule == "linear" else None
+        build = torch_schedule(hyper)
+        self.scheduler = build(self.opt) if build is not None else None
         if route.knobs is not None and route.knobs.state_dict_first:
             from torch.distributed.checkpoint.state_dict import get_state_dict
 
@@ -283,7 +284,7 @@ class DeepSpeedSession(Session):
         )
         optimizer = client_optimizer(params) if client_optimizer else None
         # a client scheduler where the client passes the optimizer (the engine steps it per optimizer step)
-        scheduler = linear_schedule if optimizer is not None and hyper.schedule == "linear" else None
+        scheduler = torch_schedule(hyper) if optimizer is not None else None
         self.engine, _, _, _ = deepspeed.initialize(
             model=module,
             optimizer=optimizer,
@@ -388,6 +389,36 @@ def linear_schedule(optimizer: Any) -> Any:
     from ds_doctor.probes.equivalence.knobs import linear_factor
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, linear_factor)
+
+
+def sequential_schedule(optimizer: Any) -> Any:
+    """torch's `SequentialLR` as its docs write one: a `LinearLR` warm-up, then a `CosineAnnealingLR` from the
+    milestone (`knobs.sequential_factor`), stepped once per optimizer step."""
+    import torch
+
+    from ds_doctor.probes.equivalence import knobs
+
+    sched = torch.optim.lr_scheduler
+    warm = sched.LinearLR(optimizer, start_factor=knobs.SEQUENTIAL_START, total_iters=knobs.WARMUP)
+    cosine = sched.CosineAnnealingLR(optimizer, T_max=knobs.TOTAL - knobs.WARMUP)
+    return sched.SequentialLR(optimizer, [warm, cosine], milestones=[knobs.WARMUP])
+
+
+def nested_schedule(optimizer: Any) -> Any:
+    """`sequential_schedule` the one child of an outer `SequentialLR` without milestones, as a framework wraps the
+    scheduler a user hands it: its docs make that wrapper a no-op (torch issue #196243: it is not)."""
+    import torch
+
+    return torch.optim.lr_scheduler.SequentialLR(optimizer, [sequential_schedule(optimizer)], milestones=[])
+
+
+#: the torch schedules a route builds over its optimizer, by `Hyper.schedule`
+TORCH_SCHEDULES = {"linear": linear_schedule, "sequential": sequential_schedule, "nested": nested_schedule}
+
+
+def torch_schedule(hyper: Hyper) -> Any:
+    """The builder of the torch scheduler `hyper`'s schedule names, or None (constant; DeepSpeed's own)."""
+    return TORCH_SCHEDULES.get(hyper.schedule)
 
 
 def _grad_norm(module: Any) -> float:

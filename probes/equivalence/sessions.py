@@ -20,7 +20,7 @@ from ds_doctor.plugins.usersetup import (
     trainer_optimizer,
 )
 from ds_doctor.probes.equivalence.cases import Route
-from ds_doctor.probes.equivalence.knobs import MOMENTUM, Knobs
+from ds_doctor.probes.equivalence.knobs import MOMENTUM, TORCH_SCHEDULES, Knobs
 from ds_doctor.probes.equivalence.routes import SESSIONS, AccelerateSession, DeepSpeedSession, Session
 from ds_doctor.probes.equivalence.subject import Hyper, Subject
 from ds_doctor.probes.shared.common import require_deepspeed_ops
@@ -70,7 +70,10 @@ def knob_hyper(route: Route, kernel: str, schedule: str, stride: int = 1) -> Hyp
         dtype="bfloat16" if knobs.precision == "bf16" else "float32",
         kernel=kernel,
         groups=knobs.groups,
-        schedule=schedule if knobs.schedule != "constant" else "constant",
+        # torch's composites name themselves; the other schedules are the library's own, `schedule`
+        schedule=knobs.schedule
+        if knobs.schedule in TORCH_SCHEDULES
+        else (schedule, "constant")[knobs.schedule == "constant"],
         stride=stride,
         momentum=MOMENTUM if knobs.optimizer == "sgd" else None,
         adamw=knobs.optimizer != "adam",
@@ -151,7 +154,7 @@ def _matrix_deepspeed(ctx: ProbeContext, route: Route, subject: Subject, knobs: 
     client = knobs.source == "client"
     sgd = knobs.optimizer == "sgd"
     # the warm-up a client passes is a LambdaLR; DeepSpeed's own schedulers stay in the config over its optimizer
-    lambda_lr = client and knobs.schedule == "warmup"
+    lambda_lr = client and knobs.schedule in ("warmup", *TORCH_SCHEDULES)
     schedule = "linear" if lambda_lr else DEEPSPEED_SCHEDULERS[knobs.schedule][1]
     hyper = knob_hyper(route, "torch" if client or sgd else "deepspeed", schedule)  # "SGD" is torch's
     if knobs.schedule == "warmup-lr":
@@ -160,7 +163,7 @@ def _matrix_deepspeed(ctx: ProbeContext, route: Route, subject: Subject, knobs: 
     if client:  # a torch AdamW passed in: the config names no optimizer
         del config["optimizer"]
         if lambda_lr:
-            del config["scheduler"]
+            config.pop("scheduler", None)
         config["zero_allow_untested_optimizer"] = True
         config["zero_force_ds_cpu_optimizer"] = False
     ctx.note("deepspeed_config", config)
@@ -191,9 +194,9 @@ def _muon_below_fp32() -> bool:
 
 
 def _linear(hyper: Hyper) -> Any:
-    from ds_doctor.probes.equivalence.routes import linear_schedule
+    from ds_doctor.probes.equivalence.routes import torch_schedule
 
-    return linear_schedule if hyper.schedule == "linear" else None
+    return torch_schedule(hyper)
 
 
 def warmup(optimizer: Any) -> Any:
@@ -230,7 +233,8 @@ def _ds_config(route: Route, hyper: Hyper) -> dict[str, Any]:
     }
     if route.bf16:
         config["bf16"] = {"enabled": True}
-    if route.knobs is not None and route.knobs.schedule != "constant":
+    # (torch's composites are a client's scheduler: the config names none)
+    if route.knobs is not None and route.knobs.schedule not in ("constant", *TORCH_SCHEDULES):
         config["scheduler"] = _knob_scheduler(route.knobs.schedule, hyper)
     if hyper.muon and route.stage == 3:  # ZeRO-3 refuses Muon with reduce_scatter
         zero["reduce_scatter"] = False

@@ -43,7 +43,8 @@ class Hyper:
     groups: str = "one"  # the parameter groups (`knobs.split`): "one", "decay", "rates"
     # the lr schedule, as documented: "constant", "linear" (transformers' linear warm-up and decay, a LambdaLR
     # stepped per optimizer step), DeepSpeed's config schedulers stepped by the engine: "deepspeed" (WarmupDecayLR),
-    # "deepspeed-warmup" (WarmupLR), "deepspeed-cosine" (WarmupCosineLR), "deepspeed-onecycle" (OneCycle, stairs)
+    # "deepspeed-warmup" (WarmupLR), "deepspeed-cosine" (WarmupCosineLR), "deepspeed-onecycle" (OneCycle, stairs);
+    # torch's composites `knobs.TORCH_SCHEDULES`: "sequential", "nested" (one documented factor, `sequential_factor`)
     schedule: str = "constant"
     stride: int = 1  # scheduler steps per optimizer step (Accelerate's prepared scheduler: one per process)
     total: int = TOTAL  # the linear schedule's last step (the Trainer's: its max_steps)
@@ -87,6 +88,8 @@ class Hyper:
         at = step * self.stride
         if self.schedule.startswith("deepspeed"):
             scale = knobs.deepspeed_factor(at, self.schedule.partition("-")[2] or "decay")
+        elif self.schedule in knobs.TORCH_SCHEDULES:
+            scale = knobs.sequential_factor(at)
         else:
             scale = 1.0 if self.schedule == "constant" else knobs.linear_factor(at, self.total)
         rates = [g["lr"] for g in knobs.group_settings(self.groups, self.lr, self.weight_decay)]

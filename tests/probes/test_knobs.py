@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import fnmatch
 import itertools
+import warnings
 
 import pytest
 
@@ -79,9 +80,9 @@ def test_a_setting_beside_the_design_runs_without_redrawing_it() -> None:
         added = []
         design = k.pairs(offered[route], needed().get(route, ()))
         for setting, fields in extra:
-            # no pair may hold it: refused, or it turns a knob the route's design is not offered
+            # no pair may hold it: refused, or it sets a knob to a value the route's design is not offered
             unoffered = [
-                n for n, v in k.VALUES.items() if n not in offered[route] and getattr(setting, n) != v[0]
+                n for n, v in k.VALUES.items() if getattr(setting, n) not in offered[route].get(n, v[:1])
             ]
             assert not k.allowed(setting) or unoffered or (fields and setting not in design), setting
             added.append(routes["-".join(["matrix", route, *setting.tokens()])])
@@ -106,6 +107,17 @@ def test_a_setting_beside_the_design_runs_without_redrawing_it() -> None:
     assert routes["matrix-deepspeed-z3-bf16-ga4-frozen"].knobs == k.Knobs(
         frozen=True, precision="bf16", accumulation=4
     )
+    # torch's composite schedules, a value of `schedule` no design is offered: where a torch scheduler is the user's
+    composite = sorted(name for name in routes if "sequential" in name or "nested" in name)
+    assert composite == [
+        "matrix-accelerate-nested",
+        "matrix-accelerate-sequential",
+        "matrix-ddp-nested",
+        "matrix-ddp-sequential",
+        "matrix-deepspeed-z2-nested-client",
+        "matrix-fsdp1-nested",
+        "matrix-fsdp2-nested",
+    ]
     assert k.resume_at(beside()["trainer"][0][0]) == k.EPOCH_STEPS + 1  # inside the second epoch
     assert k.resume_at(k.Knobs(resume=True)) == k.RESUME_AT
 
@@ -259,7 +271,7 @@ def test_every_catalog_entrys_conditions_name_knobs_and_values_the_matrix_has() 
     from ds_doctor.probes.equivalence.cases import MATRIX_ROUTES
 
     known = {name: [str(v).lower() for v in values] for name, values in k.VALUES.items()}
-    known["schedule"] += list(k.DEEPSPEED_SCHEDULES)
+    known["schedule"] += [*k.DEEPSPEED_SCHEDULES, *k.TORCH_SCHEDULES]
     known |= {"route": [name for name, *_ in MATRIX_ROUTES], "world_size": ["1", "2"]}
     entries = [issue for issue in catalog.ISSUES if issue.knobs]
     assert len(entries) >= 7
@@ -606,3 +618,42 @@ def test_onecycles_cycled_momentum_is_beta1_as_its_docstring_and_the_engine_step
         k.Knobs(schedule="onecycle", cycle_momentum=True)
     )
     assert "cycle_momentum" in _knob_scheduler("onecycle", Hyper(schedule="deepspeed-onecycle"))["params"]
+
+
+def test_the_sequential_schedule_is_torchs_sequentiallr_and_the_nested_one_is_documented_the_same() -> None:
+    """The reference's factor for torch's composites is the documented one (LinearLR's ramp, then
+    CosineAnnealingLR's closed form from its own step 0) and equals torch's plain `SequentialLR` over two groups of
+    their own rates; the nested route is that `SequentialLR` inside another (its docs: a no-op wrapper), which at
+    torch 2.13 runs one step ahead from step 1 (issue #196243): the case that shows it must see the shift."""
+    torch = pytest.importorskip("torch")
+    from ds_doctor.probes.equivalence.routes import nested_schedule, sequential_schedule, torch_schedule
+
+    def lrs(build: object) -> list[list[float]]:
+        opt = torch.optim.SGD(
+            [
+                {"params": [torch.nn.Parameter(torch.zeros(1))]},
+                {"params": [torch.nn.Parameter(torch.zeros(1))]},
+            ],
+            lr=1.0,
+        )
+        opt.param_groups[1]["lr"] = k.SECOND_GROUP_RATE
+        sched = build(opt)  # type: ignore[operator]
+        seen = []
+        for _ in range(k.TOTAL + 1):
+            seen.append([g["lr"] for g in opt.param_groups])
+            opt.step()
+            sched.step()
+        return seen
+
+    hyper = Hyper(groups="rates", schedule="sequential", lr=1.0, weight_decay=0.0)
+    documented = [hyper.lrs(step) for step in range(k.TOTAL + 1)]
+    assert [row[0] for row in documented] == pytest.approx([0.25, 0.625, 1.0, 0.8535534, 0.5, 0.1464466, 0.0])
+    assert lrs(sequential_schedule) == [pytest.approx(row, rel=1e-12, abs=1e-15) for row in documented]
+    assert Hyper(groups="rates", schedule="nested", lr=1.0, weight_decay=0.0).lrs(3) == documented[3]
+    with (
+        warnings.catch_warnings()
+    ):  # the inner one stepped at construction warns of a step before optimizer.step
+        warnings.simplefilter("ignore", UserWarning)
+        nested = lrs(nested_schedule)
+    assert nested[0] == pytest.approx(documented[0]) and nested[1] != pytest.approx(documented[1])
+    assert torch_schedule(Hyper(schedule="nested")) is nested_schedule and torch_schedule(Hyper()) is None
