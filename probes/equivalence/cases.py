@@ -349,10 +349,10 @@ def beside() -> dict[str, list[tuple[Knobs, dict[str, Any]]]]:
         # lr 0 to make one, so Adam's first real step is its second
         "fsdp2": [(Knobs(state_dict_first=True), {})],
     }
-    # a frozen first layer on every route but the Trainer's (it builds its own model), before any bug of it was read:
-    # its parameters must sit out of every group and leave each step as they were; offloaded where the route
-    # offloads, and ZeRO-2/3 in bf16 with a window of 4, where a stage keeps its own gradient buffers
-    frozen = {name: [Knobs(frozen=True)] for name, *_ in MATRIX_ROUTES if not name.startswith("trainer")}
+    # a frozen first layer on every route, before any bug of it was read: its parameters must sit out of every group
+    # and leave each step as they were (the Trainer's: its LM's embedding); offloaded where the route offloads, and
+    # ZeRO-2/3 in bf16 with a window of 4, where a stage keeps its own gradient buffers
+    frozen = {name: [Knobs(frozen=True)] for name, *_ in MATRIX_ROUTES}
     for name in ("deepspeed-z1", "deepspeed-z2", "deepspeed-z3", "accelerate-deepspeed"):
         frozen[name].append(Knobs(frozen=True, offload=True))
     for name in ("deepspeed-z2", "deepspeed-z3"):

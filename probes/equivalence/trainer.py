@@ -29,7 +29,14 @@ from ds_doctor.probes.equivalence.cases import (
     OVERCOUNT_ISSUE,
     Route,
 )
-from ds_doctor.probes.equivalence.knobs import DATA_SEED, MOMENTUM, WARMUP, epoch_micro_batches, resume_at
+from ds_doctor.probes.equivalence.knobs import (
+    DATA_SEED,
+    MOMENTUM,
+    WARMUP,
+    epoch_micro_batches,
+    freeze_first,
+    resume_at,
+)
 from ds_doctor.probes.equivalence.reference import independent as independent_reference
 from ds_doctor.probes.equivalence.subject import Hyper, StepRecord, Subject, digest
 from ds_doctor.probes.equivalence.tokens import SEQUENCE, build_lm, predicted_over_counted, sample
@@ -124,6 +131,9 @@ def make_trainer(
     kind = model_type(ctx.options, route)
     assert kind is not None
     model = build_lm(kind)
+    # the first layer (the embedding) frozen before the Trainer sees the model, as in the reference
+    if hyper.frozen:
+        freeze_first(model)
     vocab = model.config.vocab_size
     if not route.loss_kwargs:
         model = NoLossKwargs.wrap(model)
@@ -510,6 +520,7 @@ def matrix_hyper(route: Route) -> Hyper:
         momentum=MOMENTUM if knobs.optimizer == "sgd" else None,
         shuffle=knobs.shuffle,
         partial_window=knobs.partial_window,
+        frozen=knobs.frozen,
     )
 
 
