@@ -65,6 +65,7 @@ def test_a_setting_beside_the_design_runs_without_redrawing_it() -> None:
     routes = {r.name: r for r in matrix()}
     offered = {
         "trainer": k.TRAINER_KNOBS,
+        "trainer-deepspeed": k.TRAINER_KNOBS,
         "accelerate": k.ACCELERATE_KNOBS,
         "accelerate-deepspeed": k.ACCELERATE_DEEPSPEED_KNOBS,
         "ddp": k.TORCH_KNOBS,
