@@ -121,6 +121,9 @@ _TEMPLATES = (
     # requirement between them
     r"(?<![\w.-]){n}\b(?:(?![\w.-]+[ \t]*[<>=!~]=?[ \t]*\d)[^\n]){0,80}?\b(?:detected|found|installed|got)[ \t]+"
     r"(?:version[ \t]+)?v?" + _VERSION,
+    # DeepSpeed's op builders on the torch they found, past the range they name ("sparse_attn requires a torch
+    # version >= 1.5 and < 2.0 but detected 2.4", op_builder/sparse_attn.py, read in 0.16.9): major.minor
+    r"\brequires an? {n} version >= [\d.]+ and < [\d.]+ but detected[ \t]+" + _VERSION,
     r"(?<![\w-]){n}\s+v" + _VERSION + r"\b",  # "prodigy-plus-schedule-free v1.8.51"
     # what tickets write in prose and issue templates
     r"(?<![\w.-]){n}\s*\(\s*v?" + _VERSION + r"\s*\)",  # "deepspeed (0.14.2)"

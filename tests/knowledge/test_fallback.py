@@ -427,6 +427,12 @@ def test_a_fallback_is_one_or_two(tmp_path: Path, value: str) -> None:
         # sample zg's: torch's narrow on an empty tensor, in vLLM; DPOTrainer handed transformers' arguments
         ("2026-11-30zg", "403", "ds_z3_partitioned_state_dict_saved"),
         ("2026-11-30zg", "405", "trl_trainer_argument_moved"),
+        # sample zh's: a CUDA code without its message, NCCL's IB error with the peer's address rendered away,
+        # DeepSpeed's op by its name alone, ms-swift 2.x's dataset-format refusal
+        ("2026-12-01zh", "104", "cuda_illegal_memory_access"),
+        ("2026-12-01zh", "301", "nccl_ib_completion_error"),
+        ("2026-12-01zh", "305", "ds_jit_op_compile_failed"),
+        ("2026-12-01zh", "401", "lf_no_valid_samples"),
     ],
 )
 def test_what_a_samples_first_run_missed_is_named_now(sample: str, number: str, entry: str) -> None:

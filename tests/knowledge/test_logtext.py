@@ -337,3 +337,11 @@ def test_a_version_typed_in_parentheses_after_its_label_is_read() -> None:
 
     text = "requires `accelerate>=0.20.1`\ntransformers version :  (4.33.3)"
     assert log_versions(text, ["transformers", "accelerate"]) == {"transformers": "4.33.3"}
+
+
+def test_the_torch_a_deepspeed_op_builder_detected_is_read() -> None:
+    """48zh's 306: DeepSpeed's op builder names the torch it detected ("but detected 2.4"), not the range it wants."""
+    from ds_doctor.knowledge.logtext import log_versions
+
+    text = "[WARNING]  sparse_attn requires a torch version >= 1.5 and < 2.0 but detected 2.4"
+    assert log_versions(text, ["torch", "deepspeed"]) == {"torch": "2.4"}
