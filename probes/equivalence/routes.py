@@ -412,13 +412,13 @@ def nested_schedule(optimizer: Any) -> Any:
     return torch.optim.lr_scheduler.SequentialLR(optimizer, [sequential_schedule(optimizer)], milestones=[])
 
 
-#: the torch schedules a route builds over its optimizer, by `Hyper.schedule`
-TORCH_SCHEDULES = {"linear": linear_schedule, "sequential": sequential_schedule, "nested": nested_schedule}
+#: the torch schedulers a route builds over its optimizer, by `Hyper.schedule`
+SCHEDULE_BUILDERS = {"linear": linear_schedule, "sequential": sequential_schedule, "nested": nested_schedule}
 
 
 def torch_schedule(hyper: Hyper) -> Any:
     """The builder of the torch scheduler `hyper`'s schedule names, or None (constant; DeepSpeed's own)."""
-    return TORCH_SCHEDULES.get(hyper.schedule)
+    return SCHEDULE_BUILDERS.get(hyper.schedule)
 
 
 def _grad_norm(module: Any) -> float:

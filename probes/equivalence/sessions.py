@@ -64,16 +64,16 @@ def knob_hyper(route: Route, kernel: str, schedule: str, stride: int = 1) -> Hyp
     route's library runs where the setting has one (`Hyper.lrs`), `stride` its scheduler steps per optimizer step."""
     knobs = route.knobs
     assert knobs is not None
+    # torch's composites name themselves; any other schedule is the library's own, `schedule`
+    if knobs.schedule in TORCH_SCHEDULES or knobs.schedule == "constant":
+        schedule = knobs.schedule
     return Hyper(
         accumulation=knobs.accumulation,
         clip=Hyper.clip if knobs.clip else 0.0,
         dtype="bfloat16" if knobs.precision == "bf16" else "float32",
         kernel=kernel,
         groups=knobs.groups,
-        # torch's composites name themselves; the other schedules are the library's own, `schedule`
-        schedule=knobs.schedule
-        if knobs.schedule in TORCH_SCHEDULES
-        else (schedule, "constant")[knobs.schedule == "constant"],
+        schedule=schedule,
         stride=stride,
         momentum=MOMENTUM if knobs.optimizer == "sgd" else None,
         adamw=knobs.optimizer != "adam",

@@ -22,9 +22,10 @@ def test_the_torch_routes_run_on_a_node_with_torch_alone(tmp_path: Path) -> None
         "--level",
         "3",
         "-k",
-        # (not FSDP2's step-0 state dict: it fails on today's torch, an open torch bug with an entry of its own)
+        # (not FSDP2's step-0 state dict nor the nested SequentialLR: they fail on today's torch, open torch bugs with
+        # entries of their own)
         "equivalence and (ddp or fsdp2 or deepspeed-z2 or accelerate-ws) and not offload and not resume "
-        "and not state-dict-first",
+        "and not state-dict-first and not nested",
         "--out",
         str(tmp_path),
         extra_env={
