@@ -218,12 +218,16 @@ PLAN = {
         "equivalence and matrix-accelerate-deepspeed and offload and adam", "cpu", matrix=True
     ),
     # the fresh sample's #3 and #6, caught by the `muon` knob (added after reading them); ZeRO-3's at one rank: at two,
-    # 0.19.2-0.19.7 raise in gloo's all_gather of matrices of different shapes
+    # 0.18.9-0.19.7 raise in gloo's all_gather of matrices of different shapes (ds_muon_zero3_allgather_mixed_shapes)
     "ds_muon_zero12_reduce_scatter_partial_grads": Plan(
         "equivalence and matrix-deepspeed and muon and not z3 and not offload and ws2", "cpu", matrix=True
     ),
     "ds_muon_zero3_per_microbatch": Plan(
         "equivalence and matrix-deepspeed-z3 and muon and not ga1 and ws1", "cpu", matrix=True
+    ),
+    # ZeRO-3's Muon at two ranks: the all_gather of matrices of different shapes (0.19.6's raise seen first)
+    "ds_muon_zero3_allgather_mixed_shapes": Plan(
+        "equivalence and matrix-deepspeed-z3 and muon and ws2", "cpu", ("0.19.6",), matrix=True
     ),
     # found by the `muon` knob on 0.19.7 (the release of the sample's #6); 0.19.6, before the staging, passes
     "ds_muon_zero12_momentum_staging_lost": Plan(
