@@ -433,6 +433,11 @@ def test_a_fallback_is_one_or_two(tmp_path: Path, value: str) -> None:
         ("2026-12-01zh", "301", "nccl_ib_completion_error"),
         ("2026-12-01zh", "305", "ds_jit_op_compile_failed"),
         ("2026-12-01zh", "401", "lf_no_valid_samples"),
+        # sample zi's: torch's DETAIL check naming the ranks' different collectives, a title retelling a verbs
+        # completion's status and vendor error, torch's stack of unequal tensors in default_collate
+        ("2026-12-01zi", "103", "distributed_hang_no_error"),
+        ("2026-12-01zi", "309", "nccl_ib_completion_error"),
+        ("2026-12-01zi", "307", "hf_batch_tensor_unequal_lengths"),
     ],
 )
 def test_what_a_samples_first_run_missed_is_named_now(sample: str, number: str, entry: str) -> None:
@@ -494,6 +499,18 @@ def test_a_secondary_error_gives_way_to_the_first() -> None:
     second = "AttributeError: 'DeepSpeedCPUAdam' object has no attribute 'ds_opt_adam'"
     assert named(f"{first}\n{second}") == ["optimizer_empty_param_list"]
     assert named(second) == ["ds_cpu_adam_build_failed"]
+
+
+def test_a_meta_tensor_at_initialisation_is_no_checkpoint_saved_from_meta() -> None:
+    """48zi's 403 (its first run's false claim): "Cannot copy out of meta tensor; no data!" at a ZeRO-3 model's
+    initialisation, DeepSpeed named in the title; the checkpoint entry needs a load in the text."""
+    assert "ds_ckpt_meta_params_saved" not in named(sample_text("2026-12-01zi", "403"))
+    loading = (
+        "deepspeed/runtime/engine.py, in load_module_state_dict\nRuntimeError: Error(s) in loading state_dict for "
+        'M:\n\tWhile copying the parameter named "w", an exception occurred : (\'Cannot copy out of meta tensor; '
+        "no data!',)."
+    )
+    assert "ds_ckpt_meta_params_saved" in named(loading)
 
 
 def test_an_os_error_cut_before_its_path_names_no_entry() -> None:
