@@ -76,9 +76,13 @@ class Hyper:
     def module(self, subject: Subject, world_size: int) -> Any:
         """A fresh module of `subject` for `world_size`, its first layer frozen where the setting says so: what
         every route wraps and the reference trains."""
+        return self.freeze(subject.build(world_size))
+
+    def freeze(self, module: Any) -> Any:
+        """`module` with its first layer frozen where the setting says so (`knobs.freeze_first`), else as it is: the
+        one rule for every route's module and its reference's, the Trainer's LM too."""
         from ds_doctor.probes.equivalence.knobs import freeze_first
 
-        module = subject.build(world_size)
         return freeze_first(module) if self.frozen else module
 
     def lrs(self, step: int) -> list[float]:

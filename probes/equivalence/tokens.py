@@ -157,11 +157,7 @@ def _token_trainee(kind: str, dtype: Any, hyper: Hyper) -> tuple[Any, list[Any],
     """The reference's model and AdamW, its weight-decay groups as the Trainer documents them (`knobs.group_of`:
     no decay for biases and normalisation layers), read on the names here, not from the Trainer."""
 
-    from ds_doctor.probes.equivalence.knobs import freeze_first
-
-    model = build_lm(kind).to(dtype)
-    if hyper.frozen:  # the route's first layer frozen (`knobs.freeze_first`): the same one here
-        freeze_first(model)
+    model = hyper.freeze(build_lm(kind)).to(dtype)  # the route's first layer frozen where it is
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     return model, params, hyper.optimizer(model)

@@ -29,14 +29,7 @@ from ds_doctor.probes.equivalence.cases import (
     OVERCOUNT_ISSUE,
     Route,
 )
-from ds_doctor.probes.equivalence.knobs import (
-    DATA_SEED,
-    MOMENTUM,
-    WARMUP,
-    epoch_micro_batches,
-    freeze_first,
-    resume_at,
-)
+from ds_doctor.probes.equivalence.knobs import DATA_SEED, MOMENTUM, WARMUP, epoch_micro_batches, resume_at
 from ds_doctor.probes.equivalence.reference import independent as independent_reference
 from ds_doctor.probes.equivalence.subject import Hyper, StepRecord, Subject, digest
 from ds_doctor.probes.equivalence.tokens import SEQUENCE, build_lm, predicted_over_counted, sample
@@ -130,10 +123,7 @@ def make_trainer(
 
     kind = model_type(ctx.options, route)
     assert kind is not None
-    model = build_lm(kind)
-    # the first layer (the embedding) frozen before the Trainer sees the model, as in the reference
-    if hyper.frozen:
-        freeze_first(model)
+    model = hyper.freeze(build_lm(kind))  # (the embedding, before the Trainer sees it, as in the reference)
     vocab = model.config.vocab_size
     if not route.loss_kwargs:
         model = NoLossKwargs.wrap(model)
