@@ -21,7 +21,13 @@ from ds_doctor.plugins.usersetup import (
 )
 from ds_doctor.probes.equivalence.cases import Route
 from ds_doctor.probes.equivalence.knobs import MOMENTUM, TORCH_SCHEDULES, Knobs
-from ds_doctor.probes.equivalence.routes import SESSIONS, AccelerateSession, DeepSpeedSession, Session
+from ds_doctor.probes.equivalence.routes import (
+    SESSIONS,
+    AccelerateSession,
+    DeepSpeedSession,
+    Session,
+    torch_schedule,
+)
 from ds_doctor.probes.equivalence.subject import Hyper, Subject
 from ds_doctor.probes.shared.common import require_deepspeed_ops
 
@@ -114,7 +120,7 @@ def _matrix_session(ctx: ProbeContext, route: Route, subject: Subject) -> Sessio
             config["zero_force_ds_cpu_optimizer"] = False
         ctx.note("deepspeed_config", config)
         return AccelerateSession(
-            ctx, route, subject, hyper, plugin_config=config, extra=extra, schedule=_linear(hyper)
+            ctx, route, subject, hyper, plugin_config=config, extra=extra, schedule=torch_schedule(hyper)
         )
     # a prepared scheduler steps once per process per optimizer step where batches are not split (its docs)
     hyper = knob_hyper(route, "torch", "linear", stride=ctx.world_size)
@@ -127,7 +133,7 @@ def _matrix_session(ctx: ProbeContext, route: Route, subject: Subject) -> Sessio
             from accelerate.utils import DataLoaderConfiguration
 
             extra["dataloader_config"] = DataLoaderConfiguration(use_seedable_sampler=True)
-    return AccelerateSession(ctx, route, subject, hyper, extra=extra, schedule=_linear(hyper))
+    return AccelerateSession(ctx, route, subject, hyper, extra=extra, schedule=torch_schedule(hyper))
 
 
 def _matrix_deepspeed(ctx: ProbeContext, route: Route, subject: Subject, knobs: Knobs) -> Session:
@@ -191,12 +197,6 @@ def _muon_below_fp32() -> bool:
     from deepspeed.accelerator import get_accelerator
 
     return bool(get_accelerator().is_fp16_supported())
-
-
-def _linear(hyper: Hyper) -> Any:
-    from ds_doctor.probes.equivalence.routes import torch_schedule
-
-    return torch_schedule(hyper)
 
 
 def warmup(optimizer: Any) -> Any:
