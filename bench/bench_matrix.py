@@ -18,6 +18,8 @@ from runs import timed_run
 #: the pairs (198 cases at 1 and 2 ranks) took 31.7 s on 2 quiet cores (2026-11-29); with DeepSpeed's two
 #: schedulers, fp32 accumulation, the resume knob and the Trainer with DeepSpeed, 252 cases took 51.3 s (same day);
 #: with OneCycle, Adam's L2, Muon and offload on Accelerate's DeepSpeed route, 324 cases (see docs/invariants.md)
+#: at 406 cases 127.6 s (2026-12-01), 94.8 s once the rank worker froze the imported heap before each case
+#: (`ds_doctor.run.worker.settle_heap`: DeepSpeed's BF16_Optimizer runs a full gc.collect() four times per engine)
 TARGET_PAIRS_S = 120.0
 
 

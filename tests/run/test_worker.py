@@ -229,3 +229,33 @@ def test_a_rank_slow_in_its_setup_is_no_straggler_and_one_slow_in_its_case_is(
     slow_start = first_case_line(tmp_path / "r1b", monkeypatch, 1, build_s=0.1, start_s=3.0)
     [found] = stragglers({0: fast.stages, 1: slow_start.stages})
     assert (found.invariant, found.rank, found.stage) == ("straggler", 1, "start")
+
+
+def test_settle_heap_freezes_what_lives_and_never_what_is_garbage() -> None:
+    import gc
+    import weakref
+
+    from ds_doctor.run.worker import settle_heap
+
+    class Node:
+        pass
+
+    kept, lost = Node(), Node()
+    lost.me = lost  # type: ignore[attr-defined]  # a cycle: only a collection frees it
+    gone = weakref.ref(lost)
+    del lost
+    gc.unfreeze()
+    try:
+        seen = settle_heap(0)  # modules were imported since 0: collect, then freeze
+        assert gone() is None, "a cycle left unreachable before the case was frozen, not collected"
+        assert gc.get_freeze_count() > 0 and seen == len(__import__("sys").modules)
+        frozen = gc.get_freeze_count()
+        assert settle_heap(seen) == seen and gc.get_freeze_count() == frozen  # no new module: nothing to do
+        later = Node()
+        later.me = later  # type: ignore[attr-defined]  # what a case leaves after the freeze
+        after = weakref.ref(later)
+        del later
+        gc.collect()  # the library's own collection (DeepSpeed's) still frees it
+        assert after() is None and kept is not None
+    finally:
+        gc.unfreeze()
