@@ -252,7 +252,7 @@ class ErrorInfo:
 MATCH_SAID = {
     "wording": "its message",
     "loose": "its message, letter case and quotes aside",
-    "cut": "the leading part of its message, where the text stops",
+    "cut": "a distinctive part of its message, where the text is cut (its end, or its start)",
     "frame": "the function that raises it and the exception type, not its message's words",
     "banner": "what is printed before it (a warning, a failed build's lines), without the error itself",
     "paraphrase": "the words people name it with, not its message",

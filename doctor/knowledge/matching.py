@@ -22,11 +22,14 @@ from ds_doctor.knowledge.catalog import get as catalog_issue
 from ds_doctor.knowledge.issues import REGEX_FLAGS, KnownIssue
 from ds_doctor.knowledge.structure import (
     Frame,
+    Inner,
     Kind,
     Lead,
     bounded,
+    clipped_hits,
     cut_form,
     cut_hits,
+    inner_runs,
     leads,
     located,
     loose_form,
@@ -310,7 +313,10 @@ def _by_wording(text: str, seen: set[str]) -> list[Match]:
 def _cut(text: str, seen: set[str]) -> list[Match]:
     """Wordings whose distinctive leading part the text runs along, stopping there."""
     out = []
-    for hit in cut_hits(text, _leads()).values():
+    hits = cut_hits(text, _leads())
+    for issue_id, hit in clipped_hits(text, _inner()).items():
+        hits.setdefault(issue_id, hit)
+    for hit in hits.values():
         if hit.issue in seen:
             continue
         issue = catalog_issue(hit.issue)
@@ -323,6 +329,11 @@ def _cut(text: str, seen: set[str]) -> list[Match]:
             f"the text stops after \u201c{_context(hit.matched)}\u201d: the error's whole line (from the log, not a "
             "title or an excerpt) confirms it"
         )
+        if hit.clipped:
+            said = (
+                f"the text holds \u201c{_context(hit.matched)}\u201d from inside its message, the message's start "
+                "cut or retyped away: the error's whole line (from the log) confirms it"
+            )
         position = where[0] if where else _scaled(hit.position, cut_form(text), text)
         span = _shown(where[1] if where else hit.matched)
         strength_ = CUT_SHORT if sure else POSSIBLY
@@ -445,6 +456,11 @@ def judged(texts: Iterable[str]) -> Match | None:
 @functools.lru_cache(maxsize=1)
 def _leads() -> tuple[Lead, ...]:
     return leads(ISSUES)
+
+
+@functools.lru_cache(maxsize=1)
+def _inner() -> Inner:
+    return inner_runs(ISSUES)
 
 
 @functools.lru_cache(maxsize=1)

@@ -11,7 +11,10 @@ message in another shape. Each shape is a kind of match here, and each says whic
   shortest run of its first words, at least `LEAD_MIN` characters, that no other entry's wording contains (measured
   over the catalog when it is loaded). A text whose line runs along a wording past that part, and stops there (the
   line ends, or an ellipsis) matches it. Shorter than `CERTAIN_CUT` characters and three quarters of the wording, the
-  match is "possibly".
+  match is "possibly". A title retyped from inside the message, or an excerpt whose head was cut away ("error:
+  initialize your accelerator via accelerator = Accelerator()"), matches a run of a wording that starts after its
+  first word, at least `LEAD_MIN` characters found in no other entry's wording, the text stopping where the run does
+  (`clipped_hits`): "possibly" under `CERTAIN_CUT` characters, whatever share of the wording it is.
 - **frame**: a Python traceback whose raising frame is the function that raises the entry's message (file and
   function, from the sources of the releases read: `data/frames.toml`, `python -m ds_doctor.knowledge.frames`) with
   the same exception type, in other words: a sibling sentence of the same check, or the same check reworded by a
@@ -270,9 +273,12 @@ class CutHit:
     matched: str  # the wording's part the text runs along
     wording: str
     position: int  # in the cut form
+    clipped: bool = False  # a run from inside the wording (the text's line starts within the message)
 
     @property
     def certain(self) -> bool:
+        if self.clipped:  # however much of the wording it holds, its head is not there
+            return len(self.matched) >= CERTAIN_CUT
         return len(self.matched) >= CERTAIN_CUT or len(self.matched) >= 0.75 * len(self.wording)
 
 
@@ -302,6 +308,97 @@ def located(text: str, matched: str) -> tuple[int, str] | None:
     pattern = gap.join(gap.join(re.escape(char) for char in word) for word in words[:40])
     found = re.compile(pattern, re.IGNORECASE).search(bounded(text))
     return (found.start(), found.group(0)) if found else None
+
+
+# --- clipped: a distinctive run from inside a wording, the text's line starting within the message ---
+
+#: the words a run from inside a wording is looked up by (the text's words at each place, at once)
+CLIP_WORDS = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class Inner:
+    """Each wording's runs that start after its first word, by their first `CLIP_WORDS` words (in `cut_form`), and
+    every entry's wordings, to tell a run that only one entry's wording holds."""
+
+    runs: dict[
+        tuple[str, ...], tuple[tuple[str, str, int], ...]
+    ]  # words -> (issue, wording, where the run starts)
+    forms: tuple[tuple[str, str], ...]  # (issue, wording) of every entry
+
+
+def inner_runs(issues: Sequence[KnownIssue]) -> Inner:
+    forms = tuple((issue.id, " ".join(cut_form(w.text).split())) for issue in issues for w in issue.wordings)
+    runs: dict[tuple[str, ...], list[tuple[str, str, int]]] = {}
+    sentences = [_first_sentence(w.text) for issue in issues for w in issue.wordings]
+    for (owner, wording), first in zip(forms, sentences, strict=True):
+        # a run starts inside the first sentence: what follows is often advice many messages share (torch's "CUDA
+        # kernel errors might be asynchronously reported ... Compile with TORCH_USE_CUDA_DSA ...")
+        starts = [m.start() + 1 for m in re.finditer(" ", wording) if m.start() + 1 < first]
+        for start in starts:
+            words = tuple(wording[start:].split(" ", CLIP_WORDS)[:CLIP_WORDS])
+            if len(words) == CLIP_WORDS:
+                runs.setdefault(words, []).append((owner, wording, start))
+    return Inner({words: tuple(found) for words, found in runs.items()}, forms)
+
+
+_WORD = re.compile(r"\S+")
+
+
+#: a line's own message, printed whole: its type before it ("UserWarning: `do_sample` is set to `False`. However..."
+#: shares a ValueError's inner sentence, not its message)
+_TYPED = re.compile(r"\w(?:error|exception|warning|exit|interrupt)\)?:$")
+
+
+def _clipped_at(form: str, at: int) -> bool:
+    """Whether a run at `at` starts its line as a message clipped at its head: nothing before it on the line, an
+    ellipsis, or a short label that is not an exception's type ("error:", "[rank0]:", "worker-0:"); after other words
+    it is the tail of another sentence ("... activate padding with 'padding=True' to have batched tensors ...")."""
+    prefix = form[form.rfind("\n", 0, at) + 1 : at].strip()
+    if not prefix or prefix.endswith(_ELLIPSIS):
+        return True
+    return (
+        prefix.endswith(":") and len(prefix) <= 40 and len(prefix.split()) <= 3 and not _TYPED.search(prefix)
+    )
+
+
+def _first_sentence(text: str) -> int:
+    """Where a wording's first sentence ends in its one-line `cut_form`: its first line's end or its first ". "."""
+    form = cut_form(text).strip()
+    ends = [i for i in (form.find("\n"), form.find(". ")) if i >= 0]
+    return len(" ".join(form[: min(ends)].split())) if ends else len(" ".join(form.split()))
+
+
+def clipped_hits(text: str, inner: Inner) -> dict[str, CutHit]:
+    """For each entry, its longest run from inside one of its wordings that the text holds, at least `LEAD_MIN`
+    characters that no other entry's wording contains, the text stopping where the run does (its line's end, an
+    ellipsis, the wording's own end): a message whose head was cut away or retyped ("error: initialize your
+    accelerator via accelerator = Accelerator()"). Linear in the text: each word starts a lookup only where a run
+    begins with it."""
+    form = cut_form(bounded(text))
+    words = [(m.start(), m.group(0)) for m in _WORD.finditer(form)]
+    heads = {key[0] for key in inner.runs}
+    best: dict[str, CutHit] = {}
+    for j in range(len(words) - CLIP_WORDS + 1):
+        if words[j][1] not in heads or not _clipped_at(form, words[j][0]):
+            continue
+        key = tuple(word for _, word in words[j : j + CLIP_WORDS])
+        for issue, wording, start in inner.runs.get(key, ()):
+            length, cut = _run_along(form, words[j][0], wording[start:])
+            end = start + length
+            if end < len(wording) and wording[end] != " ":  # a word cut: only its whole words count
+                end = max(wording.rfind(" ", start, end), start)
+            matched = wording[start:end].rstrip()
+            if (
+                not cut
+                or len(matched) < LEAD_MIN
+                or (issue in best and len(best[issue].matched) >= len(matched))
+            ):
+                continue
+            if any(matched in other for owner, other in inner.forms if owner != issue):
+                continue
+            best[issue] = CutHit(issue, matched, wording, words[j][0], clipped=True)
+    return best
 
 
 # --- frame: the raising frame of the entry's check, in other words ---

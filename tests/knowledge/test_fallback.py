@@ -438,6 +438,11 @@ def test_a_fallback_is_one_or_two(tmp_path: Path, value: str) -> None:
         ("2026-12-01zi", "103", "distributed_hang_no_error"),
         ("2026-12-01zi", "309", "nccl_ib_completion_error"),
         ("2026-12-01zi", "307", "hf_batch_tensor_unequal_lengths"),
+        # sample zj's: a title saying the launcher hangs, a message retyped from its middle, flash-attn's
+        # backward check retold
+        ("2026-12-01zj", "103", "distributed_hang_no_error"),
+        ("2026-12-01zj", "105", "acc_state_attrs_missing_version_skew"),
+        ("2026-12-01zj", "401", "flash_attn_needs_ampere"),
     ],
 )
 def test_what_a_samples_first_run_missed_is_named_now(sample: str, number: str, entry: str) -> None:

@@ -7,6 +7,7 @@ the libraries print here.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Iterable
@@ -121,6 +122,58 @@ def test_a_text_that_only_begins_like_a_message_is_not_a_cut(text: str) -> None:
     assert "hf_bnb_quantized_modules_offloaded" not in named(text)
 
 
+ACCELERATE_3354 = """Running TRL example doesn't work when using deepspeed on accelerate
+
+error: initialize your accelerator via accelerator = Accelerator()
+"""  # https://github.com/huggingface/accelerate/issues/3354 (title, and the message retyped from its middle)
+
+
+def test_a_message_retyped_from_inside_is_possibly_its_entry_and_says_so() -> None:
+    """Accelerate's "Please make sure to properly initialize your accelerator via `accelerator = Accelerator()` before
+    using any functionality from the `accelerate` library." with its head and tail gone (sample 48zj's 105)."""
+    assert named(ACCELERATE_3354)["acc_state_attrs_missing_version_skew"] == (Kind.CUT, "possibly")
+    (match,) = [m for m in matches(ACCELERATE_3354) if m.issue.id == "acc_state_attrs_missing_version_skew"]
+    assert match.confirm and "from inside its message" in match.confirm
+    ranked = "[rank0]: initialize your accelerator via accelerator = Accelerator()"  # a rank's label before it
+    assert named(ranked)["acc_state_attrs_missing_version_skew"] == (Kind.CUT, "possibly")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # the run going on to say something else on its line: another sentence, not this message cut
+        "error: initialize your accelerator via accelerator = Accelerator() and then the model",
+        # fewer than LEAD_MIN characters from inside it
+        "error: make sure to properly",
+        # after other words on its line: the tail of another sentence, not this message clipped
+        "I keep asking it to initialize your accelerator via accelerator = Accelerator()",
+        # a line printed whole under its own type: another message sharing these words
+        "UserWarning: initialize your accelerator via accelerator = Accelerator()",
+    ],
+)
+def test_a_run_from_inside_a_message_that_goes_on_or_is_short_is_not_it(text: str) -> None:
+    assert "acc_state_attrs_missing_version_skew" not in named(text)
+
+
+def test_a_run_that_another_entrys_wording_also_holds_names_neither() -> None:
+    """A run from inside a wording is taken only where no other entry's wording contains it."""
+    from ds_doctor.knowledge.structure import clipped_hits, inner_runs
+
+    both = inner_runs(
+        [
+            catalog.get("acc_state_attrs_missing_version_skew"),
+            dataclasses.replace(
+                catalog.get("peft_config_field_unknown_to_release"),
+                id="a_copy",
+                wordings=catalog.get("acc_state_attrs_missing_version_skew").wordings,
+            ),
+        ]
+    )
+    assert clipped_hits(ACCELERATE_3354, both) == {}
+    alone = inner_runs([catalog.get("acc_state_attrs_missing_version_skew")])
+    assert set(clipped_hits(ACCELERATE_3354, alone)) == {"acc_state_attrs_missing_version_skew"}
+
+
 def test_each_leading_part_is_distinctive_in_the_catalog() -> None:
     """Measured when the catalog loads: every wording's leading part is found in no other entry's wording (but the
     very wording an entry narrowed by `requires` shares with it)."""
@@ -223,9 +276,13 @@ def test_a_code_line_naming_an_exception_is_not_a_raised_one() -> None:
 
 def test_every_triage_format_says_how_it_matched() -> None:
     found = triage(UNSLOTH_1629, {})
-    assert "by:       the leading part of its message, where the text stops" in render_triage(found)
-    assert "**matched by:** the leading part of its message, where the text stops" in render_triage_markdown(
-        found
+    assert (
+        "by:       a distinctive part of its message, where the text is cut (its end, or its start)"
+        in render_triage(found)
+    )
+    assert (
+        "**matched by:** a distinctive part of its message, where the text is cut (its end, or its start)"
+        in render_triage_markdown(found)
     )
     (match,) = [m for m in found if m.issue.id == "hf_bnb_quantized_modules_offloaded"]
     assert json.loads(json.dumps(match.to_dict()))["kind"] == "cut"
