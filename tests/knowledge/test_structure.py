@@ -134,7 +134,9 @@ def test_a_message_retyped_from_inside_is_possibly_its_entry_and_says_so() -> No
     assert named(ACCELERATE_3354)["acc_state_attrs_missing_version_skew"] == (Kind.CUT, "possibly")
     (match,) = [m for m in matches(ACCELERATE_3354) if m.issue.id == "acc_state_attrs_missing_version_skew"]
     assert match.confirm and "from inside its message" in match.confirm
-    ranked = "[rank0]: initialize your accelerator via accelerator = Accelerator()"  # a rank's label before it
+    ranked = (
+        "[rank0]: initialize your accelerator via accelerator = Accelerator()"  # a rank's label before it
+    )
     assert named(ranked)["acc_state_attrs_missing_version_skew"] == (Kind.CUT, "possibly")
 
 
