@@ -62,6 +62,8 @@ DOUBLE_DIVISION_ISSUE = "hf_trainer_accelerate_double_ga_division"
 #: transformers 4.47.0 and 4.48.0 give a **kwargs model no num_items_in_batch and never divide: the loss times the
 #: accumulation steps
 NOT_DIVIDED_ISSUE = "hf_trainer_kwargs_models_loss_not_divided"
+#: a head whose forward takes **kwargs but whose loss drops num_items_in_batch (transformers #47688)
+HEAD_DROPS_ISSUE = "hf_trainer_head_drops_num_items"
 GA_ISSUE = "hf_trainer_ga_loss_per_microbatch"
 NO_KWARGS_ISSUE = "hf_trainer_ga_no_loss_kwargs"
 OFFLOAD_ACCUMULATION_ISSUE = "ds_offload_accumulation_keeps_first_microbatch"
@@ -373,6 +375,11 @@ def beside() -> dict[str, list[tuple[Knobs, dict[str, Any]]]]:
     for name in ("ddp", "fsdp1", "fsdp2", "accelerate"):
         settings[name].append((Knobs(schedule="nested"), {}))
     settings["deepspeed-z2"].append((Knobs(schedule="nested", source="client"), {}))
+    # a sequence-classification head under the Trainer (the eighth search's #3: transformers issue #47688, open at
+    # 5.24.0): its forward takes **kwargs, so the Trainer takes it for a model that divides by num_items_in_batch and
+    # neither divides its mean by the accumulation steps nor leaves the ranks unmultiplied
+    settings["trainer"].append((Knobs(head="classify", accumulation=4), {}))
+    settings["trainer-deepspeed"].append((Knobs(head="classify"), {}))
     return settings
 
 

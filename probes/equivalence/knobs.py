@@ -119,6 +119,9 @@ class Knobs:
     # DeepSpeed's OneCycle at its default `cycle_momentum` (True): Adam's beta1 cycled inversely to the rate, from
     # `cycle_min_mom` at construction; its beta2 is the optimizer's (the "onecycle" schedule alone turns it off)
     cycle_momentum: bool = False
+    # the Trainer: "lm" (its causal LM, the loss a token mean over the accumulated batch) or "classify" (the same model
+    # with a sequence-classification head, whose documented loss is each micro-batch's mean over its rows)
+    head: str = "lm"
 
     def tokens(self) -> list[str]:
         """The settings that differ from the defaults, in a case name's words: a value's own ("bf16", "rates"),
@@ -170,6 +173,7 @@ VALUES: dict[str, tuple[object, ...]] = {
     "state_dict_first": (False, True),
     "frozen": (False, True),
     "cycle_momentum": (False, True),
+    "head": ("lm", "classify"),
 }
 
 

@@ -66,6 +66,8 @@ class Hyper:
     frozen: bool = False
     # Adam's beta1 cycled by DeepSpeed's OneCycle (`knobs.onecycle_beta1`), its beta2 this one's `betas[1]`
     cycle_momentum: bool = False
+    # the Trainer's model: "lm" (a causal LM, the token mean) or "classify" (a sequence classifier: `knobs.Knobs.head`)
+    head: str = "lm"
 
     def betas_at(self, step: int) -> tuple[float, float]:
         """Adam's betas at optimizer step `step`: the configured ones, or beta1 as the cycle documents it."""

@@ -28,7 +28,33 @@ def build_lm(kind: str, seed: int = 0) -> Any:
     return AutoModelForCausalLM.from_config(config).to(torch.float32)
 
 
-def sample(index: int, vocab: int, first_label_masked: bool = False) -> dict[str, Any]:
+#: the matrix's "classify" head: a sequence classifier over this many classes, sample i of class i % NUM_LABELS
+NUM_LABELS = 3
+
+
+def build_classifier(kind: str, seed: int = 0) -> Any:
+    """The same tiny model with a sequence-classification head (`AutoModelForSequenceClassification`: the logits of
+    each row's last token that is not padding), the knob matrix's "classify" head."""
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    from ds_doctor.plugins.usersetup import tiny_config
+
+    config = tiny_config(kind)
+    for key, value in config.to_dict().items():
+        if isinstance(value, float) and ("dropout" in key or "pdrop" in key):
+            setattr(config, key, 0.0)
+    config.num_labels, config.pad_token_id = NUM_LABELS, PAD
+    torch.manual_seed(seed)
+    return AutoModelForSequenceClassification.from_config(config).to(torch.float32)
+
+
+def build_model(kind: str, head: str = "lm") -> Any:
+    """The Trainer route's model: the causal LM, or the classifier (`head`)."""
+    return build_classifier(kind) if head == "classify" else build_lm(kind)
+
+
+def sample(index: int, vocab: int, first_label_masked: bool = False, head: str = "lm") -> dict[str, Any]:
     """Sample `index` of the stream: a right-padded sequence of 2..SEQUENCE real tokens, labels -100 on padding (and
     on the first token where asked: a causal LM never predicts it, so the loss is the same)."""
     import torch
@@ -39,6 +65,8 @@ def sample(index: int, vocab: int, first_label_masked: bool = False) -> dict[str
     labels = torch.where(mask, ids, -100)
     if first_label_masked:
         labels[0] = -100
+    if head == "classify":  # one class a row
+        labels = torch.tensor(index % NUM_LABELS)
     return {"input_ids": torch.where(mask, ids, PAD), "attention_mask": mask.long(), "labels": labels}
 
 
@@ -82,10 +110,12 @@ def predicted_over_counted(
     )
 
 
-def stacked(indices: Sequence[int], vocab: int, first_label_masked: bool = False) -> dict[str, Any]:
+def stacked(
+    indices: Sequence[int], vocab: int, first_label_masked: bool = False, head: str = "lm"
+) -> dict[str, Any]:
     import torch
 
-    samples = [sample(i, vocab, first_label_masked) for i in indices]
+    samples = [sample(i, vocab, first_label_masked, head) for i in indices]
     return {key: torch.stack([s[key] for s in samples]) for key in samples[0]}
 
 
@@ -157,7 +187,8 @@ def _token_trainee(kind: str, dtype: Any, hyper: Hyper) -> tuple[Any, list[Any],
     """The reference's model and AdamW, its weight-decay groups as the Trainer documents them (`knobs.group_of`:
     no decay for biases and normalisation layers), read on the names here, not from the Trainer."""
 
-    model = hyper.freeze(build_lm(kind)).to(dtype)  # the route's first layer frozen where it is
+    # the route's first layer frozen where it is
+    model = hyper.freeze(build_model(kind, hyper.head)).to(dtype)
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     return model, params, hyper.optimizer(model)
@@ -178,11 +209,11 @@ def _token_batches(
     """Step `step`'s micro-batches, rank by rank (rank r's micro-batch k at r * window + k), and the label tokens a
     causal LM predicts in them."""
     batches = [
-        stacked(micro_indices(step, k, r, hyper, world_size), vocab)
+        stacked(micro_indices(step, k, r, hyper, world_size), vocab, head=hyper.head)
         for r in range(world_size)
         for k in range(window(hyper, step, last_window))
     ]
-    return batches, _predicted(batches)
+    return batches, 0 if hyper.head == "classify" else _predicted(batches)
 
 
 def _summed(model: Any, b: dict[str, Any], smoothing: float) -> Any:
@@ -199,6 +230,46 @@ def _summed(model: Any, b: dict[str, Any], smoothing: float) -> Any:
     )
 
 
+def _class_mean(model: Any, b: dict[str, Any]) -> Any:
+    """A micro-batch's mean cross-entropy over its rows' classes, as a sequence-classification head documents its
+    loss (the last real token's logits; no count of anything passed in)."""
+    import torch
+
+    logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
+    return torch.nn.functional.cross_entropy(logits, b["labels"])
+
+
+def _class_step(
+    trainee: tuple[Any, list[Any], Any], hyper: Hyper, world_size: int, step: int, lr: float, dtype: Any
+) -> tuple[float, float]:
+    """The "classify" head's step as the Trainer documents it for a model that takes no count of the batch's items:
+    each micro-batch's mean loss divided by the accumulation steps, the ranks' gradients averaged (DDP); the loss
+    logged is the mean of the micro-batches' means."""
+    import torch
+
+    model, params, optimizer = trainee
+    batches, _ = _token_batches(model.config.vocab_size, hyper, world_size, step, None)
+    per_rank = len(batches) // world_size
+    total = torch.zeros((), dtype=dtype)
+    ranks: list[list[Any]] = []
+    for rank in range(world_size):
+        optimizer.zero_grad(set_to_none=True)
+        for b in batches[rank * per_rank : (rank + 1) * per_rank]:
+            share = _class_mean(model, b) / (per_rank * world_size)
+            share.backward()
+            total += share.detach().to(dtype)
+        ranks.append([p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in params])
+    for i, p in enumerate(params):
+        p.grad = ranks[0][i].clone()
+        for rank_grads in ranks[1:]:
+            p.grad += rank_grads[i]
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    norm = torch.nn.utils.clip_grad_norm_(params, hyper.clip) if hyper.clip else _total_norm(params)
+    optimizer.step()
+    return float(total), float(norm)
+
+
 def _token_step(
     trainee: tuple[Any, list[Any], Any],
     hyper: Hyper,
@@ -210,6 +281,8 @@ def _token_step(
 ) -> tuple[float, float]:
     import torch
 
+    if hyper.head == "classify":
+        return _class_step(trainee, hyper, world_size, step, lr, dtype)
     model, params, optimizer = trainee
     batches, tokens = _token_batches(model.config.vocab_size, hyper, world_size, step, shape[0])
     per_rank = len(batches) // world_size
@@ -264,6 +337,13 @@ def token_outputs(
     batches, tokens = _token_batches(model.config.vocab_size, hyper, world_size, at_step, shape[0])
     per_rank = window(hyper, at_step, shape[0])
     grads: dict[str, Any] = {}
+    if (
+        hyper.head == "classify"
+    ):  # its share: the micro-batch's mean over the window, times the world size (DDP)
+        with recording(model, grads) as outputs:
+            mean = _class_mean(model, batches[rank * per_rank])
+        (mean / per_rank).backward()
+        return {"outputs": outputs, "grads": grads}
     with recording(model, grads) as outputs:
         summed = _summed(model, batches[rank * per_rank], shape[1])
     if shape[2]:  # the rank's own backward divides by its own count

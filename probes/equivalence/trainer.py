@@ -24,6 +24,7 @@ from ds_doctor.plugins import ModelNote, ProbeContext
 from ds_doctor.plugins.requirements import ACCELERATE, DEEPSPEED, TRANSFORMERS
 from ds_doctor.probes.equivalence.cases import (
     DOUBLE_DIVISION_ISSUE,
+    HEAD_DROPS_ISSUE,
     LABEL_SMOOTHING_ISSUE,
     NOT_DIVIDED_ISSUE,
     OVERCOUNT_ISSUE,
@@ -32,7 +33,7 @@ from ds_doctor.probes.equivalence.cases import (
 from ds_doctor.probes.equivalence.knobs import DATA_SEED, MOMENTUM, WARMUP, epoch_micro_batches, resume_at
 from ds_doctor.probes.equivalence.reference import independent as independent_reference
 from ds_doctor.probes.equivalence.subject import Hyper, StepRecord, Subject, digest
-from ds_doctor.probes.equivalence.tokens import SEQUENCE, build_lm, predicted_over_counted, sample
+from ds_doctor.probes.equivalence.tokens import SEQUENCE, build_model, predicted_over_counted, sample
 from ds_doctor.probes.shared.common import accelerate_session
 
 TRAINER_HYPER = Hyper(lr=1e-3, weight_decay=0.0)
@@ -123,7 +124,9 @@ def make_trainer(
 
     kind = model_type(ctx.options, route)
     assert kind is not None
-    model = hyper.freeze(build_lm(kind))  # (the embedding, before the Trainer sees it, as in the reference)
+    model = hyper.freeze(
+        build_model(kind, hyper.head)
+    )  # (frozen before the Trainer sees it, as in the reference)
     vocab = model.config.vocab_size
     if not route.loss_kwargs:
         model = NoLossKwargs.wrap(model)
@@ -141,7 +144,7 @@ def make_trainer(
             return count
 
         def __getitem__(self, index: int) -> dict[str, Any]:
-            return sample(index, vocab, route.first_label_masked)
+            return sample(index, vocab, route.first_label_masked, hyper.head)
 
     class Recording(transformers.Trainer):
         def training_step(self, model: Any, *args: Any, **kwargs: Any) -> Any:
@@ -317,8 +320,9 @@ def run(ctx: ProbeContext, route: Route) -> None:
             "the Trainer route trains a causal LM on padded token batches with labels: --model hf:<type> runs "
             "through it, a factory (package.module:fn) does not"
         )
-    ctx.note(ModelNote.NOTE, f"hf:{kind} (tiny), right-padded sequences of 2-{SEQUENCE} tokens")
     hyper = matrix_hyper(route) if route.knobs is not None else TRAINER_HYPER
+    head = " with a sequence-classification head" if hyper.head == "classify" else ""
+    ctx.note(ModelNote.NOTE, f"hf:{kind} (tiny){head}, right-padded sequences of 2-{SEQUENCE} tokens")
     if route.knobs is not None:
         ctx.note("knobs", route.knobs.describe(), shown=True)
     out = ctx.scratch_dir() / "checkpoint"
@@ -379,6 +383,8 @@ def _explainer(
     from ds_doctor.probes.equivalence.invariants import UNEXPLAINED, tolerance_for
 
     def explain(ref: list[StepRecord]) -> str | None:
+        if hyper.head == "classify":
+            return _head_explained(ctx, route, hyper, records, ref)
         """The overcount where the first step's loss is the reference's scaled by predicted/counted tokens (as
         near as the dtype's tolerance); the LabelSmoother's missing division where a smoothed loss is the
         reference's times the accumulation steps (and the ranks); the double division where the loss is right and
@@ -421,6 +427,27 @@ def _explainer(
         return UNEXPLAINED if route.issue in (OVERCOUNT_ISSUE, DOUBLE_DIVISION_ISSUE) else None
 
     return explain
+
+
+#: how close the classifier's first loss must come to the reference's times a scale (the accumulation steps, the
+#: ranks, or both) to be that scale: the scales it tells apart differ by a factor of 2 at least
+HEAD_SCALE_MATCH = 1e-3
+
+
+def _head_explained(
+    ctx: ProbeContext, route: Route, hyper: Hyper, records: list[StepRecord], ref: list[StepRecord]
+) -> str | None:
+    """A classifier whose first loss is the documented one times the accumulation steps, the ranks or both: the
+    Trainer took its **kwargs for a model that divides by num_items_in_batch (transformers #47688); anything else is
+    not it."""
+    from ds_doctor.probes.equivalence.invariants import tolerance_for
+
+    if not records or not ref or not ref[0].loss:
+        return None
+    scale = records[0].loss / ref[0].loss
+    near = max(HEAD_SCALE_MATCH, tolerance_for(ctx, route, hyper).at(0))
+    scales = {hyper.accumulation, ctx.world_size, hyper.accumulation * ctx.world_size} - {1}
+    return HEAD_DROPS_ISSUE if any(abs(scale / t - 1) <= near for t in scales) else None
 
 
 def _train(ctx: ProbeContext, route: Route, hyper: Hyper, out: Path, recorder: Recorder) -> Any:
@@ -511,6 +538,7 @@ def matrix_hyper(route: Route) -> Hyper:
         shuffle=knobs.shuffle,
         partial_window=knobs.partial_window,
         frozen=knobs.frozen,
+        head=knobs.head,
     )
 
 

@@ -658,3 +658,38 @@ def test_the_sequential_schedule_is_torchs_sequentiallr_and_the_nested_one_is_do
         nested = lrs(nested_schedule)
     assert nested[0] == pytest.approx(documented[0]) and nested[1] != pytest.approx(documented[1])
     assert torch_schedule(Hyper(schedule="nested")) is nested_schedule and torch_schedule(Hyper()) is None
+
+
+def test_the_classify_heads_reference_is_the_global_batchs_mean_loss_as_a_classifier_documents_it() -> None:
+    """The classify setting's reference (each micro-batch's mean over the window and the ranks, their gradients
+    summed) is, with micro-batches of one size, the cross-entropy mean over the whole global batch: held here to
+    torch's own mean over every row of the step at once, on the same classifier, at two ranks and a window of 2."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from ds_doctor.probes.equivalence.tokens import (
+        _class_step,
+        _token_trainee,
+        build_classifier,
+        micro_indices,
+        stacked,
+    )
+
+    hyper = Hyper(head="classify", accumulation=2, steps=1, clip=0.0, momentum=0.0, weight_decay=0.0)
+    trainee = _token_trainee("qwen2", torch.float64, hyper)
+    assert type(trainee[0]).__name__ == "Qwen2ForSequenceClassification"
+    loss, norm = _class_step(trainee, hyper, 2, 0, 0.0, torch.float64)  # lr 0: the gradient alone
+    mine = {n: p.grad.clone() for n, p in trainee[0].named_parameters()}
+    model = build_classifier("qwen2").to(torch.float64)
+    rows = [i for r in range(2) for m in range(2) for i in micro_indices(0, m, r, hyper, 2)]
+    batch = stacked(rows, model.config.vocab_size, head="classify")
+    assert sorted(int(c) for c in batch["labels"]) != [int(batch["labels"][0])] * len(rows)  # several classes
+    whole = torch.nn.functional.cross_entropy(
+        model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits, batch["labels"]
+    )
+    whole.backward()
+    assert loss == pytest.approx(float(whole), rel=1e-12)
+    for name, param in model.named_parameters():
+        assert torch.allclose(mine[name], param.grad, rtol=1e-9, atol=1e-12), name
+    assert norm == pytest.approx(
+        float(torch.linalg.vector_norm(torch.stack([g.norm() for g in mine.values()])))
+    )
