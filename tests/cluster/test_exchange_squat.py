@@ -198,16 +198,18 @@ def test_an_answer_written_first_at_a_nodes_key_does_not_shut_the_node_out(
     port = free_port()
     zero, one = two_nodes(port, f"squat-{port}")
     said: dict[str, Any] = {}
+    # 40 s: node 0's wait runs while the squatter and then node 1 each import torch, one after the other (20 s ran
+    # out once under `make test`'s load: node 0 wrote its roster without node 1 and closed its store)
     node_0 = threading.Thread(
         target=lambda: said.update(
-            nodes=exchange(zero, RunDir(tmp_path / "node0"), "handshake", {"node": 0}, 20)
+            nodes=exchange(zero, RunDir(tmp_path / "node0"), "handshake", {"node": 0}, 40)
         )
     )
     node_0.start()
     rogue = squatter(port, f"ds-doctor/{zero.launch_id('handshake')}/said/1", once=True)
     try:
         assert rogue.stdout is not None and rogue.stdout.readline().strip() == "wrote"
-        node_1 = start_node(one, tmp_path / "node1", {"node": 1}, 20)
+        node_1 = start_node(one, tmp_path / "node1", {"node": 1}, 40)
         assert node_1.wait(timeout=GENEROUS_S) == 0, (tmp_path / "node1/log").read_text()[-2000:]
     finally:
         rogue.kill()
