@@ -42,6 +42,7 @@ PACKAGES = (
     "flash-attn",
     "safetensors",
     "llamafactory",
+    "ms-swift",
     "verl",
     "pydantic",
     "psutil",
