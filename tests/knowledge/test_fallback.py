@@ -577,10 +577,12 @@ def test_an_os_error_cut_before_its_path_names_no_entry() -> None:
             "nccl_invalid_usage_unspecific",
         ),  # a title-only ProcessGroupNCCL "invalid usage"
         # sample zk's three recurring texts (and zj's 406, the same ms-swift check): each class an entry now
-        ("2026-12-01zk", "201", "peft_lora_get_submodules_moved"),  # PEFT 0.2's LoraModel._get_submodules
-        ("2026-12-01zk", "303", "hf_device_map_disk_offload_no_dir"),  # "We need an 'offload-dir' ..." retyped
-        ("2026-12-01zk", "403", "swift_deepspeed_with_device_map_mp"),  # "... not compatible with MP. n_gpu: 2"
-        ("2026-12-01zj", "406", "swift_deepspeed_with_device_map_mp"),  # the raise line, host-prefixed
+        # PEFT 0.2's LoraModel._get_submodules; "We need an 'offload-dir' ..." retyped; "... not compatible with
+        # MP. n_gpu: 2"; the raise line, host-prefixed
+        ("2026-12-01zk", "201", "peft_lora_get_submodules_moved"),
+        ("2026-12-01zk", "303", "hf_device_map_disk_offload_no_dir"),
+        ("2026-12-01zk", "403", "swift_deepspeed_with_device_map_mp"),
+        ("2026-12-01zj", "406", "swift_deepspeed_with_device_map_mp"),
     ],
 )
 def test_what_the_samples_labelled_none_for_want_of_an_entry_is_named_now(
