@@ -259,15 +259,7 @@ def _class_step(
             share.backward()
             total += share.detach().to(dtype)
         ranks.append([p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in params])
-    for i, p in enumerate(params):
-        p.grad = ranks[0][i].clone()
-        for rank_grads in ranks[1:]:
-            p.grad += rank_grads[i]
-    for group in optimizer.param_groups:
-        group["lr"] = lr
-    norm = torch.nn.utils.clip_grad_norm_(params, hyper.clip) if hyper.clip else _total_norm(params)
-    optimizer.step()
-    return float(total), float(norm)
+    return float(total), _reduced_and_stepped(trainee, ranks, hyper, lr)
 
 
 def _token_step(
@@ -302,6 +294,17 @@ def _token_step(
             total += summed.detach()
             shares += summed.detach() / over
         ranks.append([p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in params])
+    return float(shares if shape[2] else total / tokens), _reduced_and_stepped(trainee, ranks, hyper, lr)
+
+
+def _reduced_and_stepped(
+    trainee: tuple[Any, list[Any], Any], ranks: list[list[Any]], hyper: Hyper, lr: float
+) -> float:
+    """The ranks' gradients summed in rank order (an all-reduce's), the step's rate set, clipped, stepped: the
+    gradient norm before clipping."""
+    import torch
+
+    _, params, optimizer = trainee
     for i, p in enumerate(params):
         p.grad = ranks[0][i].clone()
         for rank_grads in ranks[1:]:
@@ -310,7 +313,7 @@ def _token_step(
         group["lr"] = lr
     norm = torch.nn.utils.clip_grad_norm_(params, hyper.clip) if hyper.clip else _total_norm(params)
     optimizer.step()
-    return float(shares if shape[2] else total / tokens), float(norm)
+    return float(norm)
 
 
 def _total_norm(params: list[Any]) -> Any:
