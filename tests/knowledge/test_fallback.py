@@ -583,6 +583,11 @@ def test_an_os_error_cut_before_its_path_names_no_entry() -> None:
         ("2026-12-01zk", "303", "hf_device_map_disk_offload_no_dir"),
         ("2026-12-01zk", "403", "swift_deepspeed_with_device_map_mp"),
         ("2026-12-01zj", "406", "swift_deepspeed_with_device_map_mp"),
+        (
+            "2026-11-30o",
+            "301",
+            "hf_device_map_disk_offload_no_dir",
+        ),  # the same check at a LLaMA-Factory export
     ],
 )
 def test_what_the_samples_labelled_none_for_want_of_an_entry_is_named_now(
