@@ -540,10 +540,14 @@ def _join(args: argparse.Namespace, secret: bytes | None, watchdog: Watchdog) ->
     roster_s = args.wait + ROSTER_SLACK_S
     no_roster = f"no roster from node 0 at {where} within {roster_s:g} s"
     watchdog.arm(roster_s + 5.0, no_roster)
-    try:
-        # node 0 may have closed its store since its nonce was read (its wait for this node over): one line, not
-        # torch's C++ frames
+    try:  # node 0 may have closed its store since its nonce was read: one line, not torch's C++ frames
         store.set(f"said/{args.node}", answer)
+    except RuntimeError:
+        raise ExchangeError(
+            f"node 0 at {where} closed the exchange before this node answered (its wait of {args.wait:g} s for "
+            "the nodes was over)"
+        ) from None
+    try:
         if not _await_roster(store, f"said/{args.node}", answer, roster_s):
             raise ExchangeError(no_roster)
         came = _roster(store.get("roster"), args, secret, nonce, mine)
