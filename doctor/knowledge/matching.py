@@ -326,14 +326,12 @@ def _cut(text: str, seen: set[str]) -> list[Match]:
         where = located(text, hit.matched)
         sure = hit.certain and not issue.confirm
         said = (
-            f"the text stops after \u201c{_context(hit.matched)}\u201d: the error's whole line (from the log, not a "
-            "title or an excerpt) confirms it"
+            f"the text holds \u201c{_context(hit.matched)}\u201d from inside its message, the message's start cut "
+            "or retyped away: the error's whole line (from the log) confirms it"
+            if hit.clipped
+            else f"the text stops after \u201c{_context(hit.matched)}\u201d: the error's whole line (from the log, "
+            "not a title or an excerpt) confirms it"
         )
-        if hit.clipped:
-            said = (
-                f"the text holds \u201c{_context(hit.matched)}\u201d from inside its message, the message's start "
-                "cut or retyped away: the error's whole line (from the log) confirms it"
-            )
         position = where[0] if where else _scaled(hit.position, cut_form(text), text)
         span = _shown(where[1] if where else hit.matched)
         strength_ = CUT_SHORT if sure else POSSIBLY

@@ -325,6 +325,7 @@ class Inner:
         tuple[str, ...], tuple[tuple[str, str, int], ...]
     ]  # words -> (issue, wording, where the run starts)
     forms: tuple[tuple[str, str], ...]  # (issue, wording) of every entry
+    heads: frozenset[str]  # the words a run begins with: only there does a text's word start a lookup
 
 
 def inner_runs(issues: Sequence[KnownIssue]) -> Inner:
@@ -339,7 +340,7 @@ def inner_runs(issues: Sequence[KnownIssue]) -> Inner:
             words = tuple(wording[start:].split(" ", CLIP_WORDS)[:CLIP_WORDS])
             if len(words) == CLIP_WORDS:
                 runs.setdefault(words, []).append((owner, wording, start))
-    return Inner({words: tuple(found) for words, found in runs.items()}, forms)
+    return Inner({words: tuple(found) for words, found in runs.items()}, forms, frozenset(k[0] for k in runs))
 
 
 _WORD = re.compile(r"\S+")
@@ -377,10 +378,9 @@ def clipped_hits(text: str, inner: Inner) -> dict[str, CutHit]:
     begins with it."""
     form = cut_form(bounded(text))
     words = [(m.start(), m.group(0)) for m in _WORD.finditer(form)]
-    heads = {key[0] for key in inner.runs}
     best: dict[str, CutHit] = {}
     for j in range(len(words) - CLIP_WORDS + 1):
-        if words[j][1] not in heads or not _clipped_at(form, words[j][0]):
+        if words[j][1] not in inner.heads or not _clipped_at(form, words[j][0]):
             continue
         key = tuple(word for _, word in words[j : j + CLIP_WORDS])
         for issue, wording, start in inner.runs.get(key, ()):

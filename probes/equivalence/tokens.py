@@ -13,17 +13,22 @@ SEQUENCE = 8
 PAD = 0
 
 
+def _config(kind: str) -> Any:
+    """The tiny config of `kind`, its dropout off: dropout is randomness no reference reproduces (GPT-2 drops 0.1)."""
+    from ds_doctor.plugins.usersetup import tiny_config
+
+    config = tiny_config(kind)
+    for key, value in config.to_dict().items():
+        if isinstance(value, float) and ("dropout" in key or "pdrop" in key):
+            setattr(config, key, 0.0)
+    return config
+
+
 def build_lm(kind: str, seed: int = 0) -> Any:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from ds_doctor.plugins.usersetup import tiny_config
-
-    config = tiny_config(kind)
-    # dropout is randomness no reference reproduces (GPT-2 drops 0.1)
-    for key, value in config.to_dict().items():
-        if isinstance(value, float) and ("dropout" in key or "pdrop" in key):
-            setattr(config, key, 0.0)
+    config = _config(kind)
     torch.manual_seed(seed)
     return AutoModelForCausalLM.from_config(config).to(torch.float32)
 
@@ -38,12 +43,7 @@ def build_classifier(kind: str, seed: int = 0) -> Any:
     import torch
     from transformers import AutoModelForSequenceClassification
 
-    from ds_doctor.plugins.usersetup import tiny_config
-
-    config = tiny_config(kind)
-    for key, value in config.to_dict().items():
-        if isinstance(value, float) and ("dropout" in key or "pdrop" in key):
-            setattr(config, key, 0.0)
+    config = _config(kind)
     config.num_labels, config.pad_token_id = NUM_LABELS, PAD
     torch.manual_seed(seed)
     return AutoModelForSequenceClassification.from_config(config).to(torch.float32)
@@ -340,9 +340,9 @@ def token_outputs(
     batches, tokens = _token_batches(model.config.vocab_size, hyper, world_size, at_step, shape[0])
     per_rank = window(hyper, at_step, shape[0])
     grads: dict[str, Any] = {}
-    if (
-        hyper.head == "classify"
-    ):  # its share: the micro-batch's mean over the window, times the world size (DDP)
+    # a classifier's rank divides its micro-batch's mean by the window alone (DDP averages the parameters'
+    # gradients afterwards, never the outputs')
+    if hyper.head == "classify":
         with recording(model, grads) as outputs:
             mean = _class_mean(model, batches[rank * per_rank])
         (mean / per_rank).backward()

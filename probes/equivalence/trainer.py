@@ -124,9 +124,8 @@ def make_trainer(
 
     kind = model_type(ctx.options, route)
     assert kind is not None
-    model = hyper.freeze(
-        build_model(kind, hyper.head)
-    )  # (frozen before the Trainer sees it, as in the reference)
+    # frozen before the Trainer sees it, as in the reference
+    model = hyper.freeze(build_model(kind, hyper.head))
     vocab = model.config.vocab_size
     if not route.loss_kwargs:
         model = NoLossKwargs.wrap(model)
@@ -383,8 +382,6 @@ def _explainer(
     from ds_doctor.probes.equivalence.invariants import UNEXPLAINED, tolerance_for
 
     def explain(ref: list[StepRecord]) -> str | None:
-        if hyper.head == "classify":
-            return _head_explained(ctx, route, hyper, records, ref)
         """The overcount where the first step's loss is the reference's scaled by predicted/counted tokens (as
         near as the dtype's tolerance); the LabelSmoother's missing division where a smoothed loss is the
         reference's times the accumulation steps (and the ranks); the double division where the loss is right and
@@ -392,6 +389,8 @@ def _explainer(
         where an unsmoothed loss is the reference's times the accumulation steps;
         on either's own route, anything else is not it (transformers 4.46.0-4.46.1 dropped the division by the
         accumulation steps for models without loss kwargs, GPT-2 among them: no entry of the catalog)."""
+        if hyper.head == "classify":  # a classifier's own scales (`_head_explained`), none of the LM's
+            return _head_explained(ctx, route, hyper, records, ref)
         scale = records[0].loss / ref[0].loss if records and ref and ref[0].loss else None
         # as close as the route's dtype lets a loss come (a bf16 loss is off by its rounding too)
         near = max(OVERCOUNT_MATCH, tolerance_for(ctx, route, hyper).at(0))
