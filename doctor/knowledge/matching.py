@@ -403,8 +403,15 @@ def matches(text: str) -> list[Match]:
     if not text:
         return []
     seen: set[str] = set()
-    found = _by_wording(text, seen) + _cut(text, seen) + _framed(text, seen) + _bannered(text, seen)
+    found = _decided(_by_wording(text, seen)) + _cut(text, seen) + _framed(text, seen) + _bannered(text, seen)
     return _give_way(found + _paraphrased(text, seen), lambda match: match.issue)
+
+
+def _decided(found: list[Match]) -> list[Match]:
+    """`found` less a "possibly" whose words another entry's match holds with its evidence: one message that two
+    causes print (torch's shape check of a weight, under ZeRO-3 or FSDP) is the one whose evidence the text shows."""
+    backed = {match.span for match in found if match.strength == "message and context"}
+    return [match for match in found if not (match.possibly and match.span in backed)]
 
 
 def verdict(match: Match) -> Verdict:

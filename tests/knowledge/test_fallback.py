@@ -655,3 +655,33 @@ def test_a_progress_bar_goes_and_its_description_stays() -> None:
         "Converting format of dataset (num_proc=15): 100%|██████████| 15/15 [00:00<00:00, 74.5 examples/s]卡住"
     ) == ["distributed_hang_no_error"]
     assert named("100%|██████████| 15/15 [00:00<00:00, 74.5 examples/s]卡住") == []
+
+
+@pytest.mark.parametrize(
+    ("sample", "number"),
+    [("2026-12-01zl", "101"), ("2026-12-01zi", "303"), ("2026-11-30zf", "401"), ("2026-11-30r", "103")],
+)
+def test_a_weights_shape_check_naming_no_wrapper_is_possibly_either_placeholder(
+    sample: str, number: str
+) -> None:
+    """torch's shape check of a weight ("'weight' must be 2-D", "weight should have at least three dimensions") as a
+    bare title: ZeRO-3's empty placeholder and FSDP's flat shard both print it, so both are named as "possibly"."""
+    found = {m.issue.id: m for m in triage(sample_text(sample, number), {})}
+    both = {"ds_z3_module_run_outside_engine", "fsdp1_submodule_called_outside_root_forward"}
+    assert both <= set(found)
+    assert all(found[issue].possibly and found[issue].confirm for issue in both)
+
+
+@pytest.mark.parametrize(
+    ("sample", "number", "entry"),
+    [
+        ("2026-11-30u", "305", "ds_z3_module_run_outside_engine"),
+        ("2026-11-30k", "204", "fsdp1_submodule_called_outside_root_forward"),
+        ("2026-11-29b", "012", "fsdp1_submodule_called_outside_root_forward"),
+    ],
+)
+def test_the_wrapper_a_text_names_decides_the_weights_shape_check(
+    sample: str, number: str, entry: str
+) -> None:
+    """Where the text names ZeRO-3 or FSDP, that entry alone: the sibling's "possibly" gives way to the evidence."""
+    assert named(sample_text(sample, number)) == [entry]
