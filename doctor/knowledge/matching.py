@@ -218,6 +218,8 @@ CONTEXT_CHARS = 80
 
 #: The strength of a generic message's match that nothing in the log corroborates: named as "possibly" the entry
 POSSIBLY = "possibly"
+#: The strength of a match whose entry's `requires` or `evidence` the text holds too: what tells it from a look-alike
+BACKED = "message and context"
 
 
 def strength(issue: KnownIssue, text: str, frames_in: str | None = None) -> tuple[str, tuple[str, ...]]:
@@ -228,10 +230,10 @@ def strength(issue: KnownIssue, text: str, frames_in: str | None = None) -> tupl
     is a guess to confirm, said so in every format)."""
     if issue.confirm:
         spans = [found.group(0) for pattern in issue.evidence if (found := search(pattern, text))]
-        return ("message and context", tuple(_context(span) for span in spans)) if spans else (POSSIBLY, ())
+        return (BACKED, tuple(_context(span) for span in spans)) if spans else (POSSIBLY, ())
     if issue.requires:
         spans = [found.group(0) for pattern in issue.requires if (found := search(pattern, text))]
-        return "message and context", tuple(_context(span) for span in spans)
+        return BACKED, tuple(_context(span) for span in spans)
     name = FRAME_NAMES.get(issue.package)
     where = text if frames_in is None else frames_in
     frame = re.search(rf'File "[^"\n]{{0,300}}[/\\]{name}[/\\][^"\n]{{0,300}}"', where) if name else None
@@ -410,7 +412,7 @@ def matches(text: str) -> list[Match]:
 def _decided(found: list[Match]) -> list[Match]:
     """`found` less a "possibly" whose words another entry's match holds with its evidence: one message that two
     causes print (torch's shape check of a weight, under ZeRO-3 or FSDP) is the one whose evidence the text shows."""
-    backed = {match.span for match in found if match.strength == "message and context"}
+    backed = {match.span for match in found if match.strength == BACKED}
     return [match for match in found if not (match.possibly and match.span in backed)]
 
 
