@@ -15,7 +15,7 @@ import dataclasses
 import functools
 import re
 from collections.abc import Callable, Iterable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ds_doctor.knowledge.catalog import ISSUES
 from ds_doctor.knowledge.catalog import get as catalog_issue
@@ -81,6 +81,108 @@ class _Branch:
     head: re.Pattern[str] | None = None  # `head.*tail`: tried where the head first matches only
     head_width: int = 0  # the most characters the head spans (an overlapping later head is tried too)
     windowed: bool = False  # a `.*` elsewhere (in a lookahead, say): searched in windows of the text
+    words: frozenset[str] = (
+        frozenset()
+    )  # words every match holds whole (`_words`): a text lacking one is not searched
+
+
+def _parser() -> Any:
+    try:
+        from re import _parser as sre_parse  # type: ignore[attr-defined]
+    except ImportError:  # pragma: no cover - python 3.10
+        import sre_parse
+    return sre_parse
+
+
+_WORD_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+#: the characters outside ASCII that re's IGNORECASE matches with an ASCII word character (measured over every code
+#: point on Python 3.11): a text's words are read after these are made ASCII, so a `(?i)` pattern's word is found
+_FOLDS = str.maketrans({"\u0130": "i", "\u0131": "i", "\u017f": "s", "\u212a": "k"})
+_TOKEN = re.compile(r"[a-z0-9_]+")
+
+
+def _words(pattern: str) -> frozenset[str]:
+    """The words (maximal runs of ASCII letters, digits and `_`, lower-cased) that every match of `pattern` holds
+    whole, read from the pattern's parse: a run counts where what stands on each side is sure not to be a word
+    character (a literal space or punctuation, `\\s`, `\\b`, `^`, `$`); any other neighbour (a class of letters, `.`,
+    a repeat that may be empty, a look-around, a character outside ASCII) leaves that run out. Empty for a pattern this
+    reading cannot follow: it is always searched."""
+    sre = _parser()
+    try:
+        return frozenset(_sequence_words(sre, sre.parse(pattern, _FLAGS)))
+    except Exception:  # a pattern re compiles but this reading trips on: searched as it is
+        return frozenset()
+
+
+def _flat(sre: Any, items: Iterable[tuple[Any, Any]]) -> Iterable[tuple[Any, Any]]:
+    """`items` with each group read in place (its flags only change case, which `_words` ignores)."""
+    for op, av in items:
+        if op is sre.SUBPATTERN:
+            yield from _flat(sre, av[-1])
+        else:
+            yield op, av
+
+
+def _separator(sre: Any, op: Any, av: Any) -> bool:
+    """Whether the item matches only characters that are not word characters, whatever the case."""
+    if op is sre.LITERAL:
+        return chr(av).isascii() and chr(av) not in _WORD_CHARS
+    if op is sre.IN:
+        return all(
+            (o is sre.LITERAL and _separator(sre, o, a)) or (o is sre.CATEGORY and a is sre.CATEGORY_SPACE)
+            for o, a in av
+        )
+    return False
+
+
+def _sequence_words(sre: Any, items: Iterable[tuple[Any, Any]]) -> set[str]:
+    found: set[str] = set()
+    run: list[str] = []
+    # whether a sure edge (a non-word character, `^`, `\b`) stands before the run: not before the first
+    bounded = False
+
+    def edge(sure: bool) -> None:
+        nonlocal bounded
+        if run and bounded and sure:
+            found.add("".join(run))
+        run.clear()
+        bounded = sure
+
+    edges = (sre.AT_BOUNDARY, sre.AT_BEGINNING, sre.AT_BEGINNING_STRING, sre.AT_END, sre.AT_END_STRING)
+    for op, av in _flat(sre, items):
+        if op is sre.LITERAL and chr(av) in _WORD_CHARS:
+            run.append(chr(av).lower())
+        elif op is sre.AT and av in edges:
+            edge(True)
+        elif op is sre.LITERAL or op is sre.IN:
+            edge(_separator(sre, op, av))
+        elif op is sre.MAX_REPEAT or op is sre.MIN_REPEAT:
+            separates, inside = _repeat_words(sre, av)
+            edge(separates)
+            found |= inside
+        elif op is sre.BRANCH:
+            edge(False)
+            alternatives = [_sequence_words(sre, branch) for branch in av[1]]
+            found |= set.intersection(*alternatives) if alternatives else set()
+        else:  # `.`, a category, a look-around, a back reference: what stands there is not sure
+            edge(False)
+    edge(False)  # a run at the end may go on in the text
+    return found
+
+
+def _repeat_words(sre: Any, av: Any) -> tuple[bool, set[str]]:
+    """Whether a repeat is a sure edge (`\\s+`, ` +`), and the words sure inside it (none where it may be empty)."""
+    low, _high, sub = av
+    below = list(_flat(sre, sub))
+    if low >= 1 and len(below) == 1 and _separator(sre, *below[0]):
+        return True, set()
+    return False, _sequence_words(sre, below) if low >= 1 else set()
+
+
+@functools.lru_cache(maxsize=16)
+def _text_words(text: str) -> frozenset[str]:
+    """A text's words as `_words` reads a pattern's (the same few texts are searched by every pattern in turn)."""
+    return frozenset(_TOKEN.findall(text.translate(_FOLDS).lower()))
 
 
 # a branch with a `.*` the head/tail reading does not cover is searched in windows this long...
@@ -103,9 +205,10 @@ def _branch(prefix: str, branch: str) -> _Branch:
     dots = (_top_level(branch) or ([], None))[1]
     head, tail = (branch[:dots], branch[dots + 2 :]) if dots is not None else ("", branch)
     width = _max_width(prefix + head) if dots is not None else None
+    words = _words(prefix + branch)
     if width is None or _UNBOUNDED_DOT.search(head) or _UNBOUNDED_DOT.search(tail.removeprefix("?")):
-        return _Branch(whole, windowed=bool(_UNBOUNDED_DOT.search(branch)))
-    return _Branch(whole, re.compile(prefix + head, _FLAGS), width)
+        return _Branch(whole, windowed=bool(_UNBOUNDED_DOT.search(branch)), words=words)
+    return _Branch(whole, re.compile(prefix + head, _FLAGS), width, words=words)
 
 
 #: the catalog's patterns and those made of its wordings are about 660 (377 and 287 at 249 entries): a cache of 512
@@ -120,7 +223,11 @@ def _branches(pattern: str) -> tuple[_Branch, ...]:
     prefix, body = (flags.group(0), pattern[flags.end() :]) if flags else ("", pattern)
     shape = _top_level(body)
     if shape is None:
-        return (_Branch(re.compile(pattern, _FLAGS), windowed=bool(_UNBOUNDED_DOT.search(body))),)
+        return (
+            _Branch(
+                re.compile(pattern, _FLAGS), windowed=bool(_UNBOUNDED_DOT.search(body)), words=_words(pattern)
+            ),
+        )
     bars = [0, *(b + 1 for b in shape[0])]
     return tuple(
         _branch(prefix, body[start:end]) for start, end in zip(bars, [*shape[0], len(body)], strict=True)
@@ -128,6 +235,8 @@ def _branches(pattern: str) -> tuple[_Branch, ...]:
 
 
 def _search_branch(branch: _Branch, text: str) -> re.Match[str] | None:
+    if branch.words and not branch.words <= _text_words(text):
+        return None  # a word every match holds is not in the text (a set's look-up, where a search reads the text)
     if branch.windowed and len(text) > WINDOW:
         for start in range(0, len(text), WINDOW - REACH):
             if found := branch.whole.search(text, start, start + WINDOW):
