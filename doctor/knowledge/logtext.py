@@ -132,9 +132,9 @@ _TEMPLATES = (
     r"(?<![\w.-]){n}[ \t]+(?:version[ \t]+|release[ \t]+)?v?[ \t]?"
     + _VERSION
     + r"(?![\w.])",  # "with transformers 4.45.2,", "Deepspeed v 0.14.3"
-    r"(?<![\w.-]){n}(?:[ \t]+version)?[ \t]*:[ \t]*(?:\([ \t]*)?v?"
+    r"(?<![\w.-]){n}(?:[ \t]+version|[ \t]*版本)?[ \t]*[:：][ \t]*(?:\([ \t]*)?v?"
     + _VERSION
-    + r"(?![\w.])",  # "DeepSpeed version: V0.14.3", "transformers version :  (4.33.3)"
+    + r"(?![\w.])",  # "DeepSpeed version: V0.14.3", "transformers version :  (4.33.3)", "torch版本: 2.10.0"
     r"\bv(?:ersion)?[ \t]?" + _VERSION + r"[ \t]+of[ \t]+{n}\b",  # "I use V0.14.3 of DeepSpeed"
     r"(?<![\w.-]){n}(?:'s)?[ \t]+version[ \t]+(?:is|was)[ \t]+v?"
     + _VERSION

@@ -194,6 +194,9 @@ def test_bars_are_stripped_in_linear_time_and_their_descriptions_kept() -> None:
         ("- **torch**: 2.5.1", "torch", "2.5.1"),
         ("**transformers version:** 4.46.0", "transformers", "4.46.0"),
         ("- __accelerate__: 1.2.0", "accelerate", "1.2.0"),
+        # a Chinese template's 版本 (version), with its full-width colon (sample 48zm's 402)
+        ("torch版本: 2.10.0", "torch", "2.10.0"),
+        ("deepspeed 版本：0.16.4", "deepspeed", "0.16.4"),
         # what `llamafactory-cli version` is pasted as (sample 48g)
         (
             "llamafactory-cli: 0.9.2.dev0   (obtained via **llamafactory-cli version**)",
