@@ -443,6 +443,16 @@ def test_a_fallback_is_one_or_two(tmp_path: Path, value: str) -> None:
         ("2026-12-01zj", "103", "distributed_hang_no_error"),
         ("2026-12-01zj", "105", "acc_state_attrs_missing_version_skew"),
         ("2026-12-01zj", "401", "flash_attn_needs_ampere"),
+        # sample zm's: NaNs for the loss in a reporter's prose, cuBLAS refusing a call's argument
+        ("2026-12-01zm", "103", "hf_trainer_loss_nan"),
+        ("2026-12-01zm", "402", "cuda_error_unspecific"),
+        # sample zn's: a gradient read back NaN by name, Megatron's grad-norm check, ZeRO-3 reading an empty first
+        # group, LLaMA-Factory's first releases' bare StopIteration, "Address already in use" in a title
+        ("2026-12-02zn", "102", "hf_trainer_loss_nan"),
+        ("2026-12-02zn", "401", "hf_trainer_loss_nan"),
+        ("2026-12-02zn", "305", "ds_z3_no_trainable_param"),
+        ("2026-12-02zn", "306", "lf_no_valid_samples"),
+        ("2026-12-02zn", "402", "torchrun_port_in_use"),
     ],
 )
 def test_what_a_samples_first_run_missed_is_named_now(sample: str, number: str, entry: str) -> None:
@@ -639,6 +649,14 @@ def test_a_class_says_it_is_a_class_in_every_format_and_gives_no_verdict_on_vers
     text, markdown = render_triage([summary, oom]), render_triage_markdown([summary, oom])
     assert text.count(f"kind:     {CLASS_SAID}") == 1 and text.count("  affected: ") == 1
     assert markdown.count("- **kind:** a class of failures") == 1 and markdown.count("- **verdict:** ") == 1
+
+
+def test_a_warning_that_a_segfault_could_follow_is_no_segfault() -> None:
+    """zn's 301: pyarrow's warning at exit ("This could lead to a segmentation fault at exit") was named a native
+    crash, certain."""
+    assert "native_crash_segfault" not in named(sample_text("2026-12-02zn", "301"))
+    assert "native_crash_segfault" in named("the job died: Segmentation fault (core dumped)")
+    assert "native_crash_segfault" in named("running it leads to a segmentation fault on rank 3")
 
 
 def test_a_warning_that_a_hang_may_come_is_no_hang() -> None:

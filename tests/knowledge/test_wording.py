@@ -110,6 +110,7 @@ def test_each_wording_names_where_it_was_read() -> None:
                 "flash-attn",
                 "safetensors",
                 "llamafactory",
+                "megatron-core",  # its gradient checks, in ms-swift's and verl's Megatron paths
                 "verl",
                 "python",  # CPython's own messages (an import error, faulthandler)
                 "py-spy",  # a stack dump of a rank waiting in a collective
