@@ -453,6 +453,12 @@ def test_a_fallback_is_one_or_two(tmp_path: Path, value: str) -> None:
         ("2026-12-02zn", "305", "ds_z3_no_trainable_param"),
         ("2026-12-02zn", "306", "lf_no_valid_samples"),
         ("2026-12-02zn", "402", "torchrun_port_in_use"),
+        # sample zo's: torch's errno 110 alone, NCCL's connect with the port redacted, the CPU allocator's capitals
+        # retyped, CPython's circular import by its tail
+        ("2026-12-02zo", "102", "torchrun_rendezvous_unreachable"),
+        ("2026-12-02zo", "303", "nccl_socket_connect_failed"),
+        ("2026-12-02zo", "306", "host_ram_allocation_failed"),
+        ("2026-12-02zo", "405", "python_import_mismatch"),
     ],
 )
 def test_what_a_samples_first_run_missed_is_named_now(sample: str, number: str, entry: str) -> None:
