@@ -459,6 +459,9 @@ def test_a_fallback_is_one_or_two(tmp_path: Path, value: str) -> None:
         ("2026-12-02zo", "303", "nccl_socket_connect_failed"),
         ("2026-12-02zo", "306", "host_ram_allocation_failed"),
         ("2026-12-02zo", "405", "python_import_mismatch"),
+        # sample zp's: ms-swift 1.x's assert, NaN said of a training run
+        ("2026-12-02zp", "401", "swift_deepspeed_with_device_map_mp"),
+        ("2026-12-02zp", "406", "hf_trainer_loss_nan"),
     ],
 )
 def test_what_a_samples_first_run_missed_is_named_now(sample: str, number: str, entry: str) -> None:
@@ -655,6 +658,16 @@ def test_a_class_says_it_is_a_class_in_every_format_and_gives_no_verdict_on_vers
     text, markdown = render_triage([summary, oom]), render_triage_markdown([summary, oom])
     assert text.count(f"kind:     {CLASS_SAID}") == 1 and text.count("  affected: ") == 1
     assert markdown.count("- **kind:** a class of failures") == 1 and markdown.count("- **verdict:** ") == 1
+
+
+def test_torch_compiles_guard_on_a_named_input_is_no_state_dict_load() -> None:
+    """zp's 203: "tensor 'kwargs['input_ids']' size mismatch" (torch.compile's guard on an input, a recompile reason)
+    was "possibly" a state dict that does not fit; "size mismatch" alone in a title still is."""
+    assert "state_dict_load_mismatch" not in named(sample_text("2026-12-02zp", "203"))
+    assert "state_dict_load_mismatch" not in named(
+        "tensor 'L['x']' size mismatch at index 0. expected 4, actual 8"
+    )
+    assert "state_dict_load_mismatch" in named("size mismatch when loading the lora checkpoint")
 
 
 def test_a_warning_that_a_segfault_could_follow_is_no_segfault() -> None:
