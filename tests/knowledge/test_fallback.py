@@ -459,6 +459,7 @@ def test_a_fallback_is_one_or_two(tmp_path: Path, value: str) -> None:
         ("2026-12-02zo", "303", "nccl_socket_connect_failed"),
         ("2026-12-02zo", "306", "host_ram_allocation_failed"),
         ("2026-12-02zo", "405", "python_import_mismatch"),
+        ("2026-12-02zo", "302", "nccl_socket_message_truncated"),  # labelled with the IB entry, by cause
         # sample zp's: ms-swift 1.x's assert, NaN said of a training run
         ("2026-12-02zp", "401", "swift_deepspeed_with_device_map_mp"),
         ("2026-12-02zp", "406", "hf_trainer_loss_nan"),
