@@ -463,6 +463,15 @@ def test_a_fallback_is_one_or_two(tmp_path: Path, value: str) -> None:
         # sample zp's: ms-swift 1.x's assert, NaN said of a training run
         ("2026-12-02zp", "401", "swift_deepspeed_with_device_map_mp"),
         ("2026-12-02zp", "406", "hf_trainer_loss_nan"),
+        # sample zq's: the heartbeat's first words in a title, a GPU leak said beside 内存, fp16 overflowing step after
+        # step, safetensors' ENOSPC, a fine-tuning that hangs, the Hub not reached for a dataset, Ray's full disk
+        ("2026-12-02zq", "202", "nccl_watchdog_heartbeat_stuck"),
+        ("2026-12-02zq", "303", "cuda_oom"),
+        ("2026-12-02zq", "304", "ds_fp16_loss_scale_at_minimum"),
+        ("2026-12-02zq", "307", "disk_full_on_save"),
+        ("2026-12-02zq", "308", "distributed_hang_no_error"),
+        ("2026-12-02zq", "309", "datasets_load_failed"),
+        ("2026-12-02zq", "402", "disk_full_on_save"),
     ],
 )
 def test_what_a_samples_first_run_missed_is_named_now(sample: str, number: str, entry: str) -> None:
@@ -493,6 +502,9 @@ def test_host_memory_said_in_chinese_is_not_the_gpu_s() -> None:
     """48q's 411: "内存 ... oom" is the host's memory running out (the GPU's is 显存): not CUDA's out of memory."""
     assert "cuda_oom" not in named(sample_text("2026-11-30q", "411"))
     assert "cuda_oom" in named("训练到一半显存不足，OOM")
+    # zq's 303: a leak suspected in 内存 (memory), the GPU's use rising to the OOM: the GPU's memory, not the host's
+    assert named(sample_text("2026-12-02zq", "303")) == ["cuda_oom"]
+    assert "cuda_oom" not in named("内存泄漏，训练到一半 OOM 了")
 
 
 def test_host_memory_said_in_english_or_by_ray_is_not_the_gpu_s() -> None:
@@ -723,3 +735,16 @@ def test_the_wrapper_a_text_names_decides_the_weights_shape_check(
 ) -> None:
     """Where the text names ZeRO-3 or FSDP, that entry alone: the sibling's "possibly" gives way to the evidence."""
     assert named(sample_text(sample, number)) == [entry]
+
+
+def test_a_number_said_to_be_stuck_is_a_plateau_not_a_hang() -> None:
+    """zq's 308 made "fine-tuning ... hangs" a hang; a loss, a reward or a metric said to be stuck is a plateau, and
+    the job hanging is still one."""
+    for text in (
+        "the fine-tuning loss is stuck at 2.3",
+        "training reward stuck at 0",
+        "DPO training accuracy stuck",
+    ):
+        assert "distributed_hang_no_error" not in named(text), text
+    assert "distributed_hang_no_error" in named("Fine-tuning hangs when disconnect to the webui")
+    assert "distributed_hang_no_error" in named("training is stuck at step 0 after the loss was logged")
