@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from ds_doctor.knowledge.catalog import ISSUES
+from ds_doctor.knowledge import catalog
 from ds_doctor.knowledge.catalog import get as catalog_issue
 from ds_doctor.knowledge.issues import REGEX_FLAGS, KnownIssue
 from ds_doctor.knowledge.structure import (
@@ -281,7 +281,7 @@ def _narrowed(issue: KnownIssue, text: str) -> bool:
 def classify(text: str, issues: Iterable[KnownIssue] | None = None) -> list[KnownIssue]:
     """The known issues (default: the whole catalog) whose signature matches `text`, through `search`, most specific
     (most patterns required) first; a fallback class only where nothing else matches."""
-    hits = [issue for issue in (ISSUES if issues is None else issues) if issue_matches(issue, text)]
+    hits = [issue for issue in (catalog.ISSUES if issues is None else issues) if issue_matches(issue, text)]
     return sorted(_give_way(hits, lambda issue: issue), key=lambda issue: -len(issue.requires))
 
 
@@ -411,7 +411,9 @@ def _by_wording(text: str, seen: set[str]) -> list[Match]:
         del passes[1]
     for shown, kind, shape in passes:
         candidates = (
-            ISSUES if shape is None else tuple(shape(issue) for issue in ISSUES if issue.id not in seen)
+            catalog.ISSUES
+            if shape is None
+            else tuple(shape(issue) for issue in catalog.ISSUES if issue.id not in seen)
         )
         for issue in classify(shown, candidates):
             if issue.id not in seen and (match := _worded(issue, text, shown, kind, text)) is not None:
@@ -473,7 +475,7 @@ def _framed(text: str, seen: set[str]) -> list[Match]:
     confirm = (
         "a native stack names the function that raises it, its message cut: the error's own line confirms it"
     )
-    for issue in ISSUES:
+    for issue in catalog.ISSUES:
         if issue.id not in seen and issue.native_frames and (first := _earliest(issue.native_frames, text)):
             out.append(Match(issue, Kind.FRAME, first.start(), _shown(first.group(0)), POSSIBLY, (), confirm))
             seen.add(issue.id)
@@ -484,7 +486,7 @@ def _bannered(text: str, seen: set[str]) -> list[Match]:
     """What a library prints before an entry's error, without the error."""
     out = []
     confirm = "find the error these lines lead to, further down the log: its own line confirms it"
-    for issue in ISSUES:
+    for issue in catalog.ISSUES:
         if issue.id not in seen and issue.banners and (first := _earliest(issue.banners, text)):
             out.append(
                 Match(issue, Kind.BANNER, first.start(), _shown(first.group(0)), POSSIBLY, (), confirm)
@@ -498,7 +500,7 @@ def _paraphrased(text: str, seen: set[str]) -> list[Match]:
     out = []
     loose = loose_form(bounded(flattened(text)))
     confirm = "the text names the failure in words, not by its message: the error's own lines from the log confirm it"
-    for issue in ISSUES:
+    for issue in catalog.ISSUES:
         if issue.id in seen or not issue.paraphrases:
             continue
         if first := _earliest(loose_issue(issue).paraphrases, loose):
@@ -571,19 +573,19 @@ def judged(texts: Iterable[str]) -> Match | None:
 
 @functools.lru_cache(maxsize=1)
 def _leads() -> tuple[Lead, ...]:
-    return leads(ISSUES)
+    return leads(catalog.ISSUES)
 
 
 @functools.lru_cache(maxsize=1)
 def _inner() -> Inner:
-    return inner_runs(ISSUES)
+    return inner_runs(catalog.ISSUES)
 
 
 @functools.lru_cache(maxsize=1)
 def _frames() -> tuple[Frame, ...]:
     from ds_doctor.knowledge.frames import shipped
 
-    known = {issue.id for issue in ISSUES}
+    known = {issue.id for issue in catalog.ISSUES}
     return tuple(frame for frame in shipped() if frame.issue in known)
 
 
