@@ -102,7 +102,9 @@ _TEMPLATES = (
     r"^[ \t]*{n} (?:info|version)[ \t]*\.{{2,}}[ \t]*\[?" + _VERSION,  # ds_report (not \s*: it spans lines)
     r"^-{3,}[ \t]*{n} Info[ \t]*-{3,}[ \t]*\nVersion[ \t]*:[ \t]*v?"
     + _VERSION,  # verl's diagnose: its section
-    r"`?{n}`? version(?: \(GPU\?\))?:\s*" + _VERSION,  # accelerate env, transformers-cli env
+    # accelerate env, transformers-cli env: "PyTorch version (GPU?): 2.1.2 (True)", "(accelerator?)" since 4.46, and
+    # what a reporter writes in its place ("PyTorch version (cuda 12.2): 2.1.2 (True)")
+    r"`?{n}`? version(?: \([^()\n]{1,30}\))?:\s*" + _VERSION,
     r"[/\\]{n}-" + _VERSION + r"(?:\.dist-info|\.egg|-py\d|[/\\])",  # versioned package paths
     # a list of name-version pairs, as a wheel or sdist names its release ("peft-0.10.0, datasets-2.19.0,
     # transformers-4.40.1"): each followed by a separator or the line's end (a file's name goes on: ".tar.gz", "-cp311")

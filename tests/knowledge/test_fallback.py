@@ -472,6 +472,18 @@ def test_a_fallback_is_one_or_two(tmp_path: Path, value: str) -> None:
         ("2026-12-02zq", "308", "distributed_hang_no_error"),
         ("2026-12-02zq", "309", "datasets_load_failed"),
         ("2026-12-02zq", "402", "disk_full_on_save"),
+        # sample zr's: torch's headers refusing an old gcc, a deadlock "in distribution", NCCL's IB completion error
+        # retyped, a bus error in ncclCommInitRank, datasets' map worker dying, a job "pending", datasets' disk
+        # check, a hang said of two machines reading data
+        ("2026-12-02zr", "102", "ds_jit_op_compile_failed"),
+        ("2026-12-02zr", "104", "distributed_hang_no_error"),
+        ("2026-12-02zr", "301", "nccl_ib_completion_error"),
+        ("2026-12-02zr", "302", "shm_exhausted_sigbus"),
+        ("2026-12-02zr", "304", "dataloader_worker_oom_killed"),
+        ("2026-12-02zr", "306", "dataloader_worker_oom_killed"),
+        ("2026-12-02zr", "305", "distributed_hang_no_error"),
+        ("2026-12-02zr", "310", "datasets_load_failed"),
+        ("2026-12-02zr", "403", "distributed_hang_no_error"),
     ],
 )
 def test_what_a_samples_first_run_missed_is_named_now(sample: str, number: str, entry: str) -> None:
@@ -748,3 +760,11 @@ def test_a_number_said_to_be_stuck_is_a_plateau_not_a_hang() -> None:
         assert "distributed_hang_no_error" not in named(text), text
     assert "distributed_hang_no_error" in named("Fine-tuning hangs when disconnect to the webui")
     assert "distributed_hang_no_error" in named("training is stuck at step 0 after the loss was logged")
+
+
+def test_pending_is_a_hang_said_of_the_job_not_a_status_heading() -> None:
+    """zr's 305 ("sft train code pending") is a hang said in words; ray status's "Pending:" heading, over a job that
+    failed otherwise (zr's 405), and a pending request are not."""
+    assert "distributed_hang_no_error" in named(sample_text("2026-12-02zr", "305"))
+    assert "distributed_hang_no_error" not in named(sample_text("2026-12-02zr", "405"))
+    assert "distributed_hang_no_error" not in named("Training job\nPending:\n (no pending nodes)")

@@ -348,3 +348,15 @@ def test_the_torch_a_deepspeed_op_builder_detected_is_read() -> None:
 
     text = "[WARNING]  sparse_attn requires a torch version >= 1.5 and < 2.0 but detected 2.4"
     assert log_versions(text, ["torch", "deepspeed"]) == {"torch": "2.4"}
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "- PyTorch version (GPU?): 2.1.2 (True)",  # transformers-cli env up to 4.45
+        "- PyTorch version (accelerator?): 2.1.2 (CUDA)",  # from 4.46
+        "- PyTorch version (cuda 12.2): 2.1.2 (True)",  # zr's 103: the reporter's own words in the brackets
+    ],
+)
+def test_the_env_templates_torch_line_is_read_whatever_its_brackets_say(line: str) -> None:
+    assert log_version_lists(line, ["torch"]) == {"torch": ("2.1.2",)}
