@@ -131,7 +131,8 @@ _TEMPLATES = (
     r"(?<![\w.-]){n}\s*\(\s*v?" + _VERSION + r"\s*\)",  # "deepspeed (0.14.2)"
     r"(?<![\w.-]){n}[ \t]*={1,2}[ \t]*v?"
     + _VERSION,  # "deepspeed=0.17.6", collect_env's "[pip3] torch==2.3.0"
-    r"(?<![\w.-]){n}[ \t]+(?:version[ \t]+|release[ \t]+)?v?[ \t]?"
+    # (after a word and one hyphen it is another name, "py-torch 1.0"; after a dash it is the name, "--NCCL 2.7.8")
+    r"(?<![\w.])(?<![\w.]-){n}[ \t]+(?:version[ \t]+|release[ \t]+)?v?[ \t]?"
     + _VERSION
     + r"(?![\w.])",  # "with transformers 4.45.2,", "Deepspeed v 0.14.3"
     r"(?<![\w.-]){n}(?:[ \t]+version|[ \t]*版本)?[ \t]*[:：][ \t]*(?:\([ \t]*)?v?"

@@ -484,6 +484,9 @@ def test_a_fallback_is_one_or_two(tmp_path: Path, value: str) -> None:
         ("2026-12-02zr", "305", "distributed_hang_no_error"),
         ("2026-12-02zr", "310", "datasets_load_failed"),
         ("2026-12-02zr", "403", "distributed_hang_no_error"),
+        # sample zs's: NFS's stale handle on the datasets cache, LLaMA-Factory's older "Empty dataset!" guard
+        ("2026-12-02zs", "302", "datasets_load_failed"),
+        ("2026-12-02zs", "306", "lf_no_valid_samples"),
     ],
 )
 def test_what_a_samples_first_run_missed_is_named_now(sample: str, number: str, entry: str) -> None:

@@ -360,3 +360,10 @@ def test_the_torch_a_deepspeed_op_builder_detected_is_read() -> None:
 )
 def test_the_env_templates_torch_line_is_read_whatever_its_brackets_say(line: str) -> None:
     assert log_version_lists(line, ["torch"]) == {"torch": ("2.1.2",)}
+
+
+def test_a_version_after_a_dash_is_the_names_and_after_a_hyphenated_word_another_names() -> None:
+    """zs's 301 ("with error No such device --NCCL 2.7.8"): after a dash the name is NCCL's; "py-torch 1.0" names
+    another package."""
+    assert log_version_lists("with error No such device --NCCL 2.7.8", ["nccl"]) == {"nccl": ("2.7.8",)}
+    assert log_version_lists("installed py-torch 1.0 by mistake", ["torch"]) == {}
