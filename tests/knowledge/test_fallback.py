@@ -487,11 +487,9 @@ def test_a_fallback_is_one_or_two(tmp_path: Path, value: str) -> None:
         # sample zs's: NFS's stale handle on the datasets cache, LLaMA-Factory's older "Empty dataset!" guard
         ("2026-12-02zs", "302", "datasets_load_failed"),
         ("2026-12-02zs", "306", "lf_no_valid_samples"),
-        (
-            "2026-12-02zq",
-            "105",
-            "acc_launch_multi_gpu_one_gpu_id",
-        ),  # labelled "none": the catalog lacked it then
+        # labelled "none" when the catalog lacked them: entries of their own since
+        ("2026-12-02zq", "105", "acc_launch_multi_gpu_one_gpu_id"),
+        ("2026-12-02zs", "305", "torch_device_string_invalid"),
     ],
 )
 def test_what_a_samples_first_run_missed_is_named_now(sample: str, number: str, entry: str) -> None:
