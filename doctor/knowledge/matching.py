@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from ds_doctor.knowledge import catalog
-from ds_doctor.knowledge.catalog import get as catalog_issue
 from ds_doctor.knowledge.issues import REGEX_FLAGS, KnownIssue
 from ds_doctor.knowledge.structure import (
     Frame,
@@ -418,7 +417,7 @@ def _by_wording(text: str, seen: set[str]) -> list[Match]:
         for issue in classify(shown, candidates):
             if issue.id not in seen and (match := _worded(issue, text, shown, kind, text)) is not None:
                 # the loose pass matched a loosened copy: the match names the entry itself
-                out.append(dataclasses.replace(match, issue=catalog_issue(issue.id)))
+                out.append(dataclasses.replace(match, issue=catalog.get(issue.id)))
                 seen.add(issue.id)
     return out
 
@@ -432,7 +431,7 @@ def _cut(text: str, seen: set[str]) -> list[Match]:
     for hit in hits.values():
         if hit.issue in seen:
             continue
-        issue = catalog_issue(hit.issue)
+        issue = catalog.get(hit.issue)
         # however its message matched: Python's "max() arg is an empty sequence" is ZeRO-3's only in stage3.py
         if not _narrowed(issue, text):
             continue
@@ -467,9 +466,7 @@ def _framed(text: str, seen: set[str]) -> list[Match]:
                 )
                 where = f"{shown.exception} in {frame.function} ({frame.file})"
                 out.append(
-                    Match(
-                        catalog_issue(frame.issue), Kind.FRAME, shown.position, where, POSSIBLY, (), confirm
-                    )
+                    Match(catalog.get(frame.issue), Kind.FRAME, shown.position, where, POSSIBLY, (), confirm)
                 )
                 seen.add(frame.issue)
     confirm = (

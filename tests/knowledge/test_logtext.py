@@ -223,6 +223,13 @@ def test_bars_are_stripped_in_linear_time_and_their_descriptions_kept() -> None:
         # name-version pairs as wheels name them, listed (sample 48ze)
         ("peft-0.10.0, datasets-2.19.0, transformers-4.40.1, Python 3.11.9", "transformers", "4.40.1"),
         ("peft-0.10.0, datasets-2.19.0", "peft", "0.10.0"),
+        # transformers-cli env's torch line, whatever its brackets say: "(GPU?)" up to 4.45, "(accelerator?)" from
+        # 4.46, a reporter's own words (sample 48zr's 103)
+        ("- PyTorch version (GPU?): 2.1.2 (True)", "torch", "2.1.2"),
+        ("- PyTorch version (accelerator?): 2.1.2 (CUDA)", "torch", "2.1.2"),
+        ("- PyTorch version (cuda 12.2): 2.1.2 (True)", "torch", "2.1.2"),
+        # after a dash the name is the package's (sample 48zs's 301)
+        ("with error No such device --NCCL 2.7.8", "nccl", "2.7.8"),
     ],
 )
 def test_other_packages_named_in_prose(text: str, package: str, version: str) -> None:
@@ -247,6 +254,7 @@ def test_other_packages_named_in_prose(text: str, package: str, version: str) ->
         "pip install deepspeed-0.14.2.tar.gz",
         "torch-2.3.0+cu121-cp311-cp311-linux_x86_64.whl",
         "my-deepspeed-0.14.2, then",
+        "installed py-torch 1.0 by mistake",  # after a word and one hyphen: another name
     ],
 )
 def test_a_name_inside_another_is_no_version(text: str) -> None:
@@ -348,22 +356,3 @@ def test_the_torch_a_deepspeed_op_builder_detected_is_read() -> None:
 
     text = "[WARNING]  sparse_attn requires a torch version >= 1.5 and < 2.0 but detected 2.4"
     assert log_versions(text, ["torch", "deepspeed"]) == {"torch": "2.4"}
-
-
-@pytest.mark.parametrize(
-    "line",
-    [
-        "- PyTorch version (GPU?): 2.1.2 (True)",  # transformers-cli env up to 4.45
-        "- PyTorch version (accelerator?): 2.1.2 (CUDA)",  # from 4.46
-        "- PyTorch version (cuda 12.2): 2.1.2 (True)",  # zr's 103: the reporter's own words in the brackets
-    ],
-)
-def test_the_env_templates_torch_line_is_read_whatever_its_brackets_say(line: str) -> None:
-    assert log_version_lists(line, ["torch"]) == {"torch": ("2.1.2",)}
-
-
-def test_a_version_after_a_dash_is_the_names_and_after_a_hyphenated_word_another_names() -> None:
-    """zs's 301 ("with error No such device --NCCL 2.7.8"): after a dash the name is NCCL's; "py-torch 1.0" names
-    another package."""
-    assert log_version_lists("with error No such device --NCCL 2.7.8", ["nccl"]) == {"nccl": ("2.7.8",)}
-    assert log_version_lists("installed py-torch 1.0 by mistake", ["torch"]) == {}
