@@ -38,4 +38,8 @@ def test_the_entry_point_and_the_version_name_the_one_package() -> None:
     config = setup_cfg()
     assert config["metadata"]["version"] == "attr: ds_doctor.__version__"
     assert listed(config["options.entry_points"]["console_scripts"]) == ["ds-doctor = ds_doctor.cli:main"]
-    assert set(config["options.package_data"]) == {"ds_doctor.reports", "ds_doctor.knowledge"}
+    assert set(config["options.package_data"]) == {
+        "ds_doctor.reports",
+        "ds_doctor.knowledge",
+        "ds_doctor.probes.equivalence",
+    }

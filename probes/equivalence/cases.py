@@ -4,8 +4,10 @@ DeepSpeed and Accelerate configs add one each)."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import functools
+import sys
 from typing import TYPE_CHECKING, Any
 
 from ds_doctor.plugins import RankOptions, Variant, Wrapper
@@ -394,20 +396,14 @@ def _matrix(extent: str) -> tuple[Route, ...]:
     combination) and, at level 2, the slice (`knobs.slice_of`). Named `matrix-<route>-<the knobs turned>`."""
     from ds_doctor.probes.equivalence import knobs as k
 
-    offered = {
-        "torch": k.TORCH_KNOBS,
-        "deepspeed": k.DEEPSPEED_KNOBS,
-        "zero": k.ZERO_KNOBS,
-        "zero3": k.ZERO3_KNOBS,
-    }
-    offered |= {"accelerate": k.ACCELERATE_KNOBS, "trainer": k.TRAINER_KNOBS}
-    offered |= {"accelerate-deepspeed": k.ACCELERATE_DEEPSPEED_KNOBS}
     out = []
-    for name, wrapper, stage, kind in MATRIX_ROUTES:
-        design = k.pairs(offered[kind], needed().get(name, ()))
+    requests = {name: (offered, need) for name, offered, need in design_requests()}
+    for name, wrapper, stage, _ in MATRIX_ROUTES:
+        offered, need = requests[name]
+        design = k.pairs(offered, need)
         level2 = k.slice_of(design) if name in SLICED else None
         if extent == "full":
-            design += [c for c in k.combinations(offered[kind]) if c not in design]
+            design += [c for c in k.combinations(offered) if c not in design]
         own = any(r.name == name for r in ROUTES)  # then the defaults are the route's own case
         settings: list[tuple[Knobs, dict[str, Any]]] = [(s, {}) for s in (design[1:] if own else design)]
         settings += [(setting, fields) for setting, fields in beside().get(name, ()) if setting not in design]
@@ -421,6 +417,22 @@ def _matrix(extent: str) -> tuple[Route, ...]:
             )
             out.append(with_knobs(dataclasses.replace(base, **fields), setting))
     return tuple(out)
+
+
+def design_requests() -> list[tuple[str, dict[str, tuple[object, ...]], tuple[Knobs, ...]]]:
+    """Per matrix route: its name, the knobs its kind offers, and the settings real bugs needed on it (what its
+    covering design is drawn from: `knobs.pairs`)."""
+    from ds_doctor.probes.equivalence import knobs as k
+
+    offered = {
+        "torch": k.TORCH_KNOBS,
+        "deepspeed": k.DEEPSPEED_KNOBS,
+        "zero": k.ZERO_KNOBS,
+        "zero3": k.ZERO3_KNOBS,
+    }
+    offered |= {"accelerate": k.ACCELERATE_KNOBS, "trainer": k.TRAINER_KNOBS}
+    offered |= {"accelerate-deepspeed": k.ACCELERATE_DEEPSPEED_KNOBS}
+    return [(name, offered[kind], tuple(needed().get(name, ()))) for name, _, _, kind in MATRIX_ROUTES]
 
 
 def matrix_route(route: Route) -> str:
@@ -441,3 +453,30 @@ def with_knobs(route: Route, setting: Knobs) -> Route:
         label_smoothing=0.1 if setting.smoothing else 0.0,
         knobs=setting,
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ds_doctor.probes.equivalence import knobs as k
+
+    parser = argparse.ArgumentParser(
+        prog="python -m ds_doctor.probes.equivalence.cases",
+        description="The knob matrix's designs (knobs.DESIGNS): print, --write or --check them.",
+    )
+    parser.add_argument("--write", action="store_true", help=f"write {k.DESIGNS.name}")
+    parser.add_argument(
+        "--check", action="store_true", help=f"exit 1 where {k.DESIGNS.name} is not what draw gives"
+    )
+    args = parser.parse_args(argv)
+    text = k.render({k.fingerprint(o, n): k.draw(o, n) for _, o, n in design_requests()})
+    if args.write:
+        k.DESIGNS.write_text(text, encoding="utf-8")
+    if args.check and (not k.DESIGNS.exists() or k.DESIGNS.read_text(encoding="utf-8") != text):
+        print(f"{k.DESIGNS} is not what the knobs give: python -m ds_doctor.probes.equivalence.cases --write")
+        return 1
+    if not (args.write or args.check):
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -22,10 +22,14 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import functools
+import hashlib
 import itertools
+import json
 import math
 import operator
+import pathlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 #: a "rates" setting's second group (no decay) steps at this multiple of the base rate
 SECOND_GROUP_RATE = 0.1
@@ -271,6 +275,21 @@ def combinations(offered: Mapping[str, Sequence[object]]) -> list[Knobs]:
 
 
 def pairs(offered: Mapping[str, Sequence[object]], needed: Iterable[Knobs] = ()) -> list[Knobs]:
+    """A covering design of strength two (`draw`): the one stored in DESIGNS for these knobs and needs, else drawn
+    here. A stored setting `allowed` refuses (the rules changed since it was written) draws the design again."""
+    needed = tuple(needed)
+    stored = _stored().get(fingerprint(offered, needed))
+    if stored is not None:
+        try:
+            design = [Knobs(**setting) for setting in stored]
+        except TypeError:  # a knob since renamed: no stored design is used
+            design = []
+        if design and all(allowed(setting) for setting in design):
+            return design
+    return draw(offered, needed)
+
+
+def draw(offered: Mapping[str, Sequence[object]], needed: Iterable[Knobs] = ()) -> list[Knobs]:
     """A covering design of strength two: every pair of values of two offered knobs appears in at least one
     setting (of those `allowed`), the all-defaults setting first and `needed` next; then, greedily, the setting that
     covers the most pairs not yet covered (the first in `combinations`' order on a tie). Deterministic."""
@@ -283,6 +302,40 @@ def pairs(offered: Mapping[str, Sequence[object]], needed: Iterable[Knobs] = ())
         chosen.append(candidates[best])
         left &= ~each[best]
     return chosen
+
+
+#: the designs `draw` gave the matrix's routes, by `fingerprint`: drawing them cost every process that lists the
+#: cases (each `ds-doctor run` and `list`, each rank of an equivalence case) 0.6 s of CPU, most of a `list`. Generated:
+#: python -m ds_doctor.probes.equivalence.cases --write; a test checks it is what `draw` gives.
+DESIGNS = pathlib.Path(__file__).with_name("designs.json")
+
+
+def fingerprint(offered: Mapping[str, Sequence[object]], needed: Iterable[Knobs]) -> str:
+    """What a design is drawn from (the knobs offered with their values, the settings needed, every default), hashed."""
+    what = repr((tuple((name, tuple(values)) for name, values in offered.items()), tuple(needed), Knobs()))
+    return hashlib.sha256(what.encode()).hexdigest()[:16]
+
+
+@functools.cache
+def _stored() -> dict[str, list[dict[str, Any]]]:
+    try:
+        designs = json.loads(DESIGNS.read_text(encoding="utf-8"))["designs"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}  # drawn in each process, as before the file
+    return designs if isinstance(designs, dict) else {}
+
+
+def render(designs: Mapping[str, Sequence[Knobs]]) -> str:
+    """DESIGNS' text: each design a list of settings, a setting its knobs away from the defaults, one a line."""
+    lines = [
+        '{"format": 1, "generated": "python -m ds_doctor.probes.equivalence.cases --write", "designs": {'
+    ]
+    for number, (key, design) in enumerate(sorted(designs.items())):
+        rows = [json.dumps({name: getattr(s, name) for name in s.changed()}) for s in design]
+        body = ",\n  ".join(rows)
+        lines.append(f'{"," if number else ""}"{key}": [\n  {body}\n ]')
+    lines.append("}}")
+    return "\n".join(lines) + "\n"
 
 
 @functools.cache

@@ -12,7 +12,8 @@ import warnings
 import pytest
 
 from ds_doctor.probes.equivalence import knobs as k
-from ds_doctor.probes.equivalence.cases import beside, matrix, needed
+from ds_doctor.probes.equivalence.cases import beside, design_requests, matrix, needed
+from ds_doctor.probes.equivalence.cases import main as cases_main
 from ds_doctor.probes.equivalence.subject import Hyper
 from tests.conftest import requires_deepspeed
 
@@ -28,12 +29,30 @@ def _pairs(design: list[k.Knobs], offered: dict) -> set[tuple[str, object, str, 
     [k.TORCH_KNOBS, k.ACCELERATE_KNOBS, k.DEEPSPEED_KNOBS, k.ZERO_KNOBS, k.ZERO3_KNOBS, k.TRAINER_KNOBS],
 )
 def test_the_design_covers_every_pair_of_values(offered: dict) -> None:
-    design = k.pairs(offered)
+    design = k.draw(offered)
     assert design[0] == k.Knobs()
     assert _pairs(design, offered) == _pairs(k.combinations(offered), offered)
     assert len(design) < len(k.combinations(offered)) / 4  # a covering design, not the product
     assert all(k.allowed(s) for s in design)
     assert len(set(design)) == len(design)
+
+
+def test_the_stored_designs_are_what_draw_gives_and_a_stale_one_is_drawn_again(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every route's design is read from DESIGNS (a run or `list` no longer draws them), as `draw` gives it; a stored
+    design holding a setting `allowed` now refuses is drawn again."""
+    assert cases_main(["--check"]) == 0, capsys.readouterr().out
+    for _, offered, need in design_requests():
+        assert k.fingerprint(offered, need) in k._stored()
+    key = k.fingerprint(k.TORCH_KNOBS, ())
+    refused = {
+        "accumulation": 1,
+        "sync_each_batch": True,
+    }  # sync_each_batch without accumulation means nothing
+    assert not k.allowed(k.Knobs(**refused))
+    monkeypatch.setattr(k, "_stored", lambda: {key: [{}, refused]})
+    assert k.pairs(k.TORCH_KNOBS) == k.draw(k.TORCH_KNOBS)
 
 
 def test_a_pair_left_out_is_found() -> None:
