@@ -487,6 +487,13 @@ def test_a_fallback_is_one_or_two(tmp_path: Path, value: str) -> None:
         # sample zs's: NFS's stale handle on the datasets cache, LLaMA-Factory's older "Empty dataset!" guard
         ("2026-12-02zs", "302", "datasets_load_failed"),
         ("2026-12-02zs", "306", "lf_no_valid_samples"),
+        # sample zt's: the launcher's slot check retyped, a timeout said of distributed training, a StopIteration said
+        # of the sharegpt format, CPython's "Fatal Python error: Bus error", get_dataset beside FileNotFoundError
+        ("2026-12-02zt", "101", "ds_launcher_include_slot_missing"),
+        ("2026-12-02zt", "201", "nccl_watchdog_timeout"),
+        ("2026-12-02zt", "302", "lf_no_valid_samples"),
+        ("2026-12-02zt", "303", "shm_exhausted_sigbus"),
+        ("2026-12-02zt", "308", "datasets_load_failed"),
         # labelled "none" when the catalog lacked them: entries of their own since
         ("2026-12-02zq", "105", "acc_launch_multi_gpu_one_gpu_id"),
         ("2026-12-02zs", "305", "torch_device_string_invalid"),
@@ -647,6 +654,15 @@ def test_what_the_samples_labelled_none_for_want_of_an_entry_is_named_now(
     and 48h met most: a CUDA error that names no cause, a dataset that would not load, a resume or a model folder
     without the files it needs, a batch emptied of its columns): each is named by the entry added for it, alone."""
     assert named(sample_text(sample, number)) == [entry]
+
+
+def test_a_timeout_said_of_distributed_training_is_the_watchdogs_and_of_its_start_is_not() -> None:
+    """Sample zt's 201: a timeout said of the training is possibly the watchdog's; said of starting it, the store's
+    or the rendezvous' wait is as likely, and the watchdog is not named."""
+    assert "nccl_watchdog_timeout" in named("Timeout in distributed training\n")
+    assert "nccl_watchdog_timeout" in named("distributed training timed out after 30 minutes\n")
+    assert "nccl_watchdog_timeout" not in named("Initializing distributed training timed out\n")
+    assert "lf_no_valid_samples" not in named("StopIteration when the DataLoader runs out in my own loop\n")
 
 
 def test_a_progress_bar_at_zero_is_not_a_dataset_failure() -> None:
