@@ -494,6 +494,11 @@ def test_a_fallback_is_one_or_two(tmp_path: Path, value: str) -> None:
         ("2026-12-02zt", "302", "lf_no_valid_samples"),
         ("2026-12-02zt", "303", "shm_exhausted_sigbus"),
         ("2026-12-02zt", "308", "datasets_load_failed"),
+        # sample zu's: "collective timeouts" without "operation", a StopIteration said of SFT, the indexing message
+        # with the CPU tensor indexed
+        ("2026-12-02zu", "201", "nccl_watchdog_timeout"),
+        ("2026-12-02zu", "304", "lf_no_valid_samples"),
+        ("2026-12-02zu", "305", "device_mismatch_cpu_accelerator"),
         # labelled "none" when the catalog lacked them: entries of their own since
         ("2026-12-02zq", "105", "acc_launch_multi_gpu_one_gpu_id"),
         ("2026-12-02zs", "305", "torch_device_string_invalid"),
@@ -663,6 +668,8 @@ def test_a_timeout_said_of_distributed_training_is_the_watchdogs_and_of_its_star
     assert "nccl_watchdog_timeout" in named("distributed training timed out after 30 minutes\n")
     assert "nccl_watchdog_timeout" not in named("Initializing distributed training timed out\n")
     assert "lf_no_valid_samples" not in named("StopIteration when the DataLoader runs out in my own loop\n")
+    # sample zu's 304 is a StopIteration said of SFT; a data iterator run out at a later step is not an empty dataset
+    assert "lf_no_valid_samples" not in named(sample_text("2026-11-29i", "405"))
 
 
 def test_a_progress_bar_at_zero_is_not_a_dataset_failure() -> None:
