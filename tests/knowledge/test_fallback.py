@@ -499,6 +499,11 @@ def test_a_fallback_is_one_or_two(tmp_path: Path, value: str) -> None:
         ("2026-12-02zu", "201", "nccl_watchdog_timeout"),
         ("2026-12-02zu", "304", "lf_no_valid_samples"),
         ("2026-12-02zu", "305", "device_mismatch_cpu_accelerator"),
+        # sample zv's: the store's "Socket Timeout" said of NCCL, a retyped OS error on the datasets builder cache,
+        # safetensors' HeaderTooLarge alone
+        ("2026-12-02zv", "203", "nccl_unique_id_store_timeout"),
+        ("2026-12-02zv", "302", "datasets_load_failed"),
+        ("2026-12-02zv", "401", "safetensors_file_unreadable"),
         # labelled "none" when the catalog lacked them: entries of their own since
         ("2026-12-02zq", "105", "acc_launch_multi_gpu_one_gpu_id"),
         ("2026-12-02zs", "305", "torch_device_string_invalid"),
