@@ -148,11 +148,13 @@ def resolve_options(state: CliState, given: Given) -> tuple[RunOptions, Report |
     pipeline's options (the definitions marked `Into.RUN`, and what the rest resolve to), which hold the ranks'
     (`RankOptions`: those marked `Into.RANKS`); and the baseline. Nothing is put into this process's environment."""
     from ds_doctor.ops.phase import bound_from
+    from ds_doctor.probe import registry
     from ds_doctor.probe.rankoptions import RankOptions
     from ds_doctor.run import pipeline
     from ds_doctor.run.groups import launches_mode
     from ds_doctor.run.plan import shared_gpu_mode
 
+    registry.load_modules()  # a probe the environment names that does not load: one line (PluginError), first
     cluster = cluster_from(
         given[opts.NNODES],
         given[opts.NODE_RANK],
@@ -327,8 +329,19 @@ def main(argv: list[str] | None = None) -> int:
         click.echo(f"ds-doctor: error: {printable(f'{exc.filename}: {exc.strerror or exc}')}", err=True)
         return int(ExitCode.USAGE_ERROR)
     except Exception as exc:
-        return _internal_error(exc, state.debug)
+        return _uncaught(exc, state.debug)
     return int(result or 0)
+
+
+def _uncaught(exc: Exception, debug: bool) -> int:
+    """A probe the user's environment names (DS_DOCTOR_EXTRA_PROBES, an installed plugin) that does not load is
+    theirs: one line, exit 2. Anything else is the doctor's own bug."""
+    from ds_doctor.probe.registry import PluginError
+
+    if isinstance(exc, PluginError):
+        click.echo(f"ds-doctor: error: {printable(str(exc).splitlines()[0])}", err=True)
+        return int(ExitCode.USAGE_ERROR)
+    return _internal_error(exc, debug)
 
 
 def _aborted(exc: click.exceptions.Abort) -> int:

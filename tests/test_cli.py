@@ -262,6 +262,28 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(capsys, tmp_path, args,
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # nothing half-written
 
 
+@pytest.mark.parametrize("command", ["run", "list"])
+@pytest.mark.parametrize(
+    ("named", "needle"),
+    [
+        ("no_such_module_ds_doctor", "does not load: ModuleNotFoundError"),
+        ("json", "is not a probe: it needs SPEC"),  # a module that imports, and is no probe
+    ],
+)
+def test_a_probe_the_environment_names_that_does_not_load_is_one_line_exit_2(
+    capsys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str, named: str, needle: str
+) -> None:
+    """DS_DOCTOR_EXTRA_PROBES is the user's input: a module it names that does not load or is no probe was "internal
+    error", exit 3; it is one line naming the variable, exit 2, and a run writes nothing."""
+    monkeypatch.setenv("DS_DOCTOR_EXTRA_PROBES", named)
+    args = [command, *(["--out", str(tmp_path / "out")] if command == "run" else [])]
+    code, out, err = run_cli(capsys, *args)
+    assert code == 2, (out, err)
+    assert len(err.strip().splitlines()) == 1 and err.startswith("ds-doctor: error:") and needle in err, err
+    assert "fix or unset DS_DOCTOR_EXTRA_PROBES" in err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_bad_input_table_has_at_least_20_cases() -> None:
     assert len(BAD_INPUTS) >= 20
 

@@ -32,6 +32,28 @@ class RegistryError(RuntimeError):
     """Two probes with one name, or a probe that does not load."""
 
 
+class PluginError(RegistryError):
+    """The same, of a probe the user's environment named (DS_DOCTOR_EXTRA_PROBES) or an installed package's entry
+    point registers: theirs to fix, so the CLI says it in one line and exits 2 (a built-in's is the doctor's bug)."""
+
+
+#: what the user can do about a probe of each origin that is not built in
+_REMEDY = {
+    EXTRA_ENV: f"fix or unset {EXTRA_ENV}",
+    "entry point": "reinstall or uninstall the package that registers it",
+}
+
+
+def _error(origin: str, message: str, *others: str) -> RegistryError:
+    """A built-in probe's failure is the doctor's (RegistryError); one that involves a probe from elsewhere is the
+    user's (PluginError), with what to do about it."""
+    outside = [o for o in (origin, *others) if o != "built-in"]
+    if not outside:
+        return RegistryError(message)
+    remedy = next((r for key, r in _REMEDY.items() if outside[0].startswith(key) or key in outside[0]), "")
+    return PluginError(f"{message}: {remedy}" if remedy else message)
+
+
 @functools.cache
 def entry_point_probes() -> tuple[tuple[str, str], ...]:
     """The installed packages' probes; read once per process (a scan of every installed distribution)."""
@@ -60,12 +82,13 @@ def _load(origin: str, dotted: str) -> Probe:
             module = getattr(module, attribute)
     # ValueError: a spec or a declaration (`register_measure`, `register_scenario`) the module makes on import refused
     except (ImportError, AttributeError, ValueError) as exc:
-        raise RegistryError(
-            f"probe {dotted!r} ({origin}) does not load: {type(exc).__name__}: {exc}"
+        raise _error(
+            origin, f"probe {dotted!r} ({origin}) does not load: {type(exc).__name__}: {exc}"
         ) from exc
     if not isinstance(getattr(module, "SPEC", None), ProbeSpec) or not callable(getattr(module, "run", None)):
-        raise RegistryError(
-            f"{dotted!r} ({origin}) is not a probe: it needs SPEC (a ProbeSpec), variants() and run(ctx)"
+        raise _error(
+            origin,
+            f"{dotted!r} ({origin}) is not a probe: it needs SPEC (a ProbeSpec), variants() and run(ctx)",
         )
     return module
 
@@ -73,13 +96,15 @@ def _load(origin: str, dotted: str) -> Probe:
 @functools.cache
 def _modules(key: tuple[tuple[str, str], ...]) -> dict[str, Probe]:
     modules: dict[str, Probe] = {}
-    origins: dict[str, str] = {}
+    origins: dict[str, tuple[str, str]] = {}
     for origin, dotted in key:
         module = _load(origin, dotted)
         name = module.SPEC.name
         if name in modules and modules[name] is not module:
-            raise RegistryError(f"duplicate probe name {name!r}: {dotted} ({origin}) and {origins[name]}")
-        modules[name], origins[name] = module, f"{dotted} ({origin})"
+            first, first_origin = origins[name]
+            message = f"duplicate probe name {name!r}: {dotted} ({origin}) and {first} ({first_origin})"
+            raise _error(origin, message, first_origin)
+        modules[name], origins[name] = module, (dotted, origin)
     return modules
 
 
