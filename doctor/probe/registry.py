@@ -50,7 +50,7 @@ def _error(origin: str, message: str, *others: str) -> RegistryError:
     outside = [o for o in (origin, *others) if o != "built-in"]
     if not outside:
         return RegistryError(message)
-    remedy = next((r for key, r in _REMEDY.items() if outside[0].startswith(key) or key in outside[0]), "")
+    remedy = next((r for key, r in _REMEDY.items() if key in outside[0]), "")
     return PluginError(f"{message}: {remedy}" if remedy else message)
 
 

@@ -397,9 +397,7 @@ def _matrix(extent: str) -> tuple[Route, ...]:
     from ds_doctor.probes.equivalence import knobs as k
 
     out = []
-    requests = {name: (offered, need) for name, offered, need in design_requests()}
-    for name, wrapper, stage, _ in MATRIX_ROUTES:
-        offered, need = requests[name]
+    for (name, wrapper, stage, _), (_, offered, need) in zip(MATRIX_ROUTES, design_requests(), strict=True):
         design = k.pairs(offered, need)
         level2 = k.slice_of(design) if name in SLICED else None
         if extent == "full":
