@@ -232,17 +232,18 @@ def missing_finding(missing: Sequence[str], stage: str, setting: str) -> list[Fi
     ]
 
 
-def steps_finding(reference: int, route: int, setting: str) -> list[Finding]:
+def steps_finding(reference: int, route: int, setting: str, why: str | None = None) -> list[Finding]:
     """The route took another number of optimizer steps than the reference over the same data (a window it never
-    stepped, or one it stepped twice): a failed invariant, whatever the steps they share show."""
+    stepped, or one it stepped twice; `why`, where the route knows: its DataLoader ran out early): a failed
+    invariant, whatever the steps they share show."""
     if reference == route:
         return []
+    over = f": {why}" if why else " over the same micro-batches"
     return [
         Finding(
             "equivalence",
             Severity.ERROR,
-            f"the route took {route} optimizer step(s) where plain torch takes {reference} over the same "
-            f"micro-batches ({setting})",
+            f"the route took {route} optimizer step(s) where plain torch takes {reference}{over} ({setting})",
             stage="steps",
             expected="one optimizer step per accumulation window, the short last window of an epoch included",
             data={"reference_steps": reference, "route_steps": route},

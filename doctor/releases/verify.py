@@ -212,6 +212,14 @@ PLAN = {
         ("0.34.2", "1.0.1", "1.1.1", "1.2.0"),
         matrix=True,
     ),
+    # the ninth search's #4 (accelerate issue #3177, open), caught by the `split` knob (added after reading it):
+    # 0.34.2 still reads the keyword, 1.0.0 (PR #3098) the first that does not
+    "acc_split_batches_keyword_ignored": Plan(
+        "equivalence and matrix-accelerate-ga1-shuffle-split-keyword-ws2",
+        "cpu",
+        ("0.34.2", "1.0.0"),
+        matrix=True,
+    ),
     # the fresh sample's #9, caught by the `adam` knob and offload on Accelerate's DeepSpeed route (added after
     # reading it)
     "acc_deepspeed_offload_swaps_adam_for_adamw": Plan(

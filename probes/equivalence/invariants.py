@@ -76,6 +76,7 @@ class Judging:
     outputs_request: Callable[[int], dict[str, Any]] | None = None
     # a matrix setting's divergence: the smallest setting found that still shows it, in words (`probe.smallest`)
     smallest: Callable[[], str] | None = None
+    ran_out: str | None = None  # why the route's steps ended early, where they did (`routes.LoaderRanOut`)
 
 
 def judge(
@@ -111,7 +112,7 @@ def judge(
         },
     )
     findings = missing_finding(missing, "update", setting(ctx, route, hyper))
-    findings += steps_finding(len(ref), len(records), setting(ctx, route, hyper))
+    findings += steps_finding(len(ref), len(records), setting(ctx, route, hyper), how.ran_out)
     divergence = first_divergence(compared, tolerance)
     if divergence is not None and how.outputs:
         request = (

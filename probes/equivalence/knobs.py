@@ -126,6 +126,12 @@ class Knobs:
     # the Trainer: "lm" (its causal LM, the loss a token mean over the accumulated batch) or "classify" (the same model
     # with a sequence-classification head, whose documented loss is each micro-batch's mean over its rows)
     head: str = "lm"
+    # Accelerate with "shuffle": the prepared DataLoader's batch size is the global micro-batch (the per-process one
+    # times the processes), asked split between the processes: "config" as Accelerate documents it since 0.28
+    # (`DataLoaderConfiguration(split_batches=True)`), "keyword" as older scripts and its pre-1.0 docs write it
+    # (`Accelerator(split_batches=True)`); each process trains its slice of every batch, and a prepared scheduler
+    # steps once per optimizer step (not once per process)
+    split: str = "none"
 
     def tokens(self) -> list[str]:
         """The settings that differ from the defaults, in a case name's words: a value's own ("bf16", "rates"),
@@ -150,6 +156,8 @@ def _word(knob: str, value: object) -> str:
         return f"ga{value}"
     if knob == "clip":
         return "noclip"
+    if knob == "split":
+        return f"split-{value}"
     return knob.replace("_", "-") if value is True else str(value)
 
 
@@ -178,6 +186,7 @@ VALUES: dict[str, tuple[object, ...]] = {
     "frozen": (False, True),
     "cycle_momentum": (False, True),
     "head": ("lm", "classify"),
+    "split": ("none", "config", "keyword"),
 }
 
 
@@ -242,6 +251,9 @@ def allowed(knobs: Knobs) -> bool:
     if knobs.batch_sampler and (not knobs.shuffle or knobs.rank_seeds):
         return False
     if knobs.no_set_epoch and not knobs.shuffle:  # the epoch matters to a shuffled DataLoader only
+        return False
+    # batches split between the processes: a shuffled DataLoader's batch size (the job's own batch sampler has its own)
+    if knobs.split != "none" and (not knobs.shuffle or knobs.batch_sampler):
         return False
     if knobs.cycle_momentum and knobs.schedule != "onecycle":  # OneCycle's own momentum
         return False
@@ -541,9 +553,11 @@ def documented_order(
     """The sample indices of micro-batch `micro` of optimizer step `step` on `rank` under the "shuffle" knob, as
     Accelerate documents its seedable sampler and sharding: each epoch one permutation of the epoch's samples drawn
     from a generator seeded with the job's seed plus the epoch (`SeedableRandomSampler`), cut into micro-batches,
-    handed to the processes in turn (`BatchSamplerShard`, batches not split). `seed`: the job's, or the Trainer's
-    `data_seed`, which it hands to Accelerate's sampler as its initial seed; `partial_window`: an epoch one
-    micro-batch per rank into its last window."""
+    handed to the processes in turn (`BatchSamplerShard`, batches not split). Batches of the global micro-batch split
+    between the processes (the "split" knob: each process its slice, in process order) deal the same samples to the
+    same rank, so one order serves both. `seed`: the job's, or the Trainer's `data_seed`, which it hands to
+    Accelerate's sampler as its initial seed; `partial_window`: an epoch one micro-batch per rank into its last
+    window."""
     import torch
 
     epoch, within = divmod(step, EPOCH_STEPS)

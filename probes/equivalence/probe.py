@@ -26,7 +26,7 @@ from ds_doctor.probes.equivalence.invariants import Judging, diverges, judge
 from ds_doctor.probes.equivalence.knobs import Knobs, resume_at
 from ds_doctor.probes.equivalence.reference import prestart as prestart_reference
 from ds_doctor.probes.equivalence.resume import PATHS, fingerprint, resume_step
-from ds_doctor.probes.equivalence.routes import Session
+from ds_doctor.probes.equivalence.routes import LoaderRanOut, Session
 from ds_doctor.probes.equivalence.sessions import follows_schedule, open_session
 from ds_doctor.probes.equivalence.shrink import quiet, smallest
 from ds_doctor.probes.equivalence.subject import Hyper, StepRecord, Subject, current_subject
@@ -92,6 +92,7 @@ def run(ctx: ProbeContext) -> None:
             schedule=follows_schedule(route),
             outputs=opened.outputs,
             grads=opened.grads,
+            ran_out=opened.ran_out,
             smallest=(lambda: smallest(ctx, route, lambda c, r: _rerun(c, r, subject)))
             if route.knobs is not None
             else None,
@@ -129,7 +130,11 @@ def train(opened: Session) -> list[StepRecord]:
             if s == aside:
                 ctx.enter(f"offload_states / reload_states before step {s}")
                 opened.offload_and_reload()
-            records.append(opened.step(s))
+            try:
+                records.append(opened.step(s))
+            except LoaderRanOut as short:  # the steps it took are compared; the count is a finding
+                opened.ran_out = str(short)
+                return records
         if k < opened.hyper.steps:
             ctx.enter(f"save at step {k}")
             opened.save(directory)

@@ -35,6 +35,7 @@ class Session:
         # a shuffled DataLoader's: its length, and (step, micro-batch, samples) as this rank drew them
         self.samples = 0
         self.drawn: list[tuple[int, int, list[int]]] = []
+        self.ran_out: str | None = None  # why the steps ended early (`LoaderRanOut`), where they did
         self.device = torch.device(ctx.device)
         self.dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[
             hyper.dtype
@@ -451,6 +452,11 @@ class EpochBatchSampler:
             yield order[start : start + self.batch_size]
 
 
+class LoaderRanOut(Exception):
+    """A prepared DataLoader's epoch ended before the documented sharding ends it (batches larger than documented):
+    a real loop's `for batch in loader` takes fewer steps an epoch. The route's steps end here (`probe.train`)."""
+
+
 class AccelerateSession(Session):
     """Accelerator(gradient_accumulation_steps=...) with `accelerator.accumulate`, `accelerator.backward`,
     `accelerator.clip_grad_norm_` and the prepared optimizer (and scheduler), as Accelerate's docs write the loop;
@@ -522,8 +528,10 @@ class AccelerateSession(Session):
             elif route.knobs is not None and route.knobs.batch_sampler:  # the job's own batch sampler
                 own = EpochBatchSampler(self.samples, hyper.micro_batch, SHUFFLE_SEED)
                 loader = torch.utils.data.DataLoader(dataset, batch_sampler=own)
-            else:
-                loader = torch.utils.data.DataLoader(dataset, batch_size=hyper.micro_batch, shuffle=True)
+            else:  # "split": the global micro-batch, for Accelerate to split between the processes
+                split = route.knobs is not None and route.knobs.split != "none"
+                size = hyper.micro_batch * (ctx.world_size if split else 1)
+                loader = torch.utils.data.DataLoader(dataset, batch_size=size, shuffle=True)
             self.loader = self.accelerator.prepare(loader)
         if self.scheduler is not None and "scheduler" not in route.drop:
             self.scheduler = out[2]
@@ -569,7 +577,7 @@ class AccelerateSession(Session):
         inside an epoch (its first draw is not an epoch's first) goes on as Accelerate's checkpointing docs write
         it: the loop's `set_epoch` for the epoch it is in (not under "no_set_epoch"), then `skip_first_batches`
         past the batches that epoch already trained."""
-        from ds_doctor.probes.equivalence.knobs import EPOCH_STEPS
+        from ds_doctor.probes.equivalence.knobs import EPOCH_STEPS, epoch_micro_batches
 
         if self.loader is None:
             return None
@@ -587,7 +595,14 @@ class AccelerateSession(Session):
             trained = within * self.hyper.accumulation + k
             self.batches = iter(self.accelerator.skip_first_batches(self.loader, trained))
         assert self.batches is not None
-        indices = [int(i) for i in next(self.batches)[0].tolist()]
+        batch = next(self.batches, None)
+        if batch is None:
+            raise LoaderRanOut(
+                f"the prepared DataLoader ran out at step {s + 1}, micro-batch {k + 1}: epoch {epoch} gave this "
+                f"process {within * self.hyper.accumulation + k} micro-batch(es) where the documented sharding "
+                f"gives {epoch_micro_batches(self.hyper.accumulation, self.hyper.partial_window)}"
+            )
+        indices = [int(i) for i in batch[0].tolist()]
         self.drawn.append((s, k, indices))
         return indices
 

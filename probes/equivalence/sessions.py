@@ -103,7 +103,7 @@ def _matrix_session(ctx: ProbeContext, route: Route, subject: Subject) -> Sessio
     ctx.require(ACCELERATE, TRANSFORMERS)
     if knobs.partial_window and subject.user is not None:
         ctx.skip("the partial window draws the family's own samples by index; --model's data has no index")
-    extra = {"mixed_precision": "bf16"} if knobs.precision == "bf16" else {}
+    extra: dict[str, Any] = {"mixed_precision": "bf16"} if knobs.precision == "bf16" else {}
     if route.wrapper is Wrapper.ACCELERATE_DEEPSPEED:
         ctx.require(DEEPSPEED)
         require_deepspeed_ops(ctx)
@@ -122,8 +122,9 @@ def _matrix_session(ctx: ProbeContext, route: Route, subject: Subject) -> Sessio
         return AccelerateSession(
             ctx, route, subject, hyper, plugin_config=config, extra=extra, schedule=torch_schedule(hyper)
         )
-    # a prepared scheduler steps once per process per optimizer step where batches are not split (its docs)
-    hyper = knob_hyper(route, "torch", "linear", stride=ctx.world_size)
+    # a prepared scheduler steps once per process per optimizer step where batches are not split, once where they
+    # are (its docs: `AcceleratedScheduler`)
+    hyper = knob_hyper(route, "torch", "linear", stride=1 if knobs.split != "none" else ctx.world_size)
     if knobs.shuffle:  # the family's samples by index; the seedable sampler is what Accelerate documents
         if subject.user is not None:
             ctx.skip("the shuffle knob draws the family's own samples by index; --model's data has no index")
@@ -132,7 +133,10 @@ def _matrix_session(ctx: ProbeContext, route: Route, subject: Subject) -> Sessio
         if not knobs.rank_seeds:
             from accelerate.utils import DataLoaderConfiguration
 
-            extra["dataloader_config"] = DataLoaderConfiguration(use_seedable_sampler=True)
+            split = {"split_batches": True} if knobs.split == "config" else {}
+            extra["dataloader_config"] = DataLoaderConfiguration(use_seedable_sampler=True, **split)
+        if knobs.split == "keyword":  # accepted by every release; read up to 0.34.2 (accelerate issue #3177)
+            extra["split_batches"] = True
     return AccelerateSession(ctx, route, subject, hyper, extra=extra, schedule=torch_schedule(hyper))
 
 

@@ -238,6 +238,12 @@ def test_a_route_that_takes_another_number_of_steps_fails_on_it() -> None:
     )
     assert finding.data == {"reference_steps": 4, "route_steps": 3}
     assert steps_finding(4, 4, "a setting") == []
+    # where the route knows why (its DataLoader ran out), that is said instead of "the same micro-batches"
+    (short,) = steps_finding(4, 1, "a setting", "the prepared DataLoader ran out at step 2")
+    assert short.message == (
+        "the route took 1 optimizer step(s) where plain torch takes 4: the prepared DataLoader ran out at step 2 "
+        "(a setting)"
+    )
 
 
 def test_an_epoch_that_deals_a_sample_twice_or_never_fails_on_it() -> None:

@@ -7,6 +7,7 @@ parameter; the resume cases go through all three save/load paths in a new proces
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -323,3 +324,28 @@ def test_the_trainer_routes_name_where_the_divergence_starts(run: dict[str, dict
         starts = run[case]["notes"]["divergence_starts"]
         assert "every submodule's forward output" in starts and "is lm_head" in starts, (case, starts)
         assert "it is the module next to the loss" in starts
+
+
+def test_split_batches_asked_by_the_old_keyword_is_caught_and_the_documented_way_passes(
+    tmp_path: Path,
+) -> None:
+    """Accelerate issue #3177 (open at the installed 1.15.0): `Accelerator(split_batches=True)` splits nothing, so
+    at two processes each trains the whole batch and the epoch runs out after half its steps. The matrix's keyword
+    setting fails at step 1 and says where the DataLoader ran out, naming the entry; the same batches split through
+    `DataLoaderConfiguration` (a warm-up: the prepared scheduler steps once per optimizer step) pass."""
+    keyword = "equivalence[matrix-accelerate-ga1-shuffle-split-keyword-ws2]"
+    config = "equivalence[matrix-accelerate-ga1-warmup-shuffle-split-config-ws2]"
+    proc = ds_doctor(
+        "run", "--level", "3", "--out", str(tmp_path), "-k", f"{keyword} or {config}", timeout=300
+    )
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = {r["case"]: r for r in read_report(tmp_path)["results"]}
+    assert results[config]["outcome"] == "pass", results[config]["reason"]
+    result = results[keyword]
+    assert result["outcome"] == "fail" and result["known_issue"]["id"] == "acc_split_batches_keyword_ignored"
+    divergence, steps = sorted(set(errors(result, "equivalence")))
+    assert steps.startswith(
+        "the route took 1 optimizer step(s) where plain torch takes 4: the prepared DataLoader ran out at step 2, "
+        "micro-batch 1: epoch 0 gave this process 1 micro-batch(es) where the documented sharding gives 2"
+    ), steps
+    assert divergence.startswith("step 1 of 4: the loss diverges"), divergence

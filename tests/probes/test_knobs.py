@@ -468,6 +468,64 @@ def test_a_partial_window_epoch_is_the_trainers_sequential_epoch_cut_one_micro_b
     assert k.allowed(k.Knobs(accumulation=accumulation, partial_window=True, resume=True))
 
 
+def test_split_batches_deal_the_documented_order_and_the_keyword_alone_splits_nothing_on_1x() -> None:
+    """Under "split" the prepared DataLoader's batches are the global micro-batch, split between the processes:
+    Accelerate's own sharding with `split_batches` gives each rank exactly the documented order (one order serves
+    split and unsplit batches). The keyword of older scripts, `Accelerator(split_batches=True)`, leaves the
+    Accelerator's split off from 1.0.0 (accelerate issue #3177), the catalog entry the matrix's keyword setting
+    names at two processes and not at one."""
+    import dataclasses
+
+    from ds_doctor.knowledge import catalog
+
+    torch = pytest.importorskip("torch")
+    data_loader = pytest.importorskip("accelerate.data_loader")
+    accelerate = pytest.importorskip("accelerate")
+
+    micro, accumulation, world_size = 4, 1, 2
+    samples = k.epoch_micro_batches(accumulation, False) * micro * world_size
+    for rank in range(world_size):
+        torch.manual_seed(k.SHUFFLE_SEED)
+        loader = torch.utils.data.DataLoader(
+            torch.utils.data.TensorDataset(torch.arange(samples)), batch_size=micro * world_size, shuffle=True
+        )
+        shard = data_loader.prepare_data_loader(
+            loader,
+            num_processes=world_size,
+            process_index=rank,
+            use_seedable_sampler=True,
+            split_batches=True,
+        )
+        for epoch in range(2):
+            shard.set_epoch(epoch)
+            got = [batch[0].tolist() for batch in shard]
+            want = [
+                k.documented_order(epoch * k.EPOCH_STEPS + s, 0, rank, micro, accumulation, world_size)
+                for s in range(k.EPOCH_STEPS)
+            ]
+            assert got == want, (rank, epoch)
+    assert k.allowed(k.Knobs(shuffle=True, split="keyword"))
+    assert not k.allowed(k.Knobs(split="config"))  # a shuffled DataLoader's batch size
+    assert not k.allowed(k.Knobs(shuffle=True, batch_sampler=True, split="config"))
+    assert k.Knobs(accumulation=1, shuffle=True, split="keyword").tokens() == [
+        "ga1",
+        "shuffle",
+        "split-keyword",
+    ]
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(True)
+    try:
+        assert accelerate.Accelerator(cpu=True, split_batches=True).split_batches is False
+    finally:
+        AcceleratorState._reset_state(True)
+    setting = k.Knobs(accumulation=1, shuffle=True, split="keyword")
+    (entry,) = [e for e in catalog.ISSUES if e.id == "acc_split_batches_keyword_ignored"]
+    assert k.fits(entry.knobs, "accelerate", setting, 2)
+    assert not k.fits(entry.knobs, "accelerate", setting, 1)
+    assert not k.fits(entry.knobs, "accelerate", dataclasses.replace(setting, split="config"), 2)
+
+
 def test_rank_seeds_needs_a_shuffled_dataloader_and_is_accelerates_alone() -> None:
     """Each rank's own seed matters only to a shuffled DataLoader; the knob is Accelerate's (its default sampler)."""
     assert k.allowed(k.Knobs(shuffle=True, rank_seeds=True))
