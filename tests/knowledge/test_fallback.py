@@ -504,6 +504,11 @@ def test_a_fallback_is_one_or_two(tmp_path: Path, value: str) -> None:
         ("2026-12-02zv", "203", "nccl_unique_id_store_timeout"),
         ("2026-12-02zv", "302", "datasets_load_failed"),
         ("2026-12-02zv", "401", "safetensors_file_unreadable"),
+        # sample zw's: DeepSpeed-Chat's step failure without its status number, a gated repo not granted, PEFT's
+        # sibling check of its target modules
+        ("2026-12-02zw", "101", "launcher_child_failed"),
+        ("2026-12-02zw", "303", "hf_model_files_not_found"),
+        ("2026-12-02zw", "402", "peft_target_modules_not_found"),
         # labelled "none" when the catalog lacked them: entries of their own since
         ("2026-12-02zq", "105", "acc_launch_multi_gpu_one_gpu_id"),
         ("2026-12-02zs", "305", "torch_device_string_invalid"),
