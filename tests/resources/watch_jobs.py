@@ -273,11 +273,15 @@ JOBS = {"deepspeed": deepspeed_job, "accelerate": accelerate_job, "trainer": tra
 
 
 def main() -> None:
-    job, plant, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
-    raise_on = sys.argv[4] if len(sys.argv) > 4 and sys.argv[4] != "none" else None
+    """`watch_jobs.py JOB PLANT OUT RAISE_ON [JOB PLANT OUT RAISE_ON ...]`: each job in turn in this process (a
+    launch costs more than a job; a job's watch must leave the next one nothing of its own: the tests check what each
+    restored), its result in OUT/rank<N>.json."""
     rank = int(os.environ.get("RANK", "0"))
-    result = {"rank": rank, **JOBS[job](plant, out, raise_on)}
-    (out / f"rank{rank}.json").write_text(json.dumps(result, default=str))
+    specs = sys.argv[1:]
+    for i in range(0, len(specs), 4):
+        job, plant, out, raise_on = specs[i : i + 4]
+        result = {"rank": rank, **JOBS[job](plant, Path(out), None if raise_on == "none" else raise_on)}
+        (Path(out) / f"rank{rank}.json").write_text(json.dumps(result, default=str))
     import torch.distributed as dist
 
     # leave together: a rank whose peer's gloo pairs close under it at exit can abort

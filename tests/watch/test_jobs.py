@@ -23,15 +23,11 @@ ROOT = Path(__file__).resolve().parents[2]
 JOBS = ROOT / "tests" / "resources" / "watch_jobs.py"
 
 
-def run_job(
-    tmp_path: Path,
-    job: str,
-    plant: str = "none",
-    raise_on: str = "none",
-    extra_env: dict[str, str] | None = None,
-) -> tuple[list[dict[str, Any]], Path]:
-    out = tmp_path / f"{job}-{plant}"
-    out.mkdir()
+def run_jobs(
+    tmp_path: Path, *specs: tuple[str, str, str], extra_env: dict[str, str] | None = None
+) -> list[tuple[list[dict[str, Any]], Path]]:
+    """Each (job, plant, raise_on) in turn in one torchrun launch (tests/resources/watch_jobs.py): each its rank
+    results and its folder."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **(extra_env or {})}
     command = [
         sys.executable,
@@ -41,15 +37,26 @@ def run_job(
         "--nproc-per-node",
         "2",
         str(JOBS),
-        job,
-        plant,
-        str(out),
-        raise_on,
     ]
+    outs = []
+    for job, plant, raise_on in specs:
+        outs.append(tmp_path / f"{job}-{plant}")
+        outs[-1].mkdir()
+        command += [job, plant, str(outs[-1]), raise_on]
     proc = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
-    return ranks, out
+    return [([json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)], out) for out in outs]
+
+
+def run_job(
+    tmp_path: Path,
+    job: str,
+    plant: str = "none",
+    raise_on: str = "none",
+    extra_env: dict[str, str] | None = None,
+) -> tuple[list[dict[str, Any]], Path]:
+    (ran,) = run_jobs(tmp_path, (job, plant, raise_on), extra_env=extra_env)
+    return ran
 
 
 def report_of(path: Path) -> Report:
@@ -84,7 +91,10 @@ def assert_healthy(report: Report) -> None:
 
 @requires_deepspeed
 def test_a_zero3_offload_job_watched_healthy_then_planted_s1_stopped_before_its_save(tmp_path: Path) -> None:
-    ranks, out = run_job(tmp_path, "deepspeed")
+    # healthy, then planted, in one launch
+    (ranks, out), (planted, bad) = run_jobs(
+        tmp_path, ("deepspeed", "none", "none"), ("deepspeed", "s1", "error")
+    )
     assert all(r["error"] is None and r["saved"] and all(r["restored"].values()) for r in ranks), ranks
     report = report_of(out / "watch.json")
     assert_healthy(report)
@@ -101,7 +111,6 @@ def test_a_zero3_offload_job_watched_healthy_then_planted_s1_stopped_before_its_
     assert step.notes["target"] == "deepspeed" and min(step.notes["records_per_rank"]) > 20
     assert "watch[before_save step 4]" in renders(out / "watch.json")
 
-    planted, bad = run_job(tmp_path, "deepspeed", "s1", "error")
     for rank in planted:  # DoctorError on every rank, before save_checkpoint wrote anything
         assert (
             rank["error"].startswith("DoctorError: ds-doctor at before_save step 4") and not rank["saved"]
@@ -154,7 +163,13 @@ def test_a_save_and_load_on_the_main_process_alone_never_hang_the_job(tmp_path: 
 
 @requires_accelerate
 def test_an_accelerate_loop_watched_healthy_and_a_resume_onto_meta_caught(tmp_path: Path) -> None:
-    ranks, out = run_job(tmp_path, "accelerate")
+    # healthy, one replica drifted, a resume onto meta: in one launch
+    (ranks, out), (_, drifted), (_, resumed) = run_jobs(
+        tmp_path,
+        ("accelerate", "none", "none"),
+        ("accelerate", "drift", "none"),
+        ("accelerate", "s4", "none"),
+    )
     assert all(r["distributed_type"] == "DistributedType.MULTI_CPU" for r in ranks)
     assert all(r["error"] is None and r["saved"] and all(r["restored"].values()) for r in ranks), ranks
     report = report_of(out / "watch.json")
@@ -183,7 +198,6 @@ def test_an_accelerate_loop_watched_healthy_and_a_resume_onto_meta_caught(tmp_pa
 
     # one element of rank 1's replica changed before step 2: the replica digest names the parameter (two ranks: no
     # majority to say which of them is right; tests/watch/test_watch.py names the odd one of three)
-    _, drifted = run_job(tmp_path, "accelerate", "drift")
     steps = cases(report_of(drifted / "watch.json"))
     assert steps["watch[step 1]"].outcome == Outcome.PASS
     for label in ("step 2", "step 4"):  # and it stays apart: DDP never re-syncs weights
@@ -194,7 +208,6 @@ def test_an_accelerate_loop_watched_healthy_and_a_resume_onto_meta_caught(tmp_pa
             "parameter(s): body.weight (bitwise digest after the step)"
         )
 
-    _, resumed = run_job(tmp_path, "accelerate", "s4")
     load = cases(report_of(resumed / "resumed.json"))["watch[after_load]"]
     colocation = [f for f in load.findings if f.invariant == "optimizer_state_colocation"]
     assert load.outcome == Outcome.FAIL and load.known_issue.id == "prodigy_group_tensors_left_on_cpu"
@@ -209,7 +222,8 @@ def test_an_accelerate_loop_watched_healthy_and_a_resume_onto_meta_caught(tmp_pa
 
 @requires_accelerate
 def test_an_hf_trainer_run_with_the_callback_healthy_and_stopped_before_a_broken_save(tmp_path: Path) -> None:
-    ranks, out = run_job(tmp_path, "trainer")
+    # healthy, then planted, in one launch
+    (ranks, out), (planted, bad) = run_jobs(tmp_path, ("trainer", "none", "none"), ("trainer", "s1", "error"))
     assert all(r["error"] is None and r["checkpoints"] == ["checkpoint-2", "checkpoint-4"] for r in ranks), (
         ranks
     )
@@ -226,7 +240,6 @@ def test_an_hf_trainer_run_with_the_callback_healthy_and_stopped_before_a_broken
     ]
     renders(out / "watch.json")
 
-    planted, bad = run_job(tmp_path, "trainer", "s1", "error")
     assert all(r["error"].startswith("DoctorError: ds-doctor at before_save step 2") for r in planted), (
         planted
     )
