@@ -29,6 +29,11 @@ _PREFIX = re.compile(
     r"^(?:\(\w{1,100} pid=\d{1,10}\) )?(?:\[(?:rank|default)(\d{1,7})\]:|rank(\d{1,7}): |(\d{1,7}): |"
     r"\[\d{1,7},(\d{1,7})\]<std(?:out|err)>:) ?"
 )
+#: pdsh's "<host>: " before every line a node prints (DeepSpeed's multi-node launcher, its default runner): a host
+#: name with a letter and a digit ("worker-0", "gpu-node-12", "675d-5"), taken as a prefix only where it starts
+#: HOST_LINES lines or more, so that "cuda12: ..." said once stays text
+_HOST = re.compile(r"^((?=[\w.-]{0,62}\d)(?=[\w.-]{0,62}[A-Za-z])[A-Za-z0-9][\w.-]{0,62}): ")
+HOST_LINES = 3
 WRAP_MIN = 60  # narrowest width taken for a wrap...
 WRAP_LINES = 3  # ...when at least this many lines are cut at exactly it
 _PADDED = ("  ", "\t", " \t")
@@ -46,11 +51,18 @@ def _strip_bars(text: str) -> str:
 
 def _deinterleave(lines: list[str]) -> list[str]:
     """Each rank's lines together (prefix gone), ranks in the order they first speak; unprefixed lines are a
-    speaker of their own."""
-    by_speaker: dict[str | None, list[str]] = collections.OrderedDict()
+    speaker of their own. A pdsh host prefix goes first, its host part of the speaker."""
+    counts = collections.Counter(m.group(1) for m in map(_HOST.match, lines) if m)
+    hosts = {host for host, n in counts.items() if n >= HOST_LINES}
+    by_speaker: dict[tuple[str | None, str | None] | None, list[str]] = collections.OrderedDict()
     for line in lines:
+        host = _HOST.match(line) if hosts else None
+        on = host.group(1) if host and host.group(1) in hosts else None
+        if on is not None:
+            line = line[host.end() :]  # type: ignore[union-attr]
         match = _PREFIX.match(line)
-        speaker = next((g for g in match.groups() if g is not None), None) if match else None
+        rank = next((g for g in match.groups() if g is not None), None) if match else None
+        speaker = None if on is None and rank is None else (on, rank)
         by_speaker.setdefault(speaker, []).append(line[match.end() :] if match else line)
     if list(by_speaker) == [None]:
         return lines

@@ -509,6 +509,9 @@ def test_a_fallback_is_one_or_two(tmp_path: Path, value: str) -> None:
         ("2026-12-02zw", "101", "launcher_child_failed"),
         ("2026-12-02zw", "303", "hf_model_files_not_found"),
         ("2026-12-02zw", "402", "peft_target_modules_not_found"),
+        # sample zx's: a CPU Adam frame under pdsh's host prefix, LoRA's check of a module it cannot wrap
+        ("2026-12-02zx", "101", "ds_cpu_adam_build_failed"),
+        ("2026-12-02zx", "303", "peft_target_modules_not_found"),
         # labelled "none" when the catalog lacked them: entries of their own since
         ("2026-12-02zq", "105", "acc_launch_multi_gpu_one_gpu_id"),
         ("2026-12-02zs", "305", "torch_device_string_invalid"),

@@ -47,6 +47,8 @@ COPIES = {
     "wrapped": lambda t: wrapped(t),
     "torchrun --tee prefix": lambda t: prefixed(t, 1),
     "srun --label prefix": lambda t: prefixed(t, 3, "{r}: "),
+    "pdsh host prefix": lambda t: prefixed(t, 5, "gpu-node-{r}: "),
+    "pdsh host and torchrun rank prefixes": lambda t: prefixed(prefixed(t, 1), 0, "worker-{r}: "),
     "interleaved with another rank": lambda t: interleaved(prefixed(OTHER, 0), prefixed(t, 1)),
     "wrapped and prefixed": lambda t: wrapped(prefixed(t, 2, "[default{r}]:")),
     "glued onto a progress bar": lambda t: (
@@ -356,3 +358,13 @@ def test_the_torch_a_deepspeed_op_builder_detected_is_read() -> None:
 
     text = "[WARNING]  sparse_attn requires a torch version >= 1.5 and < 2.0 but detected 2.4"
     assert log_versions(text, ["torch", "deepspeed"]) == {"torch": "2.4"}
+
+
+def test_pdsh_host_prefixes_go_and_each_hosts_lines_come_together() -> None:
+    """DeepSpeed's multi-node launcher (pdsh) starts each line a node prints with its host: gone, and each host's
+    lines put back together (48zx's 101: a frame anchored at the line's start, under "675d-5: "). A host-like word
+    said on fewer than HOST_LINES lines stays text."""
+    text = "worker-0: a\nworker-1: x\nworker-0: b\nworker-1: y\nworker-0: c\nworker-1: z"
+    assert normalise(text) == "a\nb\nc\nx\ny\nz"
+    said = "cuda12: not found\nRuntimeError: boom\ncuda12: again"
+    assert normalise(said) == said
