@@ -168,7 +168,8 @@ def make_trainer(
     offered = hasattr(transformers.TrainingArguments, "average_tokens_across_devices")
     global_count = offered and not per_device_tokens()
     averaging = {"average_tokens_across_devices": True} if global_count else {}
-    args = transformers.TrainingArguments(
+    args = _training_arguments(
+        transformers,
         **averaging,
         output_dir=str(out),
         per_device_train_batch_size=hyper.micro_batch,
@@ -196,6 +197,20 @@ def make_trainer(
         deepspeed=deepspeed_config(route) if route.stage else None,
     )
     return Recording(model=model, args=args, train_dataset=Stream(), callbacks=[_callback(ctx, recorder)])
+
+
+def _training_arguments(transformers: Any, **kwargs: Any) -> Any:
+    """TrainingArguments of this release: `use_cpu` is `no_cuda` before 4.35 (read in 4.26.1 and 4.35.0), and an
+    argument the release lacks (`ddp_backend`, `optim_args` before 4.27-4.28) is left out where it is None, so the
+    matrix's Trainer settings run on the releases a fix's range reaches back to; one set to a value still raises."""
+    import inspect
+
+    params = inspect.signature(transformers.TrainingArguments.__init__).parameters
+    if "use_cpu" not in params:
+        kwargs["no_cuda"] = kwargs.pop("use_cpu")
+    return transformers.TrainingArguments(
+        **{name: value for name, value in kwargs.items() if name in params or value is not None}
+    )
 
 
 def per_device_tokens() -> bool:

@@ -770,3 +770,27 @@ def test_the_classify_heads_reference_is_the_global_batchs_mean_loss_as_a_classi
     assert norm == pytest.approx(
         float(torch.linalg.vector_norm(torch.stack([g.norm() for g in mine.values()])))
     )
+
+
+def test_the_trainer_settings_take_the_cpu_argument_by_each_releases_name() -> None:
+    """The Trainer route's arguments run on releases before `use_cpu` (4.35) and `ddp_backend`: `no_cuda` there, and
+    an argument the release lacks is left out only where it is None (one set to a value still raises)."""
+    import types
+
+    transformers = pytest.importorskip("transformers")
+    from ds_doctor.probes.equivalence.trainer import _training_arguments
+
+    args = _training_arguments(
+        transformers, output_dir="unused", use_cpu=True, ddp_backend=None, report_to="none"
+    )
+    assert args.use_cpu is True
+
+    class Old:  # the signature of 4.26.1's TrainingArguments, as far as these arguments go
+        def __init__(self, output_dir: str, no_cuda: bool = False, report_to: str | None = None) -> None:
+            self.output_dir, self.no_cuda = output_dir, no_cuda
+
+    old = types.SimpleNamespace(TrainingArguments=Old)
+    made = _training_arguments(old, output_dir="unused", use_cpu=True, ddp_backend=None, report_to="none")
+    assert made.no_cuda is True
+    with pytest.raises(TypeError, match="ddp_backend"):
+        _training_arguments(old, output_dir="unused", use_cpu=True, ddp_backend="gloo")
