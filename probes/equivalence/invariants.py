@@ -135,10 +135,11 @@ def judge(
     failed = bool(findings) or (route.knobs is not None and ctx.has_error_findings)
     # a window never stepped (or stepped twice) is the setting's own bug before any loss scale the explainer reads
     miscounted = route.knobs is not None and len(ref) != len(records)
+    step = divergence.step + 1 if divergence is not None else None
     issue = (
-        (matrix_issue(route, ctx.world_size) if miscounted else None)
+        (matrix_issue(route, ctx.world_size, step=step) if miscounted else None)
         or (explain(ref) if explain is not None and findings else None)
-        or (matrix_issue(route, ctx.world_size) if route.knobs is not None and failed else None)
+        or (matrix_issue(route, ctx.world_size, step=step) if route.knobs is not None and failed else None)
         or route.issue
     )
     if route.reproduce and issue != route.issue:  # another issue showing is no reproduction of this one
@@ -149,18 +150,22 @@ def judge(
 
 
 def matrix_issue(
-    route: Route, world_size: int, installed: Callable[[str], str | None] | None = None
+    route: Route,
+    world_size: int,
+    installed: Callable[[str], str | None] | None = None,
+    step: int | None = None,
 ) -> str | None:
-    """The catalog's silent bug a diverging matrix setting fits (every condition of the entry's `knobs`) on an
-    affected release of the stack it ran on (`installed`: a package's version, default the one this process
-    imports): the entry with the most conditions where several fit; None where none does."""
+    """The catalog's silent bug a diverging matrix setting fits (every condition of the entry's `knobs`; `step`, the
+    1-based step where it diverged, where known) on an affected release of the stack it ran on (`installed`: a
+    package's version, default the one this process imports): the entry with the most conditions where several fit;
+    None where none does."""
     from ds_doctor.plugins.known import fitting_silent_issue
     from ds_doctor.probes.equivalence.cases import matrix_route
     from ds_doctor.probes.equivalence.knobs import fits
 
     knobs, name = route.knobs, matrix_route(route)
     assert knobs is not None
-    return fitting_silent_issue(lambda conditions: fits(conditions, name, knobs, world_size), installed)
+    return fitting_silent_issue(lambda conditions: fits(conditions, name, knobs, world_size, step), installed)
 
 
 def subject_reference(

@@ -376,14 +376,22 @@ def slice_of(design: Sequence[Knobs]) -> Knobs:
     return max(design, key=lambda k: len(k.changed()))
 
 
-def fits(conditions: Iterable[str], route: str, setting: Knobs, world_size: int) -> bool:
+def fits(
+    conditions: Iterable[str], route: str, setting: Knobs, world_size: int, step: int | None = None
+) -> bool:
     """Whether `setting` on the matrix's `route` ("deepspeed-z2") at `world_size` meets every condition of a catalog
-    entry's `knobs`: "name=glob|glob" on a Knobs field (a switch's value "true"/"false"), "route" or "world_size".
-    A name that is none of these fits nothing."""
+    entry's `knobs`: "name=glob|glob" on a Knobs field (a switch's value "true"/"false"), "route" or "world_size";
+    "from_step=N" where the divergence starts at step `step` (1-based) N or later, the earliest the entry's bug can
+    show (an epoch's boundary): a divergence before it is something else (any step fits where none is known). A
+    name that is none of these fits nothing."""
     values = {"route": route, "world_size": str(world_size)}
     values |= {f.name: str(getattr(setting, f.name)).lower() for f in dataclasses.fields(Knobs)}
     for condition in conditions:
         name, _, alternatives = condition.partition("=")
+        if name == "from_step":
+            if step is not None and step < int(alternatives):
+                return False
+            continue
         if name not in values or not any(
             fnmatch.fnmatchcase(values[name], alternative.lower()) for alternative in alternatives.split("|")
         ):
