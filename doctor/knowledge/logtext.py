@@ -167,7 +167,9 @@ ALIASES = {
     "prodigy-plus-schedule-free": ("prodigyplus", "prodigy plus", "prodigy-plus"),
     "mosaicml": ("composer",),
     "deepspeed": ("ds",),  # "ds 0.14": read where a version follows it, as a word of its own
-    "llamafactory": ("llamafactory-cli",),  # what `llamafactory-cli version` is pasted as
+    # what `llamafactory-cli version` is pasted as, and the project's own name as tickets write it ("Llama-factory
+    # 版本：0.8.2", 48zy's 301)
+    "llamafactory": ("llamafactory-cli", "llama-factory", "llama_factory", "llama factory"),
     # the wheel torch's CUDA builds load NCCL from, versioned as the NCCL it holds (a pip list's "nvidia-nccl-cu12
     # 2.20.5")
     "nccl": ("nvidia-nccl-cu11", "nvidia-nccl-cu12", "nvidia-nccl-cu13"),

@@ -205,6 +205,9 @@ def test_bars_are_stripped_in_linear_time_and_their_descriptions_kept() -> None:
             "llamafactory",
             "0.9.2.dev0",
         ),
+        # the project's own name as tickets write it (sample 48zy's 301; 48's heldout 014)
+        ("Llama-factory版本：0.8.2", "llamafactory", "0.8.2"),
+        ("LLaMA Factory   0.8.4", "llamafactory", "0.8.4"),
         # sample 48m's three: an upgrade the failure came after, a check naming the release it found, and a
         # traceback's listing of the package's own __init__.py (IPython's)
         ("AttributeError after upgrading trl 0.21.0 > 0.22.0", "trl", "0.22.0"),
