@@ -515,6 +515,8 @@ def test_a_fallback_is_one_or_two(tmp_path: Path, value: str) -> None:
         # labelled "none" when the catalog lacked them: entries of their own since
         ("2026-12-02zq", "105", "acc_launch_multi_gpu_one_gpu_id"),
         ("2026-12-02zs", "305", "torch_device_string_invalid"),
+        ("2026-11-29e", "034", "checkpoint_path_race_across_ranks"),
+        ("2026-12-02zy", "401", "checkpoint_path_race_across_ranks"),
     ],
 )
 def test_what_a_samples_first_run_missed_is_named_now(sample: str, number: str, entry: str) -> None:
@@ -810,3 +812,18 @@ def test_pending_is_a_hang_said_of_the_job_not_a_status_heading() -> None:
     assert "distributed_hang_no_error" in named(sample_text("2026-12-02zr", "305"))
     assert "distributed_hang_no_error" not in named(sample_text("2026-12-02zr", "405"))
     assert "distributed_hang_no_error" not in named("Training job\nPending:\n (no pending nodes)")
+
+
+def test_ranks_racing_on_a_checkpoint_path_and_what_only_looks_like_it() -> None:
+    """transformers 4.36.0's rename on every rank is the race's entry; a FileExistsError said of several GPUs is
+    "possibly" it; a FileExistsError alone (a cache folder two tools made, an earlier run's path) is not."""
+    rename = "FileNotFoundError: [Errno 2] No such file or directory: '/o/tmp-checkpoint-950' -> '/o/checkpoint-950'"
+    (match,) = triage(rename, {})
+    assert match.issue.id == "checkpoint_path_race_across_ranks" and match.confirm is None
+    (said,) = triage("create_checkpoint_symlink=True leads to FileExistsError when using >1 gpus", {})
+    assert said.issue.id == "checkpoint_path_race_across_ranks" and said.kind == "paraphrase"
+    alone = "FileExistsError: [Errno 17] File exists: '/root/.cache/huggingface/modules/datasets_modules'"
+    assert "checkpoint_path_race_across_ranks" not in named(alone)
+    assert "checkpoint_path_race_across_ranks" not in named(
+        "FileExistsError when using the same output_dir twice"
+    )
