@@ -52,14 +52,14 @@ def _strip_bars(text: str) -> str:
 def _deinterleave(lines: list[str]) -> list[str]:
     """Each rank's lines together (prefix gone), ranks in the order they first speak; unprefixed lines are a
     speaker of their own. A pdsh host prefix goes first, its host part of the speaker."""
-    counts = collections.Counter(m.group(1) for m in map(_HOST.match, lines) if m)
+    found = [_HOST.match(line) for line in lines]
+    counts = collections.Counter(host.group(1) for host in found if host)
     hosts = {host for host, n in counts.items() if n >= HOST_LINES}
     by_speaker: dict[tuple[str | None, str | None] | None, list[str]] = collections.OrderedDict()
-    for line in lines:
-        host = _HOST.match(line) if hosts else None
+    for line, host in zip(lines, found, strict=True):
         on = host.group(1) if host and host.group(1) in hosts else None
-        if on is not None:
-            line = line[host.end() :]  # type: ignore[union-attr]
+        if host and on is not None:
+            line = line[host.end() :]
         match = _PREFIX.match(line)
         rank = next((g for g in match.groups() if g is not None), None) if match else None
         speaker = None if on is None and rank is None else (on, rank)
