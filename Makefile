@@ -15,14 +15,19 @@ PYVER ?=
 FROM := $(if $(WHEELHOUSE),--no-index --find-links $(abspath $(WHEELHOUSE)),)
 TARGET := $(if $(PLATFORM),--platform $(PLATFORM) --only-binary=:all:,)$(if $(PYVER), --python-version $(PYVER) --only-binary=:all:,)
 EXTRAS := accelerate,optimizers,hang
+# the tested set (constraints.txt): a fresh machine installs what `make test` last passed on, not whatever was released
+# since (accelerate 1.16.0 changed what its sources give, and a fresh clone's CI failed on it); `make canary` meets the
+# newest on purpose. CONSTRAINTS= installs the newest of everything.
+CONSTRAINTS ?= constraints.txt
+PIN := $(if $(CONSTRAINTS),-c $(abspath $(CONSTRAINTS)),)
 
 .PHONY: run compiled test lint bench clean wheelhouse fuzz verify-catalog verify-repro canary first-run
 
-$(BIN)/.installed: setup.cfg pyproject.toml
+$(BIN)/.installed: setup.cfg pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(if $(WHEELHOUSE),$(BIN)/python -m pip install -q $(FROM) setuptools wheel,$(BIN)/python -m pip install -q --upgrade pip)
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q $(FROM) "$(TORCH)"
-	$(BIN)/python -m pip install -q $(FROM) $(if $(WHEELHOUSE),--no-build-isolation,) \
+	$(BIN)/python -m pip install -q $(FROM) $(PIN) $(if $(WHEELHOUSE),--no-build-isolation,) \
 		-e ".[deepspeed,$(EXTRAS)$(if $(WHEELHOUSE),,$(comma)dev)]"
 	@# DeepSpeed's ops (its Adams, the CPU shared-memory comm) JIT-built once into torch's extensions folder, which the
 	@# user's jobs of this environment share (3 min on 2 quiet cores, 10 or more on a loaded box), a line every 30 s;
@@ -37,12 +42,12 @@ comma := ,
 wheelhouse:
 	mkdir -p wheelhouse
 	$(PYTHON) -m pip wheel -q --no-deps -w wheelhouse .
-	$(PYTHON) -m pip download -q -d wheelhouse $(TARGET) setuptools wheel ninja \
+	$(PYTHON) -m pip download -q -d wheelhouse $(TARGET) $(PIN) setuptools wheel ninja \
 		"$$(ls wheelhouse/ds_doctor-*.whl | tail -n 1)[$(EXTRAS)]" $(if $(TORCH),"$(TORCH)",)
-	$(PYTHON) -m pip download -q -d wheelhouse --no-deps --no-binary deepspeed "deepspeed>=0.14"
+	$(PYTHON) -m pip download -q -d wheelhouse $(PIN) --no-deps --no-binary deepspeed "deepspeed>=0.14"
 	tar -xzOf "$$(ls wheelhouse/deepspeed-*.tar.gz | tail -n 1)" --wildcards '*/requirements/requirements.txt' \
 		| grep -v -E '^(torch|#|$$)' > wheelhouse/deepspeed-requirements.txt
-	$(PYTHON) -m pip download -q -d wheelhouse $(TARGET) -r wheelhouse/deepspeed-requirements.txt
+	$(PYTHON) -m pip download -q -d wheelhouse $(TARGET) $(PIN) -r wheelhouse/deepspeed-requirements.txt
 	@echo "wheelhouse/: $$(ls wheelhouse | wc -l) files; install on the node with: make run WHEELHOUSE=wheelhouse"
 
 # Every process of a run (the doctor, torchrun's agents, each rank) imports ds-doctor's modules from this editable
