@@ -7,11 +7,16 @@
   previous sample's part file in its order (its new block renamed as an older one);
 - `<out>/.chk.sh`: rule (e), a thread's URL in any spelling of its repository under the repository or in this
   sample's kept texts.
+`widen` does the same for twelve trackers no earlier sample walked (WIDENED: training stacks built on the same
+libraries): by 48zz the twelve trackers' pools were spent (280 look-ups, 2 texts), so a fresh sample of them measured
+nothing. Each new tracker's queries are the four base shapes of 2026-11-29f and the 8 given shapes, all new.
 `collect` copies the parts' texts, meta.toml, queries.toml and walklog and the labeller's index.toml into
 bench/triage_fresh/<name>, the form `bench_triage_heldout.py --collection` reads.
 
 Usage, from the repository root:
     python bench/triage_sample.py new --prev bench/triage_fresh/2026-11-30ze --name 48zf --out /work/heldout48zf \\
+        --shape "{p} error with X" ... (8 shapes)
+    python bench/triage_sample.py widen --prev bench/triage_fresh/2026-12-02zz --name 48zza --out /work/heldout48zza \\
         --shape "{p} error with X" ... (8 shapes)
     python bench/triage_sample.py collect /work/heldout48zf bench/triage_fresh/2026-11-30zf
 """
@@ -57,6 +62,51 @@ REPOS = {
     "orl": "OpenRLHF/OpenRLHF OpenLLMAI/OpenRLHF",
     "verl": "volcengine/verl verl-project/verl",
 }
+#: the widened protocol's trackers (`widen`): trainers and training stacks built on DeepSpeed, Accelerate, FSDP and
+#: transformers that no sample before 48zza walked
+WIDENED = {
+    "A": (
+        ("PyTorch Lightning (Lightning-AI/pytorch-lightning)", "pytorch lightning"),
+        ("unsloth", "unsloth"),
+        ("torchtitan (pytorch/torchtitan)", "torchtitan"),
+    ),
+    "B": (
+        ("Megatron-LM (NVIDIA/Megatron-LM)", "Megatron-LM"),
+        ("NeMo (NVIDIA/NeMo)", "NeMo"),
+        ("ColossalAI (hpcaitech/ColossalAI)", "ColossalAI"),
+    ),
+    "C": (
+        ("FastChat (lm-sys/FastChat)", "FastChat"),
+        ("open-instruct (allenai/open-instruct)", "open-instruct"),
+        ("alignment-handbook (huggingface/alignment-handbook)", "alignment-handbook"),
+    ),
+    "D": (
+        ("xtuner (InternLM/xtuner)", "xtuner"),
+        ("DeepSpeedExamples (DeepSpeed-Chat)", "DeepSpeed-Chat DeepSpeedExamples"),
+        ("torchtune (pytorch/torchtune)", "torchtune"),
+    ),
+}
+WIDENED_REPOS = {
+    "pl": "Lightning-AI/pytorch-lightning Lightning-AI/lightning PyTorchLightning/pytorch-lightning",
+    "unsloth": "unslothai/unsloth",
+    "titan": "pytorch/torchtitan",
+    "mega": "NVIDIA/Megatron-LM",
+    "nemo": "NVIDIA/NeMo",
+    "colossal": "hpcaitech/ColossalAI",
+    "fastchat": "lm-sys/FastChat",
+    "oi": "allenai/open-instruct",
+    "ah": "huggingface/alignment-handbook",
+    "xtuner": "InternLM/xtuner",
+    "dsx": "deepspeedai/DeepSpeedExamples microsoft/DeepSpeedExamples",
+    "tune": "pytorch/torchtune",
+}
+#: 2026-11-29f's four base shapes, each new tracker's first queries
+BASE_SHAPES = (
+    "{p} error traceback training",
+    "{p} CUDA out of memory",
+    "{p} loss nan",
+    "{p} hang timeout distributed",
+)
 CHECK = """#!/bin/bash
 # Rule (e) of held-out sample {name}: .chk.sh <key> issues|discussions <N>
 # CLEAR when no spelling of the thread's full URL occurs under {repo} (outside .venv, build, .git) or in another
@@ -205,6 +255,96 @@ def new(prev: Path, name: str, out: Path, shapes: list[str]) -> int:
     return 0
 
 
+WIDEN_PROTOCOL = """# Held-out sample {name}: protocol (fixed {when} by this machine's clock, before any search of it)
+
+This is the {prev_dir} protocol ({prev_index}, its header up to its "Outcome" paragraph, which amends the earlier
+samples' back to 2026-11-29f, whose rules (a)-(d) and text / meta format stand) with these changes only, marked
+[{name}]. WIDENED: the twelve trackers of every earlier sample are spent (48zz: 280 look-ups, 2 texts); this sample
+walks twelve trackers no earlier sample walked, training stacks built on the same libraries.
+
+[{name}] Output: {out}/<part>/ ({parts}). Each part writes only its own folder: the texts NNN-short-slug.txt,
+  meta.toml (one [[text]] per kept text: file, url, date, project, query, source, note - as in
+  {prev_dir}/part-<P>.meta.toml; NO labels), walklog (one line per query run), and its queries.toml (already
+  written: only NEW-{name} rewordings may be appended, at its end, each before it is run). At the end of meta.toml,
+  an outcome comment block: texts kept per tracker, look-ups answered, where the walk stopped, the queries left
+  unrun, and the least sure judgement calls.
+  Budget: at most 70 look-ups per part (search + read_file + find_string together; search excerpt only, source =
+  "excerpt"). The `search` tool's budget is shared by the whole session: should it refuse a call, stop, and say so.
+[{name}] Rule (e) = `{out}/.chk.sh <key> issues <N>` (or `discussions`) for every candidate; keys {keys}. It greps
+  {repo} (every earlier sample, the catalog and docs) and the four parts' meta.toml of this sample, for every
+  owner/repo spelling of the tracker: CLEAR means the thread may be kept. Run it BEFORE keeping a candidate, and write
+  the candidate into meta.toml at once when kept.
+[{name}] Queries per tracker: 12, all new, fixed here before any search, q{first}..q{last} in tracker order, in
+  this order of shapes: {shapes}, with <project> the words its queries use. {ranges}.
+[{name}] Order within a part: pass 1 runs the part's queries in number order; pass 2 (ONE NEW-{name} rewording in
+  the same shape and the tracker's own words, written at the end of the part's queries.toml before it is run), in qN
+  order of the queries that gave nothing usable, until all are run or the budget is spent. Any query left unrun for
+  lack of budget is listed in the part's outcome.
+[{name}] A thread of the tracker's own repository only (rule (a)): a DeepSpeed, transformers or torch thread that a
+  query meets is not this sample's, whatever it shows.
+[{name}] Everything else as in the previous samples: rules (a)-(d) of the 2026-11-29f header (a thread, not a PR, of
+  the tracker's repository; dated 2023-01-01 or later where a date shows, "unknown" where none; shows an error
+  message / traceback end / error log line / NaN or hang log in the title or excerpt; a training or fine-tuning
+  job), the FIRST result that passes all rules is kept, no cherry-picking; a text is the thread's title line, a
+  blank line, then the excerpt's log / traceback part as posted (machine output verbatim, user prose trimmed, at most
+  ~4,000 characters); texts and walk only, no labels (one labeller labels all four parts afterwards, against the
+  catalog at that moment); nothing under the repository edited; no git / make / tests / triage run / catalog regex or
+  script over the texts beyond .chk.sh.
+"""
+
+
+def widen(prev: Path, name: str, out: Path, shapes: list[str]) -> int:
+    """A sample of the WIDENED trackers: each tracker's 4 base shapes and the 8 given ones, all new."""
+    prev, out = prev.resolve(), out.resolve()
+    if len(shapes) != 8 or any("{p}" not in s for s in shapes):
+        raise SystemExit("give 8 --shape strings, each with {p} where the project's words go")
+    every = [*BASE_SHAPES, *shapes]
+    first = n = next_number(prev)
+    ranges = []
+    for part, trackers in WIDENED.items():
+        start = n
+        lines = [f"# [{name}] queries (WIDENED: every query new; exact strings per PROTOCOL.md)"]
+        for heading, words in trackers:
+            lines.append(f"# {heading}")
+            for shape in every:
+                lines.append(f'q{n} = "{shape.format(p=words)}"')
+                n += 1
+        ranges.append(f"part {part} q{start}..q{n - 1}")
+        header = (
+            f"# Held-out sample {name}, part {part}: queries, written before any search of this part.\n"
+            '# Search tool, corpus "issues", excerpt only. Budget 70 look-ups.\n\nformat = 1\n\n[queries]\n'
+        )
+        (out / part).mkdir(parents=True, exist_ok=True)
+        tail = ["", f"# NEW-{name} rewordings (each written here before it is run):"]
+        (out / part / "queries.toml").write_text(header + "\n".join(lines + tail) + "\n")
+    cases = "\n".join(f'  {key}) repos="{repos}";;' for key, repos in WIDENED_REPOS.items())
+    check = out / ".chk.sh"
+    check.write_text(CHECK.format(name=name, repo=REPO, out=out, cases=cases, keys=" ".join(WIDENED_REPOS)))
+    check.chmod(0o755)
+    parts = "; ".join(
+        f"{part} {', '.join(h.split(' (')[0] for h, _ in trackers)}, texts {i + 1}01.."
+        for i, (part, trackers) in enumerate(WIDENED.items())
+    )
+    (out / "PROTOCOL.md").write_text(
+        WIDEN_PROTOCOL.format(
+            name=name,
+            when=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            prev_dir=prev,
+            prev_index=prev / "index.toml",
+            out=out,
+            repo=REPO,
+            keys=" ".join(WIDENED_REPOS),
+            parts=parts,
+            first=first,
+            last=n - 1,
+            shapes=", ".join(f'"{s.format(p="<project>")}"' for s in every),
+            ranges=", ".join(ranges),
+        )
+    )
+    print(f"{out}: PROTOCOL.md, .chk.sh, A-D/queries.toml (q{first}..q{n - 1}, widened)")
+    return 0
+
+
 def collect(source: Path, target: Path) -> int:
     target.mkdir(parents=True, exist_ok=True)
     for part in PARTS:
@@ -230,12 +370,19 @@ def main(argv: list[str] | None = None) -> int:
         "--out", type=Path, required=True, help="where the gatherers work (outside the repository)"
     )
     new_p.add_argument("--shape", action="append", default=[], help="a new query shape with {p} (8 of them)")
+    wide_p = sub.add_parser("widen", help="the next sample, of twelve trackers no earlier sample walked")
+    wide_p.add_argument("--prev", type=Path, required=True, help="the previous sample's folder")
+    wide_p.add_argument("--name", required=True, help='the sample\'s name in the protocol ("48zza")')
+    wide_p.add_argument("--out", type=Path, required=True, help="where the gatherers work")
+    wide_p.add_argument("--shape", action="append", default=[], help="a query shape with {p} (8 of them)")
     col_p = sub.add_parser("collect", help="a labelled sample into bench/triage_fresh")
     col_p.add_argument("source", type=Path)
     col_p.add_argument("target", type=Path)
     args = parser.parse_args(argv)
     if args.command == "new":
         return new(args.prev, args.name, args.out, args.shape)
+    if args.command == "widen":
+        return widen(args.prev, args.name, args.out, args.shape)
     return collect(args.source, args.target)
 
 
