@@ -89,7 +89,7 @@ WIDENED = {
 WIDENED_REPOS = {
     "pl": "Lightning-AI/pytorch-lightning Lightning-AI/lightning PyTorchLightning/pytorch-lightning",
     "unsloth": "unslothai/unsloth",
-    "titan": "pytorch/torchtitan",
+    "titan": "pytorch/torchtitan meta-pytorch/torchtitan",
     "mega": "NVIDIA/Megatron-LM",
     "nemo": "NVIDIA/NeMo",
     "colossal": "hpcaitech/ColossalAI",
@@ -98,7 +98,7 @@ WIDENED_REPOS = {
     "ah": "huggingface/alignment-handbook",
     "xtuner": "InternLM/xtuner",
     "dsx": "deepspeedai/DeepSpeedExamples microsoft/DeepSpeedExamples",
-    "tune": "pytorch/torchtune",
+    "tune": "pytorch/torchtune meta-pytorch/torchtune",
 }
 #: 2026-11-29f's four base shapes, each new tracker's first queries
 BASE_SHAPES = (
