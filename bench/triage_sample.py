@@ -91,7 +91,7 @@ WIDENED_REPOS = {
     "unsloth": "unslothai/unsloth",
     "titan": "pytorch/torchtitan meta-pytorch/torchtitan",
     "mega": "NVIDIA/Megatron-LM",
-    "nemo": "NVIDIA/NeMo",
+    "nemo": "NVIDIA/NeMo NVIDIA-NeMo/NeMo NVIDIA-NeMo/Speech",
     "colossal": "hpcaitech/ColossalAI",
     "fastchat": "lm-sys/FastChat",
     "oi": "allenai/open-instruct",
