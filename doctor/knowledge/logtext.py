@@ -154,6 +154,9 @@ _TEMPLATES = (
     r"(?<![\w.-]){n}(?:'s)?[ \t]+version[ \t]+(?:is|was)[ \t]+v?"
     + _VERSION
     + r"(?!\.?\d)",  # "My DeepSpeed version is 0.16.4."
+    # the name and its release written as one word in an environment line ("环境：v100，torch2.1.0+cu118，xtuner0.1.18",
+    # 48zza's 414): a release with a dot, the word ending there, never inside a path or a longer name
+    r"(?<![\w./\\-]){n}v?" + _VERSION + r"(?![\w.-])",
     # a Markdown table of an issue template: "| deepspeed | 0.14.3 |", "| DeepSpeed version | v0.14.3 |"
     r"^[ \t]*\|?[ \t]*`?{n}`?(?:[ \t]+version)?[ \t]*\|[ \t]*`?v?" + _VERSION + r"`?[ \t]*(?:\||$)",
 )

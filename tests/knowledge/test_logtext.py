@@ -208,6 +208,9 @@ def test_bars_are_stripped_in_linear_time_and_their_descriptions_kept() -> None:
         # the project's own name as tickets write it (sample 48zy's 301; 48's heldout 014)
         ("Llama-factory版本：0.8.2", "llamafactory", "0.8.2"),
         ("LLaMA Factory   0.8.4", "llamafactory", "0.8.4"),
+        # the name and its release as one word in an environment line (sample 48zza's 414)
+        ("环境：v100，torch2.1.0+cu118，xtuner0.1.18", "torch", "2.1.0+cu118"),
+        ("env: deepspeed0.14.2, cuda 12.1", "deepspeed", "0.14.2"),
         # sample 48m's three: an upgrade the failure came after, a check naming the release it found, and a
         # traceback's listing of the package's own __init__.py (IPython's)
         ("AttributeError after upgrading trl 0.21.0 > 0.22.0", "trl", "0.22.0"),
@@ -260,6 +263,10 @@ def test_other_packages_named_in_prose(text: str, package: str, version: str) ->
         "torch-2.3.0+cu121-cp311-cp311-linux_x86_64.whl",
         "my-deepspeed-0.14.2, then",
         "installed py-torch 1.0 by mistake",  # after a word and one hyphen: another name
+        # one word with the release only as a whole word: not inside a path, a longer name or a file's name
+        "/opt/conda/pkgs/torch2.1.0/lib",
+        "mytorch2.1.0 build",
+        "deepspeed0.14.2-cp311.whl",
     ],
 )
 def test_a_name_inside_another_is_no_version(text: str) -> None:
