@@ -512,6 +512,17 @@ def test_a_fallback_is_one_or_two(tmp_path: Path, value: str) -> None:
         # sample zx's: a CPU Adam frame under pdsh's host prefix, LoRA's check of a module it cannot wrap
         ("2026-12-02zx", "101", "ds_cpu_adam_build_failed"),
         ("2026-12-02zx", "303", "peft_target_modules_not_found"),
+        # sample zza's (the widened protocol's first): the trainer or its validation said to hang, a hang said with
+        # accelerate, the Trainer's loss 0 and NaN grad norm in prose, ColossalAI's launcher, NCCL's socket warning in
+        # prose, an empty dataset repository, a save's makedirs meeting its folder
+        ("2026-12-02zza", "103", "distributed_hang_no_error"),
+        ("2026-12-02zza", "107", "distributed_hang_no_error"),
+        ("2026-12-02zza", "115", "distributed_hang_no_error"),
+        ("2026-12-02zza", "110", "hf_trainer_loss_nan"),
+        ("2026-12-02zza", "205", "launcher_child_failed"),
+        ("2026-12-02zza", "224", "nccl_bootstrap_no_socket_interface"),
+        ("2026-12-02zza", "225", "datasets_load_failed"),
+        ("2026-12-02zza", "419", "checkpoint_path_race_across_ranks"),
         # labelled "none" when the catalog lacked them: entries of their own since
         ("2026-12-02zq", "105", "acc_launch_multi_gpu_one_gpu_id"),
         ("2026-12-02zs", "305", "torch_device_string_invalid"),
@@ -572,6 +583,20 @@ def test_the_wider_hang_timeout_and_oom_words_stay_where_they_were_meant() -> No
     assert "distributed_hang_no_error" not in named(sample_text("../triage_heldout", "037"))
     assert named(sample_text("2026-11-30n", "204")) == ["torchrun_rendezvous_unreachable"]
     assert named(sample_text("2026-11-29g", "414")) == ["cuda_oom"]
+
+
+def test_frozen_said_of_layers_is_no_hang() -> None:
+    """ "frozen" is a hang word only where it is said of the job: frozen layers, parameters or an encoder (the S1 and
+    S3 families' own words) are not; the trainer or its validation said to freeze or stick is (48zza's 103, 107)."""
+    for text in (
+        "Training with frozen layers raises ValueError: x",
+        "Trainer with a frozen embedding: KeyError",
+        "DeepSpeed with frozen vision encoder params fails",
+        "validation loss stuck at 2.3 after epoch 1",
+    ):
+        assert "distributed_hang_no_error" not in named(text), text
+    for text in ("multi-gpu training is frozen", "PyTorch Lightning Trainer freezes after 2 epochs"):
+        assert "distributed_hang_no_error" in named(text), text
 
 
 def test_a_secondary_error_gives_way_to_the_first() -> None:

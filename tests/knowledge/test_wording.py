@@ -130,5 +130,6 @@ def test_each_wording_names_where_it_was_read() -> None:
                 "dash",  # a POSIX shell's "not found" for a tool's command
                 "bash",
                 "vllm",  # its weight loader, in the rollout engine of an RL trainer
+                "colossalai",  # its launcher (colossalai run), which starts torchrun on each host
             }, wording.source
             assert wording.read and wording.versions, issue.id
