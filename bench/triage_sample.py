@@ -259,8 +259,9 @@ WIDEN_PROTOCOL = """# Held-out sample {name}: protocol (fixed {when} by this mac
 
 This is the {prev_dir} protocol ({prev_index}, its header up to its "Outcome" paragraph, which amends the earlier
 samples' back to 2026-11-29f, whose rules (a)-(d) and text / meta format stand) with these changes only, marked
-[{name}]. WIDENED: the twelve trackers of every earlier sample are spent (48zz: 280 look-ups, 2 texts); this sample
-walks twelve trackers no earlier sample walked, training stacks built on the same libraries.
+[{name}]. WIDENED (from 48zza): the twelve trackers of the samples up to 48zz are spent (48zz: 280 look-ups, 2
+texts); this sample walks the widened set, twelve training stacks built on the same libraries (first walked by 48zza;
+threads an earlier sample kept are excluded by rule (e)).
 
 [{name}] Output: {out}/<part>/ ({parts}). Each part writes only its own folder: the texts NNN-short-slug.txt,
   meta.toml (one [[text]] per kept text: file, url, date, project, query, source, note - as in
