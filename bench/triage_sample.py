@@ -215,6 +215,36 @@ def part_queries(prev: Path, part: str, name: str, prev_name: str, first: int, s
     return header + "\n".join(block + kept + tail) + "\n"
 
 
+def write_rules(
+    template: str,
+    out: Path,
+    prev: Path,
+    name: str,
+    repos: dict[str, str],
+    *,
+    shapes: list[str],
+    **fields: object,
+) -> None:
+    """A sample's rule-(e) check (`.chk.sh`, over `repos`' spellings) and its PROTOCOL.md from `template`."""
+    cases = "\n".join(f'  {key}) repos="{spellings}";;' for key, spellings in repos.items())
+    check = out / ".chk.sh"
+    check.write_text(CHECK.format(name=name, repo=REPO, out=out, cases=cases, keys=" ".join(repos)))
+    check.chmod(0o755)
+    (out / "PROTOCOL.md").write_text(
+        template.format(
+            name=name,
+            when=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            prev_dir=prev,
+            prev_index=prev / "index.toml",
+            out=out,
+            repo=REPO,
+            keys=" ".join(repos),
+            shapes=", ".join(f'"{s.format(p="<project>")}"' for s in shapes),
+            **fields,
+        )
+    )
+
+
 def new(prev: Path, name: str, out: Path, shapes: list[str]) -> int:
     prev, out = prev.resolve(), out.resolve()
     if len(shapes) != 8 or any("{p}" not in s for s in shapes):
@@ -229,28 +259,10 @@ def new(prev: Path, name: str, out: Path, shapes: list[str]) -> int:
     for part, start in starts.items():
         (out / part).mkdir(parents=True, exist_ok=True)
         (out / part / "queries.toml").write_text(part_queries(prev, part, name, prev_name, start, shapes))
-    cases = "\n".join(f'  {key}) repos="{repos}";;' for key, repos in REPOS.items())
-    check = out / ".chk.sh"
-    check.write_text(CHECK.format(name=name, repo=REPO, out=out, cases=cases, keys=" ".join(REPOS)))
-    check.chmod(0o755)
     per_part = len(shapes) * 3
     last = first + per_part * len(PARTS) - 1
     ranges = ", ".join(f"part {p} q{start}..q{start + per_part - 1}" for p, start in starts.items())
-    (out / "PROTOCOL.md").write_text(
-        PROTOCOL.format(
-            name=name,
-            when=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            prev_dir=prev,
-            prev_index=prev / "index.toml",
-            out=out,
-            repo=REPO,
-            keys=" ".join(REPOS),
-            first=first,
-            last=last,
-            shapes=", ".join(f'"{s.format(p="<project>")}"' for s in shapes),
-            ranges=ranges,
-        )
-    )
+    write_rules(PROTOCOL, out, prev, name, REPOS, first=first, last=last, shapes=shapes, ranges=ranges)
     print(f"{out}: PROTOCOL.md, .chk.sh, A-D/queries.toml (q{first}..q{last})")
     return 0
 
@@ -318,29 +330,21 @@ def widen(prev: Path, name: str, out: Path, shapes: list[str]) -> int:
         (out / part).mkdir(parents=True, exist_ok=True)
         tail = ["", f"# NEW-{name} rewordings (each written here before it is run):"]
         (out / part / "queries.toml").write_text(header + "\n".join(lines + tail) + "\n")
-    cases = "\n".join(f'  {key}) repos="{repos}";;' for key, repos in WIDENED_REPOS.items())
-    check = out / ".chk.sh"
-    check.write_text(CHECK.format(name=name, repo=REPO, out=out, cases=cases, keys=" ".join(WIDENED_REPOS)))
-    check.chmod(0o755)
     parts = "; ".join(
         f"{part} {', '.join(h.split(' (')[0] for h, _ in trackers)}, texts {i + 1}01.."
         for i, (part, trackers) in enumerate(WIDENED.items())
     )
-    (out / "PROTOCOL.md").write_text(
-        WIDEN_PROTOCOL.format(
-            name=name,
-            when=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            prev_dir=prev,
-            prev_index=prev / "index.toml",
-            out=out,
-            repo=REPO,
-            keys=" ".join(WIDENED_REPOS),
-            parts=parts,
-            first=first,
-            last=n - 1,
-            shapes=", ".join(f'"{s.format(p="<project>")}"' for s in every),
-            ranges=", ".join(ranges),
-        )
+    write_rules(
+        WIDEN_PROTOCOL,
+        out,
+        prev,
+        name,
+        WIDENED_REPOS,
+        first=first,
+        last=n - 1,
+        shapes=every,
+        ranges=", ".join(ranges),
+        parts=parts,
     )
     print(f"{out}: PROTOCOL.md, .chk.sh, A-D/queries.toml (q{first}..q{n - 1}, widened)")
     return 0
