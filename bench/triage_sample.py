@@ -126,7 +126,20 @@ for r in $repos; do
 done
 echo CLEAR
 """
-PROTOCOL = """# Held-out sample {name}: protocol (fixed {when} by this machine's clock, before any search of it)
+#: the rules every sample keeps, the last paragraph of each protocol
+EVERYTHING_ELSE = """\
+[{name}] Everything else as in the previous samples: rules (a)-(d) of the 2026-11-29f header (a thread, not a PR, of
+  the tracker's repository; dated 2023-01-01 or later where a date shows, "unknown" where none; shows an error
+  message / traceback end / error log line / NaN or hang log in the title or excerpt; a training or fine-tuning
+  job), the FIRST result that passes all rules is kept, no cherry-picking; a text is the thread's title line, a
+  blank line, then the excerpt's log / traceback part as posted (machine output verbatim, user prose trimmed, at most
+  ~4,000 characters); texts and walk only, no labels (one labeller labels all four parts afterwards, against the
+  catalog at that moment); nothing under the repository edited; no git / make / tests / triage run / catalog regex or
+  script over the texts beyond .chk.sh.
+"""
+
+PROTOCOL = (
+    """# Held-out sample {name}: protocol (fixed {when} by this machine's clock, before any search of it)
 
 This is the {prev_dir} protocol ({prev_index}, its header up to its "Outcome" paragraph, which amends the earlier
 samples' back to 2026-11-29f, whose rules (a)-(d) and text / meta format stand) with these changes only, marked
@@ -155,15 +168,8 @@ samples' back to 2026-11-29f, whose rules (a)-(d) and text / meta format stand) 
   (the recorded rewording, else ONE NEW-{name} rewording in the same shape and the tracker's own words, written at
   the end of the part's queries.toml before it is run), in qN order of the queries that gave nothing usable, until
   all are run or the budget is spent. Any query left unrun for lack of budget is listed in the part's outcome.
-[{name}] Everything else as in the previous samples: rules (a)-(d) of the 2026-11-29f header (a thread, not a PR, of
-  the tracker's repository; dated 2023-01-01 or later where a date shows, "unknown" where none; shows an error
-  message / traceback end / error log line / NaN or hang log in the title or excerpt; a training or fine-tuning
-  job), the FIRST result that passes all rules is kept, no cherry-picking; a text is the thread's title line, a
-  blank line, then the excerpt's log / traceback part as posted (machine output verbatim, user prose trimmed, at most
-  ~4,000 characters); texts and walk only, no labels (one labeller labels all four parts afterwards, against the
-  catalog at that moment); nothing under the repository edited; no git / make / tests / triage run / catalog regex or
-  script over the texts beyond .chk.sh.
 """
+) + EVERYTHING_ELSE
 
 
 def next_number(prev: Path) -> int:
@@ -267,7 +273,8 @@ def new(prev: Path, name: str, out: Path, shapes: list[str]) -> int:
     return 0
 
 
-WIDEN_PROTOCOL = """# Held-out sample {name}: protocol (fixed {when} by this machine's clock, before any search of it)
+WIDEN_PROTOCOL = (
+    """# Held-out sample {name}: protocol (fixed {when} by this machine's clock, before any search of it)
 
 This is the {prev_dir} protocol ({prev_index}, its header up to its "Outcome" paragraph, which amends the earlier
 samples' back to 2026-11-29f, whose rules (a)-(d) and text / meta format stand) with these changes only, marked
@@ -295,15 +302,8 @@ threads an earlier sample kept are excluded by rule (e)).
   lack of budget is listed in the part's outcome.
 [{name}] A thread of the tracker's own repository only (rule (a)): a DeepSpeed, transformers or torch thread that a
   query meets is not this sample's, whatever it shows.
-[{name}] Everything else as in the previous samples: rules (a)-(d) of the 2026-11-29f header (a thread, not a PR, of
-  the tracker's repository; dated 2023-01-01 or later where a date shows, "unknown" where none; shows an error
-  message / traceback end / error log line / NaN or hang log in the title or excerpt; a training or fine-tuning
-  job), the FIRST result that passes all rules is kept, no cherry-picking; a text is the thread's title line, a
-  blank line, then the excerpt's log / traceback part as posted (machine output verbatim, user prose trimmed, at most
-  ~4,000 characters); texts and walk only, no labels (one labeller labels all four parts afterwards, against the
-  catalog at that moment); nothing under the repository edited; no git / make / tests / triage run / catalog regex or
-  script over the texts beyond .chk.sh.
 """
+) + EVERYTHING_ELSE
 
 
 def widen(prev: Path, name: str, out: Path, shapes: list[str]) -> int:
