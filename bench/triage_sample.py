@@ -126,6 +126,15 @@ for r in $repos; do
 done
 echo CLEAR
 """
+#: the budget and rule (e), as every protocol states them
+BUDGET_AND_CHECK = """\
+  Budget: at most 70 look-ups per part (search + read_file + find_string together; search excerpt only, source =
+  "excerpt"). The `search` tool's budget is shared by the whole session: should it refuse a call, stop, and say so.
+[{name}] Rule (e) = `{out}/.chk.sh <key> issues <N>` (or `discussions`) for every candidate; keys {keys}. It greps
+  {repo} (every earlier sample, the catalog and docs) and the four parts' meta.toml of this sample, for every
+  owner/repo spelling of the tracker: CLEAR means the thread may be kept. Run it BEFORE keeping a candidate, and write
+  the candidate into meta.toml at once when kept.
+"""
 #: the rules every sample keeps, the last paragraph of each protocol
 EVERYTHING_ELSE = """\
 [{name}] Everything else as in the previous samples: rules (a)-(d) of the 2026-11-29f header (a thread, not a PR, of
@@ -152,13 +161,9 @@ samples' back to 2026-11-29f, whose rules (a)-(d) and text / meta format stand) 
   and its queries.toml (already written: only NEW-{name} rewordings may be appended, at its end, each before it is
   run). At the end of meta.toml, an outcome comment block: texts kept per tracker, look-ups answered, where the walk
   stopped, the queries left unrun, and the least sure judgement calls.
-  Budget: at most 70 look-ups per part (search + read_file + find_string together; search excerpt only, source =
-  "excerpt"). The `search` tool's budget is shared by the whole session: should it refuse a call, stop, and say so.
-[{name}] Rule (e) = `{out}/.chk.sh <key> issues <N>` (or `discussions`) for every candidate; keys {keys}. It greps
-  {repo} (every earlier sample, the catalog and docs) and the four parts' meta.toml of this sample, for every
-  owner/repo spelling of the tracker: CLEAR means the thread may be kept. Run it BEFORE keeping a candidate, and write
-  the candidate into meta.toml at once when kept.
-[{name}] Queries per tracker: all its queries of the previous sample (copied into <P>/queries.toml), PLUS 8 NEW
+"""
+    + BUDGET_AND_CHECK
+    + """[{name}] Queries per tracker: all its queries of the previous sample (copied into <P>/queries.toml), PLUS 8 NEW
   queries per tracker, fixed here before any search, q{first}..q{last} in tracker order (DeepSpeed, Accelerate,
   transformers, PEFT, TRL, torch distributed, NCCL, LLaMA-Factory, axolotl, ms-swift, OpenRLHF, verl), in this order
   of shapes: {shapes},
@@ -288,13 +293,9 @@ threads an earlier sample kept are excluded by rule (e)).
   written: only NEW-{name} rewordings may be appended, at its end, each before it is run). At the end of meta.toml,
   an outcome comment block: texts kept per tracker, look-ups answered, where the walk stopped, the queries left
   unrun, and the least sure judgement calls.
-  Budget: at most 70 look-ups per part (search + read_file + find_string together; search excerpt only, source =
-  "excerpt"). The `search` tool's budget is shared by the whole session: should it refuse a call, stop, and say so.
-[{name}] Rule (e) = `{out}/.chk.sh <key> issues <N>` (or `discussions`) for every candidate; keys {keys}. It greps
-  {repo} (every earlier sample, the catalog and docs) and the four parts' meta.toml of this sample, for every
-  owner/repo spelling of the tracker: CLEAR means the thread may be kept. Run it BEFORE keeping a candidate, and write
-  the candidate into meta.toml at once when kept.
-[{name}] Queries per tracker: 12, all new, fixed here before any search, q{first}..q{last} in tracker order, in
+"""
+    + BUDGET_AND_CHECK
+    + """[{name}] Queries per tracker: 12, all new, fixed here before any search, q{first}..q{last} in tracker order, in
   this order of shapes: {shapes}, with <project> the words its queries use. {ranges}.
 [{name}] Order within a part: pass 1 runs the part's queries in number order; pass 2 (ONE NEW-{name} rewording in
   the same shape and the tracker's own words, written at the end of the part's queries.toml before it is run), in qN
