@@ -105,7 +105,9 @@ def normalise(text: str) -> str:
 
 
 _VERSION = (
-    r"(\d+\.\d+(?:\.\d+)*(?:(?:a|b|rc|\.post)\d+|\.dev\d*)?(?:\+[\w.]+)?)"  # "0.7.0.dev": PEP 440's .dev0
+    # "0.7.0.dev": PEP 440's .dev0; a local part's dots only between its words ("Torch: 2.6.0+cu124. CUDA: 8.0.",
+    # Unsloth's banner: the sentence's period is not the release's)
+    r"(\d+\.\d+(?:\.\d+)*(?:(?:a|b|rc|\.post)\d+|\.dev\d*)?(?:\+\w+(?:\.\w+)*)?)"
 )
 _TEMPLATES = (
     r"^{n}\s*==\s*" + _VERSION,  # pip freeze
@@ -121,6 +123,9 @@ _TEMPLATES = (
     # a list of name-version pairs, as a wheel or sdist names its release ("peft-0.10.0, datasets-2.19.0,
     # transformers-4.40.1"): each followed by a separator or the line's end (a file's name goes on: ".tar.gz", "-cp311")
     r"(?<![\w./\\-]){n}-" + _VERSION + r"(?=[ \t]*(?:[,;]|$))",
+    # pip's own line after an install, its pairs separated by spaces ("Successfully installed ... transformers-4.56.1
+    # trl-0.23.0 unsloth-2025.9.4", 48zzb's 105)
+    r"^Successfully installed\b[^\n]*?(?<=[ \t]){n}-" + _VERSION + r"(?=[ \t]|$)",
     # a traceback's source listing of the package's own __init__.py (IPython's "File .../peft/__init__.py:22", then
     # its lines): the __version__ it assigns, alone on a listing line (double underscores are read as emphasis, so
     # spaces, by then)
@@ -146,10 +151,11 @@ _TEMPLATES = (
     # (after a word and one hyphen it is another name, "py-torch 1.0"; after a dash it is the name, "--NCCL 2.7.8")
     r"(?<![\w.])(?<![\w.]-){n}[ \t]+(?:version[ \t]+|release[ \t]+)?v?[ \t]?"
     + _VERSION
-    + r"(?![\w.])",  # "with transformers 4.45.2,", "Deepspeed v 0.14.3"
+    + r"(?!\w|\.\w)",  # "with transformers 4.45.2,", "Deepspeed v 0.14.3", a sentence's period after it
     r"(?<![\w.-]){n}(?:[ \t]+version|[ \t]*版本)?[ \t]*[:：][ \t]*(?:\([ \t]*)?v?"
     + _VERSION
-    + r"(?![\w.])",  # "DeepSpeed version: V0.14.3", "transformers version :  (4.33.3)", "torch版本: 2.10.0"
+    + r"(?!\w|\.\w)",  # "DeepSpeed version: V0.14.3", "transformers version :  (4.33.3)", "torch版本: 2.10.0",
+    # "Transformers: 5.3.0." (a banner's sentence)
     r"\bv(?:ersion)?[ \t]?" + _VERSION + r"[ \t]+of[ \t]+{n}\b",  # "I use V0.14.3 of DeepSpeed"
     r"(?<![\w.-]){n}(?:'s)?[ \t]+version[ \t]+(?:is|was)[ \t]+v?"
     + _VERSION

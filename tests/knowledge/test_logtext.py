@@ -211,6 +211,18 @@ def test_bars_are_stripped_in_linear_time_and_their_descriptions_kept() -> None:
         # the name and its release as one word in an environment line (sample 48zza's 414)
         ("环境：v100，torch2.1.0+cu118，xtuner0.1.18", "torch", "2.1.0+cu118"),
         ("env: deepspeed0.14.2, cuda 12.1", "deepspeed", "0.14.2"),
+        # Unsloth's banner: a sentence's period after the release (48zzb's 105 and 116), and pip's install line
+        ("O^O/ \\_/ \\    Torch: 2.6.0+cu124. CUDA: 8.0. CUDA Toolkit: 12.4.", "torch", "2.6.0+cu124"),
+        (
+            "==((====))==  Unsloth 2026.9.4: Fast Qwen3_5 patching. Transformers: 5.3.0.",
+            "transformers",
+            "5.3.0",
+        ),
+        (
+            "Successfully installed tokenizers-0.22.0 transformers-4.56.1 trl-0.23.0 unsloth-2025.9.4",
+            "trl",
+            "0.23.0",
+        ),
         # sample 48m's three: an upgrade the failure came after, a check naming the release it found, and a
         # traceback's listing of the package's own __init__.py (IPython's)
         ("AttributeError after upgrading trl 0.21.0 > 0.22.0", "trl", "0.22.0"),
@@ -267,6 +279,8 @@ def test_other_packages_named_in_prose(text: str, package: str, version: str) ->
         "/opt/conda/pkgs/torch2.1.0/lib",
         "mytorch2.1.0 build",
         "deepspeed0.14.2-cp311.whl",
+        "Successfully installed deepspeed-kernels-0.14.2",  # another distribution's pair
+        "deepspeed 0.14.2.x",  # a release that goes on past a dot
     ],
 )
 def test_a_name_inside_another_is_no_version(text: str) -> None:
