@@ -523,6 +523,13 @@ def test_a_fallback_is_one_or_two(tmp_path: Path, value: str) -> None:
         ("2026-12-02zza", "224", "nccl_bootstrap_no_socket_interface"),
         ("2026-12-02zza", "225", "datasets_load_failed"),
         ("2026-12-02zza", "419", "checkpoint_path_race_across_ranks"),
+        # sample zzb's (after zza's fixes): "DDP training timeout", tensorboardX's NaN check, the keyword TypeError
+        # retold in a title, stuck for minutes in Chinese, DeepSpeed-Chat's RL losses logged inf
+        ("2026-12-02zzb", "102", "nccl_watchdog_timeout"),
+        ("2026-12-02zzb", "211", "hf_trainer_loss_nan"),
+        ("2026-12-02zzb", "301", "python_call_keyword_mismatch"),
+        ("2026-12-02zzb", "405", "distributed_hang_no_error"),
+        ("2026-12-02zzb", "416", "hf_trainer_loss_nan"),
         # labelled "none" when the catalog lacked them: entries of their own since
         ("2026-12-02zq", "105", "acc_launch_multi_gpu_one_gpu_id"),
         ("2026-12-02zs", "305", "torch_device_string_invalid"),
@@ -597,6 +604,14 @@ def test_frozen_said_of_layers_is_no_hang() -> None:
         assert "distributed_hang_no_error" not in named(text), text
     for text in ("multi-gpu training is frozen", "PyTorch Lightning Trainer freezes after 2 epochs"):
         assert "distributed_hang_no_error" in named(text), text
+
+
+def test_stuck_for_minutes_in_chinese_is_a_hang_and_a_count_of_cards_is_not() -> None:
+    """卡在 ... N分钟 / 一动不动 (stuck for minutes, motionless) is a hang whatever the subject (48zzb's 405); 8卡 (eight
+    cards) and 显卡 (a graphics card) followed by 在 are not."""
+    assert "distributed_hang_no_error" in named("甚至于卡在此处50分钟一动不动")
+    assert "distributed_hang_no_error" not in named("8卡在10分钟内跑完了一个epoch")
+    assert "distributed_hang_no_error" not in named("显卡在5分钟后温度很高")
 
 
 def test_a_secondary_error_gives_way_to_the_first() -> None:
