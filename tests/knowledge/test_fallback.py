@@ -607,8 +607,8 @@ def test_frozen_said_of_layers_is_no_hang() -> None:
 
 
 def test_stuck_for_minutes_in_chinese_is_a_hang_and_a_count_of_cards_is_not() -> None:
-    """卡在 ... N分钟 / 一动不动 (stuck for minutes, motionless) is a hang whatever the subject (48zzb's 405); 8卡 (eight
-    cards) and 显卡 (a graphics card) followed by 在 are not."""
+    """卡在 ... N分钟 / 一动不动 (stuck for minutes, motionless) is a hang whatever the subject (48zzb's 405);
+    8卡 (eight cards) and 显卡 (a graphics card) followed by 在 are not."""
     assert "distributed_hang_no_error" in named("甚至于卡在此处50分钟一动不动")
     assert "distributed_hang_no_error" not in named("8卡在10分钟内跑完了一个epoch")
     assert "distributed_hang_no_error" not in named("显卡在5分钟后温度很高")
