@@ -226,6 +226,12 @@ def part_queries(prev: Path, part: str, name: str, prev_name: str, first: int, s
     return header + "\n".join(block + kept + tail) + "\n"
 
 
+def check_shapes(shapes: list[str]) -> None:
+    """Both kinds of sample take exactly 8 new query shapes, each with {p} where a tracker's words go."""
+    if len(shapes) != 8 or any("{p}" not in s for s in shapes):
+        raise SystemExit("give 8 --shape strings, each with {p} where the project's words go")
+
+
 def write_rules(
     template: str,
     out: Path,
@@ -258,8 +264,7 @@ def write_rules(
 
 def new(prev: Path, name: str, out: Path, shapes: list[str]) -> int:
     prev, out = prev.resolve(), out.resolve()
-    if len(shapes) != 8 or any("{p}" not in s for s in shapes):
-        raise SystemExit("give 8 --shape strings, each with {p} where the project's words go")
+    check_shapes(shapes)
     named = re.match(r"# Held-out sample (\S+?):", (prev / "index.toml").read_text())
     if named is None:
         raise SystemExit(f"{prev}/index.toml does not open with '# Held-out sample <name>:'")
@@ -310,8 +315,7 @@ threads an earlier sample kept are excluded by rule (e)).
 def widen(prev: Path, name: str, out: Path, shapes: list[str]) -> int:
     """A sample of the WIDENED trackers: each tracker's 4 base shapes and the 8 given ones, all new."""
     prev, out = prev.resolve(), out.resolve()
-    if len(shapes) != 8 or any("{p}" not in s for s in shapes):
-        raise SystemExit("give 8 --shape strings, each with {p} where the project's words go")
+    check_shapes(shapes)
     every = [*BASE_SHAPES, *shapes]
     first = n = next_number(prev)
     ranges = []
